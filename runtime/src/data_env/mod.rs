@@ -1,0 +1,191 @@
+//! The device data environment: map types, map lists and their processing.
+//!
+//! A map list given to one construct is processed as a unit (OpenMP 5.x, as
+//! `CONFORMANCE.md` states it):
+//!
+//! * **entry**, in list order: an absent range is allocated; each entry's count goes up once
+//!   per construct, however often the list names it; a `to` copies when the construct
+//!   created the entry (anywhere in its list) or with `always`. A `present` item must be
+//!   present before the construct starts, or nothing happens at all.
+//! * **exit**, in reverse list order: each entry's count goes down once (`delete` zeroes the
+//!   dynamic count); a `from` copies when the construct releases the entry (both counts 0),
+//!   when an `exit data` ends its dynamic count, or with `always`; identical ranges copy once;
+//!   released entries are then freed in that order.
+//!
+//! Structured constructs (`target data`, target launches) count in the structured count,
+//! `enter`/`exit data` in the dynamic count. Entries made by `associate_ptr` have an
+//! infinite count: only `always` and `update` move their data, and only `disassociate`
+//! removes them.
+//!
+//! Every construct is all or nothing: a failure undoes what the construct did (entries it
+//! created are freed, counts restored) before the error is returned.
+
+mod construct;
+mod present_table;
+
+pub use present_table::Entry;
+pub(crate) use present_table::{Lookup, PresentTable};
+
+use std::fmt;
+
+use crate::error::HostRange;
+
+/// The kind of a map clause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MapKind {
+    /// Copy host->device when the entry is created.
+    To,
+    /// Copy device->host when the entry is released.
+    From,
+    /// Both `to` and `from`.
+    ToFrom,
+    /// Allocate, copy nothing.
+    Alloc,
+    /// (exit only) Decrement, copy nothing.
+    Release,
+    /// (exit only) Zero the dynamic count, copy nothing.
+    Delete,
+}
+
+/// A map type: its kind and the `always` and `present` modifiers.
+///
+/// ```
+/// use offload::MapType;
+/// let t = MapType::TOFROM.always().present();
+/// assert_eq!(t.to_string(), "always, present, tofrom");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MapType {
+    /// The clause's kind.
+    pub kind: MapKind,
+    /// `always`: copy even when the count does not move from or to zero.
+    pub always: bool,
+    /// `present`: the range must already be mapped.
+    pub present: bool,
+}
+
+impl MapType {
+    const fn of(kind: MapKind) -> Self {
+        Self { kind, always: false, present: false }
+    }
+    /// `map(to: ...)`.
+    pub const TO: Self = Self::of(MapKind::To);
+    /// `map(from: ...)`.
+    pub const FROM: Self = Self::of(MapKind::From);
+    /// `map(tofrom: ...)`.
+    pub const TOFROM: Self = Self::of(MapKind::ToFrom);
+    /// `map(alloc: ...)`.
+    pub const ALLOC: Self = Self::of(MapKind::Alloc);
+    /// `map(release: ...)`.
+    pub const RELEASE: Self = Self::of(MapKind::Release);
+    /// `map(delete: ...)`.
+    pub const DELETE: Self = Self::of(MapKind::Delete);
+
+    /// With the `always` modifier.
+    pub const fn always(mut self) -> Self {
+        self.always = true;
+        self
+    }
+
+    /// With the `present` modifier.
+    pub const fn present(mut self) -> Self {
+        self.present = true;
+        self
+    }
+
+    /// Whether this map copies host->device at entry (when it copies at all).
+    pub const fn copies_in(self) -> bool {
+        matches!(self.kind, MapKind::To | MapKind::ToFrom)
+    }
+
+    /// Whether this map copies device->host at exit (when it copies at all).
+    pub const fn copies_out(self) -> bool {
+        matches!(self.kind, MapKind::From | MapKind::ToFrom)
+    }
+}
+
+impl fmt::Display for MapType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.always {
+            f.write_str("always, ")?;
+        }
+        if self.present {
+            f.write_str("present, ")?;
+        }
+        f.write_str(match self.kind {
+            MapKind::To => "to",
+            MapKind::From => "from",
+            MapKind::ToFrom => "tofrom",
+            MapKind::Alloc => "alloc",
+            MapKind::Release => "release",
+            MapKind::Delete => "delete",
+        })
+    }
+}
+
+/// One item of a map list: a host range and how to map it.
+///
+/// Building one is safe; the constructs that copy through it are `unsafe` (see
+/// [`crate::omp`]) or borrow the memory (the safe API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapItem {
+    /// The host bytes.
+    pub range: HostRange,
+    /// The map type.
+    pub map_type: MapType,
+}
+
+impl MapItem {
+    /// `bytes` bytes at `ptr`, as C's `map(type: ptr[0:n])` gives them.
+    pub fn raw<T>(ptr: *const T, bytes: usize, map_type: MapType) -> Self {
+        Self { range: HostRange::new(ptr as usize, bytes), map_type }
+    }
+
+    /// The whole of `slice`.
+    pub fn slice<T>(slice: &[T], map_type: MapType) -> Self {
+        Self { range: HostRange::of(slice), map_type }
+    }
+}
+
+/// The construct a map list belongs to: it decides which count moves and which map
+/// kinds are allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Construct {
+    TargetData,
+    Target,
+    EnterData,
+    ExitData,
+}
+
+impl Construct {
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Construct::TargetData => "target data",
+            Construct::Target => "target",
+            Construct::EnterData => "target enter data",
+            Construct::ExitData => "target exit data",
+        }
+    }
+
+    pub(crate) const fn is_structured(self) -> bool {
+        matches!(self, Construct::TargetData | Construct::Target)
+    }
+
+    pub(crate) const fn allows(self, kind: MapKind) -> bool {
+        use MapKind::*;
+        match self {
+            Construct::TargetData | Construct::Target => matches!(kind, To | From | ToFrom | Alloc),
+            Construct::EnterData => matches!(kind, To | ToFrom | Alloc),
+            Construct::ExitData => matches!(kind, From | ToFrom | Release | Delete),
+        }
+    }
+}
+
+/// Direction of a `target update`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateDirection {
+    /// `update to`: host->device.
+    To,
+    /// `update from`: device->host.
+    From,
+}

@@ -1,0 +1,179 @@
+//! The present table: one per device, keyed by host address, found by containment.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::error::HostRange;
+
+/// One mapped host range and its device copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The host bytes this entry covers.
+    pub range: HostRange,
+    /// Device address of `range.begin`.
+    pub device_addr: u64,
+    /// Reference count of `enter`/`exit data`.
+    pub dynamic: u64,
+    /// Reference count of structured regions (`target data`, target launches).
+    pub structured: u64,
+    /// Made by `associate_ptr`: an infinite count; never freed by unmapping.
+    pub associated: bool,
+}
+
+impl Entry {
+    /// Device address of host address `host`, which must lie in (or at the end of) the entry.
+    pub fn translate(&self, host: usize) -> u64 {
+        self.device_addr + (host - self.range.begin) as u64
+    }
+
+    /// Whether both counts are zero (and it is not associated): the entry leaves.
+    pub fn is_released(&self) -> bool {
+        !self.associated && self.dynamic == 0 && self.structured == 0
+    }
+}
+
+/// What a lookup of a host range found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// No entry overlaps the range.
+    Absent,
+    /// The range lies inside the entry that begins at this key.
+    Inside(usize),
+    /// The range overlaps this entry but is not inside it.
+    Extends(HostRange),
+}
+
+/// Host-address-keyed table of one device's mappings.
+#[derive(Default, Debug)]
+pub(crate) struct PresentTable {
+    entries: BTreeMap<usize, Entry>,
+}
+
+impl PresentTable {
+    /// Finds the entry a request for `r` refers to. A zero-length range is inside an entry
+    /// when its address lies in `[begin, end)`; it never "extends" anything.
+    pub(crate) fn lookup(&self, r: HostRange) -> Lookup {
+        if let Some((&k, e)) = self.entries.range(..=r.begin).next_back() {
+            if r.begin < e.range.end() || (e.range.bytes == 0 && r.begin == k) {
+                return if e.range.contains(&r) { Lookup::Inside(k) } else { Lookup::Extends(e.range) };
+            }
+        }
+        if r.bytes == 0 {
+            return Lookup::Absent;
+        }
+        match self.entries.range(r.begin + 1..r.end()).next() {
+            Some((_, e)) => Lookup::Extends(e.range),
+            None => Lookup::Absent,
+        }
+    }
+
+    pub(crate) fn get(&self, key: usize) -> Option<&Entry> {
+        self.entries.get(&key)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: usize) -> Option<&mut Entry> {
+        self.entries.get_mut(&key)
+    }
+
+    /// The entry containing host address `host`, if any.
+    pub(crate) fn containing(&self, host: usize) -> Option<&Entry> {
+        match self.lookup(HostRange::new(host, 0)) {
+            Lookup::Inside(k) => self.entries.get(&k),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, e: Entry) {
+        let old = self.entries.insert(e.range.begin, e);
+        debug_assert!(old.is_none(), "insert over an existing entry");
+    }
+
+    pub(crate) fn remove(&mut self, key: usize) -> Option<Entry> {
+        self.entries.remove(&key)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    /// The table as text, one row per entry, in the manner of libomptarget's
+    /// "Host-Device pointer mappings" dump.
+    pub(crate) fn dump(&self, device: usize) -> String {
+        let mut s = format!(
+            "device {device} present table ({} entries)\n{:>18} {:>18} {:>10} {:>8} {:>10}\n",
+            self.entries.len(),
+            "host",
+            "device",
+            "bytes",
+            "dynamic",
+            "structured"
+        );
+        for e in self.entries.values() {
+            let dynamic = if e.associated { "inf".to_string() } else { e.dynamic.to_string() };
+            let _ = writeln!(
+                s,
+                "{:>#18x} {:>#18x} {:>10} {:>8} {:>10}",
+                e.range.begin, e.device_addr, e.range.bytes, dynamic, e.structured
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(ranges: &[(usize, usize)]) -> PresentTable {
+        let mut t = PresentTable::default();
+        for &(b, n) in ranges {
+            t.insert(Entry {
+                range: HostRange::new(b, n),
+                device_addr: 0x10_0000 + b as u64,
+                dynamic: 1,
+                structured: 0,
+                associated: false,
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn lookup_by_containment() {
+        let t = table(&[(100, 10), (200, 10)]);
+        assert_eq!(t.lookup(HostRange::new(100, 10)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(105, 5)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(110, 10)), Lookup::Absent);
+        assert_eq!(t.lookup(HostRange::new(50, 10)), Lookup::Absent);
+    }
+
+    #[test]
+    fn partial_overlaps_are_extensions() {
+        let t = table(&[(100, 10)]);
+        assert_eq!(t.lookup(HostRange::new(105, 10)), Lookup::Extends(HostRange::new(100, 10)));
+        assert_eq!(t.lookup(HostRange::new(95, 10)), Lookup::Extends(HostRange::new(100, 10)));
+        assert_eq!(t.lookup(HostRange::new(90, 40)), Lookup::Extends(HostRange::new(100, 10)));
+    }
+
+    #[test]
+    fn zero_length_is_present_only_inside() {
+        let t = table(&[(100, 10)]);
+        assert_eq!(t.lookup(HostRange::new(100, 0)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(109, 0)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(110, 0)), Lookup::Absent);
+        assert_eq!(t.lookup(HostRange::new(99, 0)), Lookup::Absent);
+        assert_eq!(t.containing(105).map(|e| e.translate(105)), Some(0x10_0000 + 105));
+    }
+
+    #[test]
+    fn dump_has_a_row_per_entry() {
+        let t = table(&[(100, 10), (200, 10)]);
+        let d = t.dump(3);
+        assert!(d.starts_with("device 3 present table (2 entries)"));
+        assert_eq!(d.lines().count(), 4);
+    }
+}

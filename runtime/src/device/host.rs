@@ -1,0 +1,333 @@
+//! Host devices: the OpenMP host fallback made into real devices, for CI and teaching.
+//!
+//! Each host device has memory of its own (separate allocations, so a value written on the
+//! host is not seen by the device until it is copied), one worker thread that runs the
+//! device's work in order, and kernels that are Rust functions run on a shared `rayon`
+//! pool. Every semantic of the data environment can therefore be observed without a GPU.
+
+use std::alloc::Layout;
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, unbounded, Sender};
+use parking_lot::Mutex;
+
+use super::{Backend, BackendKind, DeviceDescription, MemInfo};
+use crate::error::{Error, Result};
+use crate::kernel::{HostLaunch, Kernel, KernelArg};
+
+/// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
+const ALIGN: usize = 256;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A raw address that may cross to the worker thread; the submitting call waits for the
+/// job, so the memory it names outlives the job.
+#[derive(Clone, Copy)]
+struct Addr(usize);
+
+/// One host device.
+pub(crate) struct HostDevice {
+    number: usize,
+    description: DeviceDescription,
+    queue: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    pool: Arc<rayon::ThreadPool>,
+    allocations: Mutex<BTreeMap<u64, usize>>,
+    used: AtomicUsize,
+    capacity: usize,
+    peer_access: bool,
+}
+
+impl HostDevice {
+    /// Host device number `number` (its index among all devices), with `capacity` bytes
+    /// of memory and kernels on `pool`.
+    pub(crate) fn new(
+        number: usize,
+        host_index: usize,
+        capacity: usize,
+        pool: Arc<rayon::ThreadPool>,
+        peer_access: bool,
+    ) -> Result<Self> {
+        let (tx, rx) = unbounded::<Job>();
+        let worker = std::thread::Builder::new()
+            .name(format!("offload-host{host_index}"))
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .map_err(|e| Error::Driver {
+                device: number,
+                call: "spawn host device worker",
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            number,
+            description: DeviceDescription {
+                kind: BackendKind::Host,
+                name: format!("host device {host_index}"),
+                pci_bus_id: None,
+                uuid: None,
+            },
+            queue: Some(tx),
+            worker: Some(worker),
+            pool,
+            allocations: Mutex::new(BTreeMap::new()),
+            used: AtomicUsize::new(0),
+            capacity,
+            peer_access,
+        })
+    }
+
+    /// Runs `f` on the device's worker, in queue order, and waits for its result.
+    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        let closed = |why| Error::QueueClosed { device: self.number, why };
+        let (tx, rx) = bounded(1);
+        let queue = self.queue.as_ref().ok_or_else(|| closed("device shut down"))?;
+        queue
+            .send(Box::new(move || {
+                // The receiver only goes away if the caller did, which it cannot: it waits.
+                let _ = tx.send(f());
+            }))
+            .map_err(|_| closed("worker thread ended"))?;
+        rx.recv().map_err(|_| closed("worker thread panicked"))
+    }
+
+    /// Checks that `addr..addr+bytes` lies inside one live allocation.
+    fn check_range(&self, addr: u64, bytes: usize, routine: &'static str) -> Result<()> {
+        let allocs = self.allocations.lock();
+        match allocs.range(..=addr).next_back() {
+            Some((&base, &len)) if addr + bytes as u64 <= base + len as u64 => Ok(()),
+            _ => Err(Error::UnknownDevicePointer { device: self.number, addr, routine }),
+        }
+    }
+}
+
+impl Drop for HostDevice {
+    fn drop(&mut self) {
+        self.queue = None; // closes the channel; the worker drains and ends
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        for (&addr, &len) in self.allocations.get_mut().iter() {
+            // SAFETY: every entry was allocated by `alloc` with this layout and not freed.
+            unsafe {
+                std::alloc::dealloc(addr as usize as *mut u8, Layout::from_size_align_unchecked(len, ALIGN))
+            };
+        }
+    }
+}
+
+impl Backend for HostDevice {
+    fn description(&self) -> &DeviceDescription {
+        &self.description
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        let oom = |free| Error::OutOfMemory {
+            device: self.number,
+            requested: bytes,
+            free,
+            total: self.capacity,
+        };
+        let used = self.used.fetch_add(bytes, Ordering::Relaxed);
+        if used.saturating_add(bytes) > self.capacity {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(oom(self.capacity.saturating_sub(used)));
+        }
+        let layout = Layout::from_size_align(bytes, ALIGN).map_err(|_| oom(self.capacity - used))?;
+        // SAFETY: `bytes > 0` (the caller never asks for zero) and the layout is valid.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(oom(self.capacity - used));
+        }
+        self.allocations.lock().insert(p as u64, bytes);
+        Ok(p as u64)
+    }
+
+    fn free(&self, addr: u64, bytes: usize) -> Result<()> {
+        let len = self.allocations.lock().remove(&addr).ok_or(Error::UnknownDevicePointer {
+            device: self.number,
+            addr,
+            routine: "free",
+        })?;
+        debug_assert_eq!(len, bytes);
+        let a = Addr(addr as usize);
+        // Freed on the queue, after any kernel or copy already queued that may use it.
+        self.run(move || {
+            let a = a;
+            // SAFETY: allocated by `alloc` with this layout; removed from the table above,
+            // so it is freed once.
+            unsafe { std::alloc::dealloc(a.0 as *mut u8, Layout::from_size_align_unchecked(len, ALIGN)) }
+        })?;
+        self.used.fetch_sub(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.check_range(dst, bytes, "copy to device")?;
+        let (d, s) = (Addr(dst as usize), Addr(src as usize));
+        self.run(move || {
+            let (d, s) = (d, s);
+            // SAFETY: the caller guarantees `src` for `bytes` reads; `dst` is inside one of
+            // this device's allocations (checked), which never overlap host memory.
+            unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
+        })
+    }
+
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        self.check_range(src, bytes, "copy from device")?;
+        let (d, s) = (Addr(dst as usize), Addr(src as usize));
+        self.run(move || {
+            let (d, s) = (d, s);
+            // SAFETY: as in `write`, with the directions swapped.
+            unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
+        })
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.check_range(dst, bytes, "copy within device")?;
+        self.check_range(src, bytes, "copy within device")?;
+        let (d, s) = (Addr(dst as usize), Addr(src as usize));
+        self.run(move || {
+            let (d, s) = (d, s);
+            // SAFETY: both ranges lie inside live allocations (checked); they may overlap.
+            unsafe { std::ptr::copy(s.0 as *const u8, d.0 as *mut u8, bytes) }
+        })
+    }
+
+    fn can_access_peer(&self, src: &dyn Backend) -> bool {
+        self.peer_access
+            && src.as_any().downcast_ref::<HostDevice>().is_some_and(|s| s.peer_access)
+    }
+
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        let peer = src.as_any().downcast_ref::<HostDevice>().ok_or_else(|| Error::InvalidArgument {
+            routine: "copy_from_peer",
+            what: "source device is not a host device".into(),
+        })?;
+        peer.check_range(src_addr, bytes, "peer copy source")?;
+        self.check_range(dst, bytes, "peer copy destination")?;
+        peer.synchronize()?;
+        let (d, s) = (Addr(dst as usize), Addr(src_addr as usize));
+        self.run(move || {
+            let (d, s) = (d, s);
+            // SAFETY: two live allocations of two distinct devices: valid and disjoint.
+            unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
+        })
+    }
+
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.check_range(dst, bytes, "memset")?;
+        let d = Addr(dst as usize);
+        self.run(move || {
+            let d = d;
+            // SAFETY: inside a live allocation (checked).
+            unsafe { std::ptr::write_bytes(d.0 as *mut u8, value, bytes) }
+        })
+    }
+
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
+            device: self.number,
+            kernel: kernel.name(),
+            backend: "host",
+        })?;
+        for (index, a) in args.iter().enumerate() {
+            if let KernelArg::Ptr { addr, .. } = *a {
+                if addr != 0 && self.check_range(addr, 0, "launch").is_err() {
+                    return Err(Error::KernelArgument {
+                        kernel: kernel.name(),
+                        index,
+                        what: format!("{addr:#x} is not memory of device {}", self.number),
+                    });
+                }
+            }
+        }
+        let name = kernel.name();
+        let args = args.to_vec();
+        let pool = Arc::clone(&self.pool);
+        let number = self.number;
+        self.run(move || pool.install(|| f(&HostLaunch::new(name, n, &args))))?
+            .map_err(|message| Error::KernelFailed { device: number, kernel: name, message })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.run(|| ())
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        let used = self.used.load(Ordering::Relaxed);
+        Ok(MemInfo { free: self.capacity.saturating_sub(used), total: self.capacity })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Bytes of memory each host device offers unless configured: the machine's memory.
+pub(crate) fn default_capacity() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(16 << 30, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(capacity: usize) -> HostDevice {
+        let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
+        HostDevice::new(0, 0, capacity, pool, true).unwrap()
+    }
+
+    #[test]
+    fn memory_is_separate_and_copies_round_trip() {
+        let d = device(1 << 20);
+        let p = d.alloc(16).unwrap();
+        let src = [7u8; 16];
+        let mut dst = [0u8; 16];
+        // SAFETY: both arrays hold 16 bytes.
+        unsafe {
+            d.write(p, src.as_ptr(), 16).unwrap();
+            d.read(dst.as_mut_ptr(), p, 16).unwrap();
+        }
+        assert_eq!(dst, src);
+        assert_ne!(p as usize, src.as_ptr() as usize);
+        d.free(p, 16).unwrap();
+        assert!(matches!(d.free(p, 16), Err(Error::UnknownDevicePointer { .. })));
+    }
+
+    #[test]
+    fn out_of_memory_says_how_much() {
+        let d = device(1000);
+        let p = d.alloc(600).unwrap();
+        let e = d.alloc(600).unwrap_err();
+        assert!(matches!(e, Error::OutOfMemory { requested: 600, free: 400, total: 1000, .. }), "{e}");
+        d.free(p, 600).unwrap();
+        assert_eq!(d.mem_info().unwrap().free, 1000);
+    }
+
+    #[test]
+    fn out_of_range_copies_are_refused() {
+        let d = device(1 << 20);
+        let p = d.alloc(8).unwrap();
+        let src = [0u8; 16];
+        // SAFETY: the call is refused before any byte moves.
+        let e = unsafe { d.write(p, src.as_ptr(), 16) }.unwrap_err();
+        assert!(matches!(e, Error::UnknownDevicePointer { .. }));
+        d.free(p, 8).unwrap();
+    }
+}

@@ -1,0 +1,122 @@
+//! Devices and the backends that drive them.
+//!
+//! [`Backend`] is the only interface that knows how a device allocates, copies and runs
+//! kernels; everything above it (present tables, map clauses, the memory pool, memcpy
+//! between devices) is written once, in the spirit of LLVM's offload plugins. One file per
+//! backend: [`host`] (always compiled: separate memory, an in-order queue, kernels as Rust
+//! functions on a `rayon` pool).
+
+pub mod host;
+
+use std::any::Any;
+use std::fmt;
+
+use crate::error::Result;
+use crate::kernel::{Kernel, KernelArg};
+
+/// Which backend drives a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// A host device: memory separate from the host's, kernels as Rust functions.
+    Host,
+    /// An NVIDIA GPU through the CUDA driver.
+    Cuda,
+    /// An AMD GPU through HIP.
+    Hip,
+}
+
+impl BackendKind {
+    /// Lower-case name, as used in messages and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a device says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceDescription {
+    /// The backend that drives it.
+    pub kind: BackendKind,
+    /// Marketing or descriptive name (e.g. "NVIDIA H200", "host device 1").
+    pub name: String,
+    /// PCI bus id (`dddd:bb:dd.f`) for GPUs; `None` for host devices.
+    pub pci_bus_id: Option<String>,
+    /// Driver UUID for GPUs; `None` for host devices.
+    pub uuid: Option<String>,
+}
+
+/// Device memory, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Free now.
+    pub free: usize,
+    /// In all.
+    pub total: usize,
+}
+
+/// The per-vendor half of a device: allocation, copies, kernels.
+///
+/// Every operation is ordered on the device's own in-order queue and has completed when
+/// the call returns, as an OpenMP construct without `nowait` has. Device addresses are
+/// plain `u64`s; the generic layer above decides what they mean.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Identity of the device.
+    fn description(&self) -> &DeviceDescription;
+
+    /// Allocates `bytes > 0` of device memory (no pooling: the pool sits above).
+    fn alloc(&self, bytes: usize) -> Result<u64>;
+
+    /// Frees memory that [`Backend::alloc`] returned, after all queued work.
+    fn free(&self, addr: u64, bytes: usize) -> Result<()>;
+
+    /// Copies `bytes` from host memory to the device.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `bytes` for the duration of the call, and
+    /// `dst..dst+bytes` must lie inside one allocation of this device.
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+
+    /// Copies `bytes` from the device to host memory.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `bytes` and not otherwise accessed during the
+    /// call; `src..src+bytes` must lie inside one allocation of this device.
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
+
+    /// Copies `bytes` between two places of this device's memory.
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
+
+    /// Whether this device can copy directly from `src`'s memory.
+    fn can_access_peer(&self, src: &dyn Backend) -> bool;
+
+    /// Copies from another device's memory into this one's directly (only called when
+    /// [`Backend::can_access_peer`] said yes).
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize)
+        -> Result<()>;
+
+    /// Sets `bytes` bytes at `dst` to `value`.
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
+
+    /// Runs `kernel` over `n` work items with arguments already translated to device
+    /// addresses.
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
+
+    /// Waits for all work queued on the device.
+    fn synchronize(&self) -> Result<()>;
+
+    /// Free and total device memory.
+    fn mem_info(&self) -> Result<MemInfo>;
+
+    /// For peer copies between devices of the same backend.
+    fn as_any(&self) -> &dyn Any;
+}

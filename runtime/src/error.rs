@@ -1,0 +1,263 @@
+//! The one error type of the runtime.
+//!
+//! Every failure is a value. Messages name the device, the host range and what was
+//! expected, so that a failed construct can be understood from its message alone.
+
+use std::fmt;
+
+/// A byte range of host memory, `[begin, begin + bytes)`, as the present table keys it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HostRange {
+    /// First byte of the range.
+    pub begin: usize,
+    /// Length in bytes.
+    pub bytes: usize,
+}
+
+impl HostRange {
+    /// A range starting at `begin` of `bytes` bytes.
+    pub const fn new(begin: usize, bytes: usize) -> Self {
+        Self { begin, bytes }
+    }
+
+    /// The range a slice occupies.
+    pub fn of<T>(slice: &[T]) -> Self {
+        Self::new(slice.as_ptr() as usize, std::mem::size_of_val(slice))
+    }
+
+    /// One past the last byte.
+    pub const fn end(&self) -> usize {
+        self.begin + self.bytes
+    }
+
+    /// Whether `other` lies entirely inside `self`.
+    pub const fn contains(&self, other: &HostRange) -> bool {
+        other.begin >= self.begin && other.end() <= self.end()
+    }
+}
+
+impl fmt::Debug for HostRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for HostRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "host {:#x}..{:#x} ({} bytes)", self.begin, self.end(), self.bytes)
+    }
+}
+
+/// Which kind of `OMP_TARGET_OFFLOAD` policy or configuration value was wrong.
+pub type EnvVar = &'static str;
+
+/// Every way a runtime call can fail.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An environment variable or builder setting holds a value the runtime does not accept.
+    #[error("{var}={value:?} is not valid: expected {expected}")]
+    InvalidSetting {
+        /// The variable or setting name.
+        var: EnvVar,
+        /// The value found.
+        value: String,
+        /// What would have been accepted.
+        expected: &'static str,
+    },
+
+    /// `OMP_TARGET_OFFLOAD=mandatory` and no device can be used.
+    #[error("OMP_TARGET_OFFLOAD=mandatory but no offload device is available ({reason})")]
+    OffloadMandatory {
+        /// Why there are no devices (what each backend reported).
+        reason: String,
+    },
+
+    /// A device number outside `0..=initial_device`.
+    #[error("device {device} does not exist: {available} devices (0..{available}), initial device {available}")]
+    NoSuchDevice {
+        /// The number asked for.
+        device: i64,
+        /// How many offload devices there are.
+        available: usize,
+    },
+
+    /// A `present` map, or an `update`/launch argument, named a range not mapped on the device.
+    #[error("device {device}: {range} is not present (required by {what})")]
+    NotPresent {
+        /// Device number.
+        device: usize,
+        /// The range asked for.
+        range: HostRange,
+        /// The construct or clause that required presence.
+        what: &'static str,
+    },
+
+    /// A request partly overlaps, or extends past, a range already mapped ("explicit extension").
+    #[error("device {device}: {requested} extends the mapped {existing}; a map must lie inside one mapped range or outside all of them")]
+    Extension {
+        /// Device number.
+        device: usize,
+        /// The range asked for.
+        requested: HostRange,
+        /// The entry it overlaps.
+        existing: HostRange,
+    },
+
+    /// `disassociate_ptr` on a range that `associate_ptr` did not make.
+    #[error("device {device}: host {host:#x} is not mapped by associate_ptr ({found})")]
+    NotAssociated {
+        /// Device number.
+        device: usize,
+        /// The host address passed.
+        host: usize,
+        /// What the table holds there instead.
+        found: &'static str,
+    },
+
+    /// `disassociate_ptr` while a structured region or launch still holds the entry.
+    #[error("device {device}: cannot disassociate {range}: a structured region holds it (structured count {count})")]
+    StillHeld {
+        /// Device number.
+        device: usize,
+        /// The associated range.
+        range: HostRange,
+        /// Its structured reference count.
+        count: u64,
+    },
+
+    /// `associate_ptr` over a range that is already mapped.
+    #[error("device {device}: cannot associate {range}: already mapped as {existing}")]
+    AlreadyMapped {
+        /// Device number.
+        device: usize,
+        /// The range asked for.
+        range: HostRange,
+        /// The entry that is there.
+        existing: HostRange,
+    },
+
+    /// A device allocation failed for lack of memory.
+    #[error("device {device}: out of memory allocating {requested} bytes ({free} bytes free of {total})")]
+    OutOfMemory {
+        /// Device number.
+        device: usize,
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes free on the device when it failed.
+        free: usize,
+        /// Device memory in all.
+        total: usize,
+    },
+
+    /// A pointer argument that must not be null was null, or a size that must not be zero was zero.
+    #[error("{routine}: {what}")]
+    InvalidArgument {
+        /// The routine called.
+        routine: &'static str,
+        /// What was wrong.
+        what: String,
+    },
+
+    /// A device pointer that the device did not allocate (or already freed).
+    #[error("device {device}: {addr:#x} is not an allocation of this device ({routine})")]
+    UnknownDevicePointer {
+        /// Device number.
+        device: usize,
+        /// The pointer passed.
+        addr: u64,
+        /// The routine called.
+        routine: &'static str,
+    },
+
+    /// The kernel has no implementation for the device's backend.
+    #[error("device {device}: kernel `{kernel}` has no {backend} implementation")]
+    NoKernelImpl {
+        /// Device number.
+        device: usize,
+        /// Kernel name.
+        kernel: &'static str,
+        /// The backend that lacks it.
+        backend: &'static str,
+    },
+
+    /// A kernel argument did not have the type or number the kernel expects.
+    #[error("kernel `{kernel}`: argument {index}: {what}")]
+    KernelArgument {
+        /// Kernel name.
+        kernel: &'static str,
+        /// Zero-based argument position.
+        index: usize,
+        /// What was expected and what came.
+        what: String,
+    },
+
+    /// A kernel reported failure (host kernels) or faulted (GPU kernels).
+    #[error("device {device}: kernel `{kernel}` failed: {message}")]
+    KernelFailed {
+        /// Device number.
+        device: usize,
+        /// Kernel name.
+        kernel: &'static str,
+        /// What it reported.
+        message: String,
+    },
+
+    /// A driver call failed.
+    #[error("device {device}: {call} failed: {message}")]
+    Driver {
+        /// Device number.
+        device: usize,
+        /// The driver function.
+        call: &'static str,
+        /// The driver's description of the error.
+        message: String,
+    },
+
+    /// A device's worker is gone (it panicked or the runtime is shutting down).
+    #[error("device {device}: its work queue is closed ({why})")]
+    QueueClosed {
+        /// Device number.
+        device: usize,
+        /// What happened.
+        why: &'static str,
+    },
+}
+
+/// Result with the runtime's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_device_range_and_expectation() {
+        let e = Error::NotPresent {
+            device: 1,
+            range: HostRange::new(0x1000, 4),
+            what: "map(present)",
+        };
+        assert_eq!(
+            e.to_string(),
+            "device 1: host 0x1000..0x1004 (4 bytes) is not present (required by map(present))"
+        );
+        let e = Error::Extension {
+            device: 0,
+            requested: HostRange::new(0x1004, 8),
+            existing: HostRange::new(0x1000, 8),
+        };
+        let s = e.to_string();
+        assert!(s.contains("0x1004..0x100c") && s.contains("0x1000..0x1008"), "{s}");
+    }
+
+    #[test]
+    fn containment() {
+        let r = HostRange::new(100, 10);
+        assert!(r.contains(&HostRange::new(100, 10)));
+        assert!(r.contains(&HostRange::new(105, 5)));
+        assert!(r.contains(&HostRange::new(110, 0)));
+        assert!(!r.contains(&HostRange::new(105, 6)));
+        assert!(!r.contains(&HostRange::new(99, 2)));
+    }
+}

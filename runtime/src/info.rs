@@ -1,0 +1,150 @@
+//! What the runtime tells about itself: `OFFLOAD_INFO` traces in the manner of
+//! `LIBOMPTARGET_INFO`, and present-table dumps.
+//!
+//! | bit | meaning |
+//! | --- | --- |
+//! | `0x01` | kernel launches with their translated arguments |
+//! | `0x02` | a map found its range already present |
+//! | `0x04` | the present table after each construct |
+//! | `0x08` | entries created and removed, with their counts |
+//! | `0x20` | data transfers: direction, bytes, addresses |
+//!
+//! Lines go to standard error unless the runtime was built to capture them
+//! ([`crate::RuntimeBuilder::capture_info`]), which is how tests and teaching tools read
+//! them back.
+
+use std::fmt;
+use std::ops::BitOr;
+
+use parking_lot::Mutex;
+
+/// A set of `OFFLOAD_INFO` bits.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct InfoFlags(u32);
+
+impl InfoFlags {
+    /// Nothing traced.
+    pub const NONE: Self = Self(0);
+    /// Kernel launches and their arguments.
+    pub const KERNEL_ARGS: Self = Self(0x01);
+    /// A mapping that already existed.
+    pub const MAPPING_EXISTS: Self = Self(0x02);
+    /// The present table after each construct.
+    pub const DUMP_TABLE: Self = Self(0x04);
+    /// Entries created and removed.
+    pub const ENTRIES: Self = Self(0x08);
+    /// Data transfers.
+    pub const TRANSFERS: Self = Self(0x20);
+    /// Every bit.
+    pub const ALL: Self = Self(0x2f);
+
+    /// The flags from their bit pattern (unknown bits are kept, as libomptarget does).
+    pub const fn from_bits(bits: u32) -> Self {
+        Self(bits)
+    }
+
+    /// The bit pattern.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+
+    /// Parses `OFFLOAD_INFO`'s value: decimal, or hexadecimal with `0x`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            Some(h) => u32::from_str_radix(h, 16).ok()?,
+            None => s.parse().ok()?,
+        };
+        Some(Self(v))
+    }
+}
+
+impl BitOr for InfoFlags {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for InfoFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "InfoFlags({:#x})", self.0)
+    }
+}
+
+/// Where trace lines go.
+#[derive(Debug)]
+pub(crate) enum InfoSink {
+    Stderr,
+    Capture(Mutex<Vec<String>>),
+}
+
+/// The runtime's tracer.
+#[derive(Debug)]
+pub(crate) struct Trace {
+    flags: InfoFlags,
+    sink: InfoSink,
+}
+
+impl Trace {
+    pub(crate) fn new(flags: InfoFlags, capture: bool) -> Self {
+        let sink = if capture { InfoSink::Capture(Mutex::new(Vec::new())) } else { InfoSink::Stderr };
+        Self { flags, sink }
+    }
+
+    /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
+    pub(crate) fn on(&self, flag: InfoFlags) -> bool {
+        self.flags.contains(flag)
+    }
+
+    /// Emits a line of kind `flag`.
+    pub(crate) fn emit(&self, flag: InfoFlags, line: impl FnOnce() -> String) {
+        if self.on(flag) {
+            self.write(line());
+        }
+    }
+
+    /// Emits a line whatever the flags (table dumps asked for explicitly, leak reports).
+    pub(crate) fn write(&self, line: String) {
+        match &self.sink {
+            InfoSink::Stderr => eprintln!("offload info: {line}"),
+            InfoSink::Capture(lines) => lines.lock().push(line),
+        }
+    }
+
+    /// Takes the captured lines (empty when writing to standard error).
+    pub(crate) fn take(&self) -> Vec<String> {
+        match &self.sink {
+            InfoSink::Stderr => Vec::new(),
+            InfoSink::Capture(lines) => std::mem::take(&mut *lines.lock()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hex_and_decimal() {
+        assert_eq!(InfoFlags::parse("0x20"), Some(InfoFlags::TRANSFERS));
+        assert_eq!(InfoFlags::parse("40"), Some(InfoFlags::from_bits(40)));
+        assert_eq!(InfoFlags::parse("zz"), None);
+        assert!(InfoFlags::ALL.contains(InfoFlags::ENTRIES | InfoFlags::TRANSFERS));
+        assert!(!InfoFlags::NONE.contains(InfoFlags::NONE));
+    }
+
+    #[test]
+    fn captures_only_wanted_lines() {
+        let t = Trace::new(InfoFlags::ENTRIES, true);
+        t.emit(InfoFlags::ENTRIES, || "a".into());
+        t.emit(InfoFlags::TRANSFERS, || unreachable!("not formatted when off"));
+        assert_eq!(t.take(), vec!["a".to_string()]);
+        assert!(t.take().is_empty());
+    }
+}

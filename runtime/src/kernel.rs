@@ -1,0 +1,326 @@
+//! Kernels: one name, a CUDA C source for GPUs and a Rust function for host devices.
+//!
+//! A [`Kernel`] is a `static` value. Its arguments are [`KernelArg`]s: scalars, or device
+//! addresses that the runtime found by translating mapped host ranges through the present
+//! table (as libomptarget translates a target region's arguments).
+//!
+//! ```
+//! use offload::kernel::{HostLaunch, Kernel};
+//!
+//! /// `x[i] *= a` for `i < n`.
+//! fn scale_host(l: &HostLaunch<'_>) -> Result<(), String> {
+//!     let a: f32 = l.scalar(0)?;
+//!     // SAFETY: argument 1 is a device range of at least `n` f32 that nothing else uses.
+//!     let x = unsafe { l.slice_mut::<f32>(1, l.n())? };
+//!     x.iter_mut().for_each(|v| *v *= a);
+//!     Ok(())
+//! }
+//! pub static SCALE: Kernel = Kernel::new("scale")
+//!     .with_cuda(r#"extern "C" __global__ void scale(float a, float* x, unsigned long long n) {
+//!         unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+//!         if (i < n) x[i] *= a; }"#)
+//!     .with_host(scale_host);
+//! assert_eq!(SCALE.name(), "scale");
+//! ```
+
+use std::fmt;
+
+/// A host device's implementation of a kernel: a Rust function that reads its arguments
+/// from a [`HostLaunch`] and runs on the runtime's `rayon` pool.
+pub type HostKernelFn = fn(&HostLaunch<'_>) -> Result<(), String>;
+
+/// How many work items one GPU thread block covers unless a kernel says otherwise.
+pub const DEFAULT_BLOCK: u32 = 256;
+
+/// A kernel that can run on every backend it has an implementation for.
+///
+/// GPU backends append the work-item count `n` (as `unsigned long long`) as the last
+/// argument of the CUDA C function, and launch `ceil(n / block)` blocks of `block` threads.
+#[derive(Clone, Copy)]
+pub struct Kernel {
+    name: &'static str,
+    cuda: Option<&'static str>,
+    host: Option<HostKernelFn>,
+    block: u32,
+}
+
+impl Kernel {
+    /// A kernel named `name` with no implementations yet. For CUDA the name is the
+    /// `extern "C" __global__` function's name.
+    pub const fn new(name: &'static str) -> Self {
+        Self { name, cuda: None, host: None, block: DEFAULT_BLOCK }
+    }
+
+    /// Adds the CUDA C source (compiled at run time for the device's architecture).
+    pub const fn with_cuda(mut self, source: &'static str) -> Self {
+        self.cuda = Some(source);
+        self
+    }
+
+    /// Adds the host-device implementation.
+    pub const fn with_host(mut self, f: HostKernelFn) -> Self {
+        self.host = Some(f);
+        self
+    }
+
+    /// Sets the threads per block for GPU launches.
+    pub const fn with_block(mut self, block: u32) -> Self {
+        self.block = block;
+        self
+    }
+
+    /// The kernel's name.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The CUDA C source, if it has one.
+    pub const fn cuda_source(&self) -> Option<&'static str> {
+        self.cuda
+    }
+
+    /// The host implementation, if it has one.
+    pub const fn host_fn(&self) -> Option<HostKernelFn> {
+        self.host
+    }
+
+    /// Threads per block for GPU launches.
+    pub const fn block(&self) -> u32 {
+        self.block
+    }
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("cuda", &self.cuda.is_some())
+            .field("host", &self.host.is_some())
+            .field("block", &self.block)
+            .finish()
+    }
+}
+
+/// A scalar kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum Scalar {
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+impl Scalar {
+    /// The value's bytes, as a GPU kernel receives them.
+    pub fn to_ne_bytes(self) -> ([u8; 8], usize) {
+        let mut b = [0u8; 8];
+        let n = match self {
+            Scalar::I32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
+            Scalar::U32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
+            Scalar::F32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
+            Scalar::I64(v) => { b = v.to_ne_bytes(); 8 }
+            Scalar::U64(v) => { b = v.to_ne_bytes(); 8 }
+            Scalar::F64(v) => { b = v.to_ne_bytes(); 8 }
+        };
+        (b, n)
+    }
+
+    fn type_name(self) -> &'static str {
+        match self {
+            Scalar::I32(_) => "i32",
+            Scalar::U32(_) => "u32",
+            Scalar::I64(_) => "i64",
+            Scalar::U64(_) => "u64",
+            Scalar::F32(_) => "f32",
+            Scalar::F64(_) => "f64",
+        }
+    }
+}
+
+/// A kernel argument as a backend receives it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A value passed by copy.
+    Scalar(Scalar),
+    /// A device address, and how many bytes from it the argument may touch (`None` when
+    /// the runtime cannot know, e.g. memory the user allocated behind its back).
+    Ptr {
+        /// Device address.
+        addr: u64,
+        /// Bytes valid from `addr`, when known.
+        bytes: Option<usize>,
+    },
+}
+
+/// Types a kernel can take by value.
+pub trait KernelScalar: Copy {
+    /// Wraps the value.
+    fn into_scalar(self) -> Scalar;
+    /// Unwraps a value of exactly this type.
+    fn from_scalar(s: Scalar) -> Option<Self>;
+}
+
+macro_rules! kernel_scalar {
+    ($($t:ty => $v:ident),*) => {$(
+        impl KernelScalar for $t {
+            fn into_scalar(self) -> Scalar { Scalar::$v(self) }
+            fn from_scalar(s: Scalar) -> Option<Self> {
+                match s { Scalar::$v(v) => Some(v), _ => None }
+            }
+        }
+    )*};
+}
+kernel_scalar!(i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
+/// Plain data that may be copied to a device and back bit for bit.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes must be a valid value (a device may write
+/// anything), and the type must hold no pointers or references into host memory.
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+
+macro_rules! device_copy {
+    ($($t:ty),*) => {$(
+        // SAFETY: primitive numbers accept every bit pattern.
+        unsafe impl DeviceCopy for $t {}
+    )*};
+}
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+// SAFETY: arrays of such types accept every bit pattern too.
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// What a host kernel sees of its launch: the work-item count and the arguments.
+#[derive(Debug)]
+pub struct HostLaunch<'a> {
+    kernel: &'static str,
+    n: usize,
+    args: &'a [KernelArg],
+}
+
+impl<'a> HostLaunch<'a> {
+    pub(crate) fn new(kernel: &'static str, n: usize, args: &'a [KernelArg]) -> Self {
+        Self { kernel, n, args }
+    }
+
+    /// Number of work items of the launch.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Number of arguments.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Whether the launch has no arguments.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    fn arg(&self, i: usize) -> Result<&KernelArg, String> {
+        self.args.get(i).ok_or_else(|| {
+            format!("kernel `{}` reads argument {i} but was given {}", self.kernel, self.args.len())
+        })
+    }
+
+    /// Argument `i` as a scalar of type `T`.
+    pub fn scalar<T: KernelScalar>(&self, i: usize) -> Result<T, String> {
+        match *self.arg(i)? {
+            KernelArg::Scalar(s) => T::from_scalar(s).ok_or_else(|| {
+                format!(
+                    "kernel `{}` argument {i}: expected {}, got {}",
+                    self.kernel,
+                    std::any::type_name::<T>(),
+                    s.type_name()
+                )
+            }),
+            KernelArg::Ptr { .. } => {
+                Err(format!("kernel `{}` argument {i}: expected a scalar, got a pointer", self.kernel))
+            }
+        }
+    }
+
+    /// Argument `i` as a raw pointer to `T`, and how many `T` it may touch when known.
+    pub fn ptr<T>(&self, i: usize) -> Result<(*mut T, Option<usize>), String> {
+        match *self.arg(i)? {
+            KernelArg::Ptr { addr, bytes } => {
+                if addr % std::mem::align_of::<T>() as u64 != 0 {
+                    return Err(format!(
+                        "kernel `{}` argument {i}: {addr:#x} is not aligned for {}",
+                        self.kernel,
+                        std::any::type_name::<T>()
+                    ));
+                }
+                Ok((addr as usize as *mut T, bytes.map(|b| b / std::mem::size_of::<T>().max(1))))
+            }
+            KernelArg::Scalar(s) => Err(format!(
+                "kernel `{}` argument {i}: expected a pointer, got {}",
+                self.kernel,
+                s.type_name()
+            )),
+        }
+    }
+
+    fn checked_ptr<T>(&self, i: usize, len: usize) -> Result<*mut T, String> {
+        let (p, known) = self.ptr::<T>(i)?;
+        match known {
+            Some(k) if k < len => Err(format!(
+                "kernel `{}` argument {i}: wants {len} elements but only {k} are mapped",
+                self.kernel
+            )),
+            _ => Ok(p),
+        }
+    }
+
+    /// Argument `i` as a slice of `len` elements of `T`. Fails if the runtime knows the
+    /// argument is shorter.
+    ///
+    /// # Safety
+    /// The argument must point to `len` initialised `T`s on this host device that no
+    /// argument borrowed mutably aliases while the slice lives.
+    pub unsafe fn slice<T: DeviceCopy>(&self, i: usize, len: usize) -> Result<&'a [T], String> {
+        let p = self.checked_ptr::<T>(i, len)?;
+        // SAFETY: the caller guarantees validity and the absence of mutable aliases.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
+    /// Argument `i` as a mutable slice of `len` elements of `T`.
+    ///
+    /// # Safety
+    /// As [`HostLaunch::slice`], and no other slice of the same memory may live meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut<T: DeviceCopy>(&self, i: usize, len: usize) -> Result<&'a mut [T], String> {
+        let p = self.checked_ptr::<T>(i, len)?;
+        // SAFETY: the caller guarantees validity and exclusivity.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_arguments_are_typed() {
+        let args = [KernelArg::Scalar(Scalar::F32(2.0)), KernelArg::Scalar(Scalar::I32(3))];
+        let l = HostLaunch::new("k", 1, &args);
+        assert_eq!(l.scalar::<f32>(0), Ok(2.0));
+        assert!(l.scalar::<i32>(0).unwrap_err().contains("expected i32, got f32"));
+        assert!(l.scalar::<i32>(2).unwrap_err().contains("given 2"));
+        assert!(l.ptr::<f32>(1).unwrap_err().contains("expected a pointer"));
+    }
+
+    #[test]
+    fn slices_are_bounds_checked_when_the_extent_is_known() {
+        let mut v = [1.0f32; 4];
+        let args = [KernelArg::Ptr { addr: v.as_mut_ptr() as u64, bytes: Some(16) }];
+        let l = HostLaunch::new("k", 4, &args);
+        // SAFETY: `v` holds 4 f32 and nothing else borrows it.
+        assert_eq!(unsafe { l.slice::<f32>(0, 4) }.map(|s| s.len()), Ok(4));
+        // SAFETY: the call fails before building a slice.
+        assert!(unsafe { l.slice::<f32>(0, 5) }.unwrap_err().contains("only 4"));
+    }
+}

@@ -1,0 +1,93 @@
+//! # offload
+//!
+//! An OpenMP-style offload runtime: the device data environment of OpenMP's `map`
+//! clauses, `target enter/exit data`, `target update` and the `omp_target_*` routines,
+//! with one present table per device keyed by host address, over any number of devices.
+//!
+//! Two interfaces share the same tables:
+//! * [`omp`]: the OpenMP routines under their own names, in C's raw-pointer shape, for
+//!   porting C line by line;
+//! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`]), in
+//!   which a mapping borrows its host slice for as long as it lives.
+//!
+//! Devices come from backends ([`device`]); host devices (`OFFLOAD_HOST_DEVICES=N`) run
+//! everywhere and make every rule observable without a GPU.
+//!
+//! ```
+//! use offload::{map, Runtime};
+//! let rt = Runtime::builder().host_devices(2).build()?;
+//! let x = vec![1u32; 64];
+//! for d in 0..rt.num_devices() {
+//!     rt.device(d)?.data(map::to(&x), |_view| {
+//!         assert!(rt.is_present(x.as_ptr() as usize, d)?);
+//!         Ok(())
+//!     })?;
+//! }
+//! assert!(rt.live_mappings().is_empty());
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod data_env;
+pub mod device;
+pub mod error;
+pub mod info;
+pub mod kernel;
+pub mod mapping;
+pub mod memcpy;
+mod memory_pool;
+pub mod omp;
+mod runtime;
+
+pub use config::OffloadPolicy;
+pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
+pub use device::{BackendKind, DeviceDescription, MemInfo};
+pub use error::{Error, HostRange, Result};
+pub use info::InfoFlags;
+pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar};
+pub use mapping::{Device, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
+pub use memcpy::RectSide;
+pub use memory_pool::PoolConfig;
+pub use runtime::{LaunchArg, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
+
+/// Map clauses over borrowed slices, for [`Device::data`] and [`Device::target`].
+///
+/// `to` and `alloc` borrow shared; `from` and `tofrom` borrow exclusively, since the
+/// device's data is copied back into them.
+pub mod map {
+    use crate::kernel::DeviceCopy;
+    use crate::mapping::Map;
+    use crate::MapType;
+
+    /// `map(to: s)`.
+    pub fn to<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
+        Map::shared(s, MapType::TO)
+    }
+
+    /// `map(alloc: s)`.
+    pub fn alloc<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
+        Map::shared(s, MapType::ALLOC)
+    }
+
+    /// `map(from: s)`.
+    pub fn from<T: DeviceCopy>(s: &mut [T]) -> Map<'_, T> {
+        Map::exclusive(s, MapType::FROM)
+    }
+
+    /// `map(tofrom: s)`.
+    pub fn tofrom<T: DeviceCopy>(s: &mut [T]) -> Map<'_, T> {
+        Map::exclusive(s, MapType::TOFROM)
+    }
+
+    /// `map(release: s)` (exit only).
+    pub fn release<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
+        Map::shared(s, MapType::RELEASE)
+    }
+
+    /// `map(delete: s)` (exit only).
+    pub fn delete<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
+        Map::shared(s, MapType::DELETE)
+    }
+}

@@ -1,0 +1,513 @@
+//! The safe Rust API: maps that borrow host slices, device views, kernel launches.
+//!
+//! A [`Map`] borrows its host slice (shared for `to`/`alloc`, exclusive for `from`/`tofrom`)
+//! for as long as any view made from it lives, so host memory cannot be freed or touched
+//! while it is mapped, and a `from` copy-back never races a host access: the borrow
+//! checker rejects it. A [`DeviceSlice`] names a mapped host range on one device; a launch
+//! translates it through the present table at the time of the launch, so a view used after
+//! its region ended is an error, never a dangling device pointer.
+//!
+//! ```
+//! use offload::{map, HostLaunch, Kernel, Runtime};
+//!
+//! fn axpy(l: &HostLaunch<'_>) -> Result<(), String> {
+//!     let a: f32 = l.scalar(0)?;
+//!     // SAFETY: arguments 1 and 2 are distinct mapped ranges of n f32.
+//!     let (x, y) = unsafe { (l.slice::<f32>(1, l.n())?, l.slice_mut::<f32>(2, l.n())?) };
+//!     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
+//!     Ok(())
+//! }
+//! static AXPY: Kernel = Kernel::new("axpy").with_host(axpy);
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let x = vec![1.0f32; 1000];
+//! let mut y = vec![0.0f32; 1000];
+//! gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
+//!     for _ in 0..100 {
+//!         gpu.launch(&AXPY, 1000, (2.0f32, x, y))?;
+//!     }
+//!     Ok(())
+//! })?;
+//! assert!(y.iter().all(|&v| v == 200.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut, RangeBounds};
+use std::ptr::NonNull;
+
+use crate::data_env::{MapItem, MapType, UpdateDirection};
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::{DeviceCopy, Kernel, KernelScalar};
+use crate::runtime::{LaunchArg, Runtime};
+
+/// One map clause over a borrowed host slice. Made by the functions of [`crate::map`].
+#[derive(Debug)]
+#[must_use = "a map does nothing until given to a construct"]
+pub struct Map<'a, T> {
+    item: MapItem,
+    writable: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<'a, T: DeviceCopy> Map<'a, T> {
+    pub(crate) fn shared(s: &'a [T], map_type: MapType) -> Self {
+        Self { item: MapItem::slice(s, map_type), writable: false, _borrow: PhantomData }
+    }
+
+    pub(crate) fn exclusive(s: &'a mut [T], map_type: MapType) -> Self {
+        Self { item: MapItem::slice(s, map_type), writable: true, _borrow: PhantomData }
+    }
+
+    /// Adds the `always` modifier.
+    pub fn always(mut self) -> Self {
+        self.item.map_type = self.item.map_type.always();
+        self
+    }
+
+    /// Adds the `present` modifier.
+    pub fn present(mut self) -> Self {
+        self.item.map_type = self.item.map_type.present();
+        self
+    }
+
+    /// The map item in the OpenMP shape.
+    pub fn item(&self) -> MapItem {
+        self.item
+    }
+}
+
+/// A mapped host range as a kernel argument on one device.
+#[derive(Debug)]
+pub struct DeviceSlice<'a, T> {
+    device: usize,
+    host: usize,
+    len: usize,
+    writable: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<T> Clone for DeviceSlice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for DeviceSlice<'_, T> {}
+
+impl<'a, T> DeviceSlice<'a, T> {
+    /// The device this view belongs to.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Elements in the view.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host range the view names.
+    pub fn host_range(&self) -> HostRange {
+        HostRange::new(self.host, self.len * std::mem::size_of::<T>())
+    }
+
+    /// A view of part of this one (a kernel then sees the device copy of that part).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
+        use std::ops::Bound::*;
+        let start = match range.start_bound() {
+            Included(&s) => s,
+            Excluded(&s) => s + 1,
+            Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Included(&e) => e + 1,
+            Excluded(&e) => e,
+            Unbounded => self.len,
+        };
+        if start > end || end > self.len {
+            return Err(Error::InvalidArgument {
+                routine: "DeviceSlice::slice",
+                what: format!("{start}..{end} is outside a view of {} elements", self.len),
+            });
+        }
+        Ok(Self { host: self.host + start * std::mem::size_of::<T>(), len: end - start, ..*self })
+    }
+
+    /// The device address of the view's first element (`None` when not mapped).
+    pub fn device_addr(&self, rt: &Runtime) -> Result<Option<u64>> {
+        rt.mapped_ptr(self.host, self.device)
+    }
+}
+
+/// A list of maps given to one construct: a [`Map`], a tuple of lists, or a `Vec` of maps.
+pub trait MapList<'a> {
+    /// The device views the construct's body receives, in the same shape.
+    type Views;
+    /// Appends the map items in list order.
+    fn items(&self, out: &mut Vec<MapItem>);
+    /// The views on `device`.
+    fn views(&self, device: usize) -> Self::Views;
+}
+
+impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
+    type Views = DeviceSlice<'a, T>;
+    fn items(&self, out: &mut Vec<MapItem>) {
+        out.push(self.item);
+    }
+    fn views(&self, device: usize) -> Self::Views {
+        DeviceSlice {
+            device,
+            host: self.item.range.begin,
+            len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
+            writable: self.writable,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
+    type Views = Vec<DeviceSlice<'a, T>>;
+    fn items(&self, out: &mut Vec<MapItem>) {
+        out.extend(self.iter().map(|m| m.item));
+    }
+    fn views(&self, device: usize) -> Self::Views {
+        self.iter().map(|m| m.views(device)).collect()
+    }
+}
+
+macro_rules! map_list_tuple {
+    ($($n:ident : $i:tt),+) => {
+        impl<'a, $($n: MapList<'a>),+> MapList<'a> for ($($n,)+) {
+            type Views = ($($n::Views,)+);
+            fn items(&self, out: &mut Vec<MapItem>) {
+                $(self.$i.items(out);)+
+            }
+            fn views(&self, device: usize) -> Self::Views {
+                ($(self.$i.views(device),)+)
+            }
+        }
+    };
+}
+map_list_tuple!(A: 0);
+map_list_tuple!(A: 0, B: 1);
+map_list_tuple!(A: 0, B: 1, C: 2);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
+
+/// One kernel argument of the safe API: a scalar or a [`DeviceSlice`].
+pub trait KernelArgument {
+    /// The argument in the OpenMP launch shape, checked against the launching device.
+    fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg>;
+}
+
+impl<T: KernelScalar> KernelArgument for T {
+    fn launch_arg(&self, _: usize, _: usize, _: &Kernel) -> Result<LaunchArg> {
+        Ok(LaunchArg::Value(self.into_scalar()))
+    }
+}
+
+impl<T> KernelArgument for DeviceSlice<'_, T> {
+    fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
+        if self.device != device {
+            return Err(Error::KernelArgument {
+                kernel: kernel.name(),
+                index,
+                what: format!("a view of device {} passed to a launch on device {device}", self.device),
+            });
+        }
+        Ok(LaunchArg::Mapped(self.host))
+    }
+}
+
+/// The arguments of a launch: a tuple of [`KernelArgument`]s.
+pub trait KernelArgs {
+    /// Converts every argument for a launch of `kernel` on `device`.
+    fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>>;
+    /// Views among the arguments that borrow host memory shared, by position.
+    fn shared_views(&self) -> Vec<(usize, HostRange)>;
+}
+
+/// Whether an argument is a view of a shared borrow, and of which range.
+pub trait SharedView {
+    /// `Some(range)` for views of shared borrows.
+    fn shared_range(&self) -> Option<HostRange>;
+}
+
+impl<T: KernelScalar> SharedView for T {
+    fn shared_range(&self) -> Option<HostRange> {
+        None
+    }
+}
+
+impl<T> SharedView for DeviceSlice<'_, T> {
+    fn shared_range(&self) -> Option<HostRange> {
+        (!self.writable).then(|| self.host_range())
+    }
+}
+
+macro_rules! kernel_args_tuple {
+    ($($n:ident : $i:tt),*) => {
+        impl<$($n: KernelArgument + SharedView),*> KernelArgs for ($($n,)*) {
+            #[allow(unused_variables, unused_mut)]
+            fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>> {
+                Ok(vec![$(self.$i.launch_arg(device, $i, kernel)?),*])
+            }
+            #[allow(unused_mut)]
+            fn shared_views(&self) -> Vec<(usize, HostRange)> {
+                let mut v = Vec::new();
+                $(if let Some(r) = self.$i.shared_range() { v.push(($i, r)); })*
+                v
+            }
+        }
+    };
+}
+kernel_args_tuple!();
+kernel_args_tuple!(A: 0);
+kernel_args_tuple!(A: 0, B: 1);
+kernel_args_tuple!(A: 0, B: 1, C: 2);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9);
+
+/// One device (or the initial device) of a runtime, for the safe API.
+#[derive(Clone, Copy, Debug)]
+pub struct Device<'rt> {
+    rt: &'rt Runtime,
+    number: usize,
+}
+
+impl Runtime {
+    /// Device `number` for the safe API; `initial_device()` gives the host fallback.
+    pub fn device(&self, number: usize) -> Result<Device<'_>> {
+        self.target(number)?;
+        Ok(Device { rt: self, number })
+    }
+}
+
+impl<'rt> Device<'rt> {
+    /// The device number.
+    pub fn number(&self) -> usize {
+        self.number
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &'rt Runtime {
+        self.rt
+    }
+
+    /// `#pragma omp target data map(...)`: maps `maps`, runs `body` with their device
+    /// views, then unmaps them (copying `from` ranges back) whether `body` failed or not.
+    pub fn data<'a, L: MapList<'a>, R>(&self, maps: L, body: impl FnOnce(L::Views) -> Result<R>) -> Result<R> {
+        let mut items = Vec::new();
+        maps.items(&mut items);
+        // SAFETY: every item borrows its host slice for 'a (shared for reads, exclusive for
+        // `from` kinds), and `maps` is alive until the end of this function.
+        unsafe { self.rt.target_data_begin(self.number, &items)? };
+        let r = body(maps.views(self.number));
+        // SAFETY: as above.
+        let end = unsafe { self.rt.target_data_end(self.number, &items) };
+        drop(maps);
+        let r = r?;
+        end.map(|()| r)
+    }
+
+    /// `#pragma omp target enter data` over borrowed slices, ended by
+    /// [`Device::exit_data`] while the borrow lasts. For data that must stay mapped
+    /// across scopes, use [`HostBuffer`].
+    pub fn enter_data<'a, L: MapList<'a>>(&self, maps: &L) -> Result<L::Views> {
+        let mut items = Vec::new();
+        maps.items(&mut items);
+        // SAFETY: the slices are borrowed by `maps` during the call; enter data only reads.
+        unsafe { self.rt.enter_data(self.number, &items)? };
+        Ok(maps.views(self.number))
+    }
+
+    /// `#pragma omp target exit data` over borrowed slices (`from` needs `&mut`).
+    pub fn exit_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<()> {
+        let mut items = Vec::new();
+        maps.items(&mut items);
+        // SAFETY: `from` kinds are only made from exclusive borrows, held by `maps`.
+        unsafe { self.rt.exit_data(self.number, &items) }
+    }
+
+    /// `#pragma omp target update to(...)`.
+    pub fn update_to<T: DeviceCopy>(&self, host: &[T]) -> Result<()> {
+        // SAFETY: `host` is borrowed for reads during the call.
+        unsafe { self.rt.update(self.number, UpdateDirection::To, &[(HostRange::of(host), false)]) }
+    }
+
+    /// `#pragma omp target update from(...)`.
+    pub fn update_from<T: DeviceCopy>(&self, host: &mut [T]) -> Result<()> {
+        // SAFETY: `host` is borrowed exclusively during the call; any bits are valid `T`.
+        unsafe { self.rt.update(self.number, UpdateDirection::From, &[(HostRange::of(host), false)]) }
+    }
+
+    /// Runs `kernel` over `n` work items; views among `args` must be mapped on this device
+    /// (a target region whose arguments are all present).
+    pub fn launch<A: KernelArgs>(&self, kernel: &Kernel, n: usize, args: A) -> Result<()> {
+        let mut launch_args = args.launch_args(self.number, kernel)?;
+        // On the initial device views are host memory itself; a view of a shared borrow
+        // gets a private copy so that a kernel writing to it cannot write through `&`.
+        let mut copies: Vec<Vec<u8>> = Vec::new();
+        if self.number == self.rt.initial_device() {
+            for (i, range) in args.shared_views() {
+                // SAFETY: the view borrows `range` shared for its lifetime.
+                let bytes = unsafe { std::slice::from_raw_parts(range.begin as *const u8, range.bytes) };
+                copies.push(bytes.to_vec());
+                launch_args[i] = LaunchArg::Mapped(copies.last().map_or(0, |c| c.as_ptr() as usize));
+            }
+        }
+        // SAFETY: no map list; mapped arguments are translated through the present table
+        // (device memory of the right extent) or, on the initial device, borrowed host
+        // memory (exclusive) or private copies.
+        unsafe { self.rt.target_launch(self.number, kernel, n, &[], &launch_args) }
+    }
+
+    /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the
+    /// kernel's arguments from the maps' views.
+    pub fn target<'a, L: MapList<'a>, A: KernelArgs>(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        maps: L,
+        args: impl FnOnce(L::Views) -> A,
+    ) -> Result<()> {
+        self.data(maps, |views| self.launch(kernel, n, args(views)))
+    }
+}
+
+/// Host memory owned by the runtime, which can stay mapped across scopes and unmaps itself
+/// (without copying back) from every device when dropped.
+///
+/// ```
+/// use offload::{HostBuffer, MapType, Runtime};
+/// let rt = Runtime::builder().host_devices(1).build()?;
+/// let mut buf = HostBuffer::<i32>::from_slice(&rt, &[1, 2, 3])?;
+/// buf.enter(0, MapType::TO)?;
+/// buf[0] = 10;                      // the device copy keeps 1
+/// buf.update_from(0)?;              // host gets the device's values back
+/// assert_eq!(&buf[..], &[1, 2, 3]);
+/// assert!(rt.is_present(buf.as_ptr() as usize, 0)?);
+/// drop(buf);                        // unmapped from device 0
+/// assert!(rt.live_mappings().is_empty());
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct HostBuffer<T: DeviceCopy> {
+    rt: Runtime,
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its memory like a `Vec<T>` does; `T: DeviceCopy` is Send + Sync.
+unsafe impl<T: DeviceCopy> Send for HostBuffer<T> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<T: DeviceCopy> Sync for HostBuffer<T> {}
+
+impl<T: DeviceCopy> HostBuffer<T> {
+    const ALIGN: usize = 4096;
+
+    fn layout(len: usize) -> Result<std::alloc::Layout> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).filter(|&b| b > 0).unwrap_or(Self::ALIGN);
+        std::alloc::Layout::from_size_align(bytes, Self::ALIGN.max(std::mem::align_of::<T>())).map_err(|e| {
+            Error::InvalidArgument { routine: "HostBuffer::new", what: format!("{len} elements: {e}") }
+        })
+    }
+
+    /// `len` zeroed elements (every `DeviceCopy` type accepts zero bits).
+    pub fn new(rt: &Runtime, len: usize) -> Result<Self> {
+        let layout = Self::layout(len)?;
+        // SAFETY: non-zero size (at least one page).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(p.cast::<T>()).ok_or(Error::OutOfMemory {
+            device: rt.initial_device(),
+            requested: layout.size(),
+            free: 0,
+            total: 0,
+        })?;
+        Ok(Self { rt: rt.clone(), ptr, len })
+    }
+
+    /// A copy of `data`.
+    pub fn from_slice(rt: &Runtime, data: &[T]) -> Result<Self> {
+        let mut b = Self::new(rt, data.len())?;
+        b.copy_from_slice(data);
+        Ok(b)
+    }
+
+    fn item(&self, map_type: MapType) -> MapItem {
+        MapItem::slice(self, map_type)
+    }
+
+    /// `target enter data map(map_type: buf)` on `device`.
+    pub fn enter(&self, device: usize, map_type: MapType) -> Result<()> {
+        // SAFETY: the buffer is alive and only read.
+        unsafe { self.rt.enter_data(device, &[self.item(map_type)]) }
+    }
+
+    /// `target exit data map(map_type: buf)` on `device`.
+    pub fn exit(&mut self, device: usize, map_type: MapType) -> Result<()> {
+        // SAFETY: exclusive access to the buffer during the call.
+        unsafe { self.rt.exit_data(device, &[self.item(map_type)]) }
+    }
+
+    /// `target update to(buf)`.
+    pub fn update_to(&self, device: usize) -> Result<()> {
+        // SAFETY: the buffer is alive and only read.
+        unsafe { self.rt.update(device, UpdateDirection::To, &[(HostRange::of(self), false)]) }
+    }
+
+    /// `target update from(buf)`.
+    pub fn update_from(&mut self, device: usize) -> Result<()> {
+        // SAFETY: exclusive access during the call; any bits are valid `T`.
+        unsafe { self.rt.update(device, UpdateDirection::From, &[(HostRange::of(self), false)]) }
+    }
+
+    /// A view for kernels on `device` (the buffer must be mapped there when launching).
+    pub fn view(&mut self, device: usize) -> DeviceSlice<'_, T> {
+        DeviceSlice { device, host: self.ptr.as_ptr() as usize, len: self.len, writable: true, _borrow: PhantomData }
+    }
+}
+
+impl<T: DeviceCopy> Deref for HostBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` holds `len` initialised elements owned by the buffer.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: DeviceCopy> DerefMut for HostBuffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, borrowed exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: DeviceCopy> Drop for HostBuffer<T> {
+    fn drop(&mut self) {
+        let item = self.item(MapType::DELETE);
+        for d in 0..self.rt.num_devices() {
+            if self.rt.is_present(item.range.begin, d).unwrap_or(false) {
+                // SAFETY: delete copies nothing back; the buffer is still alive.
+                let _ = unsafe { self.rt.exit_data(d, &[item]) };
+            }
+        }
+        if let Ok(layout) = Self::layout(self.len) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
+}

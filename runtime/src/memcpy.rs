@@ -1,0 +1,193 @@
+//! `omp_target_memcpy`, `omp_target_memcpy_rect` and `omp_target_memset` between any two
+//! devices, the initial device included.
+//!
+//! Device to device goes by peer access when both devices have it (and the runtime allows
+//! it), otherwise through host memory in chunks.
+
+use crate::error::{Error, HostRange, Result};
+use crate::runtime::{DeviceState, Runtime, Target};
+
+/// Largest host bounce buffer for a device-to-device copy without peer access.
+const BOUNCE_CHUNK: usize = 64 << 20;
+
+/// Where a rectangular copy reads or writes: a base pointer, its device, and the array's
+/// shape and the sub-volume's offsets, in elements, outermost dimension first.
+#[derive(Clone, Copy, Debug)]
+pub struct RectSide<'a> {
+    /// Base address (device address, or host address on the initial device).
+    pub ptr: u64,
+    /// Device number.
+    pub device: usize,
+    /// Offsets of the sub-volume, per dimension.
+    pub offsets: &'a [usize],
+    /// Extents of the whole array, per dimension.
+    pub dimensions: &'a [usize],
+}
+
+impl Runtime {
+    /// `omp_target_memcpy`: copies `len` bytes from `src + src_offset` on `src_device` to
+    /// `dst + dst_offset` on `dst_device`. A zero length is a no-op even with null pointers.
+    ///
+    /// # Safety
+    /// Both ranges must be valid memory of their devices (host memory for the initial
+    /// device), and the destination not otherwise accessed during the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn target_memcpy(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        dst_offset: usize,
+        src_offset: usize,
+        dst_device: usize,
+        src_device: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let bad = |what: &str| Error::InvalidArgument { routine: "omp_target_memcpy", what: what.into() };
+        if dst == 0 {
+            return Err(bad("destination pointer is null"));
+        }
+        if src == 0 {
+            return Err(bad("source pointer is null"));
+        }
+        let (d, s) = (dst + dst_offset as u64, src + src_offset as u64);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_bytes(d, dst_device, s, src_device, len) }
+    }
+
+    /// # Safety
+    /// As [`Runtime::target_memcpy`], offsets applied.
+    unsafe fn copy_bytes(&self, d: u64, dst_device: usize, s: u64, src_device: usize, len: usize) -> Result<()> {
+        match (self.target(dst_device)?, self.target(src_device)?) {
+            // SAFETY (all arms): the caller guarantees both ranges.
+            (Target::Initial, Target::Initial) => unsafe {
+                std::ptr::copy(s as usize as *const u8, d as usize as *mut u8, len);
+                Ok(())
+            },
+            (Target::Device(dd), Target::Initial) => unsafe { dd.copy_to_device(d, HostRange::new(s as usize, len)) },
+            (Target::Initial, Target::Device(sd)) => unsafe {
+                sd.copy_from_device(HostRange::new(d as usize, len), s)
+            },
+            (Target::Device(dd), Target::Device(sd)) => self.device_to_device(dd, d, sd, s, len),
+        }
+    }
+
+    fn device_to_device(&self, dd: &DeviceState, d: u64, sd: &DeviceState, s: u64, len: usize) -> Result<()> {
+        if dd.number == sd.number {
+            dd.backend.copy(d, s, len)?;
+            dd.stats.record_device_copy(true);
+            return Ok(());
+        }
+        if self.peer_access() && dd.backend.can_access_peer(&*sd.backend) {
+            dd.backend.copy_from_peer(d, &*sd.backend, s, len)?;
+            dd.stats.record_device_copy(true);
+            return Ok(());
+        }
+        let mut bounce = vec![0u8; len.min(BOUNCE_CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            // SAFETY: `bounce` holds at least `n` bytes; the device ranges are the caller's.
+            unsafe {
+                sd.backend.read(bounce.as_mut_ptr(), s + done as u64, n)?;
+                dd.backend.write(d + done as u64, bounce.as_ptr(), n)?;
+            }
+            done += n;
+        }
+        dd.stats.record_device_copy(false);
+        Ok(())
+    }
+
+    /// `omp_target_memcpy_rect`: copies a sub-volume of `volume` elements (per dimension,
+    /// outermost first) of `element_size` bytes between two arrays of any number of
+    /// dimensions on any two devices. Each contiguous innermost row is one copy.
+    ///
+    /// # Safety
+    /// Both arrays must be valid memory of their devices for their whole `dimensions`.
+    pub unsafe fn target_memcpy_rect(
+        &self,
+        element_size: usize,
+        volume: &[usize],
+        dst: RectSide<'_>,
+        src: RectSide<'_>,
+    ) -> Result<()> {
+        let bad = |what: String| Error::InvalidArgument { routine: "omp_target_memcpy_rect", what };
+        let dims = volume.len();
+        if dims == 0 || element_size == 0 {
+            return Err(bad("need at least one dimension and a non-zero element size".into()));
+        }
+        for (name, side) in [("destination", &dst), ("source", &src)] {
+            if side.offsets.len() != dims || side.dimensions.len() != dims {
+                return Err(bad(format!("{name} offsets and dimensions must have {dims} entries")));
+            }
+            for k in 0..dims {
+                if side.offsets[k] + volume[k] > side.dimensions[k] {
+                    return Err(bad(format!(
+                        "{name} dimension {k}: offset {} + volume {} exceeds extent {}",
+                        side.offsets[k], volume[k], side.dimensions[k]
+                    )));
+                }
+            }
+            if side.ptr == 0 {
+                return Err(bad(format!("{name} pointer is null")));
+            }
+        }
+        if volume.contains(&0) {
+            return Ok(());
+        }
+        // Byte strides of each dimension, innermost last.
+        let strides = |d: &[usize]| {
+            let mut s = vec![element_size; dims];
+            for k in (0..dims - 1).rev() {
+                s[k] = s[k + 1] * d[k + 1];
+            }
+            s
+        };
+        let (ds, ss) = (strides(dst.dimensions), strides(src.dimensions));
+        let row = volume[dims - 1] * element_size;
+        let rows: usize = volume[..dims - 1].iter().product();
+        let mut index = vec![0usize; dims - 1];
+        for _ in 0..rows {
+            let at = |side: &RectSide<'_>, st: &[usize]| -> u64 {
+                let mut off = side.offsets[dims - 1] * element_size;
+                for k in 0..dims - 1 {
+                    off += (side.offsets[k] + index[k]) * st[k];
+                }
+                side.ptr + off as u64
+            };
+            // SAFETY: inside both arrays (checked above); validity is the caller's.
+            unsafe { self.copy_bytes(at(&dst, &ds), dst.device, at(&src, &ss), src.device, row)? };
+            for k in (0..dims - 1).rev() {
+                index[k] += 1;
+                if index[k] < volume[k] {
+                    break;
+                }
+                index[k] = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// `omp_target_memset`: sets `bytes` bytes at `ptr` on `device` to `value`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+bytes` must be memory of that device (host memory on the initial device).
+    pub unsafe fn target_memset(&self, ptr: u64, value: u8, bytes: usize, device: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if ptr == 0 {
+            return Err(Error::InvalidArgument { routine: "omp_target_memset", what: "pointer is null".into() });
+        }
+        match self.target(device)? {
+            Target::Device(d) => d.backend.memset(ptr, value, bytes),
+            // SAFETY: the caller guarantees the host range.
+            Target::Initial => unsafe {
+                std::ptr::write_bytes(ptr as usize as *mut u8, value, bytes);
+                Ok(())
+            },
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! A device memory pool above the backends: freed blocks are kept by size class and
+//! handed out again, so a map/unmap loop does not pay the driver's allocation cost.
+//!
+//! Sizes round up to a power of two (at least 256 bytes); blocks up to
+//! [`PoolConfig::max_block`] are pooled, larger ones go straight to the device. At most
+//! [`PoolConfig::keep`] bytes of free blocks are kept (the release threshold); beyond that
+//! freed blocks are returned. When the device runs out of memory the pool returns its cached
+//! blocks and tries once more. Every live allocation is tracked, so freeing an unknown
+//! pointer is an error and a kernel argument's extent is known.
+
+use std::collections::{BTreeMap, HashMap};
+
+use parking_lot::Mutex;
+
+use crate::device::Backend;
+use crate::error::{Error, Result};
+
+/// How a device's memory pool behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Whether freed blocks are kept at all (`OFFLOAD_MEMORY_POOL=0` turns it off).
+    pub enabled: bool,
+    /// Largest block size that is pooled.
+    pub max_block: usize,
+    /// Most bytes of free blocks kept per device.
+    pub keep: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self { enabled: true, max_block: 256 << 20, keep: 1 << 30 }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// Bytes the caller asked for.
+    bytes: usize,
+    /// Bytes really allocated (the size class, or `bytes` when not pooled).
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct PoolState {
+    live: BTreeMap<u64, Block>,
+    free: HashMap<usize, Vec<u64>>,
+    cached: usize,
+}
+
+/// One device's pool. See the module documentation.
+pub(crate) struct MemoryPool {
+    config: PoolConfig,
+    state: Mutex<PoolState>,
+}
+
+const MIN_CLASS: usize = 256;
+
+impl MemoryPool {
+    pub(crate) fn new(config: PoolConfig) -> Self {
+        Self { config, state: Mutex::new(PoolState::default()) }
+    }
+
+    fn class_of(&self, bytes: usize) -> Option<usize> {
+        (self.config.enabled && bytes <= self.config.max_block)
+            .then(|| bytes.next_power_of_two().max(MIN_CLASS))
+    }
+
+    /// Allocates `bytes > 0` on `backend`.
+    pub(crate) fn alloc(&self, backend: &dyn Backend, bytes: usize) -> Result<u64> {
+        let class = self.class_of(bytes);
+        if let Some(c) = class {
+            let mut s = self.state.lock();
+            if let Some(addr) = s.free.get_mut(&c).and_then(Vec::pop) {
+                s.cached -= c;
+                s.live.insert(addr, Block { bytes, capacity: c });
+                return Ok(addr);
+            }
+        }
+        let capacity = class.unwrap_or(bytes);
+        let addr = match backend.alloc(capacity) {
+            Err(Error::OutOfMemory { .. }) if self.state.lock().cached > 0 => {
+                self.trim(backend)?;
+                backend.alloc(capacity)?
+            }
+            r => r?,
+        };
+        self.state.lock().live.insert(addr, Block { bytes, capacity });
+        Ok(addr)
+    }
+
+    /// Frees an allocation made by [`MemoryPool::alloc`]; returns the bytes it had.
+    pub(crate) fn free(&self, backend: &dyn Backend, device: usize, addr: u64) -> Result<usize> {
+        let mut s = self.state.lock();
+        let block = s.live.remove(&addr).ok_or(Error::UnknownDevicePointer {
+            device,
+            addr,
+            routine: "target_free",
+        })?;
+        let pooled = self.class_of(block.bytes) == Some(block.capacity);
+        if pooled && s.cached + block.capacity <= self.config.keep {
+            s.cached += block.capacity;
+            s.free.entry(block.capacity).or_default().push(addr);
+            return Ok(block.bytes);
+        }
+        drop(s);
+        backend.free(addr, block.capacity)?;
+        Ok(block.bytes)
+    }
+
+    /// Bytes from `addr` to the end of the live allocation that contains it.
+    pub(crate) fn extent(&self, addr: u64) -> Option<usize> {
+        let s = self.state.lock();
+        let (&base, b) = s.live.range(..=addr).next_back()?;
+        let end = base + b.bytes as u64;
+        (addr < end || (addr == base && b.bytes == 0)).then(|| (end - addr) as usize)
+    }
+
+    /// Returns every cached free block to the device.
+    pub(crate) fn trim(&self, backend: &dyn Backend) -> Result<()> {
+        let blocks: Vec<(usize, u64)> = {
+            let mut s = self.state.lock();
+            s.cached = 0;
+            s.free.drain().flat_map(|(c, v)| v.into_iter().map(move |a| (c, a))).collect()
+        };
+        blocks.into_iter().try_for_each(|(c, a)| backend.free(a, c))
+    }
+
+    /// Frees everything, live or cached (at runtime shutdown).
+    pub(crate) fn release_all(&self, backend: &dyn Backend) -> Result<()> {
+        let live: Vec<(u64, Block)> = std::mem::take(&mut self.state.lock().live).into_iter().collect();
+        for (a, b) in live {
+            backend.free(a, b.capacity)?;
+        }
+        self.trim(backend)
+    }
+
+    /// Bytes held in free blocks.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.state.lock().cached
+    }
+
+    /// Number of live allocations.
+    pub(crate) fn live_count(&self) -> usize {
+        self.state.lock().live.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::host::HostDevice;
+    use std::sync::Arc;
+
+    fn device(capacity: usize) -> HostDevice {
+        let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
+        HostDevice::new(0, 0, capacity, pool, false).unwrap()
+    }
+
+    #[test]
+    fn freed_blocks_are_reused_by_size_class() {
+        let d = device(1 << 20);
+        let p = MemoryPool::new(PoolConfig::default());
+        let a = p.alloc(&d, 1000).unwrap();
+        assert_eq!(p.extent(a), Some(1000));
+        assert_eq!(p.extent(a + 10), Some(990));
+        assert_eq!(p.free(&d, 0, a).unwrap(), 1000);
+        assert_eq!(p.cached_bytes(), 1024);
+        let b = p.alloc(&d, 600).unwrap();
+        assert_eq!(a, b, "a block of the same class is reused");
+        assert_eq!(p.cached_bytes(), 0);
+        p.free(&d, 0, b).unwrap();
+        assert!(matches!(p.free(&d, 0, b), Err(Error::UnknownDevicePointer { .. })));
+        p.release_all(&d).unwrap();
+        assert_eq!(d.mem_info().unwrap().free, 1 << 20);
+    }
+
+    #[test]
+    fn disabled_pool_returns_every_block() {
+        let d = device(1 << 20);
+        let p = MemoryPool::new(PoolConfig { enabled: false, ..PoolConfig::default() });
+        let a = p.alloc(&d, 1000).unwrap();
+        assert_eq!(d.mem_info().unwrap().free, (1 << 20) - 1000);
+        p.free(&d, 0, a).unwrap();
+        assert_eq!(p.cached_bytes(), 0);
+        assert_eq!(d.mem_info().unwrap().free, 1 << 20);
+    }
+
+    #[test]
+    fn cached_blocks_are_released_when_the_device_is_full() {
+        let d = device(4096);
+        let p = MemoryPool::new(PoolConfig::default());
+        let a = p.alloc(&d, 2048).unwrap();
+        p.free(&d, 0, a).unwrap();
+        // 2048 cached + 4096 asked > capacity: the pool must give its cache back first.
+        let b = p.alloc(&d, 4096).unwrap();
+        assert_eq!(p.cached_bytes(), 0);
+        p.free(&d, 0, b).unwrap();
+    }
+}

@@ -1,0 +1,261 @@
+//! The OpenMP device routines under their own names, with C's raw-pointer shape, for
+//! porting C line by line. They act on the process-wide runtime ([`Runtime::global`]);
+//! [`init`] chooses it explicitly. Every routine returns `Result` instead of C's error
+//! codes and aborts.
+//!
+//! ```
+//! use offload::omp::*;
+//! use offload::{MapItem, MapType, Runtime};
+//!
+//! init(Runtime::builder().host_devices(2).build()?)?;
+//! let dev = 0;
+//! let mut x = [1i32, 2, 3, 4];
+//! unsafe {
+//!     // #pragma omp target enter data map(to: x[0:4]) device(dev)
+//!     target_enter_data(dev, &[MapItem::raw(x.as_ptr(), 16, MapType::TO)])?;
+//!     assert!(omp_target_is_present(x.as_ptr().cast(), dev)?);
+//!     let d = omp_get_mapped_ptr(x.as_ptr().cast(), dev)?;
+//!     omp_target_memset(d, 0, 16, dev)?;
+//!     // #pragma omp target exit data map(from: x[0:4]) device(dev)
+//!     target_exit_data(dev, &[MapItem::raw(x.as_mut_ptr(), 16, MapType::FROM)])?;
+//! }
+//! assert_eq!(x, [0; 4]);
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::ffi::c_void;
+
+use crate::data_env::{MapItem, UpdateDirection};
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::Kernel;
+use crate::memcpy::RectSide;
+use crate::runtime::{LaunchArg, Runtime};
+
+/// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
+/// one in use either way.
+pub fn init(rt: Runtime) -> Result<&'static Runtime> {
+    Runtime::install_global(rt)
+}
+
+fn rt() -> Result<&'static Runtime> {
+    Runtime::global()
+}
+
+fn dev(rt: &Runtime, device_num: i32) -> Result<usize> {
+    usize::try_from(device_num)
+        .map_err(|_| Error::NoSuchDevice { device: device_num.into(), available: rt.num_devices() })
+}
+
+/// `omp_get_num_devices()`.
+pub fn omp_get_num_devices() -> Result<i32> {
+    Ok(rt()?.num_devices() as i32)
+}
+
+/// `omp_get_initial_device()`: equal to `omp_get_num_devices()`.
+pub fn omp_get_initial_device() -> Result<i32> {
+    Ok(rt()?.initial_device() as i32)
+}
+
+/// `omp_get_default_device()` (`OMP_DEFAULT_DEVICE`).
+pub fn omp_get_default_device() -> Result<i32> {
+    Ok(rt()?.default_device() as i32)
+}
+
+/// `omp_target_alloc(size, device_num)`: null for size 0.
+pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
+    let rt = rt()?;
+    Ok(rt.target_alloc(size, dev(rt, device_num)?)? as usize as *mut c_void)
+}
+
+/// `omp_target_free(ptr, device_num)`: null is a no-op.
+///
+/// # Safety
+/// `ptr` came from `omp_target_alloc` on that device and is not used afterwards.
+pub unsafe fn omp_target_free(ptr: *mut c_void, device_num: i32) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_free(ptr as u64, dev(rt, device_num)?) }
+}
+
+/// `omp_target_is_present(ptr, device_num)`.
+pub fn omp_target_is_present(ptr: *const c_void, device_num: i32) -> Result<bool> {
+    let rt = rt()?;
+    rt.is_present(ptr as usize, dev(rt, device_num)?)
+}
+
+/// `omp_get_mapped_ptr(ptr, device_num)`: null when not mapped.
+pub fn omp_get_mapped_ptr(ptr: *const c_void, device_num: i32) -> Result<*mut c_void> {
+    let rt = rt()?;
+    Ok(rt.mapped_ptr(ptr as usize, dev(rt, device_num)?)?.unwrap_or(0) as usize as *mut c_void)
+}
+
+/// `omp_target_associate_ptr(host_ptr, device_ptr, size, device_offset, device_num)`.
+///
+/// # Safety
+/// `device_ptr + device_offset` is device memory of at least `size` bytes.
+pub unsafe fn omp_target_associate_ptr(
+    host_ptr: *const c_void,
+    device_ptr: *const c_void,
+    size: usize,
+    device_offset: usize,
+    device_num: i32,
+) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.associate_ptr(host_ptr as usize, device_ptr as u64, size, device_offset, dev(rt, device_num)?) }
+}
+
+/// `omp_target_disassociate_ptr(ptr, device_num)`.
+///
+/// # Safety
+/// No kernel is using the association.
+pub unsafe fn omp_target_disassociate_ptr(ptr: *const c_void, device_num: i32) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.disassociate_ptr(ptr as usize, dev(rt, device_num)?) }
+}
+
+/// `omp_target_memcpy(dst, src, length, dst_offset, src_offset, dst_device_num,
+/// src_device_num)`.
+///
+/// # Safety
+/// Both ranges are valid memory of their devices.
+pub unsafe fn omp_target_memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    length: usize,
+    dst_offset: usize,
+    src_offset: usize,
+    dst_device_num: i32,
+    src_device_num: i32,
+) -> Result<()> {
+    let rt = rt()?;
+    let (dd, sd) = (dev(rt, dst_device_num)?, dev(rt, src_device_num)?);
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_memcpy(dst as u64, src as u64, length, dst_offset, src_offset, dd, sd) }
+}
+
+/// `omp_target_memcpy_rect(...)`. With both pointers null it returns the number of
+/// dimensions supported (`i32::MAX`), as OpenMP specifies; otherwise 0.
+///
+/// # Safety
+/// The arrays are valid memory of their devices, and the five `*const usize` arrays hold
+/// `num_dims` elements each.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn omp_target_memcpy_rect(
+    dst: *mut c_void,
+    src: *const c_void,
+    element_size: usize,
+    num_dims: i32,
+    volume: *const usize,
+    dst_offsets: *const usize,
+    src_offsets: *const usize,
+    dst_dimensions: *const usize,
+    src_dimensions: *const usize,
+    dst_device_num: i32,
+    src_device_num: i32,
+) -> Result<i32> {
+    if dst.is_null() && src.is_null() {
+        return Ok(i32::MAX);
+    }
+    let rt = rt()?;
+    let n = usize::try_from(num_dims).ok().filter(|&n| n > 0).ok_or(Error::InvalidArgument {
+        routine: "omp_target_memcpy_rect",
+        what: format!("num_dims {num_dims} must be positive"),
+    })?;
+    let arr = |p: *const usize, name: &str| -> Result<&[usize]> {
+        if p.is_null() {
+            return Err(Error::InvalidArgument { routine: "omp_target_memcpy_rect", what: format!("{name} is null") });
+        }
+        // SAFETY: the caller guarantees `num_dims` elements.
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    };
+    let dst_side = RectSide {
+        ptr: dst as u64,
+        device: dev(rt, dst_device_num)?,
+        offsets: arr(dst_offsets, "dst_offsets")?,
+        dimensions: arr(dst_dimensions, "dst_dimensions")?,
+    };
+    let src_side = RectSide {
+        ptr: src as u64,
+        device: dev(rt, src_device_num)?,
+        offsets: arr(src_offsets, "src_offsets")?,
+        dimensions: arr(src_dimensions, "src_dimensions")?,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_memcpy_rect(element_size, arr(volume, "volume")?, dst_side, src_side)? };
+    Ok(0)
+}
+
+/// `omp_target_memset(ptr, value, count, device_num)`: returns `ptr`.
+///
+/// # Safety
+/// `ptr..ptr+count` is memory of that device.
+pub unsafe fn omp_target_memset(ptr: *mut c_void, value: i32, count: usize, device_num: i32) -> Result<*mut c_void> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_memset(ptr as u64, value as u8, count, dev(rt, device_num)?)? };
+    Ok(ptr)
+}
+
+/// `#pragma omp target data map(...) device(d)`, opening half.
+///
+/// # Safety
+/// See [`Runtime::target_data_begin`].
+pub unsafe fn target_data_begin(device_num: i32, maps: &[MapItem]) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_data_begin(dev(rt, device_num)?, maps) }
+}
+
+/// `#pragma omp target data`, closing half (the same list).
+///
+/// # Safety
+/// See [`Runtime::target_data_end`].
+pub unsafe fn target_data_end(device_num: i32, maps: &[MapItem]) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_data_end(dev(rt, device_num)?, maps) }
+}
+
+/// `#pragma omp target enter data map(...) device(d)`.
+///
+/// # Safety
+/// See [`Runtime::enter_data`].
+pub unsafe fn target_enter_data(device_num: i32, maps: &[MapItem]) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.enter_data(dev(rt, device_num)?, maps) }
+}
+
+/// `#pragma omp target exit data map(...) device(d)`.
+///
+/// # Safety
+/// See [`Runtime::exit_data`].
+pub unsafe fn target_exit_data(device_num: i32, maps: &[MapItem]) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.exit_data(dev(rt, device_num)?, maps) }
+}
+
+/// `#pragma omp target update to(...)` (or `from`) `device(d)`: each item's kind is
+/// ignored except its `present` modifier.
+///
+/// # Safety
+/// See [`Runtime::update`].
+pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[MapItem]) -> Result<()> {
+    let rt = rt()?;
+    let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.map_type.present)).collect();
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.update(dev(rt, device_num)?, dir, &list) }
+}
+
+/// `#pragma omp target map(...) device(d)` running `kernel` over `n` work items.
+///
+/// # Safety
+/// See [`Runtime::target_launch`].
+pub unsafe fn target(device_num: i32, kernel: &Kernel, n: usize, maps: &[MapItem], args: &[LaunchArg]) -> Result<()> {
+    let rt = rt()?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_launch(dev(rt, device_num)?, kernel, n, maps, args) }
+}

@@ -1,0 +1,791 @@
+//! The runtime: its devices, their present tables, and the OpenMP routines in Rust shape.
+
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::config::{process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
+use crate::data_env::{Construct, Entry, MapItem, PresentTable, UpdateDirection};
+use crate::device::host::{default_capacity, HostDevice};
+use crate::device::{Backend, DeviceDescription, MemInfo};
+use crate::error::{Error, HostRange, Result};
+use crate::info::{InfoFlags, Trace};
+use crate::kernel::{HostLaunch, Kernel, KernelArg, Scalar};
+use crate::memory_pool::{MemoryPool, PoolConfig};
+
+/// Counts of the copies a device made, for tests, benches and teaching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Host->device copies.
+    pub to_device: u64,
+    /// Bytes copied host->device.
+    pub to_device_bytes: u64,
+    /// Device->host copies.
+    pub from_device: u64,
+    /// Bytes copied device->host.
+    pub from_device_bytes: u64,
+    /// Device->device copies into this device made directly (peer access or same device).
+    pub direct: u64,
+    /// Device->device copies into this device staged through host memory.
+    pub staged: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct TransferCounters {
+    to_device: AtomicU64,
+    to_device_bytes: AtomicU64,
+    from_device: AtomicU64,
+    from_device_bytes: AtomicU64,
+    direct: AtomicU64,
+    staged: AtomicU64,
+}
+
+impl TransferCounters {
+    pub(crate) fn record_to_device(&self, bytes: usize) {
+        self.to_device.fetch_add(1, Ordering::Relaxed);
+        self.to_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_from_device(&self, bytes: usize) {
+        self.from_device.fetch_add(1, Ordering::Relaxed);
+        self.from_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_device_copy(&self, direct: bool) {
+        let c = if direct { &self.direct } else { &self.staged };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    fn snapshot(&self) -> TransferStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TransferStats {
+            to_device: l(&self.to_device),
+            to_device_bytes: l(&self.to_device_bytes),
+            from_device: l(&self.from_device),
+            from_device_bytes: l(&self.from_device_bytes),
+            direct: l(&self.direct),
+            staged: l(&self.staged),
+        }
+    }
+}
+
+/// What a device's memory pool holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Allocations handed out and not freed (entries' device copies and `target_alloc`s).
+    pub live_allocations: usize,
+    /// Bytes of freed blocks kept for reuse.
+    pub cached_bytes: usize,
+}
+
+/// One offload device as the generic layer sees it: its backend, memory pool and present
+/// table.
+pub(crate) struct DeviceState {
+    pub(crate) number: usize,
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) pool: MemoryPool,
+    pub(crate) table: Mutex<PresentTable>,
+    pub(crate) stats: TransferCounters,
+    pub(crate) trace: Arc<Trace>,
+}
+
+/// Where a device number leads.
+pub(crate) enum Target<'a> {
+    /// An offload device.
+    Device(&'a DeviceState),
+    /// The initial device: the host itself.
+    Initial,
+}
+
+/// An argument of a target launch in the OpenMP shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LaunchArg {
+    /// A host address inside a mapped range: the kernel gets its device address.
+    Mapped(usize),
+    /// A device address used as is (e.g. from `target_alloc`).
+    Device(u64),
+    /// A value.
+    Value(Scalar),
+}
+
+impl LaunchArg {
+    /// A host pointer to translate through the present table.
+    pub fn mapped<T>(p: *const T) -> Self {
+        LaunchArg::Mapped(p as usize)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) devices: Vec<DeviceState>,
+    settings: Settings,
+    report: String,
+    pub(crate) trace: Arc<Trace>,
+    kernel_pool: Arc<rayon::ThreadPool>,
+    host_allocs: Mutex<HashMap<usize, Layout>>,
+    peer_access: bool,
+}
+
+/// An offload runtime: devices, one present table per device, and every OpenMP mapping
+/// routine. Cheap to clone (shared).
+///
+/// ```
+/// use offload::{MapItem, MapType, Runtime};
+/// let rt = Runtime::builder().host_devices(2).build()?;
+/// let x = [1.0f32; 8];
+/// unsafe { rt.enter_data(0, &[MapItem::slice(&x, MapType::TO)])? };
+/// assert!(rt.is_present(x.as_ptr() as usize, 0)?);
+/// assert!(!rt.is_present(x.as_ptr() as usize, 1)?);
+/// unsafe { rt.exit_data(0, &[MapItem::slice(&x, MapType::RELEASE)])? };
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("devices", &self.inner.devices.len())
+            .field("policy", &self.inner.settings.policy)
+            .finish()
+    }
+}
+
+/// Builds a [`Runtime`]; every setting left unset is read from the environment.
+///
+/// ```
+/// use offload::{OffloadPolicy, Runtime};
+/// let rt = Runtime::builder().host_devices(3).policy(OffloadPolicy::Default).build()?;
+/// assert_eq!(rt.num_devices(), 3);
+/// assert_eq!(rt.initial_device(), 3);
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub struct RuntimeBuilder {
+    over: Overrides,
+    env: EnvLookup,
+    capture_info: bool,
+    peer_access: bool,
+    host_memory: Option<usize>,
+    kernel_threads: Option<usize>,
+}
+
+impl fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeBuilder").field("over", &self.over).finish_non_exhaustive()
+    }
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        Self {
+            over: Overrides::default(),
+            env: process_env(),
+            capture_info: false,
+            peer_access: true,
+            host_memory: None,
+            kernel_threads: None,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Number of host devices (`OFFLOAD_HOST_DEVICES`).
+    pub fn host_devices(mut self, n: usize) -> Self {
+        self.over.host_devices = Some(n);
+        self
+    }
+
+    /// `OMP_TARGET_OFFLOAD`.
+    pub fn policy(mut self, p: OffloadPolicy) -> Self {
+        self.over.policy = Some(p);
+        self
+    }
+
+    /// `OMP_DEFAULT_DEVICE`.
+    pub fn default_device(mut self, d: usize) -> Self {
+        self.over.default_device = Some(d);
+        self
+    }
+
+    /// `OFFLOAD_INFO`.
+    pub fn info(mut self, flags: InfoFlags) -> Self {
+        self.over.info = Some(flags);
+        self
+    }
+
+    /// Keep trace lines in memory for [`Runtime::take_info`] instead of printing them.
+    pub fn capture_info(mut self) -> Self {
+        self.capture_info = true;
+        self
+    }
+
+    /// The device memory pool (`OFFLOAD_MEMORY_POOL=0` turns it off).
+    pub fn memory_pool(mut self, config: PoolConfig) -> Self {
+        self.over.pool = Some(config);
+        self
+    }
+
+    /// Whether device-to-device copies may use peer access (default yes); without it they
+    /// are staged through host memory.
+    pub fn peer_access(mut self, on: bool) -> Self {
+        self.peer_access = on;
+        self
+    }
+
+    /// Bytes of memory each host device offers (default: the machine's memory).
+    pub fn host_device_memory(mut self, bytes: usize) -> Self {
+        self.host_memory = Some(bytes);
+        self
+    }
+
+    /// Threads of the pool that runs host kernels (default: one per CPU).
+    pub fn kernel_threads(mut self, n: usize) -> Self {
+        self.kernel_threads = Some(n);
+        self
+    }
+
+    /// Reads environment variables through `lookup` instead of the process environment
+    /// (for tests and embedders).
+    pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.env = Box::new(lookup);
+        self
+    }
+
+    /// Discovers devices and starts their workers.
+    pub fn build(self) -> Result<Runtime> {
+        let settings = Settings::resolve(&self.env, &self.over)?;
+        let trace = Arc::new(Trace::new(settings.info, self.capture_info));
+        let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
+        if let Some(n) = self.kernel_threads {
+            threads = threads.num_threads(n);
+        }
+        let kernel_pool = Arc::new(threads.build().map_err(|e| Error::Driver {
+            device: 0,
+            call: "start the host kernel thread pool",
+            message: e.to_string(),
+        })?);
+        let mut devices = Vec::new();
+        let mut report = String::new();
+        if settings.policy == OffloadPolicy::Disabled {
+            report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
+        } else {
+            let capacity = self.host_memory.unwrap_or_else(default_capacity);
+            for i in 0..settings.host_devices {
+                let number = devices.len();
+                let d = HostDevice::new(number, i, capacity, Arc::clone(&kernel_pool), self.peer_access)?;
+                devices.push(Box::new(d) as Box<dyn Backend>);
+            }
+            report.push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
+        }
+        if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
+            return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
+        }
+        if let Some(d) = settings.default_device {
+            if d > devices.len() {
+                return Err(Error::InvalidSetting {
+                    var: "OMP_DEFAULT_DEVICE",
+                    value: d.to_string(),
+                    expected: "a device number no larger than the number of devices (which is the initial device)",
+                });
+            }
+        }
+        let devices = devices
+            .into_iter()
+            .enumerate()
+            .map(|(number, backend)| DeviceState {
+                number,
+                backend,
+                pool: MemoryPool::new(settings.pool),
+                table: Mutex::new(PresentTable::default()),
+                stats: TransferCounters::default(),
+                trace: Arc::clone(&trace),
+            })
+            .collect();
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                devices,
+                settings,
+                report,
+                trace,
+                kernel_pool,
+                host_allocs: Mutex::new(HashMap::new()),
+                peer_access: self.peer_access,
+            }),
+        })
+    }
+}
+
+static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+
+impl Runtime {
+    /// A runtime configured from the environment alone.
+    pub fn new() -> Result<Self> {
+        Self::builder().build()
+    }
+
+    /// A builder; unset settings come from the environment.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The process-wide runtime the [`crate::omp`] routines use, built from the environment
+    /// on first use. If that failed (e.g. `OMP_TARGET_OFFLOAD=mandatory` with no device),
+    /// every call returns the same error.
+    pub fn global() -> Result<&'static Runtime> {
+        GLOBAL.get_or_init(Runtime::new).as_ref().map_err(Clone::clone)
+    }
+
+    /// Makes `self` the process-wide runtime unless one exists already; returns the one in
+    /// use.
+    pub fn install_global(self) -> Result<&'static Runtime> {
+        let mut mine = Some(self);
+        let r = GLOBAL.get_or_init(|| Ok(mine.take().expect("initialiser runs once")));
+        r.as_ref().map_err(Clone::clone)
+    }
+
+    /// Number of offload devices (the initial device not counted).
+    pub fn num_devices(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// The initial device's number: `num_devices()`, as in LLVM's OpenMP.
+    pub fn initial_device(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// `OMP_DEFAULT_DEVICE`, else device 0 when there is one, else the initial device.
+    pub fn default_device(&self) -> usize {
+        self.inner.settings.default_device.unwrap_or(if self.inner.devices.is_empty() {
+            self.initial_device()
+        } else {
+            0
+        })
+    }
+
+    /// The `OMP_TARGET_OFFLOAD` policy in force.
+    pub fn policy(&self) -> OffloadPolicy {
+        self.inner.settings.policy
+    }
+
+    /// What each backend found at start-up, one line each.
+    pub fn device_report(&self) -> &str {
+        &self.inner.report
+    }
+
+    /// Identity of device `device`.
+    pub fn describe(&self, device: usize) -> Result<&DeviceDescription> {
+        Ok(self.device_state(device)?.backend.description())
+    }
+
+    /// Free and total memory of device `device`.
+    pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
+        self.device_state(device)?.backend.mem_info()
+    }
+
+    /// Copies made by device `device` so far.
+    pub fn transfer_stats(&self, device: usize) -> Result<TransferStats> {
+        Ok(self.device_state(device)?.stats.snapshot())
+    }
+
+    /// Live allocations and cached free bytes of the device's memory pool: after every
+    /// mapping is gone, only `target_alloc` blocks are live.
+    pub fn pool_usage(&self, device: usize) -> Result<PoolUsage> {
+        let d = self.device_state(device)?;
+        Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
+    }
+
+    /// Trace lines kept by a runtime built with [`RuntimeBuilder::capture_info`].
+    pub fn take_info(&self) -> Vec<String> {
+        self.inner.trace.take()
+    }
+
+    pub(crate) fn target(&self, device: usize) -> Result<Target<'_>> {
+        match self.inner.devices.get(device) {
+            Some(d) => Ok(Target::Device(d)),
+            None if device == self.initial_device() => Ok(Target::Initial),
+            None => Err(Error::NoSuchDevice { device: device as i64, available: self.num_devices() }),
+        }
+    }
+
+    /// An offload device (not the initial device).
+    pub(crate) fn device_state(&self, device: usize) -> Result<&DeviceState> {
+        self.inner
+            .devices
+            .get(device)
+            .ok_or(Error::NoSuchDevice { device: device as i64, available: self.num_devices() })
+    }
+
+    // ---- map constructs ------------------------------------------------------------
+
+    /// `#pragma omp target data map(...)`, the opening half: maps `items` with structured
+    /// counts. On the initial device it does nothing.
+    ///
+    /// # Safety
+    /// Each item's host range must stay valid until the matching
+    /// [`Runtime::target_data_end`], and `from` ranges must not be read or written
+    /// elsewhere during that call.
+    pub unsafe fn target_data_begin(&self, device: usize, items: &[MapItem]) -> Result<()> {
+        match self.target(device)? {
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.map_enter(items, Construct::TargetData) },
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// The closing half of `target data`: unmaps `items` (the same list) in reverse order.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_data_begin`].
+    pub unsafe fn target_data_end(&self, device: usize, items: &[MapItem]) -> Result<()> {
+        match self.target(device)? {
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.map_exit(items, Construct::TargetData) },
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// `#pragma omp target enter data map(...)`.
+    ///
+    /// # Safety
+    /// Each item's host range must be valid for reads during the call.
+    pub unsafe fn enter_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
+        match self.target(device)? {
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.map_enter(items, Construct::EnterData) },
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// `#pragma omp target exit data map(...)`.
+    ///
+    /// # Safety
+    /// Each `from` item's host range must be valid for writes and not otherwise accessed
+    /// during the call.
+    pub unsafe fn exit_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
+        match self.target(device)? {
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.map_exit(items, Construct::ExitData) },
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// `#pragma omp target update to(...)` / `from(...)`; each range with its `present`
+    /// modifier.
+    ///
+    /// # Safety
+    /// Host ranges valid for reads (`To`) or exclusive writes (`From`) during the call.
+    pub unsafe fn update(&self, device: usize, dir: UpdateDirection, items: &[(HostRange, bool)]) -> Result<()> {
+        match self.target(device)? {
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.update(items, dir) },
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// `#pragma omp target map(...)`: maps `maps`, runs `kernel` over `n` work items with
+    /// `args` (mapped host addresses translated to device addresses), then unmaps `maps`.
+    /// On the initial device the kernel's host implementation runs on host memory.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_data_begin`] for `maps`; `Device` arguments must be device
+    /// memory of at least what the kernel touches; on the initial device `Mapped`
+    /// arguments must be valid host memory for what the kernel touches.
+    pub unsafe fn target_launch(
+        &self,
+        device: usize,
+        kernel: &Kernel,
+        n: usize,
+        maps: &[MapItem],
+        args: &[LaunchArg],
+    ) -> Result<()> {
+        let d = match self.target(device)? {
+            Target::Device(d) => d,
+            Target::Initial => return self.run_on_host(kernel, n, args),
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { d.map_enter(maps, Construct::Target)? };
+        let launched = d.translate_args(kernel, args).and_then(|a| {
+            d.trace_launch(kernel, n, &a);
+            d.backend.launch(kernel, n, &a)
+        });
+        // Unmapped whatever the kernel did, so nothing stays mapped on error.
+        // SAFETY: forwarded from the caller.
+        let exited = unsafe { d.map_exit(maps, Construct::Target) };
+        launched.and(exited)
+    }
+
+    fn run_on_host(&self, kernel: &Kernel, n: usize, args: &[LaunchArg]) -> Result<()> {
+        let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
+            device: self.initial_device(),
+            kernel: kernel.name(),
+            backend: "host fallback",
+        })?;
+        let args: Vec<KernelArg> = args
+            .iter()
+            .map(|a| match *a {
+                LaunchArg::Mapped(h) => KernelArg::Ptr { addr: h as u64, bytes: None },
+                LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: None },
+                LaunchArg::Value(s) => KernelArg::Scalar(s),
+            })
+            .collect();
+        self.inner.kernel_pool.install(|| f(&HostLaunch::new(kernel.name(), n, &args))).map_err(|message| {
+            Error::KernelFailed { device: self.initial_device(), kernel: kernel.name(), message }
+        })
+    }
+
+    // ---- device memory routines -----------------------------------------------------
+
+    /// `omp_target_alloc`: `bytes` of device memory (host memory on the initial device);
+    /// 0 (null) when `bytes` is 0.
+    pub fn target_alloc(&self, bytes: usize, device: usize) -> Result<u64> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        match self.target(device)? {
+            Target::Device(d) => d.pool.alloc(&*d.backend, bytes),
+            Target::Initial => {
+                let layout = Layout::from_size_align(bytes, 256).map_err(|e| Error::InvalidArgument {
+                    routine: "omp_target_alloc",
+                    what: e.to_string(),
+                })?;
+                // SAFETY: non-zero size, valid layout.
+                let p = unsafe { std::alloc::alloc(layout) };
+                if p.is_null() {
+                    return Err(Error::OutOfMemory { device, requested: bytes, free: 0, total: 0 });
+                }
+                self.inner.host_allocs.lock().insert(p as usize, layout);
+                Ok(p as u64)
+            }
+        }
+    }
+
+    /// `omp_target_free`: frees what [`Runtime::target_alloc`] gave; null is a no-op.
+    ///
+    /// # Safety
+    /// No kernel or copy may use the memory afterwards.
+    pub unsafe fn target_free(&self, ptr: u64, device: usize) -> Result<()> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        match self.target(device)? {
+            Target::Device(d) => d.pool.free(&*d.backend, device, ptr).map(drop),
+            Target::Initial => {
+                let layout = self.inner.host_allocs.lock().remove(&(ptr as usize)).ok_or(
+                    Error::UnknownDevicePointer { device, addr: ptr, routine: "omp_target_free" },
+                )?;
+                // SAFETY: allocated by `target_alloc` with this layout, removed once.
+                unsafe { std::alloc::dealloc(ptr as usize as *mut u8, layout) };
+                Ok(())
+            }
+        }
+    }
+
+    /// `omp_target_is_present`: whether host address `host` lies in a mapped range
+    /// (always true on the initial device).
+    pub fn is_present(&self, host: usize, device: usize) -> Result<bool> {
+        Ok(match self.target(device)? {
+            Target::Device(d) => d.table.lock().containing(host).is_some(),
+            Target::Initial => true,
+        })
+    }
+
+    /// `omp_get_mapped_ptr`: the device address of host address `host`, `None` (null) when
+    /// it is not mapped; `host` itself on the initial device.
+    pub fn mapped_ptr(&self, host: usize, device: usize) -> Result<Option<u64>> {
+        Ok(match self.target(device)? {
+            Target::Device(d) => d.table.lock().containing(host).map(|e| e.translate(host)),
+            Target::Initial => Some(host as u64),
+        })
+    }
+
+    /// The present-table entry containing `host` on `device`, with its counts.
+    pub fn entry(&self, host: usize, device: usize) -> Result<Option<Entry>> {
+        Ok(self.device_state(device)?.table.lock().containing(host).cloned())
+    }
+
+    /// Every live mapping of every device.
+    pub fn live_mappings(&self) -> Vec<(usize, Entry)> {
+        self.inner
+            .devices
+            .iter()
+            .flat_map(|d| d.table.lock().entries().map(|e| (d.number, e.clone())).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// The present table of `device` as text (libomptarget's `ompx_dump_mapping_tables`).
+    pub fn dump_present_table(&self, device: usize) -> Result<String> {
+        Ok(self.device_state(device)?.table.lock().dump(device))
+    }
+
+    /// `omp_target_associate_ptr`: makes `[host, host+bytes)` present on `device` at
+    /// `device_ptr + device_offset`, with an infinite count.
+    ///
+    /// # Safety
+    /// `device_ptr + device_offset` must be device memory of at least `bytes`, valid until
+    /// [`Runtime::disassociate_ptr`].
+    pub unsafe fn associate_ptr(
+        &self,
+        host: usize,
+        device_ptr: u64,
+        bytes: usize,
+        device_offset: usize,
+        device: usize,
+    ) -> Result<()> {
+        let bad = |what: &str| Error::InvalidArgument { routine: "omp_target_associate_ptr", what: what.into() };
+        if host == 0 {
+            return Err(bad("host pointer is null"));
+        }
+        if device_ptr == 0 {
+            return Err(bad("device pointer is null"));
+        }
+        if bytes == 0 {
+            return Err(bad("size is 0"));
+        }
+        let d = match self.target(device)? {
+            Target::Device(d) => d,
+            Target::Initial => return Err(bad("the initial device cannot have associated pointers")),
+        };
+        d.associate(HostRange::new(host, bytes), device_ptr + device_offset as u64)
+    }
+
+    /// `omp_target_disassociate_ptr`: removes an association made by
+    /// [`Runtime::associate_ptr`]; never frees the device memory.
+    ///
+    /// # Safety
+    /// No kernel may be using the association.
+    pub unsafe fn disassociate_ptr(&self, host: usize, device: usize) -> Result<()> {
+        if host == 0 {
+            return Err(Error::InvalidArgument {
+                routine: "omp_target_disassociate_ptr",
+                what: "host pointer is null".into(),
+            });
+        }
+        match self.target(device)? {
+            Target::Device(d) => d.disassociate(host),
+            Target::Initial => Err(Error::InvalidArgument {
+                routine: "omp_target_disassociate_ptr",
+                what: "the initial device has no associated pointers".into(),
+            }),
+        }
+    }
+
+    /// Waits for all work queued on `device`.
+    pub fn synchronize(&self, device: usize) -> Result<()> {
+        match self.target(device)? {
+            Target::Device(d) => d.backend.synchronize(),
+            Target::Initial => Ok(()),
+        }
+    }
+
+    pub(crate) fn peer_access(&self) -> bool {
+        self.inner.peer_access
+    }
+}
+
+impl DeviceState {
+    /// Translates launch arguments: mapped host addresses through the present table.
+    pub(crate) fn translate_args(&self, kernel: &Kernel, args: &[LaunchArg]) -> Result<Vec<KernelArg>> {
+        let table = self.table.lock();
+        args.iter()
+            .enumerate()
+            .map(|(index, a)| {
+                Ok(match *a {
+                    LaunchArg::Value(s) => KernelArg::Scalar(s),
+                    LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
+                    LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
+                    LaunchArg::Mapped(h) => match table.containing(h) {
+                        Some(e) => KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) },
+                        None => {
+                            return Err(Error::KernelArgument {
+                                kernel: kernel.name(),
+                                index,
+                                what: format!("host {h:#x} is not mapped on device {}", self.number),
+                            })
+                        }
+                    },
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
+            let list: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::Scalar(s) => format!("{s:?}"),
+                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
+                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
+                })
+                .collect();
+            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
+        });
+    }
+
+    fn associate(&self, range: HostRange, device_addr: u64) -> Result<()> {
+        let mut table = self.table.lock();
+        match table.lookup(range) {
+            crate::data_env::Lookup::Absent => {
+                let e = Entry { range, device_addr, dynamic: 0, structured: 0, associated: true };
+                self.trace.emit(InfoFlags::ENTRIES, || {
+                    format!("device {}: entry associated {range} -> device {device_addr:#x}", self.number)
+                });
+                table.insert(e);
+                Ok(())
+            }
+            crate::data_env::Lookup::Inside(k) => match table.get(k) {
+                // Associating the same pair again is accepted, as libomptarget does.
+                Some(e) if e.associated && e.range == range && e.device_addr == device_addr => Ok(()),
+                Some(e) => Err(Error::AlreadyMapped { device: self.number, range, existing: e.range }),
+                None => Ok(()),
+            },
+            crate::data_env::Lookup::Extends(existing) => {
+                Err(Error::AlreadyMapped { device: self.number, range, existing })
+            }
+        }
+    }
+
+    fn disassociate(&self, host: usize) -> Result<()> {
+        let mut table = self.table.lock();
+        let e = table.containing(host).cloned().ok_or(Error::NotAssociated {
+            device: self.number,
+            host,
+            found: "nothing is mapped there",
+        })?;
+        if !e.associated {
+            return Err(Error::NotAssociated { device: self.number, host, found: "it was mapped by a map clause" });
+        }
+        if e.structured > 0 {
+            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.structured });
+        }
+        table.remove(e.range.begin);
+        self.trace.emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for d in &self.devices {
+            let table = d.table.lock();
+            if table.len() > 0 {
+                self.trace.write(format!(
+                    "runtime dropped with {} mapping(s) still live on device {}:\n{}",
+                    table.len(),
+                    d.number,
+                    table.dump(d.number)
+                ));
+            }
+            drop(table);
+            if let Err(e) = d.pool.release_all(&*d.backend) {
+                self.trace.write(format!("device {}: releasing memory at shutdown failed: {e}", d.number));
+            }
+        }
+        for (p, layout) in self.host_allocs.get_mut().drain() {
+            // SAFETY: allocated by `target_alloc` on the initial device with this layout.
+            unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+        }
+    }
+}
