@@ -1,1 +1,248 @@
-//! placeholder
+//! Ready kernels for `offload`: each is one [`Kernel`] value with a CUDA C source (compiled
+//! at run time for the device's architecture) and a host Rust twin (run on host devices
+//! and on the initial device), plus a typed launcher that checks its arguments.
+//!
+//! CUDA convention (see [`offload::Kernel`]): the work-item count `n` is appended as the
+//! last argument, an `unsigned long long`.
+//!
+//! ```
+//! use offload::{map, Runtime};
+//! use offload_kernels as k;
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let x = vec![1.0f32; 1024];
+//! let mut y = vec![1.0f32; 1024];
+//! let mut total = [0.0f32];
+//! gpu.data((map::to(&x), map::tofrom(&mut y), map::tofrom(&mut total)), |(x, y, t)| {
+//!     k::saxpy(&gpu, 2.0, x, y)?;        // y = 2x + y = 3
+//!     k::sum(&gpu, y, t)                 // t += sum(y)
+//! })?;
+//! assert_eq!(total[0], 3.0 * 1024.0);
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use offload::{Device, DeviceSlice, Error, HostLaunch, Kernel, Result};
+use rayon::prelude::*;
+
+fn check_len(kernel: &Kernel, index: usize, got: usize, want: usize) -> Result<()> {
+    if got < want {
+        return Err(Error::KernelArgument {
+            kernel: kernel.name(),
+            index,
+            what: format!("view of {got} elements, the launch needs {want}"),
+        });
+    }
+    Ok(())
+}
+
+// ---- fill ----------------------------------------------------------------------------
+
+fn fill_f32_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let v: f32 = l.scalar(0)?;
+    // SAFETY: argument 1 is a mapped range of n f32 used by nothing else during the launch.
+    let x = unsafe { l.slice_mut::<f32>(1, l.n())? };
+    x.par_iter_mut().for_each(|e| *e = v);
+    Ok(())
+}
+
+/// `x[i] = v` for `i < n` (f32).
+pub static FILL_F32: Kernel = Kernel::new("fill_f32")
+    .with_cuda(
+        r#"extern "C" __global__ void fill_f32(float v, float* x, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] = v;
+}"#,
+    )
+    .with_host(fill_f32_host);
+
+fn fill_i32_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let v: i32 = l.scalar(0)?;
+    // SAFETY: argument 1 is a mapped range of n i32 used by nothing else during the launch.
+    let x = unsafe { l.slice_mut::<i32>(1, l.n())? };
+    x.par_iter_mut().for_each(|e| *e = v);
+    Ok(())
+}
+
+/// `x[i] = v` for `i < n` (i32).
+pub static FILL_I32: Kernel = Kernel::new("fill_i32")
+    .with_cuda(
+        r#"extern "C" __global__ void fill_i32(int v, int* x, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] = v;
+}"#,
+    )
+    .with_host(fill_i32_host);
+
+/// Sets every element of `x` to `v`.
+pub fn fill_f32(dev: &Device<'_>, v: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
+    dev.launch(&FILL_F32, x.len(), (v, x))
+}
+
+/// Sets every element of `x` to `v`.
+pub fn fill_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
+    dev.launch(&FILL_I32, x.len(), (v, x))
+}
+
+// ---- add (i32) -------------------------------------------------------------------------
+
+fn add_i32_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let v: i32 = l.scalar(0)?;
+    // SAFETY: argument 1 is a mapped range of n i32 used by nothing else during the launch.
+    let x = unsafe { l.slice_mut::<i32>(1, l.n())? };
+    x.par_iter_mut().for_each(|e| *e = e.wrapping_add(v));
+    Ok(())
+}
+
+/// `x[i] += v` for `i < n` (i32).
+pub static ADD_I32: Kernel = Kernel::new("add_i32")
+    .with_cuda(
+        r#"extern "C" __global__ void add_i32(int v, int* x, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] += v;
+}"#,
+    )
+    .with_host(add_i32_host);
+
+/// Adds `v` to every element of `x`.
+pub fn add_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
+    dev.launch(&ADD_I32, x.len(), (v, x))
+}
+
+// ---- scale -------------------------------------------------------------------------------
+
+fn scale_f32_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let a: f32 = l.scalar(0)?;
+    // SAFETY: argument 1 is a mapped range of n f32 used by nothing else during the launch.
+    let x = unsafe { l.slice_mut::<f32>(1, l.n())? };
+    x.par_iter_mut().for_each(|e| *e *= a);
+    Ok(())
+}
+
+/// `x[i] *= a` for `i < n`.
+pub static SCALE_F32: Kernel = Kernel::new("scale_f32")
+    .with_cuda(
+        r#"extern "C" __global__ void scale_f32(float a, float* x, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] *= a;
+}"#,
+    )
+    .with_host(scale_f32_host);
+
+/// Multiplies every element of `x` by `a`.
+pub fn scale(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
+    dev.launch(&SCALE_F32, x.len(), (a, x))
+}
+
+// ---- saxpy -------------------------------------------------------------------------------
+
+fn saxpy_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let a: f32 = l.scalar(0)?;
+    // SAFETY: arguments 1 and 2 are distinct mapped ranges of n f32; only y is written.
+    let (x, y) = unsafe { (l.slice::<f32>(1, l.n())?, l.slice_mut::<f32>(2, l.n())?) };
+    y.par_iter_mut().zip(x.par_iter()).for_each(|(y, x)| *y += a * x);
+    Ok(())
+}
+
+/// `y[i] += a * x[i]` for `i < n`.
+pub static SAXPY: Kernel = Kernel::new("saxpy")
+    .with_cuda(
+        r#"extern "C" __global__ void saxpy(float a, const float* __restrict__ x, float* __restrict__ y,
+                                   unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) y[i] += a * x[i];
+}"#,
+    )
+    .with_host(saxpy_host);
+
+/// `y += a * x` over `y.len()` elements (`x` at least as long).
+pub fn saxpy(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>) -> Result<()> {
+    check_len(&SAXPY, 1, x.len(), y.len())?;
+    dev.launch(&SAXPY, y.len(), (a, x, y))
+}
+
+// ---- sum reduction -------------------------------------------------------------------------
+
+fn sum_f32_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: argument 0 holds n f32 and argument 1 one f32, distinct ranges.
+    let (x, out) = unsafe { (l.slice::<f32>(0, l.n())?, l.slice_mut::<f32>(1, 1)?) };
+    // Summed in f64 so the host twin is at least as accurate as the GPU's tree.
+    out[0] += x.par_iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
+    Ok(())
+}
+
+/// `out[0] += sum(x[0..n])`: a warp-shuffle tree per block and one atomic add per block.
+pub static SUM_F32: Kernel = Kernel::new("sum_f32")
+    .with_cuda(
+        r#"extern "C" __global__ void sum_f32(const float* __restrict__ x, float* out, unsigned long long n) {
+    float acc = 0.0f;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) acc += x[i];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    __shared__ float warp_sums[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        acc = lane < (blockDim.x + 31) / 32 ? warp_sums[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (lane == 0) atomicAdd(out, acc);
+    }
+}"#,
+    )
+    .with_host(sum_f32_host);
+
+/// Adds the sum of `x` to `out[0]`.
+pub fn sum(dev: &Device<'_>, x: DeviceSlice<'_, f32>, out: DeviceSlice<'_, f32>) -> Result<()> {
+    check_len(&SUM_F32, 1, out.len(), 1)?;
+    dev.launch(&SUM_F32, x.len(), (x, out))
+}
+
+/// Every kernel of this crate, e.g. to compile them all ahead of a timed run.
+pub fn all() -> [&'static Kernel; 6] {
+    [&FILL_F32, &FILL_I32, &ADD_I32, &SCALE_F32, &SAXPY, &SUM_F32]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offload::{map, Runtime};
+
+    #[test]
+    fn host_twins_compute_what_the_cuda_sources_say() {
+        let rt = Runtime::builder().host_devices(1).build().unwrap();
+        let gpu = rt.device(0).unwrap();
+        let mut x = vec![0.0f32; 1000];
+        let mut i = vec![0i32; 10];
+        let mut out = [0.5f32];
+        gpu.data((map::tofrom(&mut x), map::tofrom(&mut i), map::tofrom(&mut out)), |(x, i, out)| {
+            fill_f32(&gpu, 2.0, x)?;
+            scale(&gpu, 3.0, x)?;
+            fill_i32(&gpu, 4, i)?;
+            add_i32(&gpu, -1, i)?;
+            sum(&gpu, x, out)
+        })
+        .unwrap();
+        assert!(x.iter().all(|&v| v == 6.0));
+        assert!(i.iter().all(|&v| v == 3));
+        assert_eq!(out[0], 6000.5);
+    }
+
+    #[test]
+    fn launchers_check_lengths() {
+        let rt = Runtime::builder().host_devices(1).build().unwrap();
+        let gpu = rt.device(0).unwrap();
+        let x = vec![0.0f32; 10];
+        let mut y = vec![0.0f32; 20];
+        let e = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| saxpy(&gpu, 1.0, x, y)).unwrap_err();
+        assert!(e.to_string().contains("view of 10 elements, the launch needs 20"), "{e}");
+    }
+
+    #[test]
+    fn every_kernel_has_both_implementations() {
+        for k in all() {
+            assert!(k.host_fn().is_some() && k.cuda_source().is_some(), "{}", k.name());
+            assert!(k.cuda_source().unwrap().contains(k.name()), "{}", k.name());
+        }
+    }
+}

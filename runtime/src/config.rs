@@ -156,9 +156,11 @@ mod tests {
 
     #[test]
     fn builder_settings_win_over_the_environment() {
-        let over = Overrides { host_devices: Some(5), policy: Some(OffloadPolicy::Disabled), ..Default::default() };
-        let s = Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "2"), ("OMP_TARGET_OFFLOAD", "junk")]), &over)
-            .unwrap();
+        let over =
+            Overrides { host_devices: Some(5), policy: Some(OffloadPolicy::Disabled), ..Default::default() };
+        let s =
+            Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "2"), ("OMP_TARGET_OFFLOAD", "junk")]), &over)
+                .unwrap();
         assert_eq!((s.host_devices, s.policy), (5, OffloadPolicy::Disabled));
     }
 

@@ -74,7 +74,9 @@ pub enum Error {
     },
 
     /// A device number outside `0..=initial_device`.
-    #[error("device {device} does not exist: {available} devices (0..{available}), initial device {available}")]
+    #[error(
+        "device {device} does not exist: {available} devices (0..{available}), initial device {available}"
+    )]
     NoSuchDevice {
         /// The number asked for.
         device: i64,
@@ -233,11 +235,7 @@ mod tests {
 
     #[test]
     fn messages_name_device_range_and_expectation() {
-        let e = Error::NotPresent {
-            device: 1,
-            range: HostRange::new(0x1000, 4),
-            what: "map(present)",
-        };
+        let e = Error::NotPresent { device: 1, range: HostRange::new(0x1000, 4), what: "map(present)" };
         assert_eq!(
             e.to_string(),
             "device 1: host 0x1000..0x1004 (4 bytes) is not present (required by map(present))"

@@ -118,12 +118,30 @@ impl Scalar {
     pub fn to_ne_bytes(self) -> ([u8; 8], usize) {
         let mut b = [0u8; 8];
         let n = match self {
-            Scalar::I32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
-            Scalar::U32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
-            Scalar::F32(v) => { b[..4].copy_from_slice(&v.to_ne_bytes()); 4 }
-            Scalar::I64(v) => { b = v.to_ne_bytes(); 8 }
-            Scalar::U64(v) => { b = v.to_ne_bytes(); 8 }
-            Scalar::F64(v) => { b = v.to_ne_bytes(); 8 }
+            Scalar::I32(v) => {
+                b[..4].copy_from_slice(&v.to_ne_bytes());
+                4
+            }
+            Scalar::U32(v) => {
+                b[..4].copy_from_slice(&v.to_ne_bytes());
+                4
+            }
+            Scalar::F32(v) => {
+                b[..4].copy_from_slice(&v.to_ne_bytes());
+                4
+            }
+            Scalar::I64(v) => {
+                b = v.to_ne_bytes();
+                8
+            }
+            Scalar::U64(v) => {
+                b = v.to_ne_bytes();
+                8
+            }
+            Scalar::F64(v) => {
+                b = v.to_ne_bytes();
+                8
+            }
         };
         (b, n)
     }

@@ -309,7 +309,11 @@ impl<'rt> Device<'rt> {
 
     /// `#pragma omp target data map(...)`: maps `maps`, runs `body` with their device
     /// views, then unmaps them (copying `from` ranges back) whether `body` failed or not.
-    pub fn data<'a, L: MapList<'a>, R>(&self, maps: L, body: impl FnOnce(L::Views) -> Result<R>) -> Result<R> {
+    pub fn data<'a, L: MapList<'a>, R>(
+        &self,
+        maps: L,
+        body: impl FnOnce(L::Views) -> Result<R>,
+    ) -> Result<R> {
         let mut items = Vec::new();
         maps.items(&mut items);
         // SAFETY: every item borrows its host slice for 'a (shared for reads, exclusive for
@@ -477,7 +481,13 @@ impl<T: DeviceCopy> HostBuffer<T> {
 
     /// A view for kernels on `device` (the buffer must be mapped there when launching).
     pub fn view(&mut self, device: usize) -> DeviceSlice<'_, T> {
-        DeviceSlice { device, host: self.ptr.as_ptr() as usize, len: self.len, writable: true, _borrow: PhantomData }
+        DeviceSlice {
+            device,
+            host: self.ptr.as_ptr() as usize,
+            len: self.len,
+            writable: true,
+            _borrow: PhantomData,
+        }
     }
 }
 

@@ -59,14 +59,25 @@ impl Runtime {
 
     /// # Safety
     /// As [`Runtime::target_memcpy`], offsets applied.
-    unsafe fn copy_bytes(&self, d: u64, dst_device: usize, s: u64, src_device: usize, len: usize) -> Result<()> {
+    unsafe fn copy_bytes(
+        &self,
+        d: u64,
+        dst_device: usize,
+        s: u64,
+        src_device: usize,
+        len: usize,
+    ) -> Result<()> {
         match (self.target(dst_device)?, self.target(src_device)?) {
-            // SAFETY (all arms): the caller guarantees both ranges.
-            (Target::Initial, Target::Initial) => unsafe {
-                std::ptr::copy(s as usize as *const u8, d as usize as *mut u8, len);
+            (Target::Initial, Target::Initial) => {
+                // SAFETY: the caller guarantees both host ranges.
+                unsafe { std::ptr::copy(s as usize as *const u8, d as usize as *mut u8, len) };
                 Ok(())
+            }
+            // SAFETY: the caller guarantees the host source and the device destination.
+            (Target::Device(dd), Target::Initial) => unsafe {
+                dd.copy_to_device(d, HostRange::new(s as usize, len))
             },
-            (Target::Device(dd), Target::Initial) => unsafe { dd.copy_to_device(d, HostRange::new(s as usize, len)) },
+            // SAFETY: the caller guarantees the device source and the host destination.
             (Target::Initial, Target::Device(sd)) => unsafe {
                 sd.copy_from_device(HostRange::new(d as usize, len), s)
             },
@@ -122,11 +133,11 @@ impl Runtime {
             if side.offsets.len() != dims || side.dimensions.len() != dims {
                 return Err(bad(format!("{name} offsets and dimensions must have {dims} entries")));
             }
-            for k in 0..dims {
-                if side.offsets[k] + volume[k] > side.dimensions[k] {
+            for (k, ((&off, &vol), &ext)) in side.offsets.iter().zip(volume).zip(side.dimensions).enumerate()
+            {
+                if off + vol > ext {
                     return Err(bad(format!(
-                        "{name} dimension {k}: offset {} + volume {} exceeds extent {}",
-                        side.offsets[k], volume[k], side.dimensions[k]
+                        "{name} dimension {k}: offset {off} + volume {vol} exceeds extent {ext}"
                     )));
                 }
             }
@@ -179,7 +190,10 @@ impl Runtime {
             return Ok(());
         }
         if ptr == 0 {
-            return Err(Error::InvalidArgument { routine: "omp_target_memset", what: "pointer is null".into() });
+            return Err(Error::InvalidArgument {
+                routine: "omp_target_memset",
+                what: "pointer is null".into(),
+            });
         }
         match self.target(device)? {
             Target::Device(d) => d.backend.memset(ptr, value, bytes),

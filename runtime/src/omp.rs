@@ -102,7 +102,9 @@ pub unsafe fn omp_target_associate_ptr(
 ) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
-    unsafe { rt.associate_ptr(host_ptr as usize, device_ptr as u64, size, device_offset, dev(rt, device_num)?) }
+    unsafe {
+        rt.associate_ptr(host_ptr as usize, device_ptr as u64, size, device_offset, dev(rt, device_num)?)
+    }
 }
 
 /// `omp_target_disassociate_ptr(ptr, device_num)`.
@@ -165,7 +167,10 @@ pub unsafe fn omp_target_memcpy_rect(
     })?;
     let arr = |p: *const usize, name: &str| -> Result<&[usize]> {
         if p.is_null() {
-            return Err(Error::InvalidArgument { routine: "omp_target_memcpy_rect", what: format!("{name} is null") });
+            return Err(Error::InvalidArgument {
+                routine: "omp_target_memcpy_rect",
+                what: format!("{name} is null"),
+            });
         }
         // SAFETY: the caller guarantees `num_dims` elements.
         Ok(unsafe { std::slice::from_raw_parts(p, n) })
@@ -191,7 +196,12 @@ pub unsafe fn omp_target_memcpy_rect(
 ///
 /// # Safety
 /// `ptr..ptr+count` is memory of that device.
-pub unsafe fn omp_target_memset(ptr: *mut c_void, value: i32, count: usize, device_num: i32) -> Result<*mut c_void> {
+pub unsafe fn omp_target_memset(
+    ptr: *mut c_void,
+    value: i32,
+    count: usize,
+    device_num: i32,
+) -> Result<*mut c_void> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
     unsafe { rt.target_memset(ptr as u64, value as u8, count, dev(rt, device_num)?)? };
@@ -254,7 +264,13 @@ pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[MapI
 ///
 /// # Safety
 /// See [`Runtime::target_launch`].
-pub unsafe fn target(device_num: i32, kernel: &Kernel, n: usize, maps: &[MapItem], args: &[LaunchArg]) -> Result<()> {
+pub unsafe fn target(
+    device_num: i32,
+    kernel: &Kernel,
+    n: usize,
+    maps: &[MapItem],
+    args: &[LaunchArg],
+) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
     unsafe { rt.target_launch(dev(rt, device_num)?, kernel, n, maps, args) }

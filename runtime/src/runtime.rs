@@ -277,7 +277,8 @@ impl RuntimeBuilder {
                 let d = HostDevice::new(number, i, capacity, Arc::clone(&kernel_pool), self.peer_access)?;
                 devices.push(Box::new(d) as Box<dyn Backend>);
             }
-            report.push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
+            report
+                .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
         }
         if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
             return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
@@ -287,7 +288,8 @@ impl RuntimeBuilder {
                 return Err(Error::InvalidSetting {
                     var: "OMP_DEFAULT_DEVICE",
                     value: d.to_string(),
-                    expected: "a device number no larger than the number of devices (which is the initial device)",
+                    expected:
+                        "a device number no larger than the number of devices (which is the initial device)",
                 });
             }
         }
@@ -476,7 +478,12 @@ impl Runtime {
     ///
     /// # Safety
     /// Host ranges valid for reads (`To`) or exclusive writes (`From`) during the call.
-    pub unsafe fn update(&self, device: usize, dir: UpdateDirection, items: &[(HostRange, bool)]) -> Result<()> {
+    pub unsafe fn update(
+        &self,
+        device: usize,
+        dir: UpdateDirection,
+        items: &[(HostRange, bool)],
+    ) -> Result<()> {
         match self.target(device)? {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.update(items, dir) },
@@ -572,9 +579,10 @@ impl Runtime {
         match self.target(device)? {
             Target::Device(d) => d.pool.free(&*d.backend, device, ptr).map(drop),
             Target::Initial => {
-                let layout = self.inner.host_allocs.lock().remove(&(ptr as usize)).ok_or(
-                    Error::UnknownDevicePointer { device, addr: ptr, routine: "omp_target_free" },
-                )?;
+                let layout =
+                    self.inner.host_allocs.lock().remove(&(ptr as usize)).ok_or(
+                        Error::UnknownDevicePointer { device, addr: ptr, routine: "omp_target_free" },
+                    )?;
                 // SAFETY: allocated by `target_alloc` with this layout, removed once.
                 unsafe { std::alloc::dealloc(ptr as usize as *mut u8, layout) };
                 Ok(())
@@ -633,7 +641,8 @@ impl Runtime {
         device_offset: usize,
         device: usize,
     ) -> Result<()> {
-        let bad = |what: &str| Error::InvalidArgument { routine: "omp_target_associate_ptr", what: what.into() };
+        let bad =
+            |what: &str| Error::InvalidArgument { routine: "omp_target_associate_ptr", what: what.into() };
         if host == 0 {
             return Err(bad("host pointer is null"));
         }
@@ -755,13 +764,18 @@ impl DeviceState {
             found: "nothing is mapped there",
         })?;
         if !e.associated {
-            return Err(Error::NotAssociated { device: self.number, host, found: "it was mapped by a map clause" });
+            return Err(Error::NotAssociated {
+                device: self.number,
+                host,
+                found: "it was mapped by a map clause",
+            });
         }
         if e.structured > 0 {
             return Err(Error::StillHeld { device: self.number, range: e.range, count: e.structured });
         }
         table.remove(e.range.begin);
-        self.trace.emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
+        self.trace
+            .emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
         Ok(())
     }
 }

@@ -261,7 +261,11 @@ impl DeviceState {
                     return Err(Error::Extension { device: self.number, requested: range, existing })
                 }
                 Lookup::Absent if present => {
-                    return Err(Error::NotPresent { device: self.number, range, what: "`target update` with `present`" })
+                    return Err(Error::NotPresent {
+                        device: self.number,
+                        range,
+                        what: "`target update` with `present`",
+                    })
                 }
                 Lookup::Inside(k) if range.bytes > 0 => found.push((range, k)),
                 _ => {}
@@ -287,7 +291,10 @@ impl DeviceState {
     /// `host` valid for reads.
     pub(crate) unsafe fn copy_to_device(&self, dst: u64, host: HostRange) -> Result<()> {
         self.trace.emit(InfoFlags::TRANSFERS, || {
-            format!("device {}: copy host->device {} bytes, {host} -> device {dst:#x}", self.number, host.bytes)
+            format!(
+                "device {}: copy host->device {} bytes, {host} -> device {dst:#x}",
+                self.number, host.bytes
+            )
         });
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes)? };
@@ -301,7 +308,10 @@ impl DeviceState {
     /// `host` valid for exclusive writes.
     pub(crate) unsafe fn copy_from_device(&self, host: HostRange, src: u64) -> Result<()> {
         self.trace.emit(InfoFlags::TRANSFERS, || {
-            format!("device {}: copy device->host {} bytes, device {src:#x} -> {host}", self.number, host.bytes)
+            format!(
+                "device {}: copy device->host {} bytes, device {src:#x} -> {host}",
+                self.number, host.bytes
+            )
         });
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes)? };

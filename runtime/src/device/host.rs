@@ -128,12 +128,8 @@ impl Backend for HostDevice {
     }
 
     fn alloc(&self, bytes: usize) -> Result<u64> {
-        let oom = |free| Error::OutOfMemory {
-            device: self.number,
-            requested: bytes,
-            free,
-            total: self.capacity,
-        };
+        let oom =
+            |free| Error::OutOfMemory { device: self.number, requested: bytes, free, total: self.capacity };
         let used = self.used.fetch_add(bytes, Ordering::Relaxed);
         if used.saturating_add(bytes) > self.capacity {
             self.used.fetch_sub(bytes, Ordering::Relaxed);
@@ -202,8 +198,7 @@ impl Backend for HostDevice {
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {
-        self.peer_access
-            && src.as_any().downcast_ref::<HostDevice>().is_some_and(|s| s.peer_access)
+        self.peer_access && src.as_any().downcast_ref::<HostDevice>().is_some_and(|s| s.peer_access)
     }
 
     fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {

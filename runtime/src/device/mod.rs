@@ -101,8 +101,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Copies from another device's memory into this one's directly (only called when
     /// [`Backend::can_access_peer`] said yes).
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize)
-        -> Result<()>;
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()>;
 
     /// Sets `bytes` bytes at `dst` to `value`.
     fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;

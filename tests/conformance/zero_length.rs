@@ -1,0 +1,1 @@
+//! (cases to come)
