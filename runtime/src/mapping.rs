@@ -413,6 +413,8 @@ pub struct HostBuffer<T: DeviceCopy> {
     rt: Runtime,
     ptr: NonNull<T>,
     len: usize,
+    /// The device whose driver page-locked the buffer, if any did.
+    pinned_by: Option<usize>,
 }
 
 // SAFETY: the buffer owns its memory like a `Vec<T>` does; `T: DeviceCopy` is Send + Sync.
@@ -430,7 +432,8 @@ impl<T: DeviceCopy> HostBuffer<T> {
         })
     }
 
-    /// `len` zeroed elements (every `DeviceCopy` type accepts zero bits).
+    /// `len` zeroed elements (every `DeviceCopy` type accepts zero bits), page-locked when
+    /// a GPU driver can do it, so copies to and from it run at the link's speed.
     pub fn new(rt: &Runtime, len: usize) -> Result<Self> {
         let layout = Self::layout(len)?;
         // SAFETY: non-zero size (at least one page).
@@ -441,7 +444,9 @@ impl<T: DeviceCopy> HostBuffer<T> {
             free: 0,
             total: 0,
         })?;
-        Ok(Self { rt: rt.clone(), ptr, len })
+        // SAFETY: the allocation lives until `drop`, which unpins it first.
+        let pinned_by = unsafe { rt.pin_host(p, layout.size()) };
+        Ok(Self { rt: rt.clone(), ptr, len, pinned_by })
     }
 
     /// A copy of `data`.
@@ -479,6 +484,11 @@ impl<T: DeviceCopy> HostBuffer<T> {
         unsafe { self.rt.update(device, UpdateDirection::From, &[(HostRange::of(self), false)]) }
     }
 
+    /// Whether a GPU driver page-locked the buffer.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned_by.is_some()
+    }
+
     /// A view for kernels on `device` (the buffer must be mapped there when launching).
     pub fn view(&mut self, device: usize) -> DeviceSlice<'_, T> {
         DeviceSlice {
@@ -514,6 +524,10 @@ impl<T: DeviceCopy> Drop for HostBuffer<T> {
                 // SAFETY: delete copies nothing back; the buffer is still alive.
                 let _ = unsafe { self.rt.exit_data(d, &[item]) };
             }
+        }
+        if let Some(d) = self.pinned_by {
+            // SAFETY: pinned in `new` by device `d`; every copy has completed.
+            unsafe { self.rt.unpin_host(self.ptr.as_ptr().cast(), d) };
         }
         if let Ok(layout) = Self::layout(self.len) {
             // SAFETY: allocated in `new` with this layout.

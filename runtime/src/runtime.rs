@@ -169,6 +169,7 @@ pub struct RuntimeBuilder {
     peer_access: bool,
     host_memory: Option<usize>,
     kernel_threads: Option<usize>,
+    gpus: bool,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -186,6 +187,7 @@ impl Default for RuntimeBuilder {
             peer_access: true,
             host_memory: None,
             kernel_threads: None,
+            gpus: true,
         }
     }
 }
@@ -246,6 +248,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether to look for GPUs (default yes); without, only host devices are used.
+    pub fn gpus(mut self, on: bool) -> Self {
+        self.gpus = on;
+        self
+    }
+
     /// Reads environment variables through `lookup` instead of the process environment
     /// (for tests and embedders).
     pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
@@ -271,6 +279,12 @@ impl RuntimeBuilder {
         if settings.policy == OffloadPolicy::Disabled {
             report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
         } else {
+            if self.gpus {
+                let (gpus, line) = discover_gpus(devices.len());
+                devices.extend(gpus);
+                report.push_str(&line);
+                report.push('\n');
+            }
             let capacity = self.host_memory.unwrap_or_else(default_capacity);
             for i in 0..settings.host_devices {
                 let number = devices.len();
@@ -317,6 +331,16 @@ impl RuntimeBuilder {
             }),
         })
     }
+}
+
+#[cfg(feature = "cuda")]
+fn discover_gpus(first: usize) -> (Vec<Box<dyn Backend>>, String) {
+    crate::device::cuda::discover(first)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
+    (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
 }
 
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
@@ -690,6 +714,28 @@ impl Runtime {
 
     pub(crate) fn peer_access(&self) -> bool {
         self.inner.peer_access
+    }
+
+    /// Page-locks `[ptr, ptr+bytes)` with the first device that can; returns which one.
+    ///
+    /// # Safety
+    /// The memory stays allocated until [`Runtime::unpin_host`] with the returned device.
+    pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
+        self.inner.devices.iter().find_map(|d| {
+            // SAFETY: forwarded from the caller.
+            matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true)).then_some(d.number)
+        })
+    }
+
+    /// Undoes [`Runtime::pin_host`].
+    ///
+    /// # Safety
+    /// No copy on the memory is in flight (every construct waits for its copies).
+    pub(crate) unsafe fn unpin_host(&self, ptr: *mut u8, device: usize) {
+        if let Some(d) = self.inner.devices.get(device) {
+            // SAFETY: forwarded from the caller.
+            let _ = unsafe { d.backend.unregister_host(ptr) };
+        }
     }
 }
 

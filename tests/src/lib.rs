@@ -4,6 +4,8 @@
 //! GPU backends join when the machine has GPUs. A case that needs more devices than a
 //! backend has is skipped with a printed reason, never passed silently.
 
+use std::sync::OnceLock;
+
 use offload::{Result, Runtime, RuntimeBuilder};
 
 /// One backend to test, and how to build a runtime that holds only its devices.
@@ -31,12 +33,36 @@ impl BackendUnderTest {
 pub const HOST_DEVICES: usize = 2;
 
 fn host_builder() -> RuntimeBuilder {
-    Runtime::builder().env(|_| None).host_devices(HOST_DEVICES).host_device_memory(4 << 30)
+    Runtime::builder().env(|_| None).gpus(false).host_devices(HOST_DEVICES).host_device_memory(4 << 30)
 }
 
-/// Every backend present on this machine.
+fn gpu_builder() -> RuntimeBuilder {
+    Runtime::builder().env(|_| None).gpus(true).host_devices(0)
+}
+
+/// Whether this machine has GPUs the runtime can use; says once why not.
+fn gpus_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    *PRESENT.get_or_init(|| match gpu_builder().build() {
+        Ok(rt) if rt.num_devices() > 0 => true,
+        Ok(rt) => {
+            println!("SKIP gpu backends: {}", rt.device_report().trim_end().replace('\n', "; "));
+            false
+        }
+        Err(e) => {
+            println!("SKIP gpu backends: {e}");
+            false
+        }
+    })
+}
+
+/// Every backend present on this machine: host devices always, GPUs when there are any.
 pub fn backends() -> Vec<BackendUnderTest> {
-    vec![BackendUnderTest { name: "host", make: host_builder }]
+    let mut v = vec![BackendUnderTest { name: "host", make: host_builder }];
+    if gpus_present() {
+        v.push(BackendUnderTest { name: "gpu", make: gpu_builder });
+    }
+    v
 }
 
 fn run_case(what: &str, backend: &str, device: Option<usize>, r: Result<()>) {

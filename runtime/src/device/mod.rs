@@ -3,10 +3,12 @@
 //! [`Backend`] is the only interface that knows how a device allocates, copies and runs
 //! kernels; everything above it (present tables, map clauses, the memory pool, memcpy
 //! between devices) is written once, in the spirit of LLVM's offload plugins. One file per
-//! backend: [`host`] (always compiled: separate memory, an in-order queue, kernels as Rust
-//! functions on a `rayon` pool).
+//! backend: `host` (always compiled: separate memory, an in-order queue, kernels as Rust
+//! functions on a `rayon` pool) and `cuda` (cargo feature `cuda`, on by default).
 
-pub mod host;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+pub(crate) mod host;
 
 use std::any::Any;
 use std::fmt;
@@ -115,6 +117,24 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
+
+    /// Page-locks host memory so copies to and from it run at the link's speed; `false`
+    /// when the backend has no such notion (host devices).
+    ///
+    /// # Safety
+    /// `ptr..ptr+bytes` must be host memory that stays allocated until
+    /// [`Backend::unregister_host`].
+    unsafe fn register_host(&self, _ptr: *mut u8, _bytes: usize) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Undoes [`Backend::register_host`].
+    ///
+    /// # Safety
+    /// `ptr` was registered by this device and no copy on it is in flight.
+    unsafe fn unregister_host(&self, _ptr: *mut u8) -> Result<()> {
+        Ok(())
+    }
 
     /// For peer copies between devices of the same backend.
     fn as_any(&self) -> &dyn Any;

@@ -1,0 +1,1 @@
+//! Benchmarks live in the `[[bench]]` targets of this package.

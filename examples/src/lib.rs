@@ -1,0 +1,1 @@
+//! Examples live in the `[[example]]` targets of this package.

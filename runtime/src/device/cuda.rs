@@ -1,0 +1,366 @@
+//! NVIDIA GPUs through `cudarc` (driver API, NVRTC), loaded at run time.
+//!
+//! With no `libcuda` on the machine (every CI runner) discovery reports zero CUDA devices
+//! and says why; nothing calls into the driver before `is_culib_present` said it is there,
+//! because cudarc panics on the first call otherwise.
+//!
+//! Each device has its primary context and three streams: copy-in, compute and copy-out.
+//! Every operation is issued on its stream and waited for before the call returns (the
+//! constructs are synchronous), so work on one device is ordered without events. Peer
+//! access is enabled once per pair at discovery. Kernels are compiled by NVRTC for the
+//! device's architecture on first use, cached per (architecture, kernel) process-wide,
+//! and loaded once per device.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, DriverError};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use parking_lot::Mutex;
+
+use super::{Backend, BackendKind, DeviceDescription, MemInfo};
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, KernelArg};
+
+/// A kernel's identity in the caches: its name and where its source lives.
+type KernelKey = (&'static str, usize);
+
+/// PTX per (architecture, kernel), shared by every device of that architecture.
+fn ptx_cache() -> &'static Mutex<HashMap<(String, KernelKey), Ptx>> {
+    static CACHE: OnceLock<Mutex<HashMap<(String, KernelKey), Ptx>>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// One CUDA device.
+pub(crate) struct CudaDevice {
+    number: usize,
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    copy_in: Arc<CudaStream>,
+    compute: Arc<CudaStream>,
+    copy_out: Arc<CudaStream>,
+    arch: &'static str,
+    description: DeviceDescription,
+    functions: Mutex<HashMap<KernelKey, CudaFunction>>,
+    /// Ordinals of the devices this one can read directly (peer access enabled).
+    peers: Mutex<Vec<usize>>,
+}
+
+fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Driver { device, call, message: e.to_string() }
+}
+
+/// Discovers the CUDA devices, numbering them from `first_number`. Returns the devices
+/// and one line for the device report.
+pub(crate) fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
+    // SAFETY: only probes whether the library can be loaded.
+    if !unsafe { sys::is_culib_present() } {
+        return (Vec::new(), "cuda: 0 devices (libcuda not found: no NVIDIA driver on this machine)".into());
+    }
+    let count = match CudaContext::device_count() {
+        Ok(n) => n.max(0) as usize,
+        Err(e) => return (Vec::new(), format!("cuda: 0 devices ({e})")),
+    };
+    let mut devices: Vec<CudaDevice> = Vec::new();
+    let mut notes = Vec::new();
+    for ordinal in 0..count {
+        match CudaDevice::new(first_number + devices.len(), ordinal) {
+            Ok(d) => devices.push(d),
+            Err(e) => notes.push(format!("GPU {ordinal} skipped: {e}")),
+        }
+    }
+    for a in &devices {
+        for b in &devices {
+            if a.ordinal != b.ordinal {
+                match a.enable_peer(b) {
+                    Ok(true) => a.peers.lock().push(b.ordinal),
+                    Ok(false) => {}
+                    Err(e) => notes.push(format!("peer access {}->{}: {e}", a.number, b.number)),
+                }
+            }
+        }
+    }
+    let mut line = format!("cuda: {} devices", devices.len());
+    for d in &devices {
+        line.push_str(&format!(
+            "; device {} = {} ({}, {}, {})",
+            d.number,
+            d.description.name,
+            d.arch,
+            d.description.pci_bus_id.as_deref().unwrap_or("?"),
+            d.description.uuid.as_deref().unwrap_or("?")
+        ));
+    }
+    for n in notes {
+        line.push_str("; ");
+        line.push_str(&n);
+    }
+    (devices.into_iter().map(|d| Box::new(d) as Box<dyn Backend>).collect(), line)
+}
+
+fn format_uuid(u: &sys::CUuuid) -> String {
+    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
+}
+
+impl CudaDevice {
+    fn new(number: usize, ordinal: usize) -> Result<Self> {
+        let ctx = CudaContext::new(ordinal).map_err(driver(number, "cuCtxCreate (primary context)"))?;
+        // SAFETY: the runtime orders its own streams; slices are not used.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = || ctx.new_stream().map_err(driver(number, "cuStreamCreate"));
+        let (copy_in, compute, copy_out) = (stream()?, stream()?, stream()?);
+        let name = ctx.name().map_err(driver(number, "cuDeviceGetName"))?;
+        let (major, minor) = ctx.compute_capability().map_err(driver(number, "cuDeviceGetAttribute"))?;
+        let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+        let uuid = ctx.uuid().map(|u| format_uuid(&u)).ok();
+        let mut buf = [0 as std::ffi::c_char; 32];
+        // SAFETY: `buf` has room for the 13-byte id and its terminator; the length says so.
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, ctx.cu_device()) }
+            .result()
+            .map_err(driver(number, "cuDeviceGetPCIBusId"))?;
+        // SAFETY: the driver wrote a NUL-terminated string into `buf`.
+        let pci = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().to_lowercase();
+        Ok(Self {
+            number,
+            ordinal,
+            ctx,
+            copy_in,
+            compute,
+            copy_out,
+            arch,
+            description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
+            functions: Mutex::new(HashMap::new()),
+            peers: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver(self.number, "cuCtxSetCurrent"))
+    }
+
+    /// Lets this device read `other`'s memory directly, if the hardware can.
+    fn enable_peer(&self, other: &CudaDevice) -> Result<bool> {
+        let mut can = 0i32;
+        // SAFETY: both handles come from live contexts.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), other.ctx.cu_device()) }
+            .result()
+            .map_err(driver(self.number, "cuDeviceCanAccessPeer"))?;
+        if can == 0 {
+            return Ok(false);
+        }
+        self.bind()?;
+        // SAFETY: this context is current; the peer context is alive.
+        match unsafe { sys::cuCtxEnablePeerAccess(other.ctx.cu_ctx(), 0) }.result() {
+            Ok(()) | Err(DriverError(sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)) => Ok(true),
+            Err(e) => Err(driver(self.number, "cuCtxEnablePeerAccess")(e)),
+        }
+    }
+
+    fn sync(&self, s: &CudaStream, call: &'static str) -> Result<()> {
+        s.synchronize().map_err(driver(self.number, call))
+    }
+
+    /// The kernel's function on this device: compiled by NVRTC for this architecture on
+    /// first use anywhere, loaded here on first use here.
+    fn function(&self, kernel: &Kernel) -> Result<CudaFunction> {
+        let src = kernel.cuda_source().ok_or(Error::NoKernelImpl {
+            device: self.number,
+            kernel: kernel.name(),
+            backend: "cuda",
+        })?;
+        let key = (kernel.name(), src.as_ptr() as usize);
+        if let Some(f) = self.functions.lock().get(&key) {
+            return Ok(f.clone());
+        }
+        let ptx = {
+            let mut cache = ptx_cache().lock();
+            match cache.get(&(self.arch.to_string(), key)) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = compile(self.number, kernel.name(), src, self.arch)?;
+                    cache.insert((self.arch.to_string(), key), p.clone());
+                    p
+                }
+            }
+        };
+        let module = self.ctx.load_module(ptx).map_err(driver(self.number, "cuModuleLoadData"))?;
+        let f = module.load_function(kernel.name()).map_err(driver(self.number, "cuModuleGetFunction"))?;
+        self.functions.lock().insert(key, f.clone());
+        Ok(f)
+    }
+
+    fn oom_or(&self, requested: usize, call: &'static str) -> impl Fn(DriverError) -> Error + '_ {
+        move |e| match e.0 {
+            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                let (free, total) = self.ctx.mem_get_info().unwrap_or((0, 0));
+                Error::OutOfMemory { device: self.number, requested, free, total }
+            }
+            _ => driver(self.number, call)(e),
+        }
+    }
+}
+
+fn compile(device: usize, name: &'static str, src: &str, arch: &'static str) -> Result<Ptx> {
+    // SAFETY: only probes whether the library can be loaded.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::Driver {
+            device,
+            call: "nvrtcCompileProgram",
+            message: format!("NVRTC library not found: cannot compile kernel `{name}`"),
+        });
+    }
+    let opts = CompileOptions { arch: Some(arch), name: Some(format!("{name}.cu")), ..Default::default() };
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| Error::Driver {
+        device,
+        call: "nvrtcCompileProgram",
+        message: format!("kernel `{name}` for {arch}: {e}"),
+    })
+}
+
+impl Backend for CudaDevice {
+    fn description(&self) -> &DeviceDescription {
+        &self.description
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        self.bind()?;
+        // SAFETY: the context is current; `bytes > 0`.
+        unsafe { result::malloc_sync(bytes) }.map_err(self.oom_or(bytes, "cuMemAlloc"))
+    }
+
+    fn free(&self, addr: u64, _bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `addr` came from `alloc` and no queued work uses it (every call waits).
+        unsafe { result::free_sync(addr) }.map_err(driver(self.number, "cuMemFree"))
+    }
+
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller guarantees `src` for `bytes`; the slice lives through the sync.
+        let host = unsafe { std::slice::from_raw_parts(src, bytes) };
+        // SAFETY: `dst` is device memory of at least `bytes` (the caller's contract).
+        unsafe { result::memcpy_htod_async(dst, host, self.copy_in.cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyHtoDAsync"))?;
+        self.sync(&self.copy_in, "cuStreamSynchronize (copy-in)")
+    }
+
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller guarantees exclusive `dst` for `bytes` until we return.
+        let host = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
+        // SAFETY: `src` is device memory of at least `bytes`.
+        unsafe { result::memcpy_dtoh_async(host, src, self.copy_out.cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyDtoHAsync"))?;
+        self.sync(&self.copy_out, "cuStreamSynchronize (copy-out)")
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: both ranges are this device's memory (the generic layer's contract).
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.compute.cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyDtoDAsync"))?;
+        self.sync(&self.compute, "cuStreamSynchronize (compute)")
+    }
+
+    fn can_access_peer(&self, src: &dyn Backend) -> bool {
+        src.as_any().downcast_ref::<CudaDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
+    }
+
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        let peer = src.as_any().downcast_ref::<CudaDevice>().ok_or_else(|| Error::InvalidArgument {
+            routine: "copy_from_peer",
+            what: "source device is not a CUDA device".into(),
+        })?;
+        self.bind()?;
+        // SAFETY: both ranges are device memory of their contexts (the caller's contract).
+        unsafe {
+            result::memcpy_peer_async(
+                self.ctx.cu_ctx(),
+                dst,
+                peer.ctx.cu_ctx(),
+                src_addr,
+                bytes,
+                self.copy_in.cu_stream(),
+            )
+        }
+        .map_err(driver(self.number, "cuMemcpyPeerAsync"))?;
+        self.sync(&self.copy_in, "cuStreamSynchronize (peer copy)")
+    }
+
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `dst..dst+bytes` is this device's memory.
+        unsafe { result::memset_d8_async(dst, value, bytes, self.compute.cu_stream()) }
+            .map_err(driver(self.number, "cuMemsetD8Async"))?;
+        self.sync(&self.compute, "cuStreamSynchronize (memset)")
+    }
+
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        let f = self.function(kernel)?;
+        self.bind()?;
+        // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
+        let mut storage: Vec<[u8; 8]> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Scalar(s) => s.to_ne_bytes().0,
+                KernelArg::Ptr { addr, .. } => addr.to_ne_bytes(),
+            })
+            .collect();
+        storage.push((n as u64).to_ne_bytes());
+        let mut params: Vec<*mut c_void> = storage.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let block = kernel.block();
+        let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
+        // SAFETY: the parameters match the kernel's signature by the Kernel convention
+        // (arguments in order, then n); pointers are this device's memory, translated
+        // through the present table; `storage` outlives the call.
+        unsafe {
+            result::launch_kernel(f.cu_function(), (blocks, 1, 1), (block, 1, 1), 0, self.compute.cu_stream(), &mut params)
+        }
+        .map_err(driver(self.number, "cuLaunchKernel"))?;
+        self.compute.synchronize().map_err(|e| Error::KernelFailed {
+            device: self.number,
+            kernel: kernel.name(),
+            message: e.to_string(),
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.synchronize().map_err(driver(self.number, "cuCtxSynchronize"))
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        let (free, total) = self.ctx.mem_get_info().map_err(driver(self.number, "cuMemGetInfo"))?;
+        Ok(MemInfo { free, total })
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+        self.bind()?;
+        // SAFETY: the caller guarantees `ptr..ptr+bytes` is host memory it owns until
+        // `unregister_host`; PORTABLE makes it pinned for every context.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), bytes, sys::CU_MEMHOSTREGISTER_PORTABLE) }
+            .result()
+            .map_err(driver(self.number, "cuMemHostRegister"))?;
+        Ok(true)
+    }
+
+    unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `ptr` was registered by `register_host`.
+        unsafe { sys::cuMemHostUnregister(ptr.cast()) }.result().map_err(driver(self.number, "cuMemHostUnregister"))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Streams and the context are released by cudarc; finish our work first.
+        let _ = self.ctx.synchronize();
+    }
+}
