@@ -18,8 +18,7 @@ fn lookup(c: &mut Criterion) {
     for &entries in &[1usize, 1_000, 100_000] {
         let rt = runtime();
         let host = vec![0u8; entries * CHUNK];
-        let items: Vec<MapItem> =
-            host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::ALLOC)).collect();
+        let items: Vec<MapItem> = host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::ALLOC)).collect();
         // SAFETY: `host` outlives the mappings (released below).
         unsafe { rt.enter_data(0, &items) }.expect("map");
         // Probe addresses spread over the table, in a fixed pseudo-random order.

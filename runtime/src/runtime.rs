@@ -405,6 +405,13 @@ impl Runtime {
         Ok(self.device_state(device)?.backend.description())
     }
 
+    /// Whether copies from device `src` into device `dst` go directly (peer access, or the
+    /// same device) rather than through host memory.
+    pub fn can_access_peer(&self, dst: usize, src: usize) -> Result<bool> {
+        let (d, s) = (self.device_state(dst)?, self.device_state(src)?);
+        Ok(dst == src || (self.inner.peer_access && d.backend.can_access_peer(&*s.backend)))
+    }
+
     /// Free and total memory of device `device`.
     pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
         self.device_state(device)?.backend.mem_info()

@@ -4,7 +4,7 @@
 //! it starts from); 8-10 are structured regions and target launches.
 
 use offload::{
-    map, Error, InfoFlags, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, TransferStats,
+    map, HostRange, InfoFlags, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, TransferStats,
 };
 use offload_kernels::{FILL_F32, FILL_I32, SUM_F32};
 use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_device, on_every_device_with};
@@ -48,6 +48,14 @@ fn enter_to(rt: &Runtime, dev: usize, x: &[i32], times: usize) -> Result<()> {
     Ok(())
 }
 
+/// Trace lines of copies of `range` on `dev` in direction `dir` ("host->device" or
+/// "device->host").
+fn copy_lines(trace: &[String], dev: usize, dir: &str, range: HostRange) -> usize {
+    let prefix = format!("device {dev}: copy {dir}");
+    let range = range.to_string();
+    trace.iter().filter(|l| l.starts_with(&prefix) && l.contains(&range)).count()
+}
+
 #[test]
 fn case_01_enter_to_creates_an_entry_and_copies_once() {
     on_every_device("case 1", |rt, dev| {
@@ -62,7 +70,7 @@ fn case_01_enter_to_creates_an_entry_and_copies_once() {
         check_eq!(copies(s0, s1), (1, 0));
         check_eq!(s1.to_device_bytes - s0.to_device_bytes, 4);
         check!(rt.is_present(x.as_ptr() as usize, dev)?, "x not present after enter to");
-        check_eq!(rt.entry(x.as_ptr() as usize, dev)?.map(|e| e.range), Some(offload::HostRange::of(&x)));
+        check_eq!(rt.entry(x.as_ptr() as usize, dev)?.map(|e| e.range), Some(HostRange::of(&x)));
         check_eq!(device_copy_of(rt, &x, dev)?, vec![1]);
         // The other devices' tables are untouched (rule 1).
         for other in (0..rt.num_devices()).filter(|&d| d != dev) {
@@ -335,11 +343,7 @@ fn case_10_launch_from_then_always_to_copies_once() {
         |rt, dev| {
             const N: usize = 16;
             let mut buf = vec![0.0f32; N];
-            let range = offload::HostRange::of(&buf).to_string();
-            let lines_for = |rt: &Runtime, dir: &str| -> usize {
-                let prefix = format!("device {dev}: copy {dir}");
-                rt.take_info().iter().filter(|l| l.starts_with(&prefix) && l.contains(&range)).count()
-            };
+            let range = HostRange::of(&buf);
             rt.take_info();
             let s0 = rt.transfer_stats(dev)?;
             let maps = [item_mut(&mut buf, MapType::FROM)];
@@ -357,12 +361,10 @@ fn case_10_launch_from_then_always_to_copies_once() {
             check_eq!(copies(s0, rt.transfer_stats(dev)?), (0, 1));
             check_eq!(buf, vec![1.0; N]);
             let trace = rt.take_info();
-            let count = |dir: &str| {
-                let prefix = format!("device {dev}: copy {dir}");
-                trace.iter().filter(|l| l.starts_with(&prefix) && l.contains(&range)).count()
-            };
-            check!(count("device->host") == 1, "one copy back of buf expected, trace: {trace:#?}");
-            check!(count("host->device") == 0, "`from` copied buf in, trace: {trace:#?}");
+            let back = copy_lines(&trace, dev, "device->host", range);
+            check!(back == 1, "one copy back of buf expected, got {back}; trace: {trace:#?}");
+            let into = copy_lines(&trace, dev, "host->device", range);
+            check!(into == 0, "`from` copied buf in; trace: {trace:#?}");
 
             // A second launch: `always to(buf)` on an absent range copies once, not twice.
             let mut total = [0.0f32];
@@ -380,16 +382,13 @@ fn case_10_launch_from_then_always_to_copies_once() {
                 )?
             };
             check_eq!(total, [N as f32]);
-            check_eq!(lines_for(rt, "host->device"), 1);
+            let trace = rt.take_info();
+            let into = copy_lines(&trace, dev, "host->device", range);
+            check!(into == 1, "`always to` of an absent range must copy once, got {into}; trace: {trace:#?}");
             // buf once and total once in; total once back.
             check_eq!(copies(s1, rt.transfer_stats(dev)?), (2, 1));
             check!(!rt.is_present(buf.as_ptr() as usize, dev)?, "buf present after the launch");
             assert_clean(rt, dev)
         },
     );
-}
-
-#[allow(dead_code)]
-fn _error_type_is_used(e: &Error) -> bool {
-    matches!(e, Error::NotPresent { .. })
 }

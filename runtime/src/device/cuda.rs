@@ -318,7 +318,14 @@ impl Backend for CudaDevice {
         // (arguments in order, then n); pointers are this device's memory, translated
         // through the present table; `storage` outlives the call.
         unsafe {
-            result::launch_kernel(f.cu_function(), (blocks, 1, 1), (block, 1, 1), 0, self.compute.cu_stream(), &mut params)
+            result::launch_kernel(
+                f.cu_function(),
+                (blocks, 1, 1),
+                (block, 1, 1),
+                0,
+                self.compute.cu_stream(),
+                &mut params,
+            )
         }
         .map_err(driver(self.number, "cuLaunchKernel"))?;
         self.compute.synchronize().map_err(|e| Error::KernelFailed {
@@ -350,7 +357,9 @@ impl Backend for CudaDevice {
     unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
         self.bind()?;
         // SAFETY: `ptr` was registered by `register_host`.
-        unsafe { sys::cuMemHostUnregister(ptr.cast()) }.result().map_err(driver(self.number, "cuMemHostUnregister"))
+        unsafe { sys::cuMemHostUnregister(ptr.cast()) }
+            .result()
+            .map_err(driver(self.number, "cuMemHostUnregister"))
     }
 
     fn as_any(&self) -> &dyn Any {
