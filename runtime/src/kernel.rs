@@ -51,6 +51,23 @@ impl Kernel {
         Self { name, cuda: None, host: None, block: DEFAULT_BLOCK }
     }
 
+    /// A kernel from CUDA C source text known only at run time (read from a file, built
+    /// by a program). Kernels live as long as the program, so the strings are leaked once;
+    /// make each kernel once and keep it.
+    ///
+    /// ```
+    /// let k = offload::Kernel::from_cuda_source(
+    ///     "twice".to_string(),
+    ///     r#"extern "C" __global__ void twice(float* x, unsigned long long n) {
+    ///         unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    ///         if (i < n) x[i] *= 2.0f; }"#.to_string(),
+    /// );
+    /// assert!(k.host_fn().is_none() && k.cuda_source().is_some());
+    /// ```
+    pub fn from_cuda_source(name: String, source: String) -> Self {
+        Self::new(Box::leak(name.into_boxed_str())).with_cuda(Box::leak(source.into_boxed_str()))
+    }
+
     /// Adds the CUDA C source (compiled at run time for the device's architecture).
     pub const fn with_cuda(mut self, source: &'static str) -> Self {
         self.cuda = Some(source);

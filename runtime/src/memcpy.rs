@@ -4,6 +4,7 @@
 //! Device to device goes by peer access when both devices have it (and the runtime allows
 //! it), otherwise through host memory in chunks.
 
+use crate::device::{Copy2d, Place};
 use crate::error::{Error, HostRange, Result};
 use crate::runtime::{DeviceState, Runtime, Target};
 
@@ -113,7 +114,8 @@ impl Runtime {
 
     /// `omp_target_memcpy_rect`: copies a sub-volume of `volume` elements (per dimension,
     /// outermost first) of `element_size` bytes between two arrays of any number of
-    /// dimensions on any two devices. Each contiguous innermost row is one copy.
+    /// dimensions on any two devices. Each plane of the innermost two dimensions is one pitched
+    /// 2-D driver copy where the backend has one (CUDA), else one copy per row.
     ///
     /// # Safety
     /// Both arrays must be valid memory of their devices for their whole `dimensions`.
@@ -158,19 +160,38 @@ impl Runtime {
         };
         let (ds, ss) = (strides(dst.dimensions), strides(src.dimensions));
         let row = volume[dims - 1] * element_size;
-        let rows: usize = volume[..dims - 1].iter().product();
-        let mut index = vec![0usize; dims - 1];
-        for _ in 0..rows {
-            let at = |side: &RectSide<'_>, st: &[usize]| -> u64 {
-                let mut off = side.offsets[dims - 1] * element_size;
-                for k in 0..dims - 1 {
+        if dims == 1 {
+            let (d, s) = (
+                dst.ptr + (dst.offsets[0] * element_size) as u64,
+                src.ptr + (src.offsets[0] * element_size) as u64,
+            );
+            // SAFETY: inside both arrays (checked above); validity is the caller's.
+            return unsafe { self.copy_bytes(d, dst.device, s, src.device, row) };
+        }
+        // The innermost two dimensions form pitched planes; the outer ones index planes.
+        let rows = volume[dims - 2];
+        let planes: usize = volume[..dims - 2].iter().product();
+        let mut index = vec![0usize; dims - 2];
+        for _ in 0..planes {
+            let base = |side: &RectSide<'_>, st: &[usize]| -> u64 {
+                let mut off = side.offsets[dims - 1] * element_size + side.offsets[dims - 2] * st[dims - 2];
+                for k in 0..dims - 2 {
                     off += (side.offsets[k] + index[k]) * st[k];
                 }
                 side.ptr + off as u64
             };
-            // SAFETY: inside both arrays (checked above); validity is the caller's.
-            unsafe { self.copy_bytes(at(&dst, &ds), dst.device, at(&src, &ss), src.device, row)? };
-            for k in (0..dims - 1).rev() {
+            let (d0, s0) = (base(&dst, &ds), base(&src, &ss));
+            // SAFETY: every row lies inside both arrays (checked above).
+            if !unsafe {
+                self.copy_plane_2d(d0, dst.device, ds[dims - 2], s0, src.device, ss[dims - 2], row, rows)?
+            } {
+                for r in 0..rows {
+                    let (d, s) = (d0 + (r * ds[dims - 2]) as u64, s0 + (r * ss[dims - 2]) as u64);
+                    // SAFETY: as above.
+                    unsafe { self.copy_bytes(d, dst.device, s, src.device, row)? };
+                }
+            }
+            for k in (0..dims - 2).rev() {
                 index[k] += 1;
                 if index[k] < volume[k] {
                     break;
@@ -179,6 +200,45 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// One pitched plane as a single driver copy, when one device's backend can do it;
+    /// `false` when the caller must copy row by row.
+    ///
+    /// # Safety
+    /// Every row of both sides is valid memory of its device.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn copy_plane_2d(
+        &self,
+        d: u64,
+        dst_device: usize,
+        dst_pitch: usize,
+        s: u64,
+        src_device: usize,
+        src_pitch: usize,
+        row_bytes: usize,
+        rows: usize,
+    ) -> Result<bool> {
+        let (dev, dst, src) = match (self.target(dst_device)?, self.target(src_device)?) {
+            (Target::Device(dd), Target::Initial) => (dd, Place::Device(d), Place::Host(s as usize)),
+            (Target::Initial, Target::Device(sd)) => (sd, Place::Host(d as usize), Place::Device(s)),
+            (Target::Device(dd), Target::Device(sd)) if dd.number == sd.number => {
+                (dd, Place::Device(d), Place::Device(s))
+            }
+            _ => return Ok(false),
+        };
+        let c = Copy2d { dst, dst_pitch, src, src_pitch, row_bytes, rows };
+        // SAFETY: forwarded from the caller.
+        let done = unsafe { dev.backend.copy_2d(&c)? };
+        if done {
+            let bytes = row_bytes * rows;
+            match (dst, src) {
+                (Place::Host(_), _) => dev.stats.record_from_device(bytes),
+                (_, Place::Host(_)) => dev.stats.record_to_device(bytes),
+                _ => dev.stats.record_device_copy(true),
+            }
+        }
+        Ok(done)
     }
 
     /// `omp_target_memset`: sets `bytes` bytes at `ptr` on `device` to `value`.

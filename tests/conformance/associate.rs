@@ -20,6 +20,11 @@ fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
     MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
 }
 
+/// The host range of a slice the runtime may write into (`update from`).
+fn mut_range<T>(s: &mut [T]) -> HostRange {
+    HostRange::new(s.as_mut_ptr() as usize, std::mem::size_of_val(s))
+}
+
 /// Copies `host` to device address `dst` with `omp_target_memcpy`.
 fn write_device(rt: &offload::Runtime, dst: u64, host: &[i32], dev: usize) -> Result<()> {
     let bytes = std::mem::size_of_val(host);
@@ -108,7 +113,7 @@ fn case_26_associate_with_a_device_offset() {
         };
         check_eq!(read_device::<i32>(rt, d, 16, dev)?, [vec![0; 4], vec![3; 4], vec![0; 8]].concat());
         // SAFETY: `h` is writable and not otherwise used during the update.
-        unsafe { rt.update(dev, UpdateDirection::From, &[(HostRange::of(&h), true)])? };
+        unsafe { rt.update(dev, UpdateDirection::From, &[(mut_range(&mut h), true)])? };
         check_eq!(h, [3; 4]);
         // SAFETY: no kernel uses the association; then nothing uses `d`.
         unsafe {
@@ -255,7 +260,7 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         };
         // `update from` copies.
         // SAFETY: `x` is writable and not otherwise used.
-        unsafe { rt.update(dev, UpdateDirection::From, &[(HostRange::of(&x), false)])? };
+        unsafe { rt.update(dev, UpdateDirection::From, &[(mut_range(&mut x), false)])? };
         check_eq!(x, [4; N]);
         // SAFETY: as above.
         unsafe {

@@ -20,7 +20,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, DriverE
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
-use super::{Backend, BackendKind, DeviceDescription, MemInfo};
+use super::{Backend, BackendKind, Copy2d, DeviceDescription, MemInfo, Place};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -342,6 +342,49 @@ impl Backend for CudaDevice {
     fn mem_info(&self) -> Result<MemInfo> {
         let (free, total) = self.ctx.mem_get_info().map_err(driver(self.number, "cuMemGetInfo"))?;
         Ok(MemInfo { free, total })
+    }
+
+    unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
+        self.bind()?;
+        let mut p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: 0,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: c.src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: 0,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: c.dst_pitch,
+            WidthInBytes: c.row_bytes,
+            Height: c.rows,
+        };
+        match c.src {
+            Place::Host(h) => {
+                p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+                p.srcHost = h as *const c_void;
+            }
+            Place::Device(d) => p.srcDevice = d,
+        }
+        match c.dst {
+            Place::Host(h) => {
+                p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+                p.dstHost = h as *mut c_void;
+            }
+            Place::Device(d) => p.dstDevice = d,
+        }
+        let stream = if matches!(c.dst, Place::Host(_)) { &self.copy_out } else { &self.copy_in };
+        // SAFETY: the caller guarantees every row of both sides; we wait before returning.
+        unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.cu_stream()) }
+            .result()
+            .map_err(driver(self.number, "cuMemcpy2DAsync"))?;
+        self.sync(stream, "cuStreamSynchronize (2-D copy)")?;
+        Ok(true)
     }
 
     unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {

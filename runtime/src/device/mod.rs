@@ -66,6 +66,27 @@ pub struct MemInfo {
     pub total: usize,
 }
 
+/// One side of a pitched 2-D copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Host memory at this address.
+    Host(usize),
+    /// This device's memory at this address.
+    Device(u64),
+}
+
+/// A pitched 2-D copy: `rows` rows of `row_bytes` bytes; row `r` of a side starts at its
+/// base plus `r` times its pitch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Copy2d {
+    pub dst: Place,
+    pub dst_pitch: usize,
+    pub src: Place,
+    pub src_pitch: usize,
+    pub row_bytes: usize,
+    pub rows: usize,
+}
+
 /// The per-vendor half of a device: allocation, copies, kernels.
 ///
 /// Every operation is ordered on the device's own in-order queue and has completed when
@@ -117,6 +138,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
+
+    /// Runs a pitched 2-D copy as one driver operation; `false` when the backend has none
+    /// (the caller then copies row by row).
+    ///
+    /// # Safety
+    /// Every row of both sides must be valid memory (host memory for writes on the
+    /// destination side, not otherwise accessed during the call).
+    unsafe fn copy_2d(&self, _c: &Copy2d) -> Result<bool> {
+        Ok(false)
+    }
 
     /// Page-locks host memory so copies to and from it run at the link's speed; `false`
     /// when the backend has no such notion (host devices).
