@@ -1,1 +1,194 @@
+//! Many threads mapping, launching and unmapping at once, on the same and on different
+//! devices, over host ranges they share (read-only) and ranges of their own. Every result is
+//! checked, and every device must be clean afterwards.
 
+use std::sync::Barrier;
+
+use offload::{map, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
+use offload_kernels::{saxpy, ADD_I32, SAXPY};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend};
+
+const THREADS: usize = 24;
+
+/// Runs `f(t)` on `n` threads at once; the first failure, naming its thread.
+fn run_threads(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || f(t))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidArgument { routine: "thread", what: "a test thread panicked".into() })
+                })
+            })
+            .collect()
+    });
+    for (t, r) in results.into_iter().enumerate() {
+        r.map_err(|e| Error::InvalidArgument { routine: "thread", what: format!("thread {t}: {e}") })?;
+    }
+    Ok(())
+}
+
+/// A map item over a slice the runtime may write into (`from` kinds).
+fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
+    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
+}
+
+fn all_clean(rt: &Runtime) -> Result<()> {
+    check!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+    (0..rt.num_devices()).try_for_each(|d| assert_clean(rt, d))
+}
+
+#[test]
+fn threads_map_launch_and_unmap_shared_and_private_ranges() {
+    on_every_backend(
+        "concurrent maps and launches",
+        1,
+        |b| b,
+        |rt| {
+            const N: usize = 4096;
+            const ROUNDS: usize = 20;
+            let ndev = rt.num_devices();
+            // Read by every thread on every device; never written.
+            let shared: Vec<f32> = (0..N).map(|i| i as f32).collect();
+            let start = Barrier::new(THREADS);
+            run_threads(THREADS, |t| {
+                let mut mine = vec![0f32; N];
+                let mut counter = vec![t as i32; 64];
+                start.wait();
+                for r in 0..ROUNDS {
+                    let dev = (t + r) % ndev;
+                    // The shared range, entered by many threads at once: whoever finds it present
+                    // must find its data there already.
+                    // SAFETY: `shared` outlives every construct and is only read.
+                    unsafe { rt.enter_data(dev, &[MapItem::slice(&shared, MapType::TO)])? };
+                    check!(rt.entry(shared.as_ptr() as usize, dev)?.is_some_and(|e| e.dynamic >= 1));
+                    check!(
+                        device_copy_of(rt, &shared, dev)? == shared,
+                        "round {r}: shared data wrong on {dev}"
+                    );
+
+                    // A region over the shared range and this thread's own.
+                    mine.fill(t as f32);
+                    let region = [MapItem::slice(&shared, MapType::TO), mut_item(&mut mine, MapType::TOFROM)];
+                    let a = (r + 1) as f32;
+                    let args = [
+                        LaunchArg::Value(Scalar::F32(a)),
+                        LaunchArg::mapped(shared.as_ptr()),
+                        LaunchArg::mapped(mine.as_ptr()),
+                    ];
+                    // SAFETY: `mine` is this thread's and untouched while mapped; `shared` is read.
+                    unsafe {
+                        rt.target_data_begin(dev, &region)?;
+                        rt.target_launch(dev, &SAXPY, N, &[], &args)?;
+                        rt.target_data_end(dev, &region)?;
+                    }
+                    for (i, &v) in mine.iter().enumerate() {
+                        check_eq!(v, t as f32 + a * i as f32);
+                    }
+                    check!(!rt.is_present(mine.as_ptr() as usize, dev)?);
+
+                    // A launch with its own map list, every thread on device 0.
+                    let maps = [mut_item(&mut counter, MapType::TOFROM)];
+                    let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(counter.as_ptr())];
+                    // SAFETY: `counter` is this thread's and untouched during the launch.
+                    unsafe { rt.target_launch(0, &ADD_I32, 64, &maps, &args)? };
+                    check!(
+                        counter.iter().all(|&v| v == (t + r + 1) as i32),
+                        "round {r}: {:?}",
+                        &counter[..4]
+                    );
+
+                    // SAFETY: as for the enter.
+                    unsafe { rt.exit_data(dev, &[MapItem::slice(&shared, MapType::RELEASE)])? };
+                }
+                Ok(())
+            })?;
+            check!(shared.iter().enumerate().all(|(i, &v)| v == i as f32));
+            all_clean(rt)
+        },
+    );
+}
+
+#[test]
+fn threads_count_one_shared_range_exactly() {
+    on_every_backend(
+        "concurrent reference counts",
+        1,
+        |b| b,
+        |rt| {
+            const K: u64 = 50;
+            let ndev = rt.num_devices();
+            let shared = vec![7u64; 1000];
+            let sp = shared.as_ptr() as usize;
+            let entered = Barrier::new(THREADS);
+            let checked = Barrier::new(THREADS);
+            run_threads(THREADS, |t| {
+                let dev = t % ndev;
+                let item = [MapItem::slice(&shared, MapType::TO)];
+                let mut r = Ok(());
+                for _ in 0..K {
+                    // SAFETY: `shared` outlives the constructs and is only read.
+                    r = r.and_then(|()| unsafe { rt.enter_data(dev, &item) });
+                }
+                // Every thread reaches the barriers, even after a failure, so none waits forever.
+                entered.wait();
+                let on_dev = (0..THREADS).filter(|u| u % ndev == dev).count() as u64;
+                let count = rt.entry(sp, dev).map(|e| e.map(|e| e.dynamic));
+                checked.wait();
+                r?;
+                check_eq!(count?, Some(on_dev * K));
+                check_eq!(device_copy_of(rt, &shared, dev)?, shared);
+                for _ in 0..K {
+                    // SAFETY: as above.
+                    unsafe { rt.exit_data(dev, &[MapItem::slice(&shared, MapType::RELEASE)])? };
+                }
+                Ok(())
+            })?;
+            for d in 0..ndev {
+                check!(!rt.is_present(sp, d)?);
+            }
+            all_clean(rt)
+        },
+    );
+}
+
+#[test]
+fn threads_use_the_safe_api_at_once() {
+    on_every_backend(
+        "concurrent safe API",
+        1,
+        |b| b,
+        |rt| {
+            const N: usize = 2048;
+            // The initial device takes part too.
+            let targets = rt.num_devices() + 1;
+            let x: Vec<f32> = (0..N).map(|i| (i % 97) as f32).collect();
+            run_threads(THREADS, |t| {
+                let mut y = vec![t as f32; N];
+                for r in 0..10 {
+                    let d = (t + r) % targets;
+                    let dev = rt.device(d)?;
+                    let a = (r % 3 + 1) as f32;
+                    let before = y.clone();
+                    dev.data((map::to(&x), map::tofrom(&mut y)), |(xv, yv)| {
+                        saxpy(&dev, a, xv, yv)?;
+                        saxpy(&dev, a, xv, yv)
+                    })?;
+                    for i in 0..N {
+                        check_eq!(y[i], before[i] + 2.0 * a * x[i]);
+                    }
+                    check!(d == rt.initial_device() || !rt.is_present(y.as_ptr() as usize, d)?);
+                }
+                Ok(())
+            })?;
+            check!(x.iter().enumerate().all(|(i, &v)| v == (i % 97) as f32));
+            all_clean(rt)
+        },
+    );
+}

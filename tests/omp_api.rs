@@ -1,1 +1,382 @@
+//! The OpenMP routines of `offload::omp`, in C's raw-pointer shape, on the process-wide
+//! runtime (two host devices). The tests of this binary share that runtime, so each uses
+//! its own host memory and they run one at a time, each checking it left nothing behind.
 
+use std::ffi::c_void;
+use std::sync::{Mutex, MutexGuard};
+
+use offload::omp::*;
+use offload::{Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection};
+use offload_kernels::{ADD_I32, FILL_I32};
+use offload_tests::{assert_clean, check, check_eq};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Installs the global runtime (idempotent) and holds this binary's test lock.
+fn setup() -> Result<(MutexGuard<'static, ()>, &'static Runtime)> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = init(Runtime::builder().env(|_| None).host_devices(2).build()?)?;
+    Ok((guard, rt))
+}
+
+/// Every device of the global runtime holds no mapping and no allocation.
+fn all_clean(rt: &Runtime) -> Result<()> {
+    (0..rt.num_devices()).try_for_each(|d| assert_clean(rt, d))
+}
+
+/// The error of `r`; a check failure naming `what` when `r` succeeded.
+fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
+    match r {
+        Ok(v) => Err(Error::InvalidArgument {
+            routine: "check",
+            what: format!("{what}: expected an error, got Ok({v:?})"),
+        }),
+        Err(e) => Ok(e),
+    }
+}
+
+fn devices() -> Result<Vec<i32>> {
+    Ok((0..omp_get_num_devices()?).collect())
+}
+
+fn vp<T>(p: *const T) -> *const c_void {
+    p.cast()
+}
+
+fn vpm<T>(p: *mut T) -> *mut c_void {
+    p.cast()
+}
+
+/// A map item over a slice the runtime may write into (`from` kinds).
+fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
+    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
+}
+
+#[test]
+fn device_numbers() -> Result<()> {
+    let (_g, rt) = setup()?;
+    check_eq!(omp_get_num_devices()?, 2);
+    check_eq!(omp_get_initial_device()?, 2);
+    check_eq!(omp_get_default_device()?, 0);
+    check_eq!(rt.num_devices(), 2);
+    for bad in [-1, 3, i32::MAX] {
+        let e = fails(omp_target_alloc(4, bad), "alloc on a bad device")?;
+        check!(
+            matches!(e, Error::NoSuchDevice { device, available: 2 } if device == i64::from(bad)),
+            "{e:?}"
+        );
+        let x = 0i32;
+        check!(matches!(omp_target_is_present(vp(&x), bad), Err(Error::NoSuchDevice { .. })));
+        check!(matches!(omp_get_mapped_ptr(vp(&x), bad), Err(Error::NoSuchDevice { .. })));
+    }
+    all_clean(rt)
+}
+
+#[test]
+fn alloc_memset_memcpy_free() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    for dev in devices()? {
+        check!(omp_target_alloc(0, dev)?.is_null());
+        // SAFETY: null is a no-op.
+        unsafe { omp_target_free(std::ptr::null_mut(), dev)? };
+        let p = omp_target_alloc(400, dev)?;
+        check!(!p.is_null());
+        // SAFETY (for the block): `p` holds 400 bytes on `dev`; host buffers are live and
+        // sized for each copy.
+        unsafe {
+            check_eq!(omp_target_memset(p, 0x11, 400, dev)?, p);
+            let mut bytes = [0u8; 400];
+            omp_target_memcpy(vpm(bytes.as_mut_ptr()), p, 400, 0, 0, init, dev)?;
+            check!(bytes.iter().all(|&b| b == 0x11));
+            // Only the low byte of the value counts, as C's memset does.
+            omp_target_memset(p, 0x1ff, 4, dev)?;
+            omp_target_memcpy(vpm(bytes.as_mut_ptr()), p, 8, 0, 0, init, dev)?;
+            check_eq!(bytes[..8], [0xff, 0xff, 0xff, 0xff, 0x11, 0x11, 0x11, 0x11]);
+
+            let src: Vec<i32> = (0..100).collect();
+            omp_target_memcpy(p, vp(src.as_ptr()), 360, 40, 0, dev, init)?;
+            let mut back = vec![0i32; 100];
+            omp_target_memcpy(vpm(back.as_mut_ptr()), p, 400, 0, 0, init, dev)?;
+            check_eq!(back[0], -1);
+            check_eq!(back[1..10], [0x1111_1111; 9]);
+            check_eq!(back[10..], src[..90]);
+            // To every other device and back.
+            for other in devices()? {
+                let q = omp_target_alloc(400, other)?;
+                omp_target_memcpy(q, p, 400, 0, 0, other, dev)?;
+                let mut via = vec![0i32; 100];
+                omp_target_memcpy(vpm(via.as_mut_ptr()), q, 400, 0, 0, init, other)?;
+                check_eq!(via, back);
+                omp_target_free(q, other)?;
+            }
+            // Length 0 with null pointers is fine; with a length it is not.
+            omp_target_memcpy(std::ptr::null_mut(), std::ptr::null(), 0, 0, 0, dev, init)?;
+            let e = fails(omp_target_memcpy(std::ptr::null_mut(), p, 4, 0, 0, init, dev), "null dst")?;
+            check!(e.to_string().contains("destination pointer is null"), "{e}");
+            omp_target_free(p, dev)?;
+            let e = fails(omp_target_free(p, dev), "double free")?;
+            check!(matches!(e, Error::UnknownDevicePointer { .. }), "{e:?}");
+        }
+    }
+    // The initial device hands out host memory.
+    let h = omp_target_alloc(64, init)?;
+    check!(!h.is_null());
+    // SAFETY: `h` is 64 bytes of host memory.
+    unsafe {
+        omp_target_memset(h, 7, 64, init)?;
+        check!(std::slice::from_raw_parts(h.cast::<u8>(), 64).iter().all(|&b| b == 7));
+        omp_target_free(h, init)?;
+    }
+    all_clean(rt)
+}
+
+#[test]
+fn enter_exit_update_and_target() -> Result<()> {
+    let (_g, rt) = setup()?;
+    for dev in devices()? {
+        let mut x: Vec<i32> = (0..256).collect();
+        let xv = vp(x.as_ptr());
+        check!(!omp_target_is_present(xv, dev)?);
+        check!(omp_get_mapped_ptr(xv, dev)?.is_null());
+        // SAFETY (for the block): `x` is alive; `from` copies happen while nothing else
+        // touches it.
+        unsafe {
+            target_enter_data(dev, &[MapItem::raw(x.as_ptr(), 1024, MapType::TO)])?;
+            check!(omp_target_is_present(xv, dev)?);
+            check!(omp_target_is_present(vp(x.as_ptr().add(255)), dev)?);
+            check!(!omp_target_is_present(vp(x.as_ptr().add(256)), dev)?);
+            let d = omp_get_mapped_ptr(xv, dev)?;
+            check!(!d.is_null());
+            check_eq!(
+                omp_get_mapped_ptr(vp(x.as_ptr().add(4)), dev)?,
+                d.cast::<u8>().add(16).cast::<c_void>()
+            );
+            // Not present on any other device.
+            for other in devices()?.into_iter().filter(|&o| o != dev) {
+                check!(!omp_target_is_present(xv, other)?);
+            }
+            // A launch through the mapping, then `update from`.
+            let args = [LaunchArg::Value(Scalar::I32(1000)), LaunchArg::mapped(x.as_ptr())];
+            target(dev, &ADD_I32, 256, &[], &args)?;
+            check_eq!(x[5], 5);
+            target_update(dev, UpdateDirection::From, &[mut_item(&mut x[..128], MapType::FROM)])?;
+            check_eq!(x[5], 1005);
+            check_eq!(x[200], 200);
+            // `update to` of part, then exit `from` brings all back.
+            x[..128].fill(-1);
+            target_update(dev, UpdateDirection::To, &[MapItem::raw(x.as_ptr(), 512, MapType::TO)])?;
+            target_exit_data(dev, &[mut_item(&mut x, MapType::FROM)])?;
+            check!(x[..128].iter().all(|&v| v == -1));
+            check!(x[128..].iter().enumerate().all(|(i, &v)| v == i as i32 + 1128));
+            check!(!omp_target_is_present(xv, dev)?);
+            check!(omp_get_mapped_ptr(xv, dev)?.is_null());
+            // `present` in `update` on an absent range is an error; without it a no-op.
+            let item = MapItem::raw(x.as_ptr(), 1024, MapType::TO);
+            target_update(dev, UpdateDirection::To, &[item])?;
+            let e = fails(
+                target_update(
+                    dev,
+                    UpdateDirection::To,
+                    &[MapItem { map_type: MapType::TO.present(), ..item }],
+                ),
+                "update present",
+            )?;
+            check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
+        }
+    }
+    // On the initial device everything is present at its own address.
+    let init = omp_get_initial_device()?;
+    let y = [0u8; 4];
+    check!(omp_target_is_present(vp(y.as_ptr()), init)?);
+    check_eq!(omp_get_mapped_ptr(vp(y.as_ptr()), init)?.cast_const(), vp(y.as_ptr()));
+    all_clean(rt)
+}
+
+#[test]
+fn target_data_region_and_launch() -> Result<()> {
+    let (_g, rt) = setup()?;
+    for dev in devices()? {
+        let mut a = vec![1i32; 1000];
+        let b = vec![0i32; 10];
+        let list = [mut_item(&mut a, MapType::TOFROM), MapItem::slice(&b, MapType::ALLOC)];
+        // SAFETY (for the block): `a` and `b` outlive the region and are not touched in it.
+        unsafe {
+            target_data_begin(dev, &list)?;
+            let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::mapped(a.as_ptr())];
+            // A launch with its own (present) map of the region's data.
+            target(dev, &ADD_I32, 1000, &[MapItem::raw(a.as_ptr(), 4000, MapType::TOFROM.present())], &args)?;
+            check_eq!(a[0], 1);
+            check!(rt.entry(a.as_ptr() as usize, dev as usize)?.is_some_and(|e| e.structured == 1));
+            target_data_end(dev, &list)?;
+        }
+        check!(a.iter().all(|&v| v == 3));
+        check!(!omp_target_is_present(vp(b.as_ptr()), dev)?);
+        // A launch with `present` on absent data fails and leaves nothing.
+        let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::mapped(a.as_ptr())];
+        // SAFETY: expected to fail before running.
+        let e = fails(
+            unsafe {
+                target(dev, &FILL_I32, 1000, &[MapItem::raw(a.as_ptr(), 4000, MapType::TO.present())], &args)
+            },
+            "present launch",
+        )?;
+        check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
+        check!(a.iter().all(|&v| v == 3));
+    }
+    all_clean(rt)
+}
+
+#[test]
+fn associate_and_disassociate() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    for dev in devices()? {
+        let mut h = [5i32; 8];
+        let hv = vp(h.as_ptr());
+        let d = omp_target_alloc(64, dev)?;
+        // SAFETY (for the block): `d` holds 64 bytes until freed; `h` is alive.
+        unsafe {
+            omp_target_associate_ptr(hv, d, 32, 32, dev)?;
+            check!(omp_target_is_present(hv, dev)?);
+            let at = d.cast::<u8>().add(32).cast::<c_void>();
+            check_eq!(omp_get_mapped_ptr(hv, dev)?, at);
+            // Maps never copy an associated range; `always` does.
+            target_enter_data(dev, &[MapItem::raw(h.as_ptr(), 32, MapType::TO)])?;
+            omp_target_memset(at, 0, 32, dev)?;
+            target_exit_data(dev, &[mut_item(&mut h, MapType::FROM)])?;
+            check_eq!(h, [5; 8]);
+            target_enter_data(dev, &[MapItem::raw(h.as_ptr(), 32, MapType::TO.always())])?;
+            let mut seen = [0i32; 8];
+            omp_target_memcpy(vpm(seen.as_mut_ptr()), d, 32, 0, 32, init, dev)?;
+            check_eq!(seen, [5; 8]);
+            omp_target_disassociate_ptr(hv, dev)?;
+            check!(!omp_target_is_present(hv, dev)?);
+            let e = fails(omp_target_disassociate_ptr(hv, dev), "second disassociate")?;
+            check!(matches!(e, Error::NotAssociated { .. }), "{e:?}");
+            let e = fails(omp_target_disassociate_ptr(std::ptr::null(), dev), "null disassociate")?;
+            check!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+            let e = fails(omp_target_associate_ptr(std::ptr::null(), d, 4, 0, dev), "null associate")?;
+            check!(e.to_string().contains("host pointer is null"), "{e}");
+            let e = fails(omp_target_associate_ptr(hv, d, 4, 0, init), "associate on the initial device")?;
+            check!(e.to_string().contains("initial device"), "{e}");
+            omp_target_free(d, dev)?;
+        }
+    }
+    all_clean(rt)
+}
+
+#[test]
+fn memcpy_rect() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    let null = std::ptr::null::<usize>();
+    // SAFETY: both pointers null: a query that touches nothing.
+    let dims = unsafe {
+        omp_target_memcpy_rect(
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            0,
+            0,
+            null,
+            null,
+            null,
+            null,
+            null,
+            0,
+            0,
+        )?
+    };
+    check_eq!(dims, i32::MAX);
+    for dev in devices()? {
+        // A 4x6 host array; its [1..3][2..5] block goes to [0..2][0..3] of a 3x4 device array.
+        let host: Vec<i32> = (0..24).collect();
+        let p = omp_target_alloc(48, dev)?;
+        let (volume, dst_off, src_off, dst_dims, src_dims) =
+            ([2usize, 3], [0usize, 1], [1usize, 2], [3usize, 4], [4usize, 6]);
+        // SAFETY (for the block): `p` holds a 3x4 i32 array, `host` a 4x6 one, `back` too;
+        // every shape array holds 2 entries.
+        unsafe {
+            omp_target_memset(p, 0xff, 48, dev)?;
+            let r = omp_target_memcpy_rect(
+                p,
+                vp(host.as_ptr()),
+                4,
+                2,
+                volume.as_ptr(),
+                dst_off.as_ptr(),
+                src_off.as_ptr(),
+                dst_dims.as_ptr(),
+                src_dims.as_ptr(),
+                dev,
+                init,
+            )?;
+            check_eq!(r, 0);
+            let mut got = [0i32; 12];
+            omp_target_memcpy(vpm(got.as_mut_ptr()), p, 48, 0, 0, init, dev)?;
+            #[rustfmt::skip]
+            let want = [
+                -1,  8,  9, 10,
+                -1, 14, 15, 16,
+                -1, -1, -1, -1,
+            ];
+            check_eq!(got, want);
+            // Back into a cleared host array at the source offsets.
+            let mut back = vec![0i32; 24];
+            omp_target_memcpy_rect(
+                vpm(back.as_mut_ptr()),
+                p,
+                4,
+                2,
+                volume.as_ptr(),
+                src_off.as_ptr(),
+                dst_off.as_ptr(),
+                src_dims.as_ptr(),
+                dst_dims.as_ptr(),
+                init,
+                dev,
+            )?;
+            let want: Vec<i32> = (0..24)
+                .map(|i| if (1..3).contains(&(i / 6)) && (2..5).contains(&(i % 6)) { i } else { 0 })
+                .collect();
+            check_eq!(back, want);
+            // Bad arguments.
+            let e = fails(
+                omp_target_memcpy_rect(
+                    p,
+                    vp(host.as_ptr()),
+                    4,
+                    0,
+                    volume.as_ptr(),
+                    null,
+                    null,
+                    null,
+                    null,
+                    dev,
+                    init,
+                ),
+                "0 dimensions",
+            )?;
+            check!(e.to_string().contains("num_dims 0 must be positive"), "{e}");
+            let e = fails(
+                omp_target_memcpy_rect(
+                    p,
+                    vp(host.as_ptr()),
+                    4,
+                    2,
+                    null,
+                    dst_off.as_ptr(),
+                    src_off.as_ptr(),
+                    dst_dims.as_ptr(),
+                    src_dims.as_ptr(),
+                    dev,
+                    init,
+                ),
+                "null volume",
+            )?;
+            check!(e.to_string().contains("volume is null"), "{e}");
+            omp_target_free(p, dev)?;
+        }
+    }
+    all_clean(rt)
+}

@@ -9,6 +9,8 @@ use std::fmt;
 use crate::error::{Error, Result};
 use crate::info::InfoFlags;
 use crate::memory_pool::PoolConfig;
+use crate::staging::StagingConfig;
+use std::path::PathBuf;
 
 /// `OMP_TARGET_OFFLOAD`: what to do when no device is available.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,6 +69,16 @@ pub(crate) struct Settings {
     pub default_device: Option<usize>,
     pub info: InfoFlags,
     pub pool: PoolConfig,
+    pub staging: StagingConfig,
+    pub topology_xml: Option<PathBuf>,
+}
+
+fn parse_switch(var: &'static str, v: String) -> Result<bool> {
+    match v.trim() {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        _ => Err(Error::InvalidSetting { var, value: v, expected: "1/on/true or 0/off/false" }),
+    }
 }
 
 impl Settings {
@@ -99,20 +111,18 @@ impl Settings {
         let mut pool = over.pool.unwrap_or_default();
         if over.pool.is_none() {
             if let Some(v) = env("OFFLOAD_MEMORY_POOL") {
-                pool.enabled = match v.trim() {
-                    "1" | "on" | "true" => true,
-                    "0" | "off" | "false" => false,
-                    _ => {
-                        return Err(Error::InvalidSetting {
-                            var: "OFFLOAD_MEMORY_POOL",
-                            value: v,
-                            expected: "1/on/true or 0/off/false",
-                        })
-                    }
-                };
+                pool.enabled = parse_switch("OFFLOAD_MEMORY_POOL", v)?;
             }
         }
-        Ok(Self { policy, host_devices, default_device, info, pool })
+        let mut staging = over.staging.unwrap_or_default();
+        if over.staging.is_none() {
+            if let Some(v) = env("OFFLOAD_STAGING") {
+                staging.enabled = parse_switch("OFFLOAD_STAGING", v)?;
+            }
+        }
+        let topology_xml =
+            over.topology_xml.clone().or_else(|| env("OFFLOAD_TOPOLOGY_XML").map(PathBuf::from));
+        Ok(Self { policy, host_devices, default_device, info, pool, staging, topology_xml })
     }
 }
 
@@ -124,6 +134,8 @@ pub(crate) struct Overrides {
     pub default_device: Option<usize>,
     pub info: Option<InfoFlags>,
     pub pool: Option<PoolConfig>,
+    pub staging: Option<StagingConfig>,
+    pub topology_xml: Option<PathBuf>,
 }
 
 #[cfg(test)]

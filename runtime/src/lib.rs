@@ -40,6 +40,9 @@ pub mod memcpy;
 mod memory_pool;
 pub mod omp;
 mod runtime;
+mod staging;
+pub mod topology;
+mod worker;
 
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
@@ -50,7 +53,9 @@ pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar
 pub use mapping::{Device, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
 pub use memcpy::RectSide;
 pub use memory_pool::PoolConfig;
-pub use runtime::{LaunchArg, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
+pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
+pub use staging::StagingConfig;
+pub use topology::{Placement, PlacementSource, Topology};
 
 /// Map clauses over borrowed slices, for [`Device::data`] and [`Device::target`].
 ///

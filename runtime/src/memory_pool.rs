@@ -148,13 +148,7 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::host::HostDevice;
-    use std::sync::Arc;
-
-    fn device(capacity: usize) -> HostDevice {
-        let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
-        HostDevice::new(0, 0, capacity, pool, false).unwrap()
-    }
+    use crate::device::host::tests::device;
 
     #[test]
     fn freed_blocks_are_reused_by_size_class() {

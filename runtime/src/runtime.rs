@@ -1,12 +1,14 @@
 //! The runtime: its devices, their present tables, and the OpenMP routines in Rust shape.
 
 use std::alloc::Layout;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::config::{process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::data_env::{Construct, Entry, MapItem, PresentTable, UpdateDirection};
@@ -16,6 +18,9 @@ use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::kernel::{HostLaunch, Kernel, KernelArg, Scalar};
 use crate::memory_pool::{MemoryPool, PoolConfig};
+use crate::staging::{StagingConfig, StagingRing};
+use crate::topology::{Placement, Topology};
+use crate::worker::DeviceWorker;
 
 /// Counts of the copies a device made, for tests, benches and teaching.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,11 +88,35 @@ pub struct PoolUsage {
 /// table.
 pub(crate) struct DeviceState {
     pub(crate) number: usize,
-    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) pool: MemoryPool,
     pub(crate) table: Mutex<PresentTable>,
     pub(crate) stats: TransferCounters,
     pub(crate) trace: Arc<Trace>,
+    pub(crate) placement: Placement,
+    pub(crate) worker: Arc<DeviceWorker>,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) staging_config: StagingConfig,
+    /// Made on the first copy that needs it; `None` inside when it could not be made.
+    pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
+    pub(crate) pinned: Arc<PinnedRanges>,
+}
+
+/// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
+/// copies from them go straight to the DMA engine.
+#[derive(Default)]
+pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, usize>>);
+
+impl PinnedRanges {
+    fn insert(&self, begin: usize, bytes: usize) {
+        self.0.write().insert(begin, bytes);
+    }
+    fn remove(&self, begin: usize) {
+        self.0.write().remove(&begin);
+    }
+    pub(crate) fn contains(&self, r: HostRange) -> bool {
+        self.0.read().range(..=r.begin).next_back().is_some_and(|(&b, &n)| r.end() <= b + n)
+    }
 }
 
 /// Where a device number leads.
@@ -124,6 +153,8 @@ pub(crate) struct Inner {
     kernel_pool: Arc<rayon::ThreadPool>,
     host_allocs: Mutex<HashMap<usize, Layout>>,
     peer_access: bool,
+    pinned: Arc<PinnedRanges>,
+    topology: Arc<Topology>,
 }
 
 /// An offload runtime: devices, one present table per device, and every OpenMP mapping
@@ -248,6 +279,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Place devices with the hwloc XML topology at `path` instead of this machine's
+    /// (`OFFLOAD_TOPOLOGY_XML`): for testing placement on machines one does not have.
+    pub fn topology_xml(mut self, path: impl Into<PathBuf>) -> Self {
+        self.over.topology_xml = Some(path.into());
+        self
+    }
+
+    /// How pageable host<->device copies are staged (`OFFLOAD_STAGING=0` turns it off).
+    pub fn staging(mut self, config: StagingConfig) -> Self {
+        self.over.staging = Some(config);
+        self
+    }
+
     /// Whether to look for GPUs (default yes); without, only host devices are used.
     pub fn gpus(mut self, on: bool) -> Self {
         self.gpus = on;
@@ -261,35 +305,57 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Discovers devices and starts their workers.
+    /// Discovers devices, places them on the topology and starts their workers.
     pub fn build(self) -> Result<Runtime> {
         let settings = Settings::resolve(&self.env, &self.over)?;
         let trace = Arc::new(Trace::new(settings.info, self.capture_info));
+        let topology = Arc::new(match &settings.topology_xml {
+            Some(path) => Topology::from_xml_file(path)?,
+            None => Topology::system(),
+        });
         let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
         if let Some(n) = self.kernel_threads {
             threads = threads.num_threads(n);
         }
-        let kernel_pool = Arc::new(threads.build().map_err(|e| Error::Driver {
-            device: 0,
-            call: "start the host kernel thread pool",
-            message: e.to_string(),
-        })?);
-        let mut devices = Vec::new();
-        let mut report = String::new();
+        let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
+        let kernel_pool =
+            Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
+        let mut report = format!("topology: {}\n", topology.description());
+        // Each device with its placement and worker; GPUs first, then host devices.
+        let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
+        let spawn = |name: String, p: &Placement| {
+            DeviceWorker::spawn(name, Arc::clone(&topology), p.cpus.clone())
+                .map(Arc::new)
+                .map_err(|e| start_failed("spawn a device worker", e.to_string()))
+        };
         if settings.policy == OffloadPolicy::Disabled {
             report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
         } else {
             if self.gpus {
-                let (gpus, line) = discover_gpus(devices.len());
-                devices.extend(gpus);
+                let (gpus, line) = discover_gpus(0);
                 report.push_str(&line);
                 report.push('\n');
+                for g in gpus {
+                    let bus = g.description().pci_bus_id.clone().unwrap_or_default();
+                    let p = topology.place_pci(&bus);
+                    let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
+                    devices.push((Arc::from(g), p, w));
+                }
             }
             let capacity = self.host_memory.unwrap_or_else(default_capacity);
             for i in 0..settings.host_devices {
                 let number = devices.len();
-                let d = HostDevice::new(number, i, capacity, Arc::clone(&kernel_pool), self.peer_access)?;
-                devices.push(Box::new(d) as Box<dyn Backend>);
+                let p = topology.whole_machine("host device");
+                let w = spawn(format!("offload-host{i}"), &p)?;
+                let d = HostDevice::new(
+                    number,
+                    i,
+                    capacity,
+                    Arc::clone(&w),
+                    Arc::clone(&kernel_pool),
+                    self.peer_access,
+                );
+                devices.push((Arc::new(d), p, w));
             }
             report
                 .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
@@ -307,16 +373,23 @@ impl RuntimeBuilder {
                 });
             }
         }
+        let pinned = Arc::new(PinnedRanges::default());
         let devices = devices
             .into_iter()
             .enumerate()
-            .map(|(number, backend)| DeviceState {
+            .map(|(number, (backend, placement, worker))| DeviceState {
                 number,
                 backend,
                 pool: MemoryPool::new(settings.pool),
                 table: Mutex::new(PresentTable::default()),
                 stats: TransferCounters::default(),
                 trace: Arc::clone(&trace),
+                placement,
+                worker,
+                topology: Arc::clone(&topology),
+                staging_config: settings.staging,
+                staging: OnceLock::new(),
+                pinned: Arc::clone(&pinned),
             })
             .collect();
         Ok(Runtime {
@@ -328,6 +401,8 @@ impl RuntimeBuilder {
                 kernel_pool,
                 host_allocs: Mutex::new(HashMap::new()),
                 peer_access: self.peer_access,
+                pinned,
+                topology,
             }),
         })
     }
@@ -341,6 +416,33 @@ fn discover_gpus(first: usize) -> (Vec<Box<dyn Backend>>, String) {
 #[cfg(not(feature = "cuda"))]
 fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
     (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
+}
+
+/// A host slice page-locked in place by [`Runtime::pin`]; unpinned when dropped. While it
+/// lives, copies to and from the slice skip staging and run at the link's speed.
+#[derive(Debug)]
+#[must_use = "the slice is unpinned when this guard drops"]
+pub struct Pinned<'a> {
+    rt: Runtime,
+    ptr: *mut u8,
+    by: Option<usize>,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl Pinned<'_> {
+    /// Whether a driver page-locked the slice (false without GPUs).
+    pub fn is_pinned(&self) -> bool {
+        self.by.is_some()
+    }
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.by {
+            // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
+            unsafe { self.rt.unpin_host(self.ptr, d) };
+        }
+    }
 }
 
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
@@ -403,6 +505,59 @@ impl Runtime {
     /// Identity of device `device`.
     pub fn describe(&self, device: usize) -> Result<&DeviceDescription> {
         Ok(self.device_state(device)?.backend.description())
+    }
+
+    /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
+    /// borrowed). Pinning costs about 64 ms per GiB once (on the H200 machines), so it pays
+    /// for buffers copied more than a few times; see the README's transfer table.
+    pub fn pin<'a, T: crate::kernel::DeviceCopy>(&self, data: &'a [T]) -> Pinned<'a> {
+        let (ptr, bytes) = (data.as_ptr() as *mut u8, std::mem::size_of_val(data));
+        // SAFETY: the slice is borrowed for 'a, the guard's lifetime, and unpinned in its drop.
+        let by = if bytes == 0 { None } else { unsafe { self.pin_host(ptr, bytes) } };
+        Pinned { rt: self.clone(), ptr, by, _borrow: PhantomData }
+    }
+
+    /// Where device `device` sits: the CPUs and NUMA nodes next to it.
+    pub fn placement(&self, device: usize) -> Result<&Placement> {
+        Ok(&self.device_state(device)?.placement)
+    }
+
+    /// The CPUs the device's worker thread is bound to, as read back from the OS (empty
+    /// when the topology came from a file), or why binding failed.
+    pub fn worker_binding(&self, device: usize) -> Result<std::result::Result<Vec<usize>, String>> {
+        Ok(self.device_state(device)?.worker.binding().map(<[usize]>::to_vec).map_err(String::from))
+    }
+
+    /// The device's staging set-up, making it now if it does not exist yet; `None` for
+    /// devices that copy without staging.
+    pub fn staging_report(&self, device: usize) -> Result<Option<String>> {
+        let d = self.device_state(device)?;
+        if !d.staging_config.enabled || !d.backend.wants_staging() {
+            return Ok(None);
+        }
+        d.staging_ring();
+        Ok(Some(match d.staging.get() {
+            Some(Ok(ring)) => ring.describe(),
+            Some(Err(why)) => format!("staging unavailable: {why}"),
+            None => "staging not set up".into(),
+        }))
+    }
+
+    /// The NUMA nodes holding the device's first staging buffer (this machine only).
+    pub fn staging_location(&self, device: usize) -> Result<Vec<usize>> {
+        let d = self.device_state(device)?;
+        match d.staging_ring() {
+            Some(ring) => ring.with_first_buffer(|b| d.topology.memory_location(b)),
+            None => Err(Error::InvalidArgument {
+                routine: "staging_location",
+                what: format!("device {device} has no staging buffers"),
+            }),
+        }
+    }
+
+    /// The topology devices were placed on.
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
     }
 
     /// Whether copies from device `src` into device `dst` go directly (peer access, or the
@@ -728,10 +883,14 @@ impl Runtime {
     /// # Safety
     /// The memory stays allocated until [`Runtime::unpin_host`] with the returned device.
     pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
-        self.inner.devices.iter().find_map(|d| {
+        let by = self.inner.devices.iter().find_map(|d| {
             // SAFETY: forwarded from the caller.
             matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true)).then_some(d.number)
-        })
+        });
+        if by.is_some() {
+            self.inner.pinned.insert(ptr as usize, bytes);
+        }
+        by
     }
 
     /// Undoes [`Runtime::pin_host`].
@@ -739,6 +898,7 @@ impl Runtime {
     /// # Safety
     /// No copy on the memory is in flight (every construct waits for its copies).
     pub(crate) unsafe fn unpin_host(&self, ptr: *mut u8, device: usize) {
+        self.inner.pinned.remove(ptr as usize);
         if let Some(d) = self.inner.devices.get(device) {
             // SAFETY: forwarded from the caller.
             let _ = unsafe { d.backend.unregister_host(ptr) };
@@ -835,7 +995,7 @@ impl DeviceState {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        for d in &self.devices {
+        for d in &mut self.devices {
             let table = d.table.lock();
             if table.len() > 0 {
                 self.trace.write(format!(
@@ -846,6 +1006,9 @@ impl Drop for Inner {
                 ));
             }
             drop(table);
+            if let Some(Ok(ring)) = d.staging.take() {
+                ring.release(&*d.backend);
+            }
             if let Err(e) = d.pool.release_all(&*d.backend) {
                 self.trace.write(format!("device {}: releasing memory at shutdown failed: {e}", d.number));
             }

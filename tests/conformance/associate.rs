@@ -224,6 +224,7 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         check_eq!(rt.entry(xp, dev)?, entry);
 
         // exit `delete`, `release` and `from` leave the entry as it was and copy nothing.
+        let s1 = rt.transfer_stats(dev)?;
         for t in [MapType::DELETE, MapType::RELEASE, MapType::FROM, MapType::TOFROM] {
             // SAFETY: `x` is alive and writable.
             unsafe { rt.exit_data(dev, &[mut_item(&mut x, t)])? };
@@ -233,52 +234,50 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         // SAFETY: `x` is alive.
         unsafe { rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO)])? };
         check_eq!(rt.entry(xp, dev)?, entry);
-        check_eq!(rt.transfer_stats(dev)?, s0);
+        check_eq!(rt.transfer_stats(dev)?, s1);
         check_eq!(x, [1; N]);
         check_eq!(read_device::<i32>(rt, d, N, dev)?, vec![5; N]);
 
+        // Copies made by `op`: (host->device, device->host).
+        let copies = |op: &mut dyn FnMut() -> Result<()>| -> Result<(u64, u64)> {
+            let a = rt.transfer_stats(dev)?;
+            op()?;
+            let b = rt.transfer_stats(dev)?;
+            Ok((b.to_device - a.to_device, b.from_device - a.from_device))
+        };
         // `always to` copies.
         x = [9; N];
         // SAFETY: `x` is alive.
-        unsafe { rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO.always())])? };
+        let n = copies(&mut || unsafe { rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO.always())]) })?;
+        check_eq!(n, (1, 0));
         check_eq!(read_device::<i32>(rt, d, N, dev)?, vec![9; N]);
-        check_eq!(rt.transfer_stats(dev)?.to_device, s0.to_device + 1);
         // `update to` copies.
         x = [3; N];
         // SAFETY: `x` is alive.
-        unsafe { rt.update(dev, UpdateDirection::To, &[(HostRange::of(&x), false)])? };
+        let n =
+            copies(&mut || unsafe { rt.update(dev, UpdateDirection::To, &[(HostRange::of(&x), false)]) })?;
+        check_eq!(n, (1, 0));
         check_eq!(read_device::<i32>(rt, d, N, dev)?, vec![3; N]);
+        let add_one = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::Mapped(xp)];
         // SAFETY: `x` is associated with `d`.
-        unsafe {
-            rt.target_launch(
-                dev,
-                &ADD_I32,
-                N,
-                &[],
-                &[LaunchArg::Value(Scalar::I32(1)), LaunchArg::Mapped(xp)],
-            )?
-        };
+        unsafe { rt.target_launch(dev, &ADD_I32, N, &[], &add_one)? };
         // `update from` copies.
-        // SAFETY: `x` is writable and not otherwise used.
-        unsafe { rt.update(dev, UpdateDirection::From, &[(mut_range(&mut x), false)])? };
+        let n = copies(&mut || {
+            // SAFETY: `x` is writable and not otherwise used.
+            unsafe { rt.update(dev, UpdateDirection::From, &[(mut_range(&mut x), false)]) }
+        })?;
+        check_eq!(n, (0, 1));
         check_eq!(x, [4; N]);
         // SAFETY: as above.
-        unsafe {
-            rt.target_launch(
-                dev,
-                &ADD_I32,
-                N,
-                &[],
-                &[LaunchArg::Value(Scalar::I32(1)), LaunchArg::Mapped(xp)],
-            )?
-        };
+        unsafe { rt.target_launch(dev, &ADD_I32, N, &[], &add_one)? };
         // exit `always from` copies and still leaves the entry.
-        // SAFETY: `x` is writable and not otherwise used.
-        unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM.always())])? };
+        let n = copies(&mut || {
+            // SAFETY: `x` is writable and not otherwise used.
+            unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM.always())]) }
+        })?;
+        check_eq!(n, (0, 1));
         check_eq!(x, [5; N]);
         check_eq!(rt.entry(xp, dev)?, entry);
-        let s1 = rt.transfer_stats(dev)?;
-        check_eq!((s1.to_device - s0.to_device, s1.from_device - s0.from_device), (2, 2));
 
         // SAFETY: nothing uses the association or `d` any more.
         unsafe {

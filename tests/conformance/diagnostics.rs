@@ -1,1 +1,419 @@
-//! (cases to come)
+//! Cases 46-50: `OFFLOAD_INFO` traces, present-table dumps, `OMP_TARGET_OFFLOAD` and the
+//! memory pool.
+
+use offload::{
+    map, BackendKind, Error, HostRange, InfoFlags, LaunchArg, MapItem, MapType, OffloadPolicy, PoolConfig,
+    Result, Runtime, Scalar, UpdateDirection,
+};
+use offload_kernels::{fill_i32, ADD_I32, FILL_I32};
+use offload_tests::{assert_clean, check, check_eq, on_every_backend, on_every_device, on_every_device_with};
+
+/// A map item over a slice the runtime may write into (`from` kinds).
+fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
+    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
+}
+
+/// Indices of the lines that contain every one of `needles`.
+fn find(lines: &[String], needles: &[&str]) -> Vec<usize> {
+    (0..lines.len()).filter(|&i| needles.iter().all(|n| lines[i].contains(n))).collect()
+}
+
+#[test]
+fn case_46_info_trace_of_a_target_data_region() {
+    on_every_device_with(
+        "case 46",
+        |b| b.info(InfoFlags::ALL).capture_info(),
+        |rt, dev| {
+            let a = [1i32; 16];
+            let mut b = [2i32; 32];
+            let c = [3i32; 48];
+            let (ra, rb, rc) = (HostRange::of(&a), HostRange::of(&b), HostRange::of(&c));
+            let (sa, sb, sc) = (ra.to_string(), rb.to_string(), rc.to_string());
+            let list = [
+                MapItem::slice(&a, MapType::ALLOC),
+                mut_item(&mut b, MapType::TOFROM),
+                MapItem::slice(&c, MapType::TO),
+            ];
+            rt.take_info();
+            // SAFETY: the arrays outlive the region and are not touched while it is open.
+            unsafe { rt.target_data_begin(dev, &list)? };
+            let begin = rt.take_info();
+            // SAFETY: as above.
+            unsafe { rt.target_data_end(dev, &list)? };
+            let end = rt.take_info();
+            let all: Vec<String> = begin.iter().chain(&end).cloned().collect();
+            let me = format!("device {dev}: ");
+
+            // Three entries created, in list order, each with its counts.
+            let created = find(&begin, &[&me, "entry created"]);
+            check_eq!(created.len(), 3);
+            for (i, r) in created.iter().zip([&sa, &sb, &sc]) {
+                check!(begin[*i].contains(r.as_str()), "line {:?} should name {r}", begin[*i]);
+                check!(begin[*i].contains("counts dynamic 0 structured 1"), "{:?}", begin[*i]);
+            }
+            // Copies in for B and C only, with their sizes; none for A.
+            let to = find(&begin, &[&me, "copy host->device"]);
+            check_eq!(to.len(), 2);
+            check!(begin[to[0]].contains(&sb) && begin[to[0]].contains("128 bytes"), "{:?}", begin[to[0]]);
+            check!(begin[to[1]].contains(&sc) && begin[to[1]].contains("192 bytes"), "{:?}", begin[to[1]]);
+            // The table after the construct, with three rows.
+            check!(!find(&begin, &["after target data", "(3 entries)"]).is_empty(), "{begin:#?}");
+
+            // The copy back for B only, then removals in the order C, B, A.
+            check!(find(&end, &["copy host->device"]).is_empty(), "{end:#?}");
+            let from = find(&end, &[&me, "copy device->host"]);
+            check_eq!(from.len(), 1);
+            check!(end[from[0]].contains(&sb) && end[from[0]].contains("128 bytes"), "{:?}", end[from[0]]);
+            let removed = find(&end, &[&me, "entry removed"]);
+            check_eq!(removed.len(), 3);
+            for (i, r) in removed.iter().zip([&sc, &sb, &sa]) {
+                check!(end[*i].contains(r.as_str()), "line {:?} should name {r}", end[*i]);
+                check!(end[*i].contains("counts dynamic 0 structured 0"), "{:?}", end[*i]);
+            }
+            // B's data comes back before its memory goes.
+            check!(from[0] < removed[1], "{end:#?}");
+            check!(!find(&end, &["after target data", "(0 entries)"]).is_empty(), "{end:#?}");
+            // A is never copied.
+            check!(find(&all, &["copy", &sa]).is_empty(), "{all:#?}");
+            check_eq!(b, [2; 32]);
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+#[test]
+fn case_46_info_trace_of_a_launch_and_an_existing_mapping() {
+    on_every_device_with(
+        "case 46 (launch)",
+        |b| b.info(InfoFlags::KERNEL_ARGS | InfoFlags::MAPPING_EXISTS).capture_info(),
+        |rt, dev| {
+            let mut x = [0i32; 8];
+            let r = HostRange::of(&x).to_string();
+            // SAFETY: `x` is alive and not touched during the calls.
+            unsafe {
+                rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO)])?;
+                rt.take_info();
+                let maps = [mut_item(&mut x, MapType::TOFROM)];
+                let args = [LaunchArg::Value(Scalar::I32(4)), LaunchArg::mapped(x.as_ptr())];
+                rt.target_launch(dev, &FILL_I32, 8, &maps, &args)?;
+            }
+            let lines = rt.take_info();
+            let exists = find(&lines, &[&format!("device {dev}: mapping exists"), &r]);
+            check_eq!(exists.len(), 1);
+            check!(lines[exists[0]].contains("counts dynamic 1 structured 0"), "{lines:#?}");
+            let launch =
+                find(&lines, &[&format!("device {dev}: launch `fill_i32` n=8 args [I32(4), device 0x")]);
+            check_eq!(launch.len(), 1);
+            // Only ENTRIES lines would mention creation; TRANSFERS is off.
+            check!(
+                find(&lines, &["entry created"]).is_empty() && find(&lines, &["copy"]).is_empty(),
+                "{lines:#?}"
+            );
+            // SAFETY: `x` is writable and not otherwise used.
+            unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM)])? };
+            check_eq!(x, [4; 8]);
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+/// Rows of a present-table dump (after its two header lines).
+fn rows(dump: &str) -> Vec<&str> {
+    dump.lines().skip(2).collect()
+}
+
+#[test]
+fn case_47_present_table_dump() {
+    on_every_device("case 47", |rt, dev| {
+        let a = [0u8; 100];
+        let b = [0f64; 10];
+        let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
+        let dump = rt.dump_present_table(dev)?;
+        check!(dump.starts_with(&format!("device {dev} present table (0 entries)")), "{dump}");
+        check!(rows(&dump).is_empty(), "{dump}");
+        // SAFETY: `a` and `b` live until the end of the case.
+        unsafe {
+            rt.enter_data(dev, &[MapItem::slice(&a, MapType::TO)])?;
+            rt.enter_data(dev, &[MapItem::slice(&b, MapType::ALLOC)])?;
+            rt.enter_data(dev, &[MapItem::slice(&b, MapType::ALLOC)])?;
+        }
+        let dump = rt.dump_present_table(dev)?;
+        check!(dump.starts_with(&format!("device {dev} present table (2 entries)")), "{dump}");
+        let r = rows(&dump);
+        check_eq!(r.len(), 2);
+        let row_of =
+            |p: usize| r.iter().find(|l| l.split_whitespace().next() == Some(&format!("{p:#x}"))).copied();
+        let ra = row_of(ap).unwrap_or_default().split_whitespace().collect::<Vec<_>>();
+        let rb = row_of(bp).unwrap_or_default().split_whitespace().collect::<Vec<_>>();
+        // host, device, bytes, dynamic, structured
+        check_eq!(ra.get(2..), Some(&["100", "1", "0"][..]));
+        check_eq!(rb.get(2..), Some(&["80", "2", "0"][..]));
+        let device_a = format!("{:#x}", rt.mapped_ptr(ap, dev)?.unwrap_or(0));
+        check_eq!(ra.get(1).copied(), Some(device_a.as_str()));
+        // SAFETY: as above.
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&a, MapType::RELEASE)])? };
+        let dump = rt.dump_present_table(dev)?;
+        check!(dump.starts_with(&format!("device {dev} present table (1 entries)")), "{dump}");
+        let r = rows(&dump);
+        check_eq!(r.len(), 1);
+        let host_b = format!("{bp:#x}");
+        check_eq!(r[0].split_whitespace().next(), Some(host_b.as_str()));
+        // SAFETY: as above.
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&b, MapType::DELETE)])? };
+        check!(rows(&rt.dump_present_table(dev)?).is_empty());
+        // The initial device has no table.
+        check!(matches!(rt.dump_present_table(rt.initial_device()), Err(Error::NoSuchDevice { .. })));
+        assert_clean(rt, dev)
+    });
+}
+
+fn env_policy(value: &'static str) -> impl Fn(&str) -> Option<String> + Send + Sync + 'static {
+    move |k| (k == "OMP_TARGET_OFFLOAD").then(|| value.to_string())
+}
+
+/// Checks that `r` is the `OffloadMandatory` error with a clear message.
+fn is_mandatory_error(r: Result<Runtime>) -> std::result::Result<(), String> {
+    match r {
+        Err(e @ Error::OffloadMandatory { .. }) => {
+            let s = e.to_string();
+            let clear = s.contains("OMP_TARGET_OFFLOAD=mandatory")
+                && s.contains("no offload device is available")
+                && s.contains("0 host devices");
+            if clear {
+                Ok(())
+            } else {
+                Err(format!("unclear message: {s}"))
+            }
+        }
+        Err(e) => Err(format!("wrong error: {e:?}")),
+        Ok(rt) => Err(format!("started with {} devices", rt.num_devices())),
+    }
+}
+
+#[test]
+fn case_48_mandatory_without_a_device_fails_at_start_up() {
+    for (how, r) in [
+        ("env", Runtime::builder().env(env_policy("mandatory")).gpus(false).host_devices(0).build()),
+        (
+            "env, upper case",
+            Runtime::builder().env(env_policy("MANDATORY")).gpus(false).host_devices(0).build(),
+        ),
+        (
+            "env only",
+            Runtime::builder()
+                .env(|k| match k {
+                    "OMP_TARGET_OFFLOAD" => Some("mandatory".into()),
+                    "OFFLOAD_HOST_DEVICES" => Some("0".into()),
+                    _ => None,
+                })
+                .gpus(false)
+                .build(),
+        ),
+        (
+            "builder",
+            Runtime::builder()
+                .env(|_| None)
+                .gpus(false)
+                .policy(OffloadPolicy::Mandatory)
+                .host_devices(0)
+                .build(),
+        ),
+    ] {
+        if let Err(why) = is_mandatory_error(r) {
+            panic!("case 48 ({how}): {why}");
+        }
+    }
+    // Without `mandatory`, no device is fine: constructs fall back to the host.
+    let rt = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(0)
+        .build()
+        .expect("default policy, no device");
+    assert_eq!((rt.num_devices(), rt.initial_device()), (0, 0));
+}
+
+#[test]
+fn case_48_mandatory_with_devices_runs_normally() {
+    on_every_device_with(
+        "case 48 (devices present)",
+        |b| b.env(env_policy("mandatory")),
+        |rt, dev| {
+            check_eq!(rt.policy(), OffloadPolicy::Mandatory);
+            let mut x = [1i32; 32];
+            rt.device(dev)?.data(map::tofrom(&mut x), |v| fill_i32(&rt.device(dev)?, 8, v))?;
+            check_eq!(x, [8; 32]);
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+#[test]
+fn case_49_disabled_runs_everything_on_the_host() {
+    on_every_backend(
+        "case 49",
+        0,
+        |b| b.env(env_policy("disabled")),
+        |rt| {
+            check_eq!(rt.policy(), OffloadPolicy::Disabled);
+            check_eq!(rt.num_devices(), 0);
+            check_eq!(rt.initial_device(), 0);
+            check_eq!(rt.default_device(), 0);
+            check!(rt.device_report().contains("disabled"), "{}", rt.device_report());
+            check!(matches!(rt.device(1), Err(Error::NoSuchDevice { .. })));
+            let init = rt.initial_device();
+
+            let mut x = vec![1i32; 100];
+            let xp = x.as_ptr() as usize;
+            let tofrom = [mut_item(&mut x, MapType::TOFROM)];
+            // SAFETY (for every construct below): `x` is alive; on the host nothing is copied,
+            // and the kernel writes `x` itself while nothing else uses it.
+            unsafe {
+                // Data constructs do nothing, not even `present` checks.
+                rt.enter_data(init, &[MapItem::slice(&x, MapType::TO.present())])?;
+                rt.target_data_begin(init, &tofrom)?;
+                // The kernel runs on host memory: `x` changes at once, not at the region's end.
+                let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::Mapped(xp)];
+                rt.target_launch(init, &FILL_I32, 100, &tofrom, &args)?;
+            }
+            check!(x.iter().all(|&v| v == 5), "{:?}", &x[..8]);
+            check!(rt.is_present(xp, init)?);
+            check_eq!(rt.mapped_ptr(xp, init)?, Some(xp as u64));
+            // SAFETY: as above.
+            unsafe {
+                rt.update(init, UpdateDirection::From, &[(HostRange::new(xp, 400), true)])?;
+                rt.target_data_end(init, &tofrom)?;
+                rt.exit_data(init, &[mut_item(&mut x, MapType::FROM)])?;
+            }
+            check!(x.iter().all(|&v| v == 5));
+            check!(rt.live_mappings().is_empty());
+
+            // The safe API and raw allocations on the initial device work on host memory.
+            let mut y = [0i32; 16];
+            let host = rt.device(init)?;
+            host.data(map::tofrom(&mut y), |v| fill_i32(&host, 3, v))?;
+            check_eq!(y, [3; 16]);
+            let p = rt.target_alloc(64, init)?;
+            let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::Device(p)];
+            // SAFETY: `p` is 64 bytes of host memory.
+            unsafe { rt.target_launch(init, &FILL_I32, 16, &[], &args)? };
+            // SAFETY: `p` holds 16 i32 written by the kernel, which has completed.
+            let v = unsafe { std::slice::from_raw_parts(p as usize as *const i32, 16) }.to_vec();
+            check_eq!(v, vec![2; 16]);
+            // SAFETY: nothing uses `p`.
+            unsafe { rt.target_free(p, init)? };
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+/// A fixed workload of maps, launches, copies and raw allocations; returns what the host
+/// ends up with.
+fn workload(rt: &Runtime, dev: usize) -> Result<Vec<i32>> {
+    let init = rt.initial_device();
+    let mut a: Vec<i32> = (0..1000).collect();
+    let mut b = vec![0i32; 300];
+    let mut c = vec![0i32; 1000];
+    let region = [mut_item(&mut a, MapType::TOFROM)];
+    // SAFETY: `a`, `b`, `c` are alive and only touched by the runtime during the calls.
+    unsafe {
+        rt.target_data_begin(dev, &region)?;
+        rt.target_launch(
+            dev,
+            &ADD_I32,
+            1000,
+            &[],
+            &[LaunchArg::Value(Scalar::I32(10)), LaunchArg::mapped(a.as_ptr())],
+        )?;
+        rt.enter_data(dev, &[MapItem::slice(&b, MapType::TO)])?;
+        rt.target_launch(
+            dev,
+            &FILL_I32,
+            300,
+            &[],
+            &[LaunchArg::Value(Scalar::I32(4)), LaunchArg::mapped(b.as_ptr())],
+        )?;
+        rt.exit_data(dev, &[mut_item(&mut b, MapType::FROM)])?;
+        let p = rt.target_alloc(4000, dev)?;
+        let da = rt.mapped_ptr(a.as_ptr() as usize, dev)?.unwrap_or(0);
+        rt.target_memcpy(p, da, 4000, 0, 0, dev, dev)?;
+        rt.target_launch(
+            dev,
+            &ADD_I32,
+            1000,
+            &[],
+            &[LaunchArg::Value(Scalar::I32(1)), LaunchArg::Device(p)],
+        )?;
+        rt.target_memcpy(c.as_mut_ptr() as u64, p, 4000, 0, 0, init, dev)?;
+        rt.target_free(p, dev)?;
+        rt.target_data_end(dev, &region)?;
+        // Many short-lived maps of different sizes.
+        for k in 1..=20usize {
+            let t = vec![k as i32; k * 37];
+            rt.enter_data(dev, &[MapItem::slice(&t, MapType::TO)])?;
+            rt.exit_data(dev, &[MapItem::slice(&t, MapType::RELEASE)])?;
+        }
+    }
+    Ok([a, b, c].concat())
+}
+
+fn workload_expected() -> Vec<i32> {
+    let a: Vec<i32> = (10..1010).collect();
+    let c: Vec<i32> = (11..1011).collect();
+    [a, vec![4; 300], c].concat()
+}
+
+#[test]
+fn case_50_pool_off_gives_the_same_results() {
+    on_every_device_with(
+        "case 50 (pool off)",
+        |b| b.memory_pool(PoolConfig { enabled: false, ..Default::default() }),
+        |rt, dev| {
+            check_eq!(workload(rt, dev)?, workload_expected());
+            check_eq!(rt.pool_usage(dev)?.cached_bytes, 0);
+            // Every block went back to the device (exactly measurable on host devices; a
+            // GPU's free memory also moves with the driver's own allocations).
+            if rt.describe(dev)?.kind == BackendKind::Host {
+                let m = rt.mem_info(dev)?;
+                check_eq!(m.free, m.total);
+            }
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+#[test]
+fn case_50_pool_on_gives_the_same_results_and_keeps_blocks() {
+    on_every_device("case 50 (pool on)", |rt, dev| {
+        check_eq!(workload(rt, dev)?, workload_expected());
+        // The pool kept freed blocks for reuse (which is what the pool-off run must not do).
+        let usage = rt.pool_usage(dev)?;
+        check!(usage.cached_bytes > 0, "{usage:?}");
+        let host = rt.describe(dev)?.kind == BackendKind::Host;
+        let free = rt.mem_info(dev)?.free;
+        if host {
+            check_eq!(rt.mem_info(dev)?.total - free, usage.cached_bytes);
+        }
+        // A second run reuses the cached blocks instead of allocating more.
+        check_eq!(workload(rt, dev)?, workload_expected());
+        check_eq!(rt.pool_usage(dev)?.cached_bytes, usage.cached_bytes);
+        if host {
+            check_eq!(rt.mem_info(dev)?.free, free);
+        }
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn case_50_pool_setting_from_the_environment() {
+    on_every_device_with(
+        "case 50 (OFFLOAD_MEMORY_POOL=0)",
+        |b| b.env(|k| (k == "OFFLOAD_MEMORY_POOL").then(|| "0".to_string())),
+        |rt, dev| {
+            check_eq!(workload(rt, dev)?, workload_expected());
+            check_eq!(rt.pool_usage(dev)?.cached_bytes, 0);
+            assert_clean(rt, dev)
+        },
+    );
+}

@@ -297,7 +297,7 @@ impl DeviceState {
             )
         });
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes)? };
+        unsafe { self.write_host(dst, host)? };
         self.stats.record_to_device(host.bytes);
         Ok(())
     }
@@ -314,7 +314,7 @@ impl DeviceState {
             )
         });
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes)? };
+        unsafe { self.read_host(host, src)? };
         self.stats.record_from_device(host.bytes);
         Ok(())
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, DriverError};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
@@ -46,6 +46,8 @@ pub(crate) struct CudaDevice {
     functions: Mutex<HashMap<KernelKey, CudaFunction>>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
     peers: Mutex<Vec<usize>>,
+    /// The last copy of each staging slot, copy-in (0) and copy-out (1).
+    staged: [Mutex<HashMap<usize, CudaEvent>>; 2],
 }
 
 fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
@@ -135,6 +137,7 @@ impl CudaDevice {
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
+            staged: [Mutex::new(HashMap::new()), Mutex::new(HashMap::new())],
         })
     }
 
@@ -342,6 +345,42 @@ impl Backend for CudaDevice {
     fn mem_info(&self) -> Result<MemInfo> {
         let (free, total) = self.ctx.mem_get_info().map_err(driver(self.number, "cuMemGetInfo"))?;
         Ok(MemInfo { free, total })
+    }
+
+    fn wants_staging(&self) -> bool {
+        true
+    }
+
+    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, slot: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller keeps `src` valid and unchanged until the slot is waited for.
+        let host = unsafe { std::slice::from_raw_parts(src, bytes) };
+        // SAFETY: pinned source, device destination of `bytes` (the caller's contract).
+        unsafe { result::memcpy_htod_async(dst, host, self.copy_in.cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyHtoDAsync (staged)"))?;
+        let ev = self.copy_in.record_event(None).map_err(driver(self.number, "cuEventRecord"))?;
+        self.staged[0].lock().insert(slot, ev);
+        Ok(())
+    }
+
+    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, slot: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the caller keeps `dst` valid and untouched until the slot is waited for.
+        let host = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
+        // SAFETY: device source of `bytes`, pinned destination.
+        unsafe { result::memcpy_dtoh_async(host, src, self.copy_out.cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyDtoHAsync (staged)"))?;
+        let ev = self.copy_out.record_event(None).map_err(driver(self.number, "cuEventRecord"))?;
+        self.staged[1].lock().insert(slot, ev);
+        Ok(())
+    }
+
+    fn wait_staged(&self, to_device: bool, slot: usize) -> Result<()> {
+        let ev = self.staged[usize::from(!to_device)].lock().remove(&slot);
+        match ev {
+            Some(e) => e.synchronize().map_err(driver(self.number, "cuEventSynchronize")),
+            None => Ok(()),
+        }
     }
 
     unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {

@@ -10,19 +10,16 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crossbeam_channel::{bounded, unbounded, Sender};
 use parking_lot::Mutex;
 
 use super::{Backend, BackendKind, DeviceDescription, MemInfo};
 use crate::error::{Error, Result};
 use crate::kernel::{HostLaunch, Kernel, KernelArg};
+use crate::worker::DeviceWorker;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
 const ALIGN: usize = 256;
-
-type Job = Box<dyn FnOnce() + Send>;
 
 /// A raw address that may cross to the worker thread; the submitting call waits for the
 /// job, so the memory it names outlives the job.
@@ -33,8 +30,7 @@ struct Addr(usize);
 pub(crate) struct HostDevice {
     number: usize,
     description: DeviceDescription,
-    queue: Option<Sender<Job>>,
-    worker: Option<JoinHandle<()>>,
+    worker: Option<Arc<DeviceWorker>>,
     pool: Arc<rayon::ThreadPool>,
     allocations: Mutex<BTreeMap<u64, usize>>,
     used: AtomicUsize,
@@ -44,28 +40,16 @@ pub(crate) struct HostDevice {
 
 impl HostDevice {
     /// Host device number `number` (its index among all devices), with `capacity` bytes
-    /// of memory and kernels on `pool`.
+    /// of memory, its work run in order by `worker`, and kernels on `pool`.
     pub(crate) fn new(
         number: usize,
         host_index: usize,
         capacity: usize,
+        worker: Arc<DeviceWorker>,
         pool: Arc<rayon::ThreadPool>,
         peer_access: bool,
-    ) -> Result<Self> {
-        let (tx, rx) = unbounded::<Job>();
-        let worker = std::thread::Builder::new()
-            .name(format!("offload-host{host_index}"))
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .map_err(|e| Error::Driver {
-                device: number,
-                call: "spawn host device worker",
-                message: e.to_string(),
-            })?;
-        Ok(Self {
+    ) -> Self {
+        Self {
             number,
             description: DeviceDescription {
                 kind: BackendKind::Host,
@@ -73,28 +57,19 @@ impl HostDevice {
                 pci_bus_id: None,
                 uuid: None,
             },
-            queue: Some(tx),
             worker: Some(worker),
             pool,
             allocations: Mutex::new(BTreeMap::new()),
             used: AtomicUsize::new(0),
             capacity,
             peer_access,
-        })
+        }
     }
 
     /// Runs `f` on the device's worker, in queue order, and waits for its result.
     fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-        let closed = |why| Error::QueueClosed { device: self.number, why };
-        let (tx, rx) = bounded(1);
-        let queue = self.queue.as_ref().ok_or_else(|| closed("device shut down"))?;
-        queue
-            .send(Box::new(move || {
-                // The receiver only goes away if the caller did, which it cannot: it waits.
-                let _ = tx.send(f());
-            }))
-            .map_err(|_| closed("worker thread ended"))?;
-        rx.recv().map_err(|_| closed("worker thread panicked"))
+        let closed = || Error::QueueClosed { device: self.number, why: "the device's worker thread ended" };
+        self.worker.as_ref().ok_or_else(closed)?.run(f).map_err(|_| closed())
     }
 
     /// Checks that `addr..addr+bytes` lies inside one live allocation.
@@ -109,10 +84,8 @@ impl HostDevice {
 
 impl Drop for HostDevice {
     fn drop(&mut self) {
-        self.queue = None; // closes the channel; the worker drains and ends
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        // Every job was waited for, so none still uses the memory freed below.
+        drop(self.worker.take());
         for (&addr, &len) in self.allocations.get_mut().iter() {
             // SAFETY: every entry was allocated by `alloc` with this layout and not freed.
             unsafe {
@@ -280,12 +253,14 @@ pub(crate) fn default_capacity() -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn device(capacity: usize) -> HostDevice {
+    pub(crate) fn device(capacity: usize) -> HostDevice {
         let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
-        HostDevice::new(0, 0, capacity, pool, true).unwrap()
+        let topo = Arc::new(crate::topology::Topology::system());
+        let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
+        HostDevice::new(0, 0, capacity, worker, pool, true)
     }
 
     #[test]

@@ -139,6 +139,40 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
 
+    /// Whether host copies from pageable memory should be staged through pinned buffers
+    /// (GPUs: yes; host devices copy directly).
+    fn wants_staging(&self) -> bool {
+        false
+    }
+
+    /// Starts copying `bytes` from pinned host memory `src` to `dst` on the copy-in queue;
+    /// staging slot `slot` of that direction completes with it (see [`Backend::wait_staged`]).
+    /// Backends without asynchronous copies finish the copy before returning.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unmodified until the slot is waited for; `dst..dst+bytes`
+    /// is this device's memory.
+    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, _slot: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.write(dst, src, bytes) }
+    }
+
+    /// Starts copying `bytes` from `src` into pinned host memory `dst` on the copy-out
+    /// queue; staging slot `slot` of that direction completes with it.
+    ///
+    /// # Safety
+    /// `dst` must stay valid and not be accessed until the slot is waited for.
+    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, _slot: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.read(dst, src, bytes) }
+    }
+
+    /// Waits until the last copy started in staging slot `slot` (copy-in direction when
+    /// `to_device`) has completed.
+    fn wait_staged(&self, _to_device: bool, _slot: usize) -> Result<()> {
+        Ok(())
+    }
+
     /// Runs a pitched 2-D copy as one driver operation; `false` when the backend has none
     /// (the caller then copies row by row).
     ///

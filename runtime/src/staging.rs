@@ -1,0 +1,443 @@
+//! Host<->device copies of pageable memory staged through pinned buffers next to the
+//! device.
+//!
+//! The driver's own path for pageable memory copies through a small internal buffer with
+//! one thread, far below what the link can do. A [`StagingRing`] keeps, per direction, a
+//! ring of pinned buffers on the device's NUMA node (bound before the first touch, touched
+//! by the device's bound worker, then page-locked with the driver; never write-combined, so
+//! the CPU can read them back fast). A host->device copy goes in chunks: threads of the
+//! device's node copy chunk *i* into one buffer while the DMA engine drains chunk *i-1* from
+//! the other; device->host runs the same ring the other way. Memory that is already pinned
+//! is copied directly, and so are small copies, where a ring's fixed costs would lose.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ptr::NonNull;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rayon::prelude::*;
+
+use crate::device::Backend;
+use crate::error::{Error, HostRange, Result};
+use crate::info::InfoFlags;
+use crate::runtime::DeviceState;
+use crate::topology::Topology;
+use crate::worker::node_pool;
+
+/// How staging behaves; the defaults were measured to be good on the H200 machines
+/// (see the README's transfer table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagingConfig {
+    /// Whether pageable copies are staged at all (`OFFLOAD_STAGING=0` turns it off).
+    pub enabled: bool,
+    /// Bytes per chunk (and per pinned buffer).
+    pub chunk: usize,
+    /// Buffers per direction (at least 2, so that copying and DMA overlap).
+    pub depth: usize,
+    /// CPU threads copying into and out of the buffers.
+    pub threads: usize,
+    /// Copies smaller than this go straight to the driver.
+    pub min_bytes: usize,
+}
+
+impl Default for StagingConfig {
+    fn default() -> Self {
+        Self { enabled: true, chunk: 16 << 20, depth: 3, threads: 16, min_bytes: 4 << 20 }
+    }
+}
+
+/// Page-aligned host memory registered with a device's driver.
+struct PinnedBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    registered: bool,
+}
+
+// SAFETY: the buffer is plain memory owned by the ring; access is serialised by the ring's
+// per-direction lock.
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    const PAGE: usize = 4096;
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(len, Self::PAGE).expect("chunk sizes are small multiples of a page")
+    }
+
+    /// Allocates `len` bytes, binds them to `node` before the first touch, touches them
+    /// (on the calling thread: the device's bound worker), and registers them.
+    fn new(len: usize, node: Option<usize>, topo: &Topology, backend: &dyn Backend) -> Result<(Self, bool)> {
+        // SAFETY: non-zero size.
+        let p = unsafe { std::alloc::alloc(Self::layout(len)) };
+        let ptr =
+            NonNull::new(p).ok_or(Error::OutOfMemory { device: 0, requested: len, free: 0, total: 0 })?;
+        // SAFETY: `len` bytes just allocated; not yet touched.
+        let area = unsafe { std::slice::from_raw_parts(p, len) };
+        let bound = node.is_some_and(|n| topo.bind_area(area, &[n]));
+        // First touch: one write per page places it (on the bound node when binding worked,
+        // else on the toucher's node).
+        for off in (0..len).step_by(Self::PAGE) {
+            // SAFETY: inside the allocation.
+            unsafe { p.add(off).write(0) };
+        }
+        let mut b = Self { ptr, len, registered: false };
+        // SAFETY: the buffer lives until `release`, which unregisters it first.
+        b.registered = unsafe { backend.register_host(p, len)? };
+        Ok((b, bound))
+    }
+
+    fn release(self, backend: &dyn Backend) {
+        if self.registered {
+            // SAFETY: registered in `new`; no copy is in flight (every transfer waits).
+            let _ = unsafe { backend.unregister_host(self.ptr.as_ptr()) };
+        }
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
+    }
+}
+
+/// A device's staging buffers, both directions.
+pub(crate) struct StagingRing {
+    to_device: Mutex<Vec<PinnedBuffer>>,
+    from_device: Mutex<Vec<PinnedBuffer>>,
+    chunk: usize,
+    pool: rayon::ThreadPool,
+    node: Option<usize>,
+    bound: bool,
+}
+
+impl fmt::Debug for StagingRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// A raw pointer that may cross to copy threads; every use is bounded by one transfer.
+#[derive(Clone, Copy)]
+struct Ptr(*mut u8);
+// SAFETY: each transfer hands disjoint sub-ranges to the copy threads and waits for them.
+unsafe impl Send for Ptr {}
+// SAFETY: as above.
+unsafe impl Sync for Ptr {}
+
+impl StagingRing {
+    /// Allocates the ring; call on the device's bound worker so that first touch lands on
+    /// its node.
+    pub(crate) fn new(
+        cfg: &StagingConfig,
+        node: Option<usize>,
+        topo: &Topology,
+        backend: &dyn Backend,
+        pool: rayon::ThreadPool,
+    ) -> Result<Self> {
+        let depth = cfg.depth.max(2);
+        let mut bound = true;
+        let mut make = || -> Result<Vec<PinnedBuffer>> {
+            (0..depth)
+                .map(|_| {
+                    let (b, ok) = PinnedBuffer::new(cfg.chunk, node, topo, backend)?;
+                    bound &= ok;
+                    Ok(b)
+                })
+                .collect()
+        };
+        let (to_device, from_device) = (make()?, make()?);
+        Ok(Self {
+            to_device: Mutex::new(to_device),
+            from_device: Mutex::new(from_device),
+            chunk: cfg.chunk,
+            pool,
+            node,
+            bound: bound && node.is_some(),
+        })
+    }
+
+    /// One line for the device report.
+    pub(crate) fn describe(&self) -> String {
+        let depth = self.to_device.lock().len();
+        let pinned = self.to_device.lock().first().is_some_and(|b| b.registered);
+        format!(
+            "staging: {depth}+{depth} buffers of {} MiB ({}), node {}, {} copy threads",
+            self.chunk >> 20,
+            if pinned { "page-locked" } else { "not page-locked" },
+            match (self.node, self.bound) {
+                (Some(n), true) => format!("{n} (bound)"),
+                (Some(n), false) => format!("{n} (binding refused: first touch by the bound worker)"),
+                (None, _) => "unknown (first touch by the worker)".into(),
+            },
+            self.pool.current_num_threads()
+        )
+    }
+
+    /// The first staging buffer, for placement checks.
+    pub(crate) fn with_first_buffer<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let bufs = self.to_device.lock();
+        // SAFETY: the buffer holds `len` initialised bytes (touched at creation); the lock
+        // keeps transfers out while `f` reads it.
+        f(unsafe { std::slice::from_raw_parts(bufs[0].ptr.as_ptr(), bufs[0].len) })
+    }
+
+    /// Copies with all copy threads: `dst[..n] = src[..n]`.
+    ///
+    /// # Safety
+    /// Both ranges valid for `n` bytes, disjoint, `dst` not otherwise accessed meanwhile.
+    unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize) {
+        let threads = self.pool.current_num_threads().max(1);
+        let piece = n.div_ceil(threads).next_multiple_of(4096).max(256 << 10);
+        let pieces = n.div_ceil(piece);
+        self.pool.install(|| {
+            (0..pieces).into_par_iter().for_each(|i| {
+                let (off, len) = (i * piece, piece.min(n - i * piece));
+                let (d, s) = (dst, src);
+                // SAFETY: disjoint sub-ranges of the caller's valid ranges.
+                unsafe { std::ptr::copy_nonoverlapping(s.0.add(off), d.0.add(off), len) };
+            })
+        });
+    }
+
+    /// Host->device: `bytes` from pageable `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// `src` valid for reads of `bytes`; `dst..dst+bytes` is the device's memory.
+    pub(crate) unsafe fn write(
+        &self,
+        backend: &dyn Backend,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<()> {
+        let bufs = self.to_device.lock();
+        let depth = bufs.len();
+        let chunks = bytes.div_ceil(self.chunk);
+        let mut result = Ok(());
+        for i in 0..chunks {
+            let slot = i % depth;
+            let (off, n) = (i * self.chunk, self.chunk.min(bytes - i * self.chunk));
+            // The buffer is free once its previous DMA has finished.
+            if i >= depth {
+                result = backend.wait_staged(true, slot);
+                if result.is_err() {
+                    break;
+                }
+            }
+            // SAFETY: the buffer holds `chunk >= n` bytes and no DMA reads it now; the source
+            // is the caller's.
+            unsafe { self.parallel_copy(Ptr(bufs[slot].ptr.as_ptr()), Ptr(src.add(off).cast_mut()), n) };
+            // SAFETY: the buffer stays untouched until this slot is waited for (below or at
+            // its next use).
+            result = unsafe { backend.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
+            if result.is_err() {
+                break;
+            }
+        }
+        // Drain every slot, also after an error, so no DMA outlives the call.
+        for slot in 0..depth.min(chunks) {
+            let r = backend.wait_staged(true, slot);
+            result = result.and(r);
+        }
+        result
+    }
+
+    /// Device->host: `bytes` from device address `src` into pageable `dst`.
+    ///
+    /// # Safety
+    /// `dst` valid for writes of `bytes` and not otherwise accessed during the call.
+    pub(crate) unsafe fn read(
+        &self,
+        backend: &dyn Backend,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let bufs = self.from_device.lock();
+        let depth = bufs.len();
+        let chunks = bytes.div_ceil(self.chunk);
+        let span = |i: usize| (i * self.chunk, self.chunk.min(bytes - i * self.chunk));
+        let issue = |i: usize| {
+            let (off, n) = span(i);
+            // SAFETY: the slot's buffer is not read by the CPU until waited for.
+            unsafe { backend.read_staged(bufs[i % depth].ptr.as_ptr(), src + off as u64, n, i % depth) }
+        };
+        let mut result = Ok(());
+        // Keep `depth` DMAs in flight ahead of the CPU copies.
+        for i in 0..depth.min(chunks) {
+            result = issue(i);
+            if result.is_err() {
+                break;
+            }
+        }
+        let mut i = 0;
+        while result.is_ok() && i < chunks {
+            let slot = i % depth;
+            result = backend.wait_staged(false, slot);
+            if result.is_err() {
+                break;
+            }
+            let (off, n) = span(i);
+            // SAFETY: the DMA into this buffer has completed; `dst` is the caller's.
+            unsafe { self.parallel_copy(Ptr(dst.add(off)), Ptr(bufs[slot].ptr.as_ptr()), n) };
+            if i + depth < chunks {
+                result = issue(i + depth);
+            }
+            i += 1;
+        }
+        for slot in 0..depth.min(chunks) {
+            let r = backend.wait_staged(false, slot);
+            result = result.and(r);
+        }
+        result
+    }
+
+    /// Unregisters and frees the buffers.
+    pub(crate) fn release(self, backend: &dyn Backend) {
+        for b in self.to_device.into_inner().into_iter().chain(self.from_device.into_inner()) {
+            b.release(backend);
+        }
+    }
+}
+
+/// A raw pointer to the backend for the worker's closure (the caller waits for it).
+struct BackendRef(*const dyn Backend);
+// SAFETY: backends are Send + Sync; the pointer is used only while the caller waits.
+unsafe impl Send for BackendRef {}
+
+impl DeviceState {
+    /// The device's staging ring, made on first use on the device's bound worker; `None`
+    /// when the device does not stage or the ring could not be made (then copies go to the
+    /// driver directly, and the report says why).
+    pub(crate) fn staging_ring(&self) -> Option<&StagingRing> {
+        if !self.staging_config.enabled || !self.backend.wants_staging() {
+            return None;
+        }
+        self.staging
+            .get_or_init(|| {
+                let name = format!("offload-dev{}", self.number);
+                let pool = node_pool(
+                    &name,
+                    self.topology.clone(),
+                    self.placement.cpus.clone(),
+                    self.staging_config.threads,
+                )
+                .map_err(|e| e.to_string())?;
+                let node =
+                    self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
+                let (cfg, topo) = (self.staging_config, self.topology.clone());
+                let backend = BackendRef(Arc::as_ptr(&self.backend));
+                self.worker
+                    .run(move || {
+                        let b = backend;
+                        // SAFETY: `self.backend` outlives this call, which waits for the job.
+                        let backend = unsafe { &*b.0 };
+                        StagingRing::new(&cfg, node, &topo, backend, pool).map_err(|e| e.to_string())
+                    })
+                    .map_err(|_| "the device worker ended".to_string())?
+            })
+            .as_ref()
+            .ok()
+    }
+
+    fn stages(&self, host: HostRange) -> Option<&StagingRing> {
+        if host.bytes < self.staging_config.min_bytes || self.pinned.contains(host) {
+            return None;
+        }
+        self.staging_ring()
+    }
+
+    /// Host->device copy of `host` to `dst`: staged for large pageable ranges, direct
+    /// otherwise.
+    ///
+    /// # Safety
+    /// `host` valid for reads; `dst` device memory of the range's size.
+    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<()> {
+        match self.stages(host) {
+            Some(ring) => {
+                self.trace.emit(InfoFlags::TRANSFERS, || {
+                    format!("device {}: staged through pinned buffers", self.number)
+                });
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) },
+        }
+    }
+
+    /// Device->host copy of `src` into `host`, staged or direct as [`DeviceState::write_host`].
+    ///
+    /// # Safety
+    /// `host` valid for exclusive writes; `src` device memory of the range's size.
+    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<()> {
+        match self.stages(host) {
+            Some(ring) => {
+                self.trace.emit(InfoFlags::TRANSFERS, || {
+                    format!("device {}: staged through pinned buffers", self.number)
+                });
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::host::tests::device;
+
+    fn ring(chunk: usize, depth: usize) -> (crate::device::host::HostDevice, StagingRing) {
+        let d = device(1 << 30);
+        let topo = Topology::system();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
+        let r = StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, pool).unwrap();
+        (d, r)
+    }
+
+    #[test]
+    fn chunked_copies_round_trip_at_awkward_sizes() {
+        for (chunk, depth) in [(4096usize, 2usize), (8192, 3), (1 << 20, 2)] {
+            let (d, r) = ring(chunk, depth);
+            for bytes in [1usize, 4095, 4096, 4097, 3 * chunk + 17, 7 * chunk] {
+                let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + bytes) as u8).collect();
+                let mut back = vec![0u8; bytes];
+                let p = d.alloc(bytes).unwrap();
+                // SAFETY: `src`, `back` and `p` all hold `bytes` bytes.
+                unsafe {
+                    r.write(&d, p, src.as_ptr(), bytes).unwrap();
+                    r.read(&d, back.as_mut_ptr(), p, bytes).unwrap();
+                }
+                assert!(back == src, "chunk {chunk} depth {depth} bytes {bytes}");
+                d.free(p, bytes).unwrap();
+            }
+            r.release(&d);
+        }
+    }
+
+    #[test]
+    fn a_failing_copy_is_an_error_and_leaves_no_slot_busy() {
+        let (d, r) = ring(4096, 2);
+        let src = vec![1u8; 5 * 4096];
+        let p = d.alloc(4096).unwrap();
+        // SAFETY: the device range is too short: the backend refuses the second chunk
+        // before any byte moves there.
+        let e = unsafe { r.write(&d, p, src.as_ptr(), src.len()) }.unwrap_err();
+        assert!(matches!(e, Error::UnknownDevicePointer { .. }), "{e}");
+        // The ring still works afterwards.
+        // SAFETY: one chunk into a one-chunk allocation.
+        unsafe { r.write(&d, p, src.as_ptr(), 4096) }.unwrap();
+        d.free(p, 4096).unwrap();
+        r.release(&d);
+    }
+
+    #[test]
+    fn describes_its_set_up() {
+        let (d, r) = ring(1 << 20, 2);
+        let s = r.describe();
+        assert!(s.contains("2+2 buffers of 1 MiB") && s.contains("3 copy threads"), "{s}");
+        r.release(&d);
+    }
+}

@@ -1,0 +1,120 @@
+//! One host worker thread per device, bound to the CPUs nearest the device, running the
+//! device's host-side work in order; and per-node `rayon` pools whose threads are bound to
+//! a device's CPUs, for the CPU copies of staging.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, unbounded, Sender};
+
+use crate::topology::Topology;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The worker is gone: it panicked, or the device is shutting down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WorkerGone;
+
+/// A thread bound to a device's CPUs that runs jobs in submission order.
+pub(crate) struct DeviceWorker {
+    queue: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    binding: Result<Vec<usize>, String>,
+}
+
+impl std::fmt::Debug for DeviceWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceWorker").field("binding", &self.binding).finish_non_exhaustive()
+    }
+}
+
+impl DeviceWorker {
+    /// Starts a worker named `name`, bound to `cpus` of `topology` (best effort: the
+    /// binding read back, or why it failed, is kept for the report).
+    pub(crate) fn spawn(name: String, topology: Arc<Topology>, cpus: Vec<usize>) -> std::io::Result<Self> {
+        let (tx, rx) = unbounded::<Job>();
+        let (bound_tx, bound_rx) = bounded(1);
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let _ = bound_tx.send(topology.bind_current_thread(&cpus).map_err(|e| e.to_string()));
+            for job in rx {
+                job();
+            }
+        })?;
+        let binding = bound_rx.recv().unwrap_or_else(|_| Err("worker ended before binding".into()));
+        Ok(Self { queue: Some(tx), thread: Some(thread), binding })
+    }
+
+    /// Runs `f` on the worker after every job submitted before it, and returns its result.
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, WorkerGone> {
+        let (tx, rx) = bounded(1);
+        self.queue
+            .as_ref()
+            .ok_or(WorkerGone)?
+            .send(Box::new(move || {
+                // The caller waits on `rx`, so the receiver is alive.
+                let _ = tx.send(f());
+            }))
+            .map_err(|_| WorkerGone)?;
+        rx.recv().map_err(|_| WorkerGone)
+    }
+
+    /// The CPUs the worker is bound to, as read back after binding (empty when the
+    /// topology is not this machine's), or why binding failed.
+    pub(crate) fn binding(&self) -> Result<&[usize], &str> {
+        self.binding.as_deref().map_err(String::as_str)
+    }
+}
+
+impl Drop for DeviceWorker {
+    fn drop(&mut self) {
+        self.queue = None; // the worker drains its queue and ends
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A `rayon` pool of `threads` threads bound to `cpus` (for staging copies next to the
+/// device's memory).
+pub(crate) fn node_pool(
+    name: &str,
+    topology: Arc<Topology>,
+    cpus: Vec<usize>,
+    threads: usize,
+) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    let prefix = name.to_string();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.clamp(1, cpus.len().max(1)))
+        .thread_name(move |i| format!("{prefix}-copy{i}"))
+        .start_handler(move |_| {
+            // Best effort, as for the worker; the pool's binding is reported through it.
+            let _ = topology.bind_current_thread(&cpus);
+        })
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_jobs_in_order_and_reports_its_binding() {
+        let topo = Arc::new(Topology::system());
+        let cpus = topo.whole_machine("test").cpus;
+        let w = DeviceWorker::spawn("test-worker".into(), topo, cpus.clone()).unwrap();
+        let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        for i in 0..100 {
+            let l = Arc::clone(&log);
+            w.run(move || l.lock().push(i)).unwrap();
+        }
+        assert_eq!(*log.lock(), (0..100).collect::<Vec<_>>());
+        let name = w.run(|| std::thread::current().name().map(String::from)).unwrap();
+        assert_eq!(name.as_deref(), Some("test-worker"));
+        if let Ok(b) = w.binding() {
+            assert!(b.iter().all(|c| cpus.contains(c)), "bound to {b:?}, asked {cpus:?}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Backend behaviour every device must show: identity, out-of-memory errors, user kernels
+//! from CUDA C source, compile errors, 2-D/3-D rectangular copies, pinned runtime buffers.
+
+use offload::{map, Error, HostBuffer, Kernel, MapType, RectSide, Runtime};
+use offload_tests::{check, check_eq, on_every_backend, on_every_device};
+
+#[test]
+fn device_report_says_what_each_backend_found() {
+    let rt = Runtime::builder().env(|_| None).host_devices(1).build().expect("runtime");
+    let report = rt.device_report();
+    check_report(report).unwrap_or_else(|e| panic!("{e}\n{report}"));
+}
+
+fn check_report(report: &str) -> offload::Result<()> {
+    check!(report.contains("cuda:"), "no cuda line");
+    check!(report.contains("host: 1 host devices"), "no host line");
+    Ok(())
+}
+
+#[test]
+fn devices_identify_themselves() {
+    on_every_backend(
+        "identity",
+        1,
+        |b| b,
+        |rt| {
+            let mut seen = Vec::new();
+            for d in 0..rt.num_devices() {
+                let desc = rt.describe(d)?;
+                println!("device {d}: {desc:?}");
+                if desc.kind == offload::BackendKind::Host {
+                    check!(desc.pci_bus_id.is_none() && desc.uuid.is_none());
+                    continue;
+                }
+                let bus = desc.pci_bus_id.clone().unwrap_or_default();
+                // dddd:bb:dd.f, as cuDeviceGetPCIBusId gives it.
+                check!(
+                    bus.len() == 12 && bus.as_bytes()[4] == b':' && bus.as_bytes()[10] == b'.',
+                    "bus id {bus}"
+                );
+                check!(
+                    desc.uuid.as_deref().is_some_and(|u| u.starts_with("GPU-") && u.len() == 40),
+                    "uuid {:?}",
+                    desc.uuid
+                );
+                check!(!seen.contains(&bus), "two devices share bus id {bus}");
+                seen.push(bus);
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn out_of_memory_names_the_size_asked_and_free() {
+    on_every_device("out of memory", |rt, dev| {
+        let huge = 1usize << 50;
+        match rt.target_alloc(huge, dev) {
+            Err(Error::OutOfMemory { device, requested, free, total }) => {
+                check_eq!(device, dev);
+                check_eq!(requested, huge);
+                check!(free <= total && total > 0);
+                let msg = Error::OutOfMemory { device, requested, free, total }.to_string();
+                check!(msg.contains(&huge.to_string()) && msg.contains("free"), "{msg}");
+            }
+            other => check!(false, "expected OutOfMemory, got {other:?}"),
+        }
+        // The pool was not left holding anything.
+        check_eq!(rt.pool_usage(dev)?.live_allocations, 0);
+        Ok(())
+    });
+}
+
+#[test]
+fn user_kernels_from_cuda_source_run_on_gpus_and_are_refused_elsewhere() {
+    let k = Kernel::from_cuda_source(
+        "user_twice".into(),
+        r#"extern "C" __global__ void user_twice(float* x, float add, unsigned long long n) {
+            unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+            if (i < n) x[i] = 2.0f * x[i] + add; }"#
+            .into(),
+    );
+    on_every_device("user CUDA kernel", |rt, dev| {
+        let mut x: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        let gpu = rt.device(dev)?;
+        let r = gpu.data(map::tofrom(&mut x), |v| gpu.launch(&k, 1000, (v, 0.5f32)));
+        if rt.describe(dev)?.kind == offload::BackendKind::Host {
+            check!(matches!(r, Err(Error::NoKernelImpl { backend: "host", .. })), "{r:?}");
+            check!(x.iter().enumerate().all(|(i, &v)| v == i as f32), "host data changed");
+        } else {
+            r?;
+            check!(x.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 0.5), "wrong result");
+        }
+        offload_tests::assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn a_kernel_that_does_not_compile_is_an_error_with_the_compiler_log() {
+    let k = Kernel::from_cuda_source("broken".into(), "extern \"C\" __global__ void broken( { }".into());
+    on_every_device("compile error", |rt, dev| {
+        let mut x = vec![0f32; 4];
+        let gpu = rt.device(dev)?;
+        let r = gpu.data(map::tofrom(&mut x), |v| gpu.launch(&k, 4, (v,)));
+        match r {
+            Err(Error::NoKernelImpl { .. }) if rt.describe(dev)?.kind == offload::BackendKind::Host => {}
+            Err(Error::Driver { call: "nvrtcCompileProgram", message, .. }) => {
+                check!(message.contains("broken"), "{message}");
+            }
+            other => check!(false, "expected a compile error, got {other:?}"),
+        }
+        offload_tests::assert_clean(rt, dev)
+    });
+}
+
+/// A 3-D host array 4 x 5 x 6 of i32 with distinct values.
+fn cube() -> Vec<i32> {
+    (0..4 * 5 * 6).collect()
+}
+
+#[test]
+fn rectangular_copies_in_2d_and_3d_land_exactly() {
+    on_every_device("memcpy_rect", |rt, dev| {
+        let host = cube();
+        let init = rt.initial_device();
+        let d = rt.target_alloc(host.len() * 4, dev)?;
+        // SAFETY: `d` holds the whole cube; memset first so untouched elements are known.
+        unsafe { rt.target_memset(d, 0xff, host.len() * 4, dev)? };
+        let dims = [4, 5, 6];
+        // 3-D: the 2 x 3 x 4 block at (1, 1, 2) host -> device, same place.
+        let (vol, off) = ([2, 3, 4], [1, 1, 2]);
+        let side = |ptr, device| RectSide { ptr, device, offsets: &off, dimensions: &dims };
+        // SAFETY: both sides are whole 4x5x6 i32 arrays of their devices.
+        unsafe { rt.target_memcpy_rect(4, &vol, side(d, dev), side(host.as_ptr() as u64, init))? };
+        let back = offload_tests::read_device::<i32>(rt, d, host.len(), dev)?;
+        for (i, &v) in back.iter().enumerate() {
+            let (z, y, x) = (i / 30, (i / 6) % 5, i % 6);
+            let inside = (1..3).contains(&z) && (1..4).contains(&y) && (2..6).contains(&x);
+            check_eq!(v, if inside { host[i] } else { -1 });
+        }
+        // 2-D: rows 1..3, columns 1..4 of a 5 x 6 plane, device -> host at offset (2, 0).
+        let mut out = vec![0i32; 30];
+        let (vol2, src_off, dst_off, dims2) = ([2, 3], [1, 1], [2, 0], [5, 6]);
+        // SAFETY: `out` and the first plane of `d` are 5x6 i32 arrays.
+        unsafe {
+            rt.target_memcpy_rect(
+                4,
+                &vol2,
+                RectSide {
+                    ptr: out.as_mut_ptr() as u64,
+                    device: init,
+                    offsets: &dst_off,
+                    dimensions: &dims2,
+                },
+                RectSide { ptr: d, device: dev, offsets: &src_off, dimensions: &dims2 },
+            )?
+        };
+        for r in 0..5 {
+            for c in 0..6 {
+                let want = if (2..4).contains(&r) && c < 3 { back[(r - 1) * 6 + c + 1] } else { 0 };
+                check_eq!(out[r * 6 + c], want);
+            }
+        }
+        // SAFETY: no longer used.
+        unsafe { rt.target_free(d, dev)? };
+        offload_tests::assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn runtime_buffers_are_pinned_on_gpus_and_stay_mapped_across_scopes() {
+    on_every_backend(
+        "host buffers",
+        1,
+        |b| b,
+        |rt| {
+            let gpu = rt.describe(0)?.kind != offload::BackendKind::Host;
+            let mut buf = HostBuffer::<f32>::from_slice(rt, &[1.0; 4096])?;
+            check_eq!(buf.is_pinned(), gpu);
+            buf.enter(0, MapType::TO)?;
+            {
+                // A scope that launches on the long-lived mapping.
+                rt.device(0)?.launch(&offload_kernels::SCALE_F32, 4096, (3.0f32, buf.view(0)))?;
+            }
+            buf.exit(0, MapType::FROM)?;
+            check!(buf.iter().all(|&v| v == 3.0));
+            drop(buf);
+            offload_tests::assert_clean(rt, 0)
+        },
+    );
+}
