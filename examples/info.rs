@@ -1,5 +1,5 @@
-//! What the runtime sees: devices, PCI bus ids, UUIDs, memory, the peer-access matrix
-//! and the settings in force, in the manner of `nvidia-smi topo -m` and
+//! What the runtime sees: devices, PCI bus ids, UUIDs, memory, NUMA placement, worker
+//! bindings as read back, staging set-up, the peer-access matrix and the settings in force, in the manner of `nvidia-smi topo -m` and
 //! `omp_display_env`.
 //!
 //! `cargo run --release -p offload-examples --example info`
@@ -31,6 +31,22 @@ fn main() -> Result<(), offload::Error> {
             desc.uuid.as_deref().unwrap_or("-"),
             mem.total >> 20
         );
+    }
+    println!("\nplacement ({})", rt.topology().description());
+    for d in 0..rt.num_devices() {
+        let binding = match rt.worker_binding(d)? {
+            Ok(b) if b.is_empty() => "not applied (topology is not this machine's)".to_string(),
+            Ok(b) => format!("cpus {}", offload::topology::ranges(&b)),
+            Err(e) => format!("failed: {e}"),
+        };
+        println!("  device {d}: {}", rt.placement(d)?);
+        println!("           worker bound to {binding} (read back)");
+        if let Some(s) = rt.staging_report(d)? {
+            println!("           {s}");
+            if let Ok(nodes) = rt.staging_location(d) {
+                println!("           staging pages on NUMA node(s) {}", offload::topology::ranges(&nodes));
+            }
+        }
     }
     if rt.num_devices() > 1 {
         println!("\npeer access (row copies from column directly: P, through the host: -)");

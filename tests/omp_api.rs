@@ -82,7 +82,7 @@ fn alloc_memset_memcpy_free() -> Result<()> {
         unsafe { omp_target_free(std::ptr::null_mut(), dev)? };
         let p = omp_target_alloc(400, dev)?;
         check!(!p.is_null());
-        // SAFETY (for the block): `p` holds 400 bytes on `dev`; host buffers are live and
+        // SAFETY: for the block, `p` holds 400 bytes on `dev`; host buffers are live and
         // sized for each copy.
         unsafe {
             check_eq!(omp_target_memset(p, 0x11, 400, dev)?, p);
@@ -139,7 +139,7 @@ fn enter_exit_update_and_target() -> Result<()> {
         let xv = vp(x.as_ptr());
         check!(!omp_target_is_present(xv, dev)?);
         check!(omp_get_mapped_ptr(xv, dev)?.is_null());
-        // SAFETY (for the block): `x` is alive; `from` copies happen while nothing else
+        // SAFETY: for the block, `x` is alive; `from` copies happen while nothing else
         // touches it.
         unsafe {
             target_enter_data(dev, &[MapItem::raw(x.as_ptr(), 1024, MapType::TO)])?;
@@ -200,7 +200,7 @@ fn target_data_region_and_launch() -> Result<()> {
         let mut a = vec![1i32; 1000];
         let b = vec![0i32; 10];
         let list = [mut_item(&mut a, MapType::TOFROM), MapItem::slice(&b, MapType::ALLOC)];
-        // SAFETY (for the block): `a` and `b` outlive the region and are not touched in it.
+        // SAFETY: for the block, `a` and `b` outlive the region and are not touched in it.
         unsafe {
             target_data_begin(dev, &list)?;
             let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::mapped(a.as_ptr())];
@@ -235,7 +235,7 @@ fn associate_and_disassociate() -> Result<()> {
         let mut h = [5i32; 8];
         let hv = vp(h.as_ptr());
         let d = omp_target_alloc(64, dev)?;
-        // SAFETY (for the block): `d` holds 64 bytes until freed; `h` is alive.
+        // SAFETY: for the block, `d` holds 64 bytes until freed; `h` is alive.
         unsafe {
             omp_target_associate_ptr(hv, d, 32, 32, dev)?;
             check!(omp_target_is_present(hv, dev)?);
@@ -294,7 +294,7 @@ fn memcpy_rect() -> Result<()> {
         let p = omp_target_alloc(48, dev)?;
         let (volume, dst_off, src_off, dst_dims, src_dims) =
             ([2usize, 3], [0usize, 1], [1usize, 2], [3usize, 4], [4usize, 6]);
-        // SAFETY (for the block): `p` holds a 3x4 i32 array, `host` a 4x6 one, `back` too;
+        // SAFETY: for the block, `p` holds a 3x4 i32 array, `host` a 4x6 one, `back` too;
         // every shape array holds 2 entries.
         unsafe {
             omp_target_memset(p, 0xff, 48, dev)?;

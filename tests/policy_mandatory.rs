@@ -42,7 +42,7 @@ fn mandatory_without_a_device_fails_everywhere_with_one_error() {
 
     // Every routine and construct, on the default device number 0 and the initial device
     // number 0 alike (there is no device), even the ones that would do nothing.
-    // SAFETY (for every call): the runtime does not exist, so nothing is dereferenced; the
+    // SAFETY: for every call, the runtime does not exist, so nothing is dereferenced; the
     // pointers are valid host memory anyway.
     let results: Vec<(&str, Result<()>)> = unsafe {
         vec![

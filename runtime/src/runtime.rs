@@ -3,7 +3,6 @@
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -418,29 +417,42 @@ fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
     (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
 }
 
-/// A host slice page-locked in place by [`Runtime::pin`]; unpinned when dropped. While it
-/// lives, copies to and from the slice skip staging and run at the link's speed.
+/// A host slice page-locked in place by [`Runtime::pin`], used through this guard (it
+/// dereferences to the slice) and unpinned when dropped. While it lives, copies to and from
+/// the slice skip staging and run at the link's speed.
 #[derive(Debug)]
 #[must_use = "the slice is unpinned when this guard drops"]
-pub struct Pinned<'a> {
+pub struct Pinned<'a, T> {
     rt: Runtime,
-    ptr: *mut u8,
+    data: &'a mut [T],
     by: Option<usize>,
-    _borrow: PhantomData<&'a [u8]>,
 }
 
-impl Pinned<'_> {
+impl<T> Pinned<'_, T> {
     /// Whether a driver page-locked the slice (false without GPUs).
     pub fn is_pinned(&self) -> bool {
         self.by.is_some()
     }
 }
 
-impl Drop for Pinned<'_> {
+impl<T> std::ops::Deref for Pinned<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.data
+    }
+}
+
+impl<T> std::ops::DerefMut for Pinned<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.data
+    }
+}
+
+impl<T> Drop for Pinned<'_, T> {
     fn drop(&mut self) {
         if let Some(d) = self.by {
             // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
-            unsafe { self.rt.unpin_host(self.ptr, d) };
+            unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
         }
     }
 }
@@ -510,11 +522,11 @@ impl Runtime {
     /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
     /// borrowed). Pinning costs about 64 ms per GiB once (on the H200 machines), so it pays
     /// for buffers copied more than a few times; see the README's transfer table.
-    pub fn pin<'a, T: crate::kernel::DeviceCopy>(&self, data: &'a [T]) -> Pinned<'a> {
-        let (ptr, bytes) = (data.as_ptr() as *mut u8, std::mem::size_of_val(data));
+    pub fn pin<'a, T: crate::kernel::DeviceCopy>(&self, data: &'a mut [T]) -> Pinned<'a, T> {
+        let (ptr, bytes) = (data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data));
         // SAFETY: the slice is borrowed for 'a, the guard's lifetime, and unpinned in its drop.
         let by = if bytes == 0 { None } else { unsafe { self.pin_host(ptr, bytes) } };
-        Pinned { rt: self.clone(), ptr, by, _borrow: PhantomData }
+        Pinned { rt: self.clone(), data, by }
     }
 
     /// Where device `device` sits: the CPUs and NUMA nodes next to it.

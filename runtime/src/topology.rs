@@ -155,25 +155,39 @@ impl Topology {
 
     /// A topology from an hwloc (v2) XML file, for placement on machines we do not have.
     pub fn from_xml_file(path: &Path) -> Result<Self> {
-        let bad = |what: String| Error::InvalidSetting {
+        // Read here: hwlocality panics on a missing file.
+        let xml = std::fs::read_to_string(path).map_err(|e| Error::InvalidSetting {
             var: "OFFLOAD_TOPOLOGY_XML",
             value: path.display().to_string(),
+            expected: Box::leak(format!("a readable hwloc v2 XML file ({e})").into_boxed_str()),
+        })?;
+        Self::from_xml(&xml, &path.display().to_string())
+    }
+
+    /// A topology from hwloc (v2) XML text, named `name` in reports.
+    pub fn from_xml(xml: &str, name: &str) -> Result<Self> {
+        let bad = |what: String| Error::InvalidSetting {
+            var: "topology XML",
+            value: name.to_string(),
             expected: Box::leak(what.into_boxed_str()),
         };
         #[cfg(feature = "hwloc")]
         {
             use hwlocality::topology::builder::TypeFilter;
             let t = hwlocality::Topology::builder()
-                .from_xml_file(path)
-                .map_err(|e| bad(format!("a readable hwloc v2 XML topology ({e})")))?
+                .from_xml(xml)
+                .map_err(|e| bad(format!("hwloc v2 XML ({e})")))?
                 .with_io_type_filter(TypeFilter::KeepAll)
                 .map_err(|e| bad(format!("an XML topology hwloc accepts ({e})")))?
                 .build()
                 .map_err(|e| bad(format!("an XML topology hwloc can build ({e})")))?;
-            Ok(Self::from_hwloc(t, format!("{} (hwloc XML)", path.display())))
+            Ok(Self::from_hwloc(t, format!("{name} (hwloc XML)")))
         }
         #[cfg(not(feature = "hwloc"))]
-        Err(bad("a build with the `hwloc` feature to read XML topologies".into()))
+        {
+            let _ = xml;
+            Err(bad("a build with the `hwloc` feature to read XML topologies".into()))
+        }
     }
 
     #[cfg(feature = "hwloc")]

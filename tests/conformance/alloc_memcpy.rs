@@ -203,7 +203,7 @@ fn case_35_memcpy_null_pointers() {
             }
         }
         // Length > 0 with a null pointer: an error, nothing copied.
-        // SAFETY (for the calls below): each is expected to fail before copying.
+        // SAFETY: for the calls below, each is expected to fail before copying.
         let cases = unsafe {
             [
                 (rt.target_memcpy(0, hp, 4, 0, 0, dev, init), "destination pointer is null"),
@@ -511,7 +511,7 @@ fn memcpy_rect_rejects_bad_shapes() {
         let host = numbered(&[6, 8], 0);
         let hp = host.as_ptr() as u64;
         let before = rt.transfer_stats(dev)?;
-        // SAFETY (for every call below): valid arrays; each call is expected to fail first.
+        // SAFETY: for every call below, valid arrays; each call is expected to fail first.
         let cases = unsafe {
             [
                 (

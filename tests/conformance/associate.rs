@@ -301,7 +301,7 @@ fn case_30_bad_associate_and_disassociate_arguments_fail() {
             check!(e.to_string().contains(needle), "{what}: {e}");
             Ok(())
         };
-        // SAFETY (for every call below): `d` holds 16 bytes; the calls are expected to fail.
+        // SAFETY: for every call below, `d` holds 16 bytes; the calls are expected to fail.
         unsafe {
             bad(rt.associate_ptr(0, d, 16, 0, dev), "null host", "host pointer is null")?;
             bad(rt.associate_ptr(hp, 0, 16, 0, dev), "null device", "device pointer is null")?;
@@ -403,7 +403,7 @@ fn case_31_mapped_ptr_is_the_address_the_kernel_sees() {
                 "device {dev}: launch `fill_i32` n={N} args [I32(7), device {p:#x} ({} bytes)]",
                 4 * N
             );
-            check!(lines.iter().any(|l| *l == want), "no trace line {want:?} in {lines:#?}");
+            check!(lines.contains(&want), "no trace line {want:?} in {lines:#?}");
             check_eq!(read_device::<i32>(rt, p, N, dev)?, vec![7; N]);
 
             // `h + 16` bytes: the kernel sees `p + 16` and writes from element 4.

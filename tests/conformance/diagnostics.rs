@@ -266,7 +266,7 @@ fn case_49_disabled_runs_everything_on_the_host() {
             let mut x = vec![1i32; 100];
             let xp = x.as_ptr() as usize;
             let tofrom = [mut_item(&mut x, MapType::TOFROM)];
-            // SAFETY (for every construct below): `x` is alive; on the host nothing is copied,
+            // SAFETY: for every construct below, `x` is alive; on the host nothing is copied,
             // and the kernel writes `x` itself while nothing else uses it.
             unsafe {
                 // Data constructs do nothing, not even `present` checks.

@@ -157,8 +157,9 @@ fn case_45_present_after_alloc_in_one_list_is_not_present_on_entry() {
         let before = rt.transfer_stats(dev)?;
         // SAFETY: `x` is not touched during the launch; it is expected to fail before running.
         let e = fails(unsafe { rt.target_launch(dev, &FILL_I32, 2, &list, &set(1, &x)) }, "case 45 launch")?;
+        let want = HostRange::new(xp, 8);
         check!(
-            matches!(e, Error::NotPresent { device, range, .. } if device == dev && range == HostRange::new(xp, 8)),
+            matches!(e, Error::NotPresent { device, range, .. } if device == dev && range == want),
             "{e:?}"
         );
         let msg = e.to_string();

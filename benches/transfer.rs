@@ -1,0 +1,209 @@
+//! Host<->device transfers side by side, one run: the runtime's copies of pageable `Vec`s
+//! (staged through NUMA-local pinned buffers) vs a raw cudarc copy from the same pageable
+//! memory (the driver's path) vs a raw copy from pinned memory vs the machine's own
+//! multi-threaded memcpy bandwidth; then pinning in place, a chunk/thread sweep, and both
+//! GPUs at once.
+//!
+//! `cargo bench -p offload-benches --bench transfer` (needs a GPU; says so and exits 0
+//! without one). `TRANSFER_QUICK=1` skips the sweep.
+
+use std::time::Instant;
+
+use cudarc::driver::{result, sys, CudaContext};
+use offload::{HostRange, MapItem, MapType, Runtime, StagingConfig, UpdateDirection};
+use rayon::prelude::*;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const GIB: usize = 1 << 30;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median seconds of timed calls after one untimed call; more repetitions for small sizes.
+fn time(bytes: usize, mut f: impl FnMut()) -> f64 {
+    let reps = (256 * MIB / bytes.max(1)).clamp(5, 200);
+    f();
+    median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn gbs(bytes: usize, t: f64) -> f64 {
+    bytes as f64 / t / 1e9
+}
+
+fn size_name(b: usize) -> String {
+    if b >= GIB {
+        format!("{} GiB", b / GIB)
+    } else if b >= MIB {
+        format!("{} MiB", b / MIB)
+    } else {
+        format!("{} KiB", b / KIB)
+    }
+}
+
+/// `update to/from` of a present pageable range: the copy path every map uses.
+fn runtime_copy(rt: &Runtime, dev: usize, host: &mut [u8], dir: UpdateDirection) {
+    // SAFETY: `host` is borrowed mutably for the call; it is mapped on `dev`.
+    unsafe { rt.update(dev, dir, &[(HostRange::of(host), false)]) }.expect("update");
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let rt = Runtime::builder().gpus(true).host_devices(0).build()?;
+    if rt.num_devices() == 0 {
+        println!("transfer: no GPU ({}); nothing to measure", rt.device_report().trim_end());
+        return Ok(());
+    }
+    print!("{}", rt.device_report());
+    for d in 0..rt.num_devices() {
+        println!("device {d}: {}; {}", rt.placement(d)?, rt.staging_report(d)?.unwrap_or_default());
+    }
+    let threads = std::thread::available_parallelism().map_or(16, |n| n.get()).min(16);
+    let copy_pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+
+    // The machine's own memcpy bandwidth, pageable to pageable, 1 GiB.
+    let a = vec![1u8; GIB];
+    let mut b = vec![2u8; GIB];
+    let memcpy_1 = gbs(GIB, time(GIB, || b.copy_from_slice(&a)));
+    let memcpy_n = gbs(
+        GIB,
+        time(GIB, || {
+            copy_pool.install(|| {
+                b.par_chunks_mut(16 * MIB).zip(a.par_chunks(16 * MIB)).for_each(|(d, s)| d.copy_from_slice(s))
+            })
+        }),
+    );
+    println!("\nmemcpy pageable->pageable 1 GiB: {memcpy_1:.1} GB/s (1 thread), {memcpy_n:.1} GB/s ({threads} threads)");
+    drop((a, b));
+
+    let ctx = CudaContext::new(0)?;
+    ctx.bind_to_thread()?;
+    let stream = ctx.new_stream()?;
+    // SAFETY: 1 GiB device buffer and a page-locked (not write-combined) host buffer.
+    let dev_buf = unsafe { result::malloc_sync(GIB) }?;
+    // SAFETY: as above.
+    let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(GIB, sys::CU_MEMHOSTALLOC_PORTABLE) }?;
+    let sizes = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB];
+    println!(
+        "\n| size | dir | offload (GB/s) | driver pageable (GB/s) | pinned DMA (GB/s) | offload / driver |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut host = vec![3u8; GIB];
+    // SAFETY: `host` outlives the mapping (deleted below).
+    unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
+    for &n in &sizes {
+        for dir in [UpdateDirection::To, UpdateDirection::From] {
+            let ours = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], dir)));
+            let raw = gbs(
+                n,
+                time(n, || {
+                    // SAFETY: `host`, `pinned` and `dev_buf` all hold at least `n` bytes; the
+                    // stream is synchronised before the next use.
+                    unsafe {
+                        match dir {
+                            UpdateDirection::To => {
+                                result::memcpy_htod_async(dev_buf, &host[..n], stream.cu_stream())
+                            }
+                            UpdateDirection::From => {
+                                result::memcpy_dtoh_async(&mut host[..n], dev_buf, stream.cu_stream())
+                            }
+                        }
+                    }
+                    .expect("copy");
+                    stream.synchronize().expect("sync");
+                }),
+            );
+            let pin = gbs(
+                n,
+                time(n, || {
+                    // SAFETY: as above.
+                    unsafe {
+                        match dir {
+                            UpdateDirection::To => result::memcpy_htod_async(
+                                dev_buf,
+                                &pinned.as_slice().expect("pinned")[..n],
+                                stream.cu_stream(),
+                            ),
+                            UpdateDirection::From => result::memcpy_dtoh_async(
+                                &mut pinned.as_mut_slice().expect("pinned")[..n],
+                                dev_buf,
+                                stream.cu_stream(),
+                            ),
+                        }
+                    }
+                    .expect("copy");
+                    stream.synchronize().expect("sync");
+                }),
+            );
+            let d = if dir == UpdateDirection::To { "h->d" } else { "d->h" };
+            println!("| {} | {d} | {ours:.1} | {raw:.1} | {pin:.1} | {:.2}x |", size_name(n), ours / raw);
+        }
+    }
+
+    // Pinning in place: the one-off cost, then copies at DMA speed.
+    let t = Instant::now();
+    let mut pinned_host = rt.pin(&mut host);
+    let pin_ms = t.elapsed().as_secs_f64() * 1e3;
+    let up = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::To)));
+    let down = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::From)));
+    let t = Instant::now();
+    drop(pinned_host);
+    let unpin_ms = t.elapsed().as_secs_f64() * 1e3;
+    println!("\npin 1 GiB in place: {pin_ms:.1} ms (unpin {unpin_ms:.1} ms); then h->d {up:.1} GB/s, d->h {down:.1} GB/s");
+    // SAFETY: the mapping made above.
+    unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
+
+    if std::env::var_os("TRANSFER_QUICK").is_none() {
+        println!("\nsweep at 1 GiB (device 0): chunk MiB, depth, threads -> h->d, d->h GB/s");
+        for chunk in [8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB] {
+            for (depth, threads) in [(2, 8), (2, 16), (3, 16), (3, 24), (4, 16)] {
+                let cfg = StagingConfig { chunk, depth, threads, ..StagingConfig::default() };
+                let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
+                // SAFETY: `host` outlives the mapping.
+                unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
+                let up = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut host, UpdateDirection::To)));
+                let down = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut host, UpdateDirection::From)));
+                // SAFETY: as above.
+                unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
+                println!("  {:>3} MiB depth {depth} threads {threads:>2}: {up:5.1} {down:5.1}", chunk / MIB);
+            }
+        }
+    }
+
+    // All GPUs at once, each from its own pageable buffer.
+    if rt.num_devices() > 1 {
+        let n = rt.num_devices();
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![5u8; GIB]).collect();
+        for (d, b) in bufs.iter().enumerate() {
+            // SAFETY: the buffers outlive the mappings (deleted below).
+            unsafe { rt.enter_data(d, &[MapItem::slice(b, MapType::ALLOC)])? };
+        }
+        for dir in [UpdateDirection::To, UpdateDirection::From] {
+            let t = time(GIB, || {
+                std::thread::scope(|s| {
+                    for (d, b) in bufs.iter_mut().enumerate() {
+                        let rt = &rt;
+                        s.spawn(move || runtime_copy(rt, d, b, dir));
+                    }
+                })
+            });
+            println!("all {n} GPUs at once, 1 GiB each, {dir:?}: {:.1} GB/s total", gbs(n * GIB, t));
+        }
+        for (d, b) in bufs.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { rt.exit_data(d, &[MapItem::slice(b, MapType::DELETE)])? };
+        }
+    }
+    // SAFETY: no longer used.
+    unsafe { result::free_sync(dev_buf) }?;
+    Ok(())
+}

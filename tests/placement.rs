@@ -1,0 +1,125 @@
+//! Placement on recorded and authored topologies: each GPU's worker CPUs and staging node
+//! come from the NUMA node its PCI bus id sits on. Fixtures are hwloc v2 XML (the hwloc
+//! project's test topologies, BSD-3-Clause, see fixtures/HWLOC-COPYING; and
+//! fixtures/8gpu-2socket.xml, authored by fixtures/make_8gpu_2socket.py).
+
+use offload::{PlacementSource, Runtime, Topology};
+
+const EIGHT_GPU: &str = include_str!("fixtures/8gpu-2socket.xml");
+const POWER8: &str = include_str!("fixtures/power8gpudistances.xml");
+const XEON_K40: &str = include_str!("fixtures/32em64t-2n8c2t-pci-normalio.xml");
+
+fn topo(xml: &str, name: &str) -> Topology {
+    Topology::from_xml(xml, name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn eight_gpus_on_two_sockets_go_to_their_own_node() {
+    let t = topo(EIGHT_GPU, "8gpu-2socket");
+    assert!(!t.is_this_system());
+    assert_eq!(t.numa_nodes(), &[0, 1]);
+    let gpus = [
+        "0000:07:00.0",
+        "0000:0f:00.0",
+        "0000:47:00.0",
+        "0000:4e:00.0",
+        "0000:87:00.0",
+        "0000:90:00.0",
+        "0000:b7:00.0",
+        "0000:bd:00.0",
+    ];
+    for (i, bus) in gpus.iter().enumerate() {
+        let p = t.place_pci(bus);
+        let node = i / 4;
+        assert_eq!(p.source, PlacementSource::Hwloc, "GPU {i}: {p}");
+        assert_eq!(p.numa_nodes, vec![node], "GPU {i} ({bus}): {p}");
+        assert_eq!(p.cpus, (16 * node..16 * node + 16).collect::<Vec<_>>(), "GPU {i}: {p}");
+        // nvidia-smi's 8-hex-digit domain form finds the same device.
+        assert_eq!(t.place_pci(&format!("0000{bus}")).numa_nodes, vec![node]);
+    }
+}
+
+#[test]
+fn power8_gpus_sit_two_per_socket() {
+    let t = topo(POWER8, "power8");
+    for (bus, node) in [("0002:01:00.0", 0), ("0003:01:00.0", 0), ("000a:01:00.0", 1), ("000b:01:00.0", 1)] {
+        let p = t.place_pci(bus);
+        assert_eq!(p.numa_nodes, vec![node], "{bus}: {p}");
+        assert!(p.is_known() && !p.cpus.is_empty());
+    }
+}
+
+#[test]
+fn xeon_k40_is_on_node_one() {
+    let t = topo(XEON_K40, "32em64t");
+    let p = t.place_pci("0000:84:00.0");
+    assert_eq!(p.numa_nodes, vec![1], "{p}");
+    let p = t.place_pci("0000:03:00.0");
+    assert_eq!(p.numa_nodes, vec![0], "{p}");
+}
+
+#[test]
+fn an_unknown_device_gets_the_whole_machine_and_says_so() {
+    let t = topo(EIGHT_GPU, "8gpu-2socket");
+    let p = t.place_pci("0000:aa:00.0");
+    assert!(!p.is_known());
+    assert_eq!(p.numa_nodes, vec![0, 1]);
+    assert_eq!(p.cpus.len(), 32);
+    assert!(p.to_string().contains("unknown") && p.to_string().contains("whole machine"), "{p}");
+}
+
+#[test]
+fn a_runtime_on_an_xml_topology_places_host_devices_on_the_whole_machine() {
+    let dir = std::env::temp_dir().join(format!("offload-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("8gpu.xml");
+    std::fs::write(&path, EIGHT_GPU).unwrap();
+    let rt =
+        Runtime::builder().env(|_| None).gpus(false).host_devices(2).topology_xml(&path).build().unwrap();
+    assert!(rt.device_report().contains("8gpu.xml (hwloc XML)"), "{}", rt.device_report());
+    for d in 0..2 {
+        let p = rt.placement(d).unwrap();
+        assert_eq!(p.cpus.len(), 32, "{p}");
+        // Binding to a foreign topology does nothing, and that is what the runtime reports.
+        assert_eq!(rt.worker_binding(d).unwrap(), Ok(vec![]));
+    }
+    let e = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .topology_xml(dir.join("missing.xml"))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("missing.xml"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn workers_are_bound_on_this_machine_and_staging_lands_on_the_device_node() {
+    let rt = Runtime::builder().env(|_| None).host_devices(1).build().unwrap();
+    for d in 0..rt.num_devices() {
+        let binding = rt.worker_binding(d).unwrap();
+        let want = &rt.placement(d).unwrap().cpus;
+        match binding {
+            Ok(b) if !b.is_empty() => {
+                assert!(b.iter().all(|c| want.contains(c)), "device {d}: bound {b:?}, placed {want:?}")
+            }
+            other => println!("device {d}: worker binding not applied here: {other:?}"),
+        }
+        let nodes = rt.topology().numa_nodes().len();
+        match rt.staging_report(d).unwrap() {
+            None => println!("SKIP staging location on device {d}: this device does not stage (host device)"),
+            Some(report) if nodes < 2 => {
+                println!("SKIP staging location on device {d}: one NUMA node on this machine ({report})")
+            }
+            Some(report) => {
+                let p = rt.placement(d).unwrap();
+                let loc = rt.staging_location(d).unwrap();
+                if p.is_known() {
+                    assert_eq!(loc, p.numa_nodes[..1].to_vec(), "{report}");
+                } else {
+                    println!("device {d}: placement unknown, staging on {loc:?} ({report})");
+                }
+            }
+        }
+    }
+}
