@@ -67,23 +67,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for d in 0..rt.num_devices() {
         println!("device {d}: {}; {}", rt.placement(d)?, rt.staging_report(d)?.unwrap_or_default());
     }
-    let threads = std::thread::available_parallelism().map_or(16, |n| n.get()).min(16);
-    let copy_pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
-
+    let cores = std::thread::available_parallelism().map_or(16, |n| n.get());
     // The machine's own memcpy bandwidth, pageable to pageable, 1 GiB.
     let a = vec![1u8; GIB];
     let mut b = vec![2u8; GIB];
     let memcpy_1 = gbs(GIB, time(GIB, || b.copy_from_slice(&a)));
-    let memcpy_n = gbs(
-        GIB,
-        time(GIB, || {
-            copy_pool.install(|| {
-                b.par_chunks_mut(16 * MIB).zip(a.par_chunks(16 * MIB)).for_each(|(d, s)| d.copy_from_slice(s))
-            })
-        }),
-    );
-    println!("\nmemcpy pageable->pageable 1 GiB: {memcpy_1:.1} GB/s (1 thread), {memcpy_n:.1} GB/s ({threads} threads)");
+    print!("\nmemcpy pageable->pageable 1 GiB: {memcpy_1:.1} GB/s (1 thread)");
+    for threads in [16.min(cores), cores] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+        let bw = gbs(
+            GIB,
+            time(GIB, || {
+                pool.install(|| {
+                    b.par_chunks_mut(16 * MIB)
+                        .zip(a.par_chunks(16 * MIB))
+                        .for_each(|(d, s)| d.copy_from_slice(s))
+                })
+            }),
+        );
+        print!(", {bw:.1} GB/s ({threads} threads)");
+    }
+    println!();
     drop((a, b));
+    let always_stage = Runtime::builder()
+        .gpus(true)
+        .host_devices(0)
+        .staging(StagingConfig { min_bytes: 0, ..StagingConfig::default() })
+        .build()?;
 
     let ctx = CudaContext::new(0)?;
     ctx.bind_to_thread()?;
@@ -92,14 +102,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev_buf = unsafe { result::malloc_sync(GIB) }?;
     // SAFETY: as above.
     let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(GIB, sys::CU_MEMHOSTALLOC_PORTABLE) }?;
-    let sizes = [4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB];
-    println!(
-        "\n| size | dir | offload (GB/s) | driver pageable (GB/s) | pinned DMA (GB/s) | offload / driver |"
-    );
-    println!("|---|---|---|---|---|---|");
+    let sizes = [4 * KIB, 64 * KIB, MIB, 2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, GIB];
+    println!("\n| size | dir | offload (GB/s) | driver pageable (GB/s) | pinned DMA (GB/s) | offload / driver | always staged (GB/s) |");
+    println!("|---|---|---|---|---|---|---|");
     let mut host = vec![3u8; GIB];
-    // SAFETY: `host` outlives the mapping (deleted below).
-    unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
+    // SAFETY: `host` outlives the mappings (deleted below).
+    unsafe {
+        rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])?;
+        always_stage.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])?;
+    }
     for &n in &sizes {
         for dir in [UpdateDirection::To, UpdateDirection::From] {
             let ours = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], dir)));
@@ -144,9 +155,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     stream.synchronize().expect("sync");
                 }),
             );
+            let staged = if (MIB..=64 * MIB).contains(&n) {
+                format!("{:.1}", gbs(n, time(n, || runtime_copy(&always_stage, 0, &mut host[..n], dir))))
+            } else {
+                "-".into()
+            };
             let d = if dir == UpdateDirection::To { "h->d" } else { "d->h" };
-            println!("| {} | {d} | {ours:.1} | {raw:.1} | {pin:.1} | {:.2}x |", size_name(n), ours / raw);
+            println!(
+                "| {} | {d} | {ours:.1} | {raw:.1} | {pin:.1} | {:.2}x | {staged} |",
+                size_name(n),
+                ours / raw
+            );
         }
+    }
+    // SAFETY: the mapping made above.
+    unsafe { always_stage.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
+    drop(always_stage);
+
+    // The register-in-place policy at work: the same 1 GiB mapping copied 24 times.
+    let rates: Vec<String> = (0..24)
+        .map(|_| {
+            let t = Instant::now();
+            runtime_copy(&rt, 0, &mut host, UpdateDirection::To);
+            format!("{:.0}", gbs(GIB, t.elapsed().as_secs_f64()))
+        })
+        .collect();
+    println!(
+        "\n24 successive 1 GiB h->d copies of one mapping (GB/s; registered in place after 16): {}",
+        rates.join(" ")
+    );
+    // Unmap (which unregisters) and map again, so the pinning measurement below starts clean.
+    // SAFETY: as above.
+    unsafe {
+        rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])?;
+        rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])?;
     }
 
     // Pinning in place: the one-off cost, then copies at DMA speed.
@@ -164,9 +206,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     if std::env::var_os("TRANSFER_QUICK").is_none() {
         println!("\nsweep at 1 GiB (device 0): chunk MiB, depth, threads -> h->d, d->h GB/s");
-        for chunk in [8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB] {
-            for (depth, threads) in [(2, 8), (2, 16), (3, 16), (3, 24), (4, 16)] {
-                let cfg = StagingConfig { chunk, depth, threads, ..StagingConfig::default() };
+        for chunk in [4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB] {
+            for (depth, threads) in [(2, 16), (4, 16), (4, 24), (6, 16), (4, 16), (2, 16)] {
+                let cfg = StagingConfig {
+                    chunk,
+                    depth,
+                    threads,
+                    register_after: u32::MAX,
+                    ..StagingConfig::default()
+                };
                 let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
                 // SAFETY: `host` outlives the mapping.
                 unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };

@@ -189,3 +189,43 @@ fn runtime_buffers_are_pinned_on_gpus_and_stay_mapped_across_scopes() {
         },
     );
 }
+
+#[test]
+fn often_copied_large_mappings_are_registered_in_place_on_gpus_only() {
+    use offload::{HostRange, MapItem, StagingConfig, UpdateDirection};
+    let cfg = StagingConfig {
+        min_bytes: 1 << 20,
+        register_after: 3,
+        register_min_bytes: 8 << 20,
+        ..Default::default()
+    };
+    on_every_device_with_staging(cfg, |rt, dev| {
+        let gpu = rt.describe(dev)?.kind != offload::BackendKind::Host;
+        let mut x: Vec<u32> = (0..4 << 20).collect(); // 16 MiB
+        let range = HostRange::of(&x);
+        // SAFETY: `x` outlives the mapping, deleted below; exclusive during `from` copies.
+        unsafe {
+            rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO)])?; // copy 1
+            rt.update(dev, UpdateDirection::To, &[(range, false)])?; // copy 2
+            check!(!rt.entry(range.begin, dev)?.is_some_and(|e| e.registered));
+            rt.update(dev, UpdateDirection::To, &[(range, false)])?; // copy 3: registered now
+            check_eq!(rt.entry(range.begin, dev)?.is_some_and(|e| e.registered), gpu);
+            x.iter_mut().for_each(|v| *v = 7);
+            rt.update(dev, UpdateDirection::From, &[(range, false)])?; // a direct copy back
+            check!(x.iter().enumerate().all(|(i, &v)| v == i as u32), "data wrong after registration");
+            rt.exit_data(dev, &[MapItem::raw(x.as_mut_ptr(), range.bytes, MapType::DELETE)])?;
+        }
+        // Unregistered at unmap: registering again must work (the driver refuses doubles).
+        let pinned = rt.pin(&mut x);
+        check_eq!(pinned.is_pinned(), gpu);
+        drop(pinned);
+        offload_tests::assert_clean(rt, dev)
+    });
+}
+
+fn on_every_device_with_staging(
+    cfg: offload::StagingConfig,
+    case: impl Fn(&Runtime, usize) -> offload::Result<()>,
+) {
+    offload_tests::on_every_device_with("register in place", move |b| b.staging(cfg), case)
+}

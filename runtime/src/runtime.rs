@@ -107,10 +107,10 @@ pub(crate) struct DeviceState {
 pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, usize>>);
 
 impl PinnedRanges {
-    fn insert(&self, begin: usize, bytes: usize) {
+    pub(crate) fn insert(&self, begin: usize, bytes: usize) {
         self.0.write().insert(begin, bytes);
     }
-    fn remove(&self, begin: usize) {
+    pub(crate) fn remove(&self, begin: usize) {
         self.0.write().remove(&begin);
     }
     pub(crate) fn contains(&self, r: HostRange) -> bool {
@@ -962,7 +962,7 @@ impl DeviceState {
         let mut table = self.table.lock();
         match table.lookup(range) {
             crate::data_env::Lookup::Absent => {
-                let e = Entry { range, device_addr, dynamic: 0, structured: 0, associated: true };
+                let e = Entry::new(range, device_addr, true);
                 self.trace.emit(InfoFlags::ENTRIES, || {
                     format!("device {}: entry associated {range} -> device {device_addr:#x}", self.number)
                 });
@@ -1017,7 +1017,12 @@ impl Drop for Inner {
                     table.dump(d.number)
                 ));
             }
+            let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
             drop(table);
+            for e in live {
+                // SAFETY: registered by the policy; nothing is in flight at shutdown.
+                let _ = unsafe { d.backend.unregister_host(e.range.begin as *mut u8) };
+            }
             if let Some(Ok(ring)) = d.staging.take() {
                 ring.release(&*d.backend);
             }

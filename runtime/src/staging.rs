@@ -40,11 +40,34 @@ pub struct StagingConfig {
     pub threads: usize,
     /// Copies smaller than this go straight to the driver.
     pub min_bytes: usize,
+    /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
+    /// page-locked where it is once it has been copied `register_after` times (and
+    /// unlocked when it is unmapped), since pinning costs about as much as that many
+    /// staged copies save (see the README's transfer table).
+    pub register_after: u32,
+    /// See `register_after`.
+    pub register_min_bytes: usize,
 }
 
 impl Default for StagingConfig {
     fn default() -> Self {
-        Self { enabled: true, chunk: 16 << 20, depth: 3, threads: 16, min_bytes: 4 << 20 }
+        Self {
+            enabled: true,
+            chunk: 8 << 20,
+            depth: 4,
+            threads: 16,
+            min_bytes: 4 << 20,
+            register_after: 16,
+            register_min_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StagingConfig {
+    /// The chunk for a copy of `bytes`: small enough that a copy has several chunks to
+    /// overlap (at least 8, down to 512 KiB), never above `chunk`.
+    pub(crate) fn chunk_for(&self, bytes: usize, chunk: usize) -> usize {
+        (bytes / 8).next_multiple_of(4096).clamp((512 << 10).min(chunk), chunk)
     }
 }
 
@@ -103,6 +126,7 @@ pub(crate) struct StagingRing {
     to_device: Mutex<Vec<PinnedBuffer>>,
     from_device: Mutex<Vec<PinnedBuffer>>,
     chunk: usize,
+    cfg: StagingConfig,
     pool: rayon::ThreadPool,
     node: Option<usize>,
     bound: bool,
@@ -148,6 +172,7 @@ impl StagingRing {
             to_device: Mutex::new(to_device),
             from_device: Mutex::new(from_device),
             chunk: cfg.chunk,
+            cfg: *cfg,
             pool,
             node,
             bound: bound && node.is_some(),
@@ -210,11 +235,12 @@ impl StagingRing {
     ) -> Result<()> {
         let bufs = self.to_device.lock();
         let depth = bufs.len();
-        let chunks = bytes.div_ceil(self.chunk);
+        let chunk = self.cfg.chunk_for(bytes, self.chunk);
+        let chunks = bytes.div_ceil(chunk);
         let mut result = Ok(());
         for i in 0..chunks {
             let slot = i % depth;
-            let (off, n) = (i * self.chunk, self.chunk.min(bytes - i * self.chunk));
+            let (off, n) = (i * chunk, chunk.min(bytes - i * chunk));
             // The buffer is free once its previous DMA has finished.
             if i >= depth {
                 result = backend.wait_staged(true, slot);
@@ -253,8 +279,9 @@ impl StagingRing {
     ) -> Result<()> {
         let bufs = self.from_device.lock();
         let depth = bufs.len();
-        let chunks = bytes.div_ceil(self.chunk);
-        let span = |i: usize| (i * self.chunk, self.chunk.min(bytes - i * self.chunk));
+        let chunk = self.cfg.chunk_for(bytes, self.chunk);
+        let chunks = bytes.div_ceil(chunk);
+        let span = |i: usize| (i * chunk, chunk.min(bytes - i * chunk));
         let issue = |i: usize| {
             let (off, n) = span(i);
             // SAFETY: the slot's buffer is not read by the CPU until waited for.
@@ -393,6 +420,8 @@ mod tests {
         let topo = Topology::system();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
+        assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
+        assert!(cfg.chunk_for(3 << 20, chunk) <= chunk);
         let r = StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, pool).unwrap();
         (d, r)
     }
@@ -401,7 +430,7 @@ mod tests {
     fn chunked_copies_round_trip_at_awkward_sizes() {
         for (chunk, depth) in [(4096usize, 2usize), (8192, 3), (1 << 20, 2)] {
             let (d, r) = ring(chunk, depth);
-            for bytes in [1usize, 4095, 4096, 4097, 3 * chunk + 17, 7 * chunk] {
+            for bytes in [1usize, 4095, 4096, 4097, 3 * chunk + 17, 7 * chunk, (9 << 20) + 3] {
                 let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + bytes) as u8).collect();
                 let mut back = vec![0u8; bytes];
                 let p = d.alloc(bytes).unwrap();

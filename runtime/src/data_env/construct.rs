@@ -74,7 +74,7 @@ impl DeviceState {
             }
             for &k in &created {
                 if let Some(entry) = table.remove(k) {
-                    let _ = self.pool.free(&*self.backend, self.number, entry.device_addr);
+                    let _ = self.release_entry(&entry);
                 }
             }
             return Err(e);
@@ -111,13 +111,7 @@ impl DeviceState {
                 }
                 Lookup::Absent => {
                     let device_addr = self.pool.alloc(&*self.backend, it.range.bytes)?;
-                    table.insert(Entry {
-                        range: it.range,
-                        device_addr,
-                        dynamic: 0,
-                        structured: 0,
-                        associated: false,
-                    });
+                    table.insert(Entry::new(it.range, device_addr, false));
                     created.push(it.range.begin);
                     it.range.begin
                 }
@@ -153,9 +147,56 @@ impl DeviceState {
                 // SAFETY: the caller guarantees the host range; the device range lies inside
                 // the entry.
                 unsafe { self.copy_to_device(e.translate(it.range.begin), it.range)? };
+                self.note_copy(table, k, it.range);
             }
         }
         Ok(())
+    }
+
+    /// Counts a copy of `range` for entry `key`, and page-locks a large, often copied
+    /// entry's host range in place (the register-in-place policy of [`StagingConfig`]).
+    ///
+    /// [`StagingConfig`]: crate::StagingConfig
+    fn note_copy(&self, table: &mut PresentTable, key: usize, range: HostRange) {
+        let cfg = &self.staging_config;
+        if range.bytes < cfg.min_bytes || !self.backend.wants_staging() {
+            return;
+        }
+        let Some(e) = table.get_mut(key) else { return };
+        e.large_copies += 1;
+        if e.registered
+            || e.associated
+            || e.large_copies < cfg.register_after
+            || e.range.bytes < cfg.register_min_bytes
+        {
+            return;
+        }
+        // SAFETY: a mapped range stays valid until it is unmapped (the mapping's contract),
+        // and `release_entry` unregisters it at removal.
+        if let Ok(true) = unsafe { self.backend.register_host(e.range.begin as *mut u8, e.range.bytes) } {
+            e.registered = true;
+            self.pinned.insert(e.range.begin, e.range.bytes);
+            self.trace.emit(InfoFlags::TRANSFERS, || {
+                format!(
+                    "device {}: {} registered in place after {} large copies",
+                    self.number, e.range, e.large_copies
+                )
+            });
+        }
+    }
+
+    /// Undoes what the runtime did to a removed entry's host range, and frees its device
+    /// memory.
+    pub(crate) fn release_entry(&self, e: &Entry) -> Result<()> {
+        if e.registered {
+            self.pinned.remove(e.range.begin);
+            // SAFETY: registered by `note_copy`; the entry's copies have all completed.
+            let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+        }
+        if e.associated {
+            return Ok(());
+        }
+        self.pool.free(&*self.backend, self.number, e.device_addr).map(drop)
     }
 
     /// Exits a map list: `target data` / target launch end, or `exit data`.
@@ -223,6 +264,7 @@ impl DeviceState {
                 if result.is_err() {
                     break;
                 }
+                self.note_copy(&mut table, k, it.range);
             }
         }
         if let Err(e) = result {
@@ -238,7 +280,7 @@ impl DeviceState {
             if table.get(*k).is_some_and(Entry::is_released) {
                 if let Some(e) = table.remove(*k) {
                     self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", &e));
-                    if let Err(err) = self.pool.free(&*self.backend, self.number, e.device_addr) {
+                    if let Err(err) = self.release_entry(&e) {
                         first_err.get_or_insert(err);
                     }
                 }
@@ -253,7 +295,7 @@ impl DeviceState {
     /// # Safety
     /// Host ranges valid for reads (`To`) or for exclusive writes (`From`).
     pub(crate) unsafe fn update(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
-        let table = self.table.lock();
+        let mut table = self.table.lock();
         let mut found = Vec::with_capacity(items.len());
         for &(range, present) in items {
             match table.lookup(range) {
@@ -281,6 +323,7 @@ impl DeviceState {
                     UpdateDirection::From => self.copy_from_device(range, addr)?,
                 }
             }
+            self.note_copy(&mut table, k, range);
         }
         Ok(())
     }

@@ -18,6 +18,16 @@ pub struct Entry {
     pub structured: u64,
     /// Made by `associate_ptr`: an infinite count; never freed by unmapping.
     pub associated: bool,
+    /// Large copies of this entry's host range so far (for the register-in-place policy).
+    pub(crate) large_copies: u32,
+    /// Whether the runtime page-locked the host range in place while it is mapped.
+    pub registered: bool,
+}
+
+impl Entry {
+    pub(crate) fn new(range: HostRange, device_addr: u64, associated: bool) -> Self {
+        Self { range, device_addr, dynamic: 0, structured: 0, associated, large_copies: 0, registered: false }
+    }
 }
 
 impl Entry {
@@ -131,13 +141,9 @@ mod tests {
     fn table(ranges: &[(usize, usize)]) -> PresentTable {
         let mut t = PresentTable::default();
         for &(b, n) in ranges {
-            t.insert(Entry {
-                range: HostRange::new(b, n),
-                device_addr: 0x10_0000 + b as u64,
-                dynamic: 1,
-                structured: 0,
-                associated: false,
-            });
+            let mut e = Entry::new(HostRange::new(b, n), 0x10_0000 + b as u64, false);
+            e.dynamic = 1;
+            t.insert(e);
         }
         t
     }
