@@ -1,1 +1,5 @@
-//! Examples live in the `[[example]]` targets of this package.
+//! Library halves of the examples, shared with tests and benches: the Jacobi and 3-D
+//! stencil solvers. The runnable programs are the `[[example]]` targets of this package.
+
+pub mod jacobi;
+pub mod stencil3d;

@@ -22,6 +22,8 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+pub mod stencil;
+
 use offload::{Device, DeviceSlice, Error, HostLaunch, Kernel, Result};
 use rayon::prelude::*;
 
@@ -199,8 +201,17 @@ pub fn sum(dev: &Device<'_>, x: DeviceSlice<'_, f32>, out: DeviceSlice<'_, f32>)
 }
 
 /// Every kernel of this crate, e.g. to compile them all ahead of a timed run.
-pub fn all() -> [&'static Kernel; 6] {
-    [&FILL_F32, &FILL_I32, &ADD_I32, &SCALE_F32, &SAXPY, &SUM_F32]
+pub fn all() -> [&'static Kernel; 8] {
+    [
+        &FILL_F32,
+        &FILL_I32,
+        &ADD_I32,
+        &SCALE_F32,
+        &SAXPY,
+        &SUM_F32,
+        &stencil::JACOBI_STEP,
+        &stencil::STENCIL7_STEP,
+    ]
 }
 
 #[cfg(test)]

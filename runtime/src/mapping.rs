@@ -144,6 +144,49 @@ impl<'a, T> DeviceSlice<'a, T> {
     }
 }
 
+/// A view of `s` on `device` (for views the runtime hands out itself, e.g. distributed
+/// arrays); `writable` when the holder has exclusive access to `s`.
+pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<'_, T> {
+    DeviceSlice { device, host: s.as_ptr() as usize, len: s.len(), writable, _borrow: PhantomData }
+}
+
+/// A raw device address as a kernel argument (e.g. a neighbour's halo row, for peer
+/// stores), or null.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevicePtr(u64);
+
+impl DevicePtr {
+    /// The null pointer.
+    pub const NULL: Self = Self(0);
+
+    /// A kernel argument that is the device address `addr`.
+    ///
+    /// # Safety
+    /// Whatever the kernel does through it must be valid: memory of the launching device,
+    /// or of a device it has peer access to, that lives through the launch. (On host
+    /// devices device memory is host memory, so this is a host-memory contract.)
+    pub unsafe fn new(addr: u64) -> Self {
+        Self(addr)
+    }
+
+    /// The address.
+    pub fn addr(self) -> u64 {
+        self.0
+    }
+}
+
+impl KernelArgument for DevicePtr {
+    fn launch_arg(&self, _: usize, _: usize, _: &Kernel) -> Result<LaunchArg> {
+        Ok(LaunchArg::Device(self.0))
+    }
+}
+
+impl SharedView for DevicePtr {
+    fn shared_range(&self) -> Option<HostRange> {
+        None
+    }
+}
+
 /// A list of maps given to one construct: a [`Map`], a tuple of lists, or a `Vec` of maps.
 pub trait MapList<'a> {
     /// The device views the construct's body receives, in the same shape.
@@ -280,6 +323,8 @@ kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11);
 
 /// One device (or the initial device) of a runtime, for the safe API.
 #[derive(Clone, Copy, Debug)]
@@ -356,6 +401,15 @@ impl<'rt> Device<'rt> {
     pub fn update_from<T: DeviceCopy>(&self, host: &mut [T]) -> Result<()> {
         // SAFETY: `host` is borrowed exclusively during the call; any bits are valid `T`.
         unsafe { self.rt.update(self.number, UpdateDirection::From, &[(HostRange::of(host), false)]) }
+    }
+
+    /// Gets `kernel` ready on this device (GPUs compile and load it on first use; this
+    /// does it now, e.g. before a timed run). A no-op on host devices.
+    pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        match self.rt.target(self.number)? {
+            crate::runtime::Target::Device(d) => d.backend.prepare(kernel),
+            crate::runtime::Target::Initial => Ok(()),
+        }
     }
 
     /// Runs `kernel` over `n` work items; views among `args` must be mapped on this device

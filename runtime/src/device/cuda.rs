@@ -302,6 +302,10 @@ impl Backend for CudaDevice {
         self.sync(&self.compute, "cuStreamSynchronize (memset)")
     }
 
+    fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        self.function(kernel).map(drop)
+    }
+
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.bind()?;

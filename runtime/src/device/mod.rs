@@ -129,6 +129,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Sets `bytes` bytes at `dst` to `value`.
     fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
 
+    /// Gets `kernel` ready to launch (GPUs: compiled and loaded), so that a timed run does
+    /// not pay for it.
+    fn prepare(&self, _kernel: &Kernel) -> Result<()> {
+        Ok(())
+    }
+
     /// Runs `kernel` over `n` work items with arguments already translated to device
     /// addresses.
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;

@@ -1,0 +1,122 @@
+//! Multi-device 2-D Jacobi, the port of NVIDIA's multi-GPU Jacobi (the
+//! `multi-gpu-programming-models` suite): the same grid, boundary conditions (sine on the
+//! left and right columns, periodic top and bottom), norm and command line. It runs on one
+//! device, then on all, and prints single time, multi time, speedup and efficiency; the
+//! multi-device result must equal the single-device one bit for bit, and at small sizes a
+//! CPU reference too.
+//!
+//! ```text
+//! cargo run --release -p offload-examples --example jacobi -- -nx 16384 -ny 16384 -niter 1000
+//! ```
+//! Options: `-niter N` (1000), `-nccheck N` (norm every N iterations, 1), `-nx N`, `-ny N`
+//! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 32),
+//! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it), `-check`
+//! (force the CPU reference). Without GPUs it runs on host devices (two unless
+//! `OFFLOAD_HOST_DEVICES` says otherwise).
+
+use offload::Runtime;
+use offload_examples::jacobi::{max_diff, reference, solve, Args};
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut num = |name: &str| -> Result<usize, String> {
+            let v = it.next().ok_or(format!("{name} needs a value"))?;
+            v.parse().map_err(|_| format!("{name} wants a number, got {v:?}"))
+        };
+        match flag.as_str() {
+            "-niter" => a.niter = num("-niter")?,
+            "-nccheck" => a.nccheck = num("-nccheck")?.max(1),
+            "-nx" => a.nx = num("-nx")?,
+            "-ny" => a.ny = num("-ny")?,
+            "-ndev" => a.ndev = Some(num("-ndev")?),
+            "-rows" => a.rows = num("-rows")?.max(1),
+            "-csv" => a.csv = true,
+            "-check" => a.check = true,
+            "-halo" => match it.next().as_deref() {
+                Some("peer") => a.peer_stores = true,
+                Some("memcpy") => a.peer_stores = false,
+                other => return Err(format!("-halo wants peer or memcpy, got {other:?}")),
+            },
+            _ => {
+                return Err(format!(
+                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-check]"
+                ))
+            }
+        }
+    }
+    if a.nx < 3 || a.ny < 3 {
+        return Err("-nx and -ny must be at least 3".into());
+    }
+    Ok(a)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse()?;
+    let mut b = Runtime::builder();
+    if std::env::var_os("OFFLOAD_HOST_DEVICES").is_none() {
+        b = b.host_devices(2);
+    }
+    let mut rt = b.build()?;
+    // With GPUs, use only GPUs.
+    if rt.num_devices() > 0
+        && rt.describe(0)?.kind != offload::BackendKind::Host
+        && std::env::var_os("OFFLOAD_HOST_DEVICES").is_none()
+    {
+        rt = Runtime::builder().host_devices(0).build()?;
+    }
+    let all = rt.num_devices().max(1);
+    let ndev = args.ndev.unwrap_or(all).clamp(1, all);
+    let devices: Vec<usize> =
+        if rt.num_devices() == 0 { vec![rt.initial_device()] } else { (0..ndev).collect() };
+    if !args.csv {
+        print!("{}", rt.device_report());
+        println!(
+            "Jacobi relaxation: {} iterations on {} x {} mesh, norm every {} iterations, {} halo exchange",
+            args.niter,
+            args.ny,
+            args.nx,
+            args.nccheck,
+            if args.peer_stores { "peer-store" } else { "target_memcpy" }
+        );
+        println!("Single device:");
+    }
+    let single = solve(&rt, &devices[..1], &args)?;
+    if !args.csv {
+        println!("Num devices: {}.", devices.len());
+    }
+    let multi = solve(&rt, &devices, &args)?;
+    let diff = max_diff(&single.grid, &multi.grid, args.nx, args.ny);
+    let mut ok = diff == 0.0;
+    let small = args.nx * args.ny * args.niter <= 64 << 20;
+    let cpu = (args.check || small).then(|| max_diff(&reference(&args), &single.grid, args.nx, args.ny));
+    if let Some(d) = cpu {
+        ok &= d <= 1e-6;
+    }
+    let (t1, tn, n) = (single.seconds, multi.seconds, devices.len());
+    if args.csv {
+        println!(
+            "offload, {}, {}, {}, {}, {n}, {t1:.6}, {tn:.6}",
+            args.nx, args.ny, args.niter, args.nccheck
+        );
+    } else {
+        println!(
+            "{}x{}: 1 device: {t1:8.4} s, {n} devices: {tn:8.4} s, speedup: {:8.2}, efficiency: {:8.2}",
+            args.ny,
+            args.nx,
+            t1 / tn,
+            t1 / (n as f64 * tn) * 100.0
+        );
+        println!(
+            "final norm: single {:.6}, multi {:.6}; max |multi - single| = {diff:e}{}",
+            single.norm,
+            multi.norm,
+            cpu.map_or(String::new(), |d| format!("; max |single - cpu| = {d:e}"))
+        );
+    }
+    if !ok {
+        return Err("results differ".into());
+    }
+    Ok(())
+}

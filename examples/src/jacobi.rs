@@ -1,0 +1,225 @@
+//! The 2-D Jacobi solver of `examples/jacobi.rs`, as a library so that tests and benches
+//! run the same code: NVIDIA's multi-GPU Jacobi (sine on the left and right columns,
+//! periodic top and bottom, L2 norm of the update) over any number of devices.
+
+use std::sync::{Barrier, Mutex};
+use std::time::Instant;
+
+use offload::partition::{DistributedArray, RowPartition};
+use offload::{DevicePtr, HostBuffer, MapType, Runtime};
+use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
+
+/// A Jacobi run's settings (the command line of NVIDIA's example, plus ours).
+#[derive(Clone, Debug)]
+pub struct Args {
+    /// Iterations.
+    pub niter: usize,
+    /// The norm is computed every `nccheck` iterations.
+    pub nccheck: usize,
+    /// Columns.
+    pub nx: usize,
+    /// Rows.
+    pub ny: usize,
+    /// Print CSV (and no progress lines).
+    pub csv: bool,
+    /// Devices to use (all when `None`).
+    pub ndev: Option<usize>,
+    /// Rows per GPU thread.
+    pub rows: usize,
+    /// Halos by peer stores from the kernel (else `target_memcpy` after each step).
+    pub peer_stores: bool,
+    /// Always check against the CPU reference.
+    pub check: bool,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Self {
+            niter: 1000,
+            nccheck: 1,
+            nx: 16384,
+            ny: 16384,
+            csv: false,
+            ndev: None,
+            rows: 32,
+            peer_stores: true,
+            check: false,
+        }
+    }
+}
+
+/// The initial grid: sine on the left and right columns, zero elsewhere.
+pub fn initial(nx: usize, ny: usize) -> Vec<f32> {
+    let mut a = vec![0f32; nx * ny];
+    for iy in 0..ny {
+        let y0 = (2.0 * std::f64::consts::PI * iy as f64 / (ny - 1) as f64).sin() as f32;
+        a[iy * nx] = y0;
+        a[iy * nx + nx - 1] = y0;
+    }
+    a
+}
+
+/// What one run gives back.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Seconds of the iteration loop (mapping and gathering excluded).
+    pub seconds: f64,
+    /// The last norm computed.
+    pub norm: f32,
+    /// The final grid.
+    pub grid: Vec<f32>,
+}
+
+/// Runs `args.niter` iterations on `devices` (one host thread each).
+pub fn solve(rt: &Runtime, devices: &[usize], args: &Args) -> Result<Outcome, offload::Error> {
+    let (nx, ny) = (args.nx, args.ny);
+    let part = RowPartition::new(ny, nx, devices.len(), 1)?;
+    let mut a = initial(nx, ny);
+    let mut a_new = a.clone();
+    let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new)?;
+    let grid = if args.niter % 2 == 0 { a } else { a_new };
+    Ok(Outcome { seconds, norm, grid })
+}
+
+/// Maps both grids, runs the iterations with one host thread per device, gathers the
+/// newest grid; returns the loop's seconds and the last norm.
+fn run_steps(
+    rt: &Runtime,
+    devices: &[usize],
+    args: &Args,
+    part: RowPartition,
+    a: &mut [f32],
+    a_new: &mut [f32],
+) -> Result<(f64, f32), offload::Error> {
+    let (nx, parts) = (args.nx, devices.len());
+    let grids = [
+        DistributedArray::map(rt, devices, a, part, MapType::TO)?,
+        DistributedArray::map(rt, devices, a_new, part, MapType::TO)?,
+    ];
+    // Peer stores need every neighbour pair to reach each other directly.
+    let peer = args.peer_stores
+        && (0..parts).all(|p| {
+            rt.can_access_peer(devices[(p + 1) % parts], devices[p]).unwrap_or(false)
+                && rt.can_access_peer(devices[(p + parts - 1) % parts], devices[p]).unwrap_or(false)
+        });
+    // Where part p pushes its first and last rows when `dst` (0 or 1) is the output grid.
+    let pushes = |dst: usize, p: usize| -> Result<(DevicePtr, DevicePtr), offload::Error> {
+        if !peer {
+            return Ok((DevicePtr::NULL, DevicePtr::NULL));
+        }
+        let (prev, next) = ((p + parts - 1) % parts, (p + 1) % parts);
+        // SAFETY: halo rows of the neighbours' output grids, mapped for the whole run,
+        // reachable by peer access (checked above), written only in this step's kernel.
+        Ok(unsafe {
+            (
+                DevicePtr::new(grids[dst].row_addr(prev, part.owned(prev).end)?),
+                DevicePtr::new(grids[dst].row_addr(next, part.owned(next).start - 1)?),
+            )
+        })
+    };
+    let mut norms = Vec::with_capacity(parts);
+    for &d in devices {
+        let n = HostBuffer::<f32>::new(rt, 2)?;
+        n.enter(d, MapType::TO)?;
+        rt.device(d)?.prepare(&JACOBI_STEP)?;
+        norms.push(n);
+    }
+    let partial = Mutex::new(vec![0f32; parts]);
+    let barrier = Barrier::new(parts);
+    let norm_out = Mutex::new(0f32);
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<(), offload::Error> {
+        let mut handles = Vec::new();
+        for (p, norm) in norms.iter_mut().enumerate() {
+            let (grids, pushes, partial, barrier, norm_out) =
+                (&grids, &pushes, &partial, &barrier, &norm_out);
+            let dev = rt.device(devices[p])?;
+            handles.push(s.spawn(move || -> Result<(), offload::Error> {
+                let shape = JacobiShape {
+                    nx,
+                    iy_start: 1,
+                    iy_end: part.owned(p).len() + 1,
+                    rows_per_thread: args.rows,
+                };
+                let push = [pushes(0, p)?, pushes(1, p)?];
+                for iter in 0..args.niter {
+                    let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+                    let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
+                    let norm_view = norm.view(devices[p]);
+                    jacobi_step(
+                        &dev,
+                        shape,
+                        grids[src].view(p),
+                        grids[dst].view(p),
+                        norm_view,
+                        slot,
+                        push[dst].0,
+                        push[dst].1,
+                    )?;
+                    if want_norm {
+                        norm.update_from(devices[p])?;
+                        partial.lock().map_err(|_| poisoned())?[p] = norm[slot];
+                    }
+                    // Every halo of this step is written before any device starts the next.
+                    if barrier.wait().is_leader() {
+                        if !peer {
+                            grids[dst].exchange_halos(true)?;
+                        }
+                        if want_norm {
+                            let total: f32 = partial.lock().map_err(|_| poisoned())?.iter().sum();
+                            *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
+                            if !args.csv && iter % 100 == 0 {
+                                println!("{iter:5}, {:.6}", total.sqrt());
+                            }
+                        }
+                    }
+                    if !peer {
+                        barrier.wait();
+                    }
+                }
+                Ok(())
+            }));
+        }
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or(Err(poisoned())))
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let [g0, g1] = grids;
+    // After an even number of steps the newest values are back in the first grid.
+    let (newest, other) = if args.niter % 2 == 0 { (g0, g1) } else { (g1, g0) };
+    drop(other);
+    newest.gather()?;
+    let norm = *norm_out.lock().map_err(|_| poisoned())?;
+    Ok((seconds, norm))
+}
+
+fn poisoned() -> offload::Error {
+    offload::Error::InvalidArgument { routine: "jacobi", what: "a device thread panicked".into() }
+}
+
+/// The same iteration on the CPU, one thread, for checking small runs.
+pub fn reference(args: &Args) -> Vec<f32> {
+    let (nx, ny) = (args.nx, args.ny);
+    let mut a = initial(nx, ny);
+    let mut b = a.clone();
+    for _ in 0..args.niter {
+        for iy in 1..ny - 1 {
+            for ix in 1..nx - 1 {
+                b[iy * nx + ix] = 0.25f32
+                    * (a[iy * nx + ix + 1]
+                        + a[iy * nx + ix - 1]
+                        + a[(iy + 1) * nx + ix]
+                        + a[(iy - 1) * nx + ix]);
+            }
+        }
+        let (top, bottom) = ((ny - 2) * nx, nx);
+        b.copy_within(top + 1..top + nx - 1, 1);
+        b.copy_within(bottom + 1..bottom + nx - 1, (ny - 1) * nx + 1);
+        std::mem::swap(&mut a, &mut b);
+    }
+    a
+}
+
+/// Interior rows only: halo rows are scratch, owned by no device.
+pub fn max_diff(x: &[f32], y: &[f32], nx: usize, ny: usize) -> f32 {
+    x[nx..(ny - 1) * nx].iter().zip(&y[nx..(ny - 1) * nx]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+}

@@ -1,0 +1,257 @@
+//! Stencils: the 2-D 5-point Jacobi step with its L2 norm fused in, and a 3-D 7-point
+//! step, each with a host twin that does the same arithmetic in the same order (so a host
+//! device and a GPU give the same bits).
+//!
+//! Both walk each column (2-D) or each `(x, y)` line (3-D) with one thread through a strip
+//! of rows (planes), keeping the rows above, at and below in registers, so every element is
+//! read from memory about once per step.
+
+use offload::{Device, DevicePtr, DeviceSlice, Error, HostLaunch, Kernel, Result};
+use rayon::prelude::*;
+
+/// Interior columns a 2-D thread covers, rounded up to whole warps so a warp never spans
+/// two strips.
+fn padded(cols: usize) -> usize {
+    cols.next_multiple_of(32)
+}
+
+// ---- 2-D Jacobi ------------------------------------------------------------------------
+
+const JACOBI_SRC: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) jacobi_step(
+    const float* __restrict__ a, float* __restrict__ a_new, float* __restrict__ norm,
+    unsigned long long nx_, unsigned long long iy_start_, unsigned long long iy_end_,
+    unsigned long long rows_, unsigned long long slot, unsigned long long cols_pad_,
+    float* __restrict__ push_first, float* __restrict__ push_last, unsigned long long n)
+{
+    const unsigned nx = (unsigned)nx_, iy_start = (unsigned)iy_start_, iy_end = (unsigned)iy_end_;
+    const unsigned rows = (unsigned)rows_, cols_pad = (unsigned)cols_pad_;
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    const unsigned ix = t % cols_pad + 1;
+    if (t < n && ix < nx - 1) {
+        const unsigned iy0 = iy_start + (t / cols_pad) * rows;
+        const unsigned iy1 = min(iy0 + rows, iy_end);
+        float up = a[(iy0 - 1) * nx + ix];
+        float center = a[iy0 * nx + ix];
+        for (unsigned iy = iy0; iy < iy1; ++iy) {
+            const float down = a[(iy + 1) * nx + ix];
+            const float v = 0.25f * (a[iy * nx + ix + 1] + a[iy * nx + ix - 1] + down + up);
+            a_new[iy * nx + ix] = v;
+            if (iy == iy_start && push_first) push_first[ix] = v;
+            if (iy == iy_end - 1 && push_last) push_last[ix] = v;
+            const float r = v - center;
+            acc += r * r;
+            up = center;
+            center = down;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    __shared__ float warp_sums[32];
+    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (threadIdx.x == 0) {
+            atomicAdd(&norm[slot], acc);
+            if (blockIdx.x == 0) norm[1 - slot] = 0.0f;
+        }
+    }
+}
+"#;
+
+fn jacobi_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let u = |i| l.scalar::<u64>(i).map(|v| v as usize);
+    let (nx, iy_start, iy_end, slot) = (u(3)?, u(4)?, u(5)?, u(7)?);
+    if nx < 3 || iy_start == 0 || iy_end <= iy_start || slot > 1 {
+        return Err(format!("jacobi_step: bad shape nx {nx} rows {iy_start}..{iy_end} slot {slot}"));
+    }
+    let len = (iy_end + 1) * nx;
+    let (a_new, known) = l.ptr::<f32>(1)?;
+    if known.is_some_and(|k| k < len) {
+        return Err(format!("jacobi_step: a_new holds {known:?} floats, needs {len}"));
+    }
+    // SAFETY: `a` and `a_new` are distinct mapped grids of at least `(iy_end + 1) * nx`
+    // floats (checked when known); `norm` holds 2 floats. Only the computed rows of `a_new`
+    // are borrowed: its halo rows may be push targets, written through raw pointers below.
+    let (a, interior, norm) = unsafe {
+        (
+            l.slice::<f32>(0, len)?,
+            std::slice::from_raw_parts_mut(a_new.add(iy_start * nx), (iy_end - iy_start) * nx),
+            l.slice_mut::<f32>(2, 2)?,
+        )
+    };
+    let (first, _) = l.ptr::<f32>(9)?;
+    let (last, _) = l.ptr::<f32>(10)?;
+    let (first, last) = (first as usize, last as usize);
+    let acc: f64 = interior
+        .par_chunks_mut(nx)
+        .enumerate()
+        .map(|(k, out)| {
+            let iy = iy_start + k;
+            let mut acc = 0.0f32;
+            for ix in 1..nx - 1 {
+                let up = a[(iy - 1) * nx + ix];
+                let down = a[(iy + 1) * nx + ix];
+                let v = 0.25f32 * (a[iy * nx + ix + 1] + a[iy * nx + ix - 1] + down + up);
+                out[ix] = v;
+                let r = v - a[iy * nx + ix];
+                acc += r * r;
+            }
+            for (push, row) in [(first, iy_start), (last, iy_end - 1)] {
+                if push != 0 && iy == row {
+                    // SAFETY: a halo row of `nx` floats (here or on a neighbour) that no
+                    // reference covers and nothing else writes during this step.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(push as *mut f32, nx) };
+                    dst[1..nx - 1].copy_from_slice(&out[1..nx - 1]);
+                }
+            }
+            f64::from(acc)
+        })
+        .sum();
+    norm[slot] += acc as f32;
+    norm[1 - slot] = 0.0;
+    Ok(())
+}
+
+/// One Jacobi step on a local grid of `nx` columns: rows `iy_start..iy_end` of `a_new`
+/// get the 5-point average of `a`, `norm[slot]` gets the sum of squared updates added and
+/// `norm[1 - slot]` is zeroed (so alternating slots need no separate reset). The first and
+/// last computed rows are also stored to `push_first` / `push_last` when not null (halo
+/// rows of this or a neighbouring device: peer stores).
+pub static JACOBI_STEP: Kernel =
+    Kernel::new("jacobi_step").with_cuda(JACOBI_SRC).with_host(jacobi_host).with_block(256);
+
+/// A Jacobi launch's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct JacobiShape {
+    /// Columns, boundary columns included.
+    pub nx: usize,
+    /// First computed row (local).
+    pub iy_start: usize,
+    /// One past the last computed row (local).
+    pub iy_end: usize,
+    /// Rows per GPU thread.
+    pub rows_per_thread: usize,
+}
+
+/// Runs one Jacobi step (see [`JACOBI_STEP`]).
+#[allow(clippy::too_many_arguments)]
+pub fn jacobi_step(
+    dev: &Device<'_>,
+    shape: JacobiShape,
+    a: DeviceSlice<'_, f32>,
+    a_new: DeviceSlice<'_, f32>,
+    norm: DeviceSlice<'_, f32>,
+    slot: usize,
+    push_first: DevicePtr,
+    push_last: DevicePtr,
+) -> Result<()> {
+    let JacobiShape { nx, iy_start, iy_end, rows_per_thread } = shape;
+    let need = (iy_end + 1) * nx;
+    for (i, v) in [(0usize, a.len()), (1, a_new.len())] {
+        if v < need || iy_start == 0 || nx < 3 {
+            return Err(Error::KernelArgument {
+                kernel: "jacobi_step",
+                index: i,
+                what: format!("grid of {v} elements for rows {iy_start}..{iy_end} of {nx} (needs {need})"),
+            });
+        }
+    }
+    let rows = rows_per_thread.max(1);
+    let cols_pad = padded(nx - 2);
+    let n = cols_pad * (iy_end - iy_start).div_ceil(rows);
+    let u = |v: usize| v as u64;
+    dev.launch(
+        &JACOBI_STEP,
+        n,
+        (a, a_new, norm, u(nx), u(iy_start), u(iy_end), u(rows), u(slot), u(cols_pad), push_first, push_last),
+    )
+}
+
+// ---- 3-D 7-point stencil -----------------------------------------------------------------
+
+const STENCIL3D_SRC: &str = r#"
+extern "C" __global__ void __launch_bounds__(256) stencil7_step(
+    const float* __restrict__ a, float* __restrict__ a_new,
+    unsigned long long nx_, unsigned long long ny_, unsigned long long z_start_, unsigned long long z_end_,
+    unsigned long long planes_, unsigned long long n)
+{
+    const unsigned nx = (unsigned)nx_, ny = (unsigned)ny_, z_start = (unsigned)z_start_, z_end = (unsigned)z_end_;
+    const unsigned planes = (unsigned)planes_;
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned cols = (nx - 2) * (ny - 2);
+    if (t >= n) return;
+    const unsigned ix = t % (nx - 2) + 1, iy = (t % cols) / (nx - 2) + 1;
+    const unsigned z0 = z_start + (t / cols) * planes, z1 = min(z0 + planes, z_end);
+    const unsigned plane = nx * ny;
+    unsigned i = z0 * plane + iy * nx + ix;
+    float below = a[i - plane], center = a[i];
+    for (unsigned z = z0; z < z1; ++z, i += plane) {
+        const float above = a[i + plane];
+        a_new[i] = (1.0f / 6.0f) * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + below + above);
+        below = center;
+        center = above;
+    }
+}
+"#;
+
+fn stencil3d_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let u = |i| l.scalar::<u64>(i).map(|v| v as usize);
+    let (nx, ny, z_start, z_end) = (u(2)?, u(3)?, u(4)?, u(5)?);
+    if nx < 3 || ny < 3 || z_start == 0 || z_end < z_start {
+        return Err(format!("stencil7_step: bad shape {nx} x {ny}, planes {z_start}..{z_end}"));
+    }
+    let plane = nx * ny;
+    let len = (z_end + 1) * plane;
+    // SAFETY: distinct mapped grids of at least `(z_end + 1)` planes.
+    let (a, a_new) = unsafe { (l.slice::<f32>(0, len)?, l.slice_mut::<f32>(1, len)?) };
+    a_new[z_start * plane..z_end * plane].par_chunks_mut(nx).enumerate().for_each(|(k, out)| {
+        let (z, iy) = (z_start + k / ny, k % ny);
+        if iy == 0 || iy == ny - 1 {
+            return;
+        }
+        for (ix, o) in out.iter_mut().enumerate().take(nx - 1).skip(1) {
+            let i = z * plane + iy * nx + ix;
+            *o = (1.0f32 / 6.0f32)
+                * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + a[i - plane] + a[i + plane]);
+        }
+    });
+    Ok(())
+}
+
+/// One 7-point step on a local grid of planes `nx * ny`: planes `z_start..z_end` of
+/// `a_new` get the average of the six neighbours in `a` (boundary lines untouched).
+pub static STENCIL7_STEP: Kernel =
+    Kernel::new("stencil7_step").with_cuda(STENCIL3D_SRC).with_host(stencil3d_host).with_block(256);
+
+/// Runs one 3-D step (see [`STENCIL7_STEP`]) over planes `z_start..z_end`.
+#[allow(clippy::too_many_arguments)]
+pub fn stencil7_step(
+    dev: &Device<'_>,
+    nx: usize,
+    ny: usize,
+    z_start: usize,
+    z_end: usize,
+    planes_per_thread: usize,
+    a: DeviceSlice<'_, f32>,
+    a_new: DeviceSlice<'_, f32>,
+) -> Result<()> {
+    let need = (z_end + 1) * nx * ny;
+    if a.len() < need || a_new.len() < need || z_start == 0 || nx < 3 || ny < 3 {
+        return Err(Error::KernelArgument {
+            kernel: "stencil7_step",
+            index: 0,
+            what: format!(
+                "grids of {} / {} elements for planes {z_start}..{z_end} of {nx} x {ny}",
+                a.len(),
+                a_new.len()
+            ),
+        });
+    }
+    let planes = planes_per_thread.max(1);
+    let n = (nx - 2) * (ny - 2) * (z_end - z_start).div_ceil(planes);
+    let u = |v: usize| v as u64;
+    dev.launch(&STENCIL7_STEP, n, (a, a_new, u(nx), u(ny), u(z_start), u(z_end), u(planes)))
+}

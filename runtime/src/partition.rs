@@ -1,0 +1,321 @@
+//! Arrays split across devices by slices.
+//!
+//! A [`BlockPartition`] splits `n` items into contiguous blocks, the first `n % parts`
+//! blocks one item longer. A [`RowPartition`] splits the interior rows (or planes) of a
+//! row-major grid, `[halo, rows - halo)`, the same way, and gives each part its owned rows
+//! plus `halo` rows on each side. A [`DistributedArray`] maps each part's rows (halos
+//! included) on its own device, keyed by that slice's host address, exchanges halos between
+//! neighbours with `target_memcpy` (peer copies where the devices have peer access), and
+//! gathers each owned row back to the host exactly once, from its owner.
+//!
+//! ```
+//! use offload::partition::{DistributedArray, RowPartition};
+//! use offload::{MapType, Runtime};
+//!
+//! let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+//! // 6 rows of 4: rows 0 and 5 are boundary rows, rows 1..5 are split over 2 devices.
+//! let part = RowPartition::new(6, 4, 2, 1)?;
+//! assert_eq!(part.owned(0), 1..3);
+//! assert_eq!(part.mapped(1), 2..6);
+//! let mut grid: Vec<f32> = (0..24).map(|i| i as f32).collect();
+//! let d = DistributedArray::map(&rt, &[0, 1], &mut grid, part, MapType::TO)?;
+//! d.exchange_halos(false)?;
+//! d.gather()?;
+//! assert_eq!(grid[4], 4.0);
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::ops::Range;
+
+use crate::data_env::{MapItem, MapType, UpdateDirection};
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::DeviceCopy;
+use crate::mapping::DeviceSlice;
+use crate::runtime::Runtime;
+
+/// `n` items in `parts` contiguous blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockPartition {
+    n: usize,
+    parts: usize,
+}
+
+impl BlockPartition {
+    /// Splits `n` items over `parts > 0` parts.
+    pub fn new(n: usize, parts: usize) -> Result<Self> {
+        if parts == 0 {
+            return Err(Error::InvalidArgument { routine: "BlockPartition::new", what: "zero parts".into() });
+        }
+        Ok(Self { n, parts })
+    }
+
+    /// Number of parts.
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// The items of part `p` (empty for parts beyond `n`).
+    pub fn range(&self, p: usize) -> Range<usize> {
+        let (base, extra) = (self.n / self.parts, self.n % self.parts);
+        let start = p * base + p.min(extra);
+        start..start + base + usize::from(p < extra)
+    }
+
+    /// The part that owns item `i`.
+    pub fn owner(&self, i: usize) -> usize {
+        let (base, extra) = (self.n / self.parts, self.n % self.parts);
+        let long = extra * (base + 1);
+        if i < long {
+            i / (base + 1)
+        } else {
+            extra + (i - long) / base.max(1)
+        }
+    }
+}
+
+/// The rows (or planes) of a row-major grid split over parts, with halos.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowPartition {
+    rows: usize,
+    row_len: usize,
+    halo: usize,
+    interior: BlockPartition,
+}
+
+impl RowPartition {
+    /// `rows` rows of `row_len` elements; the interior rows `[halo, rows - halo)` are split
+    /// over `parts` parts, each of which also sees `halo` rows on each side.
+    pub fn new(rows: usize, row_len: usize, parts: usize, halo: usize) -> Result<Self> {
+        let interior =
+            rows.checked_sub(2 * halo).filter(|&n| n >= parts).ok_or_else(|| Error::InvalidArgument {
+                routine: "RowPartition::new",
+                what: format!(
+                    "{rows} rows with halo {halo} leave fewer interior rows than the {parts} parts"
+                ),
+            })?;
+        Ok(Self { rows, row_len, halo, interior: BlockPartition::new(interior, parts)? })
+    }
+
+    /// Number of parts.
+    pub fn parts(&self) -> usize {
+        self.interior.parts()
+    }
+
+    /// Elements per row.
+    pub fn row_len(&self) -> usize {
+        self.row_len
+    }
+
+    /// Rows in all.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The halo width.
+    pub fn halo(&self) -> usize {
+        self.halo
+    }
+
+    /// The rows part `p` owns (computes and gathers).
+    pub fn owned(&self, p: usize) -> Range<usize> {
+        let r = self.interior.range(p);
+        r.start + self.halo..r.end + self.halo
+    }
+
+    /// The rows part `p` maps: its owned rows and a halo on each side.
+    pub fn mapped(&self, p: usize) -> Range<usize> {
+        let o = self.owned(p);
+        o.start - self.halo..o.end + self.halo
+    }
+}
+
+/// A host grid mapped slice by slice, one slice per device. Holds the grid exclusively
+/// until [`DistributedArray::gather`] (or drop, which unmaps without copying back).
+#[derive(Debug)]
+pub struct DistributedArray<'a, T: DeviceCopy> {
+    rt: &'a Runtime,
+    devices: Vec<usize>,
+    part: RowPartition,
+    host: &'a mut [T],
+    mapped: bool,
+}
+
+impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
+    /// Maps part `p`'s rows of `host` on `devices[p]` with `map_type` (`TO` or `ALLOC`).
+    pub fn map(
+        rt: &'a Runtime,
+        devices: &[usize],
+        host: &'a mut [T],
+        part: RowPartition,
+        map_type: MapType,
+    ) -> Result<Self> {
+        let bad = |what: String| Error::InvalidArgument { routine: "DistributedArray::map", what };
+        if devices.len() != part.parts() {
+            return Err(bad(format!("{} devices for {} parts", devices.len(), part.parts())));
+        }
+        if host.len() != part.rows * part.row_len {
+            return Err(bad(format!(
+                "a grid of {} elements is not {} x {}",
+                host.len(),
+                part.rows,
+                part.row_len
+            )));
+        }
+        let mut d = Self { rt, devices: devices.to_vec(), part, host, mapped: false };
+        for p in 0..d.devices.len() {
+            let item = MapItem { range: d.rows_range(d.part.mapped(p)), map_type };
+            // SAFETY: `host` is borrowed exclusively for 'a; on failure the parts mapped so
+            // far are unmapped by `drop`.
+            if let Err(e) = unsafe { rt.enter_data(d.devices[p], &[item]) } {
+                d.unmap_first(p);
+                return Err(e);
+            }
+        }
+        d.mapped = true;
+        Ok(d)
+    }
+
+    fn rows_range(&self, rows: Range<usize>) -> HostRange {
+        let size = std::mem::size_of::<T>();
+        HostRange::new(
+            self.host.as_ptr() as usize + rows.start * self.part.row_len * size,
+            rows.len() * self.part.row_len * size,
+        )
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> &RowPartition {
+        &self.part
+    }
+
+    /// The device of part `p`.
+    pub fn device(&self, p: usize) -> usize {
+        self.devices[p]
+    }
+
+    /// A kernel view of part `p`'s mapped rows (halos included).
+    pub fn view(&self, p: usize) -> DeviceSlice<'_, T> {
+        let r = self.part.mapped(p);
+        // SAFETY: the slice is inside `host`; the view only names it for translation.
+        let s = unsafe {
+            std::slice::from_raw_parts(
+                self.host.as_ptr().add(r.start * self.part.row_len),
+                r.len() * self.part.row_len,
+            )
+        };
+        crate::mapping::view_of(s, self.devices[p], true)
+    }
+
+    /// Device address of global row `row` in part `p`'s copy.
+    pub fn row_addr(&self, p: usize, row: usize) -> Result<u64> {
+        let r = self.rows_range(row..row + 1);
+        self.rt.mapped_ptr(r.begin, self.devices[p])?.ok_or(Error::NotPresent {
+            device: self.devices[p],
+            range: r,
+            what: "a distributed array's row",
+        })
+    }
+
+    /// Copies each part's first and last `halo` owned rows into its neighbours' halos
+    /// (device to device; peer copies where possible). With `periodic`, the first part's
+    /// top halo comes from the last part and the other way round.
+    pub fn exchange_halos(&self, periodic: bool) -> Result<()> {
+        let (parts, h, len) = (self.part.parts(), self.part.halo, self.part.row_len);
+        let bytes = h * len * std::mem::size_of::<T>();
+        if h == 0 {
+            return Ok(());
+        }
+        for p in 0..parts {
+            let own = self.part.owned(p);
+            let (prev, next) = if periodic {
+                (Some((p + parts - 1) % parts), Some((p + 1) % parts))
+            } else {
+                (p.checked_sub(1), (p + 1 < parts).then_some(p + 1))
+            };
+            // My first owned rows -> the previous part's bottom halo (my own, periodic with
+            // one part).
+            if let Some(q) = prev {
+                let dst = self.row_addr(q, self.part.owned(q).end)?;
+                let src = self.row_addr(p, own.start)?;
+                // SAFETY: `h` rows inside both parts' mapped copies.
+                unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
+            }
+            // My last owned rows -> the next part's top halo.
+            if let Some(q) = next {
+                let dst = self.row_addr(q, self.part.owned(q).start - h)?;
+                let src = self.row_addr(p, own.end - h)?;
+                // SAFETY: as above.
+                unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies every owned row back from its owner (halos never), then unmaps.
+    pub fn gather(mut self) -> Result<()> {
+        let mut first_err = None;
+        for p in 0..self.part.parts() {
+            let r = self.rows_range(self.part.owned(p));
+            // SAFETY: `host` is held exclusively; `r` lies in part `p`'s mapped slice.
+            if let Err(e) = unsafe { self.rt.update(self.devices[p], UpdateDirection::From, &[(r, false)]) } {
+                first_err.get_or_insert(e);
+            }
+        }
+        let n = self.part.parts();
+        self.unmap_first(n);
+        self.mapped = false;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Unmaps parts `0..n` without copying back.
+    fn unmap_first(&mut self, n: usize) {
+        for p in 0..n {
+            let item = MapItem { range: self.rows_range(self.part.mapped(p)), map_type: MapType::DELETE };
+            // SAFETY: delete copies nothing.
+            let _ = unsafe { self.rt.exit_data(self.devices[p], &[item]) };
+        }
+    }
+}
+
+impl<T: DeviceCopy> Drop for DistributedArray<'_, T> {
+    fn drop(&mut self) {
+        if self.mapped {
+            let n = self.part.parts();
+            self.unmap_first(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_cover_every_item_once() {
+        for n in 0..40 {
+            for parts in 1..6 {
+                let b = BlockPartition::new(n, parts).unwrap();
+                let mut next = 0;
+                for p in 0..parts {
+                    let r = b.range(p);
+                    assert_eq!(r.start, next);
+                    assert!(r.len() + 1 >= n / parts && r.len() <= n / parts + 1);
+                    for i in r.clone() {
+                        assert_eq!(b.owner(i), p, "n {n} parts {parts} item {i}");
+                    }
+                    next = r.end;
+                }
+                assert_eq!(next, n);
+            }
+        }
+        assert!(BlockPartition::new(5, 0).is_err());
+    }
+
+    #[test]
+    fn rows_split_the_interior_with_halos() {
+        let r = RowPartition::new(12, 8, 3, 1).unwrap();
+        assert_eq!((r.owned(0), r.owned(1), r.owned(2)), (1..5, 5..8, 8..11));
+        assert_eq!((r.mapped(0), r.mapped(2)), (0..6, 7..12));
+        assert!(RowPartition::new(4, 8, 3, 1).is_err());
+    }
+}
