@@ -124,7 +124,9 @@ fn run_steps(
         rt.device(d)?.prepare(&JACOBI_STEP)?;
         norms.push(n);
     }
-    let partial = Mutex::new(vec![0f32; parts]);
+    // Per-part norms, double-buffered by iteration: the leader sums step i's while the
+    // others may already write step i + 1's.
+    let partial = Mutex::new(vec![[0f32; 2]; parts]);
     let barrier = Barrier::new(parts);
     let norm_out = Mutex::new(0f32);
     let start = Instant::now();
@@ -158,23 +160,21 @@ fn run_steps(
                     )?;
                     if want_norm {
                         norm.update_from(devices[p])?;
-                        partial.lock().map_err(|_| poisoned())?[p] = norm[slot];
+                        partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
+                    }
+                    if !peer {
+                        grids[dst].send_halos(p, true)?;
                     }
                     // Every halo of this step is written before any device starts the next.
                     if barrier.wait().is_leader() {
-                        if !peer {
-                            grids[dst].exchange_halos(true)?;
-                        }
                         if want_norm {
-                            let total: f32 = partial.lock().map_err(|_| poisoned())?.iter().sum();
+                            let total: f32 =
+                                partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
                             *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
                             if !args.csv && iter % 100 == 0 {
                                 println!("{iter:5}, {:.6}", total.sqrt());
                             }
                         }
-                    }
-                    if !peer {
-                        barrier.wait();
                     }
                 }
                 Ok(())

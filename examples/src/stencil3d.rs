@@ -92,9 +92,9 @@ fn run_steps(
                             grids[src].view(p),
                             grids[dst].view(p),
                         )?;
-                        if barrier.wait().is_leader() {
-                            grids[dst].exchange_halos(false)?;
-                        }
+                        // Each part sends its own halos as soon as its step is done; the
+                        // barrier keeps the next step from reading them early.
+                        grids[dst].send_halos(p, false)?;
                         barrier.wait();
                     }
                     Ok(())

@@ -220,33 +220,35 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// (device to device; peer copies where possible). With `periodic`, the first part's
     /// top halo comes from the last part and the other way round.
     pub fn exchange_halos(&self, periodic: bool) -> Result<()> {
+        (0..self.part.parts()).try_for_each(|p| self.send_halos(p, periodic))
+    }
+
+    /// Part `p`'s half of [`DistributedArray::exchange_halos`]: its first owned rows to the
+    /// previous part's bottom halo, its last owned rows to the next part's top halo. Parts
+    /// can send concurrently (each from its own thread), since every send writes a
+    /// different halo.
+    pub fn send_halos(&self, p: usize, periodic: bool) -> Result<()> {
         let (parts, h, len) = (self.part.parts(), self.part.halo, self.part.row_len);
-        let bytes = h * len * std::mem::size_of::<T>();
         if h == 0 {
             return Ok(());
         }
-        for p in 0..parts {
-            let own = self.part.owned(p);
-            let (prev, next) = if periodic {
-                (Some((p + parts - 1) % parts), Some((p + 1) % parts))
-            } else {
-                (p.checked_sub(1), (p + 1 < parts).then_some(p + 1))
-            };
-            // My first owned rows -> the previous part's bottom halo (my own, periodic with
-            // one part).
-            if let Some(q) = prev {
-                let dst = self.row_addr(q, self.part.owned(q).end)?;
-                let src = self.row_addr(p, own.start)?;
-                // SAFETY: `h` rows inside both parts' mapped copies.
-                unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
-            }
-            // My last owned rows -> the next part's top halo.
-            if let Some(q) = next {
-                let dst = self.row_addr(q, self.part.owned(q).start - h)?;
-                let src = self.row_addr(p, own.end - h)?;
-                // SAFETY: as above.
-                unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
-            }
+        let bytes = h * len * std::mem::size_of::<T>();
+        let own = self.part.owned(p);
+        let (prev, next) = if periodic {
+            (Some((p + parts - 1) % parts), Some((p + 1) % parts))
+        } else {
+            (p.checked_sub(1), (p + 1 < parts).then_some(p + 1))
+        };
+        if let Some(q) = prev {
+            let (dst, src) = (self.row_addr(q, self.part.owned(q).end)?, self.row_addr(p, own.start)?);
+            // SAFETY: `h` rows inside both parts' mapped copies.
+            unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
+        }
+        if let Some(q) = next {
+            let (dst, src) =
+                (self.row_addr(q, self.part.owned(q).start - h)?, self.row_addr(p, own.end - h)?);
+            // SAFETY: as above.
+            unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
         }
         Ok(())
     }

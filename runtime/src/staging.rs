@@ -53,9 +53,9 @@ impl Default for StagingConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            chunk: 8 << 20,
+            chunk: 16 << 20,
             depth: 4,
-            threads: 16,
+            threads: 24,
             min_bytes: 4 << 20,
             register_after: 16,
             register_min_bytes: 64 << 20,
