@@ -166,14 +166,13 @@ fn run_steps(
                         grids[dst].send_halos(p, true)?;
                     }
                     // Every halo of this step is written before any device starts the next.
-                    if barrier.wait().is_leader() {
-                        if want_norm {
-                            let total: f32 =
-                                partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
-                            *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
-                            if !args.csv && iter % 100 == 0 {
-                                println!("{iter:5}, {:.6}", total.sqrt());
-                            }
+                    let leader = barrier.wait().is_leader();
+                    if leader && want_norm {
+                        let total: f32 =
+                            partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+                        *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
+                        if !args.csv && iter % 100 == 0 {
+                            println!("{iter:5}, {:.6}", total.sqrt());
                         }
                     }
                 }
