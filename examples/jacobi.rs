@@ -9,7 +9,7 @@
 //! cargo run --release -p offload-examples --example jacobi -- -nx 16384 -ny 16384 -niter 1000
 //! ```
 //! Options: `-niter N` (1000), `-nccheck N` (norm every N iterations, 1), `-nx N`, `-ny N`
-//! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 32),
+//! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 16),
 //! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it), `-check`
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).

@@ -1,7 +1,7 @@
 //! Multi-device 3-D 7-point stencil (Jacobi relaxation of Laplace's equation on a cube,
-//! fixed faces): the grid's planes are split over the devices, and halo planes are
-//! exchanged between neighbours with `target_memcpy` (peer copies where the devices have
-//! peer access) after every step. Runs on one device, then on all, prints the times, and
+//! fixed faces): the grid's planes are split over the devices; halo planes go to the
+//! neighbours by peer stores from the kernel, or with `-halo memcpy` by `target_memcpy`
+//! (peer copies where the devices have peer access) after every step. Runs on one device, then on all, prints the times, and
 //! checks the multi-device grid equals the single-device one (and a CPU reference at small
 //! sizes).
 //!
@@ -9,7 +9,8 @@
 //! cargo run --release -p offload-examples --example stencil3d -- -n 512 -niter 100
 //! ```
 //! Options: `-n N` (cube edge, 256), `-nx/-ny/-nz N`, `-niter N` (100), `-ndev N` (all),
-//! `-planes N` (planes per GPU thread, 16), `-csv`.
+//! `-planes N` (planes per GPU thread, 16), `-csv`, `-halo peer|memcpy` (peer stores from
+//! the kernel, or `target_memcpy` after it).
 
 use offload::Runtime;
 use offload_examples::stencil3d::{max_diff, reference, solve, Args};
@@ -34,7 +35,12 @@ fn parse() -> Result<Args, String> {
             "-ndev" => a.ndev = Some(num("-ndev")?),
             "-planes" => a.planes = num("-planes")?.max(1),
             "-csv" => a.csv = true,
-            _ => return Err(format!("unknown option {flag:?}; usage: stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv]")),
+            "-halo" => match it.next().as_deref() {
+                Some("peer") => a.peer_stores = true,
+                Some("memcpy") => a.peer_stores = false,
+                other => return Err(format!("-halo wants peer or memcpy, got {other:?}")),
+            },
+            _ => return Err(format!("unknown option {flag:?}; usage: stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy]")),
         }
     }
     if a.nx < 3 || a.ny < 3 || a.nz < 3 {

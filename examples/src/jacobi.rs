@@ -2,9 +2,10 @@
 //! run the same code: NVIDIA's multi-GPU Jacobi (sine on the left and right columns,
 //! periodic top and bottom, L2 norm of the update) over any number of devices.
 
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::spin_barrier::SpinBarrier;
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, HostBuffer, MapType, Runtime};
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
@@ -41,7 +42,7 @@ impl Default for Args {
             ny: 16384,
             csv: false,
             ndev: None,
-            rows: 32,
+            rows: 16,
             peer_stores: true,
             check: false,
         }
@@ -127,7 +128,7 @@ fn run_steps(
     // Per-part norms, double-buffered by iteration: the leader sums step i's while the
     // others may already write step i + 1's.
     let partial = Mutex::new(vec![[0f32; 2]; parts]);
-    let barrier = Barrier::new(parts);
+    let barrier = SpinBarrier::new(parts);
     let norm_out = Mutex::new(0f32);
     let start = Instant::now();
     std::thread::scope(|s| -> Result<(), offload::Error> {
@@ -166,7 +167,7 @@ fn run_steps(
                         grids[dst].send_halos(p, true)?;
                     }
                     // Every halo of this step is written before any device starts the next.
-                    let leader = barrier.wait().is_leader();
+                    let leader = barrier.wait();
                     if leader && want_norm {
                         let total: f32 =
                             partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();

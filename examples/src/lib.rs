@@ -2,4 +2,5 @@
 //! stencil solvers. The runnable programs are the `[[example]]` targets of this package.
 
 pub mod jacobi;
+pub mod spin_barrier;
 pub mod stencil3d;

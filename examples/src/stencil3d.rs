@@ -1,11 +1,11 @@
 //! The 3-D 7-point stencil solver of `examples/stencil3d.rs`, as a library so that tests
 //! and benches run the same code.
 
-use std::sync::Barrier;
 use std::time::Instant;
 
+use crate::spin_barrier::SpinBarrier;
 use offload::partition::{DistributedArray, RowPartition};
-use offload::{MapType, Runtime};
+use offload::{DevicePtr, MapType, Runtime};
 use offload_kernels::stencil::{stencil7_step, STENCIL7_STEP};
 
 /// A stencil run's settings.
@@ -25,11 +25,13 @@ pub struct Args {
     pub planes: usize,
     /// Print CSV.
     pub csv: bool,
+    /// Halos by peer stores from the kernel (else `target_memcpy` after each step).
+    pub peer_stores: bool,
 }
 
 impl Default for Args {
     fn default() -> Self {
-        Self { nx: 256, ny: 256, nz: 256, niter: 100, ndev: None, planes: 16, csv: false }
+        Self { nx: 256, ny: 256, nz: 256, niter: 100, ndev: None, planes: 16, csv: false, peer_stores: true }
     }
 }
 
@@ -71,15 +73,38 @@ fn run_steps(
     for &d in devices {
         rt.device(d)?.prepare(&STENCIL7_STEP)?;
     }
-    let barrier = Barrier::new(devices.len());
+    let parts = devices.len();
+    // Peer stores need each neighbour pair to reach each other directly.
+    let peer = args.peer_stores
+        && (1..parts).all(|p| {
+            rt.can_access_peer(devices[p], devices[p - 1]).unwrap_or(false)
+                && rt.can_access_peer(devices[p - 1], devices[p]).unwrap_or(false)
+        });
+    // Part p's push targets when `dst` is the output grid: the previous part's bottom halo
+    // plane and the next part's top halo plane (none at the cube's faces).
+    let pushes = |dst: usize, p: usize| -> Result<(DevicePtr, DevicePtr), offload::Error> {
+        if !peer {
+            return Ok((DevicePtr::NULL, DevicePtr::NULL));
+        }
+        let prev = match p.checked_sub(1) {
+            Some(q) => grids[dst].row_addr(q, part.owned(q).end)?,
+            None => 0,
+        };
+        let next = if p + 1 < parts { grids[dst].row_addr(p + 1, part.owned(p + 1).start - 1)? } else { 0 };
+        // SAFETY: halo planes of the neighbours' output grids, mapped for the whole run,
+        // reachable by peer access (checked above), written only by this step's kernel.
+        Ok(unsafe { (DevicePtr::new(prev), DevicePtr::new(next)) })
+    };
+    let barrier = SpinBarrier::new(parts);
     let start = Instant::now();
     std::thread::scope(|s| -> Result<(), offload::Error> {
         let handles: Vec<_> = (0..devices.len())
             .map(|p| {
-                let (grids, barrier) = (&grids, &barrier);
+                let (grids, barrier, pushes) = (&grids, &barrier, &pushes);
                 s.spawn(move || -> Result<(), offload::Error> {
                     let dev = rt.device(devices[p])?;
                     let planes = part.owned(p).len();
+                    let push = [pushes(0, p)?, pushes(1, p)?];
                     for iter in 0..args.niter {
                         let (src, dst) = (iter % 2, 1 - iter % 2);
                         stencil7_step(
@@ -91,10 +116,14 @@ fn run_steps(
                             args.planes,
                             grids[src].view(p),
                             grids[dst].view(p),
+                            push[dst].0,
+                            push[dst].1,
                         )?;
-                        // Each part sends its own halos as soon as its step is done; the
-                        // barrier keeps the next step from reading them early.
-                        grids[dst].send_halos(p, false)?;
+                        // Without peer stores each part sends its own halos as soon as its
+                        // step is done; the barrier keeps the next step from reading early.
+                        if !peer {
+                            grids[dst].send_halos(p, false)?;
+                        }
                         barrier.wait();
                     }
                     Ok(())

@@ -38,20 +38,22 @@ fn jacobi_multi_device_equals_single_device_and_the_cpu() {
 
 #[test]
 fn stencil3d_multi_device_equals_single_device_and_the_cpu() {
-    let args = stencil3d::Args { nx: 19, ny: 13, nz: 11, niter: 7, ..Default::default() };
-    let cpu = stencil3d::reference(&args);
-    on_every_backend(
-        "stencil3d",
-        2,
-        |b| b,
-        |rt| {
-            let devices: Vec<usize> = (0..rt.num_devices()).collect();
-            let (_, single) = stencil3d::solve(rt, &devices[..1], &args)?;
-            let (_, multi) = stencil3d::solve(rt, &devices, &args)?;
-            check!(stencil3d::max_diff(&single, &multi) == 0.0, "multi != single");
-            check!(stencil3d::max_diff(&cpu, &single) == 0.0, "single != cpu");
-            check!(rt.live_mappings().is_empty(), "mappings left");
-            Ok(())
-        },
-    );
+    for peer_stores in [true, false] {
+        let args = stencil3d::Args { nx: 19, ny: 13, nz: 11, niter: 7, peer_stores, ..Default::default() };
+        let cpu = stencil3d::reference(&args);
+        on_every_backend(
+            "stencil3d",
+            2,
+            |b| b,
+            |rt| {
+                let devices: Vec<usize> = (0..rt.num_devices()).collect();
+                let (_, single) = stencil3d::solve(rt, &devices[..1], &args)?;
+                let (_, multi) = stencil3d::solve(rt, &devices, &args)?;
+                check!(stencil3d::max_diff(&single, &multi) == 0.0, "multi != single");
+                check!(stencil3d::max_diff(&cpu, &single) == 0.0, "single != cpu");
+                check!(rt.live_mappings().is_empty(), "mappings left");
+                Ok(())
+            },
+        );
+    }
 }

@@ -18,6 +18,10 @@ fn padded(cols: usize) -> usize {
 // ---- 2-D Jacobi ------------------------------------------------------------------------
 
 const JACOBI_SRC: &str = r#"
+// One thread per interior column, a strip of `rows` rows each; threads are laid out so a
+// warp never spans two strips (columns padded to whole warps). Left and right neighbours
+// come from the neighbouring lanes' registers (warp shuffles), so each element is loaded
+// about once: the kernel streams `a` and `a_new` through DRAM at close to copy speed.
 extern "C" __global__ void __launch_bounds__(256) jacobi_step(
     const float* __restrict__ a, float* __restrict__ a_new, float* __restrict__ norm,
     unsigned long long nx_, unsigned long long iy_start_, unsigned long long iy_end_,
@@ -27,28 +31,38 @@ extern "C" __global__ void __launch_bounds__(256) jacobi_step(
     const unsigned nx = (unsigned)nx_, iy_start = (unsigned)iy_start_, iy_end = (unsigned)iy_end_;
     const unsigned rows = (unsigned)rows_, cols_pad = (unsigned)cols_pad_;
     const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned lane = threadIdx.x & 31;
     float acc = 0.0f;
-    const unsigned ix = t % cols_pad + 1;
-    if (t < n && ix < nx - 1) {
+    if (t < n) {  // whole warps: n is a multiple of cols_pad, itself a multiple of 32
+        const unsigned ix = t % cols_pad + 1;
+        const bool active = ix < nx - 1;
+        const unsigned x = active ? ix : nx - 2;  // padding lanes shadow the last column
+        const bool edge_left = lane == 0, edge_right = lane == 31 || ix == nx - 2;
         const unsigned iy0 = iy_start + (t / cols_pad) * rows;
         const unsigned iy1 = min(iy0 + rows, iy_end);
-        float up = a[(iy0 - 1) * nx + ix];
-        float center = a[iy0 * nx + ix];
+        float up = a[(iy0 - 1) * nx + x];
+        float center = a[iy0 * nx + x];
         for (unsigned iy = iy0; iy < iy1; ++iy) {
-            const float down = a[(iy + 1) * nx + ix];
-            const float v = 0.25f * (a[iy * nx + ix + 1] + a[iy * nx + ix - 1] + down + up);
-            a_new[iy * nx + ix] = v;
-            if (iy == iy_start && push_first) push_first[ix] = v;
-            if (iy == iy_end - 1 && push_last) push_last[ix] = v;
-            const float r = v - center;
-            acc += r * r;
+            const float down = a[(iy + 1) * nx + x];
+            float left = __shfl_up_sync(0xffffffffu, center, 1);
+            float right = __shfl_down_sync(0xffffffffu, center, 1);
+            if (edge_left) left = a[iy * nx + x - 1];
+            if (edge_right) right = a[iy * nx + x + 1];
+            const float v = 0.25f * (right + left + down + up);
+            if (active) {
+                a_new[iy * nx + x] = v;
+                if (iy == iy_start && push_first) push_first[x] = v;
+                if (iy == iy_end - 1 && push_last) push_last[x] = v;
+                const float r = v - center;
+                acc += r * r;
+            }
             up = center;
             center = down;
         }
     }
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
     __shared__ float warp_sums[32];
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
+    if (lane == 0) warp_sums[threadIdx.x >> 5] = acc;
     __syncthreads();
     if (threadIdx.x < 32) {
         acc = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.0f;
@@ -176,7 +190,8 @@ const STENCIL3D_SRC: &str = r#"
 extern "C" __global__ void __launch_bounds__(256) stencil7_step(
     const float* __restrict__ a, float* __restrict__ a_new,
     unsigned long long nx_, unsigned long long ny_, unsigned long long z_start_, unsigned long long z_end_,
-    unsigned long long planes_, unsigned long long n)
+    unsigned long long planes_, float* __restrict__ push_first, float* __restrict__ push_last,
+    unsigned long long n)
 {
     const unsigned nx = (unsigned)nx_, ny = (unsigned)ny_, z_start = (unsigned)z_start_, z_end = (unsigned)z_end_;
     const unsigned planes = (unsigned)planes_;
@@ -190,7 +205,10 @@ extern "C" __global__ void __launch_bounds__(256) stencil7_step(
     float below = a[i - plane], center = a[i];
     for (unsigned z = z0; z < z1; ++z, i += plane) {
         const float above = a[i + plane];
-        a_new[i] = (1.0f / 6.0f) * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + below + above);
+        const float v = (1.0f / 6.0f) * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + below + above);
+        a_new[i] = v;
+        if (z == z_start && push_first) push_first[iy * nx + ix] = v;
+        if (z == z_end - 1 && push_last) push_last[iy * nx + ix] = v;
         below = center;
         center = above;
     }
@@ -205,9 +223,23 @@ fn stencil3d_host(l: &HostLaunch<'_>) -> Result<(), String> {
     }
     let plane = nx * ny;
     let len = (z_end + 1) * plane;
-    // SAFETY: distinct mapped grids of at least `(z_end + 1)` planes.
-    let (a, a_new) = unsafe { (l.slice::<f32>(0, len)?, l.slice_mut::<f32>(1, len)?) };
-    a_new[z_start * plane..z_end * plane].par_chunks_mut(nx).enumerate().for_each(|(k, out)| {
+    let (a_new, known) = l.ptr::<f32>(1)?;
+    if known.is_some_and(|k| k < len) {
+        return Err(format!("stencil7_step: a_new holds {known:?} floats, needs {len}"));
+    }
+    let (first, _) = l.ptr::<f32>(7)?;
+    let (last, _) = l.ptr::<f32>(8)?;
+    let (first, last) = (first as usize, last as usize);
+    // SAFETY: distinct mapped grids of at least `(z_end + 1)` planes (checked when known);
+    // only the computed planes of `a_new` are borrowed, since its halo planes may be push
+    // targets written through raw pointers below.
+    let (a, interior) = unsafe {
+        (
+            l.slice::<f32>(0, len)?,
+            std::slice::from_raw_parts_mut(a_new.add(z_start * plane), (z_end - z_start) * plane),
+        )
+    };
+    interior.par_chunks_mut(nx).enumerate().for_each(|(k, out)| {
         let (z, iy) = (z_start + k / ny, k % ny);
         if iy == 0 || iy == ny - 1 {
             return;
@@ -217,12 +249,22 @@ fn stencil3d_host(l: &HostLaunch<'_>) -> Result<(), String> {
             *o = (1.0f32 / 6.0f32)
                 * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + a[i - plane] + a[i + plane]);
         }
+        for (push, at) in [(first, z_start), (last, z_end - 1)] {
+            if push != 0 && z == at {
+                // SAFETY: a halo plane (here or on a neighbour) that no reference covers
+                // and nothing else writes during this step; this line of it is ours.
+                let dst = unsafe { std::slice::from_raw_parts_mut((push as *mut f32).add(iy * nx), nx) };
+                dst[1..nx - 1].copy_from_slice(&out[1..nx - 1]);
+            }
+        }
     });
     Ok(())
 }
 
 /// One 7-point step on a local grid of planes `nx * ny`: planes `z_start..z_end` of
-/// `a_new` get the average of the six neighbours in `a` (boundary lines untouched).
+/// `a_new` get the average of the six neighbours in `a` (boundary lines untouched); the
+/// first and last computed planes are also stored to `push_first` / `push_last` when not
+/// null (a neighbour's halo planes: peer stores).
 pub static STENCIL7_STEP: Kernel =
     Kernel::new("stencil7_step").with_cuda(STENCIL3D_SRC).with_host(stencil3d_host).with_block(256);
 
@@ -237,6 +279,8 @@ pub fn stencil7_step(
     planes_per_thread: usize,
     a: DeviceSlice<'_, f32>,
     a_new: DeviceSlice<'_, f32>,
+    push_first: DevicePtr,
+    push_last: DevicePtr,
 ) -> Result<()> {
     let need = (z_end + 1) * nx * ny;
     if a.len() < need || a_new.len() < need || z_start == 0 || nx < 3 || ny < 3 {
@@ -253,5 +297,9 @@ pub fn stencil7_step(
     let planes = planes_per_thread.max(1);
     let n = (nx - 2) * (ny - 2) * (z_end - z_start).div_ceil(planes);
     let u = |v: usize| v as u64;
-    dev.launch(&STENCIL7_STEP, n, (a, a_new, u(nx), u(ny), u(z_start), u(z_end), u(planes)))
+    dev.launch(
+        &STENCIL7_STEP,
+        n,
+        (a, a_new, u(nx), u(ny), u(z_start), u(z_end), u(planes), push_first, push_last),
+    )
 }

@@ -64,10 +64,10 @@ impl Default for StagingConfig {
 }
 
 impl StagingConfig {
-    /// The chunk for a copy of `bytes`: small enough that a copy has several chunks to
-    /// overlap (at least 8, down to 512 KiB), never above `chunk`.
+    /// The chunk for a copy of `bytes`: small enough that a copy has a few chunks to
+    /// overlap (4, down to 2 MiB), never above `chunk`.
     pub(crate) fn chunk_for(&self, bytes: usize, chunk: usize) -> usize {
-        (bytes / 8).next_multiple_of(4096).clamp((512 << 10).min(chunk), chunk)
+        (bytes / 4).next_multiple_of(4096).clamp((2 << 20).min(chunk), chunk)
     }
 }
 
@@ -209,8 +209,9 @@ impl StagingRing {
     /// # Safety
     /// Both ranges valid for `n` bytes, disjoint, `dst` not otherwise accessed meanwhile.
     unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize) {
+        // Pieces of at least 1 MiB: below that a thread's start-up costs more than its copy.
         let threads = self.pool.current_num_threads().max(1);
-        let piece = n.div_ceil(threads).next_multiple_of(4096).max(256 << 10);
+        let piece = n.div_ceil(threads).next_multiple_of(4096).max(1 << 20);
         let pieces = n.div_ceil(piece);
         self.pool.install(|| {
             (0..pieces).into_par_iter().for_each(|i| {
