@@ -85,12 +85,11 @@ impl PresentTable {
         self.entries.get_mut(&key)
     }
 
-    /// The entry containing host address `host`, if any.
+    /// The entry containing host address `host`, if any (one descent of the tree: this is
+    /// the lookup every presence test and kernel argument pays).
     pub(crate) fn containing(&self, host: usize) -> Option<&Entry> {
-        match self.lookup(HostRange::new(host, 0)) {
-            Lookup::Inside(k) => self.entries.get(&k),
-            _ => None,
-        }
+        let (&k, e) = self.entries.range(..=host).next_back()?;
+        (host < e.range.end() || (e.range.bytes == 0 && host == k)).then_some(e)
     }
 
     pub(crate) fn insert(&mut self, e: Entry) {
