@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p offload-benches --bench mapping`
 
+#![allow(missing_docs)] // criterion's macros generate undocumented items
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use offload::{MapItem, MapType, Runtime};
 
@@ -70,5 +72,9 @@ fn enter_exit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, lookup, enter_exit);
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = lookup, enter_exit
+}
 criterion_main!(benches);

@@ -229,3 +229,26 @@ fn on_every_device_with_staging(
 ) {
     offload_tests::on_every_device_with("register in place", move |b| b.staging(cfg), case)
 }
+
+#[test]
+fn dropping_a_runtime_reports_the_mappings_still_live() {
+    for b in offload_tests::backends() {
+        let rt = b.builder().capture_info().build().expect("runtime");
+        let log = rt.info_log().expect("capturing");
+        let x = vec![5u64; 16];
+        // SAFETY: `x` outlives the runtime, which frees the device copy at shutdown.
+        unsafe { rt.enter_data(0, &[offload::MapItem::slice(&x, MapType::TO)]) }.expect("enter");
+        drop(rt);
+        let lines = log.take().join("\n");
+        assert!(
+            lines.contains("runtime dropped with 1 mapping(s) still live on device 0"),
+            "[{}] {lines}",
+            b.name
+        );
+        assert!(
+            lines.contains(&format!("{:#x}", x.as_ptr() as usize)),
+            "[{}] no host address: {lines}",
+            b.name
+        );
+    }
+}

@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::ops::BitOr;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -77,11 +78,23 @@ impl fmt::Debug for InfoFlags {
     }
 }
 
+/// Captured trace lines, readable after the runtime that wrote them is gone (its
+/// shutdown report of live mappings included).
+#[derive(Clone, Debug, Default)]
+pub struct InfoLog(Arc<Mutex<Vec<String>>>);
+
+impl InfoLog {
+    /// Takes the lines captured so far.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
 /// Where trace lines go.
 #[derive(Debug)]
 pub(crate) enum InfoSink {
     Stderr,
-    Capture(Mutex<Vec<String>>),
+    Capture(InfoLog),
 }
 
 /// The runtime's tracer.
@@ -93,7 +106,7 @@ pub(crate) struct Trace {
 
 impl Trace {
     pub(crate) fn new(flags: InfoFlags, capture: bool) -> Self {
-        let sink = if capture { InfoSink::Capture(Mutex::new(Vec::new())) } else { InfoSink::Stderr };
+        let sink = if capture { InfoSink::Capture(InfoLog::default()) } else { InfoSink::Stderr };
         Self { flags, sink }
     }
 
@@ -113,15 +126,20 @@ impl Trace {
     pub(crate) fn write(&self, line: String) {
         match &self.sink {
             InfoSink::Stderr => eprintln!("offload info: {line}"),
-            InfoSink::Capture(lines) => lines.lock().push(line),
+            InfoSink::Capture(log) => log.0.lock().push(line),
         }
     }
 
     /// Takes the captured lines (empty when writing to standard error).
     pub(crate) fn take(&self) -> Vec<String> {
+        self.log().map(|l| l.take()).unwrap_or_default()
+    }
+
+    /// The capture, when lines are captured.
+    pub(crate) fn log(&self) -> Option<InfoLog> {
         match &self.sink {
-            InfoSink::Stderr => Vec::new(),
-            InfoSink::Capture(lines) => std::mem::take(&mut *lines.lock()),
+            InfoSink::Stderr => None,
+            InfoSink::Capture(log) => Some(log.clone()),
         }
     }
 }

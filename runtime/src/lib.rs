@@ -49,7 +49,7 @@ pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
 pub use device::{BackendKind, DeviceDescription, MemInfo};
 pub use error::{Error, HostRange, Result};
-pub use info::InfoFlags;
+pub use info::{InfoFlags, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar};
 pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
 pub use memcpy::RectSide;

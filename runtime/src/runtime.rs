@@ -601,6 +601,12 @@ impl Runtime {
         self.inner.trace.take()
     }
 
+    /// A handle on the captured trace that outlives the runtime (for its shutdown report);
+    /// `None` unless built with [`RuntimeBuilder::capture_info`].
+    pub fn info_log(&self) -> Option<crate::info::InfoLog> {
+        self.inner.trace.log()
+    }
+
     pub(crate) fn target(&self, device: usize) -> Result<Target<'_>> {
         match self.inner.devices.get(device) {
             Some(d) => Ok(Target::Device(d)),
