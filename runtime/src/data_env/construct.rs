@@ -1,14 +1,102 @@
 //! Processing a construct's map list against one device's present table.
 //!
-//! The table's lock is held for the whole construct, copies included, so another thread
-//! never sees an entry whose data has not arrived yet; kernels run without it.
+//! The table's lock is held only to read and change the table, never across a copy, so
+//! that copy-in, kernels and copy-out from different threads overlap (pipelines depend on
+//! it). Entries are published only once their data has arrived: a construct plans under
+//! the lock, copies without it, then publishes the entries it created; an exit removes
+//! released entries under the lock, then copies back and frees. A failure undoes the
+//! construct's own changes (counts by the amounts it moved them, entries it created or
+//! removed), so nothing is leaked and other threads' changes are kept.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use super::{Construct, Entry, Lookup, MapItem, MapKind, PresentTable, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
 use crate::runtime::DeviceState;
+
+/// A new entry a construct has allocated and not yet published.
+struct Planned {
+    range: HostRange,
+    device_addr: u64,
+}
+
+/// A construct's new entries by host begin address, found by containment like the table's
+/// (map lists can be long: no linear scans).
+#[derive(Default)]
+struct PlannedEntries(BTreeMap<usize, Planned>);
+
+impl PlannedEntries {
+    /// The planned entry containing `r`, or `Err` with one it partly overlaps.
+    fn find(&self, r: HostRange) -> std::result::Result<Option<&Planned>, HostRange> {
+        if let Some((_, p)) = self.0.range(..=r.begin).next_back() {
+            if r.begin < p.range.end() {
+                return if p.range.contains(&r) { Ok(Some(p)) } else { Err(p.range) };
+            }
+        }
+        match self.0.range(r.begin + 1..r.end()).next() {
+            Some((_, p)) => Err(p.range),
+            None => Ok(None),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Planned> {
+        self.0.values()
+    }
+}
+
+/// A set that stays a short vector for the short map lists of real programs and becomes a
+/// hash set for long ones (no quadratic scans, no allocation for one item).
+enum SmallSet<T> {
+    Few(Vec<T>),
+    Many(HashSet<T>),
+}
+
+impl<T: Eq + std::hash::Hash + Copy> SmallSet<T> {
+    const SPILL: usize = 16;
+
+    fn new() -> Self {
+        SmallSet::Few(Vec::new())
+    }
+
+    /// Adds `v`; `true` when it was not there.
+    fn insert(&mut self, v: T) -> bool {
+        match self {
+            SmallSet::Few(few) if few.contains(&v) => false,
+            SmallSet::Few(few) if few.len() < Self::SPILL => {
+                few.push(v);
+                true
+            }
+            SmallSet::Few(few) => {
+                let mut many: HashSet<T> = few.drain(..).collect();
+                many.insert(v);
+                *self = SmallSet::Many(many);
+                true
+            }
+            SmallSet::Many(many) => many.insert(v),
+        }
+    }
+
+    fn contains(&self, v: &T) -> bool {
+        match self {
+            SmallSet::Few(few) => few.contains(v),
+            SmallSet::Many(many) => many.contains(v),
+        }
+    }
+}
+
+impl<T: Eq + std::hash::Hash + Copy> FromIterator<T> for SmallSet<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut s = SmallSet::new();
+        iter.into_iter().for_each(|v| {
+            s.insert(v);
+        });
+        s
+    }
+}
+
+/// A copy a construct will make: host range, device address, the entry's key.
+type PlannedCopy = (HostRange, u64, usize);
 
 impl DeviceState {
     fn check_allowed(&self, items: &[MapItem], c: Construct) -> Result<()> {
@@ -44,113 +132,176 @@ impl DeviceState {
     /// Every item's host range must be valid for reads for the duration of the call.
     pub(crate) unsafe fn map_enter(&self, items: &[MapItem], c: Construct) -> Result<()> {
         self.check_allowed(items, c)?;
-        let mut table = self.table.lock();
-        // Presence and extension are judged against the table as the construct found it.
-        for it in items {
-            match table.lookup(it.range) {
-                Lookup::Extends(existing) => {
-                    return Err(Error::Extension { device: self.number, requested: it.range, existing })
+        let mut planned = PlannedEntries::default();
+        let mut counted: Vec<usize> = Vec::new();
+        let mut copies: Vec<PlannedCopy> = Vec::new();
+        {
+            let mut table = self.table.lock();
+            // Presence and extension are judged against the table as the construct found it.
+            for it in items {
+                match table.lookup(it.range) {
+                    Lookup::Extends(existing) => {
+                        return Err(Error::Extension { device: self.number, requested: it.range, existing })
+                    }
+                    Lookup::Absent if it.map_type.present => {
+                        return Err(Error::NotPresent {
+                            device: self.number,
+                            range: it.range,
+                            what: "a `present` map on entry",
+                        })
+                    }
+                    _ => {}
                 }
-                Lookup::Absent if it.map_type.present => {
-                    return Err(Error::NotPresent {
-                        device: self.number,
-                        range: it.range,
-                        what: "a `present` map on entry",
-                    })
-                }
-                _ => {}
+            }
+            if let Err(e) = self.plan_enter(&mut table, items, c, &mut planned, &mut counted, &mut copies) {
+                self.undo_counts(&mut table, &counted, c);
+                drop(table);
+                self.free_planned(&planned);
+                return Err(e);
             }
         }
-        let mut keys: Vec<Option<usize>> = Vec::with_capacity(items.len());
-        let mut created: Vec<usize> = Vec::new();
-        let mut counted: Vec<usize> = Vec::new();
-        // SAFETY: forwarded from the caller.
-        let r = unsafe { self.enter_locked(&mut table, items, c, &mut keys, &mut created, &mut counted) };
-        if let Err(e) = r {
-            for &k in &counted {
-                if let Some(entry) = table.get_mut(k) {
-                    decrement(entry, c);
+        // Copies without the lock; the entries they fill are not published yet.
+        let mut done = SmallSet::new();
+        for &(range, addr, _) in &copies {
+            if done.insert(range) {
+                // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
+                if let Err(e) = unsafe { self.copy_to_device(addr, range) } {
+                    self.undo_counts(&mut self.table.lock(), &counted, c);
+                    self.free_planned(&planned);
+                    return Err(e);
                 }
             }
-            for &k in &created {
-                if let Some(entry) = table.remove(k) {
-                    let _ = self.release_entry(&entry);
-                }
-            }
+        }
+        let mut table = self.table.lock();
+        if let Err(e) = self.publish(&mut table, &planned, c) {
+            self.undo_counts(&mut table, &counted, c);
+            drop(table);
+            self.free_planned(&planned);
             return Err(e);
+        }
+        for &(range, _, key) in &copies {
+            self.note_copy(&mut table, key, range);
         }
         self.dump_after(&table, c);
         Ok(())
     }
 
-    /// # Safety
-    /// As [`DeviceState::map_enter`].
-    unsafe fn enter_locked(
+    /// Resolves each item to an existing entry (counted now, once per construct) or to a
+    /// new one (allocated, published later), and lists the copies the construct makes.
+    fn plan_enter(
         &self,
         table: &mut PresentTable,
         items: &[MapItem],
         c: Construct,
-        keys: &mut Vec<Option<usize>>,
-        created: &mut Vec<usize>,
+        planned: &mut PlannedEntries,
         counted: &mut Vec<usize>,
+        copies: &mut Vec<PlannedCopy>,
     ) -> Result<()> {
-        for it in items {
-            if it.range.bytes == 0 {
-                keys.push(None); // zero-length sections make no entry
-                continue;
-            }
-            let key = match table.lookup(it.range) {
-                Lookup::Inside(k) => {
-                    if let Some(e) = table.get(k) {
-                        self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e));
+        let mut seen = SmallSet::new();
+        for it in items.iter().filter(|it| it.range.bytes > 0) {
+            // Inside an entry this construct creates: a `to` copies (created anywhere in it).
+            match planned.find(it.range) {
+                Ok(Some(p)) => {
+                    if it.map_type.copies_in() {
+                        let addr = p.device_addr + (it.range.begin - p.range.begin) as u64;
+                        copies.push((it.range, addr, p.range.begin));
                     }
-                    k
+                    continue;
+                }
+                Err(existing) => {
+                    return Err(Error::Extension { device: self.number, requested: it.range, existing })
+                }
+                Ok(None) => {}
+            }
+            match table.lookup(it.range) {
+                Lookup::Inside(k) => {
+                    let Some(e) = table.get_mut(k) else { continue };
+                    // Counts as the construct found them.
+                    self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e));
+                    if seen.insert(k) {
+                        counted.push(k);
+                        // An associated entry's dynamic count is infinite; its structured
+                        // count still moves, so `disassociate` can refuse while a region
+                        // holds it.
+                        if c.is_structured() {
+                            e.structured += 1;
+                        } else if !e.associated {
+                            e.dynamic += 1;
+                        }
+                    }
+                    if it.map_type.copies_in() && it.map_type.always {
+                        copies.push((it.range, e.translate(it.range.begin), k));
+                    }
                 }
                 Lookup::Extends(existing) => {
                     return Err(Error::Extension { device: self.number, requested: it.range, existing })
                 }
                 Lookup::Absent => {
                     let device_addr = self.pool.alloc(&*self.backend, it.range.bytes)?;
-                    table.insert(Entry::new(it.range, device_addr, false));
-                    created.push(it.range.begin);
-                    it.range.begin
+                    planned.0.insert(it.range.begin, Planned { range: it.range, device_addr });
+                    if it.map_type.copies_in() {
+                        copies.push((it.range, device_addr, it.range.begin));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts the construct's new entries, each counted once. Another thread may have
+    /// published the same range meanwhile: then that entry is counted instead and ours is
+    /// freed (its copy came from the same host data). Partial overlaps are extension errors.
+    fn publish(&self, table: &mut PresentTable, planned: &PlannedEntries, c: Construct) -> Result<()> {
+        for p in planned.iter() {
+            if let Lookup::Extends(existing) = table.lookup(p.range) {
+                return Err(Error::Extension { device: self.number, requested: p.range, existing });
+            }
+        }
+        for p in planned.iter() {
+            let key = match table.lookup(p.range) {
+                Lookup::Inside(k) => {
+                    let _ = self.pool.free(&*self.backend, self.number, p.device_addr);
+                    k
+                }
+                _ => {
+                    table.insert(Entry::new(p.range, p.device_addr, false));
+                    p.range.begin
                 }
             };
-            keys.push(Some(key));
-        }
-        for k in keys.iter().flatten() {
-            if counted.contains(k) {
-                continue;
-            }
-            counted.push(*k);
-            if let Some(e) = table.get_mut(*k) {
-                // An associated entry's dynamic count is infinite; its structured count
-                // still moves, so that `disassociate` can refuse while a region holds it.
+            if let Some(e) = table.get_mut(key) {
                 if c.is_structured() {
                     e.structured += 1;
                 } else if !e.associated {
                     e.dynamic += 1;
                 }
-            }
-        }
-        for k in created.iter() {
-            if let Some(e) = table.get(*k) {
-                self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry created", e));
-            }
-        }
-        let mut copied = HashSet::new();
-        for (it, key) in items.iter().zip(keys.iter()) {
-            let Some(k) = *key else { continue };
-            let Some(e) = table.get(k) else { continue };
-            let copy = it.map_type.copies_in() && (it.map_type.always || created.contains(&k));
-            if copy && copied.insert(it.range) {
-                // SAFETY: the caller guarantees the host range; the device range lies inside
-                // the entry.
-                unsafe { self.copy_to_device(e.translate(it.range.begin), it.range)? };
-                self.note_copy(table, k, it.range);
+                if e.device_addr == p.device_addr {
+                    let e = &*e;
+                    self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry created", e));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Takes back the counts a failed construct added to existing entries; an entry it
+    /// alone kept alive leaves.
+    fn undo_counts(&self, table: &mut PresentTable, counted: &[usize], c: Construct) {
+        for &k in counted {
+            if let Some(e) = table.get_mut(k) {
+                decrement(e, c);
+                if e.is_released() {
+                    if let Some(e) = table.remove(k) {
+                        let _ = self.release_entry(&e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn free_planned(&self, planned: &PlannedEntries) {
+        for p in planned.iter() {
+            let _ = self.pool.free(&*self.backend, self.number, p.device_addr);
+        }
     }
 
     /// Counts a copy of `range` for entry `key`, and page-locks a large, often copied
@@ -206,6 +357,7 @@ impl DeviceState {
     /// otherwise accessed during the call.
     pub(crate) unsafe fn map_exit(&self, items: &[MapItem], c: Construct) -> Result<()> {
         self.check_allowed(items, c)?;
+        // Under the lock: move the counts, list the copies, take released entries out.
         let mut table = self.table.lock();
         let mut keys = Vec::with_capacity(items.len());
         for it in items {
@@ -228,66 +380,106 @@ impl DeviceState {
         }
         // Each entry once, in reverse list order, with its counts before the construct.
         let mut touched: Vec<(usize, Entry)> = Vec::new();
+        let mut seen = SmallSet::new();
         for k in keys.iter().rev().flatten() {
-            if !touched.iter().any(|(t, _)| t == k) {
+            if seen.insert(*k) {
                 if let Some(e) = table.get(*k) {
                     touched.push((*k, e.clone()));
                 }
             }
         }
-        let mut dynamic_ended = Vec::new();
+        let deleted: SmallSet<usize> = items
+            .iter()
+            .zip(&keys)
+            .filter(|(it, _)| it.map_type.kind == MapKind::Delete)
+            .filter_map(|(_, k)| *k)
+            .collect();
+        let mut dynamic_ended = SmallSet::new();
         for (k, before) in &touched {
-            let delete = items
-                .iter()
-                .zip(&keys)
-                .any(|(it, key)| *key == Some(*k) && it.map_type.kind == MapKind::Delete);
+            let delete = deleted.contains(k);
             let Some(e) = table.get_mut(*k) else { continue };
             if c.is_structured() {
                 decrement(e, c);
             } else if !e.associated {
                 e.dynamic = if delete { 0 } else { e.dynamic.saturating_sub(1) };
                 if before.dynamic > 0 && e.dynamic == 0 {
-                    dynamic_ended.push(*k);
+                    dynamic_ended.insert(*k);
                 }
             }
         }
-        let mut copied = HashSet::new();
-        let mut result = Ok(());
+        // What this exit took from each entry's counts, to give back if it fails.
+        let taken: Vec<(usize, u64, u64)> = touched
+            .iter()
+            .filter_map(|(k, before)| {
+                let e = table.get(*k)?;
+                Some((*k, before.dynamic - e.dynamic, before.structured - e.structured))
+            })
+            .collect();
+        let mut copies: Vec<PlannedCopy> = Vec::new();
+        let mut copied = SmallSet::new();
         for (it, key) in items.iter().zip(&keys).rev() {
             let Some(k) = *key else { continue };
             let Some(e) = table.get(k) else { continue };
             let copy = it.map_type.copies_out()
                 && (it.map_type.always || e.is_released() || dynamic_ended.contains(&k));
             if copy && copied.insert(it.range) {
-                // SAFETY: forwarded from the caller; the device range lies in the entry.
-                result = unsafe { self.copy_from_device(it.range, e.translate(it.range.begin)) };
-                if result.is_err() {
-                    break;
-                }
-                self.note_copy(&mut table, k, it.range);
+                copies.push((it.range, e.translate(it.range.begin), k));
             }
         }
-        if let Err(e) = result {
-            for (k, before) in touched {
-                if let Some(entry) = table.get_mut(k) {
-                    *entry = before;
-                }
-            }
-            return Err(e);
-        }
-        let mut first_err = None;
-        for (k, _) in &touched {
+        let mut removed: Vec<(Entry, Entry)> = Vec::new();
+        for (k, before) in &touched {
             if table.get(*k).is_some_and(Entry::is_released) {
                 if let Some(e) = table.remove(*k) {
-                    self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", &e));
-                    if let Err(err) = self.release_entry(&e) {
-                        first_err.get_or_insert(err);
-                    }
+                    removed.push((e, before.clone()));
                 }
             }
+        }
+        drop(table);
+        // Without the lock: copies back (removed entries' memory is still ours), then frees.
+        for &(range, addr, _) in &copies {
+            // SAFETY: forwarded from the caller; `addr` lies in the entry.
+            if let Err(err) = unsafe { self.copy_from_device(range, addr) } {
+                self.undo_exit(&taken, removed);
+                return Err(err);
+            }
+        }
+        let mut first_err = None;
+        for (e, _) in &removed {
+            self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", e));
+            if let Err(err) = self.release_entry(e) {
+                first_err.get_or_insert(err);
+            }
+        }
+        let mut table = self.table.lock();
+        for &(range, _, key) in &copies {
+            self.note_copy(&mut table, key, range);
         }
         self.dump_after(&table, c);
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Undoes a failed exit: removed entries go back (when nothing took their place
+    /// meanwhile, else they are freed); the others get back what this exit took from their
+    /// counts.
+    fn undo_exit(&self, taken: &[(usize, u64, u64)], removed: Vec<(Entry, Entry)>) {
+        let mut table = self.table.lock();
+        let gone: SmallSet<usize> = removed.iter().map(|(e, _)| e.range.begin).collect();
+        for &(k, dynamic, structured) in taken {
+            if gone.contains(&k) {
+                continue;
+            }
+            if let Some(e) = table.get_mut(k) {
+                e.dynamic += dynamic;
+                e.structured += structured;
+            }
+        }
+        for (e, before) in removed {
+            if table.lookup(e.range) == Lookup::Absent {
+                table.insert(Entry { dynamic: before.dynamic, structured: before.structured, ..e });
+            } else {
+                let _ = self.release_entry(&e);
+            }
+        }
     }
 
     /// `target update to/from`: copies present ranges, changes no count.
@@ -295,35 +487,43 @@ impl DeviceState {
     /// # Safety
     /// Host ranges valid for reads (`To`) or for exclusive writes (`From`).
     pub(crate) unsafe fn update(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
-        let mut table = self.table.lock();
-        let mut found = Vec::with_capacity(items.len());
-        for &(range, present) in items {
-            match table.lookup(range) {
-                Lookup::Extends(existing) => {
-                    return Err(Error::Extension { device: self.number, requested: range, existing })
+        let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
+        {
+            let table = self.table.lock();
+            for &(range, present) in items {
+                match table.lookup(range) {
+                    Lookup::Extends(existing) => {
+                        return Err(Error::Extension { device: self.number, requested: range, existing })
+                    }
+                    Lookup::Absent if present => {
+                        return Err(Error::NotPresent {
+                            device: self.number,
+                            range,
+                            what: "`target update` with `present`",
+                        })
+                    }
+                    Lookup::Inside(k) if range.bytes > 0 => {
+                        if let Some(e) = table.get(k) {
+                            found.push((range, e.translate(range.begin), k));
+                        }
+                    }
+                    _ => {}
                 }
-                Lookup::Absent if present => {
-                    return Err(Error::NotPresent {
-                        device: self.number,
-                        range,
-                        what: "`target update` with `present`",
-                    })
-                }
-                Lookup::Inside(k) if range.bytes > 0 => found.push((range, k)),
-                _ => {}
             }
         }
-        for (range, k) in found {
-            let Some(e) = table.get(k) else { continue };
-            let addr = e.translate(range.begin);
-            // SAFETY: forwarded from the caller; the device range lies in the entry.
+        for &(range, addr, _) in &found {
+            // SAFETY: forwarded from the caller; the device range lies in the entry, which
+            // the program keeps mapped while it updates it.
             unsafe {
                 match dir {
                     UpdateDirection::To => self.copy_to_device(addr, range)?,
                     UpdateDirection::From => self.copy_from_device(range, addr)?,
                 }
             }
-            self.note_copy(&mut table, k, range);
+        }
+        let mut table = self.table.lock();
+        for &(range, _, key) in &found {
+            self.note_copy(&mut table, key, range);
         }
         Ok(())
     }
@@ -368,5 +568,22 @@ fn decrement(e: &mut Entry, c: Construct) {
         e.structured = e.structured.saturating_sub(1);
     } else if !e.associated {
         e.dynamic = e.dynamic.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SmallSet;
+
+    #[test]
+    fn small_sets_spill_without_losing_members() {
+        let mut s = SmallSet::new();
+        for i in 0..100usize {
+            assert_eq!(s.insert(i % 40), i < 40, "{i}");
+        }
+        let s: SmallSet<usize> = (0..100).map(|i| i % 40).collect();
+        assert!((0..40).all(|i| s.contains(&i)) && !s.contains(&40));
+        let mut t = SmallSet::new();
+        assert!(t.insert(3) && !t.insert(3));
     }
 }
