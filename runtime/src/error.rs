@@ -216,6 +216,23 @@ pub enum Error {
         message: String,
     },
 
+    /// An asynchronous task did not run because a task it depends on failed.
+    #[error("not run: a task it depends on failed ({cause})")]
+    Dependency {
+        /// The dependency's error.
+        cause: String,
+    },
+
+    /// A pipeline batch failed; the pipeline stopped.
+    #[error("batch {batch} failed: {source}")]
+    Batch {
+        /// The batch's index.
+        batch: usize,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A device's worker is gone (it panicked or the runtime is shutting down).
     #[error("device {device}: its work queue is closed ({why})")]
     QueueClosed {

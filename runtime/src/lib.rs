@@ -38,8 +38,10 @@ pub mod kernel;
 pub mod mapping;
 pub mod memcpy;
 mod memory_pool;
+pub mod nowait;
 pub mod omp;
 pub mod partition;
+pub mod pipeline;
 mod runtime;
 mod staging;
 pub mod topology;
@@ -54,6 +56,7 @@ pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar
 pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
 pub use memcpy::RectSide;
 pub use memory_pool::PoolConfig;
+pub use nowait::{NowaitScope, Task};
 pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
 pub use staging::StagingConfig;
 pub use topology::{Placement, PlacementSource, Topology};

@@ -111,6 +111,12 @@ impl<'a, T> DeviceSlice<'a, T> {
         self.len == 0
     }
 
+    /// Whether the view comes from an exclusive borrow (`from`/`tofrom` maps, runtime-owned
+    /// buffers), so the device's data may be copied back into it.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// The host range the view names.
     pub fn host_range(&self) -> HostRange {
         HostRange::new(self.host, self.len * std::mem::size_of::<T>())

@@ -99,6 +99,8 @@ pub(crate) struct DeviceState {
     /// Made on the first copy that needs it; `None` inside when it could not be made.
     pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
     pub(crate) pinned: Arc<PinnedRanges>,
+    /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
+    pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
 }
 
 /// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
@@ -389,6 +391,7 @@ impl RuntimeBuilder {
                 staging_config: settings.staging,
                 staging: OnceLock::new(),
                 pinned: Arc::clone(&pinned),
+                lanes: OnceLock::new(),
             })
             .collect();
         Ok(Runtime {

@@ -61,6 +61,11 @@ impl DeviceWorker {
         rx.recv().map_err(|_| WorkerGone)
     }
 
+    /// Queues `job` after every job submitted before it, without waiting.
+    pub(crate) fn submit(&self, job: Box<dyn FnOnce() + Send>) -> Result<(), WorkerGone> {
+        self.queue.as_ref().ok_or(WorkerGone)?.send(job).map_err(|_| WorkerGone)
+    }
+
     /// The CPUs the worker is bound to, as read back after binding (empty when the
     /// topology is not this machine's), or why binding failed.
     pub(crate) fn binding(&self) -> Result<&[usize], &str> {

@@ -1,0 +1,408 @@
+//! Asynchronous (`nowait`) constructs with dependencies.
+//!
+//! [`Runtime::nowait`] opens a scope, in the manner of `std::thread::scope`: inside it,
+//! enter/exit/update/launch/memcpy and arbitrary device work are queued and return a
+//! [`Task`]; each may wait for earlier tasks, on any device. Each device has three lanes —
+//! copy-in, compute and copy-out — each a thread bound to the device's CPUs that runs its
+//! tasks in order, so a copy-in, a kernel and a copy-out of one device proceed at once (on
+//! GPUs on three streams). Host data given to a task stays borrowed until the scope ends,
+//! and the scope does not end before every task has finished, so no host buffer is freed
+//! or touched while a copy on it is in flight. [`Task::wait`] gives a task's error; a task
+//! whose dependency failed does not run and fails with [`Error::Dependency`], except
+//! clean-up tasks ([`NowaitScope::cleanup`]), which run whatever happened before them.
+//!
+//! ```
+//! use offload::{map, HostLaunch, Kernel, Runtime};
+//!
+//! fn add_one(l: &HostLaunch<'_>) -> Result<(), String> {
+//!     // SAFETY: argument 0 is a mapped range of n i32.
+//!     unsafe { l.slice_mut::<i32>(0, l.n())? }.iter_mut().for_each(|v| *v += 1);
+//!     Ok(())
+//! }
+//! static ADD: Kernel = Kernel::new("add_one").with_host(add_one);
+//!
+//! let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+//! let mut a = vec![1i32; 1000];
+//! let mut b = vec![5i32; 1000];
+//! rt.nowait(|s| {
+//!     let (ta, va) = s.enter(0, map::tofrom(&mut a), &[])?;
+//!     let (tb, vb) = s.enter(1, map::tofrom(&mut b), &[])?;
+//!     let ka = s.launch(0, &ADD, 1000, (va,), &[&ta])?;
+//!     let kb = s.launch(1, &ADD, 1000, (vb,), &[&tb, &ka])?; // across devices
+//!     s.exit(0, va, &[&ka])?;
+//!     s.exit(1, vb, &[&kb])?;
+//!     Ok::<(), offload::Error>(())
+//! })??;
+//! assert!(a.iter().all(|&v| v == 2) && b.iter().all(|&v| v == 6));
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::{DeviceCopy, Kernel};
+use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
+use crate::runtime::{DeviceState, Runtime};
+use crate::worker::DeviceWorker;
+
+/// Which of a device's three lanes runs a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Host->device copies (enter, update to, memcpy into the device).
+    CopyIn = 0,
+    /// Kernels and other device work.
+    Compute = 1,
+    /// Device->host copies and unmapping (exit, update from).
+    CopyOut = 2,
+}
+
+#[derive(Default)]
+struct TaskState {
+    result: Mutex<Option<Result<()>>>,
+    done: Condvar,
+}
+
+/// A queued asynchronous operation. Cheap to clone.
+#[derive(Clone)]
+pub struct Task {
+    state: Arc<TaskState>,
+}
+
+impl std::fmt::Debug for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task").field("done", &self.is_done()).finish()
+    }
+}
+
+impl Task {
+    fn new() -> Self {
+        Self { state: Arc::new(TaskState::default()) }
+    }
+
+    fn finish(&self, r: Result<()>) {
+        *self.state.result.lock() = Some(r);
+        self.state.done.notify_all();
+    }
+
+    /// Waits for the task; its error if it failed.
+    pub fn wait(&self) -> Result<()> {
+        let mut g = self.state.result.lock();
+        while g.is_none() {
+            self.state.done.wait(&mut g);
+        }
+        g.clone().unwrap_or(Ok(()))
+    }
+
+    /// Whether the task has finished (successfully or not).
+    pub fn is_done(&self) -> bool {
+        self.state.result.lock().is_some()
+    }
+}
+
+/// The three lane threads of a device.
+pub(crate) struct Lanes([DeviceWorker; 3]);
+
+impl DeviceState {
+    fn lanes(&self) -> Result<&Lanes> {
+        let lanes = self.lanes.get_or_init(|| {
+            let spawn = |name: &str| {
+                DeviceWorker::spawn(
+                    format!("offload-dev{}-{name}", self.number),
+                    Arc::clone(&self.topology),
+                    self.placement.cpus.clone(),
+                )
+            };
+            Ok(Lanes([spawn("in")?, spawn("compute")?, spawn("out")?]))
+        });
+        lanes.as_ref().map_err(|e: &std::io::Error| Error::Driver {
+            device: self.number,
+            call: "spawn the device's lane threads",
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A scope of asynchronous work; see the module documentation.
+pub struct NowaitScope<'scope, 'env: 'scope> {
+    rt: &'env Runtime,
+    tasks: Mutex<Vec<Task>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl std::fmt::Debug for NowaitScope<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NowaitScope").field("tasks", &self.tasks.lock().len()).finish()
+    }
+}
+
+/// Waits for every task of a scope, also when the scope's closure panics, and keeps the
+/// first error.
+struct WaitAll<'a>(&'a Mutex<Vec<Task>>, Option<Error>);
+
+impl WaitAll<'_> {
+    fn wait(&mut self) {
+        let tasks = std::mem::take(&mut *self.0.lock());
+        for t in tasks {
+            if let Err(e) = t.wait() {
+                self.1.get_or_insert(e);
+            }
+        }
+    }
+}
+
+impl Drop for WaitAll<'_> {
+    fn drop(&mut self) {
+        self.wait();
+    }
+}
+
+impl Runtime {
+    /// Runs `f` with a scope in which constructs can be queued without waiting; returns
+    /// when every task queued in it has finished: the first task error if any task failed
+    /// (whether or not it was waited for), else `f`'s result.
+    pub fn nowait<'env, R>(
+        &'env self,
+        f: impl for<'scope> FnOnce(&'scope NowaitScope<'scope, 'env>) -> R,
+    ) -> Result<R> {
+        let scope =
+            NowaitScope { rt: self, tasks: Mutex::new(Vec::new()), _scope: PhantomData, _env: PhantomData };
+        let mut all = WaitAll(&scope.tasks, None);
+        let r = f(&scope);
+        all.wait();
+        match all.1.take() {
+            Some(e) => Err(e),
+            None => Ok(r),
+        }
+    }
+}
+
+impl<'scope, 'env> NowaitScope<'scope, 'env> {
+    /// The runtime.
+    pub fn runtime(&self) -> &'env Runtime {
+        self.rt
+    }
+
+    /// Queues `work` on `lane` of `device`, after `after`; with `cleanup` it runs even if a
+    /// dependency failed (and is told so).
+    fn spawn(
+        &'scope self,
+        device: usize,
+        lane: Lane,
+        after: &[&Task],
+        cleanup: bool,
+        work: impl FnOnce(Result<()>) -> Result<()> + Send + 'scope,
+    ) -> Result<Task> {
+        let state = self.rt.device_state(device)?;
+        let lanes = state.lanes()?;
+        let task = Task::new();
+        let deps: Vec<Task> = after.iter().map(|t| (*t).clone()).collect();
+        let done = task.clone();
+        let job = move || {
+            let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
+            let r = if before.is_err() && !cleanup {
+                Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
+            } else {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before))).unwrap_or_else(|_| {
+                    Err(Error::KernelFailed {
+                        device,
+                        kernel: "nowait task",
+                        message: "the task panicked".into(),
+                    })
+                })
+            };
+            done.finish(r);
+        };
+        let job: Box<dyn FnOnce() + Send + 'scope> = Box::new(job);
+        // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
+        // return (nor unwind) before every task it queued has finished (`WaitAll`), so the
+        // job never outlives what it borrows.
+        let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
+        self.tasks.lock().push(task.clone());
+        lanes.0[lane as usize].submit(job).map_err(|_| {
+            task.finish(Err(Error::QueueClosed { device, why: "the lane thread ended" }));
+            Error::QueueClosed { device, why: "the lane thread ended" }
+        })?;
+        Ok(task)
+    }
+
+    /// `target enter data nowait` over borrowed slices; returns the task and the views.
+    pub fn enter<L: MapList<'scope> + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        maps: L,
+        after: &[&Task],
+    ) -> Result<(Task, L::Views)> {
+        let views = maps.views(device);
+        let rt = self.rt;
+        let t = self.spawn(device, Lane::CopyIn, after, false, move |_| {
+            let mut items = Vec::new();
+            maps.items(&mut items);
+            // The exit half takes `from` maps' copies back; enter data accepts `alloc` for them.
+            for i in &mut items {
+                if i.map_type.kind == MapKind::From {
+                    i.map_type.kind = MapKind::Alloc;
+                }
+            }
+            // SAFETY: the slices stay borrowed for 'scope, which outlives the task.
+            unsafe { rt.enter_data(device, &items) }
+        })?;
+        Ok((t, views))
+    }
+
+    /// `target exit data nowait` of what `views` name: `from` for views of exclusive
+    /// borrows (`map::from`, `map::tofrom`), `release` for the others.
+    pub fn exit<V: ExitList + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        views: V,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        self.spawn(device, Lane::CopyOut, after, false, move |_| {
+            let mut items = Vec::new();
+            views.exit_items(&mut items);
+            // SAFETY: `from` items come from exclusive borrows held for 'scope.
+            unsafe { rt.exit_data(device, &items) }
+        })
+    }
+
+    /// Like [`NowaitScope::exit`], but runs even if a dependency failed; then it copies
+    /// nothing back (`release` only), so a failed computation leaves nothing mapped.
+    pub fn cleanup<V: ExitList + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        views: V,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        self.spawn(device, Lane::CopyOut, after, true, move |before| {
+            let mut items = Vec::new();
+            views.exit_items(&mut items);
+            if before.is_err() {
+                items.iter_mut().for_each(|i| i.map_type = MapType::RELEASE);
+            }
+            // SAFETY: as in `exit`.
+            let r = unsafe { rt.exit_data(device, &items) };
+            before.and(r)
+        })
+    }
+
+    /// A kernel launch, `nowait`.
+    pub fn launch<A: KernelArgs + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        kernel: &'scope Kernel,
+        n: usize,
+        args: A,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        self.spawn(device, Lane::Compute, after, false, move |_| rt.device(device)?.launch(kernel, n, args))
+    }
+
+    /// Any device work (several kernels, a GEMM, ...) on the compute lane.
+    pub fn compute(
+        &'scope self,
+        device: usize,
+        after: &[&Task],
+        work: impl FnOnce(&Device<'env>) -> Result<()> + Send + 'scope,
+    ) -> Result<Task> {
+        let rt = self.rt;
+        self.spawn(device, Lane::Compute, after, false, move |_| work(&rt.device(device)?))
+    }
+
+    /// `target update to nowait`.
+    pub fn update_to<T: DeviceCopy>(
+        &'scope self,
+        device: usize,
+        host: &'scope [T],
+        after: &[&Task],
+    ) -> Result<Task> {
+        let (rt, range) = (self.rt, HostRange::of(host));
+        // SAFETY: `host` is borrowed shared for 'scope; update to only reads it.
+        self.spawn(device, Lane::CopyIn, after, false, move |_| unsafe {
+            rt.update(device, UpdateDirection::To, &[(range, false)])
+        })
+    }
+
+    /// `target update from nowait`.
+    pub fn update_from<T: DeviceCopy>(
+        &'scope self,
+        device: usize,
+        host: &'scope mut [T],
+        after: &[&Task],
+    ) -> Result<Task> {
+        let (rt, ptr, len) = (self.rt, host.as_mut_ptr() as usize, std::mem::size_of_val(host));
+        // SAFETY: `host` is borrowed exclusively for 'scope; any bits are valid `T`.
+        self.spawn(device, Lane::CopyOut, after, false, move |_| unsafe {
+            rt.update(device, UpdateDirection::From, &[(HostRange::new(ptr, len), false)])
+        })
+    }
+
+    /// `omp_target_memcpy` `nowait` (on the destination device's copy-in lane, or the
+    /// source's copy-out lane when the destination is the host).
+    ///
+    /// # Safety
+    /// As [`Runtime::target_memcpy`], until the task has finished.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn memcpy(
+        &'scope self,
+        dst: u64,
+        src: u64,
+        len: usize,
+        dst_offset: usize,
+        src_offset: usize,
+        dst_device: usize,
+        src_device: usize,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        let (device, lane) = if dst_device == rt.initial_device() {
+            (src_device, Lane::CopyOut)
+        } else {
+            (dst_device, Lane::CopyIn)
+        };
+        // SAFETY: forwarded from the caller.
+        self.spawn(device, lane, after, false, move |_| unsafe {
+            rt.target_memcpy(dst, src, len, dst_offset, src_offset, dst_device, src_device)
+        })
+    }
+}
+
+/// What [`NowaitScope::exit`] unmaps: a view, or a tuple or `Vec` of views.
+pub trait ExitList {
+    /// Appends the exit items: `from` for views of exclusive borrows, `release` otherwise.
+    fn exit_items(&self, out: &mut Vec<MapItem>);
+}
+
+impl<T> ExitList for DeviceSlice<'_, T> {
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        let kind = if self.is_writable() { MapType::FROM } else { MapType::RELEASE };
+        out.push(MapItem { range: self.host_range(), map_type: kind });
+    }
+}
+
+impl<V: ExitList> ExitList for Vec<V> {
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        self.iter().for_each(|v| v.exit_items(out));
+    }
+}
+
+macro_rules! exit_list_tuple {
+    ($($n:ident : $i:tt),+) => {
+        impl<$($n: ExitList),+> ExitList for ($($n,)+) {
+            fn exit_items(&self, out: &mut Vec<MapItem>) {
+                $(self.$i.exit_items(out);)+
+            }
+        }
+    };
+}
+exit_list_tuple!(A: 0);
+exit_list_tuple!(A: 0, B: 1);
+exit_list_tuple!(A: 0, B: 1, C: 2);
+exit_list_tuple!(A: 0, B: 1, C: 2, D: 3);

@@ -1,0 +1,218 @@
+//! Batches streamed through devices: copy-in, compute and copy-out overlapped.
+//!
+//! A [`Pipeline`] runs each batch through `enter (to) -> compute -> exit (from)` on the
+//! three lanes of a device (see [`crate::nowait`]), with up to `slots` batches in flight per
+//! device, so that while batch *i* computes, batch *i+1* arrives and batch *i-1* leaves.
+//! Batches are taken from one work-stealing queue (`crossbeam`'s injector) by every device
+//! as its slots free up, so a slower device takes fewer. Outputs land in the caller's
+//! slices by batch index (order preserved). The first failing batch stops the pipeline:
+//! no new batch starts, those in flight finish or are unmapped without copying back, and
+//! the error names the batch; nothing is left mapped.
+//!
+//! ```
+//! use offload::pipeline::Pipeline;
+//! use offload::{HostLaunch, Kernel, Runtime};
+//!
+//! fn double(l: &HostLaunch<'_>) -> Result<(), String> {
+//!     // SAFETY: argument 0 (input) and 1 (output) are distinct ranges of n f32.
+//!     let (x, y) = unsafe { (l.slice::<f32>(0, l.n())?, l.slice_mut::<f32>(1, l.n())?) };
+//!     y.iter_mut().zip(x).for_each(|(y, x)| *y = 2.0 * x);
+//!     Ok(())
+//! }
+//! static DOUBLE: Kernel = Kernel::new("double").with_host(double);
+//!
+//! let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+//! let inputs: Vec<Vec<f32>> = (0..10).map(|b| vec![b as f32; 256]).collect();
+//! let mut outputs = vec![vec![0f32; 256]; 10];
+//! let report = Pipeline::new(&rt, &[0, 1], 2)?.run(&inputs, &mut outputs, |dev, _batch, x, y| {
+//!     dev.launch(&DOUBLE, 256, (x, y))
+//! })?;
+//! assert!(outputs.iter().enumerate().all(|(b, o)| o.iter().all(|&v| v == 2.0 * b as f32)));
+//! assert_eq!(report.batches_per_device.iter().sum::<usize>(), 10);
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::{Injector, Steal};
+use parking_lot::Mutex;
+
+use crate::data_env::{MapItem, MapType};
+use crate::error::{Error, Result};
+use crate::kernel::DeviceCopy;
+use crate::mapping::{view_of, Device, DeviceSlice, Map};
+use crate::nowait::Task;
+use crate::runtime::Runtime;
+
+/// Streams batches through devices; see the module documentation.
+#[derive(Debug)]
+pub struct Pipeline<'rt> {
+    rt: &'rt Runtime,
+    devices: Vec<usize>,
+    slots: usize,
+}
+
+/// What a pipeline run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineReport {
+    /// Batches each device processed, in the order of the devices given.
+    pub batches_per_device: Vec<usize>,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl<'rt> Pipeline<'rt> {
+    /// A pipeline over `devices` with `slots >= 2` batches in flight per device.
+    pub fn new(rt: &'rt Runtime, devices: &[usize], slots: usize) -> Result<Self> {
+        if devices.is_empty() || slots < 2 {
+            return Err(Error::InvalidArgument {
+                routine: "Pipeline::new",
+                what: format!(
+                    "needs at least one device and two slots, got {} devices and {slots} slots",
+                    devices.len()
+                ),
+            });
+        }
+        for &d in devices {
+            rt.device_state(d)?;
+        }
+        Ok(Self { rt, devices: devices.to_vec(), slots })
+    }
+
+    /// Runs every batch: `inputs[i]` is copied in, `compute(device, i, input, output)` runs
+    /// on the device's compute lane, and the output view is copied back into `outputs[i]`.
+    pub fn run<In, Out, I, O, F>(&self, inputs: &[I], outputs: &mut [O], compute: F) -> Result<PipelineReport>
+    where
+        In: DeviceCopy,
+        Out: DeviceCopy,
+        I: AsRef<[In]> + Sync,
+        O: AsMut<[Out]> + Send,
+        F: Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Sync,
+    {
+        if inputs.len() != outputs.len() {
+            return Err(Error::InvalidArgument {
+                routine: "Pipeline::run",
+                what: format!("{} input batches but {} output batches", inputs.len(), outputs.len()),
+            });
+        }
+        let start = Instant::now();
+        let queue = Injector::new();
+        (0..inputs.len()).for_each(|i| queue.push(i));
+        // Each output is handed out once, by batch index.
+        let outs: Vec<Mutex<Option<&mut [Out]>>> =
+            outputs.iter_mut().map(|o| Mutex::new(Some(o.as_mut()))).collect();
+        let failed = AtomicBool::new(false);
+        let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
+        let counts: Vec<Mutex<usize>> = self.devices.iter().map(|_| Mutex::new(0)).collect();
+        let rt = self.rt;
+        // References made here, outside the scopes, so that what the tasks borrow outlives them.
+        let (queue, outs, failed, first_error, counts, compute) =
+            (&queue, &outs, &failed, &first_error, &counts, &compute);
+        let scope_result = rt.nowait(move |s| {
+            std::thread::scope(move |threads| {
+                for (slot_owner, &device) in self.devices.iter().enumerate() {
+                    threads.spawn(move || {
+                        let mut in_flight: VecDeque<(usize, Task, Task)> = VecDeque::new();
+                        let record = |batch: usize, e: Error| {
+                            failed.store(true, Ordering::Release);
+                            let mut f = first_error.lock();
+                            if f.as_ref().is_none_or(|(b, _)| batch < *b) {
+                                *f = Some((batch, e));
+                            }
+                        };
+                        let settle = |(batch, work, done): (usize, Task, Task)| {
+                            let r = work.wait().and(done.wait());
+                            if let Err(e) = r {
+                                record(batch, e);
+                            }
+                        };
+                        loop {
+                            if failed.load(Ordering::Acquire) {
+                                break;
+                            }
+                            let batch = match queue.steal() {
+                                Steal::Success(b) => b,
+                                Steal::Retry => continue,
+                                Steal::Empty => break,
+                            };
+                            if in_flight.len() >= self.slots {
+                                if let Some(oldest) = in_flight.pop_front() {
+                                    settle(oldest);
+                                }
+                            }
+                            let Some(out) = outs[batch].lock().take() else { continue };
+                            let input = inputs[batch].as_ref();
+                            let maps = (Map::shared(input, MapType::TO), Map::exclusive(out, MapType::ALLOC));
+                            let (t_in, (x, y)) = match s.enter(device, maps, &[]) {
+                                Ok(v) => v,
+                                Err(e) => {
+                                    record(batch, e);
+                                    continue;
+                                }
+                            };
+                            let work = match s.compute(device, &[&t_in], move |dev| compute(dev, batch, x, y))
+                            {
+                                Ok(t) => t,
+                                Err(e) => {
+                                    record(batch, e);
+                                    t_in
+                                }
+                            };
+                            // Runs even if the computation failed: then it only unmaps.
+                            match s.cleanup(device, (y, x), &[&work]) {
+                                Ok(done) => {
+                                    *counts[slot_owner].lock() += 1;
+                                    in_flight.push_back((batch, work, done));
+                                }
+                                Err(e) => record(batch, e),
+                            }
+                        }
+                        in_flight.into_iter().for_each(settle);
+                    });
+                }
+            });
+        });
+        if let Some((batch, e)) = first_error.lock().take() {
+            return Err(Error::Batch { batch, source: Box::new(e) });
+        }
+        scope_result?;
+        Ok(PipelineReport {
+            batches_per_device: counts.iter().map(|c| *c.lock()).collect(),
+            elapsed: start.elapsed(),
+        })
+    }
+
+    /// The same batches without overlap, for comparison: each batch is mapped, computed and
+    /// unmapped before the next starts, on the first device.
+    pub fn run_serially<In, Out, I, O, F>(
+        &self,
+        inputs: &[I],
+        outputs: &mut [O],
+        compute: F,
+    ) -> Result<Duration>
+    where
+        In: DeviceCopy,
+        Out: DeviceCopy,
+        I: AsRef<[In]>,
+        O: AsMut<[Out]>,
+        F: Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()>,
+    {
+        let start = Instant::now();
+        let dev = self.rt.device(self.devices[0])?;
+        for (batch, (input, output)) in inputs.iter().zip(outputs.iter_mut()).enumerate() {
+            let (x, y) = (input.as_ref(), output.as_mut());
+            let items = [MapItem::slice(x, MapType::TO), MapItem::slice(y, MapType::ALLOC)];
+            // SAFETY: `x` and `y` are borrowed (shared, exclusive) until the exit below.
+            unsafe { self.rt.enter_data(dev.number(), &items)? };
+            let r = compute(&dev, batch, view_of(x, dev.number(), false), view_of(y, dev.number(), true));
+            let kind = if r.is_ok() { MapType::FROM } else { MapType::RELEASE };
+            let exit = [MapItem::slice(y, kind), MapItem::slice(x, MapType::RELEASE)];
+            // SAFETY: as above; `y` is exclusively borrowed for the copy back.
+            unsafe { self.rt.exit_data(dev.number(), &exit)? };
+            r.map_err(|e| Error::Batch { batch, source: Box::new(e) })?;
+        }
+        Ok(start.elapsed())
+    }
+}

@@ -1,0 +1,175 @@
+//! `nowait` tasks and pipelines on every backend present.
+
+use std::time::Duration;
+
+use offload::pipeline::Pipeline;
+use offload::{map, Error, HostLaunch, Kernel};
+use offload_tests::{check, check_eq, on_every_backend};
+
+fn double(l: &HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: argument 0 (input) and 1 (output) are distinct mapped ranges of n f32.
+    let (x, y) = unsafe { (l.slice::<f32>(0, l.n())?, l.slice_mut::<f32>(1, l.n())?) };
+    y.iter_mut().zip(x).for_each(|(y, x)| *y = 2.0 * x);
+    Ok(())
+}
+
+/// `y = 2 x` on every backend.
+static DOUBLE: Kernel = Kernel::new("twice_f32").with_host(double).with_cuda(
+    r#"extern "C" __global__ void twice_f32(const float* x, float* y, unsigned long long n) {
+        unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        if (i < n) y[i] = 2.0f * x[i]; }"#,
+);
+
+#[test]
+fn tasks_chain_across_devices_and_copy_back() {
+    on_every_backend(
+        "nowait chain",
+        2,
+        |b| b,
+        |rt| {
+            let last = rt.num_devices() - 1;
+            let x: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+            let mut y = vec![0f32; 4096];
+            let mut z = vec![0f32; 4096];
+            rt.nowait(|s| -> offload::Result<()> {
+                let (t0, (xv, yv)) = s.enter(0, (map::to(&x), map::from(&mut y)), &[])?;
+                let k0 = s.launch(0, &DOUBLE, 4096, (xv, yv), &[&t0])?;
+                let back = s.exit(0, (yv, xv), &[&k0])?;
+                back.wait()?;
+                Ok(())
+            })??;
+            check!(y.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32), "y wrong");
+            // A dependency on another device's task.
+            rt.nowait(|s| -> offload::Result<()> {
+                let (t0, (yv, zv)) = s.enter(last, (map::to(&y), map::from(&mut z)), &[])?;
+                let k = s.launch(last, &DOUBLE, 4096, (yv, zv), &[&t0])?;
+                s.exit(last, (zv, yv), &[&k])?;
+                Ok(())
+            })??;
+            check!(z.iter().enumerate().all(|(i, &v)| v == 4.0 * i as f32), "z wrong");
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_failed_task_fails_its_dependents_and_the_scope() {
+    on_every_backend(
+        "nowait failure",
+        1,
+        |b| b,
+        |rt| {
+            let x = vec![1f32; 64];
+            let mut y = vec![0f32; 64];
+            let r = rt.nowait(|s| -> offload::Result<()> {
+                let (t0, (xv, yv)) = s.enter(0, (map::to(&x), map::from(&mut y)), &[])?;
+                // Fails: 128 elements asked of 64-element views (host) / unmapped read (checked).
+                let bad = s.compute(0, &[&t0], |_| {
+                    Err(Error::InvalidArgument { routine: "test", what: "deliberate failure".into() })
+                })?;
+                let after = s.launch(0, &DOUBLE, 64, (xv, yv), &[&bad])?;
+                check!(matches!(after.wait(), Err(Error::Dependency { .. })), "dependent task ran");
+                // Clean-up runs anyway and unmaps without copying back.
+                let done = s.cleanup(0, (yv, xv), &[&after])?;
+                check!(done.wait().is_err());
+                Ok(())
+            });
+            match r {
+                Err(Error::InvalidArgument { what, .. }) => check!(what.contains("deliberate"), "{what}"),
+                other => check!(false, "the scope should fail with the task's error, got {other:?}"),
+            }
+            check!(y.iter().all(|&v| v == 0.0), "a failed batch copied back");
+            check!(rt.live_mappings().is_empty(), "left mapped: {:?}", rt.live_mappings());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn pipelines_keep_order_use_every_device_and_match_the_serial_run() {
+    on_every_backend(
+        "pipeline",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let inputs: Vec<Vec<f32>> =
+                (0..23).map(|b| (0..1000).map(|i| (b * 1000 + i) as f32).collect()).collect();
+            let mut out = vec![vec![0f32; 1000]; 23];
+            let mut serial = vec![vec![0f32; 1000]; 23];
+            let p = Pipeline::new(rt, &devices, 2)?;
+            let report = p.run(&inputs, &mut out, |dev, _, x, y| dev.launch(&DOUBLE, 1000, (x, y)))?;
+            p.run_serially(&inputs, &mut serial, |dev, _, x, y| dev.launch(&DOUBLE, 1000, (x, y)))?;
+            check_eq!(report.batches_per_device.iter().sum::<usize>(), 23);
+            for (b, o) in out.iter().enumerate() {
+                check!(
+                    o.iter().enumerate().all(|(i, &v)| v == 2.0 * (b * 1000 + i) as f32),
+                    "batch {b} wrong"
+                );
+            }
+            check!(out == serial, "pipeline and serial runs differ");
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_slower_device_takes_fewer_batches() {
+    on_every_backend(
+        "pipeline balance",
+        2,
+        |b| b,
+        |rt| {
+            let inputs = vec![vec![1f32; 16]; 40];
+            let mut out = vec![vec![0f32; 16]; 40];
+            let report = Pipeline::new(rt, &[0, 1], 2)?.run(&inputs, &mut out, |dev, _, x, y| {
+                if dev.number() == 0 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                dev.launch(&DOUBLE, 16, (x, y))
+            })?;
+            let [slow, fast] = [report.batches_per_device[0], report.batches_per_device[1]];
+            check!(slow < fast, "slow device took {slow}, fast {fast}");
+            check!(out.iter().all(|o| o.iter().all(|&v| v == 2.0)));
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_failing_batch_stops_the_pipeline_and_is_named() {
+    on_every_backend(
+        "pipeline failure",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let inputs = vec![vec![1f32; 32]; 30];
+            let mut out = vec![vec![0f32; 32]; 30];
+            let r = Pipeline::new(rt, &devices, 3)?.run(&inputs, &mut out, |dev, batch, x, y| {
+                if batch == 7 {
+                    return Err(Error::InvalidArgument { routine: "test", what: "batch 7 is bad".into() });
+                }
+                dev.launch(&DOUBLE, 32, (x, y))
+            });
+            match r {
+                Err(Error::Batch { batch: 7, source }) => {
+                    check!(source.to_string().contains("batch 7 is bad"), "{source}")
+                }
+                other => check!(false, "expected batch 7 to fail, got {other:?}"),
+            }
+            check!(out[7].iter().all(|&v| v == 0.0), "the failed batch was copied back");
+            check!(rt.live_mappings().is_empty(), "left mapped: {:?}", rt.live_mappings());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn pipelines_need_two_slots() {
+    let rt = offload::Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().expect("runtime");
+    assert!(matches!(Pipeline::new(&rt, &[0], 1), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(Pipeline::new(&rt, &[5], 2), Err(Error::NoSuchDevice { .. })));
+}
