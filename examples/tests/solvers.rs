@@ -57,3 +57,32 @@ fn stencil3d_multi_device_equals_single_device_and_the_cpu() {
         );
     }
 }
+
+#[test]
+fn inference_pipeline_matches_the_cpu_and_the_serial_run() {
+    use offload_examples::inference::{check, uniform, Deployment, Mlp};
+    let (width, rows, batches) = (48, 20, 9);
+    let model = Mlp::new(3, width);
+    let inputs: Vec<Vec<f32>> = (0..batches).map(|b| uniform(7 + b as u64, rows * width)).collect();
+    on_every_backend(
+        "inference",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let d = Deployment::new(rt, &model, &devices, rows)?;
+            let mut out = vec![vec![0f32; rows * width]; batches];
+            let mut serial = vec![vec![0f32; rows * width]; batches];
+            let report = d.run(&inputs, &mut out, 2, |_| {})?;
+            d.run_serially(&inputs, &mut serial)?;
+            check!(report.batches_per_device.iter().sum::<usize>() == batches);
+            let all: Vec<usize> = (0..batches).collect();
+            let every_row: Vec<usize> = (0..rows).collect();
+            let (err, n) = check(&model, &inputs, &out, &all, &every_row);
+            check!(n == batches * rows && err < 1e-5, "relative error {err:e}");
+            let (err, _) = check(&model, &inputs, &serial, &all, &every_row);
+            check!(err < 1e-5, "serial relative error {err:e}");
+            Ok(())
+        },
+    );
+}

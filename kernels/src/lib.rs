@@ -200,6 +200,57 @@ pub fn sum(dev: &Device<'_>, x: DeviceSlice<'_, f32>, out: DeviceSlice<'_, f32>)
     dev.launch(&SUM_F32, x.len(), (x, out))
 }
 
+// ---- bias + activation -------------------------------------------------------------------
+
+fn bias_act_host(l: &HostLaunch<'_>) -> Result<(), String> {
+    let features = l.scalar::<u64>(2)? as usize;
+    let relu = l.scalar::<u32>(3)? != 0;
+    if features == 0 || l.n() % features != 0 {
+        return Err(format!("bias_act: {} elements are not rows of {features}", l.n()));
+    }
+    // SAFETY: argument 0 holds n f32 (rows of `features`), argument 1 `features` f32, distinct.
+    let (y, bias) = unsafe { (l.slice_mut::<f32>(0, l.n())?, l.slice::<f32>(1, features)?) };
+    y.par_chunks_mut(features).for_each(|row| {
+        for (v, b) in row.iter_mut().zip(bias) {
+            let s = *v + b;
+            *v = if relu { s.max(0.0) } else { s };
+        }
+    });
+    Ok(())
+}
+
+/// `y[r][j] = act(y[r][j] + bias[j])` over rows of `features` (row-major), `act` = ReLU when
+/// `relu != 0`, identity otherwise: the epilogue of a dense layer after its GEMM.
+pub static BIAS_ACT: Kernel = Kernel::new("bias_act")
+    .with_cuda(
+        r#"extern "C" __global__ void bias_act(float* __restrict__ y, const float* __restrict__ bias,
+                                      unsigned long long features, unsigned int relu, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const float s = y[i] + bias[i % features];
+        y[i] = relu ? fmaxf(s, 0.0f) : s;
+    }
+}"#,
+    )
+    .with_host(bias_act_host);
+
+/// Adds `bias` to every row of `y` (rows of `bias.len()`), then ReLU when `relu`.
+pub fn bias_act(
+    dev: &Device<'_>,
+    y: DeviceSlice<'_, f32>,
+    bias: DeviceSlice<'_, f32>,
+    relu: bool,
+) -> Result<()> {
+    if bias.is_empty() || y.len() % bias.len() != 0 {
+        return Err(Error::KernelArgument {
+            kernel: "bias_act",
+            index: 0,
+            what: format!("{} elements are not rows of {}", y.len(), bias.len()),
+        });
+    }
+    dev.launch(&BIAS_ACT, y.len(), (y, bias, bias.len() as u64, u32::from(relu)))
+}
+
 /// Every kernel of this crate, e.g. to compile them all ahead of a timed run.
 pub fn all() -> [&'static Kernel; 8] {
     [

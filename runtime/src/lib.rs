@@ -49,7 +49,7 @@ mod worker;
 
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
-pub use device::{BackendKind, DeviceDescription, MemInfo};
+pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
 pub use error::{Error, HostRange, Result};
 pub use info::{InfoFlags, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar};

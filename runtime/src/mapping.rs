@@ -439,6 +439,45 @@ impl<'rt> Device<'rt> {
         unsafe { self.rt.target_launch(self.number, kernel, n, &[], &launch_args) }
     }
 
+    /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on
+    /// GPUs (no TF32), a parallel product on host devices. Each view must span its
+    /// operand.
+    pub fn sgemm(
+        &self,
+        g: &crate::device::Sgemm,
+        a: DeviceSlice<'_, f32>,
+        b: DeviceSlice<'_, f32>,
+        c: DeviceSlice<'_, f32>,
+    ) -> Result<()> {
+        let (ea, eb, ec) = g.extents();
+        let mut addrs = [0u64; 3];
+        for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
+            if v.device() != self.number || v.len() < need {
+                return Err(Error::InvalidArgument {
+                    routine: "sgemm",
+                    what: format!(
+                        "operand {i}: a view of {} elements on device {} for {need} elements on device {}",
+                        v.len(),
+                        v.device(),
+                        self.number
+                    ),
+                });
+            }
+            addrs[i] = v.device_addr(self.rt)?.ok_or(Error::NotPresent {
+                device: self.number,
+                range: v.host_range(),
+                what: "an sgemm operand",
+            })?;
+        }
+        match self.rt.target(self.number)? {
+            crate::runtime::Target::Device(d) => d.backend.sgemm(g, addrs[0], addrs[1], addrs[2]),
+            crate::runtime::Target::Initial => Err(Error::InvalidArgument {
+                routine: "sgemm",
+                what: "the initial device has no sgemm; use a host device".into(),
+            }),
+        }
+    }
+
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the
     /// kernel's arguments from the maps' views.
     pub fn target<'a, L: MapList<'a>, A: KernelArgs>(
@@ -547,6 +586,19 @@ impl<T: DeviceCopy> HostBuffer<T> {
     /// Whether a GPU driver page-locked the buffer.
     pub fn is_pinned(&self) -> bool {
         self.pinned_by.is_some()
+    }
+
+    /// A view for kernels on `device` through a shared borrow: kernels may write the
+    /// device's copy; bringing it back to the host takes `&mut self` (`exit`,
+    /// `update_from`).
+    pub fn shared_view(&self, device: usize) -> DeviceSlice<'_, T> {
+        DeviceSlice {
+            device,
+            host: self.ptr.as_ptr() as usize,
+            len: self.len,
+            writable: false,
+            _borrow: PhantomData,
+        }
     }
 
     /// A view for kernels on `device` (the buffer must be mapped there when launching).

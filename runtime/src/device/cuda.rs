@@ -20,7 +20,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaStre
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
-use super::{Backend, BackendKind, Copy2d, DeviceDescription, MemInfo, Place};
+use super::{Backend, BackendKind, Copy2d, DeviceDescription, MemInfo, Place, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -48,6 +48,8 @@ pub(crate) struct CudaDevice {
     peers: Mutex<Vec<usize>>,
     /// The last copy of each staging slot, copy-in (0) and copy-out (1).
     staged: [Mutex<HashMap<usize, CudaEvent>>; 2],
+    /// cuBLAS on the compute stream, made on first use.
+    blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
 }
 
 fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
@@ -138,6 +140,7 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
             staged: [Mutex::new(HashMap::new()), Mutex::new(HashMap::new())],
+            blas: OnceLock::new(),
         })
     }
 
@@ -340,6 +343,59 @@ impl Backend for CudaDevice {
             kernel: kernel.name(),
             message: e.to_string(),
         })
+    }
+
+    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+        let fail = |message: String| Error::Driver { device: self.number, call: "cublasSgemm", message };
+        let blas = self
+            .blas
+            .get_or_init(|| {
+                // SAFETY: only probes whether the library can be loaded.
+                if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                    return Err("cuBLAS library not found".into());
+                }
+                cudarc::cublas::CudaBlas::new(Arc::clone(&self.compute))
+                    .map(Mutex::new)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| fail(e.clone()))?;
+        let int =
+            |v: usize| i32::try_from(v).map_err(|_| fail(format!("dimension {v} exceeds cuBLAS's int")));
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (m, n, k, lda, ldb, ldc) =
+            (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
+        self.bind()?;
+        let blas = blas.lock();
+        // SAFETY: `a`, `b`, `c` are this device's memory spanning the operands (checked by
+        // the caller against the present table); the handle's stream is this device's
+        // compute stream, waited for below; alpha and beta live through the call.
+        unsafe {
+            cudarc::cublas::result::sgemm(
+                *blas.handle(),
+                op(g.transa),
+                op(g.transb),
+                m,
+                n,
+                k,
+                &g.alpha,
+                a as usize as *const f32,
+                lda,
+                b as usize as *const f32,
+                ldb,
+                &g.beta,
+                c as usize as *mut f32,
+                ldc,
+            )
+        }
+        .map_err(|e| fail(e.to_string()))?;
+        self.sync(&self.compute, "cuStreamSynchronize (sgemm)")
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Backend, BackendKind, DeviceDescription, MemInfo};
+use super::{Backend, BackendKind, DeviceDescription, MemInfo, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{HostLaunch, Kernel, KernelArg};
 use crate::worker::DeviceWorker;
@@ -216,6 +216,28 @@ impl Backend for HostDevice {
             .map_err(|message| Error::KernelFailed { device: number, kernel: name, message })
     }
 
+    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+        let (ea, eb, ec) = g.extents();
+        for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
+            self.check_range(addr, n * 4, "sgemm")?;
+        }
+        let (g, pool) = (*g, Arc::clone(&self.pool));
+        let (a, b, c) = (Addr(a as usize), Addr(b as usize), Addr(c as usize));
+        self.run(move || {
+            let (a, b, c) = (a, b, c);
+            // SAFETY: the three ranges lie in live allocations of this device (checked);
+            // C is not one of the inputs (the caller's contract, as for BLAS).
+            let (a, b, cm) = unsafe {
+                (
+                    std::slice::from_raw_parts(a.0 as *const f32, ea),
+                    std::slice::from_raw_parts(b.0 as *const f32, eb),
+                    std::slice::from_raw_parts_mut(c.0 as *mut f32, ec),
+                )
+            };
+            host_sgemm(&pool, &g, a, b, cm);
+        })
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.run(|| ())
     }
@@ -228,6 +250,21 @@ impl Backend for HostDevice {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Column-major SGEMM on the host, one column of C per task.
+fn host_sgemm(pool: &rayon::ThreadPool, g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    use rayon::prelude::*;
+    let at = |i: usize, p: usize| if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] };
+    let bt = |p: usize, j: usize| if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] };
+    pool.install(|| {
+        c.par_chunks_mut(g.ldc).take(g.n).enumerate().for_each(|(j, col)| {
+            for (i, out) in col.iter_mut().take(g.m).enumerate() {
+                let dot: f32 = (0..g.k).map(|p| at(i, p) * bt(p, j)).sum();
+                *out = g.alpha * dot + if g.beta == 0.0 { 0.0 } else { g.beta * *out };
+            }
+        })
+    });
 }
 
 /// Bytes of memory each host device offers unless configured: the machine's memory.

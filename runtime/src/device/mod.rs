@@ -87,6 +87,34 @@ pub(crate) struct Copy2d {
     pub rows: usize,
 }
 
+/// A single-precision matrix product in BLAS's column-major convention:
+/// `C = alpha * op(A) * op(B) + beta * C`, with `op(X)` = `X` or its transpose; `op(A)` is
+/// `m x k`, `op(B)` `k x n`, `C` `m x n`; `ld*` are the leading dimensions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub struct Sgemm {
+    pub transa: bool,
+    pub transb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub lda: usize,
+    pub ldb: usize,
+    pub beta: f32,
+    pub ldc: usize,
+}
+
+impl Sgemm {
+    /// Elements each operand spans: `(a, b, c)`.
+    pub fn extents(&self) -> (usize, usize, usize) {
+        let span = |ld: usize, cols: usize, rows: usize| if cols == 0 { 0 } else { ld * (cols - 1) + rows };
+        let (ar, ac) = if self.transa { (self.k, self.m) } else { (self.m, self.k) };
+        let (br, bc) = if self.transb { (self.n, self.k) } else { (self.k, self.n) };
+        (span(self.lda, ac, ar), span(self.ldb, bc, br), span(self.ldc, self.n, self.m))
+    }
+}
+
 /// The per-vendor half of a device: allocation, copies, kernels.
 ///
 /// Every operation is ordered on the device's own in-order queue and has completed when
@@ -138,6 +166,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Runs `kernel` over `n` work items with arguments already translated to device
     /// addresses.
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
+
+    /// `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` (GPUs: cuBLAS, no
+    /// TF32; host devices: a straightforward parallel product).
+    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()>;
 
     /// Waits for all work queued on the device.
     fn synchronize(&self) -> Result<()>;
