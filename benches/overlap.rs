@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     print!("{}", rt.device_report());
     println!(
         "MLP {layers} x {width}, {batches} batches of {rows} rows ({} MiB each way)",
-        rows * width * 4 >> 20
+        (rows * width * 4) >> 20
     );
     let model = Mlp::new(layers, width);
     let inputs: Vec<Vec<f32>> = (0..batches).map(|b| uniform(1000 + b as u64, rows * width)).collect();
