@@ -417,3 +417,34 @@ fn case_50_pool_setting_from_the_environment() {
         },
     );
 }
+
+#[test]
+fn case_46_entries_are_created_in_list_order_whatever_their_addresses() {
+    on_every_device_with(
+        "case 46 (list order)",
+        |b| b.info(InfoFlags::ENTRIES).capture_info(),
+        |rt, dev| {
+            let arr = [0u8; 300];
+            let (lo, mid, hi) = (&arr[..100], &arr[100..200], &arr[200..]);
+            // Highest address first.
+            let list = [
+                MapItem::slice(hi, MapType::ALLOC),
+                MapItem::slice(mid, MapType::ALLOC),
+                MapItem::slice(lo, MapType::ALLOC),
+            ];
+            rt.take_info();
+            // SAFETY: `arr` outlives the region; alloc copies nothing.
+            unsafe {
+                rt.target_data_begin(dev, &list)?;
+                rt.target_data_end(dev, &list)?;
+            }
+            let lines = rt.take_info();
+            let created: Vec<&String> = lines.iter().filter(|l| l.contains("entry created")).collect();
+            check_eq!(created.len(), 3);
+            for (l, part) in created.iter().zip([hi, mid, lo]) {
+                check!(l.contains(&HostRange::of(part).to_string()), "{lines:#?}");
+            }
+            assert_clean(rt, dev)
+        },
+    );
+}

@@ -24,7 +24,7 @@ struct Planned {
 /// A construct's new entries by host begin address, found by containment like the table's
 /// (map lists can be long: no linear scans).
 #[derive(Default)]
-struct PlannedEntries(BTreeMap<usize, Planned>);
+struct PlannedEntries(BTreeMap<usize, Planned>, Vec<usize>);
 
 impl PlannedEntries {
     /// The planned entry containing `r`, or `Err` with one it partly overlaps.
@@ -40,8 +40,15 @@ impl PlannedEntries {
         }
     }
 
+    /// Adds a planned entry (list order is kept for publishing and tracing).
+    fn insert(&mut self, p: Planned) {
+        self.1.push(p.range.begin);
+        self.0.insert(p.range.begin, p);
+    }
+
+    /// The planned entries in list order.
     fn iter(&self) -> impl Iterator<Item = &Planned> {
-        self.0.values()
+        self.1.iter().filter_map(|k| self.0.get(k))
     }
 }
 
@@ -238,7 +245,7 @@ impl DeviceState {
                 }
                 Lookup::Absent => {
                     let device_addr = self.pool.alloc(&*self.backend, it.range.bytes)?;
-                    planned.0.insert(it.range.begin, Planned { range: it.range, device_addr });
+                    planned.insert(Planned { range: it.range, device_addr });
                     if it.map_type.copies_in() {
                         copies.push((it.range, device_addr, it.range.begin));
                     }
