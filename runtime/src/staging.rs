@@ -56,7 +56,7 @@ impl Default for StagingConfig {
             chunk: 16 << 20,
             depth: 4,
             threads: 24,
-            min_bytes: 8 << 20,
+            min_bytes: 16 << 20,
             register_after: 16,
             register_min_bytes: 64 << 20,
         }
