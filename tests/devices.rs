@@ -252,3 +252,25 @@ fn dropping_a_runtime_reports_the_mappings_still_live() {
         );
     }
 }
+
+#[test]
+fn every_compiled_backend_reports_and_host_devices_come_after_gpus() {
+    let rt = Runtime::builder().env(|_| None).host_devices(2).build().expect("runtime");
+    let report = rt.device_report();
+    for kind in offload::device::compiled_backends() {
+        // With no such GPU the line says why there are none; never a panic.
+        assert!(report.contains(&format!("{}: ", kind.name())), "no {kind} line in {report}");
+    }
+    let kinds: Vec<offload::BackendKind> =
+        (0..rt.num_devices()).map(|d| rt.describe(d).expect("device").kind).collect();
+    let first_host = kinds.iter().position(|k| *k == offload::BackendKind::Host).expect("host devices");
+    assert_eq!(kinds.len() - first_host, 2, "{kinds:?}");
+    assert!(kinds[..first_host].iter().all(|k| *k != offload::BackendKind::Host), "{kinds:?}");
+    // CUDA devices are numbered before HIP devices.
+    if let (Some(c), Some(h)) = (
+        kinds.iter().rposition(|k| *k == offload::BackendKind::Cuda),
+        kinds.iter().position(|k| *k == offload::BackendKind::Hip),
+    ) {
+        assert!(c < h, "{kinds:?}");
+    }
+}

@@ -336,7 +336,12 @@ impl RuntimeBuilder {
                 let (gpus, line) = discover_gpus(0);
                 report.push_str(&line);
                 report.push('\n');
-                for g in gpus {
+                let (amd, line) = discover_hip(gpus.len());
+                if let Some(line) = line {
+                    report.push_str(&line);
+                    report.push('\n');
+                }
+                for g in gpus.into_iter().chain(amd) {
                     let bus = g.description().pci_bus_id.clone().unwrap_or_default();
                     let p = topology.place_pci(&bus);
                     let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
@@ -458,6 +463,17 @@ impl<T> Drop for Pinned<'_, T> {
             unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
         }
     }
+}
+
+#[cfg(feature = "hip")]
+fn discover_hip(first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
+    let (d, line) = crate::device::hip::discover(first);
+    (d, Some(line))
+}
+
+#[cfg(not(feature = "hip"))]
+fn discover_hip(_first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
+    (Vec::new(), None)
 }
 
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();

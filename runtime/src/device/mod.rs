@@ -8,7 +8,21 @@
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+#[cfg(feature = "hip")]
+pub(crate) mod hip;
+pub mod hip_support;
 pub(crate) mod host;
+
+/// The GPU backends compiled into this build, in the order their devices are numbered
+/// (host devices come after them).
+pub fn compiled_backends() -> &'static [BackendKind] {
+    match (cfg!(feature = "cuda"), cfg!(feature = "hip")) {
+        (true, true) => &[BackendKind::Cuda, BackendKind::Hip],
+        (true, false) => &[BackendKind::Cuda],
+        (false, true) => &[BackendKind::Hip],
+        (false, false) => &[],
+    }
+}
 
 use std::any::Any;
 use std::fmt;

@@ -1,0 +1,561 @@
+//! AMD GPUs through HIP (`hip-sys`, cargo feature `hip`).
+//!
+//! The same shape as the CUDA backend: per device three non-blocking streams (copy-in,
+//! compute, copy-out), every operation waited for before returning, peer access enabled per
+//! pair at discovery, pinned host memory by `hipHostRegister`, events for staging slots,
+//! and kernels compiled at run time by `hiprtc` from the same CUDA C sources (translated by
+//! [`super::hip_support::hip_source`]) for the device's `gcnArchName`. HIP keeps a current
+//! device per thread, so every call selects its device first. `hip-sys` has no `hiprtc`
+//! bindings: the few functions used are declared below (ROCm exports them from
+//! `libamdhip64`). There is no BLAS on this backend yet: `sgemm` says so.
+//!
+//! Only built and tested without hardware here (no AMD GPU is lent); see the README.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+
+use hip_sys::hiprt as hip;
+use parking_lot::Mutex;
+
+use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
+use super::{Backend, BackendKind, DeviceDescription, MemInfo, Sgemm};
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, KernelArg};
+
+/// `hiprtcProgram`, opaque.
+type HiprtcProgram = *mut c_void;
+
+#[link(name = "amdhip64")]
+extern "C" {
+    fn hiprtcCreateProgram(
+        prog: *mut HiprtcProgram,
+        src: *const c_char,
+        name: *const c_char,
+        num_headers: c_int,
+        headers: *const *const c_char,
+        include_names: *const *const c_char,
+    ) -> c_int;
+    fn hiprtcCompileProgram(prog: HiprtcProgram, num_options: c_int, options: *const *const c_char) -> c_int;
+    fn hiprtcGetProgramLogSize(prog: HiprtcProgram, size: *mut usize) -> c_int;
+    fn hiprtcGetProgramLog(prog: HiprtcProgram, log: *mut c_char) -> c_int;
+    fn hiprtcGetCodeSize(prog: HiprtcProgram, size: *mut usize) -> c_int;
+    fn hiprtcGetCode(prog: HiprtcProgram, code: *mut c_char) -> c_int;
+    fn hiprtcDestroyProgram(prog: *mut HiprtcProgram) -> c_int;
+}
+
+/// A HIP call's result as ours.
+fn check(device: usize, call: &'static str, r: hip::hipError_t) -> Result<()> {
+    if r == hip::hipError_t::hipSuccess {
+        return Ok(());
+    }
+    // SAFETY: hipGetErrorName returns a static string for any code.
+    let name = unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned();
+    Err(hip_error(device, call, r as i32, &name, 0, None))
+}
+
+/// A stream handle that may cross threads (HIP streams are thread-safe).
+struct Stream(hip::hipStream_t);
+// SAFETY: HIP stream handles may be used from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+/// An event handle, as `Stream`.
+struct Event(hip::hipEvent_t);
+// SAFETY: HIP event handles may be used from any thread.
+unsafe impl Send for Event {}
+
+/// A loaded kernel function, as `Stream`.
+#[derive(Clone, Copy)]
+struct Function(hip::hipFunction_t);
+// SAFETY: module functions may be launched from any thread.
+unsafe impl Send for Function {}
+
+/// One AMD GPU.
+pub(crate) struct HipDevice {
+    number: usize,
+    ordinal: c_int,
+    streams: [Stream; 3],
+    arch: String,
+    description: DeviceDescription,
+    functions: Mutex<HashMap<(&'static str, usize), Function>>,
+    peers: Mutex<Vec<c_int>>,
+    staged: [Mutex<HashMap<usize, Event>>; 2],
+}
+
+const COPY_IN: usize = 0;
+const COMPUTE: usize = 1;
+const COPY_OUT: usize = 2;
+
+/// Discovers the HIP devices, numbering them from `first_number`; one report line.
+pub(crate) fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
+    let mut count: c_int = 0;
+    // SAFETY: plain queries with valid out-pointers.
+    let r = unsafe { hip::hipGetDeviceCount(&mut count) };
+    if r != hip::hipError_t::hipSuccess {
+        let why = if r as i32 == HIP_ERROR_NO_DEVICE {
+            "no AMD GPU".to_string()
+        } else {
+            format!("HIP error {}", r as i32)
+        };
+        return (Vec::new(), format!("hip: 0 devices ({why})"));
+    }
+    let mut devices: Vec<HipDevice> = Vec::new();
+    let mut notes = Vec::new();
+    for ordinal in 0..count {
+        match HipDevice::new(first_number + devices.len(), ordinal) {
+            Ok(d) => devices.push(d),
+            Err(e) => notes.push(format!("GPU {ordinal} skipped: {e}")),
+        }
+    }
+    for a in &devices {
+        for b in &devices {
+            if a.ordinal != b.ordinal {
+                match a.enable_peer(b.ordinal) {
+                    Ok(true) => a.peers.lock().push(b.ordinal),
+                    Ok(false) => {}
+                    Err(e) => notes.push(format!("peer access {}->{}: {e}", a.number, b.number)),
+                }
+            }
+        }
+    }
+    let mut line = format!("hip: {} devices", devices.len());
+    for d in &devices {
+        line.push_str(&format!(
+            "; device {} = {} ({}, {})",
+            d.number,
+            d.description.name,
+            d.arch,
+            d.description.pci_bus_id.as_deref().unwrap_or("?")
+        ));
+    }
+    notes.iter().for_each(|n| line.push_str(&format!("; {n}")));
+    (devices.into_iter().map(|d| Box::new(d) as Box<dyn Backend>).collect(), line)
+}
+
+fn c_string(buf: &[c_char]) -> String {
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    buf[..end].iter().map(|&c| c as u8 as char).collect()
+}
+
+impl HipDevice {
+    fn new(number: usize, ordinal: c_int) -> Result<Self> {
+        let ck = |call, r| check(number, call, r);
+        // SAFETY: a valid device ordinal from hipGetDeviceCount.
+        ck("hipSetDevice", unsafe { hip::hipSetDevice(ordinal) })?;
+        // SAFETY: zeroed memory is a valid value of this plain C struct.
+        let mut props: hip::hipDeviceProp_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `props` is a valid out-pointer of the bindings' layout (the same size
+        // as ROCm 5.2's, checked when the bindings were made).
+        ck("hipGetDeviceProperties", unsafe { hip::hipGetDeviceProperties(&mut props, ordinal) })?;
+        let mut bus = [0 as c_char; 32];
+        // SAFETY: the buffer has room for the id and its terminator.
+        ck("hipDeviceGetPCIBusId", unsafe {
+            hip::hipDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, ordinal)
+        })?;
+        let mut uuid = hip::hipUUID { bytes: [0; 16] };
+        // SAFETY: a valid out-pointer.
+        let uuid = (unsafe { hip::hipDeviceGetUuid(&mut uuid, ordinal) } == hip::hipError_t::hipSuccess)
+            .then(|| {
+                let b: Vec<String> = uuid.bytes.iter().map(|&c| format!("{:02x}", c as u8)).collect();
+                format!("GPU-{}", b.concat())
+            });
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            let mut s: hip::hipStream_t = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; 1 = hipStreamNonBlocking.
+            ck("hipStreamCreateWithFlags", unsafe { hip::hipStreamCreateWithFlags(&mut s, 1) })?;
+            streams.push(Stream(s));
+        }
+        let [a, b, c]: [Stream; 3] = streams.try_into().map_err(|_| Error::Driver {
+            device: number,
+            call: "hipStreamCreateWithFlags",
+            message: "three streams expected".into(),
+        })?;
+        let arch = c_string(&props.gcnArchName);
+        Ok(Self {
+            number,
+            ordinal,
+            streams: [a, b, c],
+            arch: arch.split(':').next().unwrap_or_default().to_string(),
+            description: DeviceDescription {
+                kind: BackendKind::Hip,
+                name: c_string(&props.name),
+                pci_bus_id: Some(c_string(&bus).to_lowercase()),
+                uuid,
+            },
+            functions: Mutex::new(HashMap::new()),
+            peers: Mutex::new(Vec::new()),
+            staged: [Mutex::new(HashMap::new()), Mutex::new(HashMap::new())],
+        })
+    }
+
+    fn select(&self) -> Result<()> {
+        // SAFETY: a valid ordinal.
+        check(self.number, "hipSetDevice", unsafe { hip::hipSetDevice(self.ordinal) })
+    }
+
+    fn sync(&self, which: usize, call: &'static str) -> Result<()> {
+        // SAFETY: a live stream of this device.
+        check(self.number, call, unsafe { hip::hipStreamSynchronize(self.streams[which].0) })
+    }
+
+    fn enable_peer(&self, peer: c_int) -> Result<bool> {
+        let mut can: c_int = 0;
+        // SAFETY: valid ordinals and out-pointer.
+        check(self.number, "hipDeviceCanAccessPeer", unsafe {
+            hip::hipDeviceCanAccessPeer(&mut can, self.ordinal, peer)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        self.select()?;
+        // SAFETY: enables access from the current device to `peer`.
+        match unsafe { hip::hipDeviceEnablePeerAccess(peer, 0) } {
+            hip::hipError_t::hipSuccess | hip::hipError_t::hipErrorPeerAccessAlreadyEnabled => Ok(true),
+            r => check(self.number, "hipDeviceEnablePeerAccess", r).map(|()| false),
+        }
+    }
+
+    fn copy(
+        &self,
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: hip::hipMemcpyKind,
+        which: usize,
+    ) -> Result<()> {
+        self.select()?;
+        // SAFETY: the caller's contract: both ranges valid for `bytes`.
+        check(self.number, "hipMemcpyAsync", unsafe {
+            hip::hipMemcpyAsync(dst, src, bytes, kind, self.streams[which].0)
+        })?;
+        self.sync(which, "hipStreamSynchronize")
+    }
+
+    fn function(&self, kernel: &Kernel) -> Result<Function> {
+        let src = kernel.cuda_source().ok_or(Error::NoKernelImpl {
+            device: self.number,
+            kernel: kernel.name(),
+            backend: "hip",
+        })?;
+        let key = (kernel.name(), src.as_ptr() as usize);
+        if let Some(f) = self.functions.lock().get(&key) {
+            return Ok(*f);
+        }
+        let code = compile(self.number, kernel.name(), &hip_source(src), &self.arch)?;
+        self.select()?;
+        let mut module: hip::hipModule_t = std::ptr::null_mut();
+        // SAFETY: `code` is a complete code object from hiprtc; it outlives the call.
+        check(self.number, "hipModuleLoadData", unsafe {
+            hip::hipModuleLoadData(&mut module, code.as_ptr().cast())
+        })?;
+        let name = CString::new(kernel.name()).map_err(|_| Error::InvalidArgument {
+            routine: "hip kernel",
+            what: format!("kernel name {:?} has a NUL byte", kernel.name()),
+        })?;
+        let mut f: hip::hipFunction_t = std::ptr::null_mut();
+        // SAFETY: a loaded module and a NUL-terminated name.
+        check(self.number, "hipModuleGetFunction", unsafe {
+            hip::hipModuleGetFunction(&mut f, module, name.as_ptr())
+        })?;
+        self.functions.lock().insert(key, Function(f));
+        Ok(Function(f))
+    }
+}
+
+/// Compiles HIP C to a code object for `arch` with hiprtc.
+fn compile(device: usize, name: &'static str, src: &str, arch: &str) -> Result<Vec<u8>> {
+    let fail = |what: String| Error::Driver {
+        device,
+        call: "hiprtcCompileProgram",
+        message: format!("kernel `{name}` for {arch}: {what}"),
+    };
+    let csrc = CString::new(src).map_err(|_| fail("source has a NUL byte".into()))?;
+    let cname = CString::new(format!("{name}.hip")).map_err(|_| fail("name has a NUL byte".into()))?;
+    let opt =
+        CString::new(format!("--offload-arch={arch}")).map_err(|_| fail("arch has a NUL byte".into()))?;
+    let mut prog: HiprtcProgram = std::ptr::null_mut();
+    // SAFETY: NUL-terminated strings that live through the calls; no headers.
+    unsafe {
+        if hiprtcCreateProgram(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(fail("hiprtcCreateProgram failed".into()));
+        }
+        let opts = [opt.as_ptr()];
+        let compiled = hiprtcCompileProgram(prog, 1, opts.as_ptr());
+        let result = if compiled != 0 {
+            let mut n = 0usize;
+            hiprtcGetProgramLogSize(prog, &mut n);
+            let mut log = vec![0 as c_char; n.max(1)];
+            hiprtcGetProgramLog(prog, log.as_mut_ptr());
+            Err(fail(c_string(&log)))
+        } else {
+            let mut n = 0usize;
+            hiprtcGetCodeSize(prog, &mut n);
+            let mut code = vec![0u8; n];
+            hiprtcGetCode(prog, code.as_mut_ptr().cast());
+            Ok(code)
+        };
+        hiprtcDestroyProgram(&mut prog);
+        result
+    }
+}
+
+impl Backend for HipDevice {
+    fn description(&self) -> &DeviceDescription {
+        &self.description
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        self.select()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let r = unsafe { hip::hipMalloc(&mut p, bytes) };
+        if r != hip::hipError_t::hipSuccess {
+            let mem = self.mem_info().ok().map(|m| (m.free, m.total));
+            // SAFETY: static strings.
+            let name = unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned();
+            return Err(hip_error(self.number, "hipMalloc", r as i32, &name, bytes, mem));
+        }
+        Ok(p as u64)
+    }
+
+    fn free(&self, addr: u64, _bytes: usize) -> Result<()> {
+        self.select()?;
+        // SAFETY: `addr` came from `alloc`; no work on it is queued (every call waits).
+        check(self.number, "hipFree", unsafe { hip::hipFree(addr as usize as *mut c_void) })
+    }
+
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        let kind = hip::hipMemcpyKind::hipMemcpyHostToDevice;
+        self.copy(dst as usize as *mut c_void, src.cast(), bytes, kind, COPY_IN)
+    }
+
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        let kind = hip::hipMemcpyKind::hipMemcpyDeviceToHost;
+        self.copy(dst.cast(), src as usize as *const c_void, bytes, kind, COPY_OUT)
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        let kind = hip::hipMemcpyKind::hipMemcpyDeviceToDevice;
+        HipDevice::copy(
+            self,
+            dst as usize as *mut c_void,
+            src as usize as *const c_void,
+            bytes,
+            kind,
+            COMPUTE,
+        )
+    }
+
+    fn can_access_peer(&self, src: &dyn Backend) -> bool {
+        src.as_any().downcast_ref::<HipDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
+    }
+
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        let peer = src.as_any().downcast_ref::<HipDevice>().ok_or_else(|| Error::InvalidArgument {
+            routine: "copy_from_peer",
+            what: "source device is not a HIP device".into(),
+        })?;
+        self.select()?;
+        // SAFETY: both ranges are device memory of their devices (the caller's contract).
+        let r = unsafe {
+            hip::hipMemcpyPeerAsync(
+                dst as usize as *mut c_void,
+                self.ordinal,
+                src_addr as usize as *const c_void,
+                peer.ordinal,
+                bytes,
+                self.streams[COPY_IN].0,
+            )
+        };
+        check(self.number, "hipMemcpyPeerAsync", r)?;
+        self.sync(COPY_IN, "hipStreamSynchronize (peer copy)")
+    }
+
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.select()?;
+        // SAFETY: `dst..dst+bytes` is this device's memory.
+        let r = unsafe {
+            hip::hipMemsetD8Async(dst as usize as *mut c_void, value, bytes, self.streams[COMPUTE].0)
+        };
+        check(self.number, "hipMemsetD8Async", r)?;
+        self.sync(COMPUTE, "hipStreamSynchronize (memset)")
+    }
+
+    fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        self.function(kernel).map(drop)
+    }
+
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        let f = self.function(kernel)?;
+        self.select()?;
+        let mut storage: Vec<[u8; 8]> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Scalar(s) => s.to_ne_bytes().0,
+                KernelArg::Ptr { addr, .. } => addr.to_ne_bytes(),
+            })
+            .collect();
+        storage.push((n as u64).to_ne_bytes());
+        let mut params: Vec<*mut c_void> = storage.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let block = kernel.block();
+        let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
+        // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
+        // this device's memory; `storage` outlives the call.
+        let r = unsafe {
+            hip::hipModuleLaunchKernel(
+                f.0,
+                blocks,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                self.streams[COMPUTE].0,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(self.number, "hipModuleLaunchKernel", r)?;
+        self.sync(COMPUTE, "hipStreamSynchronize (kernel)").map_err(|e| Error::KernelFailed {
+            device: self.number,
+            kernel: kernel.name(),
+            message: e.to_string(),
+        })
+    }
+
+    fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+        Err(Error::Driver {
+            device: self.number,
+            call: "sgemm",
+            message: "the HIP backend has no BLAS yet (hipBLAS is not bound)".into(),
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.select()?;
+        // SAFETY: no arguments.
+        check(self.number, "hipDeviceSynchronize", unsafe { hip::hipDeviceSynchronize() })
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.select()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        check(self.number, "hipMemGetInfo", unsafe { hip::hipMemGetInfo(&mut free, &mut total) })?;
+        Ok(MemInfo { free, total })
+    }
+
+    fn wants_staging(&self) -> bool {
+        true
+    }
+
+    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, slot: usize) -> Result<()> {
+        self.start_staged(
+            dst as usize as *mut c_void,
+            src.cast(),
+            bytes,
+            hip::hipMemcpyKind::hipMemcpyHostToDevice,
+            COPY_IN,
+            slot,
+        )
+    }
+
+    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, slot: usize) -> Result<()> {
+        self.start_staged(
+            dst.cast(),
+            src as usize as *const c_void,
+            bytes,
+            hip::hipMemcpyKind::hipMemcpyDeviceToHost,
+            COPY_OUT,
+            slot,
+        )
+    }
+
+    fn wait_staged(&self, to_device: bool, slot: usize) -> Result<()> {
+        let ev = self.staged[usize::from(!to_device)].lock().remove(&slot);
+        match ev {
+            Some(e) => {
+                // SAFETY: a recorded event of this device, destroyed once.
+                let r = unsafe { hip::hipEventSynchronize(e.0) };
+                // SAFETY: as above.
+                unsafe { hip::hipEventDestroy(e.0) };
+                check(self.number, "hipEventSynchronize", r)
+            }
+            None => Ok(()),
+        }
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+        self.select()?;
+        // SAFETY: the caller keeps the memory allocated until `unregister_host`; 1 = portable.
+        check(self.number, "hipHostRegister", unsafe { hip::hipHostRegister(ptr.cast(), bytes, 1) })?;
+        Ok(true)
+    }
+
+    unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        self.select()?;
+        // SAFETY: registered by `register_host`.
+        check(self.number, "hipHostUnregister", unsafe { hip::hipHostUnregister(ptr.cast()) })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl HipDevice {
+    /// Starts a staging copy on stream `which` and records its event in `slot`.
+    fn start_staged(
+        &self,
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: hip::hipMemcpyKind,
+        which: usize,
+        slot: usize,
+    ) -> Result<()> {
+        self.select()?;
+        let stream = self.streams[which].0;
+        // SAFETY: the caller keeps both ranges valid until the slot is waited for.
+        check(self.number, "hipMemcpyAsync (staged)", unsafe {
+            hip::hipMemcpyAsync(dst, src, bytes, kind, stream)
+        })?;
+        let mut ev: hip::hipEvent_t = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; 2 = hipEventDisableTiming.
+        check(self.number, "hipEventCreateWithFlags", unsafe { hip::hipEventCreateWithFlags(&mut ev, 2) })?;
+        // SAFETY: a live event and stream of this device.
+        check(self.number, "hipEventRecord", unsafe { hip::hipEventRecord(ev, stream) })?;
+        let dir = usize::from(which == COPY_OUT);
+        if let Some(old) = self.staged[dir].lock().insert(slot, Event(ev)) {
+            // SAFETY: an event of this device no longer waited for.
+            unsafe { hip::hipEventDestroy(old.0) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HipDevice {
+    fn drop(&mut self) {
+        if self.select().is_ok() {
+            for s in &self.streams {
+                // SAFETY: streams created in `new`, destroyed once, after their work.
+                unsafe {
+                    hip::hipStreamSynchronize(s.0);
+                    hip::hipStreamDestroy(s.0);
+                }
+            }
+        }
+    }
+}
