@@ -10,7 +10,8 @@
 //! ```
 //! Options: `-layers N` (4), `-width N` (4096), `-batch N` (rows per batch, 4096),
 //! `-batches N` (48), `-ndev N` (all), `-slots N` (2), `-check N` (batches checked, 2).
-//! Without GPUs it runs on two host devices; pick small sizes there, e.g.
+//! Without GPUs it runs on host devices (`OFFLOAD_HOST_DEVICES`, two by default); pick small
+//! sizes there, e.g.
 //! `-width 64 -batch 32 -batches 8`.
 
 use std::io::Write;
@@ -51,7 +52,11 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
+    // GPUs when there are any; else OFFLOAD_HOST_DEVICES host devices, two by default.
     let mut rt = Runtime::builder().host_devices(0).build()?;
+    if rt.num_devices() == 0 {
+        rt = Runtime::new()?;
+    }
     if rt.num_devices() == 0 {
         rt = Runtime::builder().host_devices(2).build()?;
     }
