@@ -86,3 +86,31 @@ fn inference_pipeline_matches_the_cpu_and_the_serial_run() {
         },
     );
 }
+
+/// Eight devices, as on the 8-GPU machines not lent here: host devices stand in for them.
+#[test]
+fn eight_host_devices_run_every_solver_and_the_pipeline() {
+    use offload_examples::inference::{check as check_mlp, uniform, Deployment, Mlp};
+    let rt = offload::Runtime::builder().env(|_| None).gpus(false).host_devices(8).build().expect("runtime");
+    let devices: Vec<usize> = (0..8).collect();
+    let args = jacobi::Args { nx: 40, ny: 43, niter: 9, ..Default::default() };
+    let single = jacobi::solve(&rt, &devices[..1], &args).expect("jacobi 1");
+    let multi = jacobi::solve(&rt, &devices, &args).expect("jacobi 8");
+    assert_eq!(jacobi::max_diff(&single.grid, &multi.grid, args.nx, args.ny), 0.0);
+    let args = stencil3d::Args { nx: 9, ny: 8, nz: 21, niter: 5, ..Default::default() };
+    let (_, s1) = stencil3d::solve(&rt, &devices[..1], &args).expect("stencil 1");
+    let (_, s8) = stencil3d::solve(&rt, &devices, &args).expect("stencil 8");
+    assert_eq!(stencil3d::max_diff(&s1, &s8), 0.0);
+    let model = Mlp::new(2, 16);
+    let inputs: Vec<Vec<f32>> = (0..32).map(|b| uniform(b, 8 * 16)).collect();
+    let mut out = vec![vec![0f32; 8 * 16]; 32];
+    let report = Deployment::new(&rt, &model, &devices, 8)
+        .expect("deploy")
+        .run(&inputs, &mut out, 2, |_| {})
+        .expect("run");
+    assert_eq!(report.batches_per_device.len(), 8);
+    assert!(report.batches_per_device.iter().all(|&n| n > 0), "{:?}", report.batches_per_device);
+    let all: Vec<usize> = (0..32).collect();
+    assert!(check_mlp(&model, &inputs, &out, &all, &[0, 7]).0 < 1e-5);
+    assert!(rt.live_mappings().is_empty());
+}
