@@ -109,7 +109,13 @@ fn eight_host_devices_run_every_solver_and_the_pipeline() {
         .run(&inputs, &mut out, 2, |_| {})
         .expect("run");
     assert_eq!(report.batches_per_device.len(), 8);
-    assert!(report.batches_per_device.iter().all(|&n| n > 0), "{:?}", report.batches_per_device);
+    // Work stealing: how many each device takes depends on timing; all are done, spread out.
+    assert_eq!(report.batches_per_device.iter().sum::<usize>(), 32);
+    assert!(
+        report.batches_per_device.iter().filter(|&&n| n > 0).count() >= 2,
+        "{:?}",
+        report.batches_per_device
+    );
     let all: Vec<usize> = (0..32).collect();
     assert!(check_mlp(&model, &inputs, &out, &all, &[0, 7]).0 < 1e-5);
     assert!(rt.live_mappings().is_empty());
