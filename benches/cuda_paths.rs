@@ -5,31 +5,11 @@
 //! `cargo bench -p offload-benches --bench cuda_paths` (prints a table; needs a GPU, says
 //! so and exits 0 without one).
 
-use std::time::Instant;
-
 use cudarc::driver::{result, sys, CudaContext, LaunchConfig, PushKernelArg};
 use offload::{map, HostBuffer, Kernel, MapType, Runtime};
+use offload_benches::time;
 
 const GIB: usize = 1 << 30;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// Median seconds of `reps` timed calls after `warm` untimed ones.
-fn time(warm: usize, reps: usize, mut f: impl FnMut()) -> f64 {
-    (0..warm).for_each(|_| f());
-    median(
-        (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
 
 const TRIAD_SRC: &str = r#"extern "C" __global__ void triad(float* a, const float* b, const float* c, float s,
                                  unsigned long long n) {
@@ -45,10 +25,7 @@ fn row(what: &str, ours: String, reference: String, note: &str) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // `cargo test --all-targets` runs bench binaries without `--bench`: measure only when
-    // asked to (`cargo bench`, or the binary run by hand with `--bench`).
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("run with `cargo bench` (or pass --bench) to measure");
+    if !offload_benches::measuring() {
         return Ok(());
     }
     let rt = Runtime::builder().gpus(true).host_devices(0).build()?;

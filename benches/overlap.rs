@@ -17,8 +17,7 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("run with `cargo bench` (or pass --bench) to measure");
+    if !offload_benches::measuring() {
         return Ok(());
     }
     let rt = Runtime::builder().gpus(true).host_devices(0).build()?;

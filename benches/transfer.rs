@@ -17,24 +17,9 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const GIB: usize = 1 << 30;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Median seconds of timed calls after one untimed call; more repetitions for small sizes.
-fn time(bytes: usize, mut f: impl FnMut()) -> f64 {
-    let reps = (256 * MIB / bytes.max(1)).clamp(5, 200);
-    f();
-    median(
-        (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
+fn time(bytes: usize, f: impl FnMut()) -> f64 {
+    offload_benches::time(1, (256 * MIB / bytes.max(1)).clamp(5, 200), f)
 }
 
 fn gbs(bytes: usize, t: f64) -> f64 {
@@ -58,10 +43,7 @@ fn runtime_copy(rt: &Runtime, dev: usize, host: &mut [u8], dir: UpdateDirection)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // `cargo test --all-targets` runs bench binaries without `--bench`: measure only when
-    // asked to (`cargo bench`, or the binary run by hand with `--bench`).
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("run with `cargo bench` (or pass --bench) to measure");
+    if !offload_benches::measuring() {
         return Ok(());
     }
     let probe = Runtime::builder().gpus(true).host_devices(0).build()?;

@@ -6,7 +6,7 @@ use std::sync::Barrier;
 
 use offload::{map, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{saxpy, ADD_I32, SAXPY};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, mut_item, on_every_backend};
 
 const THREADS: usize = 24;
 
@@ -32,11 +32,6 @@ fn run_threads(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
         r.map_err(|e| Error::InvalidArgument { routine: "thread", what: format!("thread {t}: {e}") })?;
     }
     Ok(())
-}
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
 }
 
 fn all_clean(rt: &Runtime) -> Result<()> {

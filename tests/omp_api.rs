@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use offload::omp::*;
 use offload::{BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq};
+use offload_tests::{assert_clean, check, check_eq, fails, mut_item};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -25,17 +25,6 @@ fn all_clean(rt: &Runtime) -> Result<()> {
     (0..rt.num_devices()).try_for_each(|d| assert_clean(rt, d))
 }
 
-/// The error of `r`; a check failure naming `what` when `r` succeeded.
-fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
-    match r {
-        Ok(v) => Err(Error::InvalidArgument {
-            routine: "check",
-            what: format!("{what}: expected an error, got Ok({v:?})"),
-        }),
-        Err(e) => Ok(e),
-    }
-}
-
 fn devices() -> Result<Vec<i32>> {
     Ok((0..omp_get_num_devices()?).collect())
 }
@@ -46,11 +35,6 @@ fn vp<T>(p: *const T) -> *const c_void {
 
 fn vpm<T>(p: *mut T) -> *mut c_void {
     p.cast()
-}
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
 }
 
 #[test]

@@ -4,25 +4,9 @@
 
 use offload::{Error, LaunchArg, RectSide, Result, Runtime, Scalar};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, on_every_backend, on_every_device, read_device};
-
-/// The error of `r`; a check failure naming `what` when `r` succeeded.
-fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
-    match r {
-        Ok(v) => Err(Error::InvalidArgument {
-            routine: "check",
-            what: format!("{what}: expected an error, got Ok({v:?})"),
-        }),
-        Err(e) => Ok(e),
-    }
-}
-
-/// Copies `host` to device address `dst` of `dev`.
-fn write_device(rt: &Runtime, dst: u64, host: &[i32], dev: usize) -> Result<()> {
-    let bytes = std::mem::size_of_val(host);
-    // SAFETY: `host` is readable for `bytes`; the caller names device memory of that size.
-    unsafe { rt.target_memcpy(dst, host.as_ptr() as u64, bytes, 0, 0, dev, rt.initial_device()) }
-}
+use offload_tests::{
+    assert_clean, check, check_eq, fails, on_every_backend, on_every_device, read_device, write_device,
+};
 
 /// Launches `kernel(v, p)` over `n` elements of the raw device pointer `p`.
 fn launch_raw(rt: &Runtime, dev: usize, kernel: &offload::Kernel, v: i32, p: u64, n: usize) -> Result<()> {

@@ -2,35 +2,10 @@
 
 use offload::{Error, HostRange, InfoFlags, LaunchArg, MapItem, MapType, Result, Scalar, UpdateDirection};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, on_every_device, on_every_device_with, read_device};
-
-/// The error of `r`; a check failure naming `what` when `r` succeeded.
-fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
-    match r {
-        Ok(v) => Err(Error::InvalidArgument {
-            routine: "check",
-            what: format!("{what}: expected an error, got Ok({v:?})"),
-        }),
-        Err(e) => Ok(e),
-    }
-}
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
-}
-
-/// The host range of a slice the runtime may write into (`update from`).
-fn mut_range<T>(s: &mut [T]) -> HostRange {
-    HostRange::new(s.as_mut_ptr() as usize, std::mem::size_of_val(s))
-}
-
-/// Copies `host` to device address `dst` with `omp_target_memcpy`.
-fn write_device(rt: &offload::Runtime, dst: u64, host: &[i32], dev: usize) -> Result<()> {
-    let bytes = std::mem::size_of_val(host);
-    // SAFETY: `host` is readable for `bytes`; the caller names device memory of that size.
-    unsafe { rt.target_memcpy(dst, host.as_ptr() as u64, bytes, 0, 0, dev, rt.initial_device()) }
-}
+use offload_tests::{
+    assert_clean, check, check_eq, fails, mut_item, mut_range, on_every_device, on_every_device_with,
+    read_device, write_device,
+};
 
 #[test]
 fn case_26_associate_then_disassociate_repeatedly() {

@@ -6,12 +6,9 @@ use offload::{
     Result, Runtime, Scalar, UpdateDirection,
 };
 use offload_kernels::{fill_i32, ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, on_every_backend, on_every_device, on_every_device_with};
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
-}
+use offload_tests::{
+    assert_clean, check, check_eq, mut_item, on_every_backend, on_every_device, on_every_device_with,
+};
 
 /// Indices of the lines that contain every one of `needles`.
 fn find(lines: &[String], needles: &[&str]) -> Vec<usize> {

@@ -2,12 +2,7 @@
 
 use offload::{BackendKind, Error, HostRange, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend, read_device};
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
-}
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, mut_item, on_every_backend, read_device};
 
 /// Launches `kernel(v, p)` over `n` elements of the raw device pointer `p`.
 fn launch_raw(rt: &Runtime, dev: usize, kernel: &offload::Kernel, v: i32, p: u64, n: usize) -> Result<()> {

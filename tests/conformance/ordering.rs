@@ -1,25 +1,9 @@
 //! Cases 42-45: a construct changes each item's count once and copies by its whole map
 //! list (OpenMP 5.x; not LLVM 19's libomptarget).
 
-use offload::{Error, HostRange, LaunchArg, MapItem, MapType, Result, Scalar};
+use offload::{Error, HostRange, LaunchArg, MapItem, MapType, Scalar};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_device};
-
-/// The error of `r`; a check failure naming `what` when `r` succeeded.
-fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
-    match r {
-        Ok(v) => Err(Error::InvalidArgument {
-            routine: "check",
-            what: format!("{what}: expected an error, got Ok({v:?})"),
-        }),
-        Err(e) => Ok(e),
-    }
-}
-
-/// A map item over a slice the runtime may write into (`from` kinds).
-fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
-}
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, fails, mut_item, on_every_device};
 
 fn set(v: i32, x: &[i32]) -> [LaunchArg; 2] {
     [LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())]

@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use offload::{Result, Runtime, RuntimeBuilder};
+use offload::{Error, HostRange, MapItem, MapType, Result, Runtime, RuntimeBuilder};
 
 /// One backend to test, and how to build a runtime that holds only its devices.
 #[derive(Clone, Copy, Debug)]
@@ -182,4 +182,33 @@ pub fn assert_clean(rt: &Runtime, device: usize) -> Result<()> {
     let usage = rt.pool_usage(device)?;
     check!(usage.live_allocations == 0, "device {device} leaked {} allocations", usage.live_allocations);
     Ok(())
+}
+
+/// The error of `r`; a check failure naming `what` when `r` succeeded.
+pub fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
+    match r {
+        Ok(v) => Err(Error::InvalidArgument {
+            routine: "check",
+            what: format!("{what}: expected an error, got Ok({v:?})"),
+        }),
+        Err(e) => Ok(e),
+    }
+}
+
+/// A map item over a slice the runtime may write into (`from` kinds): the pointer comes
+/// from an exclusive borrow.
+pub fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
+    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
+}
+
+/// The host range of a slice the runtime may write into (`update from`).
+pub fn mut_range<T>(s: &mut [T]) -> HostRange {
+    HostRange::new(s.as_mut_ptr() as usize, std::mem::size_of_val(s))
+}
+
+/// Writes `host` to device address `dst` of `device`.
+pub fn write_device(rt: &Runtime, dst: u64, host: &[i32], device: usize) -> Result<()> {
+    let bytes = std::mem::size_of_val(host);
+    // SAFETY: `host` is readable for `bytes`; the caller names device memory of that size.
+    unsafe { rt.target_memcpy(dst, host.as_ptr() as u64, bytes, 0, 0, device, rt.initial_device()) }
 }

@@ -313,17 +313,10 @@ impl Backend for CudaDevice {
         let f = self.function(kernel)?;
         self.bind()?;
         // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
-        let mut storage: Vec<[u8; 8]> = args
-            .iter()
-            .map(|a| match *a {
-                KernelArg::Scalar(s) => s.to_ne_bytes().0,
-                KernelArg::Ptr { addr, .. } => addr.to_ne_bytes(),
-            })
-            .collect();
-        storage.push((n as u64).to_ne_bytes());
-        let mut params: Vec<*mut c_void> = storage.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let mut storage = super::LaunchParams::new(args, n);
+        let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
+        let blocks = super::blocks_for(n, block);
         // SAFETY: the parameters match the kernel's signature by the Kernel convention
         // (arguments in order, then n); pointers are this device's memory, translated
         // through the present table; `storage` outlives the call.

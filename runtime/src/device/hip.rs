@@ -44,14 +44,18 @@ extern "C" {
     fn hiprtcDestroyProgram(prog: *mut HiprtcProgram) -> c_int;
 }
 
+/// The name HIP gives an error code.
+fn error_name(r: hip::hipError_t) -> String {
+    // SAFETY: hipGetErrorName returns a static string for any code.
+    unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned()
+}
+
 /// A HIP call's result as ours.
 fn check(device: usize, call: &'static str, r: hip::hipError_t) -> Result<()> {
     if r == hip::hipError_t::hipSuccess {
         return Ok(());
     }
-    // SAFETY: hipGetErrorName returns a static string for any code.
-    let name = unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned();
-    Err(hip_error(device, call, r as i32, &name, 0, None))
+    Err(hip_error(device, call, r as i32, &error_name(r), 0, None))
 }
 
 /// A stream handle that may cross threads (HIP streams are thread-safe).
@@ -322,9 +326,7 @@ impl Backend for HipDevice {
         let r = unsafe { hip::hipMalloc(&mut p, bytes) };
         if r != hip::hipError_t::hipSuccess {
             let mem = self.mem_info().ok().map(|m| (m.free, m.total));
-            // SAFETY: static strings.
-            let name = unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned();
-            return Err(hip_error(self.number, "hipMalloc", r as i32, &name, bytes, mem));
+            return Err(hip_error(self.number, "hipMalloc", r as i32, &error_name(r), bytes, mem));
         }
         Ok(p as u64)
     }
@@ -399,17 +401,10 @@ impl Backend for HipDevice {
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.select()?;
-        let mut storage: Vec<[u8; 8]> = args
-            .iter()
-            .map(|a| match *a {
-                KernelArg::Scalar(s) => s.to_ne_bytes().0,
-                KernelArg::Ptr { addr, .. } => addr.to_ne_bytes(),
-            })
-            .collect();
-        storage.push((n as u64).to_ne_bytes());
-        let mut params: Vec<*mut c_void> = storage.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let mut storage = super::LaunchParams::new(args, n);
+        let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
+        let blocks = super::blocks_for(n, block);
         // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
         // this device's memory; `storage` outlives the call.
         let r = unsafe {

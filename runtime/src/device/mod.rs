@@ -80,6 +80,35 @@ pub struct MemInfo {
     pub total: usize,
 }
 
+/// A kernel launch's parameters as GPU drivers take them: every argument's bytes, then the
+/// work-item count `n` (the [`Kernel`] convention).
+pub(crate) struct LaunchParams(Vec<[u8; 8]>);
+
+impl LaunchParams {
+    pub(crate) fn new(args: &[KernelArg], n: usize) -> Self {
+        let mut v: Vec<[u8; 8]> = args
+            .iter()
+            .map(|a| match *a {
+                KernelArg::Scalar(s) => s.to_ne_bytes().0,
+                KernelArg::Ptr { addr, .. } => addr.to_ne_bytes(),
+            })
+            .collect();
+        v.push((n as u64).to_ne_bytes());
+        Self(v)
+    }
+
+    /// A pointer to each parameter (the `void**` of `cuLaunchKernel`/`hipModuleLaunchKernel`),
+    /// valid while `self` lives.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut std::ffi::c_void> {
+        self.0.iter_mut().map(|b| b.as_mut_ptr().cast()).collect()
+    }
+}
+
+/// Blocks of `block` threads covering `n` work items (at least one).
+pub(crate) fn blocks_for(n: usize, block: u32) -> u32 {
+    n.div_ceil(block.max(1) as usize).clamp(1, i32::MAX as usize) as u32
+}
+
 /// One side of a pitched 2-D copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Place {
