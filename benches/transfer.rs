@@ -200,25 +200,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
 
     if std::env::var_os("TRANSFER_QUICK").is_none() {
-        println!("\nsweep at 1 GiB (device 0): chunk MiB, depth, threads -> h->d, d->h GB/s");
-        for chunk in [8 * MIB, 16 * MIB, 32 * MIB] {
-            for (depth, threads) in [(2, 16), (4, 16), (4, 24), (3, 32), (4, 24), (2, 16)] {
-                let cfg = StagingConfig {
-                    chunk,
-                    depth,
-                    threads,
-                    register_after: u32::MAX,
-                    ..StagingConfig::default()
-                };
-                let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
-                // SAFETY: `host` outlives the mapping.
-                unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
-                let up = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut host, UpdateDirection::To)));
-                let down = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut host, UpdateDirection::From)));
-                // SAFETY: as above.
-                unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
-                println!("  {:>3} MiB depth {depth} threads {threads:>2}: {up:5.1} {down:5.1}", chunk / MIB);
+        println!("\nsweep (device 0): chunk MiB, chunks at least, piece KiB, threads -> GB/s h->d / d->h at 64 MiB, 256 MiB, 1 GiB");
+        for (chunk, min_chunks, min_piece, threads) in [
+            (16 * MIB, 4, MIB, 24),
+            (16 * MIB, 4, 256 * KIB, 24),
+            (16 * MIB, 8, 256 * KIB, 24),
+            (16 * MIB, 8, MIB, 24),
+            (8 * MIB, 8, 256 * KIB, 24),
+            (32 * MIB, 8, 512 * KIB, 24),
+            (16 * MIB, 8, 512 * KIB, 16),
+            (16 * MIB, 4, MIB, 24),
+        ] {
+            let cfg = StagingConfig {
+                chunk,
+                min_chunks,
+                min_piece,
+                threads,
+                register_after: u32::MAX,
+                ..StagingConfig::default()
+            };
+            let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
+            // SAFETY: `host` outlives the mapping.
+            unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
+            let mut row =
+                format!("  {:>2} MiB x{min_chunks} {:>4} KiB {threads:>2}t:", chunk / MIB, min_piece / KIB);
+            for n in [64 * MIB, 256 * MIB, GIB] {
+                let up = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::To)));
+                let down = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::From)));
+                row.push_str(&format!("  {up:5.1} / {down:5.1}"));
             }
+            // SAFETY: as above.
+            unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
+            println!("{row}");
         }
     }
 

@@ -40,6 +40,11 @@ pub struct StagingConfig {
     pub threads: usize,
     /// Copies smaller than this go straight to the driver.
     pub min_bytes: usize,
+    /// A copy is cut into at least this many chunks (so its first and last chunk, which
+    /// cannot overlap, are a small part of it), down to 2 MiB chunks.
+    pub min_chunks: usize,
+    /// Smallest piece of a chunk one copy thread takes.
+    pub min_piece: usize,
     /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
     /// page-locked where it is once it has been copied `register_after` times (and
     /// unlocked when it is unmapped), since pinning costs about as much as that many
@@ -57,6 +62,8 @@ impl Default for StagingConfig {
             depth: 4,
             threads: 24,
             min_bytes: 16 << 20,
+            min_chunks: 4,
+            min_piece: 1 << 20,
             register_after: 16,
             register_min_bytes: 64 << 20,
         }
@@ -64,10 +71,10 @@ impl Default for StagingConfig {
 }
 
 impl StagingConfig {
-    /// The chunk for a copy of `bytes`: small enough that a copy has a few chunks to
-    /// overlap (4, down to 2 MiB), never above `chunk`.
+    /// The chunk for a copy of `bytes`: small enough that a copy has `min_chunks` chunks to
+    /// overlap (down to 2 MiB), never above `chunk`.
     pub(crate) fn chunk_for(&self, bytes: usize, chunk: usize) -> usize {
-        (bytes / 4).next_multiple_of(4096).clamp((2 << 20).min(chunk), chunk)
+        (bytes / self.min_chunks.max(1)).next_multiple_of(4096).clamp((2 << 20).min(chunk), chunk)
     }
 }
 
@@ -209,9 +216,10 @@ impl StagingRing {
     /// # Safety
     /// Both ranges valid for `n` bytes, disjoint, `dst` not otherwise accessed meanwhile.
     unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize) {
-        // Pieces of at least 1 MiB: below that a thread's start-up costs more than its copy.
+        // Pieces of at least `min_piece`: below that a thread's start-up costs more than
+        // its copy.
         let threads = self.pool.current_num_threads().max(1);
-        let piece = n.div_ceil(threads).next_multiple_of(4096).max(1 << 20);
+        let piece = n.div_ceil(threads).next_multiple_of(4096).max(self.cfg.min_piece.max(4096));
         let pieces = n.div_ceil(piece);
         self.pool.install(|| {
             (0..pieces).into_par_iter().for_each(|i| {

@@ -1,6 +1,6 @@
 //! Devices and the backends that drive them.
 //!
-//! [`Backend`] is the only interface that knows how a device allocates, copies and runs
+//! `Backend` is the only interface that knows how a device allocates, copies and runs
 //! kernels; everything above it (present tables, map clauses, the memory pool, memcpy
 //! between devices) is written once, in the spirit of LLVM's offload plugins. One file per
 //! backend: `host` (always compiled: separate memory, an in-order queue, kernels as Rust
