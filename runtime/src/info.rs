@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | `0x01` | kernel launches with their translated arguments |
 //! | `0x02` | a map found its range already present |
-//! | `0x04` | the present table after each construct |
+//! | `0x04` | the present table after each construct, and with a failed construct's error |
 //! | `0x08` | entries created and removed, with their counts |
 //! | `0x20` | data transfers: direction, bytes, addresses |
 //!

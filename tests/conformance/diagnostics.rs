@@ -445,3 +445,28 @@ fn case_46_entries_are_created_in_list_order_whatever_their_addresses() {
         },
     );
 }
+
+#[test]
+fn a_failed_construct_shows_the_present_table_when_dumps_are_on() {
+    on_every_device_with(
+        "dump on error",
+        |b| b.info(InfoFlags::DUMP_TABLE).capture_info(),
+        |rt, dev| {
+            let (x, y) = ([1u8; 64], [2u8; 8]);
+            // SAFETY: `x` outlives its mapping; the second construct fails before copying.
+            unsafe { rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO)])? };
+            rt.take_info();
+            // SAFETY: as above.
+            let r = unsafe { rt.enter_data(dev, &[MapItem::slice(&y, MapType::TO.present())]) };
+            check!(matches!(r, Err(Error::NotPresent { .. })), "{r:?}");
+            let lines = rt.take_info();
+            let failed =
+                find(&lines, &["target enter data failed", "is not present", "present table (1 entries)"]);
+            check_eq!(failed.len(), 1);
+            check!(lines[failed[0]].contains(&format!("{:#x}", x.as_ptr() as usize)), "{lines:#?}");
+            // SAFETY: as above.
+            unsafe { rt.exit_data(dev, &[MapItem::slice(&x, MapType::DELETE)])? };
+            assert_clean(rt, dev)
+        },
+    );
+}

@@ -138,6 +138,25 @@ impl DeviceState {
     /// # Safety
     /// Every item's host range must be valid for reads for the duration of the call.
     pub(crate) unsafe fn map_enter(&self, items: &[MapItem], c: Construct) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c) })
+    }
+
+    /// Shows the present table with a failed construct's error when table dumps are on
+    /// (`OFFLOAD_INFO` 0x04), as libomptarget prints its mapping table on failure.
+    fn dump_on_error(&self, construct: &str, r: Result<()>) -> Result<()> {
+        if let Err(e) = &r {
+            if self.trace.on(InfoFlags::DUMP_TABLE) {
+                let table = self.table.lock().dump(self.number);
+                self.trace.write(format!("{construct} failed: {e}; {table}"));
+            }
+        }
+        r
+    }
+
+    /// # Safety
+    /// As [`DeviceState::map_enter`].
+    unsafe fn enter_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         self.check_allowed(items, c)?;
         let mut planned = PlannedEntries::default();
         let mut counted: Vec<usize> = Vec::new();
@@ -363,6 +382,13 @@ impl DeviceState {
     /// Every item with a `from` kind must name host memory valid for writes and not
     /// otherwise accessed during the call.
     pub(crate) unsafe fn map_exit(&self, items: &[MapItem], c: Construct) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        self.dump_on_error(c.name(), unsafe { self.exit_list(items, c) })
+    }
+
+    /// # Safety
+    /// As [`DeviceState::map_exit`].
+    unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         self.check_allowed(items, c)?;
         // Under the lock: move the counts, list the copies, take released entries out.
         let mut table = self.table.lock();
@@ -494,6 +520,13 @@ impl DeviceState {
     /// # Safety
     /// Host ranges valid for reads (`To`) or for exclusive writes (`From`).
     pub(crate) unsafe fn update(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        self.dump_on_error("target update", unsafe { self.update_list(items, dir) })
+    }
+
+    /// # Safety
+    /// As [`DeviceState::update`].
+    unsafe fn update_list(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
         {
             let table = self.table.lock();
