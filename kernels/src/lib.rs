@@ -261,6 +261,7 @@ pub fn all() -> [&'static Kernel; 8] {
         &SAXPY,
         &SUM_F32,
         &stencil::JACOBI_STEP,
+        &stencil::JACOBI_STEP_PREFETCH,
         &stencil::STENCIL7_STEP,
     ]
 }
