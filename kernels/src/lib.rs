@@ -252,7 +252,7 @@ pub fn bias_act(
 }
 
 /// Every kernel of this crate, e.g. to compile them all ahead of a timed run.
-pub fn all() -> [&'static Kernel; 8] {
+pub fn all() -> [&'static Kernel; 10] {
     [
         &FILL_F32,
         &FILL_I32,
@@ -260,6 +260,7 @@ pub fn all() -> [&'static Kernel; 8] {
         &SCALE_F32,
         &SAXPY,
         &SUM_F32,
+        &BIAS_ACT,
         &stencil::JACOBI_STEP,
         &stencil::JACOBI_STEP_PREFETCH,
         &stencil::STENCIL7_STEP,
