@@ -34,11 +34,6 @@ fn parse() -> Result<Args, String> {
             "-rows" => a.rows = num("-rows")?.max(1),
             "-csv" => a.csv = true,
             "-check" => a.check = true,
-            "-kernel" => match it.next().as_deref() {
-                Some("prefetch") => a.prefetch = true,
-                Some("plain") => a.prefetch = false,
-                other => return Err(format!("-kernel wants plain or prefetch, got {other:?}")),
-            },
             "-halo" => match it.next().as_deref() {
                 Some("peer") => a.peer_stores = true,
                 Some("memcpy") => a.peer_stores = false,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::spin_barrier::SpinBarrier;
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, HostBuffer, MapType, Runtime};
-use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP, JACOBI_STEP_PREFETCH};
+use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
 
 /// A Jacobi run's settings (the command line of NVIDIA's example, plus ours).
 #[derive(Clone, Debug)]
@@ -31,8 +31,6 @@ pub struct Args {
     pub peer_stores: bool,
     /// Always check against the CPU reference.
     pub check: bool,
-    /// Use the prefetching kernel variant.
-    pub prefetch: bool,
 }
 
 impl Default for Args {
@@ -47,7 +45,6 @@ impl Default for Args {
             rows: 16,
             peer_stores: true,
             check: false,
-            prefetch: false,
         }
     }
 }
@@ -125,7 +122,7 @@ fn run_steps(
     for &d in devices {
         let n = HostBuffer::<f32>::new(rt, 2)?;
         n.enter(d, MapType::TO)?;
-        rt.device(d)?.prepare(if args.prefetch { &JACOBI_STEP_PREFETCH } else { &JACOBI_STEP })?;
+        rt.device(d)?.prepare(&JACOBI_STEP)?;
         norms.push(n);
     }
     // Per-part norms, double-buffered by iteration: the leader sums step i's while the
@@ -146,7 +143,6 @@ fn run_steps(
                     iy_start: 1,
                     iy_end: part.owned(p).len() + 1,
                     rows_per_thread: args.rows,
-                    prefetch: args.prefetch,
                 };
                 let push = [pushes(0, p)?, pushes(1, p)?];
                 for iter in 0..args.niter {

@@ -75,68 +75,6 @@ extern "C" __global__ void __launch_bounds__(256) jacobi_step(
 }
 "#;
 
-const JACOBI_PREFETCH_SRC: &str = r#"
-// One thread per interior column, a strip of `rows` rows each; threads are laid out so a
-// warp never spans two strips (columns padded to whole warps). Left and right neighbours
-// come from the neighbouring lanes' registers (warp shuffles), so each element is loaded
-// about once: the kernel streams `a` and `a_new` through DRAM at close to copy speed.
-extern "C" __global__ void __launch_bounds__(256) jacobi_step_prefetch(
-    const float* __restrict__ a, float* __restrict__ a_new, float* __restrict__ norm,
-    unsigned long long nx_, unsigned long long iy_start_, unsigned long long iy_end_,
-    unsigned long long rows_, unsigned long long slot, unsigned long long cols_pad_,
-    float* __restrict__ push_first, float* __restrict__ push_last, unsigned long long n)
-{
-    const unsigned nx = (unsigned)nx_, iy_start = (unsigned)iy_start_, iy_end = (unsigned)iy_end_;
-    const unsigned rows = (unsigned)rows_, cols_pad = (unsigned)cols_pad_;
-    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
-    const unsigned lane = threadIdx.x & 31;
-    float acc = 0.0f;
-    if (t < n) {  // whole warps: n is a multiple of cols_pad, itself a multiple of 32
-        const unsigned ix = t % cols_pad + 1;
-        const bool active = ix < nx - 1;
-        const unsigned x = active ? ix : nx - 2;  // padding lanes shadow the last column
-        const bool edge_left = lane == 0, edge_right = lane == 31 || ix == nx - 2;
-        const unsigned iy0 = iy_start + (t / cols_pad) * rows;
-        const unsigned iy1 = min(iy0 + rows, iy_end);
-        float up = a[(iy0 - 1) * nx + x];
-        float center = a[iy0 * nx + x];
-        float down = a[(iy0 + 1) * nx + x];
-        #pragma unroll 4
-        for (unsigned iy = iy0; iy < iy1; ++iy) {
-            // The row after next is loaded a step ahead, so two loads are in flight.
-            const float next = a[min(iy + 2, iy_end) * nx + x];
-            float left = __shfl_up_sync(0xffffffffu, center, 1);
-            float right = __shfl_down_sync(0xffffffffu, center, 1);
-            if (edge_left) left = a[iy * nx + x - 1];
-            if (edge_right) right = a[iy * nx + x + 1];
-            const float v = 0.25f * (right + left + down + up);
-            if (active) {
-                a_new[iy * nx + x] = v;
-                if (iy == iy_start && push_first) push_first[x] = v;
-                if (iy == iy_end - 1 && push_last) push_last[x] = v;
-                const float r = v - center;
-                acc += r * r;
-            }
-            up = center;
-            center = down;
-            down = next;
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
-    __shared__ float warp_sums[32];
-    if (lane == 0) warp_sums[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
-        if (threadIdx.x == 0) {
-            atomicAdd(&norm[slot], acc);
-            if (blockIdx.x == 0) norm[1 - slot] = 0.0f;
-        }
-    }
-}
-"#;
-
 fn jacobi_host(l: &HostLaunch<'_>) -> Result<(), String> {
     let u = |i| l.scalar::<u64>(i).map(|v| v as usize);
     let (nx, iy_start, iy_end, slot) = (u(3)?, u(4)?, u(5)?, u(7)?);
@@ -199,11 +137,6 @@ fn jacobi_host(l: &HostLaunch<'_>) -> Result<(), String> {
 pub static JACOBI_STEP: Kernel =
     Kernel::new("jacobi_step").with_cuda(JACOBI_SRC).with_host(jacobi_host).with_block(256);
 
-/// [`JACOBI_STEP`] with the next row's load issued a step ahead (an experiment: same
-/// arithmetic, same results; `examples/jacobi.rs -kernel prefetch`).
-pub static JACOBI_STEP_PREFETCH: Kernel =
-    Kernel::new("jacobi_step_prefetch").with_cuda(JACOBI_PREFETCH_SRC).with_host(jacobi_host).with_block(256);
-
 /// A Jacobi launch's shape.
 #[derive(Clone, Copy, Debug)]
 pub struct JacobiShape {
@@ -215,8 +148,6 @@ pub struct JacobiShape {
     pub iy_end: usize,
     /// Rows per GPU thread.
     pub rows_per_thread: usize,
-    /// Whether to use [`JACOBI_STEP_PREFETCH`].
-    pub prefetch: bool,
 }
 
 /// Runs one Jacobi step (see [`JACOBI_STEP`]).
@@ -231,7 +162,7 @@ pub fn jacobi_step(
     push_first: DevicePtr,
     push_last: DevicePtr,
 ) -> Result<()> {
-    let JacobiShape { nx, iy_start, iy_end, rows_per_thread, prefetch } = shape;
+    let JacobiShape { nx, iy_start, iy_end, rows_per_thread } = shape;
     let need = (iy_end + 1) * nx;
     for (i, v) in [(0usize, a.len()), (1, a_new.len())] {
         if v < need || iy_start == 0 || nx < 3 {
@@ -247,7 +178,7 @@ pub fn jacobi_step(
     let n = cols_pad * (iy_end - iy_start).div_ceil(rows);
     let u = |v: usize| v as u64;
     dev.launch(
-        if prefetch { &JACOBI_STEP_PREFETCH } else { &JACOBI_STEP },
+        &JACOBI_STEP,
         n,
         (a, a_new, norm, u(nx), u(iy_start), u(iy_end), u(rows), u(slot), u(cols_pad), push_first, push_last),
     )
