@@ -8,7 +8,8 @@ use offload::{
 };
 use offload_kernels::{FILL_F32, FILL_I32, SUM_F32};
 use offload_tests::{
-    assert_clean, check, check_eq, device_copy_of, mut_item, on_every_device, on_every_device_with,
+    assert_clean, check, check_eq, device_copy_of, fill_device, mut_item, on_every_device,
+    on_every_device_with,
 };
 
 /// The (dynamic, structured) counts of the entry holding `x`, `None` when absent.
@@ -19,21 +20,6 @@ fn counts<T>(rt: &Runtime, x: &[T], dev: usize) -> Result<Option<(u64, u64)>> {
 /// Host->device and device->host copies between two snapshots.
 fn copies(before: TransferStats, after: TransferStats) -> (u64, u64) {
     (after.to_device - before.to_device, after.from_device - before.from_device)
-}
-
-/// Sets every element of the device copy of `x` to `v`, with a launch that maps nothing.
-fn fill_device(rt: &Runtime, dev: usize, x: &[i32], v: i32) -> Result<()> {
-    // SAFETY: no map list; `x` is mapped on `dev` (the launch fails otherwise), and the
-    // kernel writes x.len() i32 of its device copy, which the translation bounds.
-    unsafe {
-        rt.target_launch(
-            dev,
-            &FILL_I32,
-            x.len(),
-            &[],
-            &[LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())],
-        )
-    }
 }
 
 /// `enter data map(to: x)` `times` times.

@@ -4,28 +4,12 @@
 //! `exit data` never removes an entry a region holds (rule 7): `delete` only zeroes the
 //! dynamic count.
 
-use offload::{map, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
-use offload_kernels::FILL_I32;
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_device};
+use offload::{map, MapItem, MapType, Result, Runtime};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, fill_device, on_every_device};
 
 /// The (dynamic, structured) counts of the entry holding `x`, `None` when absent.
 fn counts<T>(rt: &Runtime, x: &[T], dev: usize) -> Result<Option<(u64, u64)>> {
     Ok(rt.entry(x.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)))
-}
-
-/// Sets every element of the device copy of `x` to `v`, with a launch that maps nothing.
-fn fill_device(rt: &Runtime, dev: usize, x: &[i32], v: i32) -> Result<()> {
-    // SAFETY: no map list; `x` is mapped on `dev` (the launch fails otherwise), and the
-    // kernel writes x.len() i32 of its device copy, which the translation bounds.
-    unsafe {
-        rt.target_launch(
-            dev,
-            &FILL_I32,
-            x.len(),
-            &[],
-            &[LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())],
-        )
-    }
 }
 
 #[test]

@@ -212,3 +212,20 @@ pub fn write_device(rt: &Runtime, dst: u64, host: &[i32], device: usize) -> Resu
     // SAFETY: `host` is readable for `bytes`; the caller names device memory of that size.
     unsafe { rt.target_memcpy(dst, host.as_ptr() as u64, bytes, 0, 0, device, rt.initial_device()) }
 }
+
+/// Sets every element of the device copy of `x` to `v` with a launch that maps nothing (so
+/// `x` must already be mapped on `device`).
+pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()> {
+    use offload::{LaunchArg, Scalar};
+    // SAFETY: no map list; `x` is translated through the present table (the launch fails
+    // when it is not mapped), and the kernel writes x.len() i32 of its device copy.
+    unsafe {
+        rt.target_launch(
+            device,
+            &offload_kernels::FILL_I32,
+            x.len(),
+            &[],
+            &[LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())],
+        )
+    }
+}
