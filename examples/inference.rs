@@ -17,7 +17,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use offload::Runtime;
+use offload_examples::example_runtime;
 use offload_examples::inference::{check, uniform, Deployment, Mlp};
 
 struct Args {
@@ -52,14 +52,7 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
-    // GPUs when there are any; else OFFLOAD_HOST_DEVICES host devices, two by default.
-    let mut rt = Runtime::builder().host_devices(0).build()?;
-    if rt.num_devices() == 0 {
-        rt = Runtime::new()?;
-    }
-    if rt.num_devices() == 0 {
-        rt = Runtime::builder().host_devices(2).build()?;
-    }
+    let rt = example_runtime()?;
     let n = args.ndev.unwrap_or(rt.num_devices()).clamp(1, rt.num_devices().max(1));
     let devices: Vec<usize> = (0..n).collect();
     print!("{}", rt.device_report());

@@ -14,7 +14,7 @@
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
-use offload::Runtime;
+use offload_examples::example_runtime;
 use offload_examples::jacobi::{max_diff, reference, solve, Args};
 
 fn parse() -> Result<Args, String> {
@@ -54,18 +54,7 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
-    let mut b = Runtime::builder();
-    if std::env::var_os("OFFLOAD_HOST_DEVICES").is_none() {
-        b = b.host_devices(2);
-    }
-    let mut rt = b.build()?;
-    // With GPUs, use only GPUs.
-    if rt.num_devices() > 0
-        && rt.describe(0)?.kind != offload::BackendKind::Host
-        && std::env::var_os("OFFLOAD_HOST_DEVICES").is_none()
-    {
-        rt = Runtime::builder().host_devices(0).build()?;
-    }
+    let rt = example_runtime()?;
     let all = rt.num_devices().max(1);
     let ndev = args.ndev.unwrap_or(all).clamp(1, all);
     let devices: Vec<usize> =

@@ -12,7 +12,7 @@
 //! `-planes N` (planes per GPU thread, 16), `-csv`, `-halo peer|memcpy` (peer stores from
 //! the kernel, or `target_memcpy` after it).
 
-use offload::Runtime;
+use offload_examples::example_runtime;
 use offload_examples::stencil3d::{max_diff, reference, solve, Args};
 
 fn parse() -> Result<Args, String> {
@@ -51,13 +51,7 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
-    let hosts = std::env::var_os("OFFLOAD_HOST_DEVICES").is_some();
-    let mut rt = Runtime::builder().host_devices(if hosts { 0 } else { 2 }).build()?;
-    if hosts {
-        rt = Runtime::new()?;
-    } else if rt.num_devices() > 0 && rt.describe(0)?.kind != offload::BackendKind::Host {
-        rt = Runtime::builder().host_devices(0).build()?;
-    }
+    let rt = example_runtime()?;
     let all = rt.num_devices().max(1);
     let n = args.ndev.unwrap_or(all).clamp(1, all);
     let devices: Vec<usize> =

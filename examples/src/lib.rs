@@ -5,3 +5,18 @@ pub mod inference;
 pub mod jacobi;
 pub mod spin_barrier;
 pub mod stencil3d;
+
+use offload::Runtime;
+
+/// The runtime the examples run on: with `OFFLOAD_HOST_DEVICES` set, what the environment
+/// says; otherwise the GPUs when there are any, else two host devices.
+pub fn example_runtime() -> offload::Result<Runtime> {
+    if std::env::var_os("OFFLOAD_HOST_DEVICES").is_some() {
+        return Runtime::new();
+    }
+    let gpus = Runtime::builder().host_devices(0).build()?;
+    if gpus.num_devices() > 0 {
+        return Ok(gpus);
+    }
+    Runtime::builder().host_devices(2).build()
+}
