@@ -17,8 +17,8 @@
 use std::io::Write;
 use std::time::Instant;
 
-use offload_examples::example_runtime;
 use offload_examples::inference::{check, uniform, Deployment, Mlp};
+use offload_examples::{example_devices, example_runtime};
 
 struct Args {
     layers: usize,
@@ -53,8 +53,7 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let rt = example_runtime()?;
-    let n = args.ndev.unwrap_or(rt.num_devices()).clamp(1, rt.num_devices().max(1));
-    let devices: Vec<usize> = (0..n).collect();
+    let devices = example_devices(&rt, args.ndev);
     print!("{}", rt.device_report());
     let (w, rows) = (args.width, args.batch);
     println!(

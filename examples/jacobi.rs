@@ -14,8 +14,8 @@
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
-use offload_examples::example_runtime;
 use offload_examples::jacobi::{max_diff, reference, solve, Args};
+use offload_examples::{example_devices, example_runtime};
 
 fn parse() -> Result<Args, String> {
     let mut a = Args::default();
@@ -55,10 +55,7 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let rt = example_runtime()?;
-    let all = rt.num_devices().max(1);
-    let ndev = args.ndev.unwrap_or(all).clamp(1, all);
-    let devices: Vec<usize> =
-        if rt.num_devices() == 0 { vec![rt.initial_device()] } else { (0..ndev).collect() };
+    let devices = example_devices(&rt, args.ndev);
     if !args.csv {
         print!("{}", rt.device_report());
         println!(

@@ -12,8 +12,8 @@
 //! `-planes N` (planes per GPU thread, 16), `-csv`, `-halo peer|memcpy` (peer stores from
 //! the kernel, or `target_memcpy` after it).
 
-use offload_examples::example_runtime;
 use offload_examples::stencil3d::{max_diff, reference, solve, Args};
+use offload_examples::{example_devices, example_runtime};
 
 fn parse() -> Result<Args, String> {
     let mut a = Args::default();
@@ -52,10 +52,7 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let rt = example_runtime()?;
-    let all = rt.num_devices().max(1);
-    let n = args.ndev.unwrap_or(all).clamp(1, all);
-    let devices: Vec<usize> =
-        if rt.num_devices() == 0 { vec![rt.initial_device()] } else { (0..n).collect() };
+    let devices = example_devices(&rt, args.ndev);
     if !args.csv {
         print!("{}", rt.device_report());
         println!("7-point stencil: {} iterations on {} x {} x {}", args.niter, args.nz, args.ny, args.nx);

@@ -20,3 +20,12 @@ pub fn example_runtime() -> offload::Result<Runtime> {
     }
     Runtime::builder().host_devices(2).build()
 }
+
+/// The first `ndev` devices of `rt` (all when `None`), or the initial device when it has
+/// none.
+pub fn example_devices(rt: &Runtime, ndev: Option<usize>) -> Vec<usize> {
+    if rt.num_devices() == 0 {
+        return vec![rt.initial_device()];
+    }
+    (0..ndev.unwrap_or(rt.num_devices()).clamp(1, rt.num_devices())).collect()
+}

@@ -262,13 +262,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         views: V,
         after: &[&Task],
     ) -> Result<Task> {
-        let rt = self.rt;
-        self.spawn(device, Lane::CopyOut, after, false, move |_| {
-            let mut items = Vec::new();
-            views.exit_items(&mut items);
-            // SAFETY: `from` items come from exclusive borrows held for 'scope.
-            unsafe { rt.exit_data(device, &items) }
-        })
+        self.unmap(device, views, after, false)
     }
 
     /// Like [`NowaitScope::exit`], but runs even if a dependency failed; then it copies
@@ -279,14 +273,26 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         views: V,
         after: &[&Task],
     ) -> Result<Task> {
+        self.unmap(device, views, after, true)
+    }
+
+    /// The body of `exit` and `cleanup` (a plain exit never runs after a failed dependency,
+    /// so for it `before` is always `Ok`).
+    fn unmap<V: ExitList + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        views: V,
+        after: &[&Task],
+        cleanup: bool,
+    ) -> Result<Task> {
         let rt = self.rt;
-        self.spawn(device, Lane::CopyOut, after, true, move |before| {
+        self.spawn(device, Lane::CopyOut, after, cleanup, move |before| {
             let mut items = Vec::new();
             views.exit_items(&mut items);
             if before.is_err() {
                 items.iter_mut().for_each(|i| i.map_type = MapType::RELEASE);
             }
-            // SAFETY: as in `exit`.
+            // SAFETY: `from` items come from exclusive borrows held for 'scope.
             let r = unsafe { rt.exit_data(device, &items) };
             before.and(r)
         })

@@ -142,6 +142,26 @@ impl DeviceState {
         self.dump_on_error(c.name(), unsafe { self.enter_list(items, c) })
     }
 
+    /// The entry a request for `range` refers to (`None` when absent), or the error for a
+    /// partial overlap, or for an absent range asked for with `present` (`what` says which
+    /// construct asked).
+    fn resolve(
+        &self,
+        table: &PresentTable,
+        range: HostRange,
+        present: bool,
+        what: &'static str,
+    ) -> Result<Option<usize>> {
+        match table.lookup(range) {
+            Lookup::Extends(existing) => {
+                Err(Error::Extension { device: self.number, requested: range, existing })
+            }
+            Lookup::Absent if present => Err(Error::NotPresent { device: self.number, range, what }),
+            Lookup::Absent => Ok(None),
+            Lookup::Inside(k) => Ok(Some(k)),
+        }
+    }
+
     /// Shows the present table with a failed construct's error when table dumps are on
     /// (`OFFLOAD_INFO` 0x04), as libomptarget prints its mapping table on failure.
     fn dump_on_error(&self, construct: &str, r: Result<()>) -> Result<()> {
@@ -165,19 +185,7 @@ impl DeviceState {
             let mut table = self.table.lock();
             // Presence and extension are judged against the table as the construct found it.
             for it in items {
-                match table.lookup(it.range) {
-                    Lookup::Extends(existing) => {
-                        return Err(Error::Extension { device: self.number, requested: it.range, existing })
-                    }
-                    Lookup::Absent if it.map_type.present => {
-                        return Err(Error::NotPresent {
-                            device: self.number,
-                            range: it.range,
-                            what: "a `present` map on entry",
-                        })
-                    }
-                    _ => {}
-                }
+                self.resolve(&table, it.range, it.map_type.present, "a `present` map on entry")?;
             }
             if let Err(e) = self.plan_enter(&mut table, items, c, &mut planned, &mut counted, &mut copies) {
                 self.undo_counts(&mut table, &counted, c);
@@ -394,22 +402,9 @@ impl DeviceState {
         let mut table = self.table.lock();
         let mut keys = Vec::with_capacity(items.len());
         for it in items {
-            let key = match table.lookup(it.range) {
-                Lookup::Extends(existing) => {
-                    return Err(Error::Extension { device: self.number, requested: it.range, existing })
-                }
-                Lookup::Absent if it.map_type.present => {
-                    return Err(Error::NotPresent {
-                        device: self.number,
-                        range: it.range,
-                        what: "a `present` map on exit",
-                    })
-                }
-                Lookup::Absent => None,
-                Lookup::Inside(_) if it.range.bytes == 0 => None,
-                Lookup::Inside(k) => Some(k),
-            };
-            keys.push(key);
+            let key = self.resolve(&table, it.range, it.map_type.present, "a `present` map on exit")?;
+            // Zero-length items are only checked: they move no count.
+            keys.push(key.filter(|_| it.range.bytes > 0));
         }
         // Each entry once, in reverse list order, with its counts before the construct.
         let mut touched: Vec<(usize, Entry)> = Vec::new();
@@ -531,23 +526,9 @@ impl DeviceState {
         {
             let table = self.table.lock();
             for &(range, present) in items {
-                match table.lookup(range) {
-                    Lookup::Extends(existing) => {
-                        return Err(Error::Extension { device: self.number, requested: range, existing })
-                    }
-                    Lookup::Absent if present => {
-                        return Err(Error::NotPresent {
-                            device: self.number,
-                            range,
-                            what: "`target update` with `present`",
-                        })
-                    }
-                    Lookup::Inside(k) if range.bytes > 0 => {
-                        if let Some(e) = table.get(k) {
-                            found.push((range, e.translate(range.begin), k));
-                        }
-                    }
-                    _ => {}
+                let key = self.resolve(&table, range, present, "`target update` with `present`")?;
+                if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
+                    found.push((range, e.translate(range.begin), e.range.begin));
                 }
             }
         }
