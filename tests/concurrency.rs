@@ -62,7 +62,7 @@ fn threads_map_launch_and_unmap_shared_and_private_ranges() {
                     // must find its data there already.
                     // SAFETY: `shared` outlives every construct and is only read.
                     unsafe { rt.enter_data(dev, &[MapItem::slice(&shared, MapType::TO)])? };
-                    check!(rt.entry(shared.as_ptr() as usize, dev)?.is_some_and(|e| e.dynamic >= 1));
+                    check!(rt.entry(shared.as_ptr() as usize, dev)?.is_some_and(|e| e.ref_count >= 1));
                     check!(
                         device_copy_of(rt, &shared, dev)? == shared,
                         "round {r}: shared data wrong on {dev}"
@@ -134,7 +134,7 @@ fn threads_count_one_shared_range_exactly() {
                 // Every thread reaches the barriers, even after a failure, so none waits forever.
                 entered.wait();
                 let on_dev = (0..THREADS).filter(|u| u % ndev == dev).count() as u64;
-                let count = rt.entry(sp, dev).map(|e| e.map(|e| e.dynamic));
+                let count = rt.entry(sp, dev).map(|e| e.map(|e| e.ref_count));
                 checked.wait();
                 r?;
                 check_eq!(count?, Some(on_dev * K));

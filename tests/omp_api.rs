@@ -197,7 +197,7 @@ fn target_data_region_and_launch() -> Result<()> {
             // A launch with its own (present) map of the region's data.
             target(dev, &ADD_I32, 1000, &[MapItem::raw(a.as_ptr(), 4000, MapType::TOFROM.present())], &args)?;
             check_eq!(a[0], 1);
-            check!(rt.entry(a.as_ptr() as usize, dev as usize)?.is_some_and(|e| e.structured == 1));
+            check!(rt.entry(a.as_ptr() as usize, dev as usize)?.is_some_and(|e| e.ref_count == 1));
             target_data_end(dev, &list)?;
         }
         check!(a.iter().all(|&v| v == 3));

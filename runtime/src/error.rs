@@ -117,14 +117,14 @@ pub enum Error {
         found: &'static str,
     },
 
-    /// `disassociate_ptr` while a structured region or launch still holds the entry.
-    #[error("device {device}: cannot disassociate {range}: a structured region holds it (structured count {count})")]
+    /// `disassociate_ptr` while a region's `hold` map still holds the entry.
+    #[error("device {device}: cannot disassociate {range}: a `hold` map of a region holds it (hold count {count})")]
     StillHeld {
         /// Device number.
         device: usize,
         /// The associated range.
         range: HostRange,
-        /// Its structured reference count.
+        /// Its hold count.
         count: u64,
     },
 

@@ -72,6 +72,14 @@ impl<'a, T: DeviceCopy> Map<'a, T> {
         self
     }
 
+    /// Adds the `hold` modifier (LLVM's `ompx_hold`): the map moves the entry's hold count,
+    /// so no `exit data` removes the entry while the region lasts (regions only:
+    /// [`Device::data`], [`Device::target`]).
+    pub fn hold(mut self) -> Self {
+        self.item.map_type = self.item.map_type.hold();
+        self
+    }
+
     /// The map item in the OpenMP shape.
     pub fn item(&self) -> MapItem {
         self.item

@@ -644,8 +644,11 @@ impl Runtime {
 
     // ---- map constructs ------------------------------------------------------------
 
-    /// `#pragma omp target data map(...)`, the opening half: maps `items` with structured
-    /// counts. On the initial device it does nothing.
+    /// `#pragma omp target data map(...)`, the opening half: maps `items` (each moving the
+    /// entry's reference count, or its hold count with [`MapType::hold`]). On the initial
+    /// device it does nothing.
+    ///
+    /// [`MapType::hold`]: crate::MapType::hold
     ///
     /// # Safety
     /// Each item's host range must stay valid until the matching
@@ -1020,8 +1023,8 @@ impl DeviceState {
                 found: "it was mapped by a map clause",
             });
         }
-        if e.structured > 0 {
-            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.structured });
+        if e.hold_count > 0 {
+            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.hold_count });
         }
         table.remove(e.range.begin);
         self.trace

@@ -124,7 +124,7 @@ fn case_27_disassociate_of_a_mapped_range_fails() {
         check!(rt.is_present(yp, dev)?);
         check_eq!(rt.entry(yp, dev)?, mapped);
         check!(
-            mapped.as_ref().is_some_and(|e| e.dynamic == 1 && e.structured == 0 && !e.associated),
+            mapped.as_ref().is_some_and(|e| e.ref_count == 1 && e.hold_count == 0 && !e.associated),
             "{mapped:?}"
         );
         // SAFETY: `y` is alive.
@@ -135,7 +135,7 @@ fn case_27_disassociate_of_a_mapped_range_fails() {
 }
 
 #[test]
-fn case_28_disassociate_inside_a_structured_region_fails() {
+fn case_28_disassociate_inside_a_hold_region_fails() {
     on_every_device("case 28", |rt, dev| {
         let mut x = [0i32; 4];
         let xp = x.as_ptr() as usize;
@@ -143,26 +143,26 @@ fn case_28_disassociate_inside_a_structured_region_fails() {
         // SAFETY: `d` holds 16 bytes until freed below.
         unsafe { rt.associate_ptr(xp, d, 16, 0, dev)? };
         let stats = rt.transfer_stats(dev)?;
-        let list = [mut_item(&mut x, MapType::TOFROM)];
+        let list = [mut_item(&mut x, MapType::ALLOC.hold())];
         for depth in 1..=2u64 {
             // SAFETY: `x` outlives the region.
             unsafe { rt.target_data_begin(dev, &list)? };
-            check!(rt.entry(xp, dev)?.is_some_and(|e| e.associated && e.structured == depth));
+            check!(rt.entry(xp, dev)?.is_some_and(|e| e.associated && e.hold_count == depth));
             // SAFETY: no kernel runs.
-            let e = fails(unsafe { rt.disassociate_ptr(xp, dev) }, "disassociate inside target data")?;
+            let e = fails(unsafe { rt.disassociate_ptr(xp, dev) }, "disassociate inside a hold region")?;
             check!(
                 matches!(e, Error::StillHeld { device, range, count }
                     if device == dev && range == HostRange::new(xp, 16) && count == depth),
                 "{e:?}"
             );
-            check!(e.to_string().contains(&format!("structured count {depth}")), "{e}");
+            check!(e.to_string().contains(&format!("hold count {depth}")), "{e}");
             check_eq!(rt.mapped_ptr(xp, dev)?, Some(d));
         }
         for _ in 0..2 {
             // SAFETY: as for the begin.
             unsafe { rt.target_data_end(dev, &list)? };
         }
-        check!(rt.entry(xp, dev)?.is_some_and(|e| e.associated && e.structured == 0));
+        check!(rt.entry(xp, dev)?.is_some_and(|e| e.associated && e.hold_count == 0));
         // The region copied nothing (an associated entry is never copied implicitly).
         check_eq!(rt.transfer_stats(dev)?, stats);
         // SAFETY: no region holds it any more; then nothing uses `d`.
@@ -170,6 +170,34 @@ fn case_28_disassociate_inside_a_structured_region_fails() {
             rt.disassociate_ptr(xp, dev)?;
             rt.target_free(d, dev)?;
         }
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn case_28_disassociate_inside_a_plain_region_succeeds() {
+    on_every_device("case 28 (no hold)", |rt, dev| {
+        let mut x = [0i32; 4];
+        let xp = x.as_ptr() as usize;
+        let d = rt.target_alloc(16, dev)?;
+        // SAFETY: `d` holds 16 bytes until freed below.
+        unsafe { rt.associate_ptr(xp, d, 16, 0, dev)? };
+        let stats = rt.transfer_stats(dev)?;
+        let list = [mut_item(&mut x, MapType::TOFROM)];
+        // SAFETY: `x` outlives the region.
+        unsafe { rt.target_data_begin(dev, &list)? };
+        // The infinite reference count does not move, so nothing holds the entry.
+        check!(rt.entry(xp, dev)?.is_some_and(|e| e.associated && e.hold_count == 0));
+        // SAFETY: no kernel runs.
+        unsafe { rt.disassociate_ptr(xp, dev)? };
+        check!(!rt.is_present(xp, dev)?, "disassociate left the entry");
+        // The region's end finds `x` absent: nothing copied, nothing freed.
+        // SAFETY: as for the begin.
+        unsafe { rt.target_data_end(dev, &list)? };
+        check_eq!(rt.transfer_stats(dev)?, stats);
+        check!(!rt.is_present(xp, dev)?);
+        // SAFETY: the association is gone; nothing uses `d`.
+        unsafe { rt.target_free(d, dev)? };
         assert_clean(rt, dev)
     });
 }

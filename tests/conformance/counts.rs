@@ -1,7 +1,8 @@
 //! Cases 1-10 of CONFORMANCE.md: counts and copies.
 //!
-//! Cases 1-7 walk one host variable through the dynamic count (each case builds the state
-//! it starts from); 8-10 are structured regions and target launches.
+//! Cases 1-7 walk one host variable through the reference count with enter/exit data (each
+//! case builds the state it starts from); 8-10 are `target data` regions and launches,
+//! which move the same count.
 
 use offload::{
     map, HostRange, InfoFlags, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, TransferStats,
@@ -12,9 +13,9 @@ use offload_tests::{
     on_every_device_with,
 };
 
-/// The (dynamic, structured) counts of the entry holding `x`, `None` when absent.
+/// The (reference, hold) counts of the entry holding `x`, `None` when absent.
 fn counts<T>(rt: &Runtime, x: &[T], dev: usize) -> Result<Option<(u64, u64)>> {
-    Ok(rt.entry(x.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)))
+    Ok(rt.entry(x.as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)))
 }
 
 /// Host->device and device->host copies between two snapshots.
@@ -210,18 +211,21 @@ fn case_08_nested_target_data_copies_back_at_the_outer_end() {
         let outer = [mut_item(&mut m, MapType::TOFROM)];
         // SAFETY: `m` stays alive and unaliased until the matching target_data_end.
         unsafe { rt.target_data_begin(dev, &outer)? };
-        check_eq!(counts(rt, &m, dev)?, Some((0, 1)));
+        check_eq!(counts(rt, &m, dev)?, Some((1, 0)));
         let s0 = rt.transfer_stats(dev)?;
         gpu.data(map::tofrom(&mut m), |v| {
             check!(rt.is_present(v.host_range().begin, dev)?, "m not present in the inner region");
-            check_eq!(rt.entry(v.host_range().begin, dev)?.map(|e| (e.dynamic, e.structured)), Some((0, 2)));
+            check_eq!(
+                rt.entry(v.host_range().begin, dev)?.map(|e| (e.ref_count, e.hold_count)),
+                Some((2, 0))
+            );
             offload_kernels::fill_i32(&gpu, 7, v)
         })?;
         let s1 = rt.transfer_stats(dev)?;
         // The inner region neither copied in (present) nor back (not released).
         check_eq!(copies(s0, s1), (0, 0));
         check_eq!(m, vec![0; 16]);
-        check_eq!(counts(rt, &m, dev)?, Some((0, 1)));
+        check_eq!(counts(rt, &m, dev)?, Some((1, 0)));
         check!(rt.is_present(m.as_ptr() as usize, dev)?, "m absent between the two ends");
         let s2 = rt.transfer_stats(dev)?;
         // SAFETY: matches the begin above; `m` is not otherwise accessed during the call.
@@ -246,14 +250,14 @@ fn case_08_nested_target_data_raw() {
             rt.target_data_begin(dev, &list)?;
         }
         check_eq!(copies(s0, rt.transfer_stats(dev)?), (1, 0));
-        check_eq!(counts(rt, &m, dev)?, Some((0, 2)));
+        check_eq!(counts(rt, &m, dev)?, Some((2, 0)));
         fill_device(rt, dev, &m, 3)?;
         let s1 = rt.transfer_stats(dev)?;
         // SAFETY: matches the inner begin; `m` is not otherwise accessed during the call.
         unsafe { rt.target_data_end(dev, &list)? };
         check_eq!(copies(s1, rt.transfer_stats(dev)?), (0, 0));
         check_eq!(m, vec![0; 16]);
-        check_eq!(counts(rt, &m, dev)?, Some((0, 1)));
+        check_eq!(counts(rt, &m, dev)?, Some((1, 0)));
         // SAFETY: matches the outer begin; `m` is not otherwise accessed during the call.
         unsafe { rt.target_data_end(dev, &list)? };
         check_eq!(copies(s1, rt.transfer_stats(dev)?), (0, 1));
@@ -308,7 +312,7 @@ fn case_09_launch_tofrom_inside_a_region_keeps_the_entry() {
         };
         check_eq!(copies(s0, rt.transfer_stats(dev)?), (0, 0));
         check!(rt.is_present(m.as_ptr() as usize, dev)?, "m absent after a launch inside the region");
-        check_eq!(counts(rt, &m, dev)?, Some((0, 1)));
+        check_eq!(counts(rt, &m, dev)?, Some((1, 0)));
         check_eq!(m, vec![0; 8]);
         // SAFETY: matches the begin above; `m` is not otherwise accessed during the call.
         unsafe { rt.target_data_end(dev, &maps)? };

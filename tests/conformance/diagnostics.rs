@@ -46,7 +46,7 @@ fn case_46_info_trace_of_a_target_data_region() {
             check_eq!(created.len(), 3);
             for (i, r) in created.iter().zip([&sa, &sb, &sc]) {
                 check!(begin[*i].contains(r.as_str()), "line {:?} should name {r}", begin[*i]);
-                check!(begin[*i].contains("counts dynamic 0 structured 1"), "{:?}", begin[*i]);
+                check!(begin[*i].contains("ref count 1 hold count 0"), "{:?}", begin[*i]);
             }
             // Copies in for B and C only, with their sizes; none for A.
             let to = find(&begin, &[&me, "copy host->device"]);
@@ -65,7 +65,7 @@ fn case_46_info_trace_of_a_target_data_region() {
             check_eq!(removed.len(), 3);
             for (i, r) in removed.iter().zip([&sc, &sb, &sa]) {
                 check!(end[*i].contains(r.as_str()), "line {:?} should name {r}", end[*i]);
-                check!(end[*i].contains("counts dynamic 0 structured 0"), "{:?}", end[*i]);
+                check!(end[*i].contains("ref count 0 hold count 0"), "{:?}", end[*i]);
             }
             // B's data comes back before its memory goes.
             check!(from[0] < removed[1], "{end:#?}");
@@ -97,7 +97,7 @@ fn case_46_info_trace_of_a_launch_and_an_existing_mapping() {
             let lines = rt.take_info();
             let exists = find(&lines, &[&format!("device {dev}: mapping exists"), &r]);
             check_eq!(exists.len(), 1);
-            check!(lines[exists[0]].contains("counts dynamic 1 structured 0"), "{lines:#?}");
+            check!(lines[exists[0]].contains("ref count 1 hold count 0"), "{lines:#?}");
             let launch =
                 find(&lines, &[&format!("device {dev}: launch `fill_i32` n=8 args [I32(4), device 0x")]);
             check_eq!(launch.len(), 1);
@@ -142,7 +142,7 @@ fn case_47_present_table_dump() {
             |p: usize| r.iter().find(|l| l.split_whitespace().next() == Some(&format!("{p:#x}"))).copied();
         let ra = row_of(ap).unwrap_or_default().split_whitespace().collect::<Vec<_>>();
         let rb = row_of(bp).unwrap_or_default().split_whitespace().collect::<Vec<_>>();
-        // host, device, bytes, dynamic, structured
+        // host, device, bytes, ref count, hold
         check_eq!(ra.get(2..), Some(&["100", "1", "0"][..]));
         check_eq!(rb.get(2..), Some(&["80", "2", "0"][..]));
         let device_a = format!("{:#x}", rt.mapped_ptr(ap, dev)?.unwrap_or(0));
@@ -466,6 +466,34 @@ fn a_failed_construct_shows_the_present_table_when_dumps_are_on() {
             check!(lines[failed[0]].contains(&format!("{:#x}", x.as_ptr() as usize)), "{lines:#?}");
             // SAFETY: as above.
             unsafe { rt.exit_data(dev, &[MapItem::slice(&x, MapType::DELETE)])? };
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+#[test]
+fn traces_and_dumps_show_the_hold_count() {
+    on_every_device_with(
+        "hold in traces and dumps",
+        |b| b.info(InfoFlags::ENTRIES).capture_info(),
+        |rt, dev| {
+            let x = [0i32; 4];
+            let r = HostRange::of(&x).to_string();
+            let region = [MapItem::slice(&x, MapType::ALLOC.hold())];
+            rt.take_info();
+            // SAFETY: `x` outlives the region.
+            unsafe { rt.target_data_begin(dev, &region)? };
+            let lines = rt.take_info();
+            let created = find(&lines, &[&format!("device {dev}: entry created"), &r]);
+            check_eq!(created.len(), 1);
+            check!(lines[created[0]].contains("ref count 0 hold count 1"), "{lines:#?}");
+            let dump = rt.dump_present_table(dev)?;
+            let row: Vec<&str> =
+                rows(&dump).first().map(|l| l.split_whitespace().collect()).unwrap_or_default();
+            // host, device, bytes, ref count, hold
+            check_eq!(row.get(2..), Some(&["16", "0", "1"][..]));
+            // SAFETY: matches the begin.
+            unsafe { rt.target_data_end(dev, &region)? };
             assert_clean(rt, dev)
         },
     );

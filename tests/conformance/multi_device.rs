@@ -174,8 +174,8 @@ fn case_40_enter_on_one_device_is_absent_on_the_others() {
                 rt.enter_data(1, &[MapItem::slice(&x, MapType::TO)])?;
             }
             let (e0, e1) = (rt.entry(xp, 0)?, rt.entry(xp, 1)?);
-            check!(e0.as_ref().is_some_and(|e| e.dynamic == 1 && e.range == HostRange::of(&x)), "{e0:?}");
-            check!(e1.as_ref().is_some_and(|e| e.dynamic == 2 && e.range == HostRange::of(&x)), "{e1:?}");
+            check!(e0.as_ref().is_some_and(|e| e.ref_count == 1 && e.range == HostRange::of(&x)), "{e0:?}");
+            check!(e1.as_ref().is_some_and(|e| e.ref_count == 2 && e.range == HostRange::of(&x)), "{e1:?}");
             check_eq!(device_copy_of(rt, &x, 0)?, vec![1; 64]);
             check_eq!(device_copy_of(rt, &x, 1)?, vec![2; 64]);
             // Releasing on device 0 leaves device 1's entry alone.

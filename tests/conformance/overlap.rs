@@ -1,7 +1,8 @@
 //! Cases 16-20 of CONFORMANCE.md: overlap and containment.
 //!
-//! A request inside a mapped range refers to that entry; one that sticks out of it is an
-//! "explicit extension" error that changes nothing.
+//! A request inside a mapped range refers to that entry; on entry, one that sticks out of
+//! it is an "explicit extension" error that changes nothing; at exit and in `update` it is
+//! absent (rule 4).
 
 use offload::{
     map, Entry, Error, HostRange, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection,
@@ -70,13 +71,26 @@ fn case_16_partial_overlap_is_an_extension_error() {
         let r = unsafe { rt.enter_data(dev, &list) };
         check_extension(r, past, existing, dev)?;
         check!(!rt.is_present(arr[8..].as_ptr() as usize, dev)?, "the failed construct mapped arr[8:2]");
-        // Exits and updates of an extension fail too, and change nothing.
+        // At exit and in updates such a range is absent (rule 4): ignored, or with
+        // `present` an error; either way nothing changes.
+        let s0 = rt.transfer_stats(dev)?;
         // SAFETY: release copies nothing back.
-        let r = unsafe { rt.exit_data(dev, &[MapItem::slice(&arr[1..3], MapType::RELEASE)]) };
-        check_extension(r, past, existing, dev)?;
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&arr[1..3], MapType::RELEASE)])? };
         // SAFETY: `arr` is valid for reads during the call.
-        let r = unsafe { rt.update(dev, UpdateDirection::To, &[(past, false)]) };
-        check_extension(r, past, existing, dev)?;
+        unsafe { rt.update(dev, UpdateDirection::To, &[(past, false)])? };
+        check_eq!(rt.transfer_stats(dev)?, s0);
+        // SAFETY: as above.
+        let r = unsafe { rt.exit_data(dev, &[MapItem::slice(&arr[1..3], MapType::RELEASE.present())]) };
+        check!(
+            matches!(r, Err(Error::NotPresent { device, range, .. }) if device == dev && range == past),
+            "{r:?}"
+        );
+        // SAFETY: as above.
+        let r = unsafe { rt.update(dev, UpdateDirection::To, &[(past, true)]) };
+        check!(
+            matches!(r, Err(Error::NotPresent { device, range, .. }) if device == dev && range == past),
+            "{r:?}"
+        );
 
         check_eq!(table(rt, dev), before);
         check_eq!(rt.pool_usage(dev)?.live_allocations, live);
@@ -138,7 +152,7 @@ fn case_17_sub_range_refers_to_the_enclosing_entry() {
         let t = table(rt, dev);
         check_eq!(t.len(), 1);
         check_eq!(t[0].range, HostRange::of(&arr));
-        check_eq!((t[0].dynamic, t[0].structured), (2, 0));
+        check_eq!((t[0].ref_count, t[0].hold_count), (2, 0));
         check_eq!(t[0].device_addr, big.device_addr);
         let at98 = rt.mapped_ptr(arr[98..].as_ptr() as usize, dev)?;
         check_eq!(at98, Some(big.device_addr + 98 * 4));
@@ -152,7 +166,7 @@ fn case_17_sub_range_refers_to_the_enclosing_entry() {
         // SAFETY: `arr` is ours and not otherwise accessed during the call.
         unsafe { rt.exit_data(dev, &[tail])? };
         check_eq!(rt.transfer_stats(dev)?, s1);
-        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| e.dynamic), Some(1));
+        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| e.ref_count), Some(1));
         check_eq!(arr[98..], [0, 0]);
         // The last exit of the sub-range releases the whole entry and copies back only
         // the sub-range.
@@ -192,31 +206,36 @@ fn case_18_presence_is_by_containment() {
 }
 
 #[test]
-fn case_19_delete_inside_target_data_leaves_the_region_entry() {
+fn case_19_delete_inside_target_data_ends_the_region_entry() {
     on_every_device("case 19", |rt, dev| {
         let mut arr = vec![0i32; 100];
         let region = [MapItem::raw(arr.as_mut_ptr(), 400, MapType::TOFROM)];
         // SAFETY: `arr` stays alive and unaliased until the matching target_data_end.
         unsafe { rt.target_data_begin(dev, &region)? };
-        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)), Some((0, 1)));
-        // `exit data delete` cannot remove an entry a structured region holds (rule 7).
+        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)), Some((1, 0)));
+        // One reference count (rule 7): `exit data delete` removes the region's entry at
+        // once, copying nothing.
         // SAFETY: delete copies nothing back.
         unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::DELETE)])? };
-        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)), Some((0, 1)));
-        // `enter data alloc arr[98:2]` is inside the region's entry: it counts there.
+        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?, None);
+        // `enter data alloc arr[98:2]` makes a new, small entry.
         // SAFETY: `arr` is valid for reads during the call.
         unsafe { rt.enter_data(dev, &[MapItem::slice(&arr[98..], MapType::ALLOC)])? };
         let t = table(rt, dev);
         check_eq!(t.len(), 1);
-        check_eq!((t[0].range, t[0].dynamic, t[0].structured), (HostRange::of(&arr), 1, 1));
-        fill_device_at(rt, dev, arr.as_ptr(), 100, 7)?;
+        check_eq!((t[0].range, t[0].ref_count, t[0].hold_count), (HostRange::of(&arr[98..]), 1, 0));
+        fill_device_at(rt, dev, arr[98..].as_ptr(), 2, 7)?;
         let s0 = rt.transfer_stats(dev)?;
         // SAFETY: matches the begin above; `arr` is not otherwise accessed during the call.
         unsafe { rt.target_data_end(dev, &region)? };
-        // The dynamic count keeps the entry: nothing of arr[0:100] comes back.
+        // arr[0:100] is not wholly inside a mapped range: absent at the region's end, so
+        // nothing of it comes back and the small entry keeps its count (rule 4).
         check_eq!(rt.transfer_stats(dev)?, s0);
-        check!(arr.iter().all(|&v| v == 0), "the region end copied back: {:?}", &arr[..4]);
-        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)), Some((1, 0)));
+        check!(arr.iter().all(|&v| v == 0), "the region end copied back: {:?}", &arr[96..]);
+        check_eq!(
+            rt.entry(arr[98..].as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)),
+            Some((1, 0))
+        );
         // SAFETY: delete copies nothing back.
         unsafe { rt.exit_data(dev, &[MapItem::slice(&arr[98..], MapType::DELETE)])? };
         check_eq!(rt.transfer_stats(dev)?, s0);
@@ -249,7 +268,7 @@ fn case_20_update_of_a_sub_range_moves_exactly_its_bytes() {
         check_eq!((s3.from_device - s2.from_device, s3.from_device_bytes - s2.from_device_bytes), (1, 12));
         check_eq!((s3.to_device, s3.to_device_bytes), (s2.to_device, s2.to_device_bytes));
         check_eq!(arr, [10, 20, 9, 9, 9]);
-        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)), Some((1, 0)));
+        check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)), Some((1, 0)));
         // SAFETY: delete copies nothing back.
         unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::DELETE)])? };
         assert_clean(rt, dev)

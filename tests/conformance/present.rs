@@ -8,9 +8,9 @@ use std::cell::Cell;
 use offload::{map, Error, HostRange, MapItem, MapType, Result, Runtime, UpdateDirection};
 use offload_tests::{assert_clean, check, check_eq, device_copy_of, fill_device, on_every_device};
 
-/// The (dynamic, structured) counts of the entry holding `x`, `None` when absent.
+/// The (reference, hold) counts of the entry holding `x`, `None` when absent.
 fn counts<T>(rt: &Runtime, x: &[T], dev: usize) -> Result<Option<(u64, u64)>> {
-    Ok(rt.entry(x.as_ptr() as usize, dev)?.map(|e| (e.dynamic, e.structured)))
+    Ok(rt.entry(x.as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)))
 }
 
 /// Checks that `r` failed with `NotPresent` for exactly `range` on `dev`, and that the
@@ -36,12 +36,12 @@ fn case_11_target_data_present_inside_a_region() {
         let gpu = rt.device(dev)?;
         let i = [0i32; 4];
         gpu.data(map::alloc(&i), |_| {
-            check_eq!(counts(rt, &i, dev)?, Some((0, 1)));
+            check_eq!(counts(rt, &i, dev)?, Some((1, 0)));
             gpu.data(map::alloc(&i).present(), |_| {
-                check_eq!(counts(rt, &i, dev)?, Some((0, 2)));
+                check_eq!(counts(rt, &i, dev)?, Some((2, 0)));
                 Ok(())
             })?;
-            check_eq!(counts(rt, &i, dev)?, Some((0, 1)));
+            check_eq!(counts(rt, &i, dev)?, Some((1, 0)));
             Ok(())
         })?;
         check_eq!(counts(rt, &i, dev)?, None);
@@ -209,10 +209,10 @@ fn case_15_present_sub_range_is_fine_super_range_is_extension() {
         unsafe { rt.enter_data(dev, &[MapItem::slice(&arr[2..8], MapType::ALLOC)])? };
         let mapped = HostRange::of(&arr[2..8]);
 
-        // A sub-range, structured and dynamic.
+        // A sub-range, by a region and by enter data.
         let gpu = rt.device(dev)?;
         gpu.data(map::alloc(&arr[3..5]).present(), |_| {
-            check_eq!(counts(rt, &arr[2..8], dev)?, Some((1, 1)));
+            check_eq!(counts(rt, &arr[2..8], dev)?, Some((2, 0)));
             Ok(())
         })?;
         // SAFETY: `arr` is valid for reads during the call.
@@ -242,6 +242,49 @@ fn case_15_present_sub_range_is_fine_super_range_is_extension() {
 
         // SAFETY: delete copies nothing back.
         unsafe { rt.exit_data(dev, &[MapItem::slice(&arr[2..8], MapType::DELETE)])? };
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn rule_10_present_is_not_checked_again_at_a_regions_end() {
+    on_every_device("rule 10 (target data)", |rt, dev| {
+        let i = [0i32; 4];
+        let mut b = [1i32; 4];
+        // SAFETY: `i` is valid for reads during the call.
+        unsafe { rt.enter_data(dev, &[MapItem::slice(&i, MapType::ALLOC)])? };
+        let region =
+            [MapItem::slice(&i, MapType::ALLOC.present()), MapItem::raw(b.as_mut_ptr(), 16, MapType::TOFROM)];
+        // SAFETY: both arrays outlive the region; `b` is not touched while it is open.
+        unsafe { rt.target_data_begin(dev, &region)? };
+        fill_device(rt, dev, &b, 7)?;
+        // The region's `present` item leaves inside it.
+        // SAFETY: delete copies nothing back.
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&i, MapType::DELETE)])? };
+        check!(!rt.is_present(i.as_ptr() as usize, dev)?);
+        // The end succeeds and unmaps the region's other item, copying it back.
+        // SAFETY: matches the begin.
+        unsafe { rt.target_data_end(dev, &region)? };
+        check_eq!(b, [7; 4]);
+        check!(!rt.is_present(b.as_ptr() as usize, dev)?, "b left mapped by the region's end");
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn rule_10_a_safe_region_whose_present_item_was_released_ends_normally() {
+    on_every_device("rule 10 (safe API)", |rt, dev| {
+        let gpu = rt.device(dev)?;
+        let i = [0i32; 4];
+        let mut b = [1i32; 4];
+        gpu.enter_data(&map::alloc(&i))?;
+        gpu.data((map::alloc(&i).present(), map::tofrom(&mut b)), |(_, bv)| {
+            gpu.exit_data(map::release(&i))?;
+            offload_kernels::fill_i32(&gpu, 3, bv)
+        })?;
+        check_eq!(b, [3; 4]);
+        check_eq!(counts(rt, &b, dev)?, None);
+        check_eq!(counts(rt, &i, dev)?, None);
         assert_clean(rt, dev)
     });
 }

@@ -15,10 +15,13 @@ use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
 use crate::runtime::DeviceState;
 
-/// A new entry a construct has allocated and not yet published.
+/// A new entry a construct has allocated and not yet published, with the counts its items
+/// move (the reference count, the hold count, or both).
 struct Planned {
     range: HostRange,
     device_addr: u64,
+    counts_ref: bool,
+    counts_hold: bool,
 }
 
 /// A construct's new entries by host begin address, found by containment like the table's
@@ -28,11 +31,10 @@ struct PlannedEntries(BTreeMap<usize, Planned>, Vec<usize>);
 
 impl PlannedEntries {
     /// The planned entry containing `r`, or `Err` with one it partly overlaps.
-    fn find(&self, r: HostRange) -> std::result::Result<Option<&Planned>, HostRange> {
-        if let Some((_, p)) = self.0.range(..=r.begin).next_back() {
-            if r.begin < p.range.end() {
-                return if p.range.contains(&r) { Ok(Some(p)) } else { Err(p.range) };
-            }
+    fn find(&mut self, r: HostRange) -> std::result::Result<Option<&mut Planned>, HostRange> {
+        let below = self.0.range(..=r.begin).next_back().map(|(&k, p)| (k, p.range));
+        if let Some((k, range)) = below.filter(|(_, range)| r.begin < range.end()) {
+            return if range.contains(&r) { Ok(self.0.get_mut(&k)) } else { Err(range) };
         }
         match self.0.range(r.begin + 1..r.end()).next() {
             Some((_, p)) => Err(p.range),
@@ -105,9 +107,19 @@ impl<T: Eq + std::hash::Hash + Copy> FromIterator<T> for SmallSet<T> {
 /// A copy a construct will make: host range, device address, the entry's key.
 type PlannedCopy = (HostRange, u64, usize);
 
+/// What an exit does to one entry: the entry before the construct, and which counts the
+/// construct's items move.
+struct Touched {
+    key: usize,
+    before: Entry,
+    counts_ref: bool,
+    counts_hold: bool,
+    delete: bool,
+}
+
 impl DeviceState {
     fn check_allowed(&self, items: &[MapItem], c: Construct) -> Result<()> {
-        match items.iter().find(|i| !c.allows(i.map_type.kind)) {
+        match items.iter().find(|i| !c.allows(i.map_type)) {
             Some(i) => Err(Error::InvalidArgument {
                 routine: c.name(),
                 what: format!("map type `{}` is not allowed on {} ({})", i.map_type, c.name(), i.range),
@@ -118,12 +130,12 @@ impl DeviceState {
 
     fn entry_line(&self, what: &str, e: &Entry) -> String {
         format!(
-            "device {}: {what} {} -> device {:#x}, counts dynamic {} structured {}",
+            "device {}: {what} {} -> device {:#x}, ref count {} hold count {}",
             self.number,
             e.range,
             e.device_addr,
-            if e.associated { "inf".into() } else { e.dynamic.to_string() },
-            e.structured
+            e.ref_count_text(),
+            e.hold_count
         )
     }
 
@@ -142,10 +154,10 @@ impl DeviceState {
         self.dump_on_error(c.name(), unsafe { self.enter_list(items, c) })
     }
 
-    /// The entry a request for `range` refers to (`None` when absent), or the error for a
-    /// partial overlap, or for an absent range asked for with `present` (`what` says which
-    /// construct asked).
-    fn resolve(
+    /// On entry: the entry a request for `range` refers to (`None` when absent), or the
+    /// error for a partial overlap, or for an absent range asked for with `present` (`what`
+    /// says which construct asked).
+    fn resolve_entry(
         &self,
         table: &PresentTable,
         range: HostRange,
@@ -159,6 +171,24 @@ impl DeviceState {
             Lookup::Absent if present => Err(Error::NotPresent { device: self.number, range, what }),
             Lookup::Absent => Ok(None),
             Lookup::Inside(k) => Ok(Some(k)),
+        }
+    }
+
+    /// At exit and in `update`: the entry wholly containing `range`; a range that is not
+    /// inside one mapped range is absent there (rule 4), an error only with `present`.
+    fn resolve_exit(
+        &self,
+        table: &PresentTable,
+        range: HostRange,
+        present: bool,
+        what: &'static str,
+    ) -> Result<Option<usize>> {
+        match table.lookup(range) {
+            Lookup::Inside(k) => Ok(Some(k)),
+            Lookup::Absent | Lookup::Extends(_) if present => {
+                Err(Error::NotPresent { device: self.number, range, what })
+            }
+            Lookup::Absent | Lookup::Extends(_) => Ok(None),
         }
     }
 
@@ -179,16 +209,16 @@ impl DeviceState {
     unsafe fn enter_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         self.check_allowed(items, c)?;
         let mut planned = PlannedEntries::default();
-        let mut counted: Vec<usize> = Vec::new();
+        let mut counted: Vec<(usize, bool)> = Vec::new();
         let mut copies: Vec<PlannedCopy> = Vec::new();
         {
             let mut table = self.table.lock();
             // Presence and extension are judged against the table as the construct found it.
             for it in items {
-                self.resolve(&table, it.range, it.map_type.present, "a `present` map on entry")?;
+                self.resolve_entry(&table, it.range, it.map_type.present, "a `present` map on entry")?;
             }
-            if let Err(e) = self.plan_enter(&mut table, items, c, &mut planned, &mut counted, &mut copies) {
-                self.undo_counts(&mut table, &counted, c);
+            if let Err(e) = self.plan_enter(&mut table, items, &mut planned, &mut counted, &mut copies) {
+                self.undo_counts(&mut table, &counted);
                 drop(table);
                 self.free_planned(&planned);
                 return Err(e);
@@ -200,15 +230,15 @@ impl DeviceState {
             if done.insert(range) {
                 // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
                 if let Err(e) = unsafe { self.copy_to_device(addr, range) } {
-                    self.undo_counts(&mut self.table.lock(), &counted, c);
+                    self.undo_counts(&mut self.table.lock(), &counted);
                     self.free_planned(&planned);
                     return Err(e);
                 }
             }
         }
         let mut table = self.table.lock();
-        if let Err(e) = self.publish(&mut table, &planned, c) {
-            self.undo_counts(&mut table, &counted, c);
+        if let Err(e) = self.publish(&mut table, &planned) {
+            self.undo_counts(&mut table, &counted);
             drop(table);
             self.free_planned(&planned);
             return Err(e);
@@ -220,22 +250,25 @@ impl DeviceState {
         Ok(())
     }
 
-    /// Resolves each item to an existing entry (counted now, once per construct) or to a
-    /// new one (allocated, published later), and lists the copies the construct makes.
+    /// Resolves each item to an existing entry (counted now, each of its counts once per
+    /// construct) or to a new one (allocated, published later), and lists the copies the
+    /// construct makes.
     fn plan_enter(
         &self,
         table: &mut PresentTable,
         items: &[MapItem],
-        c: Construct,
         planned: &mut PlannedEntries,
-        counted: &mut Vec<usize>,
+        counted: &mut Vec<(usize, bool)>,
         copies: &mut Vec<PlannedCopy>,
     ) -> Result<()> {
         let mut seen = SmallSet::new();
         for it in items.iter().filter(|it| it.range.bytes > 0) {
+            let hold = it.map_type.hold;
             // Inside an entry this construct creates: a `to` copies (created anywhere in it).
             match planned.find(it.range) {
                 Ok(Some(p)) => {
+                    p.counts_ref |= !hold;
+                    p.counts_hold |= hold;
                     if it.map_type.copies_in() {
                         let addr = p.device_addr + (it.range.begin - p.range.begin) as u64;
                         copies.push((it.range, addr, p.range.begin));
@@ -252,16 +285,9 @@ impl DeviceState {
                     let Some(e) = table.get_mut(k) else { continue };
                     // Counts as the construct found them.
                     self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e));
-                    if seen.insert(k) {
-                        counted.push(k);
-                        // An associated entry's dynamic count is infinite; its structured
-                        // count still moves, so `disassociate` can refuse while a region
-                        // holds it.
-                        if c.is_structured() {
-                            e.structured += 1;
-                        } else if !e.associated {
-                            e.dynamic += 1;
-                        }
+                    if seen.insert((k, hold)) {
+                        counted.push((k, hold));
+                        increment(e, hold);
                     }
                     if it.map_type.copies_in() && it.map_type.always {
                         copies.push((it.range, e.translate(it.range.begin), k));
@@ -272,7 +298,12 @@ impl DeviceState {
                 }
                 Lookup::Absent => {
                     let device_addr = self.pool.alloc(&*self.backend, it.range.bytes)?;
-                    planned.insert(Planned { range: it.range, device_addr });
+                    planned.insert(Planned {
+                        range: it.range,
+                        device_addr,
+                        counts_ref: !hold,
+                        counts_hold: hold,
+                    });
                     if it.map_type.copies_in() {
                         copies.push((it.range, device_addr, it.range.begin));
                     }
@@ -282,10 +313,10 @@ impl DeviceState {
         Ok(())
     }
 
-    /// Inserts the construct's new entries, each counted once. Another thread may have
+    /// Inserts the construct's new entries, each count moved once. Another thread may have
     /// published the same range meanwhile: then that entry is counted instead and ours is
     /// freed (its copy came from the same host data). Partial overlaps are extension errors.
-    fn publish(&self, table: &mut PresentTable, planned: &PlannedEntries, c: Construct) -> Result<()> {
+    fn publish(&self, table: &mut PresentTable, planned: &PlannedEntries) -> Result<()> {
         for p in planned.iter() {
             if let Lookup::Extends(existing) = table.lookup(p.range) {
                 return Err(Error::Extension { device: self.number, requested: p.range, existing });
@@ -303,10 +334,11 @@ impl DeviceState {
                 }
             };
             if let Some(e) = table.get_mut(key) {
-                if c.is_structured() {
-                    e.structured += 1;
-                } else if !e.associated {
-                    e.dynamic += 1;
+                if p.counts_ref {
+                    increment(e, false);
+                }
+                if p.counts_hold {
+                    increment(e, true);
                 }
                 if e.device_addr == p.device_addr {
                     let e = &*e;
@@ -319,10 +351,10 @@ impl DeviceState {
 
     /// Takes back the counts a failed construct added to existing entries; an entry it
     /// alone kept alive leaves.
-    fn undo_counts(&self, table: &mut PresentTable, counted: &[usize], c: Construct) {
-        for &k in counted {
+    fn undo_counts(&self, table: &mut PresentTable, counted: &[(usize, bool)]) {
+        for &(k, hold) in counted {
             if let Some(e) = table.get_mut(k) {
-                decrement(e, c);
+                decrement(e, hold);
                 if e.is_released() {
                     if let Some(e) = table.remove(k) {
                         let _ = self.release_entry(&e);
@@ -402,45 +434,53 @@ impl DeviceState {
         let mut table = self.table.lock();
         let mut keys = Vec::with_capacity(items.len());
         for it in items {
-            let key = self.resolve(&table, it.range, it.map_type.present, "a `present` map on exit")?;
+            // A region's end never checks `present` (rule 10).
+            let present = it.map_type.present && !c.is_region();
+            let key = self.resolve_exit(&table, it.range, present, "a `present` map on exit")?;
             // Zero-length items are only checked: they move no count.
             keys.push(key.filter(|_| it.range.bytes > 0));
         }
-        // Each entry once, in reverse list order, with its counts before the construct.
-        let mut touched: Vec<(usize, Entry)> = Vec::new();
-        let mut seen = SmallSet::new();
-        for k in keys.iter().rev().flatten() {
-            if seen.insert(*k) {
-                if let Some(e) = table.get(*k) {
-                    touched.push((*k, e.clone()));
+        // Each entry once, in reverse list order, with its counts before the construct and
+        // the counts its items move (each at most once).
+        let mut touched: Vec<Touched> = Vec::new();
+        let mut index: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for (it, key) in items.iter().zip(&keys).rev() {
+            let Some(k) = *key else { continue };
+            let i = match index.get(&k) {
+                Some(&i) => i,
+                None => {
+                    let Some(e) = table.get(k) else { continue };
+                    touched.push(Touched {
+                        key: k,
+                        before: e.clone(),
+                        counts_ref: false,
+                        counts_hold: false,
+                        delete: false,
+                    });
+                    index.insert(k, touched.len() - 1);
+                    touched.len() - 1
                 }
-            }
+            };
+            let t = &mut touched[i];
+            t.counts_hold |= it.map_type.hold;
+            t.counts_ref |= !it.map_type.hold;
+            t.delete |= it.map_type.kind == MapKind::Delete;
         }
-        let deleted: SmallSet<usize> = items
-            .iter()
-            .zip(&keys)
-            .filter(|(it, _)| it.map_type.kind == MapKind::Delete)
-            .filter_map(|(_, k)| *k)
-            .collect();
-        let mut dynamic_ended = SmallSet::new();
-        for (k, before) in &touched {
-            let delete = deleted.contains(k);
-            let Some(e) = table.get_mut(*k) else { continue };
-            if c.is_structured() {
-                decrement(e, c);
-            } else if !e.associated {
-                e.dynamic = if delete { 0 } else { e.dynamic.saturating_sub(1) };
-                if before.dynamic > 0 && e.dynamic == 0 {
-                    dynamic_ended.insert(*k);
-                }
+        for t in &touched {
+            let Some(e) = table.get_mut(t.key) else { continue };
+            if t.counts_hold {
+                decrement(e, true);
+            }
+            if t.counts_ref && !e.associated {
+                e.ref_count = if t.delete { 0 } else { e.ref_count.saturating_sub(1) };
             }
         }
         // What this exit took from each entry's counts, to give back if it fails.
         let taken: Vec<(usize, u64, u64)> = touched
             .iter()
-            .filter_map(|(k, before)| {
-                let e = table.get(*k)?;
-                Some((*k, before.dynamic - e.dynamic, before.structured - e.structured))
+            .filter_map(|t| {
+                let e = table.get(t.key)?;
+                Some((t.key, t.before.ref_count - e.ref_count, t.before.hold_count - e.hold_count))
             })
             .collect();
         let mut copies: Vec<PlannedCopy> = Vec::new();
@@ -448,17 +488,16 @@ impl DeviceState {
         for (it, key) in items.iter().zip(&keys).rev() {
             let Some(k) = *key else { continue };
             let Some(e) = table.get(k) else { continue };
-            let copy = it.map_type.copies_out()
-                && (it.map_type.always || e.is_released() || dynamic_ended.contains(&k));
+            let copy = it.map_type.copies_out() && (it.map_type.always || e.is_released());
             if copy && copied.insert(it.range) {
                 copies.push((it.range, e.translate(it.range.begin), k));
             }
         }
         let mut removed: Vec<(Entry, Entry)> = Vec::new();
-        for (k, before) in &touched {
-            if table.get(*k).is_some_and(Entry::is_released) {
-                if let Some(e) = table.remove(*k) {
-                    removed.push((e, before.clone()));
+        for t in touched {
+            if table.get(t.key).is_some_and(Entry::is_released) {
+                if let Some(e) = table.remove(t.key) {
+                    removed.push((e, t.before));
                 }
             }
         }
@@ -492,18 +531,18 @@ impl DeviceState {
     fn undo_exit(&self, taken: &[(usize, u64, u64)], removed: Vec<(Entry, Entry)>) {
         let mut table = self.table.lock();
         let gone: SmallSet<usize> = removed.iter().map(|(e, _)| e.range.begin).collect();
-        for &(k, dynamic, structured) in taken {
+        for &(k, ref_count, hold_count) in taken {
             if gone.contains(&k) {
                 continue;
             }
             if let Some(e) = table.get_mut(k) {
-                e.dynamic += dynamic;
-                e.structured += structured;
+                e.ref_count += ref_count;
+                e.hold_count += hold_count;
             }
         }
         for (e, before) in removed {
             if table.lookup(e.range) == Lookup::Absent {
-                table.insert(Entry { dynamic: before.dynamic, structured: before.structured, ..e });
+                table.insert(Entry { ref_count: before.ref_count, hold_count: before.hold_count, ..e });
             } else {
                 let _ = self.release_entry(&e);
             }
@@ -526,7 +565,7 @@ impl DeviceState {
         {
             let table = self.table.lock();
             for &(range, present) in items {
-                let key = self.resolve(&table, range, present, "`target update` with `present`")?;
+                let key = self.resolve_exit(&table, range, present, "`target update` with `present`")?;
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
                     found.push((range, e.translate(range.begin), e.range.begin));
                 }
@@ -584,11 +623,22 @@ impl DeviceState {
     }
 }
 
-fn decrement(e: &mut Entry, c: Construct) {
-    if c.is_structured() {
-        e.structured = e.structured.saturating_sub(1);
+/// Moves one of an entry's counts up: the hold count for `hold` maps, else the reference
+/// count (infinite, so unmoved, for associated entries).
+fn increment(e: &mut Entry, hold: bool) {
+    if hold {
+        e.hold_count += 1;
     } else if !e.associated {
-        e.dynamic = e.dynamic.saturating_sub(1);
+        e.ref_count += 1;
+    }
+}
+
+/// The inverse of [`increment`], never below zero.
+fn decrement(e: &mut Entry, hold: bool) {
+    if hold {
+        e.hold_count = e.hold_count.saturating_sub(1);
+    } else if !e.associated {
+        e.ref_count = e.ref_count.saturating_sub(1);
     }
 }
 

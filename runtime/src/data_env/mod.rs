@@ -6,16 +6,20 @@
 //! * **entry**, in list order: an absent range is allocated; each entry's count goes up once
 //!   per construct, however often the list names it; a `to` copies when the construct
 //!   created the entry (anywhere in its list) or with `always`. A `present` item must be
-//!   present before the construct starts, or nothing happens at all.
+//!   present before the construct starts, or nothing happens at all. A range that partly
+//!   overlaps a mapped one is an error.
 //! * **exit**, in reverse list order: each entry's count goes down once (`delete` zeroes the
-//!   dynamic count); a `from` copies when the construct releases the entry (both counts 0),
-//!   when an `exit data` ends its dynamic count, or with `always`; identical ranges copy once;
-//!   released entries are then freed in that order.
+//!   reference count); a `from` copies when the construct releases the entry (both counts
+//!   0) or with `always`; identical ranges copy once; released entries are then freed in
+//!   that order. A range not wholly inside one mapped range is absent here, and `present`
+//!   is checked only by `exit data`, never at the end of a region (rule 10).
 //!
-//! Structured constructs (`target data`, target launches) count in the structured count,
-//! `enter`/`exit data` in the dynamic count. Entries made by `associate_ptr` have an
-//! infinite count: only `always` and `update` move their data, and only `disassociate`
-//! removes them.
+//! There is one reference count, as OpenMP 5.2 defines it: `target data`, target launches
+//! and `enter`/`exit data` all move it. Maps with the `hold` modifier (LLVM's `ompx_hold`,
+//! allowed on `target data` and target launches) move a second count instead, and no
+//! `exit data` removes an entry whose hold count is above 0. Entries made by
+//! `associate_ptr` have an infinite reference count: only `always` and `update` move their
+//! data, and only `disassociate` removes them (refused while a `hold` map holds them).
 //!
 //! Every construct is all or nothing: a failure undoes what the construct did (entries it
 //! created are freed, counts restored) before the error is returned.
@@ -43,16 +47,17 @@ pub enum MapKind {
     Alloc,
     /// (exit only) Decrement, copy nothing.
     Release,
-    /// (exit only) Zero the dynamic count, copy nothing.
+    /// (exit only) Zero the reference count, copy nothing.
     Delete,
 }
 
-/// A map type: its kind and the `always` and `present` modifiers.
+/// A map type: its kind and the `always`, `present` and `hold` modifiers.
 ///
 /// ```
 /// use offload::MapType;
 /// let t = MapType::TOFROM.always().present();
 /// assert_eq!(t.to_string(), "always, present, tofrom");
+/// assert_eq!(MapType::ALLOC.hold().to_string(), "hold, alloc");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MapType {
@@ -62,11 +67,15 @@ pub struct MapType {
     pub always: bool,
     /// `present`: the range must already be mapped.
     pub present: bool,
+    /// `hold` (LLVM's `ompx_hold`): the map moves the entry's hold count instead of its
+    /// reference count, so no `exit data` removes the entry while the region lasts. Only on
+    /// `target data` and target launches.
+    pub hold: bool,
 }
 
 impl MapType {
     const fn of(kind: MapKind) -> Self {
-        Self { kind, always: false, present: false }
+        Self { kind, always: false, present: false, hold: false }
     }
     /// `map(to: ...)`.
     pub const TO: Self = Self::of(MapKind::To);
@@ -93,6 +102,12 @@ impl MapType {
         self
     }
 
+    /// With the `hold` modifier (LLVM's `ompx_hold`).
+    pub const fn hold(mut self) -> Self {
+        self.hold = true;
+        self
+    }
+
     /// Whether this map copies host->device at entry (when it copies at all).
     pub const fn copies_in(self) -> bool {
         matches!(self.kind, MapKind::To | MapKind::ToFrom)
@@ -111,6 +126,9 @@ impl fmt::Display for MapType {
         }
         if self.present {
             f.write_str("present, ")?;
+        }
+        if self.hold {
+            f.write_str("hold, ")?;
         }
         f.write_str(match self.kind {
             MapKind::To => "to",
@@ -147,8 +165,8 @@ impl MapItem {
     }
 }
 
-/// The construct a map list belongs to: it decides which count moves and which map
-/// kinds are allowed.
+/// The construct a map list belongs to: it decides which map kinds and modifiers are
+/// allowed and whether `present` is checked at exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Construct {
     TargetData,
@@ -167,12 +185,19 @@ impl Construct {
         }
     }
 
-    pub(crate) const fn is_structured(self) -> bool {
+    /// A region (`target data`, a launch): the only constructs that take `hold`, and whose
+    /// exit half never checks `present` (rule 10: presence is judged where a construct
+    /// begins).
+    pub(crate) const fn is_region(self) -> bool {
         matches!(self, Construct::TargetData | Construct::Target)
     }
 
-    pub(crate) const fn allows(self, kind: MapKind) -> bool {
+    pub(crate) const fn allows(self, t: MapType) -> bool {
         use MapKind::*;
+        if t.hold && !self.is_region() {
+            return false;
+        }
+        let kind = t.kind;
         match self {
             Construct::TargetData | Construct::Target => matches!(kind, To | From | ToFrom | Alloc),
             Construct::EnterData => matches!(kind, To | ToFrom | Alloc),

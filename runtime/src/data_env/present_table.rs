@@ -12,11 +12,14 @@ pub struct Entry {
     pub range: HostRange,
     /// Device address of `range.begin`.
     pub device_addr: u64,
-    /// Reference count of `enter`/`exit data`.
-    pub dynamic: u64,
-    /// Reference count of structured regions (`target data`, target launches).
-    pub structured: u64,
-    /// Made by `associate_ptr`: an infinite count; never freed by unmapping.
+    /// The reference count OpenMP defines, moved by every construct (`target data`,
+    /// target launches, `enter`/`exit data`) except maps with the `hold` modifier.
+    /// Meaningless (infinite) for associated entries.
+    pub ref_count: u64,
+    /// The count of maps with the `hold` modifier (LLVM's `ompx_hold`): while it is above
+    /// 0, no `exit data` removes the entry.
+    pub hold_count: u64,
+    /// Made by `associate_ptr`: an infinite reference count; never freed by unmapping.
     pub associated: bool,
     /// Large copies of this entry's host range so far (for the register-in-place policy).
     pub(crate) large_copies: u32,
@@ -26,7 +29,15 @@ pub struct Entry {
 
 impl Entry {
     pub(crate) fn new(range: HostRange, device_addr: u64, associated: bool) -> Self {
-        Self { range, device_addr, dynamic: 0, structured: 0, associated, large_copies: 0, registered: false }
+        Self {
+            range,
+            device_addr,
+            ref_count: 0,
+            hold_count: 0,
+            associated,
+            large_copies: 0,
+            registered: false,
+        }
     }
 }
 
@@ -38,7 +49,16 @@ impl Entry {
 
     /// Whether both counts are zero (and it is not associated): the entry leaves.
     pub fn is_released(&self) -> bool {
-        !self.associated && self.dynamic == 0 && self.structured == 0
+        !self.associated && self.ref_count == 0 && self.hold_count == 0
+    }
+
+    /// The reference count as traces and dumps show it (`inf` for associated entries).
+    pub fn ref_count_text(&self) -> String {
+        if self.associated {
+            "inf".into()
+        } else {
+            self.ref_count.to_string()
+        }
     }
 }
 
@@ -113,20 +133,23 @@ impl PresentTable {
     /// "Host-Device pointer mappings" dump.
     pub(crate) fn dump(&self, device: usize) -> String {
         let mut s = format!(
-            "device {device} present table ({} entries)\n{:>18} {:>18} {:>10} {:>8} {:>10}\n",
+            "device {device} present table ({} entries)\n{:>18} {:>18} {:>10} {:>9} {:>6}\n",
             self.entries.len(),
             "host",
             "device",
             "bytes",
-            "dynamic",
-            "structured"
+            "ref count",
+            "hold"
         );
         for e in self.entries.values() {
-            let dynamic = if e.associated { "inf".to_string() } else { e.dynamic.to_string() };
             let _ = writeln!(
                 s,
-                "{:>#18x} {:>#18x} {:>10} {:>8} {:>10}",
-                e.range.begin, e.device_addr, e.range.bytes, dynamic, e.structured
+                "{:>#18x} {:>#18x} {:>10} {:>9} {:>6}",
+                e.range.begin,
+                e.device_addr,
+                e.range.bytes,
+                e.ref_count_text(),
+                e.hold_count
             );
         }
         s
@@ -141,7 +164,7 @@ mod tests {
         let mut t = PresentTable::default();
         for &(b, n) in ranges {
             let mut e = Entry::new(HostRange::new(b, n), 0x10_0000 + b as u64, false);
-            e.dynamic = 1;
+            e.ref_count = 1;
             t.insert(e);
         }
         t
