@@ -1,0 +1,684 @@
+//! A model-based property test of the device data environment.
+//!
+//! A small reference model of CONFORMANCE.md's rules (one present table per device with
+//! reference and hold counts, the copies each construct makes, presence, and the contents
+//! of the host array and of every device copy) runs beside the runtime. Random sequences
+//! of constructs over overlapping and nested ranges of one host array, on two or three
+//! devices, go to both; after every step the test compares whether the construct
+//! succeeded, every device's table (ranges and counts), the host array and every device
+//! copy. `proptest` shrinks a divergence to a minimal sequence and prints it.
+//!
+//! The normal run makes at least [`OPERATIONS`] operations per backend; the ignored test
+//! [`one_million_operations`] makes ten times as many
+//! (`cargo test -p offload-tests --release --test model -- --ignored`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use offload::{LaunchArg, MapItem, MapKind, MapType, Result, Runtime, Scalar, UpdateDirection};
+use offload_tests::{backends, read_device};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+
+/// Elements of the host array every sequence maps parts of.
+const ARENA: usize = 64;
+/// Most operations in one sequence.
+const STEPS: usize = 100;
+/// Operations the normal run makes per backend.
+const OPERATIONS: u64 = 100_000;
+
+/// A range of the host array, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    fn end(self) -> usize {
+        self.start + self.len
+    }
+    fn contains(self, o: Span) -> bool {
+        o.start >= self.start && o.end() <= self.end()
+    }
+}
+
+/// One map item of a generated construct.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    span: Span,
+    kind: MapKind,
+    always: bool,
+    present: bool,
+    hold: bool,
+}
+
+impl Item {
+    fn map_type(self) -> MapType {
+        let mut t = MapType { kind: self.kind, always: self.always, present: self.present, hold: false };
+        if self.hold {
+            t = t.hold();
+        }
+        t
+    }
+    fn copies_in(self) -> bool {
+        self.map_type().copies_in()
+    }
+    fn copies_out(self) -> bool {
+        self.map_type().copies_out()
+    }
+}
+
+/// One step of a sequence.
+#[derive(Clone, Debug)]
+enum Op {
+    /// `target enter data`.
+    Enter { dev: usize, items: Vec<Item> },
+    /// `target exit data`.
+    Exit { dev: usize, items: Vec<Item> },
+    /// `target data` begins (a region opens on the device).
+    Begin { dev: usize, items: Vec<Item> },
+    /// The device's innermost open region ends (nothing when none is open).
+    End { dev: usize },
+    /// `target update to/from`.
+    Update { dev: usize, to: bool, span: Span, present: bool },
+    /// The host program writes `value` into a range.
+    HostWrite { span: Span, value: i32 },
+    /// A kernel writes `value` into the device copy of a range (only when it is mapped).
+    DeviceWrite { dev: usize, span: Span, value: i32 },
+    /// `omp_target_associate_ptr` with a fresh, zeroed `target_alloc` block.
+    Associate { dev: usize, span: Span },
+    /// `omp_target_disassociate_ptr` at an element.
+    Disassociate { dev: usize, at: usize },
+}
+
+fn span() -> impl Strategy<Value = Span> {
+    // Even starts and a few lengths make nested, overlapping and equal ranges common.
+    (0..ARENA / 2, prop::sample::select(vec![0usize, 1, 2, 4, 8, 16, 32, 64]))
+        .prop_map(|(k, len)| Span { start: 2 * k, len: len.min(ARENA - 2 * k) })
+}
+
+fn items(kinds: &'static [MapKind], hold: bool) -> impl Strategy<Value = Vec<Item>> {
+    let item = (span(), prop::sample::select(kinds), any::<[bool; 3]>()).prop_map(move |(span, kind, f)| {
+        // `always` and `present` on a quarter of the items each; `hold` on half (regions).
+        Item { span, kind, always: f[0] && f[1], present: f[1] && f[2], hold: hold && f[2] }
+    });
+    prop::collection::vec(item, 1..4)
+}
+
+fn op(devices: usize) -> impl Strategy<Value = Op> {
+    use MapKind::*;
+    let dev = 0..devices;
+    prop_oneof![
+        3 => (dev.clone(), items(&[To, ToFrom, Alloc], false)).prop_map(|(dev, items)| Op::Enter { dev, items }),
+        3 => (dev.clone(), items(&[From, ToFrom, Release, Delete], false))
+            .prop_map(|(dev, items)| Op::Exit { dev, items }),
+        2 => (dev.clone(), items(&[To, From, ToFrom, Alloc], true)).prop_map(|(dev, items)| Op::Begin { dev, items }),
+        2 => dev.clone().prop_map(|dev| Op::End { dev }),
+        2 => (dev.clone(), any::<bool>(), span(), any::<bool>())
+            .prop_map(|(dev, to, span, present)| Op::Update { dev, to, span, present }),
+        2 => (span(), 1..1000i32).prop_map(|(span, value)| Op::HostWrite { span, value }),
+        2 => (dev.clone(), span(), 1..1000i32).prop_map(|(dev, span, value)| Op::DeviceWrite { dev, span, value }),
+        1 => (dev.clone(), span()).prop_map(|(dev, span)| Op::Associate { dev, span }),
+        1 => (dev, 0..ARENA).prop_map(|(dev, at)| Op::Disassociate { dev, at }),
+    ]
+}
+
+/// A value the model knows, or `None` for bytes nobody wrote (fresh device memory, and
+/// what was copied from it).
+type Cell = Option<i32>;
+
+/// One entry of the model's present table (keyed by its start element).
+#[derive(Clone, Debug)]
+struct ModelEntry {
+    len: usize,
+    ref_count: u64,
+    hold_count: u64,
+    associated: bool,
+    data: Vec<Cell>,
+}
+
+impl ModelEntry {
+    fn released(&self) -> bool {
+        !self.associated && self.ref_count == 0 && self.hold_count == 0
+    }
+    fn inc(&mut self, hold: bool) {
+        if hold {
+            self.hold_count += 1;
+        } else if !self.associated {
+            self.ref_count += 1;
+        }
+    }
+}
+
+/// What a lookup of a span found.
+enum Look {
+    Absent,
+    Inside(usize),
+    Extends,
+}
+
+/// The reference model: the host array and each device's table.
+#[derive(Clone, Debug)]
+struct Model {
+    host: Vec<Cell>,
+    tables: Vec<BTreeMap<usize, ModelEntry>>,
+}
+
+fn lookup(t: &BTreeMap<usize, ModelEntry>, s: Span) -> Look {
+    if let Some((&k, e)) = t.range(..=s.start).next_back() {
+        if s.start < k + e.len {
+            return if k + e.len >= s.end() { Look::Inside(k) } else { Look::Extends };
+        }
+    }
+    if s.len == 0 {
+        return Look::Absent;
+    }
+    match t.range(s.start + 1..s.end()).next() {
+        Some(_) => Look::Extends,
+        None => Look::Absent,
+    }
+}
+
+impl Model {
+    fn new(devices: usize, host: &[i32]) -> Self {
+        Self { host: host.iter().map(|&v| Some(v)).collect(), tables: vec![BTreeMap::new(); devices] }
+    }
+
+    /// Enter half of `target data` or `enter data`: `Err` when the construct must fail (and
+    /// then nothing changed).
+    fn enter(&mut self, dev: usize, items: &[Item]) -> std::result::Result<(), ()> {
+        let t = &self.tables[dev];
+        for it in items {
+            match lookup(t, it.span) {
+                Look::Extends => return Err(()),
+                Look::Absent if it.present => return Err(()),
+                _ => {}
+            }
+        }
+        // New entries by start: (len, counts ref, counts hold); list order kept.
+        let mut planned: BTreeMap<usize, (usize, bool, bool)> = BTreeMap::new();
+        let mut counted: Vec<(usize, bool)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut copies: Vec<(Span, usize)> = Vec::new();
+        for it in items.iter().filter(|it| it.span.len > 0) {
+            let s = it.span;
+            let overlapping: Vec<usize> =
+                planned.iter().filter(|(&k, p)| k < s.end() && s.start < k + p.0).map(|(&k, _)| k).collect();
+            if let Some(&k) = overlapping.first() {
+                let p = planned.get_mut(&k).expect("just found");
+                if !(Span { start: k, len: p.0 }).contains(s) {
+                    return Err(());
+                }
+                if it.hold {
+                    p.2 = true;
+                } else {
+                    p.1 = true;
+                }
+                if it.copies_in() {
+                    copies.push((s, k));
+                }
+                continue;
+            }
+            match lookup(t, s) {
+                Look::Inside(k) => {
+                    if seen.insert((k, it.hold)) {
+                        counted.push((k, it.hold));
+                    }
+                    if it.copies_in() && it.always {
+                        copies.push((s, k));
+                    }
+                }
+                Look::Extends => return Err(()),
+                Look::Absent => {
+                    planned.insert(s.start, (s.len, !it.hold, it.hold));
+                    if it.copies_in() {
+                        copies.push((s, s.start));
+                    }
+                }
+            }
+        }
+        let t = &mut self.tables[dev];
+        for (k, hold) in counted {
+            if let Some(e) = t.get_mut(&k) {
+                e.inc(hold);
+            }
+        }
+        for (k, (len, r, h)) in planned {
+            let e = ModelEntry {
+                len,
+                ref_count: r as u64,
+                hold_count: h as u64,
+                associated: false,
+                data: vec![None; len],
+            };
+            t.insert(k, e);
+        }
+        for (s, k) in copies {
+            if let Some(e) = t.get_mut(&k) {
+                e.data[s.start - k..s.end() - k].copy_from_slice(&self.host[s.start..s.end()]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Exit half of `target data` (`region`) or `exit data`.
+    fn exit(&mut self, dev: usize, items: &[Item], region: bool) -> std::result::Result<(), ()> {
+        let t = &mut self.tables[dev];
+        let mut keys = Vec::new();
+        for it in items {
+            let k = match lookup(t, it.span) {
+                Look::Inside(k) => Some(k),
+                _ if it.present && !region => return Err(()),
+                _ => None,
+            };
+            keys.push(k.filter(|_| it.span.len > 0));
+        }
+        // Per entry: (moves ref, moves hold, delete).
+        let mut touched: HashMap<usize, (bool, bool, bool)> = HashMap::new();
+        for (it, k) in items.iter().zip(&keys) {
+            if let Some(k) = *k {
+                let m = touched.entry(k).or_default();
+                m.0 |= !it.hold;
+                m.1 |= it.hold;
+                m.2 |= it.kind == MapKind::Delete;
+            }
+        }
+        for (k, (r, h, delete)) in &touched {
+            let e = t.get_mut(k).expect("touched entries exist");
+            if *h {
+                e.hold_count = e.hold_count.saturating_sub(1);
+            }
+            if *r && !e.associated {
+                e.ref_count = if *delete { 0 } else { e.ref_count.saturating_sub(1) };
+            }
+        }
+        for (it, k) in items.iter().zip(&keys).rev() {
+            let Some(k) = *k else { continue };
+            let e = &t[&k];
+            if it.copies_out() && (it.always || e.released()) {
+                let s = it.span;
+                self.host[s.start..s.end()].copy_from_slice(&e.data[s.start - k..s.end() - k]);
+            }
+        }
+        t.retain(|_, e| !e.released());
+        Ok(())
+    }
+
+    fn update(&mut self, dev: usize, to: bool, s: Span, present: bool) -> std::result::Result<(), ()> {
+        let t = &mut self.tables[dev];
+        match lookup(t, s) {
+            Look::Inside(k) if s.len > 0 => {
+                let e = t.get_mut(&k).expect("found");
+                let (d, h) = (&mut e.data[s.start - k..s.end() - k], &mut self.host[s.start..s.end()]);
+                if to {
+                    d.copy_from_slice(h);
+                } else {
+                    h.copy_from_slice(d);
+                }
+                Ok(())
+            }
+            Look::Inside(_) => Ok(()),
+            _ if present => Err(()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The runtime side of one sequence: the host array, open regions and associated blocks.
+struct Harness<'rt> {
+    rt: &'rt Runtime,
+    host: Vec<i32>,
+    regions: Vec<Vec<Vec<Item>>>,
+    blocks: Vec<(usize, usize, u64)>,
+}
+
+impl<'rt> Harness<'rt> {
+    fn new(rt: &'rt Runtime) -> Self {
+        let devices = rt.num_devices();
+        Self { rt, host: (0..ARENA as i32).collect(), regions: vec![Vec::new(); devices], blocks: Vec::new() }
+    }
+
+    fn base(&mut self) -> *mut i32 {
+        self.host.as_mut_ptr()
+    }
+
+    fn list(&mut self, items: &[Item]) -> Vec<MapItem> {
+        let base = self.base();
+        // SAFETY (of later use): the spans lie inside `host`, which lives as long as `self`.
+        items
+            .iter()
+            .map(|it| MapItem::raw(base.wrapping_add(it.span.start), it.span.len * 4, it.map_type()))
+            .collect()
+    }
+
+    /// Runs `op`; `Ok(None)` when the op does not apply (nothing was done).
+    fn apply(&mut self, op: &Op, model: &Model) -> Result<Option<Result<()>>> {
+        let rt = self.rt;
+        Ok(Some(match op {
+            Op::Enter { dev, items } => {
+                let l = self.list(items);
+                // SAFETY: the host array outlives the mapping (cleaned up at the end).
+                unsafe { rt.enter_data(*dev, &l) }
+            }
+            Op::Exit { dev, items } => {
+                let l = self.list(items);
+                // SAFETY: `from` copies write into the host array, borrowed by no one now.
+                unsafe { rt.exit_data(*dev, &l) }
+            }
+            Op::Begin { dev, items } => {
+                let l = self.list(items);
+                // SAFETY: as for enter; the matching end runs in `End` or at clean-up.
+                let r = unsafe { rt.target_data_begin(*dev, &l) };
+                if r.is_ok() {
+                    self.regions[*dev].push(items.clone());
+                }
+                r
+            }
+            Op::End { dev } => {
+                let Some(items) = self.regions[*dev].pop() else { return Ok(None) };
+                let l = self.list(&items);
+                // SAFETY: as for exit.
+                unsafe { rt.target_data_end(*dev, &l) }
+            }
+            Op::Update { dev, to, span, present } => {
+                let r = offload::HostRange::new(self.base().wrapping_add(span.start) as usize, span.len * 4);
+                let dir = if *to { UpdateDirection::To } else { UpdateDirection::From };
+                // SAFETY: the range lies in the host array, which nothing else touches.
+                unsafe { rt.update(*dev, dir, &[(r, *present)]) }
+            }
+            Op::HostWrite { span, value } => {
+                self.host[span.start..span.end()].fill(*value);
+                Ok(())
+            }
+            Op::DeviceWrite { dev, span, value } => {
+                if span.len == 0 || !matches!(lookup(&model.tables[*dev], *span), Look::Inside(_)) {
+                    return Ok(None);
+                }
+                let at = self.base().wrapping_add(span.start);
+                let args = [LaunchArg::Value(Scalar::I32(*value)), LaunchArg::mapped(at)];
+                // SAFETY: no map list; the span lies inside one mapped entry (checked by the
+                // model, and the runtime translates it through its table).
+                unsafe { rt.target_launch(*dev, &offload_kernels::FILL_I32, span.len, &[], &args) }
+            }
+            Op::Associate { dev, span } => {
+                let at = self.base().wrapping_add(span.start) as usize;
+                let bytes = span.len * 4;
+                let block = rt.target_alloc(bytes.max(4), *dev)?;
+                // SAFETY: the block holds at least `bytes` bytes.
+                unsafe { rt.target_memset(block, 0, bytes.max(4), *dev)? };
+                // SAFETY: the block stays allocated until it is disassociated and freed.
+                let r = unsafe { rt.associate_ptr(at, block, bytes, 0, *dev) };
+                if r.is_ok() {
+                    self.blocks.push((*dev, span.start, block));
+                } else {
+                    // SAFETY: never associated; nothing uses it.
+                    unsafe { rt.target_free(block, *dev)? };
+                }
+                r
+            }
+            Op::Disassociate { dev, at } => {
+                let host = self.base().wrapping_add(*at) as usize;
+                // SAFETY: no kernel runs.
+                let r = unsafe { rt.disassociate_ptr(host, *dev) };
+                if r.is_ok() {
+                    self.free_block_of(*dev, *at)?;
+                }
+                r
+            }
+        }))
+    }
+
+    /// Frees the block associated with the entry holding element `at`.
+    fn free_block_of(&mut self, dev: usize, at: usize) -> Result<()> {
+        let found = self.blocks.iter().position(|&(d, start, _)| {
+            d == dev
+                && start <= at
+                && self.rt.entry(self.host.as_ptr() as usize + 4 * start, d).ok().flatten().is_none()
+        });
+        if let Some(i) = found {
+            let (d, _, block) = self.blocks.swap_remove(i);
+            // SAFETY: disassociated; nothing uses it.
+            unsafe { self.rt.target_free(block, d)? };
+        }
+        Ok(())
+    }
+
+    /// Ends every open region, removes every entry, frees every block; from any state.
+    fn clean_up(&mut self) -> Result<()> {
+        let rt = self.rt;
+        for dev in 0..rt.num_devices() {
+            while let Some(items) = self.regions[dev].pop() {
+                let l = self.list(&items);
+                // SAFETY: as in `apply`.
+                let _ = unsafe { rt.target_data_end(dev, &l) };
+            }
+        }
+        for (dev, e) in rt.live_mappings() {
+            // SAFETY: delete copies nothing; no kernel runs.
+            unsafe {
+                if e.associated {
+                    rt.disassociate_ptr(e.range.begin, dev)?;
+                } else {
+                    rt.exit_data(
+                        dev,
+                        &[MapItem::raw(e.range.begin as *const u8, e.range.bytes, MapType::DELETE)],
+                    )?;
+                }
+            }
+        }
+        for (d, _, block) in self.blocks.drain(..) {
+            // SAFETY: disassociated above; nothing uses it.
+            unsafe { rt.target_free(block, d)? };
+        }
+        Ok(())
+    }
+
+    /// Compares the runtime with the model: tables, counts, host and device contents.
+    fn compare(&self, model: &Model) -> std::result::Result<(), String> {
+        let base = self.host.as_ptr() as usize;
+        for (i, (&h, m)) in self.host.iter().zip(&model.host).enumerate() {
+            if m.is_some_and(|m| m != h) {
+                return Err(format!("host element {i} is {h}, the model says {m:?}"));
+            }
+        }
+        let live = self.rt.live_mappings();
+        for (dev, table) in model.tables.iter().enumerate() {
+            let actual: Vec<_> = live
+                .iter()
+                .filter(|(d, _)| *d == dev)
+                .map(|(_, e)| {
+                    let rc = if e.associated { 0 } else { e.ref_count };
+                    let start = e.range.begin.checked_sub(base).map_or(usize::MAX, |b| b / 4);
+                    (start, e.range.bytes / 4, rc, e.hold_count, e.associated)
+                })
+                .collect();
+            let expected: Vec<_> = table
+                .iter()
+                .map(|(&k, e)| {
+                    (k, e.len, if e.associated { 0 } else { e.ref_count }, e.hold_count, e.associated)
+                })
+                .collect();
+            if actual != expected {
+                return Err(format!(
+                    "device {dev}: table (start, len, ref, hold, associated) is {actual:?}, the model says {expected:?}"
+                ));
+            }
+            for (&k, e) in table {
+                let addr = self
+                    .rt
+                    .mapped_ptr(base + 4 * k, dev)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("device {dev}: element {k} has no mapped pointer"))?;
+                let data: Vec<i32> = read_device(self.rt, addr, e.len, dev).map_err(|e| e.to_string())?;
+                for (j, (&d, m)) in data.iter().zip(&e.data).enumerate() {
+                    if m.is_some_and(|m| m != d) {
+                        return Err(format!("device {dev}: element {} is {d}, the model says {m:?}", k + j));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+static DONE: AtomicU64 = AtomicU64::new(0);
+
+/// Runs one sequence against a fresh model; a divergence fails the case with the step.
+fn run_sequence(rt: &Runtime, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
+    let mut h = Harness::new(rt);
+    let mut model = Model::new(rt.num_devices(), &h.host);
+    // A panic (in the runtime or the model) fails the case like a divergence, after the
+    // clean-up, so that the next case starts from an empty table.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (step, op) in ops.iter().enumerate() {
+            let before = model.clone();
+            let predicted = match op {
+                Op::Enter { dev, items } | Op::Begin { dev, items } => model.enter(*dev, items),
+                Op::Exit { dev, items } => model.exit(*dev, items, false),
+                Op::End { dev } => match h.regions[*dev].last() {
+                    Some(items) => model.exit(*dev, &items.clone(), true),
+                    None => Ok(()),
+                },
+                Op::Update { dev, to, span, present } => model.update(*dev, *to, *span, *present),
+                Op::HostWrite { span, value } => {
+                    model.host[span.start..span.end()].fill(Some(*value));
+                    Ok(())
+                }
+                Op::DeviceWrite { dev, span, value } => {
+                    if let (true, Look::Inside(k)) = (span.len > 0, lookup(&model.tables[*dev], *span)) {
+                        let e = model.tables[*dev].get_mut(&k).expect("found");
+                        e.data[span.start - k..span.end() - k].fill(Some(*value));
+                    }
+                    Ok(())
+                }
+                Op::Associate { dev, span } => match lookup(&model.tables[*dev], *span) {
+                    Look::Absent if span.len > 0 => {
+                        let e = ModelEntry {
+                            len: span.len,
+                            ref_count: 0,
+                            hold_count: 0,
+                            associated: true,
+                            data: vec![Some(0); span.len],
+                        };
+                        model.tables[*dev].insert(span.start, e);
+                        Ok(())
+                    }
+                    _ => Err(()),
+                },
+                Op::Disassociate { dev, at } => {
+                    let t = &mut model.tables[*dev];
+                    match lookup(t, Span { start: *at, len: 0 }) {
+                        Look::Inside(k) if t[&k].associated && t[&k].hold_count == 0 => {
+                            t.remove(&k);
+                            Ok(())
+                        }
+                        _ => Err(()),
+                    }
+                }
+            };
+            let r = h.apply(op, &before).map_err(|e| format!("step {step} {op:?}: harness failed: {e}"))?;
+            DONE.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = r {
+                if r.is_ok() != predicted.is_ok() {
+                    return Err(format!(
+                        "step {step} {op:?}: the runtime returned {r:?}, the model {predicted:?}"
+                    ));
+                }
+            }
+            if predicted.is_err() {
+                // All or nothing: a failed construct changed nothing.
+                model = before;
+            }
+            h.compare(&model).map_err(|e| format!("step {step} {op:?}: {e}"))?;
+        }
+        Ok(())
+    }))
+    .unwrap_or_else(|p| {
+        let why =
+            p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Err(format!("panicked: {}", why.unwrap_or_default()))
+    });
+    let cleaned = h.clean_up();
+    outcome.map_err(TestCaseError::fail)?;
+    cleaned.map_err(|e| TestCaseError::fail(format!("clean-up failed: {e}")))?;
+    let live = rt.live_mappings();
+    prop_assert!(live.is_empty(), "clean-up left mappings: {live:?}");
+    for d in 0..rt.num_devices() {
+        let usage = rt.pool_usage(d).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(usage.live_allocations, 0, "device {} leaked allocations", d);
+    }
+    Ok(())
+}
+
+/// Runs `operations` operations in sequences of [`STEPS`] on every backend present (host
+/// backends with three devices).
+fn check_against_the_model(operations: u64) {
+    for b in backends() {
+        let build = || {
+            let builder = if b.name == "host" { b.builder().host_devices(3) } else { b.builder() };
+            builder.build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name))
+        };
+        // One runtime for all cases, cleaned after each; a failed case may leave it dirty
+        // (its clean-up relies on the rules it broke), so the next case gets a fresh one.
+        let rt = std::cell::RefCell::new(build());
+        let devices = rt.borrow().num_devices();
+        if devices == 0 {
+            continue;
+        }
+        // Sequences of 1..=STEPS operations (so a divergence shrinks to a short one), about
+        // STEPS / 2 on average: enough cases for `operations` with a wide margin.
+        let cases = (operations * 22 / 10).div_ceil(STEPS as u64) as u32;
+        let config = Config { cases, failure_persistence: None, ..Config::default() };
+        let start = DONE.load(Ordering::Relaxed);
+        let strategy = prop::collection::vec(op(devices), 1..=STEPS);
+        let case = |ops: Vec<Op>| {
+            let r = run_sequence(&rt.borrow(), &ops);
+            if r.is_err() {
+                *rt.borrow_mut() = build();
+            }
+            r
+        };
+        match TestRunner::new(config).run(&strategy, case) {
+            Ok(()) => {}
+            Err(TestError::Fail(why, ops)) => {
+                let steps: Vec<String> =
+                    ops.iter().enumerate().map(|(i, op)| format!("{i:3}: {op:?}")).collect();
+                panic!(
+                    "[{}] the runtime diverged from the model: {why}\nminimal sequence:\n{}",
+                    b.name,
+                    steps.join("\n")
+                )
+            }
+            Err(e) => panic!("[{}] {e}", b.name),
+        }
+        let done = DONE.load(Ordering::Relaxed) - start;
+        assert!(done >= operations, "[{}] only {done} operations ran", b.name);
+        println!("[{}] {done} operations on {devices} devices agree with the model", b.name);
+    }
+}
+
+#[test]
+fn one_hundred_thousand_operations() {
+    check_against_the_model(OPERATIONS);
+}
+
+#[test]
+#[ignore = "long: a million operations (run with --release --ignored)"]
+fn one_million_operations() {
+    check_against_the_model(10 * OPERATIONS);
+}
+
+#[test]
+fn the_model_reads_conformance_case_24_as_the_runtime_does() {
+    // A hand-written sequence through the model alone: a hold region survives exit data.
+    let mut m = Model::new(1, &[0; ARENA]);
+    let s = Span { start: 0, len: 4 };
+    let hold = Item { span: s, kind: MapKind::From, always: false, present: false, hold: true };
+    assert!(m.enter(0, &[hold]).is_ok());
+    let release = Item { kind: MapKind::Release, hold: false, ..hold };
+    assert!(m.exit(0, &[release], false).is_ok());
+    assert_eq!((m.tables[0][&0].ref_count, m.tables[0][&0].hold_count), (0, 1));
+    assert!(m.exit(0, &[hold], true).is_ok());
+    assert!(m.tables[0].is_empty());
+}
