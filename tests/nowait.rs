@@ -1,9 +1,10 @@
 //! `nowait` tasks and pipelines on every backend present.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use offload::pipeline::Pipeline;
-use offload::{map, Error, HostLaunch, Kernel};
+use offload::{map, Error, HostLaunch, Kernel, NowaitScope};
 use offload_tests::{check, check_eq, on_every_backend};
 
 fn double(l: &HostLaunch<'_>) -> Result<(), String> {
@@ -172,4 +173,162 @@ fn pipelines_need_two_slots() {
     let rt = offload::Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().expect("runtime");
     assert!(matches!(Pipeline::new(&rt, &[0], 1), Err(Error::InvalidArgument { .. })));
     assert!(matches!(Pipeline::new(&rt, &[5], 2), Err(Error::NoSuchDevice { .. })));
+}
+
+/// Tasks that queue tasks, three levels deep, each on the next device, each writing into
+/// borrowed host data: `nowait` returns only after the deepest (which sleeps first) wrote.
+#[test]
+fn tasks_queued_by_tasks_finish_before_the_scope_returns() {
+    on_every_backend(
+        "nested nowait",
+        1,
+        |b| b,
+        |rt| {
+            let n = rt.num_devices();
+            let mut levels = [0u32; 3];
+            let [first, second, third] = &mut levels;
+            rt.nowait(|s| -> offload::Result<()> {
+                s.compute(0, &[], move |_| {
+                    *first = 1;
+                    s.compute(1 % n, &[], move |_| {
+                        *second = 2;
+                        s.compute(2 % n, &[], move |_| {
+                            std::thread::sleep(Duration::from_millis(50));
+                            *third = 3;
+                            Ok(())
+                        })?;
+                        Ok(())
+                    })?;
+                    Ok(())
+                })?;
+                Ok(())
+            })??;
+            check_eq!(levels, [1, 2, 3]);
+            Ok(())
+        },
+    );
+}
+
+/// The error of a task queued by a task is the scope's error.
+#[test]
+fn a_nested_task_error_is_the_scope_error() {
+    on_every_backend(
+        "nested nowait failure",
+        1,
+        |b| b,
+        |rt| {
+            let r = rt.nowait(|s| {
+                s.compute(0, &[], move |_| {
+                    s.compute(0, &[], |_| {
+                        std::thread::sleep(Duration::from_millis(20));
+                        Err(Error::InvalidArgument { routine: "test", what: "nested failure".into() })
+                    })?;
+                    Ok(())
+                })
+            });
+            match r {
+                Err(Error::InvalidArgument { what, .. }) => check!(what == "nested failure", "{what}"),
+                other => check!(false, "the nested task's error should end the scope, got {other:?}"),
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A scope whose closure panics waits for its tasks, nested ones included, before the
+/// panic goes on.
+#[test]
+fn a_panicking_scope_waits_for_nested_tasks_first() {
+    /// Sets its flag when dropped: while the scope's closure unwinds.
+    struct SetOnDrop<'a>(&'a AtomicBool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    on_every_backend(
+        "panicking nowait scope",
+        1,
+        |b| b,
+        |rt| {
+            let unwinding = AtomicBool::new(false);
+            let mut written = 0u32;
+            let (unwinding, slot) = (&unwinding, &mut written);
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.nowait(|s| {
+                    let queued = s.compute(0, &[], move |_| {
+                        // Queues the next task only once the scope is unwinding.
+                        while !unwinding.load(Ordering::Acquire) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        std::thread::sleep(Duration::from_millis(30));
+                        s.compute(0, &[], move |_| {
+                            std::thread::sleep(Duration::from_millis(30));
+                            *slot = 7;
+                            Ok(())
+                        })?;
+                        Ok(())
+                    });
+                    let _signal = SetOnDrop(unwinding);
+                    assert!(queued.is_ok());
+                    panic!("scope gave up");
+                })
+            }));
+            check!(caught.is_err(), "the scope's panic should resume");
+            check_eq!(written, 7);
+            Ok(())
+        },
+    );
+}
+
+/// Queues `FAN` tasks that each count themselves and, `depth - 1` more times, queue `FAN`
+/// tasks of their own, spread over the devices.
+fn fan_out<'scope>(
+    s: &'scope NowaitScope<'scope, '_>,
+    device: usize,
+    depth: usize,
+    count: &'scope AtomicUsize,
+) -> offload::Result<()> {
+    const FAN: usize = 3;
+    let n = s.runtime().num_devices();
+    for i in 0..FAN {
+        s.compute((device + i) % n, &[], move |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+            if depth > 1 {
+                fan_out(s, device + i + 1, depth - 1, count)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// 16 threads, each opening scopes whose tasks queue tasks three levels deep: after each
+/// scope every task has run.
+#[test]
+fn many_threads_open_scopes_of_nested_tasks() {
+    const THREADS: usize = 16;
+    const SCOPES: usize = 20;
+    on_every_backend(
+        "nowait stress",
+        1,
+        |b| b,
+        |rt| {
+            std::thread::scope(|threads| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        threads.spawn(move || -> offload::Result<()> {
+                            for _ in 0..SCOPES {
+                                let count = AtomicUsize::new(0);
+                                rt.nowait(|s| fan_out(s, t, 3, &count))??;
+                                check_eq!(count.load(Ordering::Relaxed), 3 + 9 + 27);
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| h.join().expect("a test thread panicked"))
+            })
+        },
+    );
 }

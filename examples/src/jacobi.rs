@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::spin_barrier::SpinBarrier;
+use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, HostBuffer, MapType, Runtime};
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
@@ -128,59 +128,46 @@ fn run_steps(
     // Per-part norms, double-buffered by iteration: the leader sums step i's while the
     // others may already write step i + 1's.
     let partial = Mutex::new(vec![[0f32; 2]; parts]);
-    let barrier = SpinBarrier::new(parts);
     let norm_out = Mutex::new(0f32);
     let start = Instant::now();
-    std::thread::scope(|s| -> Result<(), offload::Error> {
-        let mut handles = Vec::new();
-        for (p, norm) in norms.iter_mut().enumerate() {
-            let (grids, pushes, partial, barrier, norm_out) =
-                (&grids, &pushes, &partial, &barrier, &norm_out);
-            let dev = rt.device(devices[p])?;
-            handles.push(s.spawn(move || -> Result<(), offload::Error> {
-                let shape = JacobiShape {
-                    nx,
-                    iy_start: 1,
-                    iy_end: part.owned(p).len() + 1,
-                    rows_per_thread: args.rows,
-                };
-                let push = [pushes(0, p)?, pushes(1, p)?];
-                for iter in 0..args.niter {
-                    let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-                    let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
-                    let norm_view = norm.view(devices[p]);
-                    jacobi_step(
-                        &dev,
-                        shape,
-                        grids[src].view(p),
-                        grids[dst].view(p),
-                        norm_view,
-                        slot,
-                        push[dst].0,
-                        push[dst].1,
-                    )?;
-                    if want_norm {
-                        norm.update_from(devices[p])?;
-                        partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
-                    }
-                    if !peer {
-                        grids[dst].send_halos(p, true)?;
-                    }
-                    // Every halo of this step is written before any device starts the next.
-                    let leader = barrier.wait();
-                    if leader && want_norm {
-                        let total: f32 =
-                            partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
-                        *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
-                        if !args.csv && iter % 100 == 0 {
-                            println!("{iter:5}, {:.6}", total.sqrt());
-                        }
-                    }
+    // A part that fails stops the others at their next barrier; its error is the run's.
+    run_in_lockstep(devices, norms.iter_mut().collect(), |p, norm, barrier| -> Result<(), Stop> {
+        let dev = rt.device(devices[p])?;
+        let shape =
+            JacobiShape { nx, iy_start: 1, iy_end: part.owned(p).len() + 1, rows_per_thread: args.rows };
+        let push = [pushes(0, p)?, pushes(1, p)?];
+        for iter in 0..args.niter {
+            let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+            let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
+            let norm_view = norm.view(devices[p]);
+            jacobi_step(
+                &dev,
+                shape,
+                grids[src].view(p),
+                grids[dst].view(p),
+                norm_view,
+                slot,
+                push[dst].0,
+                push[dst].1,
+            )?;
+            if want_norm {
+                norm.update_from(devices[p])?;
+                partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
+            }
+            if !peer {
+                grids[dst].send_halos(p, true)?;
+            }
+            // Every halo of this step is written before any device starts the next.
+            let leader = barrier.wait()?;
+            if leader && want_norm {
+                let total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+                *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
+                if !args.csv && iter % 100 == 0 {
+                    println!("{iter:5}, {:.6}", total.sqrt());
                 }
-                Ok(())
-            }));
+            }
         }
-        handles.into_iter().try_for_each(|h| h.join().unwrap_or(Err(poisoned())))
+        Ok(())
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;

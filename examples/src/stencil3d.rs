@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::spin_barrier::SpinBarrier;
+use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, MapType, Runtime};
 use offload_kernels::stencil::{stencil7_step, STENCIL7_STEP};
@@ -95,42 +95,34 @@ fn run_steps(
         // reachable by peer access (checked above), written only by this step's kernel.
         Ok(unsafe { (DevicePtr::new(prev), DevicePtr::new(next)) })
     };
-    let barrier = SpinBarrier::new(parts);
     let start = Instant::now();
-    std::thread::scope(|s| -> Result<(), offload::Error> {
-        let handles: Vec<_> = (0..devices.len())
-            .map(|p| {
-                let (grids, barrier, pushes) = (&grids, &barrier, &pushes);
-                s.spawn(move || -> Result<(), offload::Error> {
-                    let dev = rt.device(devices[p])?;
-                    let planes = part.owned(p).len();
-                    let push = [pushes(0, p)?, pushes(1, p)?];
-                    for iter in 0..args.niter {
-                        let (src, dst) = (iter % 2, 1 - iter % 2);
-                        stencil7_step(
-                            &dev,
-                            args.nx,
-                            args.ny,
-                            1,
-                            planes + 1,
-                            args.planes,
-                            grids[src].view(p),
-                            grids[dst].view(p),
-                            push[dst].0,
-                            push[dst].1,
-                        )?;
-                        // Without peer stores each part sends its own halos as soon as its
-                        // step is done; the barrier keeps the next step from reading early.
-                        if !peer {
-                            grids[dst].send_halos(p, false)?;
-                        }
-                        barrier.wait();
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(poisoned())))
+    // A part that fails stops the others at their next barrier; its error is the run's.
+    run_in_lockstep(devices, vec![(); parts], |p, (), barrier| -> Result<(), Stop> {
+        let dev = rt.device(devices[p])?;
+        let planes = part.owned(p).len();
+        let push = [pushes(0, p)?, pushes(1, p)?];
+        for iter in 0..args.niter {
+            let (src, dst) = (iter % 2, 1 - iter % 2);
+            stencil7_step(
+                &dev,
+                args.nx,
+                args.ny,
+                1,
+                planes + 1,
+                args.planes,
+                grids[src].view(p),
+                grids[dst].view(p),
+                push[dst].0,
+                push[dst].1,
+            )?;
+            // Without peer stores each part sends its own halos as soon as its step is
+            // done; the barrier keeps the next step from reading early.
+            if !peer {
+                grids[dst].send_halos(p, false)?;
+            }
+            barrier.wait()?;
+        }
+        Ok(())
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;
@@ -138,10 +130,6 @@ fn run_steps(
     drop(other);
     newest.gather()?;
     Ok(seconds)
-}
-
-fn poisoned() -> offload::Error {
-    offload::Error::InvalidArgument { routine: "stencil3d", what: "a device thread panicked".into() }
 }
 
 /// The same steps on the CPU, one thread.

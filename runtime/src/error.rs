@@ -205,6 +205,18 @@ pub enum Error {
         message: String,
     },
 
+    /// Code run for the caller on another thread (a `nowait` task, a pipeline stage, a
+    /// solver's device thread) panicked; what it had begun was ended as on an error.
+    #[error("device {device}: {what} panicked: {message}")]
+    Panicked {
+        /// Device number.
+        device: usize,
+        /// What panicked.
+        what: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+
     /// A driver call failed.
     #[error("device {device}: {call} failed: {message}")]
     Driver {
@@ -246,6 +258,15 @@ pub enum Error {
 /// Result with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The message of a panic's payload (`panic!` gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +285,16 @@ mod tests {
         };
         let s = e.to_string();
         assert!(s.contains("0x1004..0x100c") && s.contains("0x1000..0x1008"), "{s}");
+    }
+
+    #[test]
+    fn panic_messages_are_read_from_str_and_string_payloads() {
+        let text = std::panic::catch_unwind(|| panic!("plain")).unwrap_err();
+        let formatted = std::panic::catch_unwind(|| panic!("formatted {}", 7)).unwrap_err();
+        let other = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(&*text), "plain");
+        assert_eq!(panic_message(&*formatted), "formatted 7");
+        assert_eq!(panic_message(&*other), "a panic without a message");
     }
 
     #[test]

@@ -227,6 +227,31 @@ device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
+/// Runs host kernel `f` (named `kernel`) over `n` work items on `pool`, for `device`: its
+/// error, or its panic with the panic's message, becomes [`Error::KernelFailed`]. A panic
+/// is not resumed: as on a GPU, a failed kernel is the launch's error, and the pool and
+/// the calling thread (a device's worker) go on.
+///
+/// [`Error::KernelFailed`]: crate::Error::KernelFailed
+pub(crate) fn run_host_kernel(
+    pool: &rayon::ThreadPool,
+    device: usize,
+    kernel: &'static str,
+    f: HostKernelFn,
+    n: usize,
+    args: &[KernelArg],
+) -> crate::error::Result<()> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.install(|| f(&HostLaunch::new(kernel, n, args)))
+    }));
+    let message = match ran {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(message)) => message,
+        Err(payload) => format!("panicked: {}", crate::error::panic_message(&*payload)),
+    };
+    Err(crate::Error::KernelFailed { device, kernel, message })
+}
+
 /// What a host kernel sees of its launch: the work-item count and the arguments.
 #[derive(Debug)]
 pub struct HostLaunch<'a> {

@@ -35,6 +35,7 @@ pub mod device;
 pub mod error;
 pub mod info;
 pub mod kernel;
+mod latch;
 pub mod mapping;
 pub mod memcpy;
 mod memory_pool;

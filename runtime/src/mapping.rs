@@ -368,6 +368,9 @@ impl<'rt> Device<'rt> {
 
     /// `#pragma omp target data map(...)`: maps `maps`, runs `body` with their device
     /// views, then unmaps them (copying `from` ranges back) whether `body` failed or not.
+    ///
+    /// A panic of `body` ends the region as an error would (its maps are ended, so
+    /// nothing it mapped stays mapped), then resumes: `body` is the caller's own code.
     pub fn data<'a, L: MapList<'a>, R>(
         &self,
         maps: L,
@@ -378,11 +381,12 @@ impl<'rt> Device<'rt> {
         // SAFETY: every item borrows its host slice for 'a (shared for reads, exclusive for
         // `from` kinds), and `maps` is alive until the end of this function.
         unsafe { self.rt.target_data_begin(self.number, &items)? };
-        let r = body(maps.views(self.number));
+        // A panic of `body` is held until the region has ended.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number))));
         // SAFETY: as above.
         let end = unsafe { self.rt.target_data_end(self.number, &items) };
         drop(maps);
-        let r = r?;
+        let r = r.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
         end.map(|()| r)
     }
 

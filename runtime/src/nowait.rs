@@ -7,9 +7,17 @@
 //! tasks in order, so a copy-in, a kernel and a copy-out of one device proceed at once (on
 //! GPUs on three streams). Host data given to a task stays borrowed until the scope ends,
 //! and the scope does not end before every task has finished, so no host buffer is freed
-//! or touched while a copy on it is in flight. [`Task::wait`] gives a task's error; a task
-//! whose dependency failed does not run and fails with [`Error::Dependency`], except
-//! clean-up tasks ([`NowaitScope::cleanup`]), which run whatever happened before them.
+//! or touched while a copy on it is in flight. This holds for tasks queued by running
+//! tasks too (a task may capture the scope and queue more): the scope counts outstanding
+//! tasks (a latch: `latch.rs`) and waits for the count to reach zero, also while unwinding
+//! from a panic of its closure. [`Task::wait`] gives a task's error; a task whose
+//! dependency failed does not run and fails with [`Error::Dependency`], except clean-up
+//! tasks ([`NowaitScope::cleanup`]), which run whatever happened before them.
+//!
+//! A task that panics fails with [`Error::Panicked`] naming the panic; the scope returns
+//! that error like any other (the panic does not resume: it happened on a lane thread, and
+//! the lane goes on with the next task). Its dependents fail as after an error, and
+//! clean-up tasks after it still unmap what was entered.
 //!
 //! ```
 //! use offload::{map, HostLaunch, Kernel, Runtime};
@@ -43,8 +51,9 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel};
+use crate::latch::{CountLatch, Pending};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
 use crate::runtime::{DeviceState, Runtime};
 use crate::worker::DeviceWorker;
@@ -103,6 +112,34 @@ impl Task {
     }
 }
 
+/// A task's completion, held by its job: [`Completion::finish`] records the result, then
+/// counts the task down in its scope; a job dropped unrun (never submitted, or dropped by
+/// a closing queue) fails its task instead, so no one waits on it forever.
+struct Completion {
+    task: Task,
+    device: usize,
+    /// Dropped after `Drop::drop` has finished the task, so the scope never sees the
+    /// count at zero before every task's result is recorded.
+    _pending: Pending,
+}
+
+impl Completion {
+    fn finish(self, r: Result<()>) {
+        self.task.finish(r);
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if !self.task.is_done() {
+            self.task.finish(Err(Error::QueueClosed {
+                device: self.device,
+                why: "the task's lane ended before it ran",
+            }));
+        }
+    }
+}
+
 /// The three lane threads of a device.
 pub(crate) struct Lanes([DeviceWorker; 3]);
 
@@ -129,7 +166,10 @@ impl DeviceState {
 /// A scope of asynchronous work; see the module documentation.
 pub struct NowaitScope<'scope, 'env: 'scope> {
     rt: &'env Runtime,
+    /// Every task queued, in submission order, for the scope's first error.
     tasks: Mutex<Vec<Task>>,
+    /// Tasks queued and not yet finished.
+    outstanding: Arc<CountLatch>,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
@@ -140,41 +180,39 @@ impl std::fmt::Debug for NowaitScope<'_, '_> {
     }
 }
 
-/// Waits for every task of a scope, also when the scope's closure panics, and keeps the
-/// first error.
-struct WaitAll<'a>(&'a Mutex<Vec<Task>>, Option<Error>);
+/// Waits, when dropped, until a scope has no task outstanding: after its closure
+/// returned, and while unwinding from a panic of it.
+struct WaitForTasks<'a>(&'a CountLatch);
 
-impl WaitAll<'_> {
-    fn wait(&mut self) {
-        let tasks = std::mem::take(&mut *self.0.lock());
-        for t in tasks {
-            if let Err(e) = t.wait() {
-                self.1.get_or_insert(e);
-            }
-        }
-    }
-}
-
-impl Drop for WaitAll<'_> {
+impl Drop for WaitForTasks<'_> {
     fn drop(&mut self) {
-        self.wait();
+        self.0.wait();
     }
 }
 
 impl Runtime {
     /// Runs `f` with a scope in which constructs can be queued without waiting; returns
-    /// when every task queued in it has finished: the first task error if any task failed
-    /// (whether or not it was waited for), else `f`'s result.
+    /// when every task queued in it (by `f` or by other tasks) has finished: the first
+    /// task error, in submission order, if any task failed (whether or not it was waited
+    /// for), else `f`'s result. A panic of `f` resumes once every task has finished.
     pub fn nowait<'env, R>(
         &'env self,
         f: impl for<'scope> FnOnce(&'scope NowaitScope<'scope, 'env>) -> R,
     ) -> Result<R> {
-        let scope =
-            NowaitScope { rt: self, tasks: Mutex::new(Vec::new()), _scope: PhantomData, _env: PhantomData };
-        let mut all = WaitAll(&scope.tasks, None);
-        let r = f(&scope);
-        all.wait();
-        match all.1.take() {
+        let scope = NowaitScope {
+            rt: self,
+            tasks: Mutex::new(Vec::new()),
+            outstanding: CountLatch::new(),
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let r = {
+            let _wait = WaitForTasks(&scope.outstanding);
+            f(&scope)
+        };
+        // Every task has finished, so none of these waits blocks.
+        let first_error = scope.tasks.lock().iter().find_map(|t| t.wait().err());
+        match first_error {
             Some(e) => Err(e),
             None => Ok(r),
         }
@@ -201,32 +239,39 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         let lanes = state.lanes()?;
         let task = Task::new();
         let deps: Vec<Task> = after.iter().map(|t| (*t).clone()).collect();
-        let done = task.clone();
+        // Counted before submission, by a caller that is itself counted (a running task)
+        // or that the scope waits for (its closure).
+        let done = Completion { task: task.clone(), device, _pending: self.outstanding.pending() };
         let job = move || {
             let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
+            drop(deps);
             let r = if before.is_err() && !cleanup {
                 Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
             } else {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before))).unwrap_or_else(|_| {
-                    Err(Error::KernelFailed {
-                        device,
-                        kernel: "nowait task",
-                        message: "the task panicked".into(),
-                    })
-                })
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before))).unwrap_or_else(
+                    |payload| {
+                        Err(Error::Panicked {
+                            device,
+                            what: "a nowait task",
+                            message: panic_message(&*payload),
+                        })
+                    },
+                )
             };
+            // The last thing the job does: the scope may end as soon as it is counted down.
             done.finish(r);
         };
         let job: Box<dyn FnOnce() + Send + 'scope> = Box::new(job);
         // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
-        // return (nor unwind) before every task it queued has finished (`WaitAll`), so the
-        // job never outlives what it borrows.
+        // return (nor unwind) before its count of outstanding tasks is zero; this job is
+        // counted from before it is submitted until it has finished (`done.finish`, its
+        // last step) or has been dropped, so it never outlives what it borrows.
         let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
         self.tasks.lock().push(task.clone());
-        lanes.0[lane as usize].submit(job).map_err(|_| {
-            task.finish(Err(Error::QueueClosed { device, why: "the lane thread ended" }));
-            Error::QueueClosed { device, why: "the lane thread ended" }
-        })?;
+        // On failure the unsent job is dropped here, which fails the task (`Completion`).
+        lanes.0[lane as usize]
+            .submit(job)
+            .map_err(|_| Error::QueueClosed { device, why: "the lane thread ended" })?;
         Ok(task)
     }
 

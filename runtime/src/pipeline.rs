@@ -7,7 +7,9 @@
 //! as its slots free up, so a slower device takes fewer. Outputs land in the caller's
 //! slices by batch index (order preserved). The first failing batch stops the pipeline:
 //! no new batch starts, those in flight finish or are unmapped without copying back, and
-//! the error names the batch; nothing is left mapped.
+//! the error names the batch; nothing is left mapped. A `compute` that panics fails its
+//! batch in the same way, with [`Error::Panicked`] (inside [`Error::Batch`]) naming the
+//! panic; the panic does not resume, since `compute` ran on a device's lane thread.
 //!
 //! ```
 //! use offload::pipeline::Pipeline;

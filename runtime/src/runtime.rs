@@ -15,7 +15,7 @@ use crate::device::host::{default_capacity, HostDevice};
 use crate::device::{Backend, DeviceDescription, MemInfo};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFlags, Trace};
-use crate::kernel::{HostLaunch, Kernel, KernelArg, Scalar};
+use crate::kernel::{run_host_kernel, Kernel, KernelArg, Scalar};
 use crate::memory_pool::{MemoryPool, PoolConfig};
 use crate::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
@@ -763,9 +763,7 @@ impl Runtime {
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();
-        self.inner.kernel_pool.install(|| f(&HostLaunch::new(kernel.name(), n, &args))).map_err(|message| {
-            Error::KernelFailed { device: self.initial_device(), kernel: kernel.name(), message }
-        })
+        run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
     }
 
     // ---- device memory routines -----------------------------------------------------

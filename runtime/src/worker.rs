@@ -1,7 +1,13 @@
 //! One host worker thread per device, bound to the CPUs nearest the device, running the
 //! device's host-side work in order; and per-node `rayon` pools whose threads are bound to
 //! a device's CPUs, for the CPU copies of staging.
+//!
+//! A job that panics does not end its worker (the device's later work still needs it):
+//! [`DeviceWorker::run`] hands the panic back to the waiting caller, where it resumes; a
+//! job given to [`DeviceWorker::submit`] must report its own failures (`nowait` tasks catch
+//! their panics), and a panic that escapes one anyway is dropped.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -37,14 +43,16 @@ impl DeviceWorker {
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             let _ = bound_tx.send(topology.bind_current_thread(&cpus).map_err(|e| e.to_string()));
             for job in rx {
-                job();
+                // The job's owner learns of a panic (see the module documentation).
+                let _ = catch_unwind(AssertUnwindSafe(job));
             }
         })?;
         let binding = bound_rx.recv().unwrap_or_else(|_| Err("worker ended before binding".into()));
         Ok(Self { queue: Some(tx), thread: Some(thread), binding })
     }
 
-    /// Runs `f` on the worker after every job submitted before it, and returns its result.
+    /// Runs `f` on the worker after every job submitted before it, and returns its result;
+    /// a panic of `f` resumes in the caller (the worker goes on).
     pub(crate) fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
@@ -55,10 +63,14 @@ impl DeviceWorker {
             .ok_or(WorkerGone)?
             .send(Box::new(move || {
                 // The caller waits on `rx`, so the receiver is alive.
-                let _ = tx.send(f());
+                let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
             }))
             .map_err(|_| WorkerGone)?;
-        rx.recv().map_err(|_| WorkerGone)
+        match rx.recv() {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(panic)) => resume_unwind(panic),
+            Err(_) => Err(WorkerGone),
+        }
     }
 
     /// Queues `job` after every job submitted before it, without waiting.
@@ -121,5 +133,16 @@ mod tests {
         if let Ok(b) = w.binding() {
             assert!(b.iter().all(|c| cpus.contains(c)), "bound to {b:?}, asked {cpus:?}");
         }
+    }
+
+    #[test]
+    fn a_panicking_job_resumes_in_its_caller_and_the_worker_goes_on() {
+        let topo = Arc::new(Topology::system());
+        let w = DeviceWorker::spawn("test-worker".into(), topo, Vec::new()).unwrap();
+        let caught = catch_unwind(AssertUnwindSafe(|| w.run(|| panic!("job panicked"))));
+        assert_eq!(crate::error::panic_message(&*caught.unwrap_err()), "job panicked");
+        // A submitted job has no caller to resume in; its panic must not end the worker.
+        w.submit(Box::new(|| panic!("submitted job panicked"))).unwrap();
+        assert_eq!(w.run(|| 7), Ok(7));
     }
 }

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::{Backend, BackendKind, DeviceDescription, MemInfo, Sgemm};
 use crate::error::{Error, Result};
-use crate::kernel::{HostLaunch, Kernel, KernelArg};
+use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::worker::DeviceWorker;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
@@ -208,12 +208,8 @@ impl Backend for HostDevice {
         })?;
         // Mapped arguments were translated through the present table; raw device pointers
         // (which may name a peer host device's memory) are the unsafe caller's contract.
-        let name = kernel.name();
-        let args = args.to_vec();
-        let pool = Arc::clone(&self.pool);
-        let number = self.number;
-        self.run(move || pool.install(|| f(&HostLaunch::new(name, n, &args))))?
-            .map_err(|message| Error::KernelFailed { device: number, kernel: name, message })
+        let (name, args, pool, number) = (kernel.name(), args.to_vec(), Arc::clone(&self.pool), self.number);
+        self.run(move || run_host_kernel(&pool, number, name, f, n, &args))?
     }
 
     fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
