@@ -3,7 +3,7 @@
 //! project's test topologies, BSD-3-Clause, see fixtures/HWLOC-COPYING; and
 //! fixtures/8gpu-2socket.xml, authored by fixtures/make_8gpu_2socket.py).
 
-use offload::{PlacementSource, Runtime, Topology};
+use offload::{BackendKind, PlacementSource, Runtime, Topology};
 
 const EIGHT_GPU: &str = include_str!("fixtures/8gpu-2socket.xml");
 const POWER8: &str = include_str!("fixtures/power8gpudistances.xml");
@@ -96,6 +96,14 @@ fn a_runtime_on_an_xml_topology_places_host_devices_on_the_whole_machine() {
 #[test]
 fn workers_are_bound_on_this_machine_and_staging_lands_on_the_device_node() {
     let rt = Runtime::builder().env(|_| None).host_devices(1).build().unwrap();
+    let gpus = (0..rt.num_devices()).filter(|&d| rt.describe(d).unwrap().kind != BackendKind::Host).count();
+    if gpus == 0 {
+        offload_tests::skip_for_devices(
+            "gpu",
+            0,
+            "staging location: no GPU here, and host devices do not stage",
+        );
+    }
     for d in 0..rt.num_devices() {
         let binding = rt.worker_binding(d).unwrap();
         let want = &rt.placement(d).unwrap().cpus;

@@ -1,8 +1,10 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, and the builder that can set each of them.
 //!
-//! A value the runtime does not understand is an error naming the variable, the value and
-//! what would have been accepted, never a silent default.
+//! A value the runtime does not understand (including one that is not UTF-8) is an error
+//! naming the variable, the value and what would have been accepted, never a silent
+//! default. Builder values and the fields of [`StagingConfig`] and [`PoolConfig`] are
+//! checked the same way when the runtime is built ([`Error::InvalidConfig`]).
 
 use std::fmt;
 
@@ -50,11 +52,36 @@ impl fmt::Display for OffloadPolicy {
     }
 }
 
-/// Where environment values come from (the process environment, or a test's map).
-pub(crate) type EnvLookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// Most host devices a runtime starts (`OFFLOAD_HOST_DEVICES`, [`crate::RuntimeBuilder::host_devices`]):
+/// each has its own worker thread.
+pub const MAX_HOST_DEVICES: usize = 64;
+
+/// Most threads of the host kernel pool ([`crate::RuntimeBuilder::kernel_threads`]).
+pub const MAX_KERNEL_THREADS: usize = 1024;
+
+/// Where environment values come from (the process environment, or a test's map): the
+/// variable's text, `None` when it is unset, an error when it is set but not UTF-8.
+pub(crate) type EnvLookup = Box<dyn Fn(&'static str) -> Result<Option<String>> + Send + Sync>;
 
 pub(crate) fn process_env() -> EnvLookup {
-    Box::new(|k| std::env::var(k).ok())
+    Box::new(|k| env_text(k, std::env::var_os(k)))
+}
+
+/// A lookup that cannot meet non-UTF-8 text (the builder's `env`).
+pub(crate) fn lookup_from(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> EnvLookup {
+    Box::new(move |k| Ok(lookup(k)))
+}
+
+/// The text of variable `var`; a value that is not UTF-8 is an error, not "unset".
+fn env_text(var: &'static str, raw: Option<std::ffi::OsString>) -> Result<Option<String>> {
+    raw.map(|v| {
+        v.into_string().map_err(|v| Error::InvalidSetting {
+            var,
+            value: v.to_string_lossy().into_owned(),
+            expected: "UTF-8 text",
+        })
+    })
+    .transpose()
 }
 
 fn parse_count(var: &'static str, value: &str, expected: &'static str) -> Result<usize> {
@@ -83,23 +110,39 @@ fn parse_switch(var: &'static str, v: String) -> Result<bool> {
 
 impl Settings {
     /// Reads every variable through `env`; `None` fields of `over` are taken from it.
+    /// A variable is not read at all when the builder set its value.
     pub(crate) fn resolve(env: &EnvLookup, over: &Overrides) -> Result<Self> {
-        let policy = match (over.policy, env("OMP_TARGET_OFFLOAD")) {
+        let read = |var: &'static str, overridden: bool| if overridden { Ok(None) } else { env(var) };
+        let policy = match (over.policy, read("OMP_TARGET_OFFLOAD", over.policy.is_some())?) {
             (Some(p), _) => p,
             (None, Some(v)) => OffloadPolicy::parse(&v)?,
             (None, None) => OffloadPolicy::Default,
         };
-        let host_devices = match (over.host_devices, env("OFFLOAD_HOST_DEVICES")) {
-            (Some(n), _) => n,
-            (None, Some(v)) => parse_count("OFFLOAD_HOST_DEVICES", &v, "a number of host devices, e.g. 2")?,
-            (None, None) => 0,
-        };
-        let default_device = match (over.default_device, env("OMP_DEFAULT_DEVICE")) {
-            (Some(d), _) => Some(d),
-            (None, Some(v)) => Some(parse_count("OMP_DEFAULT_DEVICE", &v, "a non-negative device number")?),
-            (None, None) => None,
-        };
-        let info = match (over.info, env("OFFLOAD_INFO")) {
+        let host_devices =
+            match (over.host_devices, read("OFFLOAD_HOST_DEVICES", over.host_devices.is_some())?) {
+                (Some(n), _) => n,
+                (None, Some(v)) => {
+                    let n = parse_count("OFFLOAD_HOST_DEVICES", &v, HOST_DEVICES_EXPECTED)?;
+                    if n > MAX_HOST_DEVICES {
+                        return Err(Error::InvalidSetting {
+                            var: "OFFLOAD_HOST_DEVICES",
+                            value: v,
+                            expected: HOST_DEVICES_EXPECTED,
+                        });
+                    }
+                    n
+                }
+                (None, None) => 0,
+            };
+        let default_device =
+            match (over.default_device, read("OMP_DEFAULT_DEVICE", over.default_device.is_some())?) {
+                (Some(d), _) => Some(d),
+                (None, Some(v)) => {
+                    Some(parse_count("OMP_DEFAULT_DEVICE", &v, "a non-negative device number")?)
+                }
+                (None, None) => None,
+            };
+        let info = match (over.info, read("OFFLOAD_INFO", over.info.is_some())?) {
             (Some(f), _) => f,
             (None, Some(v)) => InfoFlags::parse(&v).ok_or(Error::InvalidSetting {
                 var: "OFFLOAD_INFO",
@@ -109,22 +152,73 @@ impl Settings {
             (None, None) => InfoFlags::NONE,
         };
         let mut pool = over.pool.unwrap_or_default();
-        if over.pool.is_none() {
-            if let Some(v) = env("OFFLOAD_MEMORY_POOL") {
-                pool.enabled = parse_switch("OFFLOAD_MEMORY_POOL", v)?;
-            }
+        if let Some(v) = read("OFFLOAD_MEMORY_POOL", over.pool.is_some())? {
+            pool.enabled = parse_switch("OFFLOAD_MEMORY_POOL", v)?;
         }
         let mut staging = over.staging.unwrap_or_default();
-        if over.staging.is_none() {
-            if let Some(v) = env("OFFLOAD_STAGING") {
-                staging.enabled = parse_switch("OFFLOAD_STAGING", v)?;
-            }
+        if let Some(v) = read("OFFLOAD_STAGING", over.staging.is_some())? {
+            staging.enabled = parse_switch("OFFLOAD_STAGING", v)?;
         }
-        let topology_xml =
-            over.topology_xml.clone().or_else(|| env("OFFLOAD_TOPOLOGY_XML").map(PathBuf::from));
-        Ok(Self { policy, host_devices, default_device, info, pool, staging, topology_xml })
+        let topology_xml = match &over.topology_xml {
+            Some(path) => Some(path.clone()),
+            None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
+        };
+        let settings = Self { policy, host_devices, default_device, info, pool, staging, topology_xml };
+        settings.validate(over)?;
+        Ok(settings)
+    }
+
+    /// Checks every numeric setting against the range the runtime can work with.
+    fn validate(&self, over: &Overrides) -> Result<()> {
+        const KIB4: usize = 4096;
+        const GIB: usize = 1 << 30;
+        let (p, s) = (&self.pool, &self.staging);
+        let checks: [(&'static str, usize, bool, &'static str); 9] = [
+            (
+                "RuntimeBuilder::host_devices",
+                self.host_devices,
+                self.host_devices <= MAX_HOST_DEVICES,
+                HOST_DEVICES_EXPECTED,
+            ),
+            (
+                "RuntimeBuilder::kernel_threads",
+                over.kernel_threads.unwrap_or(1),
+                over.kernel_threads.is_none_or(|n| (1..=MAX_KERNEL_THREADS).contains(&n)),
+                "1..=1024 threads",
+            ),
+            (
+                "RuntimeBuilder::host_device_memory",
+                over.host_memory.unwrap_or(KIB4),
+                over.host_memory.is_none_or(|b| b >= KIB4),
+                "at least 4096 bytes",
+            ),
+            ("PoolConfig::max_block", p.max_block, p.max_block <= 1 << 40, "0..=1 TiB (2^40 bytes)"),
+            (
+                "StagingConfig::chunk",
+                s.chunk,
+                (KIB4..=GIB).contains(&s.chunk) && s.chunk % KIB4 == 0,
+                "4096..=1 GiB bytes, a multiple of 4096",
+            ),
+            ("StagingConfig::depth", s.depth, (2..=64).contains(&s.depth), "2..=64 buffers"),
+            (
+                "StagingConfig::threads",
+                s.threads,
+                (1..=MAX_KERNEL_THREADS).contains(&s.threads),
+                "1..=1024 threads",
+            ),
+            ("StagingConfig::min_chunks", s.min_chunks, s.min_chunks >= 1, "at least 1"),
+            ("StagingConfig::min_piece", s.min_piece, s.min_piece >= 1, "at least 1 byte"),
+        ];
+        match checks.into_iter().find(|c| !c.2) {
+            Some((field, value, _, expected)) => {
+                Err(Error::InvalidConfig { field, value: value.to_string(), expected })
+            }
+            None => Ok(()),
+        }
     }
 }
+
+const HOST_DEVICES_EXPECTED: &str = "a number of host devices from 0 to 64, e.g. 2";
 
 /// Builder settings that take precedence over the environment.
 #[derive(Clone, Debug, Default)]
@@ -136,6 +230,8 @@ pub(crate) struct Overrides {
     pub pool: Option<PoolConfig>,
     pub staging: Option<StagingConfig>,
     pub topology_xml: Option<PathBuf>,
+    pub kernel_threads: Option<usize>,
+    pub host_memory: Option<usize>,
 }
 
 #[cfg(test)]
@@ -143,7 +239,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> EnvLookup {
-        Box::new(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        lookup_from(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     }
 
     #[test]
@@ -185,9 +281,162 @@ mod tests {
             ("OFFLOAD_INFO", "lots", "bit mask"),
             ("OFFLOAD_MEMORY_POOL", "maybe", "0/off/false"),
         ] {
-            let lookup: EnvLookup = Box::new(move |k| (k == var).then(|| value.to_string()));
+            let lookup = lookup_from(move |k| (k == var).then(|| value.to_string()));
             let e = Settings::resolve(&lookup, &Overrides::default()).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains(value) && e.contains(expect), "{e}");
         }
+    }
+
+    #[test]
+    fn too_many_host_devices_is_an_error_from_the_environment_and_the_builder() {
+        let ok = Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "64")]), &Overrides::default()).unwrap();
+        assert_eq!(ok.host_devices, MAX_HOST_DEVICES);
+        for value in ["65", "1000000", "18446744073709551615"] {
+            let lookup = lookup_from(move |k| (k == "OFFLOAD_HOST_DEVICES").then(|| value.to_string()));
+            let e = Settings::resolve(&lookup, &Overrides::default()).unwrap_err();
+            let s = e.to_string();
+            assert!(matches!(e, Error::InvalidSetting { var: "OFFLOAD_HOST_DEVICES", .. }), "{s}");
+            assert!(s.contains(value) && s.contains("0 to 64"), "{s}");
+        }
+        let over = Overrides { host_devices: Some(65), ..Default::default() };
+        let e = Settings::resolve(&env(&[]), &over).unwrap_err().to_string();
+        assert!(e.contains("RuntimeBuilder::host_devices = 65") && e.contains("0 to 64"), "{e}");
+    }
+
+    #[test]
+    fn non_utf8_values_are_errors_naming_the_variable() {
+        use std::os::unix::ffi::OsStringExt;
+        let raw = std::ffi::OsString::from_vec(vec![b'2', 0xff, 0xfe]);
+        let e = env_text("OFFLOAD_HOST_DEVICES", Some(raw)).unwrap_err();
+        let s = e.to_string();
+        assert!(matches!(e, Error::InvalidSetting { var: "OFFLOAD_HOST_DEVICES", .. }), "{s}");
+        assert!(s.contains("UTF-8") && s.contains('2'), "{s}");
+        assert_eq!(env_text("X", None).unwrap(), None);
+        assert_eq!(env_text("X", Some("on".into())).unwrap().as_deref(), Some("on"));
+        // Every variable goes through the lookup's error, and a builder value skips the variable.
+        for var in [
+            "OMP_TARGET_OFFLOAD",
+            "OFFLOAD_HOST_DEVICES",
+            "OMP_DEFAULT_DEVICE",
+            "OFFLOAD_INFO",
+            "OFFLOAD_MEMORY_POOL",
+            "OFFLOAD_STAGING",
+            "OFFLOAD_TOPOLOGY_XML",
+        ] {
+            let bad: EnvLookup = Box::new(move |k| {
+                if k == var {
+                    env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff])))
+                } else {
+                    Ok(None)
+                }
+            });
+            let e = Settings::resolve(&bad, &Overrides::default()).unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains("UTF-8"), "{e}");
+        }
+        let bad: EnvLookup = Box::new(|k| env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff]))));
+        let every = Overrides {
+            policy: Some(OffloadPolicy::Default),
+            host_devices: Some(1),
+            default_device: Some(0),
+            info: Some(InfoFlags::NONE),
+            pool: Some(PoolConfig::default()),
+            staging: Some(StagingConfig::default()),
+            topology_xml: Some("t.xml".into()),
+            ..Default::default()
+        };
+        Settings::resolve(&bad, &every).unwrap();
+    }
+
+    fn config_error(over: Overrides) -> String {
+        match Settings::resolve(&env(&[]), &over) {
+            Err(e @ Error::InvalidConfig { .. }) => e.to_string(),
+            other => panic!("{over:?}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_edge_values_are_accepted() {
+        Settings::resolve(&env(&[]), &Overrides::default()).unwrap();
+        let edges = Overrides {
+            host_devices: Some(MAX_HOST_DEVICES),
+            kernel_threads: Some(1),
+            host_memory: Some(4096),
+            pool: Some(PoolConfig { max_block: 1 << 40, keep: 0, enabled: true }),
+            staging: Some(StagingConfig {
+                chunk: 4096,
+                depth: 2,
+                threads: 1,
+                min_chunks: 1,
+                min_piece: 1,
+                min_bytes: 0,
+                register_after: 0,
+                ..StagingConfig::default()
+            }),
+            ..Default::default()
+        };
+        Settings::resolve(&env(&[]), &edges).unwrap();
+        let high = StagingConfig {
+            chunk: 1 << 30,
+            depth: 64,
+            threads: MAX_KERNEL_THREADS,
+            ..StagingConfig::default()
+        };
+        let over =
+            Overrides { staging: Some(high), kernel_threads: Some(MAX_KERNEL_THREADS), ..Default::default() };
+        Settings::resolve(&env(&[]), &over).unwrap();
+    }
+
+    #[test]
+    fn each_out_of_range_field_is_an_error_naming_it_and_its_range() {
+        let staging = |f: fn(&mut StagingConfig)| {
+            let mut c = StagingConfig::default();
+            f(&mut c);
+            Overrides { staging: Some(c), ..Default::default() }
+        };
+        let cases: Vec<(Overrides, &str, &str)> = vec![
+            (staging(|c| c.chunk = 0), "StagingConfig::chunk = 0", "4096..=1 GiB bytes, a multiple of 4096"),
+            (staging(|c| c.chunk = 4097), "StagingConfig::chunk = 4097", "a multiple of 4096"),
+            (staging(|c| c.chunk = (1 << 30) + 4096), "StagingConfig::chunk = 1073745920", "4096..=1 GiB"),
+            (staging(|c| c.depth = 1), "StagingConfig::depth = 1", "2..=64"),
+            (staging(|c| c.depth = 65), "StagingConfig::depth = 65", "2..=64"),
+            (staging(|c| c.threads = 0), "StagingConfig::threads = 0", "1..=1024"),
+            (staging(|c| c.threads = 1025), "StagingConfig::threads = 1025", "1..=1024"),
+            (staging(|c| c.min_chunks = 0), "StagingConfig::min_chunks = 0", "at least 1"),
+            (staging(|c| c.min_piece = 0), "StagingConfig::min_piece = 0", "at least 1 byte"),
+            (
+                Overrides {
+                    pool: Some(PoolConfig { max_block: (1 << 40) + 1, ..PoolConfig::default() }),
+                    ..Default::default()
+                },
+                "PoolConfig::max_block = 1099511627777",
+                "0..=1 TiB",
+            ),
+            (
+                Overrides { kernel_threads: Some(0), ..Default::default() },
+                "RuntimeBuilder::kernel_threads = 0",
+                "1..=1024",
+            ),
+            (
+                Overrides { kernel_threads: Some(usize::MAX), ..Default::default() },
+                "RuntimeBuilder::kernel_threads",
+                "1..=1024",
+            ),
+            (
+                Overrides { host_memory: Some(4095), ..Default::default() },
+                "RuntimeBuilder::host_device_memory = 4095",
+                "at least 4096",
+            ),
+        ];
+        for (over, field, range) in cases {
+            let e = config_error(over);
+            assert!(e.contains(field) && e.contains(range), "{e}");
+        }
+        // A disabled configuration is checked too, so that whether a value is accepted does not
+        // depend on another field.
+        let e = config_error(staging(|c| {
+            c.enabled = false;
+            c.chunk = 0
+        }));
+        assert!(e.contains("StagingConfig::chunk"), "{e}");
     }
 }

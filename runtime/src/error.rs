@@ -66,6 +66,18 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A builder value or a field of a configuration struct (`StagingConfig`, `PoolConfig`)
+    /// is outside the range the runtime can work with.
+    #[error("{field} = {value} is not valid: expected {expected}")]
+    InvalidConfig {
+        /// The builder method or `Struct::field`.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// The accepted range.
+        expected: &'static str,
+    },
+
     /// `OMP_TARGET_OFFLOAD=mandatory` and no device can be used.
     #[error("OMP_TARGET_OFFLOAD=mandatory but no offload device is available ({reason})")]
     OffloadMandatory {

@@ -524,6 +524,8 @@ pub struct HostBuffer<T: DeviceCopy> {
     rt: Runtime,
     ptr: NonNull<T>,
     len: usize,
+    /// The allocation, as made in `new` and freed in `drop`.
+    layout: std::alloc::Layout,
     /// The device whose driver page-locked the buffer, if any did.
     pinned_by: Option<usize>,
 }
@@ -536,11 +538,21 @@ unsafe impl<T: DeviceCopy> Sync for HostBuffer<T> {}
 impl<T: DeviceCopy> HostBuffer<T> {
     const ALIGN: usize = 4096;
 
+    /// The allocation for `len` elements: their bytes, or one page when that is zero (so the
+    /// pointer is never dangling); an error when the size overflows or exceeds `isize::MAX`.
     fn layout(len: usize) -> Result<std::alloc::Layout> {
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).filter(|&b| b > 0).unwrap_or(Self::ALIGN);
-        std::alloc::Layout::from_size_align(bytes, Self::ALIGN.max(std::mem::align_of::<T>())).map_err(|e| {
-            Error::InvalidArgument { routine: "HostBuffer::new", what: format!("{len} elements: {e}") }
-        })
+        let elem = std::mem::size_of::<T>();
+        let too_large = |why: String| Error::InvalidArgument {
+            routine: "HostBuffer::new",
+            what: format!("{len} elements of {elem} bytes: {why}"),
+        };
+        let bytes = match len.checked_mul(elem) {
+            None => return Err(too_large("the size overflows usize".into())),
+            Some(0) => Self::ALIGN,
+            Some(b) => b,
+        };
+        std::alloc::Layout::from_size_align(bytes, Self::ALIGN.max(std::mem::align_of::<T>()))
+            .map_err(|e| too_large(format!("{bytes} bytes: {e}")))
     }
 
     /// `len` zeroed elements (every `DeviceCopy` type accepts zero bits), page-locked when
@@ -557,7 +569,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
         })?;
         // SAFETY: the allocation lives until `drop`, which unpins it first.
         let pinned_by = unsafe { rt.pin_host(p, layout.size()) };
-        Ok(Self { rt: rt.clone(), ptr, len, pinned_by })
+        Ok(Self { rt: rt.clone(), ptr, len, layout, pinned_by })
     }
 
     /// A copy of `data`.
@@ -653,9 +665,43 @@ impl<T: DeviceCopy> Drop for HostBuffer<T> {
             // SAFETY: pinned in `new` by device `d`; every copy has completed.
             unsafe { self.rt.unpin_host(self.ptr.as_ptr().cast(), d) };
         }
-        if let Ok(layout) = Self::layout(self.len) {
-            // SAFETY: allocated in `new` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod host_buffer_tests {
+    use super::*;
+
+    fn runtime() -> Runtime {
+        Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().unwrap()
+    }
+
+    #[test]
+    fn a_size_that_overflows_is_an_error() {
+        let rt = runtime();
+        for (len, what) in
+            [(usize::MAX / 2, "overflows"), (usize::MAX, "overflows"), (usize::MAX / 8, "bytes")]
+        {
+            let e = HostBuffer::<u32>::new(&rt, len).unwrap_err();
+            let s = e.to_string();
+            assert!(matches!(e, Error::InvalidArgument { routine: "HostBuffer::new", .. }), "{s}");
+            assert!(s.contains(&len.to_string()) && s.contains(what), "{s}");
         }
+        let e = HostBuffer::<[u64; 4]>::new(&rt, usize::MAX / 16).unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
+    }
+
+    #[test]
+    fn empty_and_small_buffers_allocate_and_free() {
+        let rt = runtime();
+        let b = HostBuffer::<u32>::new(&rt, 0).unwrap();
+        assert!(b.is_empty());
+        let mut b = HostBuffer::<u32>::new(&rt, 3).unwrap();
+        b[2] = 7;
+        assert_eq!(&b[..], &[0, 0, 7]);
+        let z = HostBuffer::<[u8; 0]>::new(&rt, usize::MAX).unwrap();
+        assert_eq!(z.len(), usize::MAX);
     }
 }

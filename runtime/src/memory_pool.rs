@@ -15,12 +15,13 @@ use parking_lot::Mutex;
 use crate::device::Backend;
 use crate::error::{Error, Result};
 
-/// How a device's memory pool behaves.
+/// How a device's memory pool behaves. [`crate::RuntimeBuilder::build`] refuses a field
+/// outside the range its comment gives ([`crate::Error::InvalidConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
     /// Whether freed blocks are kept at all (`OFFLOAD_MEMORY_POOL=0` turns it off).
     pub enabled: bool,
-    /// Largest block size that is pooled.
+    /// Largest block size that is pooled: at most 1 TiB (sizes round up to a power of two).
     pub max_block: usize,
     /// Most bytes of free blocks kept per device.
     pub keep: usize,
@@ -148,7 +149,84 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::host::tests::device;
+    use crate::device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
+    use crate::kernel::{Kernel, KernelArg};
+
+    /// A device that only counts bytes: addresses without memory behind them, so the pool's
+    /// bookkeeping is tested with no driver, thread or FFI call (and under Miri).
+    struct CountingDevice {
+        description: DeviceDescription,
+        capacity: usize,
+        /// (bytes in use, next address).
+        state: Mutex<(usize, u64)>,
+    }
+
+    fn device(capacity: usize) -> CountingDevice {
+        let description = DeviceDescription {
+            kind: BackendKind::Host,
+            name: "counting device".into(),
+            pci_bus_id: None,
+            uuid: None,
+        };
+        CountingDevice { description, capacity, state: Mutex::new((0, 0x1000)) }
+    }
+
+    fn no_memory<T>() -> Result<T> {
+        Err(Error::InvalidArgument { routine: "CountingDevice", what: "has no memory to touch".into() })
+    }
+
+    impl Backend for CountingDevice {
+        fn description(&self) -> &DeviceDescription {
+            &self.description
+        }
+        fn alloc(&self, bytes: usize) -> Result<u64> {
+            let mut s = self.state.lock();
+            if s.0 + bytes > self.capacity {
+                let free = self.capacity - s.0;
+                return Err(Error::OutOfMemory { device: 0, requested: bytes, free, total: self.capacity });
+            }
+            let addr = s.1;
+            *s = (s.0 + bytes, s.1 + bytes.next_multiple_of(256) as u64);
+            Ok(addr)
+        }
+        fn free(&self, _addr: u64, bytes: usize) -> Result<()> {
+            self.state.lock().0 -= bytes;
+            Ok(())
+        }
+        unsafe fn write(&self, _dst: u64, _src: *const u8, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        unsafe fn read(&self, _dst: *mut u8, _src: u64, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        fn copy(&self, _dst: u64, _src: u64, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        fn can_access_peer(&self, _src: &dyn Backend) -> bool {
+            false
+        }
+        fn copy_from_peer(&self, _dst: u64, _src: &dyn Backend, _src_addr: u64, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        fn memset(&self, _dst: u64, _value: u8, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        fn launch(&self, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {
+            no_memory()
+        }
+        fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+            no_memory()
+        }
+        fn synchronize(&self) -> Result<()> {
+            Ok(())
+        }
+        fn mem_info(&self) -> Result<MemInfo> {
+            Ok(MemInfo { free: self.capacity - self.state.lock().0, total: self.capacity })
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
 
     #[test]
     fn freed_blocks_are_reused_by_size_class() {

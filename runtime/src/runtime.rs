@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::config::{process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
+use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::data_env::{Construct, Entry, MapItem, PresentTable, UpdateDirection};
 use crate::device::host::{default_capacity, HostDevice};
 use crate::device::{Backend, DeviceDescription, MemInfo};
@@ -199,8 +199,6 @@ pub struct RuntimeBuilder {
     env: EnvLookup,
     capture_info: bool,
     peer_access: bool,
-    host_memory: Option<usize>,
-    kernel_threads: Option<usize>,
     gpus: bool,
 }
 
@@ -217,15 +215,14 @@ impl Default for RuntimeBuilder {
             env: process_env(),
             capture_info: false,
             peer_access: true,
-            host_memory: None,
-            kernel_threads: None,
             gpus: true,
         }
     }
 }
 
 impl RuntimeBuilder {
-    /// Number of host devices (`OFFLOAD_HOST_DEVICES`).
+    /// Number of host devices (`OFFLOAD_HOST_DEVICES`), at most
+    /// [`MAX_HOST_DEVICES`](crate::config::MAX_HOST_DEVICES) (64): `build` refuses more.
     pub fn host_devices(mut self, n: usize) -> Self {
         self.over.host_devices = Some(n);
         self
@@ -268,15 +265,17 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Bytes of memory each host device offers (default: the machine's memory).
+    /// Bytes of memory each host device offers (default: the machine's memory); at least
+    /// 4096.
     pub fn host_device_memory(mut self, bytes: usize) -> Self {
-        self.host_memory = Some(bytes);
+        self.over.host_memory = Some(bytes);
         self
     }
 
-    /// Threads of the pool that runs host kernels (default: one per CPU).
+    /// Threads of the pool that runs host kernels (default: one per CPU); 1 to
+    /// [`MAX_KERNEL_THREADS`](crate::config::MAX_KERNEL_THREADS).
     pub fn kernel_threads(mut self, n: usize) -> Self {
-        self.kernel_threads = Some(n);
+        self.over.kernel_threads = Some(n);
         self
     }
 
@@ -302,7 +301,7 @@ impl RuntimeBuilder {
     /// Reads environment variables through `lookup` instead of the process environment
     /// (for tests and embedders).
     pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
-        self.env = Box::new(lookup);
+        self.env = lookup_from(lookup);
         self
     }
 
@@ -315,7 +314,7 @@ impl RuntimeBuilder {
             None => Topology::system(),
         });
         let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
-        if let Some(n) = self.kernel_threads {
+        if let Some(n) = self.over.kernel_threads {
             threads = threads.num_threads(n);
         }
         let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
@@ -348,7 +347,7 @@ impl RuntimeBuilder {
                     devices.push((Arc::from(g), p, w));
                 }
             }
-            let capacity = self.host_memory.unwrap_or_else(default_capacity);
+            let capacity = self.over.host_memory.unwrap_or_else(default_capacity);
             for i in 0..settings.host_devices {
                 let number = devices.len();
                 let p = topology.whole_machine("host device");

@@ -27,23 +27,24 @@ use crate::topology::Topology;
 use crate::worker::node_pool;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines
-/// (see the README's transfer table).
+/// (see the README's transfer table). [`crate::RuntimeBuilder::build`] refuses a field
+/// outside the range its comment gives ([`crate::Error::InvalidConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StagingConfig {
     /// Whether pageable copies are staged at all (`OFFLOAD_STAGING=0` turns it off).
     pub enabled: bool,
-    /// Bytes per chunk (and per pinned buffer).
+    /// Bytes per chunk (and per pinned buffer): 4096 to 1 GiB, a multiple of 4096.
     pub chunk: usize,
-    /// Buffers per direction (at least 2, so that copying and DMA overlap).
+    /// Buffers per direction: 2 (so that copying and DMA overlap) to 64.
     pub depth: usize,
-    /// CPU threads copying into and out of the buffers.
+    /// CPU threads copying into and out of the buffers: 1 to 1024.
     pub threads: usize,
     /// Copies smaller than this go straight to the driver.
     pub min_bytes: usize,
     /// A copy is cut into at least this many chunks (so its first and last chunk, which
-    /// cannot overlap, are a small part of it), down to 2 MiB chunks.
+    /// cannot overlap, are a small part of it), down to 2 MiB chunks; at least 1.
     pub min_chunks: usize,
-    /// Smallest piece of a chunk one copy thread takes.
+    /// Smallest piece of a chunk one copy thread takes; at least 1 byte.
     pub min_piece: usize,
     /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
     /// page-locked where it is once it has been copied `register_after` times (and

@@ -264,6 +264,7 @@ impl Topology {
                 return Ok(back.iter_set().map(usize::from).collect());
             }
         }
+        let _ = cpus;
         Ok(Vec::new())
     }
 

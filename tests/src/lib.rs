@@ -2,8 +2,12 @@
 //!
 //! Host devices are always there (two of them, so that multi-device cases run in CI);
 //! GPU backends join when the machine has GPUs. A case that needs more devices than a
-//! backend has is skipped with a printed reason, never passed silently.
+//! backend has is skipped with a printed reason (see [`skip_for_devices`]); with
+//! `OFFLOAD_REQUIRE_DEVICES=N` such a skip fails instead when the backend has fewer than
+//! `N` devices, and so does a missing GPU backend, so that a machine that should have
+//! devices cannot pass by skipping.
 
+use std::ffi::OsStr;
 use std::sync::OnceLock;
 
 use offload::{Error, HostRange, MapItem, MapType, Result, Runtime, RuntimeBuilder};
@@ -40,27 +44,70 @@ fn gpu_builder() -> RuntimeBuilder {
     Runtime::builder().env(|_| None).gpus(true).host_devices(0)
 }
 
-/// Whether this machine has GPUs the runtime can use; says once why not.
-fn gpus_present() -> bool {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    *PRESENT.get_or_init(|| match gpu_builder().build() {
-        Ok(rt) if rt.num_devices() > 0 => true,
-        Ok(rt) => {
-            println!("SKIP gpu backends: {}", rt.device_report().trim_end().replace('\n', "; "));
-            false
-        }
-        Err(e) => {
-            println!("SKIP gpu backends: {e}");
-            false
-        }
+/// The variable that says how many devices every backend must have (unset: none).
+pub const REQUIRE_DEVICES: &str = "OFFLOAD_REQUIRE_DEVICES";
+
+/// The value of [`REQUIRE_DEVICES`] given its raw text: unset is 0; anything but a decimal
+/// count is an error naming the variable.
+pub fn parse_required_devices(value: Option<&OsStr>) -> std::result::Result<usize, String> {
+    let Some(raw) = value else { return Ok(0) };
+    raw.to_str().and_then(|v| v.trim().parse::<usize>().ok()).ok_or_else(|| {
+        format!("{REQUIRE_DEVICES}={raw:?} is not valid: expected a number of devices, e.g. 2")
     })
 }
 
-/// Every backend present on this machine: host devices always, GPUs when there are any.
+/// [`REQUIRE_DEVICES`] of this process; a bad value fails every case that asks.
+pub fn required_devices() -> usize {
+    static REQUIRED: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+    match REQUIRED.get_or_init(|| parse_required_devices(std::env::var_os(REQUIRE_DEVICES).as_deref())) {
+        Ok(n) => *n,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Whether a skip is allowed: `Ok` with the line to print, or `Err` with why it must fail
+/// instead: `required` devices of every backend were asked for and `backend` has `has`.
+pub fn skip_verdict(
+    required: usize,
+    backend: &str,
+    has: usize,
+    reason: &str,
+) -> std::result::Result<String, String> {
+    if has < required {
+        Err(format!(
+            "not skipping: {reason}, but {REQUIRE_DEVICES}={required} requires {required} devices of every backend and {backend} has {has}"
+        ))
+    } else {
+        Ok(format!("SKIP {reason}"))
+    }
+}
+
+/// The one way a case is skipped for lack of devices: prints why, or panics when
+/// [`REQUIRE_DEVICES`] asks for more devices than `backend` has (`has`).
+pub fn skip_for_devices(backend: &str, has: usize, reason: &str) {
+    match skip_verdict(required_devices(), backend, has, reason) {
+        Ok(line) => println!("{line}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Whether this machine has GPUs the runtime can use; `Err` says why not.
+fn gpus_present() -> &'static std::result::Result<(), String> {
+    static PRESENT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    PRESENT.get_or_init(|| match gpu_builder().build() {
+        Ok(rt) if rt.num_devices() > 0 => Ok(()),
+        Ok(rt) => Err(rt.device_report().trim_end().replace('\n', "; ")),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+/// Every backend present on this machine: host devices always, GPUs when there are any
+/// (their absence is a skip, see [`skip_for_devices`]).
 pub fn backends() -> Vec<BackendUnderTest> {
     let mut v = vec![BackendUnderTest { name: "host", make: host_builder }];
-    if gpus_present() {
-        v.push(BackendUnderTest { name: "gpu", make: gpu_builder });
+    match gpus_present() {
+        Ok(()) => v.push(BackendUnderTest { name: "gpu", make: gpu_builder }),
+        Err(why) => skip_for_devices("gpu", 0, &format!("gpu backends: {why}")),
     }
     v
 }
@@ -87,6 +134,9 @@ pub fn on_every_device_with(
 ) {
     for b in backends() {
         let rt = configure(b.builder()).build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name));
+        if rt.num_devices() == 0 {
+            skip_for_devices(b.name, 0, &format!("{what} on {}: this backend has no devices", b.name));
+        }
         for d in 0..rt.num_devices() {
             run_case(what, b.name, Some(d), case(&rt, d));
         }
@@ -104,11 +154,12 @@ pub fn on_every_backend(
     for b in backends() {
         let rt = configure(b.builder()).build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name));
         if rt.num_devices() < min_devices {
-            println!(
-                "SKIP {what} on {}: needs {min_devices} devices, this backend has {}",
+            let reason = format!(
+                "{what} on {}: needs {min_devices} devices, this backend has {}",
                 b.name,
                 rt.num_devices()
             );
+            skip_for_devices(b.name, rt.num_devices(), &reason);
             continue;
         }
         run_case(what, b.name, None, case(&rt));
@@ -227,5 +278,33 @@ pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()>
             &[],
             &[LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_required_count_parses_and_a_bad_value_is_an_error() {
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(parse_required_devices(None), Ok(0));
+        assert_eq!(parse_required_devices(Some(OsStr::new("2"))), Ok(2));
+        assert_eq!(parse_required_devices(Some(OsStr::new(" 8 "))), Ok(8));
+        for bad in [OsStr::new(""), OsStr::new("two"), OsStr::new("-1"), OsStr::from_bytes(&[b'1', 0xff])] {
+            let e = parse_required_devices(Some(bad)).unwrap_err();
+            assert!(e.contains(REQUIRE_DEVICES) && e.contains("number of devices"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_skip_fails_when_the_backend_has_fewer_devices_than_required() {
+        assert_eq!(skip_verdict(0, "gpu", 0, "why").as_deref(), Ok("SKIP why"));
+        // The case needs more than the backend has, but the backend has what was promised.
+        assert_eq!(skip_verdict(2, "host", 2, "needs 3").as_deref(), Ok("SKIP needs 3"));
+        let e = skip_verdict(1, "gpu", 0, "gpu backends: none found").unwrap_err();
+        assert!(e.contains("gpu backends: none found") && e.contains("OFFLOAD_REQUIRE_DEVICES=1"), "{e}");
+        let e = skip_verdict(2, "gpu", 1, "case on gpu: needs 2 devices").unwrap_err();
+        assert!(e.contains("gpu has 1") && e.contains("requires 2 devices"), "{e}");
     }
 }

@@ -82,8 +82,10 @@ pub struct MemInfo {
 
 /// A kernel launch's parameters as GPU drivers take them: every argument's bytes, then the
 /// work-item count `n` (the [`Kernel`] convention).
+#[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) struct LaunchParams(Vec<[u8; 8]>);
 
+#[cfg(any(feature = "cuda", feature = "hip"))]
 impl LaunchParams {
     pub(crate) fn new(args: &[KernelArg], n: usize) -> Self {
         let mut v: Vec<[u8; 8]> = args
@@ -105,6 +107,7 @@ impl LaunchParams {
 }
 
 /// Blocks of `block` threads covering `n` work items (at least one).
+#[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) fn blocks_for(n: usize, block: u32) -> u32 {
     n.div_ceil(block.max(1) as usize).clamp(1, i32::MAX as usize) as u32
 }
@@ -119,8 +122,9 @@ pub(crate) enum Place {
 }
 
 /// A pitched 2-D copy: `rows` rows of `row_bytes` bytes; row `r` of a side starts at its
-/// base plus `r` times its pitch.
+/// base plus `r` times its pitch. Only the CUDA backend reads it (the others copy row by row).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct Copy2d {
     pub dst: Place,
     pub dst_pitch: usize,

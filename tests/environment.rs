@@ -1,0 +1,112 @@
+//! Settings read from the process environment, each in a child process of this binary with
+//! an environment of its own: bad values are errors (not aborts, not silently ignored), and
+//! `OFFLOAD_REQUIRE_DEVICES` turns a skip for lack of devices into a failure.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Command;
+
+use offload::Runtime;
+use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
+
+/// Set in the children, so that their tests run only there.
+const CHILD: &str = "OFFLOAD_TEST_CHILD";
+
+/// Every variable the children read, cleared unless a case sets it.
+const VARS: [&str; 8] = [
+    "OMP_TARGET_OFFLOAD",
+    "OMP_DEFAULT_DEVICE",
+    "OFFLOAD_HOST_DEVICES",
+    "OFFLOAD_INFO",
+    "OFFLOAD_MEMORY_POOL",
+    "OFFLOAD_STAGING",
+    "OFFLOAD_TOPOLOGY_XML",
+    REQUIRE_DEVICES,
+];
+
+/// Runs test `name` of this binary alone in a child process with `vars` set; returns whether
+/// it passed and what it printed.
+fn run_child(name: &str, vars: &[(&str, &OsStr)]) -> (bool, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1"]).env(CHILD, "1");
+    for v in VARS {
+        cmd.env_remove(v);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+fn in_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+#[test]
+#[ignore = "run in a child process by environment_values_that_are_not_accepted_are_errors"]
+fn child_starts_a_runtime_from_the_environment() {
+    if !in_child() {
+        return;
+    }
+    match Runtime::builder().gpus(false).build() {
+        Ok(rt) => println!("started with {} devices", rt.num_devices()),
+        Err(e) => println!("error: {e}"),
+    }
+}
+
+#[test]
+fn environment_values_that_are_not_accepted_are_errors() {
+    let child = "child_starts_a_runtime_from_the_environment";
+    let (ok, out) = run_child(child, &[("OFFLOAD_HOST_DEVICES", OsStr::new("3"))]);
+    assert!(ok && out.contains("started with 3 devices"), "{out}");
+    for (var, value, expect) in [
+        ("OFFLOAD_HOST_DEVICES", &b"2\xff"[..], "UTF-8"),
+        ("OFFLOAD_HOST_DEVICES", b"100000", "from 0 to 64"),
+        ("OFFLOAD_HOST_DEVICES", b"65", "from 0 to 64"),
+        ("OFFLOAD_INFO", b"\xfe", "UTF-8"),
+        ("OMP_TARGET_OFFLOAD", b"default\xff", "UTF-8"),
+        ("OFFLOAD_TOPOLOGY_XML", b"/tmp/\xff.xml", "UTF-8"),
+    ] {
+        let (ok, out) = run_child(child, &[(var, OsStr::from_bytes(value))]);
+        assert!(ok, "{var}: the child crashed: {out}");
+        assert!(out.contains(&format!("error: {var}=")) && out.contains(expect), "{var}: {out}");
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by a_skip_fails_when_devices_are_required"]
+fn child_runs_a_case_that_needs_more_host_devices_than_there_are() {
+    if !in_child() {
+        return;
+    }
+    on_every_backend("a case for many devices", HOST_DEVICES + 1, |b| b, |_| Ok(()));
+    println!("case finished");
+}
+
+#[test]
+fn a_skip_fails_when_devices_are_required() {
+    let child = "child_runs_a_case_that_needs_more_host_devices_than_there_are";
+    let (ok, out) = run_child(child, &[]);
+    assert!(
+        ok && out.contains("SKIP a case for many devices on host") && out.contains("case finished"),
+        "{out}"
+    );
+    let required = (HOST_DEVICES + 1).to_string();
+    // The host backend skips (and a GPU backend, on a machine with fewer GPUs or none).
+    let (ok, out) = run_child(child, &[(REQUIRE_DEVICES, OsStr::new(&required))]);
+    assert!(!ok && out.contains("not skipping: ") && !out.contains("case finished"), "{out}");
+    assert!(out.contains(&format!("{REQUIRE_DEVICES}={required} requires {required} devices")), "{out}");
+    // Asking for no more than the backend has lets the case skip.
+    let (ok, out) = run_child(child, &[(REQUIRE_DEVICES, OsStr::new("1"))]);
+    let gpus_absent = out.contains("SKIP gpu backends") || out.contains("not skipping: gpu backends");
+    if !gpus_absent {
+        assert!(ok && out.contains("case finished"), "{out}");
+    } else {
+        // No GPU here: a missing GPU backend is itself a skip that one required device fails.
+        assert!(!ok && out.contains("not skipping: gpu backends"), "{out}");
+    }
+    let (ok, out) = run_child(child, &[(REQUIRE_DEVICES, OsStr::new("plenty"))]);
+    assert!(!ok && out.contains("OFFLOAD_REQUIRE_DEVICES=\"plenty\" is not valid"), "{out}");
+}
