@@ -45,6 +45,7 @@ pub mod pipeline;
 mod runtime;
 mod staging;
 pub mod topology;
+mod validate;
 mod worker;
 
 pub use config::OffloadPolicy;
