@@ -25,9 +25,16 @@ impl HostRange {
         Self::new(slice.as_ptr() as usize, std::mem::size_of_val(slice))
     }
 
-    /// One past the last byte.
+    /// One past the last byte, or `None` when that overflows the address space.
+    pub const fn checked_end(&self) -> Option<usize> {
+        self.begin.checked_add(self.bytes)
+    }
+
+    /// One past the last byte. Saturates for a range whose end overflows: every range that
+    /// enters the runtime is first checked with [`HostRange::checked_end`], so there it is
+    /// exact.
     pub const fn end(&self) -> usize {
-        self.begin + self.bytes
+        self.begin.saturating_add(self.bytes)
     }
 
     /// Whether `other` lies entirely inside `self`.
@@ -44,7 +51,10 @@ impl fmt::Debug for HostRange {
 
 impl fmt::Display for HostRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "host {:#x}..{:#x} ({} bytes)", self.begin, self.end(), self.bytes)
+        match self.checked_end() {
+            Some(end) => write!(f, "host {:#x}..{end:#x} ({} bytes)", self.begin, self.bytes),
+            None => write!(f, "host {:#x}..(past the address space) ({} bytes)", self.begin, self.bytes),
+        }
     }
 }
 
@@ -171,6 +181,34 @@ pub enum Error {
         routine: &'static str,
         /// What was wrong.
         what: String,
+    },
+
+    /// Arithmetic on sizes, offsets, strides or counts a caller passed overflowed.
+    #[error("{routine}: {what} overflows")]
+    Overflow {
+        /// The routine called.
+        routine: &'static str,
+        /// The computation, with its values.
+        what: String,
+    },
+
+    /// A device range that does not lie inside one live allocation of its device (as the
+    /// device's memory pool records them: `target_alloc` blocks and mapped entries, each
+    /// of the size asked for). Refused before anything is read or written.
+    #[error(
+        "device {device}: {routine}: device {addr:#x}..+{bytes} bytes is not inside one live allocation ({found})"
+    )]
+    OutsideAllocation {
+        /// Device number.
+        device: usize,
+        /// The routine called.
+        routine: &'static str,
+        /// First device byte of the range.
+        addr: u64,
+        /// Length of the range in bytes.
+        bytes: usize,
+        /// The block found there, or that none is.
+        found: String,
     },
 
     /// A device pointer that the device did not allocate (or already freed).
@@ -317,5 +355,16 @@ mod tests {
         assert!(r.contains(&HostRange::new(110, 0)));
         assert!(!r.contains(&HostRange::new(105, 6)));
         assert!(!r.contains(&HostRange::new(99, 2)));
+    }
+
+    #[test]
+    fn an_overflowing_range_is_shown_and_compared_without_overflow() {
+        let r = HostRange::new(usize::MAX - 3, 8);
+        assert_eq!(r.checked_end(), None);
+        assert_eq!(r.end(), usize::MAX);
+        assert_eq!(HostRange::new(8, 8).checked_end(), Some(16));
+        let s = r.to_string();
+        assert!(s.contains("0xfffffffffffffffc") && s.contains("8 bytes"), "{s}");
+        assert!(!HostRange::new(0, 16).contains(&r));
     }
 }

@@ -46,6 +46,7 @@ pub mod pipeline;
 mod runtime;
 mod staging;
 pub mod topology;
+mod validate;
 mod worker;
 
 pub use config::OffloadPolicy;

@@ -130,26 +130,48 @@ impl<'a, T> DeviceSlice<'a, T> {
         HostRange::new(self.host, self.len * std::mem::size_of::<T>())
     }
 
-    /// A view of part of this one (a kernel then sees the device copy of that part).
+    /// A view of part of this one (a kernel then sees the device copy of that part). Bounds
+    /// outside the view, or whose `+ 1` overflows (`..=usize::MAX`), are errors.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<Self> {
         use std::ops::Bound::*;
+        const ROUTINE: &str = "DeviceSlice::slice";
+        let next = |b: usize, which: &str| {
+            b.checked_add(1).ok_or_else(|| Error::Overflow {
+                routine: ROUTINE,
+                what: format!(
+                    "device {}: {which} bound {b} + 1 (a view of {} elements)",
+                    self.device, self.len
+                ),
+            })
+        };
         let start = match range.start_bound() {
             Included(&s) => s,
-            Excluded(&s) => s + 1,
+            Excluded(&s) => next(s, "excluded start")?,
             Unbounded => 0,
         };
         let end = match range.end_bound() {
-            Included(&e) => e + 1,
+            Included(&e) => next(e, "inclusive end")?,
             Excluded(&e) => e,
             Unbounded => self.len,
         };
-        if start > end || end > self.len {
+        let host = start
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|off| self.host.checked_add(off))
+            .filter(|_| start <= end && end <= self.len);
+        let Some(host) = host else {
             return Err(Error::InvalidArgument {
-                routine: "DeviceSlice::slice",
-                what: format!("{start}..{end} is outside a view of {} elements", self.len),
+                routine: ROUTINE,
+                what: format!(
+                    "device {}: {start}..{end} is outside a view of {} elements ({}); expected a range \
+                     within 0..{}",
+                    self.device,
+                    self.len,
+                    self.host_range(),
+                    self.len
+                ),
             });
-        }
-        Ok(Self { host: self.host + start * std::mem::size_of::<T>(), len: end - start, ..*self })
+        };
+        Ok(Self { host, len: end - start, ..*self })
     }
 
     /// The device address of the view's first element (`None` when not mapped).
@@ -461,7 +483,7 @@ impl<'rt> Device<'rt> {
         b: DeviceSlice<'_, f32>,
         c: DeviceSlice<'_, f32>,
     ) -> Result<()> {
-        let (ea, eb, ec) = g.extents();
+        let (ea, eb, ec) = g.extents()?;
         let mut addrs = [0u64; 3];
         for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
             if v.device() != self.number || v.len() < need {

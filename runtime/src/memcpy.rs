@@ -7,6 +7,7 @@
 use crate::device::{Copy2d, Place};
 use crate::error::{Error, HostRange, Result};
 use crate::runtime::{DeviceState, Runtime, Target};
+use crate::validate;
 
 /// Largest host bounce buffer for a device-to-device copy without peer access.
 const BOUNCE_CHUNK: usize = 64 << 20;
@@ -25,9 +26,45 @@ pub struct RectSide<'a> {
     pub dimensions: &'a [usize],
 }
 
+const MEMCPY: &str = "omp_target_memcpy";
+const MEMCPY_RECT: &str = "omp_target_memcpy_rect";
+const MEMSET: &str = "omp_target_memset";
+
 impl Runtime {
+    /// Checks `len` bytes at `addr` on `device` that a routine is about to touch (`side`
+    /// names them): on an offload device they must lie inside one live allocation of its
+    /// memory pool; on the initial device they are host memory, which the caller vouches
+    /// for (OpenMP's contract: any host address), so only overflow is checked there.
+    pub(crate) fn check_device_range(
+        &self,
+        routine: &'static str,
+        side: &str,
+        device: usize,
+        addr: u64,
+        len: usize,
+    ) -> Result<()> {
+        match self.target(device)? {
+            Target::Device(d) => d.pool.check_range(d.number, routine, addr, len),
+            Target::Initial => {
+                let host = usize::try_from(addr).ok().map(|a| HostRange::new(a, len));
+                match host.and_then(|r| r.checked_end()) {
+                    Some(_) => Ok(()),
+                    None => Err(Error::Overflow {
+                        routine,
+                        what: format!("device {device}: {side}: host {addr:#x} + {len} bytes"),
+                    }),
+                }
+            }
+        }
+    }
+
     /// `omp_target_memcpy`: copies `len` bytes from `src + src_offset` on `src_device` to
     /// `dst + dst_offset` on `dst_device`. A zero length is a no-op even with null pointers.
+    ///
+    /// Refused before any byte moves: a null pointer, an offset or length that overflows,
+    /// and on an offload device a range not inside one live allocation of that device
+    /// (`target_alloc` blocks and mapped entries, at the size asked for; freed blocks are
+    /// not live). Host ranges (the initial device) are only checked for null and overflow.
     ///
     /// # Safety
     /// Both ranges must be valid memory of their devices (host memory for the initial
@@ -46,15 +83,21 @@ impl Runtime {
         if len == 0 {
             return Ok(());
         }
-        let bad = |what: &str| Error::InvalidArgument { routine: "omp_target_memcpy", what: what.into() };
+        let null = |side: &str, device: usize| Error::InvalidArgument {
+            routine: MEMCPY,
+            what: format!("device {device}: {side} pointer is null with length {len}; expected an address"),
+        };
         if dst == 0 {
-            return Err(bad("destination pointer is null"));
+            return Err(null("destination", dst_device));
         }
         if src == 0 {
-            return Err(bad("source pointer is null"));
+            return Err(null("source", src_device));
         }
-        let (d, s) = (dst + dst_offset as u64, src + src_offset as u64);
-        // SAFETY: forwarded from the caller.
+        let d = validate::offset(MEMCPY, "destination", dst, dst_offset)?;
+        let s = validate::offset(MEMCPY, "source", src, src_offset)?;
+        self.check_device_range(MEMCPY, "destination", dst_device, d, len)?;
+        self.check_device_range(MEMCPY, "source", src_device, s, len)?;
+        // SAFETY: forwarded from the caller; the device ranges lie in live allocations.
         unsafe { self.copy_bytes(d, dst_device, s, src_device, len) }
     }
 
@@ -117,6 +160,10 @@ impl Runtime {
     /// dimensions on any two devices. Each plane of the innermost two dimensions is one pitched
     /// 2-D driver copy where the backend has one (CUDA), else one copy per row.
     ///
+    /// Every offset, extent, stride and product is computed with checked arithmetic, and
+    /// each side's touched span (first to last byte of the sub-volume) is checked as
+    /// [`Runtime::target_memcpy`] checks its ranges, before any byte moves.
+    ///
     /// # Safety
     /// Both arrays must be valid memory of their devices for their whole `dimensions`.
     pub unsafe fn target_memcpy_rect(
@@ -126,39 +173,77 @@ impl Runtime {
         dst: RectSide<'_>,
         src: RectSide<'_>,
     ) -> Result<()> {
-        let bad = |what: String| Error::InvalidArgument { routine: "omp_target_memcpy_rect", what };
+        let bad = |what: String| Error::InvalidArgument { routine: MEMCPY_RECT, what };
+        let overflow = |what: String| Error::Overflow { routine: MEMCPY_RECT, what };
         let dims = volume.len();
         if dims == 0 || element_size == 0 {
-            return Err(bad("need at least one dimension and a non-zero element size".into()));
+            return Err(bad(format!(
+                "{dims} dimensions of {element_size}-byte elements; expected at least one dimension and a \
+                 non-zero element size"
+            )));
         }
         for (name, side) in [("destination", &dst), ("source", &src)] {
             if side.offsets.len() != dims || side.dimensions.len() != dims {
-                return Err(bad(format!("{name} offsets and dimensions must have {dims} entries")));
+                return Err(bad(format!(
+                    "{name} offsets and dimensions must have {dims} entries, as the volume has (got {} and {})",
+                    side.offsets.len(),
+                    side.dimensions.len()
+                )));
             }
             for (k, ((&off, &vol), &ext)) in side.offsets.iter().zip(volume).zip(side.dimensions).enumerate()
             {
-                if off + vol > ext {
+                let end = off
+                    .checked_add(vol)
+                    .ok_or_else(|| overflow(format!("{name} dimension {k}: offset {off} + volume {vol}")))?;
+                if end > ext {
                     return Err(bad(format!(
                         "{name} dimension {k}: offset {off} + volume {vol} exceeds extent {ext}"
                     )));
                 }
             }
             if side.ptr == 0 {
-                return Err(bad(format!("{name} pointer is null")));
+                return Err(bad(format!("device {}: {name} pointer is null", side.device)));
             }
         }
+        // Byte strides of each dimension, innermost last.
+        let strides = |name: &str, d: &[usize]| -> Result<Vec<usize>> {
+            let mut s = vec![element_size; dims];
+            for k in (0..dims - 1).rev() {
+                s[k] = s[k + 1].checked_mul(d[k + 1]).ok_or_else(|| {
+                    overflow(format!(
+                        "{name} stride of dimension {k}: {} bytes x extent {}",
+                        s[k + 1],
+                        d[k + 1]
+                    ))
+                })?;
+            }
+            Ok(s)
+        };
+        let (ds, ss) = (strides("destination", dst.dimensions)?, strides("source", src.dimensions)?);
         if volume.contains(&0) {
             return Ok(());
         }
-        // Byte strides of each dimension, innermost last.
-        let strides = |d: &[usize]| {
-            let mut s = vec![element_size; dims];
-            for k in (0..dims - 1).rev() {
-                s[k] = s[k + 1] * d[k + 1];
-            }
-            s
-        };
-        let (ds, ss) = (strides(dst.dimensions), strides(src.dimensions));
+        // Each side's touched span: from the sub-volume's first byte to its last. Every
+        // address the copies below compute lies inside it, so they need no further checks.
+        for (name, side, st) in [("destination", &dst, &ds), ("source", &src, &ss)] {
+            let span = side.offsets.iter().zip(volume).zip(st).try_fold(
+                (0usize, element_size),
+                |(first, len), ((&off, &vol), &stride)| {
+                    Some((
+                        first.checked_add(off.checked_mul(stride)?)?,
+                        len.checked_add((vol - 1).checked_mul(stride)?)?,
+                    ))
+                },
+            );
+            let (first, len) = span.ok_or_else(|| {
+                overflow(format!(
+                    "{name} span of offsets {:?} + volume {volume:?} in dimensions {:?} of {element_size} bytes",
+                    side.offsets, side.dimensions
+                ))
+            })?;
+            let begin = validate::offset(MEMCPY_RECT, name, side.ptr, first)?;
+            self.check_device_range(MEMCPY_RECT, name, side.device, begin, len)?;
+        }
         let row = volume[dims - 1] * element_size;
         if dims == 1 {
             let (d, s) = (
@@ -170,7 +255,10 @@ impl Runtime {
         }
         // The innermost two dimensions form pitched planes; the outer ones index planes.
         let rows = volume[dims - 2];
-        let planes: usize = volume[..dims - 2].iter().product();
+        let planes = volume[..dims - 2]
+            .iter()
+            .try_fold(1usize, |n, &v| n.checked_mul(v))
+            .ok_or_else(|| overflow(format!("planes of volume {volume:?}")))?;
         let mut index = vec![0usize; dims - 2];
         for _ in 0..planes {
             let base = |side: &RectSide<'_>, st: &[usize]| -> u64 {
@@ -241,7 +329,8 @@ impl Runtime {
         Ok(done)
     }
 
-    /// `omp_target_memset`: sets `bytes` bytes at `ptr` on `device` to `value`.
+    /// `omp_target_memset`: sets `bytes` bytes at `ptr` on `device` to `value`. Refused,
+    /// before anything is written, as [`Runtime::target_memcpy`] refuses its ranges.
     ///
     /// # Safety
     /// `ptr..ptr+bytes` must be memory of that device (host memory on the initial device).
@@ -251,10 +340,11 @@ impl Runtime {
         }
         if ptr == 0 {
             return Err(Error::InvalidArgument {
-                routine: "omp_target_memset",
-                what: "pointer is null".into(),
+                routine: MEMSET,
+                what: format!("device {device}: pointer is null with count {bytes}; expected an address"),
             });
         }
+        self.check_device_range(MEMSET, "pointer", device, ptr, bytes)?;
         match self.target(device)? {
             Target::Device(d) => d.backend.memset(ptr, value, bytes),
             // SAFETY: the caller guarantees the host range.

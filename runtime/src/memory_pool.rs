@@ -63,7 +63,9 @@ impl MemoryPool {
 
     fn class_of(&self, bytes: usize) -> Option<usize> {
         (self.config.enabled && bytes <= self.config.max_block)
-            .then(|| bytes.next_power_of_two().max(MIN_CLASS))
+            .then(|| bytes.checked_next_power_of_two())
+            .flatten()
+            .map(|c| c.max(MIN_CLASS))
     }
 
     /// Allocates `bytes > 0` on `backend`.
@@ -114,6 +116,38 @@ impl MemoryPool {
         let (&base, b) = s.live.range(..=addr).next_back()?;
         let end = base + b.bytes as u64;
         (addr < end || (addr == base && b.bytes == 0)).then(|| (end - addr) as usize)
+    }
+
+    /// Checks that `addr..addr+bytes` lies inside one live allocation, at the size it was
+    /// asked for (a block in the free cache is not live): one descent of the tree under the
+    /// lock. The error names the block found there, if any.
+    pub(crate) fn check_range(
+        &self,
+        device: usize,
+        routine: &'static str,
+        addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let s = self.state.lock();
+        let found = match s.live.range(..=addr).next_back() {
+            Some((&base, b)) => {
+                let end = base + b.bytes as u64;
+                match addr.checked_add(bytes as u64) {
+                    Some(last) if last <= end && (addr < end || bytes == 0) => return Ok(()),
+                    _ if addr < end => format!(
+                        "the live block {base:#x}..{end:#x} ({} bytes) ends {} bytes short",
+                        b.bytes,
+                        (addr as u128 + bytes as u128) - end as u128
+                    ),
+                    _ => format!(
+                        "the nearest live block below, {base:#x}..{end:#x}, ends before it: \
+                         freed or never allocated"
+                    ),
+                }
+            }
+            None => "no live block at or below it: freed or never allocated".into(),
+        };
+        Err(Error::OutsideAllocation { device, routine, addr, bytes, found })
     }
 
     /// Returns every cached free block to the device.
@@ -244,6 +278,34 @@ mod tests {
         assert!(matches!(p.free(&d, 0, b), Err(Error::UnknownDevicePointer { .. })));
         p.release_all(&d).unwrap();
         assert_eq!(d.mem_info().unwrap().free, 1 << 20);
+    }
+
+    #[test]
+    fn ranges_are_checked_against_live_blocks_at_their_asked_size() {
+        let d = device(1 << 20);
+        let p = MemoryPool::new(PoolConfig::default());
+        let a = p.alloc(&d, 1000).unwrap();
+        assert!(p.check_range(0, "t", a, 1000).is_ok());
+        assert!(p.check_range(0, "t", a + 999, 1).is_ok());
+        // The size class holds 1024 bytes, but only the 1000 asked for are the block's.
+        let e = p.check_range(0, "t", a + 10, 1000).unwrap_err();
+        assert!(matches!(e, Error::OutsideAllocation { bytes: 1000, .. }), "{e}");
+        assert!(e.to_string().contains("ends 10 bytes short"), "{e}");
+        assert!(p.check_range(0, "t", a + 1000, 1).is_err());
+        assert!(p.check_range(0, "t", a, usize::MAX).is_err());
+        assert!(p.check_range(0, "t", u64::MAX, 1).is_err());
+        p.free(&d, 0, a).unwrap();
+        // Freed into the cache: no longer live.
+        let e = p.check_range(0, "t", a, 1).unwrap_err();
+        assert!(e.to_string().contains("freed or never allocated"), "{e}");
+        p.release_all(&d).unwrap();
+    }
+
+    #[test]
+    fn huge_sizes_are_not_pooled() {
+        let p = MemoryPool::new(PoolConfig { max_block: usize::MAX, ..PoolConfig::default() });
+        assert_eq!(p.class_of(usize::MAX), None);
+        assert_eq!(p.class_of(1000), Some(1024));
     }
 
     #[test]

@@ -46,19 +46,24 @@ fn dev(rt: &Runtime, device_num: i32) -> Result<usize> {
         .map_err(|_| Error::NoSuchDevice { device: device_num.into(), available: rt.num_devices() })
 }
 
+/// A device number or count as C's `int`.
+fn c_int(routine: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::Overflow { routine, what: format!("{v} as a C int") })
+}
+
 /// `omp_get_num_devices()`.
 pub fn omp_get_num_devices() -> Result<i32> {
-    Ok(rt()?.num_devices() as i32)
+    c_int("omp_get_num_devices", rt()?.num_devices())
 }
 
 /// `omp_get_initial_device()`: equal to `omp_get_num_devices()`.
 pub fn omp_get_initial_device() -> Result<i32> {
-    Ok(rt()?.initial_device() as i32)
+    c_int("omp_get_initial_device", rt()?.initial_device())
 }
 
 /// `omp_get_default_device()` (`OMP_DEFAULT_DEVICE`).
 pub fn omp_get_default_device() -> Result<i32> {
-    Ok(rt()?.default_device() as i32)
+    c_int("omp_get_default_device", rt()?.default_device())
 }
 
 /// `omp_target_alloc(size, device_num)`: null for size 0.
@@ -192,7 +197,9 @@ pub unsafe fn omp_target_memcpy_rect(
     Ok(0)
 }
 
-/// `omp_target_memset(ptr, value, count, device_num)`: returns `ptr`.
+/// `omp_target_memset(ptr, value, count, device_num)`: returns `ptr`. As C's `memset`,
+/// `value` is converted to `unsigned char`: its low byte is stored (a defined conversion,
+/// not an overflow).
 ///
 /// # Safety
 /// `ptr..ptr+count` is memory of that device.
@@ -203,8 +210,9 @@ pub unsafe fn omp_target_memset(
     device_num: i32,
 ) -> Result<*mut c_void> {
     let rt = rt()?;
+    let [byte, ..] = value.to_le_bytes();
     // SAFETY: forwarded from the caller.
-    unsafe { rt.target_memset(ptr as u64, value as u8, count, dev(rt, device_num)?)? };
+    unsafe { rt.target_memset(ptr as u64, byte, count, dev(rt, device_num)?)? };
     Ok(ptr)
 }
 

@@ -87,12 +87,14 @@ impl RowPartition {
     /// over `parts` parts, each of which also sees `halo` rows on each side.
     pub fn new(rows: usize, row_len: usize, parts: usize, halo: usize) -> Result<Self> {
         let interior =
-            rows.checked_sub(2 * halo).filter(|&n| n >= parts).ok_or_else(|| Error::InvalidArgument {
-                routine: "RowPartition::new",
-                what: format!(
-                    "{rows} rows with halo {halo} leave fewer interior rows than the {parts} parts"
-                ),
-            })?;
+            halo.checked_mul(2).and_then(|h| rows.checked_sub(h)).filter(|&n| n >= parts).ok_or_else(
+                || Error::InvalidArgument {
+                    routine: "RowPartition::new",
+                    what: format!(
+                        "{rows} rows with halo {halo} leave fewer interior rows than the {parts} parts"
+                    ),
+                },
+            )?;
         Ok(Self { rows, row_len, halo, interior: BlockPartition::new(interior, parts)? })
     }
 
@@ -153,7 +155,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         if devices.len() != part.parts() {
             return Err(bad(format!("{} devices for {} parts", devices.len(), part.parts())));
         }
-        if host.len() != part.rows * part.row_len {
+        if part.rows.checked_mul(part.row_len) != Some(host.len()) {
             return Err(bad(format!(
                 "a grid of {} elements is not {} x {}",
                 host.len(),

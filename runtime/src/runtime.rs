@@ -19,6 +19,7 @@ use crate::kernel::{run_host_kernel, Kernel, KernelArg, Scalar};
 use crate::memory_pool::{MemoryPool, PoolConfig};
 use crate::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
+use crate::validate;
 use crate::worker::DeviceWorker;
 
 /// Counts of the copies a device made, for tests, benches and teaching.
@@ -654,7 +655,9 @@ impl Runtime {
     /// [`Runtime::target_data_end`], and `from` ranges must not be read or written
     /// elsewhere during that call.
     pub unsafe fn target_data_begin(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        match self.target(device)? {
+        let target = self.target(device)?;
+        validate::map_list(Construct::TargetData, device, items)?;
+        match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.map_enter(items, Construct::TargetData) },
             Target::Initial => Ok(()),
@@ -666,7 +669,9 @@ impl Runtime {
     /// # Safety
     /// As [`Runtime::target_data_begin`].
     pub unsafe fn target_data_end(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        match self.target(device)? {
+        let target = self.target(device)?;
+        validate::map_list(Construct::TargetData, device, items)?;
+        match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.map_exit(items, Construct::TargetData) },
             Target::Initial => Ok(()),
@@ -678,7 +683,9 @@ impl Runtime {
     /// # Safety
     /// Each item's host range must be valid for reads during the call.
     pub unsafe fn enter_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        match self.target(device)? {
+        let target = self.target(device)?;
+        validate::map_list(Construct::EnterData, device, items)?;
+        match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.map_enter(items, Construct::EnterData) },
             Target::Initial => Ok(()),
@@ -691,7 +698,9 @@ impl Runtime {
     /// Each `from` item's host range must be valid for writes and not otherwise accessed
     /// during the call.
     pub unsafe fn exit_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        match self.target(device)? {
+        let target = self.target(device)?;
+        validate::map_list(Construct::ExitData, device, items)?;
+        match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.map_exit(items, Construct::ExitData) },
             Target::Initial => Ok(()),
@@ -709,7 +718,9 @@ impl Runtime {
         dir: UpdateDirection,
         items: &[(HostRange, bool)],
     ) -> Result<()> {
-        match self.target(device)? {
+        let target = self.target(device)?;
+        validate::update_list(device, items)?;
+        match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.update(items, dir) },
             Target::Initial => Ok(()),
@@ -719,6 +730,8 @@ impl Runtime {
     /// `#pragma omp target map(...)`: maps `maps`, runs `kernel` over `n` work items with
     /// `args` (mapped host addresses translated to device addresses), then unmaps `maps`.
     /// On the initial device the kernel's host implementation runs on host memory.
+    /// A non-null `Device` argument that points into no live allocation of the device (nor
+    /// of a device it has peer access to) is refused before anything is mapped.
     ///
     /// # Safety
     /// As [`Runtime::target_data_begin`] for `maps`; `Device` arguments must be device
@@ -732,10 +745,13 @@ impl Runtime {
         maps: &[MapItem],
         args: &[LaunchArg],
     ) -> Result<()> {
-        let d = match self.target(device)? {
+        let target = self.target(device)?;
+        validate::map_list(Construct::Target, device, maps)?;
+        let d = match target {
             Target::Device(d) => d,
             Target::Initial => return self.run_on_host(kernel, n, args),
         };
+        self.check_device_args(d, kernel, args)?;
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter(maps, Construct::Target)? };
         let launched = d.translate_args(kernel, args).and_then(|a| {
@@ -746,6 +762,36 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target) };
         launched.and(exited)
+    }
+
+    /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live
+    /// allocation of `d`, or of a device whose memory `d` reaches by peer access (halo
+    /// exchanges pass a neighbour's rows).
+    fn check_device_args(&self, d: &DeviceState, kernel: &Kernel, args: &[LaunchArg]) -> Result<()> {
+        for (index, a) in args.iter().enumerate() {
+            let LaunchArg::Device(p) = *a else { continue };
+            if p == 0 || d.pool.extent(p).is_some() {
+                continue;
+            }
+            let on_peer = self.inner.peer_access
+                && self.inner.devices.iter().any(|q| {
+                    q.number != d.number
+                        && d.backend.can_access_peer(&*q.backend)
+                        && q.pool.extent(p).is_some()
+                });
+            if !on_peer {
+                return Err(Error::KernelArgument {
+                    kernel: kernel.name(),
+                    index,
+                    what: format!(
+                        "device {p:#x} is not inside a live allocation of device {}, nor of a device it \
+                         has peer access to; expected a `target_alloc` block or a mapped entry's memory",
+                        d.number
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn run_on_host(&self, kernel: &Kernel, n: usize, args: &[LaunchArg]) -> Result<()> {
@@ -851,7 +897,9 @@ impl Runtime {
     }
 
     /// `omp_target_associate_ptr`: makes `[host, host+bytes)` present on `device` at
-    /// `device_ptr + device_offset`, with an infinite count.
+    /// `device_ptr + device_offset`, with an infinite count. The device range must lie
+    /// inside one live allocation of `device` (a `target_alloc` block), checked before
+    /// anything is associated; the host range must not overflow.
     ///
     /// # Safety
     /// `device_ptr + device_offset` must be device memory of at least `bytes`, valid until
@@ -864,22 +912,29 @@ impl Runtime {
         device_offset: usize,
         device: usize,
     ) -> Result<()> {
-        let bad =
-            |what: &str| Error::InvalidArgument { routine: "omp_target_associate_ptr", what: what.into() };
+        const ASSOCIATE: &str = "omp_target_associate_ptr";
+        let bad = |what: &str| Error::InvalidArgument {
+            routine: ASSOCIATE,
+            what: format!("device {device}: host {host:#x}, device {device_ptr:#x}, {bytes} bytes: {what}"),
+        };
         if host == 0 {
-            return Err(bad("host pointer is null"));
+            return Err(bad("host pointer is null; expected a host address"));
         }
         if device_ptr == 0 {
-            return Err(bad("device pointer is null"));
+            return Err(bad("device pointer is null; expected a device address"));
         }
         if bytes == 0 {
-            return Err(bad("size is 0"));
+            return Err(bad("size is 0; expected a non-zero size"));
         }
         let d = match self.target(device)? {
             Target::Device(d) => d,
             Target::Initial => return Err(bad("the initial device cannot have associated pointers")),
         };
-        d.associate(HostRange::new(host, bytes), device_ptr + device_offset as u64)
+        let range = HostRange::new(host, bytes);
+        validate::host_range(ASSOCIATE, device, &"host range", range)?;
+        let addr = validate::offset(ASSOCIATE, "device pointer", device_ptr, device_offset)?;
+        d.pool.check_range(device, ASSOCIATE, addr, bytes)?;
+        d.associate(range, addr)
     }
 
     /// `omp_target_disassociate_ptr`: removes an association made by

@@ -213,7 +213,7 @@ impl Backend for HostDevice {
     }
 
     fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
-        let (ea, eb, ec) = g.extents();
+        let (ea, eb, ec) = g.extents()?;
         for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
             self.check_range(addr, n * 4, "sgemm")?;
         }

@@ -153,12 +153,36 @@ pub struct Sgemm {
 }
 
 impl Sgemm {
-    /// Elements each operand spans: `(a, b, c)`.
-    pub fn extents(&self) -> (usize, usize, usize) {
-        let span = |ld: usize, cols: usize, rows: usize| if cols == 0 { 0 } else { ld * (cols - 1) + rows };
+    /// Elements each operand spans: `(a, b, c)`. An error when a leading dimension is
+    /// smaller than its operand's rows (BLAS requires `ld >= max(1, rows)`), or when a span
+    /// in bytes overflows.
+    pub fn extents(&self) -> crate::error::Result<(usize, usize, usize)> {
+        use crate::error::Error;
+        let span = |name: &str, ld: usize, rows: usize, cols: usize| {
+            if ld < rows.max(1) {
+                return Err(Error::InvalidArgument {
+                    routine: "sgemm",
+                    what: format!(
+                        "{name}: leading dimension {ld} for {rows} rows; expected at least max(1, {rows})"
+                    ),
+                });
+            }
+            if cols == 0 {
+                return Ok(0);
+            }
+            ld.checked_mul(cols - 1)
+                .and_then(|e| e.checked_add(rows))
+                .filter(|e| e.checked_mul(std::mem::size_of::<f32>()).is_some())
+                .ok_or_else(|| Error::Overflow {
+                    routine: "sgemm",
+                    what: format!(
+                        "{name}: span of {cols} columns of leading dimension {ld} and {rows} rows of f32"
+                    ),
+                })
+        };
         let (ar, ac) = if self.transa { (self.k, self.m) } else { (self.m, self.k) };
         let (br, bc) = if self.transb { (self.n, self.k) } else { (self.k, self.n) };
-        (span(self.lda, ac, ar), span(self.ldb, bc, br), span(self.ldc, self.n, self.m))
+        Ok((span("A", self.lda, ar, ac)?, span("B", self.ldb, br, bc)?, span("C", self.ldc, self.m, self.n)?))
     }
 }
 
