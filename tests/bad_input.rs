@@ -1162,6 +1162,40 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             expect!(free(c.rt, d + 4, c.dev), Error::UnknownDevicePointer { .. }, c.me())
         })
     }));
+    v.push(case("target_free: a mapped entry's device copy", |c: &Ctx<'_>| {
+        let x = [0i32; 4];
+        c.with_mapped(&x, || {
+            let d = ok(c.rt.mapped_ptr(x.as_ptr() as usize, c.dev))?.ok_or("not mapped")?;
+            let r = expect!(
+                free(c.rt, d, c.dev),
+                Error::InvalidArgument { .. },
+                c.me(),
+                format!("{d:#x}"),
+                "device copy of a mapped range"
+            );
+            // The entry's memory is still its own.
+            ok(c.rt.mapped_ptr(x.as_ptr() as usize, c.dev))?.ok_or("the failed free unmapped x")?;
+            r
+        })
+    }));
+    v.push(case("target_free: a block an association still uses", |c: &Ctx<'_>| {
+        let x = [0i32; 4];
+        c.with_block(16, |p| {
+            // SAFETY: the block holds 16 bytes; disassociated below.
+            ok(unsafe { c.rt.associate_ptr(x.as_ptr() as usize, p, 16, 0, c.dev) })?;
+            let r = expect!(
+                free(c.rt, p, c.dev),
+                Error::InvalidArgument { .. },
+                c.me(),
+                format!("{p:#x}"),
+                HostRange::of(&x),
+                "disassociate it first"
+            );
+            // SAFETY: no kernel runs.
+            ok(unsafe { c.rt.disassociate_ptr(x.as_ptr() as usize, c.dev) })?;
+            r
+        })
+    }));
     v.push(case("target_free: on the wrong device", |c: &Ctx<'_>| {
         let Some(o) = c.other else { return Ok(Outcome::NeedsTwoDevices) };
         let p = ok(c.rt.target_alloc(16, o))?;

@@ -33,12 +33,23 @@ impl Default for PoolConfig {
     }
 }
 
+/// Who an allocation belongs to: a user's `omp_target_alloc`, or the runtime's device
+/// copy of a mapped range (which only unmapping may free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// `omp_target_alloc` / [`crate::Runtime::target_alloc`].
+    User,
+    /// A present-table entry's device copy.
+    Mapping,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Block {
     /// Bytes the caller asked for.
     bytes: usize,
     /// Bytes really allocated (the size class, or `bytes` when not pooled).
     capacity: usize,
+    owner: Owner,
 }
 
 #[derive(Default)]
@@ -68,14 +79,14 @@ impl MemoryPool {
             .map(|c| c.max(MIN_CLASS))
     }
 
-    /// Allocates `bytes > 0` on `backend`.
-    pub(crate) fn alloc(&self, backend: &dyn Backend, bytes: usize) -> Result<u64> {
+    /// Allocates `bytes > 0` on `backend` for `owner`.
+    pub(crate) fn alloc(&self, backend: &dyn Backend, bytes: usize, owner: Owner) -> Result<u64> {
         let class = self.class_of(bytes);
         if let Some(c) = class {
             let mut s = self.state.lock();
             if let Some(addr) = s.free.get_mut(&c).and_then(Vec::pop) {
                 s.cached -= c;
-                s.live.insert(addr, Block { bytes, capacity: c });
+                s.live.insert(addr, Block { bytes, capacity: c, owner });
                 return Ok(addr);
             }
         }
@@ -87,18 +98,36 @@ impl MemoryPool {
             }
             r => r?,
         };
-        self.state.lock().live.insert(addr, Block { bytes, capacity });
+        self.state.lock().live.insert(addr, Block { bytes, capacity, owner });
         Ok(addr)
     }
 
-    /// Frees an allocation made by [`MemoryPool::alloc`]; returns the bytes it had.
-    pub(crate) fn free(&self, backend: &dyn Backend, device: usize, addr: u64) -> Result<usize> {
+    /// Frees an allocation that [`MemoryPool::alloc`] made for `owner`; returns the bytes it
+    /// had. A block of another owner stays allocated and is an error (a user cannot free a
+    /// mapped range's device copy from under its entry).
+    pub(crate) fn free(
+        &self,
+        backend: &dyn Backend,
+        device: usize,
+        addr: u64,
+        owner: Owner,
+    ) -> Result<usize> {
         let mut s = self.state.lock();
-        let block = s.live.remove(&addr).ok_or(Error::UnknownDevicePointer {
-            device,
-            addr,
-            routine: "target_free",
-        })?;
+        let block = match s.live.get(&addr) {
+            Some(b) if b.owner == owner => *b,
+            Some(b) => {
+                return Err(Error::InvalidArgument {
+                    routine: "omp_target_free",
+                    what: format!(
+                        "device {device}: {addr:#x} ({} bytes) is the device copy of a mapped range, \
+                         not an omp_target_alloc block; unmap the range instead",
+                        b.bytes
+                    ),
+                })
+            }
+            None => return Err(Error::UnknownDevicePointer { device, addr, routine: "target_free" }),
+        };
+        s.live.remove(&addr);
         let pooled = self.class_of(block.bytes) == Some(block.capacity);
         if pooled && s.cached + block.capacity <= self.config.keep {
             s.cached += block.capacity;
@@ -266,16 +295,21 @@ mod tests {
     fn freed_blocks_are_reused_by_size_class() {
         let d = device(1 << 20);
         let p = MemoryPool::new(PoolConfig::default());
-        let a = p.alloc(&d, 1000).unwrap();
+        let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert_eq!(p.extent(a), Some(1000));
         assert_eq!(p.extent(a + 10), Some(990));
-        assert_eq!(p.free(&d, 0, a).unwrap(), 1000);
+        assert_eq!(p.free(&d, 0, a, Owner::User).unwrap(), 1000);
         assert_eq!(p.cached_bytes(), 1024);
-        let b = p.alloc(&d, 600).unwrap();
+        let b = p.alloc(&d, 600, Owner::User).unwrap();
         assert_eq!(a, b, "a block of the same class is reused");
         assert_eq!(p.cached_bytes(), 0);
-        p.free(&d, 0, b).unwrap();
-        assert!(matches!(p.free(&d, 0, b), Err(Error::UnknownDevicePointer { .. })));
+        p.free(&d, 0, b, Owner::User).unwrap();
+        assert!(matches!(p.free(&d, 0, b, Owner::User), Err(Error::UnknownDevicePointer { .. })));
+        // A mapped range's device copy is not the user's to free.
+        let m = p.alloc(&d, 64, Owner::Mapping).unwrap();
+        let e = p.free(&d, 0, m, Owner::User).unwrap_err();
+        assert!(e.to_string().contains("device copy of a mapped range"), "{e}");
+        assert_eq!(p.free(&d, 0, m, Owner::Mapping).unwrap(), 64);
         p.release_all(&d).unwrap();
         assert_eq!(d.mem_info().unwrap().free, 1 << 20);
     }
@@ -284,7 +318,7 @@ mod tests {
     fn ranges_are_checked_against_live_blocks_at_their_asked_size() {
         let d = device(1 << 20);
         let p = MemoryPool::new(PoolConfig::default());
-        let a = p.alloc(&d, 1000).unwrap();
+        let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert!(p.check_range(0, "t", a, 1000).is_ok());
         assert!(p.check_range(0, "t", a + 999, 1).is_ok());
         // The size class holds 1024 bytes, but only the 1000 asked for are the block's.
@@ -294,7 +328,7 @@ mod tests {
         assert!(p.check_range(0, "t", a + 1000, 1).is_err());
         assert!(p.check_range(0, "t", a, usize::MAX).is_err());
         assert!(p.check_range(0, "t", u64::MAX, 1).is_err());
-        p.free(&d, 0, a).unwrap();
+        p.free(&d, 0, a, Owner::User).unwrap();
         // Freed into the cache: no longer live.
         let e = p.check_range(0, "t", a, 1).unwrap_err();
         assert!(e.to_string().contains("freed or never allocated"), "{e}");
@@ -312,9 +346,9 @@ mod tests {
     fn disabled_pool_returns_every_block() {
         let d = device(1 << 20);
         let p = MemoryPool::new(PoolConfig { enabled: false, ..PoolConfig::default() });
-        let a = p.alloc(&d, 1000).unwrap();
+        let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert_eq!(d.mem_info().unwrap().free, (1 << 20) - 1000);
-        p.free(&d, 0, a).unwrap();
+        p.free(&d, 0, a, Owner::User).unwrap();
         assert_eq!(p.cached_bytes(), 0);
         assert_eq!(d.mem_info().unwrap().free, 1 << 20);
     }
@@ -323,11 +357,11 @@ mod tests {
     fn cached_blocks_are_released_when_the_device_is_full() {
         let d = device(4096);
         let p = MemoryPool::new(PoolConfig::default());
-        let a = p.alloc(&d, 2048).unwrap();
-        p.free(&d, 0, a).unwrap();
+        let a = p.alloc(&d, 2048, Owner::User).unwrap();
+        p.free(&d, 0, a, Owner::User).unwrap();
         // 2048 cached + 4096 asked > capacity: the pool must give its cache back first.
-        let b = p.alloc(&d, 4096).unwrap();
+        let b = p.alloc(&d, 4096, Owner::User).unwrap();
         assert_eq!(p.cached_bytes(), 0);
-        p.free(&d, 0, b).unwrap();
+        p.free(&d, 0, b, Owner::User).unwrap();
     }
 }

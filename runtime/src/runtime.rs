@@ -16,7 +16,7 @@ use crate::device::{Backend, DeviceDescription, MemInfo};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, Scalar};
-use crate::memory_pool::{MemoryPool, PoolConfig};
+use crate::memory_pool::{MemoryPool, Owner, PoolConfig};
 use crate::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
 use crate::validate;
@@ -820,7 +820,7 @@ impl Runtime {
             return Ok(0);
         }
         match self.target(device)? {
-            Target::Device(d) => d.pool.alloc(&*d.backend, bytes),
+            Target::Device(d) => d.pool.alloc(&*d.backend, bytes, Owner::User),
             Target::Initial => {
                 let layout = Layout::from_size_align(bytes, 256).map_err(|e| Error::InvalidArgument {
                     routine: "omp_target_alloc",
@@ -846,7 +846,23 @@ impl Runtime {
             return Ok(());
         }
         match self.target(device)? {
-            Target::Device(d) => d.pool.free(&*d.backend, device, ptr).map(drop),
+            Target::Device(d) => {
+                // An association into the block would outlive it: refuse, as for a mapping.
+                let extent = d.pool.extent(ptr).unwrap_or(0) as u64;
+                let held = d
+                    .table
+                    .lock()
+                    .entries()
+                    .find(|e| e.associated && e.device_addr.wrapping_sub(ptr) < extent)
+                    .map(|e| e.range);
+                if let Some(range) = held {
+                    return Err(Error::InvalidArgument {
+                        routine: "omp_target_free",
+                        what: format!("device {device}: {ptr:#x} holds the device memory of the associated {range}; disassociate it first"),
+                    });
+                }
+                d.pool.free(&*d.backend, device, ptr, Owner::User).map(drop)
+            }
             Target::Initial => {
                 let layout =
                     self.inner.host_allocs.lock().remove(&(ptr as usize)).ok_or(

@@ -25,6 +25,7 @@
 //! created are freed, counts restored) before the error is returned.
 
 mod construct;
+mod plan;
 mod present_table;
 
 pub use present_table::Entry;

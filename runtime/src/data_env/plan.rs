@@ -1,0 +1,562 @@
+//! Map-list planning: a construct's map list and a device's present table in, a plan out.
+//!
+//! Planning is the part of a construct that needs no device: which items name existing
+//! entries and which need new ones, which counts move, which copies to make, which entries
+//! leave. It runs under the table's lock; [`super::construct`] then makes the copies
+//! without the lock, publishes or frees, and undoes a plan when a copy fails. Nothing here
+//! calls a driver (allocation is a closure), so these rules are unit-tested, under Miri
+//! too, without any device.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{Construct, Entry, Lookup, MapItem, MapKind, PresentTable};
+use crate::error::{Error, HostRange, Result};
+
+/// A new entry a construct has allocated and not yet published, with the counts its items
+/// move (the reference count, the hold count, or both).
+pub(crate) struct Planned {
+    pub(crate) range: HostRange,
+    pub(crate) device_addr: u64,
+    pub(crate) counts_ref: bool,
+    pub(crate) counts_hold: bool,
+}
+
+/// A construct's new entries by host begin address, found by containment like the table's
+/// (map lists can be long: no linear scans).
+#[derive(Default)]
+pub(crate) struct PlannedEntries(BTreeMap<usize, Planned>, Vec<usize>);
+
+impl PlannedEntries {
+    /// The planned entry containing `r`, or `Err` with one it partly overlaps.
+    fn find(&mut self, r: HostRange) -> std::result::Result<Option<&mut Planned>, HostRange> {
+        let below = self.0.range(..=r.begin).next_back().map(|(&k, p)| (k, p.range));
+        if let Some((k, range)) = below.filter(|(_, range)| r.begin < range.end()) {
+            return if range.contains(&r) { Ok(self.0.get_mut(&k)) } else { Err(range) };
+        }
+        match self.0.range(r.begin + 1..r.end()).next() {
+            Some((_, p)) => Err(p.range),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds a planned entry (list order is kept for publishing and tracing).
+    fn insert(&mut self, p: Planned) {
+        self.1.push(p.range.begin);
+        self.0.insert(p.range.begin, p);
+    }
+
+    /// The planned entries in list order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Planned> {
+        self.1.iter().filter_map(|k| self.0.get(k))
+    }
+}
+
+/// A set that stays a short vector for the short map lists of real programs and becomes a
+/// hash set for long ones (no quadratic scans, no allocation for one item).
+pub(crate) enum SmallSet<T> {
+    Few(Vec<T>),
+    Many(HashSet<T>),
+}
+
+impl<T: Eq + std::hash::Hash + Copy> SmallSet<T> {
+    const SPILL: usize = 16;
+
+    pub(crate) fn new() -> Self {
+        SmallSet::Few(Vec::new())
+    }
+
+    /// Adds `v`; `true` when it was not there.
+    pub(crate) fn insert(&mut self, v: T) -> bool {
+        match self {
+            SmallSet::Few(few) if few.contains(&v) => false,
+            SmallSet::Few(few) if few.len() < Self::SPILL => {
+                few.push(v);
+                true
+            }
+            SmallSet::Few(few) => {
+                let mut many: HashSet<T> = few.drain(..).collect();
+                many.insert(v);
+                *self = SmallSet::Many(many);
+                true
+            }
+            SmallSet::Many(many) => many.insert(v),
+        }
+    }
+
+    pub(crate) fn contains(&self, v: &T) -> bool {
+        match self {
+            SmallSet::Few(few) => few.contains(v),
+            SmallSet::Many(many) => many.contains(v),
+        }
+    }
+}
+
+impl<T: Eq + std::hash::Hash + Copy> FromIterator<T> for SmallSet<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut s = SmallSet::new();
+        iter.into_iter().for_each(|v| {
+            s.insert(v);
+        });
+        s
+    }
+}
+
+/// A copy a construct will make: host range, device address, the entry's key.
+pub(crate) type PlannedCopy = (HostRange, u64, usize);
+
+/// The entry half of a construct (`target data` / launch begin, `enter data`).
+#[derive(Default)]
+pub(crate) struct EnterPlan {
+    /// New entries, allocated and not yet published.
+    pub(crate) planned: PlannedEntries,
+    /// Existing entries whose count moved, with which count (`true`: hold), each once.
+    pub(crate) counted: Vec<(usize, bool)>,
+    /// Host->device copies, in list order (identical ranges may repeat).
+    pub(crate) copies: Vec<PlannedCopy>,
+}
+
+impl EnterPlan {
+    /// Plans `items` against `table` on `device`: checks presence and extension against
+    /// the table as the construct found it, then resolves each item to an existing entry
+    /// (counted now, each of its counts once per construct) or to a new one (allocated by
+    /// `alloc`, published later), and lists the copies. `on_exists` sees each existing
+    /// entry an item names. On error the plan holds what was done so far, for the caller
+    /// to undo ([`undo_counts`], and freeing `planned`).
+    pub(crate) fn build(
+        &mut self,
+        table: &mut PresentTable,
+        items: &[MapItem],
+        device: usize,
+        mut alloc: impl FnMut(usize) -> Result<u64>,
+        mut on_exists: impl FnMut(&Entry),
+    ) -> Result<()> {
+        for it in items {
+            match table.lookup(it.range) {
+                Lookup::Extends(existing) => {
+                    return Err(Error::Extension { device, requested: it.range, existing })
+                }
+                Lookup::Absent if it.map_type.present => {
+                    return Err(Error::NotPresent {
+                        device,
+                        range: it.range,
+                        what: "a `present` map on entry",
+                    })
+                }
+                _ => {}
+            }
+        }
+        let mut seen = SmallSet::new();
+        for it in items.iter().filter(|it| it.range.bytes > 0) {
+            let hold = it.map_type.hold;
+            // Inside an entry this construct creates: a `to` copies (created anywhere in it).
+            match self.planned.find(it.range) {
+                Ok(Some(p)) => {
+                    p.counts_ref |= !hold;
+                    p.counts_hold |= hold;
+                    if it.map_type.copies_in() {
+                        let addr = p.device_addr + (it.range.begin - p.range.begin) as u64;
+                        self.copies.push((it.range, addr, p.range.begin));
+                    }
+                    continue;
+                }
+                Err(existing) => return Err(Error::Extension { device, requested: it.range, existing }),
+                Ok(None) => {}
+            }
+            match table.lookup(it.range) {
+                Lookup::Inside(k) => {
+                    let Some(e) = table.get_mut(k) else { continue };
+                    // Counts as the construct found them.
+                    on_exists(e);
+                    if seen.insert((k, hold)) {
+                        self.counted.push((k, hold));
+                        increment(e, hold);
+                    }
+                    if it.map_type.copies_in() && it.map_type.always {
+                        self.copies.push((it.range, e.translate(it.range.begin), k));
+                    }
+                }
+                Lookup::Extends(existing) => {
+                    return Err(Error::Extension { device, requested: it.range, existing })
+                }
+                Lookup::Absent => {
+                    let device_addr = alloc(it.range.bytes)?;
+                    self.planned.insert(Planned {
+                        range: it.range,
+                        device_addr,
+                        counts_ref: !hold,
+                        counts_hold: hold,
+                    });
+                    if it.map_type.copies_in() {
+                        self.copies.push((it.range, device_addr, it.range.begin));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes back the counts a failed construct added to existing entries; returns the
+/// entries it alone kept alive, removed from the table (for the caller to free).
+pub(crate) fn undo_counts(table: &mut PresentTable, counted: &[(usize, bool)]) -> Vec<Entry> {
+    let mut gone = Vec::new();
+    for &(k, hold) in counted {
+        if let Some(e) = table.get_mut(k) {
+            decrement(e, hold);
+            if e.is_released() {
+                gone.extend(table.remove(k));
+            }
+        }
+    }
+    gone
+}
+
+/// What an exit does to one entry: the entry before the construct, and which counts the
+/// construct's items move.
+struct Touched {
+    key: usize,
+    before: Entry,
+    counts_ref: bool,
+    counts_hold: bool,
+    delete: bool,
+}
+
+/// The exit half of a construct (`target data` / launch end, `exit data`), already applied
+/// to the table: counts moved, released entries taken out.
+#[derive(Default)]
+pub(crate) struct ExitPlan {
+    /// What the exit took from each remaining entry's counts: (key, reference, hold).
+    pub(crate) taken: Vec<(usize, u64, u64)>,
+    /// Device->host copies, in reverse list order, identical ranges once.
+    pub(crate) copies: Vec<PlannedCopy>,
+    /// Released entries (taken out of the table), each with its state before the exit.
+    pub(crate) removed: Vec<(Entry, Entry)>,
+}
+
+impl ExitPlan {
+    /// Applies the count changes of `items` (construct `c`) to `table` on `device` and
+    /// plans the copies back: each entry's counts move once, in reverse list order
+    /// (`delete` zeroes the reference count); a `from` copies when the entry leaves or with
+    /// `always`. At exit a range not wholly inside one mapped range is absent, an error
+    /// only with `present`, which a region's end never checks (rule 10). On error nothing
+    /// has changed.
+    pub(crate) fn build(
+        table: &mut PresentTable,
+        items: &[MapItem],
+        c: Construct,
+        device: usize,
+    ) -> Result<Self> {
+        let mut keys = Vec::with_capacity(items.len());
+        for it in items {
+            let present = it.map_type.present && !c.is_region();
+            let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
+            // Zero-length items are only checked: they move no count.
+            keys.push(key.filter(|_| it.range.bytes > 0));
+        }
+        // Each entry once, in reverse list order, with its counts before the construct and
+        // the counts its items move (each at most once).
+        // Short lists search `touched`; long ones get an index (no quadratic scans).
+        let mut touched: Vec<Touched> = Vec::new();
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        for (it, key) in items.iter().zip(&keys).rev() {
+            let Some(k) = *key else { continue };
+            let found = if index.is_empty() {
+                touched.iter().position(|t| t.key == k)
+            } else {
+                index.get(&k).copied()
+            };
+            let i = match found {
+                Some(i) => i,
+                None => {
+                    let Some(e) = table.get(k) else { continue };
+                    let before = e.clone();
+                    touched.push(Touched {
+                        key: k,
+                        before,
+                        counts_ref: false,
+                        counts_hold: false,
+                        delete: false,
+                    });
+                    if !index.is_empty() {
+                        index.insert(k, touched.len() - 1);
+                    } else if touched.len() > SmallSet::<usize>::SPILL {
+                        index = touched.iter().enumerate().map(|(i, t)| (t.key, i)).collect();
+                    }
+                    touched.len() - 1
+                }
+            };
+            let t = &mut touched[i];
+            t.counts_hold |= it.map_type.hold;
+            t.counts_ref |= !it.map_type.hold;
+            t.delete |= it.map_type.kind == MapKind::Delete;
+        }
+        for t in &touched {
+            let Some(e) = table.get_mut(t.key) else { continue };
+            if t.counts_hold {
+                decrement(e, true);
+            }
+            if t.counts_ref && !e.associated {
+                e.ref_count = if t.delete { 0 } else { e.ref_count.saturating_sub(1) };
+            }
+        }
+        let taken = touched
+            .iter()
+            .filter_map(|t| {
+                let e = table.get(t.key)?;
+                Some((t.key, t.before.ref_count - e.ref_count, t.before.hold_count - e.hold_count))
+            })
+            .collect();
+        let mut plan = ExitPlan { taken, ..ExitPlan::default() };
+        let mut copied = SmallSet::new();
+        for (it, key) in items.iter().zip(&keys).rev() {
+            let Some(k) = *key else { continue };
+            let Some(e) = table.get(k) else { continue };
+            let copy = it.map_type.copies_out() && (it.map_type.always || e.is_released());
+            if copy && copied.insert(it.range) {
+                plan.copies.push((it.range, e.translate(it.range.begin), k));
+            }
+        }
+        for t in touched {
+            if table.get(t.key).is_some_and(Entry::is_released) {
+                if let Some(e) = table.remove(t.key) {
+                    plan.removed.push((e, t.before));
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Undoes the plan in `table` after a failed copy: removed entries go back when nothing
+    /// took their place meanwhile (those that cannot are returned, for the caller to
+    /// free); the others get back what the exit took from their counts.
+    pub(crate) fn undo(self, table: &mut PresentTable) -> Vec<Entry> {
+        let gone: SmallSet<usize> = self.removed.iter().map(|(e, _)| e.range.begin).collect();
+        for &(k, ref_count, hold_count) in &self.taken {
+            if gone.contains(&k) {
+                continue;
+            }
+            if let Some(e) = table.get_mut(k) {
+                e.ref_count += ref_count;
+                e.hold_count += hold_count;
+            }
+        }
+        let mut lost = Vec::new();
+        for (e, before) in self.removed {
+            if table.lookup(e.range) == Lookup::Absent {
+                table.insert(Entry { ref_count: before.ref_count, hold_count: before.hold_count, ..e });
+            } else {
+                lost.push(e);
+            }
+        }
+        lost
+    }
+}
+
+/// At exit and in `update`: the entry wholly containing `range`; a range that is not
+/// inside one mapped range is absent there (rule 4), an error only with `present`.
+pub(crate) fn resolve_exit(
+    table: &PresentTable,
+    range: HostRange,
+    present: bool,
+    device: usize,
+    what: &'static str,
+) -> Result<Option<usize>> {
+    match table.lookup(range) {
+        Lookup::Inside(k) => Ok(Some(k)),
+        Lookup::Absent | Lookup::Extends(_) if present => Err(Error::NotPresent { device, range, what }),
+        Lookup::Absent | Lookup::Extends(_) => Ok(None),
+    }
+}
+
+/// Moves one of an entry's counts up: the hold count for `hold` maps, else the reference
+/// count (infinite, so unmoved, for associated entries).
+pub(crate) fn increment(e: &mut Entry, hold: bool) {
+    if hold {
+        e.hold_count += 1;
+    } else if !e.associated {
+        e.ref_count += 1;
+    }
+}
+
+/// The inverse of [`increment`], never below zero.
+fn decrement(e: &mut Entry, hold: bool) {
+    if hold {
+        e.hold_count = e.hold_count.saturating_sub(1);
+    } else if !e.associated {
+        e.ref_count = e.ref_count.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MapType;
+
+    const DEV: usize = 0;
+
+    fn item(begin: usize, bytes: usize, t: MapType) -> MapItem {
+        MapItem { range: HostRange::new(begin, bytes), map_type: t }
+    }
+
+    /// Plans an entry with a counting allocator (device addresses from 0x10000), publishes
+    /// its new entries as `construct` does, and returns the plan.
+    fn enter(table: &mut PresentTable, items: &[MapItem]) -> Result<EnterPlan> {
+        let mut next = 0x10000u64;
+        let mut plan = EnterPlan::default();
+        let alloc = |bytes: usize| {
+            let a = next;
+            next += bytes as u64;
+            Ok(a)
+        };
+        plan.build(table, items, DEV, alloc, |_| {})?;
+        for p in plan.planned.iter() {
+            let mut e = Entry::new(p.range, p.device_addr, false);
+            if p.counts_ref {
+                increment(&mut e, false);
+            }
+            if p.counts_hold {
+                increment(&mut e, true);
+            }
+            table.insert(e);
+        }
+        Ok(plan)
+    }
+
+    fn counts(table: &PresentTable, at: usize) -> Option<(u64, u64)> {
+        table.containing(at).map(|e| (e.ref_count, e.hold_count))
+    }
+
+    #[test]
+    fn a_new_entry_is_planned_with_its_copy_and_counted_once() {
+        let mut t = PresentTable::default();
+        let p = enter(&mut t, &[item(100, 16, MapType::ALLOC), item(100, 16, MapType::TO)]).unwrap();
+        assert_eq!(p.planned.iter().count(), 1);
+        // The `to` copies although `alloc` created the entry (rule 2).
+        assert_eq!(p.copies, vec![(HostRange::new(100, 16), 0x10000, 100)]);
+        assert_eq!(counts(&t, 100), Some((1, 0)));
+        // Present now: counted once more, no copy without `always`.
+        let p = enter(&mut t, &[item(104, 4, MapType::TO), item(100, 16, MapType::TO)]).unwrap();
+        assert!(p.copies.is_empty() && p.planned.iter().count() == 0);
+        assert_eq!(counts(&t, 100), Some((2, 0)));
+        let p = enter(&mut t, &[item(104, 4, MapType::TO.always())]).unwrap();
+        assert_eq!(p.copies, vec![(HostRange::new(104, 4), 0x10004, 100)]);
+    }
+
+    #[test]
+    fn hold_maps_move_the_hold_count() {
+        let mut t = PresentTable::default();
+        enter(&mut t, &[item(0, 8, MapType::ALLOC.hold()), item(0, 8, MapType::ALLOC)]).unwrap();
+        assert_eq!(counts(&t, 0), Some((1, 1)));
+        // exit data delete zeroes the reference count only: the hold count keeps the entry.
+        let p = ExitPlan::build(&mut t, &[item(0, 8, MapType::DELETE)], Construct::ExitData, DEV).unwrap();
+        assert!(p.removed.is_empty());
+        assert_eq!(counts(&t, 0), Some((0, 1)));
+        let p =
+            ExitPlan::build(&mut t, &[item(0, 8, MapType::FROM.hold())], Construct::TargetData, DEV).unwrap();
+        assert_eq!(p.removed.len(), 1);
+        assert_eq!(p.copies.len(), 1, "the entry left: its `from` copies");
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn extension_and_present_fail_before_anything_changes() {
+        let mut t = PresentTable::default();
+        enter(&mut t, &[item(0, 8, MapType::ALLOC)]).unwrap();
+        let e = enter(&mut t, &[item(64, 8, MapType::TO), item(4, 8, MapType::ALLOC)]).err();
+        assert!(matches!(e, Some(Error::Extension { .. })), "{e:?}");
+        let e = enter(&mut t, &[item(64, 8, MapType::TO.present())]).err();
+        assert!(matches!(e, Some(Error::NotPresent { .. })), "{e:?}");
+        assert_eq!((t.len(), counts(&t, 0)), (1, Some((1, 0))));
+        // Two items of one list that overlap partly.
+        let e = enter(&mut t, &[item(64, 8, MapType::TO), item(68, 8, MapType::TO)]).err();
+        assert!(matches!(e, Some(Error::Extension { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn at_exit_an_extension_is_absent_and_a_region_end_checks_no_present() {
+        let mut t = PresentTable::default();
+        enter(&mut t, &[item(0, 8, MapType::ALLOC)]).unwrap();
+        let p = ExitPlan::build(&mut t, &[item(4, 8, MapType::RELEASE)], Construct::ExitData, DEV).unwrap();
+        assert!(p.removed.is_empty() && p.copies.is_empty());
+        assert_eq!(counts(&t, 0), Some((1, 0)));
+        let e = ExitPlan::build(&mut t, &[item(4, 8, MapType::RELEASE.present())], Construct::ExitData, DEV)
+            .err();
+        assert!(matches!(e, Some(Error::NotPresent { .. })), "{e:?}");
+        let p = ExitPlan::build(&mut t, &[item(64, 8, MapType::FROM.present())], Construct::TargetData, DEV);
+        assert!(p.is_ok_and(|p| p.copies.is_empty()), "a region's end must not check `present`");
+        assert_eq!(counts(&t, 0), Some((1, 0)));
+    }
+
+    #[test]
+    fn an_exit_counts_each_entry_once_and_copies_identical_ranges_once() {
+        let mut t = PresentTable::default();
+        for _ in 0..3 {
+            enter(&mut t, &[item(0, 16, MapType::ALLOC)]).unwrap();
+        }
+        let list = [
+            item(0, 16, MapType::FROM.always()),
+            item(0, 16, MapType::FROM.always()),
+            item(8, 8, MapType::FROM),
+        ];
+        let p = ExitPlan::build(&mut t, &list, Construct::ExitData, DEV).unwrap();
+        assert_eq!(counts(&t, 0), Some((2, 0)));
+        assert_eq!(p.copies, vec![(HostRange::new(0, 16), 0x10000, 0)]);
+        assert_eq!(p.taken, vec![(0, 1, 0)]);
+        // Undone, the counts come back.
+        assert!(p.undo(&mut t).is_empty());
+        assert_eq!(counts(&t, 0), Some((3, 0)));
+    }
+
+    #[test]
+    fn an_undone_exit_puts_removed_entries_back() {
+        let mut t = PresentTable::default();
+        enter(&mut t, &[item(0, 8, MapType::ALLOC), item(32, 8, MapType::ALLOC)]).unwrap();
+        let list = [item(0, 8, MapType::FROM), item(32, 8, MapType::DELETE)];
+        let p = ExitPlan::build(&mut t, &list, Construct::ExitData, DEV).unwrap();
+        // Reverse list order.
+        assert_eq!(p.removed.iter().map(|(e, _)| e.range.begin).collect::<Vec<_>>(), vec![32, 0]);
+        assert_eq!(t.len(), 0);
+        assert!(p.undo(&mut t).is_empty());
+        assert_eq!((counts(&t, 0), counts(&t, 32)), (Some((1, 0)), Some((1, 0))));
+    }
+
+    #[test]
+    fn undone_counts_release_what_only_the_construct_kept() {
+        let mut t = PresentTable::default();
+        enter(&mut t, &[item(0, 8, MapType::ALLOC)]).unwrap();
+        let p = enter(&mut t, &[item(0, 8, MapType::ALLOC.hold())]).unwrap();
+        assert_eq!(counts(&t, 0), Some((1, 1)));
+        assert!(undo_counts(&mut t, &p.counted).is_empty());
+        assert_eq!(counts(&t, 0), Some((1, 0)));
+        let e = t.get_mut(0).unwrap();
+        e.ref_count = 1;
+        let gone = undo_counts(&mut t, &[(0, false)]);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn long_exit_lists_index_their_entries() {
+        let mut t = PresentTable::default();
+        let many: Vec<MapItem> = (0..100).map(|i| item(i * 16, 16, MapType::ALLOC)).collect();
+        enter(&mut t, &many).unwrap();
+        let mut list: Vec<MapItem> =
+            many.iter().map(|i| MapItem { map_type: MapType::RELEASE, ..*i }).collect();
+        list.extend(list.clone());
+        let p = ExitPlan::build(&mut t, &list, Construct::ExitData, DEV).unwrap();
+        assert_eq!(p.removed.len(), 100);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn small_sets_spill_without_losing_members() {
+        let mut s = SmallSet::new();
+        for i in 0..100usize {
+            assert_eq!(s.insert(i % 40), i < 40, "{i}");
+        }
+        let s: SmallSet<usize> = (0..100).map(|i| i % 40).collect();
+        assert!((0..40).all(|i| s.contains(&i)) && !s.contains(&40));
+        let mut t = SmallSet::new();
+        assert!(t.insert(3) && !t.insert(3));
+    }
+}
