@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The reliability run on the lent H200 machine, after ../shared/gpu/bundle, in two calls
+# (each under the 10-minute limit):
+#   scripts/gpu/reliability.sh tests     # the whole suite with OFFLOAD_REQUIRE_DEVICES=1
+#                                        # (a case that would skip for lack of a GPU fails),
+#                                        # then the Jacobi main job (nothing slowed down)
+#   scripts/gpu/reliability.sh memcheck  # compute-sanitizer memcheck (leak check on) on the
+#                                        # conformance, nowait, unwind, bad-input and model
+#                                        # tests; the bad-input tests once per test, since
+#                                        # the omp one uses the process-wide runtime, which
+#                                        # lives until exit
+# Logs go under $OUT (at most 8 files come back, so each step writes one).
+cd "$(dirname "$0")/../.."
+set -o pipefail
+export OFFLOAD_REQUIRE_DEVICES=1
+nvidia-smi -L
+if [ "${1:-tests}" = tests ]; then
+echo "== tests (OFFLOAD_REQUIRE_DEVICES=1)"
+pass=0; fail=0
+for t in .gpu/tests/*; do
+  [ -x "$t" ] || continue
+  args=(); case "$t" in *model) args=(--nocapture) ;; esac  # its operation counts
+  if out=$(timeout 300 "$t" "${args[@]}" 2>&1); then pass=$((pass+1)); s=ok; else fail=$((fail+1)); s=FAILED; fi
+  { echo "#### $s $(basename "$t")"; echo "$out"; } >> "$OUT/tests.log"
+  echo "$s  $(basename "$t"): $(echo "$out" | grep -E '^test result:' | tail -1)"
+  [ "$s" = ok ] || echo "$out" | grep -E "panicked|failed|FAILED|Error" | head -20
+done
+echo "$pass passed, $fail failed"
+grep -h "operations on" "$OUT/tests.log"
+echo "== jacobi"
+.gpu/examples/jacobi -nx 16384 -ny 16384 -niter 1000 2>&1 | tail -8 | tee "$OUT/jacobi.log"
+else
+echo "== compute-sanitizer memcheck"
+check() { # name, executable, test-name filter
+  timeout 130 compute-sanitizer --tool memcheck --leak-check full "$2" $3 > "$OUT/memcheck-$1.log" 2>&1
+  echo "$1: exit $? | $(grep -E '^test result' "$OUT/memcheck-$1.log" | tail -1) | $(grep -E 'LEAK SUMMARY|ERROR SUMMARY' "$OUT/memcheck-$1.log" | tr '\n' ' ')"
+  grep -E "Program hit" "$OUT/memcheck-$1.log" | sort | uniq -c
+}
+for t in conformance nowait unwind model; do
+  check $t .gpu/tests/tests--test-$t
+done
+check bad_input-runtime .gpu/tests/tests--test-bad_input runtime_and_safe_api
+check bad_input-omp .gpu/tests/tests--test-bad_input omp_api
+fi
