@@ -332,3 +332,44 @@ fn many_threads_open_scopes_of_nested_tasks() {
         },
     );
 }
+
+/// A task that does not run (its dependency failed) drops what its closure holds before
+/// the scope can return: that may borrow the scope's data.
+#[test]
+fn a_task_that_does_not_run_drops_its_closure_before_the_scope_returns() {
+    struct SetOnDrop<'a>(&'a AtomicBool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            // Slow, so that a drop after the scope's count-down would be seen late.
+            std::thread::sleep(Duration::from_millis(20));
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    on_every_backend(
+        "nowait: a skipped task's closure",
+        1,
+        |b| b,
+        |rt| {
+            for _ in 0..5 {
+                let dropped = AtomicBool::new(false);
+                let r = rt.nowait(|s| {
+                    let failing = s.compute(0, &[], |_| {
+                        Err(Error::InvalidArgument { routine: "test", what: "dependency failed".into() })
+                    })?;
+                    let guard = SetOnDrop(&dropped);
+                    s.compute(0, &[&failing], move |_| {
+                        let _held = &guard;
+                        Ok(())
+                    })?;
+                    Ok::<(), Error>(())
+                });
+                check!(r.is_err(), "the failed dependency should fail the scope");
+                check!(
+                    dropped.load(Ordering::SeqCst),
+                    "the skipped task's closure was dropped after the scope"
+                );
+            }
+            Ok(())
+        },
+    );
+}

@@ -246,6 +246,8 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
             let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
             drop(deps);
             let r = if before.is_err() && !cleanup {
+                // Dropped now, not after the count-down: what it holds may borrow 'scope.
+                drop(work);
                 Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
             } else {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before))).unwrap_or_else(
