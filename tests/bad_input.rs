@@ -1196,6 +1196,20 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             r
         })
     }));
+    v.push(case("associate_ptr: into a mapped entry's device copy", |c: &Ctx<'_>| {
+        let x = [0i32; 4];
+        let y = [0i32; 4];
+        c.with_mapped(&x, || {
+            let d = ok(c.rt.mapped_ptr(x.as_ptr() as usize, c.dev))?.ok_or("not mapped")?;
+            expect!(
+                associate(c.rt, y.as_ptr() as usize, d, 16, 0, c.dev),
+                Error::InvalidArgument { .. },
+                c.me(),
+                format!("{d:#x}"),
+                "expected memory from omp_target_alloc"
+            )
+        })
+    }));
     v.push(case("target_free: on the wrong device", |c: &Ctx<'_>| {
         let Some(o) = c.other else { return Ok(Outcome::NeedsTwoDevices) };
         let p = ok(c.rt.target_alloc(16, o))?;

@@ -373,3 +373,63 @@ fn a_task_that_does_not_run_drops_its_closure_before_the_scope_returns() {
         },
     );
 }
+
+/// An exit given a view of another device is refused before anything is queued: it would
+/// copy that device's data back too, at the same time as that device's own exit.
+#[test]
+fn an_exit_refuses_a_view_of_another_device() {
+    on_every_backend(
+        "nowait: exit with another device's view",
+        2,
+        |b| b,
+        |rt| {
+            let mut x = vec![1i32; 64];
+            let r = rt.nowait(|s| {
+                let (t0, v0) = s.enter(0, map::tofrom(&mut x), &[])?;
+                let e = s.exit(1, v0, &[&t0]);
+                check!(
+                    matches!(&e, Err(Error::InvalidArgument { what, .. }) if what.contains("view of device 0")
+                        && what.contains("exit on device 1")),
+                    "{e:?}"
+                );
+                s.exit(0, v0, &[&t0])?;
+                Ok::<(), Error>(())
+            });
+            check!(matches!(r, Ok(Ok(()))), "{r:?}");
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+/// A task that opens a scope of its own and queues on its own lane is refused (the inner
+/// scope would wait for work queued behind the task); on another lane it works.
+#[test]
+fn a_task_cannot_queue_on_its_own_lane_for_a_scope_it_opened() {
+    on_every_backend(
+        "nowait: nested scope on the task's own lane",
+        1,
+        |b| b,
+        |rt| {
+            let r = rt.nowait(|s| {
+                s.compute(0, &[], |_| {
+                    let inner = rt.nowait(|s2| s2.compute(0, &[], |_| Ok(())).map(drop))?;
+                    check!(
+                        matches!(&inner, Err(Error::InvalidArgument { what, .. }) if what.contains("Compute lane")),
+                        "{inner:?}"
+                    );
+                    // The copy-in lane is another thread: fine.
+                    let mut y = vec![0i32; 16];
+                    rt.nowait(|s2| {
+                        let (t, v) = s2.enter(0, map::tofrom(&mut y), &[])?;
+                        s2.exit(0, v, &[&t]).map(drop)
+                    })??;
+                    Ok(())
+                })
+                .map(drop)
+            });
+            check!(matches!(r, Ok(Ok(()))), "{r:?}");
+            Ok(())
+        },
+    );
+}

@@ -484,6 +484,17 @@ impl<'rt> Device<'rt> {
         c: DeviceSlice<'_, f32>,
     ) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
+        let d = match self.rt.target(self.number)? {
+            crate::runtime::Target::Device(d) => d,
+            crate::runtime::Target::Initial => {
+                return Err(Error::InvalidArgument {
+                    routine: "sgemm",
+                    what: "the initial device has no sgemm; use a host device".into(),
+                })
+            }
+        };
+        // The operands stay allocated until the product is done.
+        let _in_use = d.memory_use.read();
         let mut addrs = [0u64; 3];
         for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
             if v.device() != self.number || v.len() < need {
@@ -497,19 +508,18 @@ impl<'rt> Device<'rt> {
                     ),
                 });
             }
-            addrs[i] = v.device_addr(self.rt)?.ok_or(Error::NotPresent {
-                device: self.number,
-                range: v.host_range(),
-                what: "an sgemm operand",
-            })?;
+            // The whole operand must lie in one mapped range (a view may name more of its
+            // buffer than is mapped).
+            let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<f32>());
+            addrs[i] = d
+                .table
+                .lock()
+                .containing(span.begin)
+                .filter(|e| e.range.contains(&span))
+                .map(|e| e.translate(span.begin))
+                .ok_or(Error::NotPresent { device: self.number, range: span, what: "an sgemm operand" })?;
         }
-        match self.rt.target(self.number)? {
-            crate::runtime::Target::Device(d) => d.backend.sgemm(g, addrs[0], addrs[1], addrs[2]),
-            crate::runtime::Target::Initial => Err(Error::InvalidArgument {
-                routine: "sgemm",
-                what: "the initial device has no sgemm; use a host device".into(),
-            }),
-        }
+        d.backend.sgemm(g, addrs[0], addrs[1], addrs[2])
     }
 
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the

@@ -179,6 +179,13 @@ impl MemoryPool {
         Err(Error::OutsideAllocation { device, routine, addr, bytes, found })
     }
 
+    /// The owner of the live block containing `addr`, if any.
+    pub(crate) fn owner_of(&self, addr: u64) -> Option<Owner> {
+        let s = self.state.lock();
+        let (&base, b) = s.live.range(..=addr).next_back()?;
+        (addr < base + b.bytes as u64).then_some(b.owner)
+    }
+
     /// Returns every cached free block to the device.
     pub(crate) fn trim(&self, backend: &dyn Backend) -> Result<()> {
         let blocks: Vec<(usize, u64)> = {

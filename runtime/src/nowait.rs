@@ -45,6 +45,7 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -115,6 +116,14 @@ impl Task {
 /// A task's completion, held by its job: [`Completion::finish`] records the result, then
 /// counts the task down in its scope; a job dropped unrun (never submitted, or dropped by
 /// a closing queue) fails its task instead, so no one waits on it forever.
+/// Where the task running on this thread runs: (runtime, device, lane, its scope), as
+/// addresses; `None` on threads that are not running a task.
+type RunningTask = Option<(usize, usize, Lane, usize)>;
+
+thread_local! {
+    static RUNNING: Cell<RunningTask> = const { Cell::new(None) };
+}
+
 struct Completion {
     task: Task,
     device: usize,
@@ -237,6 +246,21 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     ) -> Result<Task> {
         let state = self.rt.device_state(device)?;
         let lanes = state.lanes()?;
+        // A task that opens a scope of its own and queues on its own lane would wait for
+        // work queued behind itself, for ever: refused. (Its own scope's tasks are fine:
+        // the task does not wait for them; the scope does.)
+        let (rt_id, scope_id) = (Arc::as_ptr(&self.rt.inner) as usize, self as *const Self as usize);
+        if let Some((r, d, l, sc)) = RUNNING.get() {
+            if (r, d, l) == (rt_id, device, lane) && sc != scope_id {
+                return Err(Error::InvalidArgument {
+                    routine: "NowaitScope",
+                    what: format!(
+                        "device {device}: a task of the {lane:?} lane cannot queue on that lane for a scope \
+                         it opened: the scope would wait for work queued behind the task itself"
+                    ),
+                });
+            }
+        }
         let task = Task::new();
         let deps: Vec<Task> = after.iter().map(|t| (*t).clone()).collect();
         // Counted before submission, by a caller that is itself counted (a running task)
@@ -250,15 +274,12 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
                 drop(work);
                 Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
             } else {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before))).unwrap_or_else(
-                    |payload| {
-                        Err(Error::Panicked {
-                            device,
-                            what: "a nowait task",
-                            message: panic_message(&*payload),
-                        })
-                    },
-                )
+                let outer = RUNNING.replace(Some((rt_id, device, lane, scope_id)));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
+                RUNNING.set(outer);
+                r.unwrap_or_else(|payload| {
+                    Err(Error::Panicked { device, what: "a nowait task", message: panic_message(&*payload) })
+                })
             };
             // The last thing the job does: the scope may end as soon as it is counted down.
             done.finish(r);
@@ -333,9 +354,13 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         cleanup: bool,
     ) -> Result<Task> {
         let rt = self.rt;
+        // A view of another device would copy that device's data back too, concurrently
+        // with its own exit: refused here, before anything is queued.
+        let mut items = Vec::new();
+        views.exit_items(device, &mut items)?;
         self.spawn(device, Lane::CopyOut, after, cleanup, move |before| {
-            let mut items = Vec::new();
-            views.exit_items(&mut items);
+            let _borrows = views;
+            let mut items = items;
             if before.is_err() {
                 items.iter_mut().for_each(|i| i.map_type = MapType::RELEASE);
             }
@@ -429,28 +454,41 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
 
 /// What [`NowaitScope::exit`] unmaps: a view, or a tuple or `Vec` of views.
 pub trait ExitList {
-    /// Appends the exit items: `from` for views of exclusive borrows, `release` otherwise.
-    fn exit_items(&self, out: &mut Vec<MapItem>);
+    /// Appends the exit items for an exit on `device`: `from` for views of exclusive
+    /// borrows, `release` otherwise; a view of another device is an error.
+    fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()>;
 }
 
 impl<T> ExitList for DeviceSlice<'_, T> {
-    fn exit_items(&self, out: &mut Vec<MapItem>) {
+    fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
+        if self.device() != device {
+            return Err(Error::InvalidArgument {
+                routine: "NowaitScope::exit",
+                what: format!(
+                    "a view of device {} ({}) given to an exit on device {device}",
+                    self.device(),
+                    self.host_range()
+                ),
+            });
+        }
         let kind = if self.is_writable() { MapType::FROM } else { MapType::RELEASE };
         out.push(MapItem { range: self.host_range(), map_type: kind });
+        Ok(())
     }
 }
 
 impl<V: ExitList> ExitList for Vec<V> {
-    fn exit_items(&self, out: &mut Vec<MapItem>) {
-        self.iter().for_each(|v| v.exit_items(out));
+    fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
+        self.iter().try_for_each(|v| v.exit_items(device, out))
     }
 }
 
 macro_rules! exit_list_tuple {
     ($($n:ident : $i:tt),+) => {
         impl<$($n: ExitList),+> ExitList for ($($n,)+) {
-            fn exit_items(&self, out: &mut Vec<MapItem>) {
-                $(self.$i.exit_items(out);)+
+            fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
+                $(self.$i.exit_items(device, out)?;)+
+                Ok(())
             }
         }
     };

@@ -195,7 +195,11 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         self.devices[p]
     }
 
-    /// A kernel view of part `p`'s mapped rows (halos included).
+    /// A kernel view of part `p`'s mapped rows (halos included). Kernels may write the
+    /// device copy through it; the view is not writable in the sense of
+    /// [`DeviceSlice::is_writable`] (an exit copies nothing back through it), since
+    /// neighbours' views overlap in their halos and [`DistributedArray::gather`] brings each
+    /// row back once, from its owner.
     pub fn view(&self, p: usize) -> DeviceSlice<'_, T> {
         let r = self.part.mapped(p);
         // SAFETY: the slice is inside `host`; the view only names it for translation.
@@ -205,7 +209,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
                 r.len() * self.part.row_len,
             )
         };
-        crate::mapping::view_of(s, self.devices[p], true)
+        crate::mapping::view_of(s, self.devices[p], false)
     }
 
     /// Device address of global row `row` in part `p`'s copy.

@@ -100,6 +100,12 @@ pub(crate) struct DeviceState {
     /// Made on the first copy that needs it; `None` inside when it could not be made.
     pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
     pub(crate) pinned: Arc<PinnedRanges>,
+    /// Held shared while a launch or a copy uses entries' device memory that another
+    /// thread's exit could release (launch arguments, `update`, `always` copies into
+    /// entries that stay), and exclusively to give a released entry's memory back: so no
+    /// safe program can free device memory under a running kernel or copy. Taken before
+    /// the table's lock, never while holding it.
+    pub(crate) memory_use: RwLock<()>,
     /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
     pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
 }
@@ -396,6 +402,7 @@ impl RuntimeBuilder {
                 staging_config: settings.staging,
                 staging: OnceLock::new(),
                 pinned: Arc::clone(&pinned),
+                memory_use: RwLock::new(()),
                 lanes: OnceLock::new(),
             })
             .collect();
@@ -754,10 +761,14 @@ impl Runtime {
         self.check_device_args(d, kernel, args)?;
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter(maps, Construct::Target)? };
-        let launched = d.translate_args(kernel, args).and_then(|a| {
-            d.trace_launch(kernel, n, &a);
-            d.backend.launch(kernel, n, &a)
-        });
+        let launched = {
+            // Mapped memory the kernel uses stays allocated until it has run.
+            let _in_use = d.memory_use.read();
+            d.translate_args(kernel, args).and_then(|a| {
+                d.trace_launch(kernel, n, &a);
+                d.backend.launch(kernel, n, &a)
+            })
+        };
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target) };
@@ -848,10 +859,11 @@ impl Runtime {
         match self.target(device)? {
             Target::Device(d) => {
                 // An association into the block would outlive it: refuse, as for a mapping.
+                // The table stays locked until the block is freed, so no association can
+                // be made into it in between (`associate` checks under the same lock).
+                let table = d.table.lock();
                 let extent = d.pool.extent(ptr).unwrap_or(0) as u64;
-                let held = d
-                    .table
-                    .lock()
+                let held = table
                     .entries()
                     .find(|e| e.associated && e.device_addr.wrapping_sub(ptr) < extent)
                     .map(|e| e.range);
@@ -949,7 +961,6 @@ impl Runtime {
         let range = HostRange::new(host, bytes);
         validate::host_range(ASSOCIATE, device, &"host range", range)?;
         let addr = validate::offset(ASSOCIATE, "device pointer", device_ptr, device_offset)?;
-        d.pool.check_range(device, ASSOCIATE, addr, bytes)?;
         d.associate(range, addr)
     }
 
@@ -1054,8 +1065,23 @@ impl DeviceState {
         });
     }
 
+    /// Associates `range` with `device_addr`, which must lie in a live `omp_target_alloc`
+    /// block of this device. Checked under the table's lock, as `target_free` checks for
+    /// associations, so a concurrent free cannot slip in between.
     fn associate(&self, range: HostRange, device_addr: u64) -> Result<()> {
+        const ASSOCIATE: &str = "omp_target_associate_ptr";
         let mut table = self.table.lock();
+        self.pool.check_range(self.number, ASSOCIATE, device_addr, range.bytes)?;
+        if self.pool.owner_of(device_addr) != Some(Owner::User) {
+            return Err(Error::InvalidArgument {
+                routine: ASSOCIATE,
+                what: format!(
+                    "device {}: {device_addr:#x} lies in the device copy of a mapped range (for {range}); \
+                     expected memory from omp_target_alloc",
+                    self.number
+                ),
+            });
+        }
         match table.lookup(range) {
             crate::data_env::Lookup::Absent => {
                 let e = Entry::new(range, device_addr, true);

@@ -8,9 +8,7 @@
 //! construct's own changes (counts by the amounts it moved them, entries it created or
 //! removed), so nothing is leaked and other threads' changes are kept.
 
-use super::plan::{
-    increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, PlannedEntries, SmallSet,
-};
+use super::plan::{increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, SmallSet};
 use super::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
@@ -70,18 +68,23 @@ impl DeviceState {
                 return Err(self.undo_enter(table, &plan, e));
             }
         }
-        // Copies without the lock; the entries they fill are not published yet.
-        let mut done = SmallSet::new();
-        for &(range, addr, _) in &plan.copies {
-            if done.insert(range) {
-                // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
-                if let Err(e) = unsafe { self.copy_to_device(addr, range) } {
-                    return Err(self.undo_enter(self.table.lock(), &plan, e));
-                }
+        // Copies without the lock; new entries they fill are not published yet, and
+        // existing ones (`always`) stay allocated while `memory_use` is held.
+        if !plan.copies.is_empty() {
+            let copied = {
+                let _in_use = self.memory_use.read();
+                let mut done = SmallSet::new();
+                plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, _)| {
+                    // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
+                    unsafe { self.copy_to_device(addr, range) }
+                })
+            };
+            if let Err(e) = copied {
+                return Err(self.undo_enter(self.table.lock(), &plan, e));
             }
         }
         let mut table = self.table.lock();
-        if let Err(e) = self.publish(&mut table, &plan.planned) {
+        if let Err(e) = self.publish(&mut table, &plan) {
             return Err(self.undo_enter(table, &plan, e));
         }
         for &(range, _, key) in &plan.copies {
@@ -111,9 +114,13 @@ impl DeviceState {
     }
 
     /// Inserts the construct's new entries, each count moved once. Another thread may have
-    /// published the same range meanwhile: then that entry is counted instead and ours is
-    /// freed (its copy came from the same host data). Partial overlaps are extension errors.
-    fn publish(&self, table: &mut PresentTable, planned: &PlannedEntries) -> Result<()> {
+    /// published the same range meanwhile: then that entry is counted instead (once per
+    /// construct, however many of our new entries it covers, and not again if the plan
+    /// counted it already) and ours is freed (its copy came from the same host data).
+    /// Partial overlaps are extension errors.
+    fn publish(&self, table: &mut PresentTable, plan: &EnterPlan) -> Result<()> {
+        let planned = &plan.planned;
+        let mut counted: SmallSet<(usize, bool)> = plan.counted.iter().copied().collect();
         for p in planned.iter() {
             if let Lookup::Extends(existing) = table.lookup(p.range) {
                 return Err(Error::Extension { device: self.number, requested: p.range, existing });
@@ -131,11 +138,10 @@ impl DeviceState {
                 }
             };
             if let Some(e) = table.get_mut(key) {
-                if p.counts_ref {
-                    increment(e, false);
-                }
-                if p.counts_hold {
-                    increment(e, true);
+                for (moves, hold) in [(p.counts_ref, false), (p.counts_hold, true)] {
+                    if moves && counted.insert((key, hold)) {
+                        increment(e, hold);
+                    }
                 }
                 if e.device_addr == p.device_addr {
                     let e = &*e;
@@ -189,6 +195,8 @@ impl DeviceState {
         if e.associated {
             return Ok(());
         }
+        // After every launch and copy that may still use the memory (see `memory_use`).
+        let _exclusive = self.memory_use.write();
         self.pool.free(&*self.backend, self.number, e.device_addr, Owner::Mapping).map(drop)
     }
 
@@ -207,18 +215,34 @@ impl DeviceState {
     unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         // Under the lock: move the counts, list the copies, take released entries out.
         let plan = ExitPlan::build(&mut self.table.lock(), items, c, self.number)?;
-        // Without the lock: copies back (removed entries' memory is still ours), then frees.
-        for &(range, addr, _) in &plan.copies {
-            // SAFETY: forwarded from the caller; `addr` lies in the entry.
-            if let Err(err) = unsafe { self.copy_from_device(range, addr) } {
-                let lost = plan.undo(&mut self.table.lock());
-                for e in &lost {
-                    let _ = self.release_entry(e);
+        // Without the lock: copies back (removed entries' memory is still ours; entries
+        // that stay are kept allocated by `memory_use`), then frees.
+        let mut first_err = None;
+        if !plan.copies.is_empty() {
+            let copied = {
+                let _in_use = self.memory_use.read();
+                plan.copies.iter().try_for_each(|&(range, addr, _)| {
+                    // SAFETY: forwarded from the caller; `addr` lies in the entry.
+                    unsafe { self.copy_from_device(range, addr) }
+                })
+            };
+            match copied {
+                // `exit data` is all or nothing: the entries and counts come back.
+                Err(err) if !c.is_region() => {
+                    // The table's lock ends before `release_entry` takes `memory_use`
+                    // (which is never taken under the table's lock).
+                    let lost = plan.undo(&mut self.table.lock());
+                    for e in &lost {
+                        let _ = self.release_entry(e);
+                    }
+                    return Err(err);
                 }
-                return Err(err);
+                // A region's end cannot be retried (nothing would end it again): it ends
+                // anyway, its entries leave, and the copy's failure is its error.
+                Err(err) => first_err = Some(err),
+                Ok(()) => {}
             }
         }
-        let mut first_err = None;
         for (e, _) in &plan.removed {
             self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", e));
             if let Err(err) = self.release_entry(e) {
@@ -245,6 +269,8 @@ impl DeviceState {
     /// # Safety
     /// As [`DeviceState::update`].
     unsafe fn update_list(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
+        // The entries copied stay allocated until the copies are done.
+        let _in_use = self.memory_use.read();
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
         {
             let table = self.table.lock();
