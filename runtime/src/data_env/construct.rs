@@ -120,7 +120,7 @@ impl DeviceState {
     /// Partial overlaps are extension errors.
     fn publish(&self, table: &mut PresentTable, plan: &EnterPlan) -> Result<()> {
         let planned = &plan.planned;
-        let mut counted: SmallSet<(usize, bool)> = plan.counted.iter().copied().collect();
+        let mut counted: SmallSet<(usize, bool)> = plan.counted.iter().map(|&(k, h, _)| (k, h)).collect();
         for p in planned.iter() {
             if let Lookup::Extends(existing) = table.lookup(p.range) {
                 return Err(Error::Extension { device: self.number, requested: p.range, existing });

@@ -109,8 +109,9 @@ pub(crate) type PlannedCopy = (HostRange, u64, usize);
 pub(crate) struct EnterPlan {
     /// New entries, allocated and not yet published.
     pub(crate) planned: PlannedEntries,
-    /// Existing entries whose count moved, with which count (`true`: hold), each once.
-    pub(crate) counted: Vec<(usize, bool)>,
+    /// Existing entries whose count moved, with which count (`true`: hold), each once;
+    /// with the entry's device address, which tells it from a later entry at the same key.
+    pub(crate) counted: Vec<(usize, bool, u64)>,
     /// Host->device copies, in list order (identical ranges may repeat).
     pub(crate) copies: Vec<PlannedCopy>,
 }
@@ -168,7 +169,7 @@ impl EnterPlan {
                     // Counts as the construct found them.
                     on_exists(e);
                     if seen.insert((k, hold)) {
-                        self.counted.push((k, hold));
+                        self.counted.push((k, hold, e.device_addr));
                         increment(e, hold);
                     }
                     if it.map_type.copies_in() && it.map_type.always {
@@ -196,12 +197,13 @@ impl EnterPlan {
     }
 }
 
-/// Takes back the counts a failed construct added to existing entries; returns the
-/// entries it alone kept alive, removed from the table (for the caller to free).
-pub(crate) fn undo_counts(table: &mut PresentTable, counted: &[(usize, bool)]) -> Vec<Entry> {
+/// Takes back the counts a failed construct added to existing entries (those still there:
+/// another thread may have replaced one meanwhile); returns the entries it alone kept
+/// alive, removed from the table (for the caller to free).
+pub(crate) fn undo_counts(table: &mut PresentTable, counted: &[(usize, bool, u64)]) -> Vec<Entry> {
     let mut gone = Vec::new();
-    for &(k, hold) in counted {
-        if let Some(e) = table.get_mut(k) {
+    for &(k, hold, addr) in counted {
+        if let Some(e) = table.get_mut(k).filter(|e| e.device_addr == addr) {
             decrement(e, hold);
             if e.is_released() {
                 gone.extend(table.remove(k));
@@ -225,8 +227,9 @@ struct Touched {
 /// to the table: counts moved, released entries taken out.
 #[derive(Default)]
 pub(crate) struct ExitPlan {
-    /// What the exit took from each remaining entry's counts: (key, reference, hold).
-    pub(crate) taken: Vec<(usize, u64, u64)>,
+    /// What the exit took from each remaining entry's counts: (key, device address,
+    /// reference, hold).
+    pub(crate) taken: Vec<(usize, u64, u64, u64)>,
     /// Device->host copies, in reverse list order, identical ranges once.
     pub(crate) copies: Vec<PlannedCopy>,
     /// Released entries (taken out of the table), each with its state before the exit.
@@ -303,7 +306,8 @@ impl ExitPlan {
             .iter()
             .filter_map(|t| {
                 let e = table.get(t.key)?;
-                Some((t.key, t.before.ref_count - e.ref_count, t.before.hold_count - e.hold_count))
+                let (r, h) = (t.before.ref_count - e.ref_count, t.before.hold_count - e.hold_count);
+                Some((t.key, e.device_addr, r, h))
             })
             .collect();
         let mut plan = ExitPlan { taken, ..ExitPlan::default() };
@@ -331,11 +335,12 @@ impl ExitPlan {
     /// free); the others get back what the exit took from their counts.
     pub(crate) fn undo(self, table: &mut PresentTable) -> Vec<Entry> {
         let gone: SmallSet<usize> = self.removed.iter().map(|(e, _)| e.range.begin).collect();
-        for &(k, ref_count, hold_count) in &self.taken {
+        for &(k, addr, ref_count, hold_count) in &self.taken {
             if gone.contains(&k) {
                 continue;
             }
-            if let Some(e) = table.get_mut(k) {
+            // Only the entry the exit changed (another thread may have replaced it).
+            if let Some(e) = table.get_mut(k).filter(|e| e.device_addr == addr) {
                 e.ref_count += ref_count;
                 e.hold_count += hold_count;
             }
@@ -501,7 +506,7 @@ mod tests {
         let p = ExitPlan::build(&mut t, &list, Construct::ExitData, DEV).unwrap();
         assert_eq!(counts(&t, 0), Some((2, 0)));
         assert_eq!(p.copies, vec![(HostRange::new(0, 16), 0x10000, 0)]);
-        assert_eq!(p.taken, vec![(0, 1, 0)]);
+        assert_eq!(p.taken, vec![(0, 0x10000, 1, 0)]);
         // Undone, the counts come back.
         assert!(p.undo(&mut t).is_empty());
         assert_eq!(counts(&t, 0), Some((3, 0)));
@@ -530,7 +535,10 @@ mod tests {
         assert_eq!(counts(&t, 0), Some((1, 0)));
         let e = t.get_mut(0).unwrap();
         e.ref_count = 1;
-        let gone = undo_counts(&mut t, &[(0, false)]);
+        // An entry that replaced the counted one keeps its counts.
+        assert!(undo_counts(&mut t, &[(0, false, 0xdead)]).is_empty());
+        assert_eq!(counts(&t, 0), Some((1, 0)));
+        let gone = undo_counts(&mut t, &[(0, false, 0x10000)]);
         assert_eq!(gone.len(), 1);
         assert_eq!(t.len(), 0);
     }
