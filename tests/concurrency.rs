@@ -188,41 +188,54 @@ fn threads_use_the_safe_api_at_once() {
     );
 }
 
-/// Writes 7 into its first argument's `n` i32 after a pause, so that another thread can try
-/// to unmap the argument while the kernel runs.
-fn slow_fill(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
-    std::thread::sleep(std::time::Duration::from_millis(60));
+/// Signals that it runs, waits (at most 10 s) until the test lets it go on, then writes 7
+/// into its first argument's `n` i32: so the test can unmap the argument while the kernel
+/// runs.
+fn held_fill(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    use std::sync::atomic::Ordering::SeqCst;
+    HELD_FILL_RUNNING.store(true, SeqCst);
+    let start = std::time::Instant::now();
+    while !HELD_FILL_GO.load(SeqCst) && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::yield_now();
+    }
     // SAFETY: argument 0 is a mapped range of at least n i32.
     unsafe { l.slice_mut::<i32>(0, l.n())? }.fill(7);
-    SLOW_FILL_DONE.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
-static SLOW_FILL_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static SLOW_FILL: offload::Kernel = offload::Kernel::new("slow_fill").with_host(slow_fill);
+static HELD_FILL_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static HELD_FILL_GO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static HELD_FILL: offload::Kernel = offload::Kernel::new("held_fill").with_host(held_fill);
 
 /// One reference count lets any thread's `exit data delete` end a mapping that another
-/// thread's launch uses; the device memory must outlive the launch all the same (the exit
-/// returns only once the kernel is done), so the kernel cannot write into memory the pool
-/// has handed to a new mapping. (Host devices only: the kernel is a host function; their
-/// in-order queue hides the corruption itself, which GPUs' separate streams would show.)
+/// thread's launch uses; the entry's device block must outlive the launch all the same:
+/// the exit leaves it to the kernel to free, so a new mapping cannot be given it (and be
+/// overwritten by the kernel) meanwhile. (Host devices only: the kernel is a host function;
+/// their in-order queue would hide the overwrite itself, which GPUs' streams would show.)
 #[test]
-fn an_exit_on_another_thread_waits_for_a_running_kernel_before_freeing() {
+fn a_block_an_exit_releases_under_a_running_kernel_outlives_the_kernel() {
+    use std::sync::atomic::Ordering::SeqCst;
     let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().expect("runtime");
     let gpu = rt.device(0).expect("device 0");
     let x = vec![0i32; 256];
     let y = vec![5i32; 256];
     let xv = gpu.enter_data(&map::to(&x)).expect("enter x");
-    std::thread::scope(|s| {
-        s.spawn(|| gpu.launch(&SLOW_FILL, 256, (xv,)).expect("launch"));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        // The kernel is running: delete x, then map y, which may get x's pooled block.
+    let x_block = rt.mapped_ptr(x.as_ptr() as usize, 0).expect("lookup").expect("x mapped");
+    let y_block = std::thread::scope(|s| {
+        let k = s.spawn(|| gpu.launch(&HELD_FILL, 256, (xv,)));
+        while !HELD_FILL_RUNNING.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        // The kernel is running: delete x, then map y, of the same size class (`alloc`:
+        // a copy would queue behind the kernel on the host device's worker).
         gpu.exit_data(map::delete(&x)).expect("delete x");
-        assert!(
-            SLOW_FILL_DONE.load(std::sync::atomic::Ordering::SeqCst),
-            "x's device memory was given back while a kernel was using it"
-        );
-        gpu.enter_data(&map::to(&y)).expect("enter y");
+        gpu.enter_data(&map::alloc(&y)).expect("enter y");
+        let y_block = rt.mapped_ptr(y.as_ptr() as usize, 0).expect("lookup").expect("y mapped");
+        HELD_FILL_GO.store(true, SeqCst);
+        k.join().expect("launch thread").expect("launch");
+        y_block
     });
+    assert_ne!(y_block, x_block, "y was given x's device block while a kernel was still using it");
+    gpu.update_to(&y).expect("update y");
     let dev_y = device_copy_of(&rt, &y, 0).expect("read y");
     assert!(dev_y.iter().all(|&v| v == 5), "the kernel wrote into y's device copy: {:?}", &dev_y[..4]);
     gpu.exit_data(map::delete(&y)).expect("delete y");

@@ -429,6 +429,29 @@ fn a_task_cannot_queue_on_its_own_lane_for_a_scope_it_opened() {
                 .map(drop)
             });
             check!(matches!(r, Ok(Ok(()))), "{r:?}");
+            // Also through another lane: a scope opened by a compute task still cannot get
+            // work onto the compute lane, whoever queues it.
+            let r = rt.nowait(|s| {
+                s.compute(0, &[], |_| {
+                    let mut z = vec![0i32; 4];
+                    let inner = rt.nowait(|s2| {
+                        let (t, v) = s2.enter(0, map::tofrom(&mut z), &[])?;
+                        let k = s2.compute(0, &[&t], |_| Ok(()));
+                        s2.exit(0, v, &[&t])?;
+                        k.map(drop)
+                    })?;
+                    check!(matches!(&inner, Err(Error::InvalidArgument { .. })), "{inner:?}");
+                    Ok(())
+                })
+                .map(drop)
+            });
+            check!(matches!(r, Ok(Ok(()))), "{r:?}");
+            // A scope opened on an ordinary thread may take work from any task, on any lane:
+            // here a task of an inner scope queues into the outer one on its own lane.
+            let r = rt.nowait(|s1| {
+                rt.nowait(|s2| s2.compute(0, &[], |_| s1.compute(0, &[], |_| Ok(())).map(drop)).map(drop))
+            });
+            check!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
             Ok(())
         },
     );

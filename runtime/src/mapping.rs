@@ -93,6 +93,9 @@ pub struct DeviceSlice<'a, T> {
     host: usize,
     len: usize,
     writable: bool,
+    /// Whether an exit through the view copies back (`from`): as `writable`, except for
+    /// views that overlap others of the same host memory (a distributed array's halos).
+    pub(crate) copy_back: bool,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -120,9 +123,16 @@ impl<'a, T> DeviceSlice<'a, T> {
     }
 
     /// Whether the view comes from an exclusive borrow (`from`/`tofrom` maps, runtime-owned
-    /// buffers), so the device's data may be copied back into it.
+    /// buffers, distributed arrays), so the device's data may be copied back into it.
     pub fn is_writable(&self) -> bool {
         self.writable
+    }
+
+    /// Whether an exit through this view ([`crate::NowaitScope::exit`]) copies the device's
+    /// data back: writable views, except a [`crate::partition::DistributedArray`]'s (their
+    /// halos overlap their neighbours' rows; its `gather` copies each row back once).
+    pub fn copies_back(&self) -> bool {
+        self.copy_back
     }
 
     /// The host range the view names.
@@ -183,7 +193,14 @@ impl<'a, T> DeviceSlice<'a, T> {
 /// A view of `s` on `device` (for views the runtime hands out itself, e.g. distributed
 /// arrays); `writable` when the holder has exclusive access to `s`.
 pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<'_, T> {
-    DeviceSlice { device, host: s.as_ptr() as usize, len: s.len(), writable, _borrow: PhantomData }
+    DeviceSlice {
+        device,
+        host: s.as_ptr() as usize,
+        len: s.len(),
+        writable,
+        copy_back: writable,
+        _borrow: PhantomData,
+    }
 }
 
 /// A raw device address as a kernel argument (e.g. a neighbour's halo row, for peer
@@ -244,6 +261,7 @@ impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
             host: self.item.range.begin,
             len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
             writable: self.writable,
+            copy_back: self.writable,
             _borrow: PhantomData,
         }
     }
@@ -494,7 +512,7 @@ impl<'rt> Device<'rt> {
             }
         };
         // The operands stay allocated until the product is done.
-        let _in_use = d.memory_use.read();
+        let mut in_use = crate::data_env::BlocksInUse::new(d);
         let mut addrs = [0u64; 3];
         for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
             if v.device() != self.number || v.len() < need {
@@ -511,13 +529,14 @@ impl<'rt> Device<'rt> {
             // The whole operand must lie in one mapped range (a view may name more of its
             // buffer than is mapped).
             let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<f32>());
-            addrs[i] = d
-                .table
-                .lock()
+            let mut table = d.table.lock();
+            let (addr, block) = table
                 .containing(span.begin)
                 .filter(|e| e.range.contains(&span))
-                .map(|e| e.translate(span.begin))
+                .map(|e| (e.translate(span.begin), e.device_addr))
                 .ok_or(Error::NotPresent { device: self.number, range: span, what: "an sgemm operand" })?;
+            in_use.pin(&mut table, block);
+            addrs[i] = addr;
         }
         d.backend.sgemm(g, addrs[0], addrs[1], addrs[2])
     }
@@ -653,6 +672,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: false,
+            copy_back: false,
             _borrow: PhantomData,
         }
     }
@@ -664,6 +684,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: true,
+            copy_back: true,
             _borrow: PhantomData,
         }
     }

@@ -52,6 +52,15 @@ struct Block {
     owner: Owner,
 }
 
+/// A block [`MemoryPool::take`] took out of the live set, to hand to
+/// [`MemoryPool::give_back`].
+#[derive(Debug)]
+#[must_use = "the block is lost unless given back"]
+pub(crate) struct TakenBlock {
+    addr: u64,
+    block: Block,
+}
+
 #[derive(Default)]
 struct PoolState {
     live: BTreeMap<u64, Block>,
@@ -112,9 +121,16 @@ impl MemoryPool {
         addr: u64,
         owner: Owner,
     ) -> Result<usize> {
+        let taken = self.take(device, addr, owner)?;
+        self.give_back(backend, taken)
+    }
+
+    /// The first half of [`MemoryPool::free`]: the block stops being live (no check or
+    /// lookup finds it any more), without the backend call that may wait for the device.
+    pub(crate) fn take(&self, device: usize, addr: u64, owner: Owner) -> Result<TakenBlock> {
         let mut s = self.state.lock();
-        let block = match s.live.get(&addr) {
-            Some(b) if b.owner == owner => *b,
+        match s.live.get(&addr) {
+            Some(b) if b.owner == owner => {}
             Some(b) => {
                 return Err(Error::InvalidArgument {
                     routine: "omp_target_free",
@@ -126,8 +142,20 @@ impl MemoryPool {
                 })
             }
             None => return Err(Error::UnknownDevicePointer { device, addr, routine: "target_free" }),
-        };
-        s.live.remove(&addr);
+        }
+        let block = s.live.remove(&addr).ok_or(Error::UnknownDevicePointer {
+            device,
+            addr,
+            routine: "target_free",
+        })?;
+        Ok(TakenBlock { addr, block })
+    }
+
+    /// The second half of [`MemoryPool::free`]: keeps the block for reuse or gives it back
+    /// to the device; returns the bytes it had.
+    pub(crate) fn give_back(&self, backend: &dyn Backend, taken: TakenBlock) -> Result<usize> {
+        let TakenBlock { addr, block } = taken;
+        let mut s = self.state.lock();
         let pooled = self.class_of(block.bytes) == Some(block.capacity);
         if pooled && s.cached + block.capacity <= self.config.keep {
             s.cached += block.capacity;

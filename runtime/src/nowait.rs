@@ -113,17 +113,17 @@ impl Task {
     }
 }
 
-/// A task's completion, held by its job: [`Completion::finish`] records the result, then
-/// counts the task down in its scope; a job dropped unrun (never submitted, or dropped by
-/// a closing queue) fails its task instead, so no one waits on it forever.
-/// Where the task running on this thread runs: (runtime, device, lane, its scope), as
-/// addresses; `None` on threads that are not running a task.
-type RunningTask = Option<(usize, usize, Lane, usize)>;
+/// Where the task running on this thread runs: (runtime, as an address; device; lane);
+/// `None` on threads that are not running a task.
+type RunningTask = Option<(usize, usize, Lane)>;
 
 thread_local! {
     static RUNNING: Cell<RunningTask> = const { Cell::new(None) };
 }
 
+/// A task's completion, held by its job: [`Completion::finish`] records the result, then
+/// counts the task down in its scope; a job dropped unrun (never submitted, or dropped by
+/// a closing queue) fails its task instead, so no one waits on it forever.
 struct Completion {
     task: Task,
     device: usize,
@@ -179,6 +179,9 @@ pub struct NowaitScope<'scope, 'env: 'scope> {
     tasks: Mutex<Vec<Task>>,
     /// Tasks queued and not yet finished.
     outstanding: Arc<CountLatch>,
+    /// The task that opened the scope, when a task did: it waits for the scope's tasks
+    /// while it occupies its lane.
+    opened_by: RunningTask,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
@@ -212,6 +215,7 @@ impl Runtime {
             rt: self,
             tasks: Mutex::new(Vec::new()),
             outstanding: CountLatch::new(),
+            opened_by: RUNNING.get(),
             _scope: PhantomData,
             _env: PhantomData,
         };
@@ -246,17 +250,17 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     ) -> Result<Task> {
         let state = self.rt.device_state(device)?;
         let lanes = state.lanes()?;
-        // A task that opens a scope of its own and queues on its own lane would wait for
-        // work queued behind itself, for ever: refused. (Its own scope's tasks are fine:
-        // the task does not wait for them; the scope does.)
-        let (rt_id, scope_id) = (Arc::as_ptr(&self.rt.inner) as usize, self as *const Self as usize);
-        if let Some((r, d, l, sc)) = RUNNING.get() {
-            if (r, d, l) == (rt_id, device, lane) && sc != scope_id {
+        // A scope opened by a task waits for its tasks while that task occupies its lane:
+        // a task of the scope queued on that lane (by anyone) would wait behind the task
+        // that waits for it, for ever. Refused; other lanes and devices are fine.
+        let rt_id = Arc::as_ptr(&self.rt.inner) as usize;
+        if let Some((r, d, l)) = self.opened_by {
+            if (r, d, l) == (rt_id, device, lane) {
                 return Err(Error::InvalidArgument {
                     routine: "NowaitScope",
                     what: format!(
-                        "device {device}: a task of the {lane:?} lane cannot queue on that lane for a scope \
-                         it opened: the scope would wait for work queued behind the task itself"
+                        "device {device}: a scope opened by a task of the {lane:?} lane cannot queue on \
+                         that lane: the scope would wait for work queued behind the task itself"
                     ),
                 });
             }
@@ -274,7 +278,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
                 drop(work);
                 Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
             } else {
-                let outer = RUNNING.replace(Some((rt_id, device, lane, scope_id)));
+                let outer = RUNNING.replace(Some((rt_id, device, lane)));
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
                 RUNNING.set(outer);
                 r.unwrap_or_else(|payload| {
@@ -454,8 +458,9 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
 
 /// What [`NowaitScope::exit`] unmaps: a view, or a tuple or `Vec` of views.
 pub trait ExitList {
-    /// Appends the exit items for an exit on `device`: `from` for views of exclusive
-    /// borrows, `release` otherwise; a view of another device is an error.
+    /// Appends the exit items for an exit on `device`: `from` for views that copy back
+    /// ([`DeviceSlice::copies_back`]), `release` otherwise; a view of another device is an
+    /// error.
     fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()>;
 }
 
@@ -471,7 +476,7 @@ impl<T> ExitList for DeviceSlice<'_, T> {
                 ),
             });
         }
-        let kind = if self.is_writable() { MapType::FROM } else { MapType::RELEASE };
+        let kind = if self.copies_back() { MapType::FROM } else { MapType::RELEASE };
         out.push(MapItem { range: self.host_range(), map_type: kind });
         Ok(())
     }

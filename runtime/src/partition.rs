@@ -31,7 +31,7 @@ use crate::data_env::{MapItem, MapType, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::DeviceSlice;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, Target};
 
 /// `n` items in `parts` contiguous blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,11 +195,10 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         self.devices[p]
     }
 
-    /// A kernel view of part `p`'s mapped rows (halos included). Kernels may write the
-    /// device copy through it; the view is not writable in the sense of
-    /// [`DeviceSlice::is_writable`] (an exit copies nothing back through it), since
-    /// neighbours' views overlap in their halos and [`DistributedArray::gather`] brings each
-    /// row back once, from its owner.
+    /// A kernel view of part `p`'s mapped rows (halos included), writable (the array holds
+    /// the grid exclusively). An exit through it copies nothing back
+    /// ([`DeviceSlice::copies_back`]): neighbours' views overlap in their halos, and
+    /// [`DistributedArray::gather`] brings each row back once, from its owner.
     pub fn view(&self, p: usize) -> DeviceSlice<'_, T> {
         let r = self.part.mapped(p);
         // SAFETY: the slice is inside `host`; the view only names it for translation.
@@ -209,7 +208,9 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
                 r.len() * self.part.row_len,
             )
         };
-        crate::mapping::view_of(s, self.devices[p], false)
+        let mut v = crate::mapping::view_of(s, self.devices[p], true);
+        v.copy_back = false;
+        v
     }
 
     /// Device address of global row `row` in part `p`'s copy.
@@ -246,17 +247,34 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
             (p.checked_sub(1), (p + 1 < parts).then_some(p + 1))
         };
         if let Some(q) = prev {
-            let (dst, src) = (self.row_addr(q, self.part.owned(q).end)?, self.row_addr(p, own.start)?);
-            // SAFETY: `h` rows inside both parts' mapped copies.
-            unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
+            self.copy_rows(q, self.part.owned(q).end, p, own.start, bytes)?;
         }
         if let Some(q) = next {
-            let (dst, src) =
-                (self.row_addr(q, self.part.owned(q).start - h)?, self.row_addr(p, own.end - h)?);
-            // SAFETY: as above.
-            unsafe { self.rt.target_memcpy(dst, src, bytes, 0, 0, self.devices[q], self.devices[p])? };
+            self.copy_rows(q, self.part.owned(q).start - h, p, own.end - h, bytes)?;
         }
         Ok(())
+    }
+
+    /// Copies `bytes` from global row `src_row` of part `src`'s copy to global row
+    /// `dst_row` of part `dst`'s, both entries' blocks pinned meanwhile (a view given to a
+    /// `nowait` exit can end a part's mapping from another thread).
+    fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
+        let pinned = |p: usize, row: usize| {
+            let r = self.rows_range(row..row + 1);
+            let not_present =
+                Error::NotPresent { device: self.devices[p], range: r, what: "a distributed array's row" };
+            match self.rt.target(self.devices[p])? {
+                Target::Device(d) => {
+                    d.pinned_translation(r.begin).map(|(a, pin)| (a, Some(pin))).ok_or(not_present)
+                }
+                // On the initial device the "copy" is the host grid itself.
+                Target::Initial => Ok((r.begin as u64, None)),
+            }
+        };
+        let (d, _dst_pin) = pinned(dst, dst_row)?;
+        let (s, _src_pin) = pinned(src, src_row)?;
+        // SAFETY: `bytes` are whole rows inside both parts' mapped copies, pinned.
+        unsafe { self.rt.target_memcpy(d, s, bytes, 0, 0, self.devices[dst], self.devices[src]) }
     }
 
     /// Copies every owned row back from its owner (halos never), then unmaps.

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
-use crate::data_env::{Construct, Entry, MapItem, PresentTable, UpdateDirection};
+use crate::data_env::{BlocksInUse, Construct, Entry, MapItem, PresentTable, UpdateDirection};
 use crate::device::host::{default_capacity, HostDevice};
 use crate::device::{Backend, DeviceDescription, MemInfo};
 use crate::error::{Error, HostRange, Result};
@@ -100,12 +100,6 @@ pub(crate) struct DeviceState {
     /// Made on the first copy that needs it; `None` inside when it could not be made.
     pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
     pub(crate) pinned: Arc<PinnedRanges>,
-    /// Held shared while a launch or a copy uses entries' device memory that another
-    /// thread's exit could release (launch arguments, `update`, `always` copies into
-    /// entries that stay), and exclusively to give a released entry's memory back: so no
-    /// safe program can free device memory under a running kernel or copy. Taken before
-    /// the table's lock, never while holding it.
-    pub(crate) memory_use: RwLock<()>,
     /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
     pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
 }
@@ -402,7 +396,6 @@ impl RuntimeBuilder {
                 staging_config: settings.staging,
                 staging: OnceLock::new(),
                 pinned: Arc::clone(&pinned),
-                memory_use: RwLock::new(()),
                 lanes: OnceLock::new(),
             })
             .collect();
@@ -761,14 +754,11 @@ impl Runtime {
         self.check_device_args(d, kernel, args)?;
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter(maps, Construct::Target)? };
-        let launched = {
-            // Mapped memory the kernel uses stays allocated until it has run.
-            let _in_use = d.memory_use.read();
-            d.translate_args(kernel, args).and_then(|a| {
-                d.trace_launch(kernel, n, &a);
-                d.backend.launch(kernel, n, &a)
-            })
-        };
+        // Mapped memory the kernel uses stays allocated until it has run (`_in_use`).
+        let launched = d.translate_args(kernel, args).and_then(|(a, _in_use)| {
+            d.trace_launch(kernel, n, &a);
+            d.backend.launch(kernel, n, &a)
+        });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target) };
@@ -859,8 +849,9 @@ impl Runtime {
         match self.target(device)? {
             Target::Device(d) => {
                 // An association into the block would outlive it: refuse, as for a mapping.
-                // The table stays locked until the block is freed, so no association can
-                // be made into it in between (`associate` checks under the same lock).
+                // The table stays locked until the block has left the live set, so no
+                // association can be made into it in between (`associate` checks under the
+                // same lock); the backend's free, which may wait for the device, comes after.
                 let table = d.table.lock();
                 let extent = d.pool.extent(ptr).unwrap_or(0) as u64;
                 let held = table
@@ -873,7 +864,9 @@ impl Runtime {
                         what: format!("device {device}: {ptr:#x} holds the device memory of the associated {range}; disassociate it first"),
                     });
                 }
-                d.pool.free(&*d.backend, device, ptr, Owner::User).map(drop)
+                let taken = d.pool.take(device, ptr, Owner::User)?;
+                drop(table);
+                d.pool.give_back(&*d.backend, taken).map(drop)
             }
             Target::Initial => {
                 let layout =
@@ -1027,9 +1020,17 @@ impl Runtime {
 
 impl DeviceState {
     /// Translates launch arguments: mapped host addresses through the present table.
-    pub(crate) fn translate_args(&self, kernel: &Kernel, args: &[LaunchArg]) -> Result<Vec<KernelArg>> {
-        let table = self.table.lock();
-        args.iter()
+    /// The mapped entries' blocks stay pinned while the returned guard lives (through the
+    /// launch).
+    pub(crate) fn translate_args(
+        &self,
+        kernel: &Kernel,
+        args: &[LaunchArg],
+    ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let translated = args
+            .iter()
             .enumerate()
             .map(|(index, a)| {
                 Ok(match *a {
@@ -1037,7 +1038,12 @@ impl DeviceState {
                     LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
                     LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
                     LaunchArg::Mapped(h) => match table.containing(h) {
-                        Some(e) => KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) },
+                        Some(e) => {
+                            let arg = KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) };
+                            let block = e.device_addr;
+                            in_use.pin(&mut table, block);
+                            arg
+                        }
                         None => {
                             return Err(Error::KernelArgument {
                                 kernel: kernel.name(),
@@ -1048,7 +1054,20 @@ impl DeviceState {
                     },
                 })
             })
-            .collect()
+            .collect::<Result<Vec<KernelArg>>>();
+        drop(table);
+        Ok((translated?, in_use))
+    }
+
+    /// The device address of host address `host`, with its entry's block pinned while the
+    /// guard lives (for copies the runtime makes through raw device addresses).
+    pub(crate) fn pinned_translation(&self, host: usize) -> Option<(u64, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let (addr, block) = table.containing(host).map(|e| (e.translate(host), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        drop(table);
+        Some((addr, in_use))
     }
 
     pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {

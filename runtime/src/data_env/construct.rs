@@ -15,6 +15,42 @@ use crate::info::InfoFlags;
 use crate::memory_pool::Owner;
 use crate::runtime::DeviceState;
 
+/// Device blocks of entries that a launch or copy made without the table's lock is using;
+/// on drop each is unpinned, and freed when its entry left the table meanwhile (another
+/// thread's exit: with one reference count, safe code can end a mapping that another
+/// thread's kernel uses, and the block must outlive the kernel).
+pub(crate) struct BlocksInUse<'a> {
+    device: &'a DeviceState,
+    blocks: Vec<u64>,
+}
+
+impl<'a> BlocksInUse<'a> {
+    pub(crate) fn new(device: &'a DeviceState) -> Self {
+        Self { device, blocks: Vec::new() }
+    }
+
+    /// Pins the block of `e` (found in `table`, whose lock the caller holds).
+    pub(crate) fn pin(&mut self, table: &mut PresentTable, e_device_addr: u64) {
+        table.pin(e_device_addr);
+        self.blocks.push(e_device_addr);
+    }
+}
+
+impl Drop for BlocksInUse<'_> {
+    fn drop(&mut self) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        let done: Vec<Entry> = {
+            let mut table = self.device.table.lock();
+            self.blocks.iter().filter_map(|&a| table.unpin(a)).collect()
+        };
+        for e in &done {
+            let _ = self.device.release_entry(e);
+        }
+    }
+}
+
 impl DeviceState {
     fn entry_line(&self, what: &str, e: &Entry) -> String {
         format!(
@@ -58,6 +94,7 @@ impl DeviceState {
     /// As [`DeviceState::map_enter`].
     unsafe fn enter_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         let mut plan = EnterPlan::default();
+        let mut in_use = BlocksInUse::new(self);
         {
             let mut table = self.table.lock();
             let alloc = |bytes| self.pool.alloc(&*self.backend, bytes, Owner::Mapping);
@@ -67,21 +104,22 @@ impl DeviceState {
             if let Err(e) = plan.build(&mut table, items, self.number, alloc, exists) {
                 return Err(self.undo_enter(table, &plan, e));
             }
-        }
-        // Copies without the lock; new entries they fill are not published yet, and
-        // existing ones (`always`) stay allocated while `memory_use` is held.
-        if !plan.copies.is_empty() {
-            let copied = {
-                let _in_use = self.memory_use.read();
-                let mut done = SmallSet::new();
-                plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, _)| {
-                    // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
-                    unsafe { self.copy_to_device(addr, range) }
-                })
-            };
-            if let Err(e) = copied {
-                return Err(self.undo_enter(self.table.lock(), &plan, e));
+            // New entries the copies fill are not published yet; existing ones (`always`)
+            // stay allocated while pinned.
+            for &(_, _, key) in &plan.copies {
+                if let Some(addr) = table.get(key).map(|e| e.device_addr) {
+                    in_use.pin(&mut table, addr);
+                }
             }
+        }
+        // Copies without the lock.
+        let mut done = SmallSet::new();
+        let copied = plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, _)| {
+            // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
+            unsafe { self.copy_to_device(addr, range) }
+        });
+        if let Err(e) = copied {
+            return Err(self.undo_enter(self.table.lock(), &plan, e));
         }
         let mut table = self.table.lock();
         if let Err(e) = self.publish(&mut table, &plan) {
@@ -104,9 +142,7 @@ impl DeviceState {
     ) -> Error {
         let gone = undo_counts(&mut table, &plan.counted);
         drop(table);
-        for e in &gone {
-            let _ = self.release_entry(e);
-        }
+        let _ = self.release_removed(gone);
         for p in plan.planned.iter() {
             let _ = self.pool.free(&*self.backend, self.number, p.device_addr, Owner::Mapping);
         }
@@ -120,7 +156,14 @@ impl DeviceState {
     /// Partial overlaps are extension errors.
     fn publish(&self, table: &mut PresentTable, plan: &EnterPlan) -> Result<()> {
         let planned = &plan.planned;
-        let mut counted: SmallSet<(usize, bool)> = plan.counted.iter().map(|&(k, h, _)| (k, h)).collect();
+        // Counted by the plan, if still the entry the plan counted (not one put at its key
+        // by another thread since).
+        let mut counted: SmallSet<(usize, bool)> = plan
+            .counted
+            .iter()
+            .filter(|&&(k, _, addr)| table.get(k).is_some_and(|e| e.device_addr == addr))
+            .map(|&(k, h, _)| (k, h))
+            .collect();
         for p in planned.iter() {
             if let Lookup::Extends(existing) = table.lookup(p.range) {
                 return Err(Error::Extension { device: self.number, requested: p.range, existing });
@@ -195,8 +238,6 @@ impl DeviceState {
         if e.associated {
             return Ok(());
         }
-        // After every launch and copy that may still use the memory (see `memory_use`).
-        let _exclusive = self.memory_use.write();
         self.pool.free(&*self.backend, self.number, e.device_addr, Owner::Mapping).map(drop)
     }
 
@@ -214,46 +255,65 @@ impl DeviceState {
     /// As [`DeviceState::map_exit`].
     unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         // Under the lock: move the counts, list the copies, take released entries out.
-        let plan = ExitPlan::build(&mut self.table.lock(), items, c, self.number)?;
-        // Without the lock: copies back (removed entries' memory is still ours; entries
-        // that stay are kept allocated by `memory_use`), then frees.
+        let mut in_use = BlocksInUse::new(self);
+        let plan = {
+            let mut table = self.table.lock();
+            let plan = ExitPlan::build(&mut table, items, c, self.number)?;
+            // Entries that stay (`always` copies) stay allocated while pinned; removed
+            // ones are this exit's until it releases them.
+            for &(_, _, key) in &plan.copies {
+                if let Some(addr) = table.get(key).map(|e| e.device_addr) {
+                    in_use.pin(&mut table, addr);
+                }
+            }
+            plan
+        };
+        // Without the lock: copies back, then frees.
         let mut first_err = None;
-        if !plan.copies.is_empty() {
-            let copied = {
-                let _in_use = self.memory_use.read();
-                plan.copies.iter().try_for_each(|&(range, addr, _)| {
-                    // SAFETY: forwarded from the caller; `addr` lies in the entry.
-                    unsafe { self.copy_from_device(range, addr) }
-                })
-            };
-            match copied {
-                // `exit data` is all or nothing: the entries and counts come back.
-                Err(err) if !c.is_region() => {
-                    // The table's lock ends before `release_entry` takes `memory_use`
-                    // (which is never taken under the table's lock).
+        for &(range, addr, _) in &plan.copies {
+            // SAFETY: forwarded from the caller; `addr` lies in the entry.
+            if let Err(err) = unsafe { self.copy_from_device(range, addr) } {
+                if !c.is_region() {
+                    // `exit data` is all or nothing: the entries and counts come back.
+                    drop(in_use);
                     let lost = plan.undo(&mut self.table.lock());
-                    for e in &lost {
-                        let _ = self.release_entry(e);
-                    }
+                    let _ = self.release_removed(lost);
                     return Err(err);
                 }
-                // A region's end cannot be retried (nothing would end it again): it ends
-                // anyway, its entries leave, and the copy's failure is its error.
-                Err(err) => first_err = Some(err),
-                Ok(()) => {}
-            }
-        }
-        for (e, _) in &plan.removed {
-            self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", e));
-            if let Err(err) = self.release_entry(e) {
+                // A region's end cannot be retried (nothing would end it again): it copies
+                // what it can, its entries leave, and the first failure is its error.
                 first_err.get_or_insert(err);
             }
+        }
+        drop(in_use);
+        for (e, _) in &plan.removed {
+            self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", e));
+        }
+        let released = self.release_removed(plan.removed.iter().map(|(e, _)| e.clone()).collect());
+        if let Err(err) = released {
+            first_err.get_or_insert(err);
         }
         let mut table = self.table.lock();
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
         self.dump_after(&table, c);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Frees entries that have left the table, or leaves each to the last launch or copy
+    /// still using its block ([`BlocksInUse`]).
+    pub(crate) fn release_removed(&self, entries: Vec<Entry>) -> Result<()> {
+        let now: Vec<Entry> = {
+            let mut table = self.table.lock();
+            entries.into_iter().filter_map(|e| table.retire(e)).collect()
+        };
+        let mut first_err = None;
+        for e in &now {
+            if let Err(err) = self.release_entry(e) {
+                first_err.get_or_insert(err);
+            }
+        }
         first_err.map_or(Ok(()), Err)
     }
 
@@ -270,15 +330,17 @@ impl DeviceState {
     /// As [`DeviceState::update`].
     unsafe fn update_list(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
         // The entries copied stay allocated until the copies are done.
-        let _in_use = self.memory_use.read();
+        let mut in_use = BlocksInUse::new(self);
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
         {
-            let table = self.table.lock();
+            let mut table = self.table.lock();
             for &(range, present) in items {
                 let key =
                     resolve_exit(&table, range, present, self.number, "`target update` with `present`")?;
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
-                    found.push((range, e.translate(range.begin), e.range.begin));
+                    let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);
+                    found.push(copy);
+                    in_use.pin(&mut table, block);
                 }
             }
         }

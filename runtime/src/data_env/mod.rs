@@ -28,6 +28,7 @@ mod construct;
 mod plan;
 mod present_table;
 
+pub(crate) use construct::BlocksInUse;
 pub use present_table::Entry;
 pub(crate) use present_table::{Lookup, PresentTable};
 

@@ -1,6 +1,6 @@
 //! The present table: one per device, keyed by host address, found by containment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::error::HostRange;
@@ -77,6 +77,17 @@ pub(crate) enum Lookup {
 #[derive(Default, Debug)]
 pub(crate) struct PresentTable {
     entries: BTreeMap<usize, Entry>,
+    /// Device blocks that launches or copies made without the lock are using, by device
+    /// address: with one reference count, another thread's exit may end their entry
+    /// meanwhile, and then the block is freed by its last user, not by the exit.
+    in_use: HashMap<u64, BlockInUse>,
+}
+
+/// Users of one device block, and its entry once that has left the table.
+#[derive(Default, Debug)]
+struct BlockInUse {
+    users: u32,
+    retired: Option<Entry>,
 }
 
 impl PresentTable {
@@ -119,6 +130,34 @@ impl PresentTable {
 
     pub(crate) fn remove(&mut self, key: usize) -> Option<Entry> {
         self.entries.remove(&key)
+    }
+
+    /// Counts one more user of the device block at `device_addr` (an entry's).
+    pub(crate) fn pin(&mut self, device_addr: u64) {
+        self.in_use.entry(device_addr).or_default().users += 1;
+    }
+
+    /// Ends one use of the block at `device_addr`; its entry, to free, when that left the
+    /// table meanwhile and this was the last use.
+    pub(crate) fn unpin(&mut self, device_addr: u64) -> Option<Entry> {
+        let b = self.in_use.get_mut(&device_addr)?;
+        b.users = b.users.saturating_sub(1);
+        if b.users > 0 {
+            return None;
+        }
+        self.in_use.remove(&device_addr).and_then(|b| b.retired)
+    }
+
+    /// Takes an entry that has left the table: given back to be freed now, or kept for
+    /// the last user of its block to free ([`PresentTable::unpin`]).
+    pub(crate) fn retire(&mut self, e: Entry) -> Option<Entry> {
+        match self.in_use.get_mut(&e.device_addr) {
+            Some(b) if b.users > 0 => {
+                b.retired = Some(e);
+                None
+            }
+            _ => Some(e),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -195,6 +234,22 @@ mod tests {
         assert_eq!(t.lookup(HostRange::new(110, 0)), Lookup::Absent);
         assert_eq!(t.lookup(HostRange::new(99, 0)), Lookup::Absent);
         assert_eq!(t.containing(105).map(|e| e.translate(105)), Some(0x10_0000 + 105));
+    }
+
+    #[test]
+    fn a_retired_entry_waits_for_the_last_user_of_its_block() {
+        let mut t = table(&[(100, 10)]);
+        let addr = t.get(100).map(|e| e.device_addr).unwrap();
+        t.pin(addr);
+        t.pin(addr);
+        let e = t.remove(100).unwrap();
+        assert!(t.retire(e).is_none(), "a block in use is not freed by the exit");
+        assert!(t.unpin(addr).is_none());
+        assert_eq!(t.unpin(addr).map(|e| e.range), Some(HostRange::new(100, 10)));
+        // Not in use: given back at once; unpinning an unknown block is harmless.
+        let e = t.remove(200).or_else(|| Some(Entry::new(HostRange::new(200, 4), 7, false))).unwrap();
+        assert!(t.retire(e).is_some());
+        assert!(t.unpin(12345).is_none());
     }
 
     #[test]
