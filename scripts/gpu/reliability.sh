@@ -3,7 +3,8 @@
 # (each under the 10-minute limit):
 #   scripts/gpu/reliability.sh tests     # the whole suite with OFFLOAD_REQUIRE_DEVICES=1
 #                                        # (a case that would skip for lack of a GPU fails),
-#                                        # then the Jacobi main job (nothing slowed down)
+#                                        # then the Jacobi main job and the overlap bench
+#                                        # (nothing slowed down, stages still overlap)
 #   scripts/gpu/reliability.sh memcheck  # compute-sanitizer memcheck (leak check on) on the
 #                                        # conformance, nowait, unwind, bad-input and model
 #                                        # tests; the bad-input tests once per test, since
@@ -29,6 +30,8 @@ echo "$pass passed, $fail failed"
 grep -h "operations on" "$OUT/tests.log"
 echo "== jacobi"
 .gpu/examples/jacobi -nx 16384 -ny 16384 -niter 1000 2>&1 | tail -8 | tee "$OUT/jacobi.log"
+echo "== overlap (the pipeline still overlaps its stages)"
+timeout 200 .gpu/benches/overlap --bench 2>&1 | tail -12 | tee "$OUT/overlap.log"
 else
 echo "== compute-sanitizer memcheck"
 check() { # name, executable, test-name filter
