@@ -210,7 +210,7 @@ impl CudaDevice {
     }
 }
 
-fn compile(device: usize, name: &'static str, src: &str, arch: &'static str) -> Result<Ptx> {
+pub(crate) fn compile(device: usize, name: &'static str, src: &str, arch: &'static str) -> Result<Ptx> {
     // SAFETY: only probes whether the library can be loaded.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(Error::Driver {

@@ -24,6 +24,41 @@ pub fn compiled_backends() -> &'static [BackendKind] {
     }
 }
 
+/// Compiles `kernel`'s CUDA C source with NVRTC for `arch` (e.g. `"sm_90"`) without any
+/// device, as a launch on a GPU of that architecture would; the PTX's size in bytes.
+/// Errors: no CUDA source, NVRTC not loadable (`libnvrtc.so`), or the compiler's log. For
+/// checking sources on machines without a GPU (`scripts/nvrtc-check.sh`).
+///
+/// ```
+/// let k = offload::Kernel::from_cuda_source(
+///     "zero".into(),
+///     r#"extern "C" __global__ void zero(float* x, unsigned long long n) {
+///         unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+///         if (i < n) x[i] = 0.0f; }"#.into(),
+/// );
+/// match offload::device::compile_cuda(&k, "sm_90") {
+///     Ok(ptx_bytes) => assert!(ptx_bytes > 0),
+///     // Without libnvrtc (no CUDA here) the error says so.
+///     Err(e) => assert!(e.to_string().contains("NVRTC"), "{e}"),
+/// }
+/// ```
+#[cfg(feature = "cuda")]
+pub fn compile_cuda(kernel: &Kernel, arch: &'static str) -> Result<usize> {
+    let src = kernel.cuda_source().ok_or(crate::Error::NoKernelImpl {
+        device: 0,
+        kernel: kernel.name(),
+        backend: "cuda",
+    })?;
+    cuda::compile(0, kernel.name(), src, arch).map(|ptx| ptx.to_src().len())
+}
+
+/// Whether NVRTC can be loaded here (so [`compile_cuda`] can compile).
+#[cfg(feature = "cuda")]
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only probes whether the library can be loaded.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
 use std::any::Any;
 use std::fmt;
 
