@@ -263,3 +263,30 @@ fn generated_kernels_launch_in_nowait_scopes() {
         Ok(())
     });
 }
+
+#[test]
+fn the_attribute_and_the_kernel_module_share_a_name() {
+    // `offload::kernel` is both the attribute (macro namespace) and the module of `Kernel`.
+    use offload::kernel::DEFAULT_BLOCK;
+    assert_eq!(saxpy::KERNEL.block(), DEFAULT_BLOCK);
+    let _: &offload::kernel::Kernel = &jacobi_step::KERNEL;
+}
+
+#[test]
+fn generated_kernels_run_on_the_initial_device_bounded_by_their_views() {
+    // The host fallback gets each view's extent from the launch, so the twin is
+    // bounds-checked there too.
+    let rt = offload_tests::backends()[0].runtime();
+    let host = rt.device(rt.initial_device()).unwrap();
+    let x = vec![1.0f32; 8];
+    let mut y = vec![0.0f32; 8];
+    host.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| saxpy::launch(&host, 8, 2.0, x, y)).unwrap();
+    assert_eq!(y, vec![2.0f32; 8]);
+    let r = host.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| shifted::launch(&host, 8, x, y));
+    match r {
+        Err(Error::KernelFailed { kernel: "shifted", message, .. }) => {
+            assert!(message.contains("argument `x`: index 8 is out of range"), "{message}")
+        }
+        other => panic!("expected KernelFailed, got {other:?}"),
+    }
+}

@@ -100,9 +100,8 @@ impl<T: Element> SharedSlice<T> {
             }
             None => {
                 return Err(format!(
-                    "kernel `{kernel}` argument `{name}`: the device range's extent is unknown (a launch \
-                     on the initial device, or through a raw pointer); generated kernels run on devices \
-                     whose ranges the runtime knows"
+                    "kernel `{kernel}` argument `{name}`: the device range's extent is unknown (a raw \
+                     pointer, or an argument list not made by the kernel's `args`)"
                 ))
             }
         }

@@ -276,6 +276,9 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                     fn shared_views(&self) -> ::std::vec::Vec<(usize, ::offload::HostRange)> {
                         ::offload::KernelArgs::shared_views(&self.0)
                     }
+                    fn view_extents(&self) -> ::std::vec::Vec<::core::option::Option<usize>> {
+                        ::offload::KernelArgs::view_extents(&self.0)
+                    }
                 }
 
                 /// The number of work items of `space` and the launch's arguments, for
