@@ -190,7 +190,7 @@ fn blend(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
 #[test]
 fn a_kernel_calls_a_device_function() {
     let src = blend::KERNEL.cuda_source().unwrap();
-    assert!(src.starts_with("__device__ float lerp(float a, float b, float t) {"), "{src}");
+    assert!(src.contains("__device__ float lerp(float a, float b, float t) {"), "{src}");
     assert!(src.contains("y[i] = lerp(x[i], y[i], t);"), "{src}");
     on_every_device("generated kernel with a device function", |rt, d| {
         let gpu = rt.device(d)?;
@@ -289,4 +289,72 @@ fn generated_kernels_run_on_the_initial_device_bounded_by_their_views() {
         }
         other => panic!("expected KernelFailed, got {other:?}"),
     }
+}
+
+#[offload::kernel]
+fn scaled(i: usize, a: f64, x: &[f64], y: &mut [f64]) {
+    y[i] = a * x[i];
+}
+
+#[test]
+fn generated_kernels_are_a_pipelines_compute_stage() {
+    offload_tests::on_every_backend(
+        "generated kernel in a pipeline",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let inputs: Vec<Vec<f64>> = (0..8).map(|b| vec![b as f64; 300]).collect();
+            let mut outputs = vec![vec![0f64; 300]; 8];
+            offload::pipeline::Pipeline::new(rt, &devices, 2)?.run(
+                &inputs,
+                &mut outputs,
+                |dev, _, x, y| scaled::launch(dev, x.len(), 1.5, x, y),
+            )?;
+            check!(outputs.iter().enumerate().all(|(b, o)| o.iter().all(|&v| v == 1.5 * b as f64)));
+            Ok(())
+        },
+    );
+}
+
+/// Integer operators, inclusive ranges, `loop`/`break`, a body constant, integer min/max/abs.
+#[offload::kernel]
+fn integer_ops(i: usize, mask: u32, out: &mut [u32], clamped: &mut [i64]) {
+    const TOP: u32 = 3;
+    let v = i as u32;
+    let mut acc: u32 = 0;
+    for b in 0u32..=TOP {
+        acc += (v >> b) & 1;
+    }
+    let mut k: u32 = 0;
+    loop {
+        k += 1;
+        if k >= 4 {
+            break;
+        }
+    }
+    out[i] = (acc ^ mask) | (k << 8) | (!v & 0x10);
+    let low = (i as i64 - 10).min(5);
+    clamped[i] = low.max(-3 * low - 40).abs() * 2 % 7;
+}
+
+#[test]
+fn integer_operations_give_what_the_rust_function_gives() {
+    let src = integer_ops::KERNEL.cuda_source().unwrap();
+    assert!(src.contains("const unsigned int TOP = 3u;") && src.contains("b <= b_end"), "{src}");
+    on_every_device("generated integer operations", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 300;
+        let (mut out, mut clamped) = (vec![0u32; n], vec![0i64; n]);
+        gpu.data((map::tofrom(&mut out), map::tofrom(&mut clamped)), |(o, c)| {
+            integer_ops::launch(&gpu, n, 0b101, o, c)
+        })?;
+        let (mut wo, mut wc) = (vec![0u32; n], vec![0i64; n]);
+        for i in 0..n {
+            integer_ops(i, 0b101, &mut wo, &mut wc);
+        }
+        check_eq!(out, wo);
+        check_eq!(clamped, wc);
+        Ok(())
+    });
 }

@@ -103,7 +103,16 @@ const RESERVED: &[&str] = &[
     "min",
     "max",
     "NULL",
+    "offload_min",
+    "offload_max",
+    "OFFLOAD_GENERATED_PRELUDE",
 ];
+
+/// Helpers of generated code, defined once however many generated sources are joined.
+const PRELUDE: &str = "#ifndef OFFLOAD_GENERATED_PRELUDE\n#define OFFLOAD_GENERATED_PRELUDE\n\
+template <typename T> __device__ __forceinline__ T offload_min(T a, T b) { return b < a ? b : a; }\n\
+template <typename T> __device__ __forceinline__ T offload_max(T a, T b) { return a < b ? b : a; }\n\
+#endif\n";
 
 /// Whether `name` may not name a generated C function.
 pub fn is_reserved(name: &str) -> bool {
@@ -734,7 +743,7 @@ impl<'a> Translator<'a> {
             return err(t, "turbofish is not in the kernel subset");
         }
         let name = m.method.to_string();
-        let (mut recv, rt) = self.expr(&m.receiver, want)?;
+        let (recv, rt) = self.expr(&m.receiver, want)?;
         let t = match rt {
             ETy::T(t) => t,
             ETy::IntLit | ETy::FloatLit => {
@@ -780,12 +789,7 @@ impl<'a> Translator<'a> {
         }
         if t.is_int() {
             let c = match name.as_str() {
-                "min" | "max" => {
-                    // Operands of the subset have no side effects, so each may be read twice.
-                    let cmp = if name == "min" { "<" } else { ">" };
-                    recv = format!("({recv})");
-                    format!("({recv} {cmp} ({a}) ? {recv} : ({a}))", a = args[0])
-                }
+                "min" | "max" => format!("offload_{name}({recv}, {})", args[0]),
                 "abs" if t == Ty::I32 => format!("abs({recv})"),
                 "abs" if t == Ty::I64 => format!("llabs({recv})"),
                 _ => {
@@ -903,7 +907,7 @@ pub fn kernel_source(sig: &KernelSig, body: &Block, device_fns: &[DeviceFnDecl])
     };
     t.depth = 3;
     t.stmts(&body.stmts, false)?;
-    let mut s = String::new();
+    let mut s = String::from(PRELUDE);
     let _ = writeln!(s, "extern \"C\" __global__ void {}({}) {{", sig.name.unraw(), decls.join(", "));
     for b in bools {
         let _ = writeln!(s, "    {b}");
@@ -932,5 +936,5 @@ pub fn device_source(f: &syn::ItemFn, params: &[Param], ret: Option<Ty>) -> syn:
     let (decls, _) = declare_params(&mut t, params, false);
     t.stmts(&f.block.stmts, true)?;
     let r = ret.map_or("void", Ty::c);
-    Ok(format!("__device__ {r} {}({}) {{\n{}}}\n", f.sig.ident.unraw(), decls.join(", "), t.out))
+    Ok(format!("{PRELUDE}__device__ {r} {}({}) {{\n{}}}\n", f.sig.ident.unraw(), decls.join(", "), t.out))
 }
