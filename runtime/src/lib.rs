@@ -10,7 +10,7 @@
 //! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`]), in
 //!   which a mapping borrows its host slice for as long as it lives.
 //!
-//! Devices come from backends ([`device`]); host devices (`OFFLOAD_HOST_DEVICES=N`) run
+//! Devices come from backends ([`device`](mod@device)); host devices (`OFFLOAD_HOST_DEVICES=N`) run
 //! everywhere and make every rule observable without a GPU.
 //!
 //! ```
@@ -67,7 +67,7 @@ pub use staging::StagingConfig;
 pub use topology::{Placement, PlacementSource, Topology};
 
 /// Single-source kernels: see the `offload_macros` crate docs. `#[offload::kernel]` lives
-/// in the macro namespace, beside the [`kernel`] module.
+/// in the macro namespace, beside the [`kernel`](mod@kernel) module.
 pub use offload_macros::{device, kernel};
 
 /// What generated kernels call; not a stable API.

@@ -89,7 +89,15 @@
 //! `#[offload::device] fn f(x: f32, ...) -> f32 { ... }` (scalars in and out, the same body
 //! subset, `return e` and a tail expression) keeps `f` and adds a hidden constant with its
 //! `__device__` source, which kernels listing `f` in `device_fns` include. Device functions
-//! do not call each other yet.
+//! do not call each other yet. A kernel that calls device functions, and the functions,
+//! are items of a module (the generated module reaches them through `super::`), not items
+//! declared inside a function body.
+//!
+//! # Safety of the host twin
+//!
+//! The twin refuses a slice argument whose extent the runtime does not know (a raw
+//! pointer) or whose view is longer than its mapping, so a hand-built argument list for
+//! `NAME::KERNEL` cannot make it read or write outside the memory a launch names.
 
 use proc_macro::TokenStream;
 

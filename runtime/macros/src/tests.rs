@@ -254,3 +254,28 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
         assert!(e.starts_with("offload::kernel: ") && e.contains(why), "expected `{why}`, got `{e}`");
     }
 }
+
+#[test]
+fn device_functions_return_their_tail_and_take_scalars_only() {
+    let f: syn::ItemFn = syn::parse2(quote!(
+        fn relu(x: f64, on: bool) -> f64 {
+            if !on {
+                return x;
+            }
+            x.max(0.0)
+        }
+    ))
+    .unwrap();
+    let (params, ret) = crate::types::device_sig(&f).unwrap();
+    let c = crate::cuda::device_source(&f, &params, ret).unwrap();
+    assert!(c.contains("__device__ double relu(double x, bool on) {"), "{c}");
+    assert!(c.contains("return x;") && c.contains("return fmax(x, 0.0);"), "{c}");
+    let f: syn::ItemFn = syn::parse2(quote!(
+        fn g(x: &[f32]) -> f32 {
+            x[0]
+        }
+    ))
+    .unwrap();
+    let e = crate::types::device_sig(&f).unwrap_err().to_string();
+    assert!(e.contains("device functions: they take scalars"), "{e}");
+}
