@@ -10,7 +10,7 @@
 //! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`]), in
 //!   which a mapping borrows its host slice for as long as it lives.
 //!
-//! Devices come from backends ([`device`]); host devices (`OFFLOAD_HOST_DEVICES=N`) run
+//! Devices come from backends ([`device`](mod@device)); host devices (`OFFLOAD_HOST_DEVICES=N`) run
 //! everywhere and make every rule observable without a GPU.
 //!
 //! ```
@@ -33,6 +33,8 @@ pub mod config;
 pub mod data_env;
 pub mod device;
 pub mod error;
+mod generated;
+pub mod index_space;
 pub mod info;
 pub mod kernel;
 mod latch;
@@ -53,6 +55,7 @@ pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
 pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
 pub use error::{Error, HostRange, Result};
+pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar};
 pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
@@ -62,6 +65,16 @@ pub use nowait::{NowaitScope, Task};
 pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
 pub use staging::StagingConfig;
 pub use topology::{Placement, PlacementSource, Topology};
+
+/// Single-source kernels: see the `offload_macros` crate docs. `#[offload::kernel]` lives
+/// in the macro namespace, beside the [`kernel`](mod@kernel) module.
+pub use offload_macros::{device, kernel};
+
+/// What generated kernels call; not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::generated::*;
+}
 
 /// Map clauses over borrowed slices, for [`Device::data`] and [`Device::target`].
 ///

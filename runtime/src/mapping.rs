@@ -303,6 +303,11 @@ map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
 pub trait KernelArgument {
     /// The argument in the OpenMP launch shape, checked against the launching device.
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg>;
+
+    /// The host range a view names (so a launch on the initial device knows its extent).
+    fn view_range(&self) -> Option<HostRange> {
+        None
+    }
 }
 
 impl<T: KernelScalar> KernelArgument for T {
@@ -322,6 +327,10 @@ impl<T> KernelArgument for DeviceSlice<'_, T> {
         }
         Ok(LaunchArg::Mapped(self.host))
     }
+
+    fn view_range(&self) -> Option<HostRange> {
+        Some(self.host_range())
+    }
 }
 
 /// The arguments of a launch: a tuple of [`KernelArgument`]s.
@@ -330,6 +339,11 @@ pub trait KernelArgs {
     fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>>;
     /// Views among the arguments that borrow host memory shared, by position.
     fn shared_views(&self) -> Vec<(usize, HostRange)>;
+    /// The bytes each argument's view spans, by position (`None` for scalars and raw
+    /// pointers); empty when unknown.
+    fn view_extents(&self) -> Vec<Option<usize>> {
+        Vec::new()
+    }
 }
 
 /// Whether an argument is a view of a shared borrow, and of which range.
@@ -363,6 +377,9 @@ macro_rules! kernel_args_tuple {
                 $(if let Some(r) = self.$i.shared_range() { v.push(($i, r)); })*
                 v
             }
+            fn view_extents(&self) -> Vec<Option<usize>> {
+                vec![$(self.$i.view_range().map(|r| r.bytes)),*]
+            }
         }
     };
 }
@@ -379,6 +396,10 @@ kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10);
 kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11, M: 12);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11, M: 12, N: 13);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11, M: 12, N: 13, O: 14);
+kernel_args_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7, I: 8, J: 9, K: 10, L: 11, M: 12, N: 13, O: 14, P: 15);
 
 /// One device (or the initial device) of a runtime, for the safe API.
 #[derive(Clone, Copy, Debug)]
@@ -485,9 +506,13 @@ impl<'rt> Device<'rt> {
                 launch_args[i] = LaunchArg::Mapped(copies.last().map_or(0, |c| c.as_ptr() as usize));
             }
         }
+        if self.number == self.rt.initial_device() {
+            // Views are host memory (exclusive borrows, or the copies above, of the same
+            // length): their extents are known, so host kernels can be bounds-checked.
+            return self.rt.run_on_host(kernel, n, &launch_args, &args.view_extents());
+        }
         // SAFETY: no map list; mapped arguments are translated through the present table
-        // (device memory of the right extent) or, on the initial device, borrowed host
-        // memory (exclusive) or private copies.
+        // (device memory of the right extent).
         unsafe { self.rt.target_launch(self.number, kernel, n, &[], &launch_args) }
     }
 

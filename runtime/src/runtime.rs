@@ -749,7 +749,7 @@ impl Runtime {
         validate::map_list(Construct::Target, device, maps)?;
         let d = match target {
             Target::Device(d) => d,
-            Target::Initial => return self.run_on_host(kernel, n, args),
+            Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
         self.check_device_args(d, kernel, args)?;
         // SAFETY: forwarded from the caller.
@@ -795,7 +795,15 @@ impl Runtime {
         Ok(())
     }
 
-    fn run_on_host(&self, kernel: &Kernel, n: usize, args: &[LaunchArg]) -> Result<()> {
+    /// Runs `kernel` on the initial device; `extents[i]`, where given, is how many bytes
+    /// mapped argument `i` spans (the host memory it names is all there is).
+    pub(crate) fn run_on_host(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        args: &[LaunchArg],
+        extents: &[Option<usize>],
+    ) -> Result<()> {
         let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
             device: self.initial_device(),
             kernel: kernel.name(),
@@ -803,8 +811,11 @@ impl Runtime {
         })?;
         let args: Vec<KernelArg> = args
             .iter()
-            .map(|a| match *a {
-                LaunchArg::Mapped(h) => KernelArg::Ptr { addr: h as u64, bytes: None },
+            .enumerate()
+            .map(|(i, a)| match *a {
+                LaunchArg::Mapped(h) => {
+                    KernelArg::Ptr { addr: h as u64, bytes: extents.get(i).copied().flatten() }
+                }
                 LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: None },
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })

@@ -1,0 +1,306 @@
+//! What the attributes expand to.
+
+use std::collections::HashSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::{ItemFn, LitStr};
+
+use crate::types::{device_sig, kernel_sig, DeviceFnDecl, KernelOptions, ParamKind, Ty};
+
+/// The hidden constant holding device function `name`'s CUDA C source.
+pub fn device_source_const(name: &syn::Ident) -> syn::Ident {
+    format_ident!("__OFFLOAD_CUDA_{}", name)
+}
+
+/// The path, from inside a kernel's module, of the source constant of `d`.
+fn device_source_path(d: &DeviceFnDecl) -> TokenStream {
+    let mut path = d.path.clone();
+    if let Some(last) = path.segments.last_mut() {
+        last.ident = device_source_const(&last.ident);
+    }
+    outer_path(&path)
+}
+
+/// `path`, written in a kernel's parent module, as seen from inside the kernel's module.
+pub fn outer_path(path: &syn::Path) -> TokenStream {
+    let path = path.clone();
+    let absolute = path.leading_colon.is_some()
+        || path
+            .segments
+            .first()
+            .is_some_and(|s| s.ident == "crate" || s.ident == "super" || s.ident == "self");
+    if absolute && path.segments.first().is_some_and(|s| s.ident == "self") {
+        // `self::` from the kernel's module is the kernel's parent.
+        let rest: Vec<_> = path.segments.iter().skip(1).collect();
+        return quote!(super::#(#rest)::*);
+    }
+    if absolute {
+        quote!(#path)
+    } else {
+        quote!(super::#path)
+    }
+}
+
+/// `#[offload::device]`.
+pub fn device(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    if !attr.is_empty() {
+        return Err(syn::Error::new_spanned(attr, "offload::device takes no options"));
+    }
+    let f: ItemFn = syn::parse2(item)?;
+    let (params, ret) = device_sig(&f)?;
+    if crate::cuda::is_reserved(&f.sig.ident.to_string()) {
+        return Err(syn::Error::new_spanned(
+            &f.sig.ident,
+            "offload::device: this name is reserved in CUDA C; rename the function",
+        ));
+    }
+    let src = crate::cuda::device_source(&f, &params, ret)?;
+    let konst = device_source_const(&f.sig.ident);
+    let vis = &f.vis;
+    let lit = LitStr::new(&src, Span::call_site());
+    Ok(quote! {
+        #f
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        #vis const #konst: &str = #lit;
+    })
+}
+
+/// `#[offload::kernel]`.
+pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let opts: KernelOptions = syn::parse2(attr)?;
+    let f: ItemFn = syn::parse2(item)?;
+    let sig = kernel_sig(&f, opts.dims)?;
+    if crate::cuda::is_reserved(&sig.name.to_string()) || sig.name.to_string().starts_with("__") {
+        return Err(syn::Error::new_spanned(
+            &sig.name,
+            "offload::kernel: this name is reserved in CUDA C; rename the kernel",
+        ));
+    }
+    let mut seen = HashSet::new();
+    for d in &opts.device_fns {
+        if !seen.insert(d.name()) {
+            return Err(syn::Error::new_spanned(
+                &d.path,
+                "offload::kernel: device functions are listed once, with distinct names",
+            ));
+        }
+    }
+    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns)?;
+
+    let name = &sig.name;
+    let name_str = name.to_string();
+    let vis = &f.vis;
+    let dims = sig.indices.len();
+    let host_fn = format_ident!("__offload_host_{}", name);
+
+    // ---- the host twin ----
+    let mut reads = Vec::new();
+    // Positions: the starts, the inner lengths, the arguments, then the slices' lengths.
+    let first = 2 * dims - 1;
+    let mut len_pos = first + sig.params.len();
+    let mut slices = HashSet::new();
+    for (pos, p) in (first..).zip(&sig.params) {
+        let pn = &p.name;
+        let ps = p.text();
+        reads.push(match p.kind {
+            ParamKind::Scalar(Ty::Usize) => {
+                quote!(let #pn: usize = ::offload::__private::index_arg(__offload_l, #pos)?;)
+            }
+            ParamKind::Scalar(Ty::Bool) => {
+                quote!(let #pn: bool = ::offload::__private::bool_arg(__offload_l, #pos)?;)
+            }
+            ParamKind::Scalar(t) => {
+                let rt = t.rust();
+                quote!(let #pn: #rt = __offload_l.scalar::<#rt>(#pos)?;)
+            }
+            ParamKind::Slice { elem, .. } => {
+                slices.insert(pn.to_string());
+                let rt = elem.rust();
+                let r = quote!(let #pn = ::offload::__private::SharedSlice::<#rt>::new(
+                    __offload_l, #name_str, #ps, #pos, #len_pos)?;);
+                len_pos += 1;
+                r
+            }
+        });
+    }
+    let idx = &sig.indices;
+    let starts: Vec<_> = (0..dims).map(|k| format_ident!("__offload_s{}", k)).collect();
+    let lens: Vec<_> = (1..dims).map(|k| format_ident!("__offload_l{}", k)).collect();
+    let start_pos: Vec<usize> = (0..dims).collect();
+    let len_read_pos: Vec<usize> = (dims..2 * dims - 1).collect();
+    let decode = match dims {
+        1 => quote!(let #(#idx)*: usize = __offload_s0 + __offload_t;),
+        2 => {
+            let (i, j) = (&idx[0], &idx[1]);
+            quote!(
+                let #i: usize = __offload_s0 + __offload_t / __offload_l1;
+                let #j: usize = __offload_s1 + __offload_t % __offload_l1;
+            )
+        }
+        _ => {
+            let (i, j, k) = (&idx[0], &idx[1], &idx[2]);
+            quote!(
+                let #i: usize = __offload_s0 + __offload_t / (__offload_l1 * __offload_l2);
+                let #j: usize = __offload_s1 + (__offload_t / __offload_l2) % __offload_l1;
+                let #k: usize = __offload_s2 + __offload_t % __offload_l2;
+            )
+        }
+    };
+    let body = crate::host::host_body(&f.block, &slices, &opts.device_fns);
+    let stmts = &body.stmts;
+    let fn_checks = opts.device_fns.iter().map(|d| {
+        let path = outer_path(&d.path);
+        let params = &d.param_types;
+        let ret = d.ret_type.as_ref().map(|t| quote!(-> #t));
+        quote!(let _: fn(#(#params),*) #ret = #path;)
+    });
+
+    // ---- the launcher ----
+    let lt = quote!('__offload_a);
+    let launch_params: Vec<TokenStream> = sig
+        .params
+        .iter()
+        .map(|p| {
+            let pn = &p.name;
+            match p.kind {
+                ParamKind::Scalar(t) => {
+                    let rt = t.rust();
+                    quote!(#pn: #rt)
+                }
+                ParamKind::Slice { elem, .. } => {
+                    let rt = elem.rust();
+                    quote!(#pn: ::offload::DeviceSlice<#lt, #rt>)
+                }
+            }
+        })
+        .collect();
+    let param_names: Vec<_> = sig.params.iter().map(|p| &p.name).collect();
+    let mut tuple_types: Vec<TokenStream> = vec![quote!(u64); 2 * dims - 1];
+    let mut tuple_values: Vec<TokenStream> =
+        (0..dims).map(|k| quote!(__offload_g.starts()[#k] as u64)).collect();
+    tuple_values.extend((1..dims).map(|k| quote!(__offload_g.lens()[#k] as u64)));
+    let mut checks = Vec::new();
+    let mut len_values = Vec::new();
+    for (k, p) in sig.params.iter().enumerate() {
+        let pn = &p.name;
+        let ps = p.text();
+        match p.kind {
+            ParamKind::Scalar(Ty::Usize) => {
+                tuple_types.push(quote!(u64));
+                tuple_values.push(quote!(#pn as u64));
+            }
+            ParamKind::Scalar(Ty::Bool) => {
+                tuple_types.push(quote!(u32));
+                tuple_values.push(quote!(u32::from(#pn)));
+            }
+            ParamKind::Scalar(t) => {
+                tuple_types.push(t.rust());
+                tuple_values.push(quote!(#pn));
+            }
+            ParamKind::Slice { elem, mutable } => {
+                let rt = elem.rust();
+                tuple_types.push(quote!(::offload::DeviceSlice<#lt, #rt>));
+                tuple_values.push(quote!(#pn));
+                len_values.push(quote!(#pn.len() as u64));
+                if mutable {
+                    checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
+                }
+            }
+        }
+    }
+    tuple_types.extend(len_values.iter().map(|_| quote!(u64)));
+    tuple_values.extend(len_values);
+    if tuple_types.len() > 16 {
+        return Err(syn::Error::new_spanned(
+            &f.sig,
+            "offload::kernel: too many arguments: the indices' bounds, the arguments and one length per slice \
+             must be at most 16",
+        ));
+    }
+
+    let doc = format!(
+        "The generated launcher and kernel of `fn {name}` (`#[offload::kernel]`), over a {dims}-D \
+         index space.\n\nArguments declared `&mut [T]` take a writable [`offload::DeviceSlice`] (one that comes \
+         from an exclusive borrow); a shared one is an `Error::KernelArgument`."
+    );
+    let cuda_lit = LitStr::new(&cuda, Span::call_site());
+    let parts = opts.device_fns.iter().map(device_source_path);
+
+    Ok(quote! {
+            #[allow(dead_code)]
+            #f
+
+            #[doc = #doc]
+            #[allow(dead_code, clippy::all)]
+            #vis mod #name {
+    #[doc(hidden)]
+                #[allow(unused, clippy::all, non_snake_case)]
+                fn #host_fn(__offload_l: &::offload::HostLaunch<'_>) -> ::core::result::Result<(), ::std::string::String> {
+                    #(#fn_checks)*
+                    #(let #starts: usize = ::offload::__private::index_arg(__offload_l, #start_pos)?;)*
+                    #(let #lens: usize = ::offload::__private::index_arg(__offload_l, #len_read_pos)?;)*
+                    #(#reads)*
+                    ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
+                        #decode
+                        #(#stmts)*
+                    });
+                    ::core::result::Result::Ok(())
+                }
+
+                const __OFFLOAD_PARTS: &[&str] = &[#(#parts,)* #cuda_lit];
+                const __OFFLOAD_LEN: usize = ::offload::__private::concat_len(__OFFLOAD_PARTS);
+                const __OFFLOAD_BYTES: [u8; __OFFLOAD_LEN] = ::offload::__private::concat::<__OFFLOAD_LEN>(__OFFLOAD_PARTS);
+
+                /// The kernel: its CUDA C source (with the device functions it calls) and its host twin.
+                pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
+                    .with_cuda(::offload::__private::utf8(&__OFFLOAD_BYTES))
+                    .with_host(#host_fn);
+
+                /// A launch's arguments in the kernel's order, made by [`args`] only (so the
+                /// bounds and lengths it carries are those of its views).
+                #[derive(Clone, Copy)]
+                pub struct Args<#lt>((#(#tuple_types,)*), ::core::marker::PhantomData<&#lt ()>);
+
+                impl ::core::fmt::Debug for Args<'_> {
+                    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                        f.debug_struct(::core::concat!(#name_str, "::Args")).finish_non_exhaustive()
+                    }
+                }
+
+                impl ::offload::KernelArgs for Args<'_> {
+                    fn launch_args(&self, device: usize, kernel: &::offload::Kernel) -> ::offload::Result<::std::vec::Vec<::offload::LaunchArg>> {
+                        ::offload::KernelArgs::launch_args(&self.0, device, kernel)
+                    }
+                    fn shared_views(&self) -> ::std::vec::Vec<(usize, ::offload::HostRange)> {
+                        ::offload::KernelArgs::shared_views(&self.0)
+                    }
+                    fn view_extents(&self) -> ::std::vec::Vec<::core::option::Option<usize>> {
+                        ::offload::KernelArgs::view_extents(&self.0)
+                    }
+                }
+
+                /// The number of work items of `space` and the launch's arguments, for
+                /// `NowaitScope::launch(device, &KERNEL, n, args, after)`. Checks what
+                /// [`launch`] checks; `n` may be 0 (a launch of it does nothing).
+                #[allow(clippy::too_many_arguments)]
+                pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
+                    let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
+                    #(#checks)*
+                    ::core::result::Result::Ok((__offload_g.items(), Args((#(#tuple_values,)*), ::core::marker::PhantomData)))
+                }
+
+                /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty
+                /// space launches nothing.
+                #[allow(clippy::too_many_arguments)]
+                pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
+                    let (n, a) = args(space, #(#param_names),*)?;
+                    if n == 0 {
+                        return ::core::result::Result::Ok(());
+                    }
+                    device.launch(&KERNEL, n, a)
+                }
+            }
+        })
+}

@@ -1,0 +1,122 @@
+//! Single-source kernels for `offload`: write a loop body once, in Rust, and run it on GPUs
+//! (as generated CUDA C) and on host devices (as a generated `rayon` twin). Use the macros
+//! through the runtime: `#[offload::kernel]`, `#[offload::device]`.
+//!
+//! ```
+//! use offload::{map, Runtime};
+//!
+//! #[offload::kernel]
+//! fn saxpy(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+//!     y[i] = a * x[i] + y[i];
+//! }
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let (n, x) = (1000, vec![1.0f32; 1000]);
+//! let mut y = vec![1.0f32; 1000];
+//! gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| saxpy::launch(&gpu, n, 2.0, x, y))?;
+//! assert!(y.iter().all(|&v| v == 3.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! # What a kernel is
+//!
+//! `#[offload::kernel] fn NAME(i: usize, [j: usize, [k: usize,]] args...) { body }`. The
+//! leading `usize` parameters (1, 2 or 3; `#[offload::kernel(dims = 1)]` says how many when
+//! a `usize` argument follows the indices) are the indices of the loop nest, outermost
+//! first. The other parameters are the arguments: scalars (`f32`, `f64`, `i32`, `u32`,
+//! `i64`, `u64`, `usize`, `bool`) and slices `&[T]` / `&mut [T]` of them (not of `bool`).
+//!
+//! The function stays as written (ordinary Rust, type-checked and callable on the host);
+//! beside it a module of the same name holds:
+//! * `KERNEL`, a `static offload::Kernel` named `NAME` with the CUDA C source and the host
+//!   twin;
+//! * `launch(&device, space, args...)`: runs the kernel over `space`, with a
+//!   `DeviceSlice<'_, T>` for each slice argument and the declared type for each scalar;
+//! * `args(space, args...) -> Result<(n, Args)>`: the same checks, giving the work-item
+//!   count and the argument list for `NowaitScope::launch(device, &NAME::KERNEL, n, args,
+//!   after)` (a pipeline's compute stage launches the same way).
+//!
+//! # Index spaces
+//!
+//! `space` is written like C loop bounds (`offload::IndexSpace`): `n` or `a..b` in 1-D, a
+//! tuple of ranges in 2-D and 3-D (`(1..ny - 1, 1..nx - 1)`, as OpenMP's `collapse(2)`), or
+//! a tuple of counts. An empty dimension launches nothing. The last index varies fastest.
+//!
+//! The kernel receives, before its arguments, the start of each dimension and the length
+//! of each inner one (all `unsigned long long`), and after its arguments the length of
+//! each slice argument (`unsigned long long`); the runtime appends the work-item count.
+//! A GPU thread decodes work item `t` (grid-stride loop) into `(i, j, k)`.
+//!
+//! # Semantics: OpenMP's `parallel for`
+//!
+//! Iterations run in any order and at once; each must write only elements no other
+//! iteration touches, and read no element another writes. `return;` ends the iteration.
+//! On host devices the twin is safe Rust: each slice element access is a bounds-checked
+//! relaxed atomic load or store (never a `&mut [T]`), so even a kernel that breaks the
+//! contract has no undefined behaviour, and an index out of range fails the launch
+//! (`Error::KernelFailed`) naming the kernel, the argument and the index. On GPUs indices
+//! are not checked. A `&mut [T]` argument must get a writable view (from `map::from`,
+//! `map::tofrom`, a `HostBuffer`); a shared one is an `Error::KernelArgument` naming the
+//! argument. Scalars and view lengths are checked by rustc through the launcher's types.
+//!
+//! # The subset
+//!
+//! * `let` with a type (`let x: f32 = ...`) or inferred from typed operands (parameters,
+//!   locals, casts, suffixed literals); an unsuffixed literal alone needs an annotation;
+//!   `const N: T = ...;` inside the body;
+//! * `=` and compound assignment to `let mut` locals and to elements of `&mut` slices;
+//! * `+ - * / %`, `& | ^ << >>`, `== != < <= > >=`, `&& ||`, unary `-` and `!`, `as`
+//!   between the scalar types, indexing of slice parameters;
+//! * `if` / `else if` / `else`, `if c { a } else { b }` as a value, `for x in a..b` and
+//!   `a..=b` (integers; a literal-only range needs a suffix: `0usize..4`), `while`, `loop`,
+//!   `break`, `continue`, `return;`;
+//! * float methods `sqrt abs exp ln sin cos tan powi powf mul_add floor ceil min max`
+//!   (`sqrtf` etc. for `f32`), integer `min`, `max` and `abs` (signed);
+//! * numeric literals (with suffixes), `true`, `false`;
+//! * calls to `#[offload::device]` functions listed with their signature:
+//!   `#[offload::kernel(device_fns = [lerp(f32, f32, f32) -> f32])]` (the macro cannot see
+//!   another item's body; rustc checks the listed signature against the function).
+//!
+//! Anything else (closures, other methods, macros, `Vec`, references to items outside the
+//! kernel, struct literals, `match`, ...) is a compile error pointing at the construct.
+//! Differences from Rust on GPUs: integer overflow wraps or is undefined as in C, float to
+//! integer casts saturate (NVIDIA's conversions do), `a..=b` with `b` the type's maximum
+//! does not end.
+//!
+//! # Device functions
+//!
+//! `#[offload::device] fn f(x: f32, ...) -> f32 { ... }` (scalars in and out, the same body
+//! subset, `return e` and a tail expression) keeps `f` and adds a hidden constant with its
+//! `__device__` source, which kernels listing `f` in `device_fns` include. Device functions
+//! do not call each other yet. A kernel that calls device functions, and the functions,
+//! are items of a module (the generated module reaches them through `super::`), not items
+//! declared inside a function body.
+//!
+//! # Safety of the host twin
+//!
+//! The twin refuses a slice argument whose extent the runtime does not know (a raw
+//! pointer) or whose view is longer than its mapping, so a hand-built argument list for
+//! `NAME::KERNEL` cannot make it read or write outside the memory a launch names.
+
+use proc_macro::TokenStream;
+
+mod cuda;
+mod expand;
+mod host;
+mod types;
+
+/// Makes a loop body a kernel for every backend: see the crate docs.
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::kernel(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Makes a scalar function callable from kernels: see the crate docs.
+#[proc_macro_attribute]
+pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::device(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+#[cfg(test)]
+mod tests;

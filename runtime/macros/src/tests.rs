@@ -1,0 +1,281 @@
+//! The translator: Rust tokens in, CUDA C text (or a compile error) out.
+
+use quote::quote;
+
+use crate::cuda::kernel_source;
+use crate::types::{kernel_sig, KernelOptions};
+
+fn cuda(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> Result<String, String> {
+    let opts: KernelOptions = syn::parse2(attr).map_err(|e| e.to_string())?;
+    let f: syn::ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
+    let sig = kernel_sig(&f, opts.dims).map_err(|e| e.to_string())?;
+    kernel_source(&sig, &f.block, &opts.device_fns).map_err(|e| e.to_string())
+}
+
+fn ok(f: proc_macro2::TokenStream) -> String {
+    cuda(quote!(), f).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fails(f: proc_macro2::TokenStream) -> String {
+    cuda(quote!(), f).expect_err("not in the subset")
+}
+
+#[test]
+fn saxpy_has_the_documented_signature() {
+    let c = ok(quote!(
+        fn saxpy(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+            y[i] = a * x[i] + y[i];
+        }
+    ));
+    assert!(c.contains(
+        "extern \"C\" __global__ void saxpy(unsigned long long __offload_s0, float a, const float* x, float* y, \
+         unsigned long long __offload_len_x, unsigned long long __offload_len_y, unsigned long long __offload_n)"
+    ), "{c}");
+    assert!(c.contains("const unsigned long long i = __offload_s0 + __offload_t;"), "{c}");
+    assert!(c.contains("y[i] = ((a * x[i]) + y[i]);"), "{c}");
+    assert!(!c.contains("__offload_next"), "no return, no label: {c}");
+}
+
+#[test]
+fn two_and_three_dimensions_decode_the_linear_index() {
+    // Without `dims`, `nx` would be a third index.
+    let c = cuda(
+        quote!(dims = 2),
+        quote!(
+            fn k(i: usize, j: usize, nx: usize, u: &mut [f64]) {
+                u[i * nx + j] = 0.0;
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
+    assert!(c.contains("j = __offload_s1 + __offload_t % __offload_l1;"), "{c}");
+    assert!(c.contains("u[((i * nx) + j)] = 0.0;"), "{c}");
+    let c = ok(quote!(
+        fn k(a: usize, b: usize, c: usize, u: &mut [u32]) {
+            u[a + b + c] = 1;
+        }
+    ));
+    assert!(c.contains("b = __offload_s1 + (__offload_t / __offload_l2) % __offload_l1;"), "{c}");
+    assert!(c.contains("= 1u;"), "literals take the type of their place: {c}");
+}
+
+#[test]
+fn dims_lets_a_usize_argument_follow_the_index() {
+    let c = cuda(
+        quote!(dims = 1),
+        quote!(
+            fn k(i: usize, m: usize, x: &mut [usize]) {
+                x[i] = m;
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("unsigned long long m, unsigned long long* x"), "{c}");
+}
+
+#[test]
+fn control_flow_lets_and_float_methods() {
+    let c = ok(quote!(
+        fn k(i: usize, n: u32, flag: bool, x: &[f32], y: &mut [f32]) {
+            let mut s = 0.0f32;
+            let h: f32 = 0.5;
+            for q in 0..n {
+                if q % 2 == 0 {
+                    continue;
+                }
+                s += (q as f32).sqrt().mul_add(h, 1.0);
+            }
+            let mut w = 3i64;
+            while w > 0 {
+                w -= 1;
+            }
+            if !flag {
+                return;
+            } else if s > 10.0 {
+                s = s.min(10.0);
+            } else {
+                s = s.powi(2);
+            }
+            y[i] = if s > 0.0 { s.ln() } else { x[i].abs() };
+        }
+    ));
+    for want in [
+        "const bool flag = __offload_b_flag != 0u;",
+        "float s = 0.0f;",
+        "const float h = 0.5f;",
+        "for (unsigned int q = 0u, q_end = n; q < q_end; ++q) {",
+        "if (((q % 2u) == 0u)) {",
+        "s += fmaf(sqrtf((((float) q))), h, 1.0f);",
+        "long long w = 3ll;",
+        "while ((w > 0ll)) {",
+        "goto __offload_next;",
+        "s = fminf(s, 10.0f);",
+        "s = powf(s, (float) 2);",
+        "y[i] = ((s > 0.0f) ? logf(s) : fabsf(x[i]));",
+        "__offload_next:;",
+    ] {
+        assert!(c.contains(want), "missing `{want}` in\n{c}");
+    }
+}
+
+#[test]
+fn shadowing_gets_fresh_c_names() {
+    let c = ok(quote!(
+        fn k(i: usize, y: &mut [f64]) {
+            let x = 1.0f64;
+            let x = x * 2.0;
+            y[i] = x;
+        }
+    ));
+    assert!(c.contains("const double x = 1.0;") && c.contains("const double x_1 = (x * 2.0);"), "{c}");
+    assert!(c.contains("y[i] = x_1;"), "{c}");
+    let c = ok(quote!(
+        fn k(i: usize, int: i32, y: &mut [i32]) {
+            y[i] = int;
+        }
+    ));
+    assert!(c.contains("int int_1") && c.contains("y[i] = int_1;"), "C keywords are renamed: {c}");
+}
+
+#[test]
+fn device_function_calls_need_a_listed_signature() {
+    let f = quote!(
+        fn k(i: usize, y: &mut [f32]) {
+            y[i] = lerp(y[i], 1.0, 0.5);
+        }
+    );
+    let c = cuda(quote!(device_fns = [lerp(f32, f32, f32) -> f32]), f.clone()).unwrap();
+    assert!(c.contains("y[i] = lerp(y[i], 1.0f, 0.5f);"), "{c}");
+    assert!(fails(f).contains("not in the kernel subset: calls are to `#[offload::device]` functions"));
+}
+
+#[test]
+fn constructs_outside_the_subset_are_errors_that_say_why() {
+    for (f, why) in [
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    let f = |v: f32| v;
+                    y[i] = f(1.0);
+                }
+            ),
+            "closures are not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    let v = Vec::new();
+                }
+            ),
+            "not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    y[i] = y[i].signum();
+                }
+            ),
+            "the method `signum` is not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    println!("{}", i);
+                }
+            ),
+            "macros are not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    y[i] = GLOBAL;
+                }
+            ),
+            "references to items outside the kernel",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    let x = 1.0;
+                    y[i] = x;
+                }
+            ),
+            "annotate it",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    for q in 0..4 {
+                        y[q] = 0.0;
+                    }
+                }
+            ),
+            "give a bound a suffix",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[f32]) {
+                    x[i] = 1.0;
+                }
+            ),
+            "only elements of `&mut` slices can be assigned",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut Vec<f32>) {}
+            ),
+            "this parameter type is not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(x: &mut [f32]) {}
+            ),
+            "first parameters are its 1, 2 or 3 indices",
+        ),
+        (
+            quote!(
+                fn k(i: usize, mut a: f32, y: &mut [f32]) {}
+            ),
+            "`mut` parameters are not in the kernel subset",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    y[i] = match i {
+                        _ => 1.0,
+                    };
+                }
+            ),
+            "`match` is not in the kernel subset",
+        ),
+    ] {
+        let e = fails(f);
+        assert!(e.starts_with("offload::kernel: ") && e.contains(why), "expected `{why}`, got `{e}`");
+    }
+}
+
+#[test]
+fn device_functions_return_their_tail_and_take_scalars_only() {
+    let f: syn::ItemFn = syn::parse2(quote!(
+        fn relu(x: f64, on: bool) -> f64 {
+            if !on {
+                return x;
+            }
+            x.max(0.0)
+        }
+    ))
+    .unwrap();
+    let (params, ret) = crate::types::device_sig(&f).unwrap();
+    let c = crate::cuda::device_source(&f, &params, ret).unwrap();
+    assert!(c.contains("__device__ double relu(double x, bool on) {"), "{c}");
+    assert!(c.contains("return x;") && c.contains("return fmax(x, 0.0);"), "{c}");
+    let f: syn::ItemFn = syn::parse2(quote!(
+        fn g(x: &[f32]) -> f32 {
+            x[0]
+        }
+    ))
+    .unwrap();
+    let e = crate::types::device_sig(&f).unwrap_err().to_string();
+    assert!(e.contains("device functions: they take scalars"), "{e}");
+}
