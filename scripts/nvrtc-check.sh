@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compiles every kernel's CUDA C source with NVRTC for sm_80 and sm_90 on a machine with no
 # GPU (CI): fetches NVRTC 13.0 from PyPI (the wheel `nvidia-cuda-nvrtc`, which carries
-# libnvrtc.so.13 and its builtins), points the loader at it, and runs the kernels crate's
-# NVRTC test with OFFLOAD_NVRTC_REQUIRED=1, so a missing library or any compile error fails.
+# libnvrtc.so.13 and its builtins), points the loader at it, and runs the NVRTC tests of the
+# hand-written kernels (kernels crate) and of the generated ones (tests/kernel_macro.rs)
+# with OFFLOAD_NVRTC_REQUIRED=1, so a missing library or any compile error fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -20,4 +21,7 @@ if [ ! -f "$lib/libnvrtc.so.13" ]; then
     "$dir/wheel" "$dir"
 fi
 export LD_LIBRARY_PATH="$PWD/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-OFFLOAD_NVRTC_REQUIRED=1 cargo test -p offload-kernels --test nvrtc -- --nocapture
+export OFFLOAD_NVRTC_REQUIRED=1
+cargo test -p offload-kernels --test nvrtc -- --nocapture
+# The kernels `#[offload::kernel]` generates in the tests.
+cargo test -p offload-tests --test kernel_macro every_generated_kernel_compiles_with_nvrtc -- --nocapture

@@ -358,3 +358,35 @@ fn integer_operations_give_what_the_rust_function_gives() {
         Ok(())
     });
 }
+
+/// Every generated kernel of this file compiles with NVRTC for sm_80 and sm_90 (skipped
+/// without `libnvrtc` unless `OFFLOAD_NVRTC_REQUIRED=1`, as `scripts/nvrtc-check.sh` sets).
+#[test]
+fn every_generated_kernel_compiles_with_nvrtc() {
+    let required = std::env::var("OFFLOAD_NVRTC_REQUIRED").is_ok_and(|v| v == "1");
+    if !offload::device::nvrtc_present() {
+        assert!(!required, "OFFLOAD_NVRTC_REQUIRED=1 but libnvrtc cannot be loaded");
+        println!("SKIP nvrtc: libnvrtc not found");
+        return;
+    }
+    let kernels = [
+        &saxpy::KERNEL,
+        &jacobi_step::KERNEL,
+        &label_3d::KERNEL,
+        &mixed::KERNEL,
+        &blend::KERNEL,
+        &shifted::KERNEL,
+        &scaled::KERNEL,
+        &integer_ops::KERNEL,
+    ];
+    let mut failures = Vec::new();
+    for k in kernels {
+        for arch in ["sm_80", "sm_90"] {
+            if let Err(e) = offload::device::compile_cuda(k, arch) {
+                failures.push(format!("`{}` for {arch}: {e}\n{}", k.name(), k.cuda_source().unwrap_or("")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
+    println!("nvrtc: {} generated kernels compiled for sm_80 and sm_90", kernels.len());
+}
