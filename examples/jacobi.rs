@@ -10,11 +10,13 @@
 //! ```
 //! Options: `-niter N` (1000), `-nccheck N` (norm every N iterations, 1), `-nx N`, `-ny N`
 //! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 16),
-//! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it), `-check`
+//! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it),
+//! `-kernel generated|tuned` (the `#[offload::kernel]` step, or the hand-written one: tuned,
+//! the default), `-check`
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
-use offload_examples::jacobi::{max_diff, reference, solve, Args};
+use offload_examples::jacobi::{max_diff, reference, solve, Args, KernelChoice};
 use offload_examples::{example_devices, example_runtime};
 
 fn parse() -> Result<Args, String> {
@@ -34,6 +36,11 @@ fn parse() -> Result<Args, String> {
             "-rows" => a.rows = num("-rows")?.max(1),
             "-csv" => a.csv = true,
             "-check" => a.check = true,
+            "-kernel" => match it.next().as_deref() {
+                Some("generated") => a.kernel = KernelChoice::Generated,
+                Some("tuned") => a.kernel = KernelChoice::Tuned,
+                other => return Err(format!("-kernel wants generated or tuned, got {other:?}")),
+            },
             "-halo" => match it.next().as_deref() {
                 Some("peer") => a.peer_stores = true,
                 Some("memcpy") => a.peer_stores = false,
@@ -41,7 +48,7 @@ fn parse() -> Result<Args, String> {
             },
             _ => {
                 return Err(format!(
-                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-check]"
+                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|tuned] [-check]"
                 ))
             }
         }
@@ -59,12 +66,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !args.csv {
         print!("{}", rt.device_report());
         println!(
-            "Jacobi relaxation: {} iterations on {} x {} mesh, norm every {} iterations, {} halo exchange",
+            "Jacobi relaxation: {} iterations on {} x {} mesh, norm every {} iterations, {} kernel, {} halo exchange",
             args.niter,
             args.ny,
             args.nx,
             args.nccheck,
-            if args.peer_stores { "peer-store" } else { "target_memcpy" }
+            if args.kernel == KernelChoice::Tuned { "tuned" } else { "generated" },
+            if args.kernel == KernelChoice::Generated {
+                "in-kernel (1 device) / target_memcpy"
+            } else if args.peer_stores {
+                "peer-store"
+            } else {
+                "target_memcpy"
+            }
         );
         println!("Single device:");
     }
@@ -83,8 +97,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (t1, tn, n) = (single.seconds, multi.seconds, devices.len());
     if args.csv {
         println!(
-            "offload, {}, {}, {}, {}, {n}, {t1:.6}, {tn:.6}",
-            args.nx, args.ny, args.niter, args.nccheck
+            "offload-{}, {}, {}, {}, {}, {n}, {t1:.6}, {tn:.6}",
+            if args.kernel == KernelChoice::Tuned { "tuned" } else { "generated" },
+            args.nx,
+            args.ny,
+            args.niter,
+            args.nccheck
         );
     } else {
         println!(

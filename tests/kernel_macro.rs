@@ -31,8 +31,9 @@ fn the_generated_source_has_the_documented_signature() {
     assert!(saxpy::KERNEL.host_fn().is_some());
     assert!(
         src.contains(
-            "extern \"C\" __global__ void saxpy(unsigned long long __offload_s0, float a, const float* x, float* y, \
-             unsigned long long __offload_len_x, unsigned long long __offload_len_y, unsigned long long __offload_n)"
+            "extern \"C\" __global__ void __launch_bounds__(256) saxpy(unsigned long long __offload_s0, float a, \
+             const float* __restrict__ x, float* __restrict__ y, unsigned long long __offload_len_x, \
+             unsigned long long __offload_len_y, unsigned long long __offload_n)"
         ),
         "{src}"
     );
@@ -379,8 +380,10 @@ fn every_generated_kernel_compiles_with_nvrtc() {
         &scaled::KERNEL,
         &integer_ops::KERNEL,
     ];
+    let checked =
+        [&saxpy::KERNEL_CHECKED, &mixed::KERNEL_CHECKED, &label_3d::KERNEL_CHECKED, &guarded::KERNEL];
     let mut failures = Vec::new();
-    for k in kernels {
+    for k in kernels.into_iter().chain(checked) {
         for arch in ["sm_80", "sm_90"] {
             if let Err(e) = offload::device::compile_cuda(k, arch) {
                 failures.push(format!("`{}` for {arch}: {e}\n{}", k.name(), k.cuda_source().unwrap_or("")));
@@ -388,5 +391,125 @@ fn every_generated_kernel_compiles_with_nvrtc() {
         }
     }
     assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
-    println!("nvrtc: {} generated kernels compiled for sm_80 and sm_90", kernels.len());
+    println!("nvrtc: {} generated kernels compiled for sm_80 and sm_90", kernels.len() + checked.len());
+}
+
+/// Reads one element past `x` for the last item, checked on GPUs too.
+#[offload::kernel(checked = true)]
+fn shifted_checked(i: usize, x: &[f32], y: &mut [f32]) {
+    y[i] = x[i + 1];
+}
+
+/// Stores out of range for every item past the view's first half.
+#[offload::kernel(checked = true)]
+fn spread(i: usize, x: &mut [u32]) {
+    x[2 * i] = 7;
+}
+
+#[offload::kernel(checked = false)]
+fn unchecked_copy(i: usize, x: &[f32], y: &mut [f32]) {
+    y[i] = x[i];
+}
+
+#[test]
+fn the_checked_option_says_which_variant_launch_runs() {
+    const { assert!(shifted_checked::CHECKED) };
+    const { assert!(!unchecked_copy::CHECKED) };
+    assert_eq!(saxpy::CHECKED, cfg!(debug_assertions), "debug builds check by default");
+    assert_eq!(saxpy::KERNEL_CHECKED.name(), "saxpy");
+    assert_eq!(saxpy::KERNEL_CHECKED.symbol(), "saxpy__offload_checked");
+    assert!(saxpy::KERNEL_CHECKED
+        .cuda_source()
+        .unwrap()
+        .contains("offload_at(x, i, __offload_len_x, 1u, __offload_err)"));
+    assert!(!saxpy::KERNEL.cuda_source().unwrap().contains("offload_at(x"));
+}
+
+#[test]
+fn a_checked_launch_reports_an_index_out_of_range_on_every_device() {
+    on_every_device("checked generated kernel, read out of range", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x = vec![1.0f32; 8];
+        let mut y = vec![0.0f32; 8];
+        let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| shifted_checked::launch(&gpu, 8, x, y));
+        match r {
+            Err(Error::KernelFailed { kernel: "shifted_checked", message, .. }) => check!(
+                message.contains("argument `x`: index 8 is out of range for a view of 8 elements"),
+                "{message}"
+            ),
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
+        // In range, the same kernel runs.
+        let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
+            shifted_checked::launch(&gpu, 7, x, y.slice(0..7)?)
+        });
+        check!(r.is_ok(), "{r:?}");
+        check!(y[..7].iter().all(|&v| v == 1.0));
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_checked_launch_makes_no_store_out_of_range() {
+    on_every_device("checked generated kernel, store out of range", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut all = vec![0u32; 64];
+        let r = gpu.data(map::tofrom(&mut all), |v| spread::launch(&gpu, 16, v.slice(0..16)?));
+        match r {
+            Err(Error::KernelFailed { kernel: "spread", message, .. }) => {
+                check!(
+                    message.contains("argument `x`: index") && message.contains("a view of 16 elements"),
+                    "{message}"
+                )
+            }
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
+        // The mapping beyond the view is untouched (copied back as it was).
+        check!(all[16..].iter().all(|&v| v == 0), "{all:?}");
+        Ok(())
+    });
+}
+
+/// Guards its read with the view's length.
+#[offload::kernel]
+fn guarded(i: usize, x: &[f32], y: &mut [f32]) {
+    if i + 1 < x.len() {
+        y[i] = x[i + 1];
+    } else {
+        y[i] = x.len() as f32;
+    }
+}
+
+#[test]
+fn a_kernel_reads_a_views_length() {
+    on_every_device("generated kernel reading x.len()", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x: Vec<f32> = (0..10).map(|v| v as f32).collect();
+        let mut y = vec![0.0f32; 10];
+        gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| guarded::launch(&gpu, 10, x, y))?;
+        let want: Vec<f32> = (0..10).map(|i| if i < 9 { (i + 1) as f32 } else { 10.0 }).collect();
+        check_eq!(y, want);
+        Ok(())
+    });
+}
+
+#[test]
+fn a_written_view_may_not_overlap_another() {
+    on_every_device("generated kernel, overlapping views", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut y = vec![1.0f32; 32];
+        let r =
+            gpu.data(map::tofrom(&mut y), |y| saxpy::launch(&gpu, 16, 1.0, y.slice(8..24)?, y.slice(0..16)?));
+        match r {
+            Err(Error::KernelArgument { kernel: "saxpy", what, .. }) => {
+                check!(what.contains("overlap and the kernel writes `y`"), "{what}")
+            }
+            other => check!(false, "expected KernelArgument, got {other:?}"),
+        }
+        // Disjoint parts of one mapping are fine.
+        gpu.data(map::tofrom(&mut y), |y| saxpy::launch(&gpu, 16, 1.0, y.slice(16..32)?, y.slice(0..16)?))?;
+        check!(y[..16].iter().all(|&v| v == 2.0) && y[16..].iter().all(|&v| v == 1.0), "{y:?}");
+        Ok(())
+    });
 }

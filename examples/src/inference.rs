@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use offload::pipeline::{Pipeline, PipelineReport};
 use offload::{Device, DeviceSlice, HostBuffer, MapType, Result, Runtime, Sgemm};
-use offload_kernels::bias_act;
+use offload_kernels::BIAS_ACT;
 
 /// A model's shape and weights (row-major `[out][in]` per layer).
 #[derive(Debug)]
@@ -120,7 +120,7 @@ impl<'rt> Deployment<'rt> {
         // here, so a run measures the steady state.
         for (&d, m) in me.devices.iter().zip(&me.per_device) {
             let dev = rt.device(d)?;
-            dev.prepare(&offload_kernels::BIAS_ACT)?;
+            dev.prepare(&BIAS_ACT)?;
             rt.staging_report(d)?;
             let one = Sgemm {
                 transa: true,
@@ -168,7 +168,11 @@ impl<'rt> Deployment<'rt> {
         for l in 0..layers {
             let out = if l + 1 == layers { y } else { scratch[l % 2] };
             dev.sgemm(&g, view(&m.weights[l], dev.number(), w * w), input, out)?;
-            bias_act(dev, out, view(&m.biases[l], dev.number(), w), l + 1 < layers)?;
+            // The hand-written epilogue: the scratch views are shared views (the model is
+            // shared by the pipeline's stages), which the generated `bias_act`, declaring
+            // `y: &mut [f32]`, refuses.
+            let relu = u32::from(l + 1 < layers);
+            dev.launch(&BIAS_ACT, rows * w, (out, view(&m.biases[l], dev.number(), w), w as u64, relu))?;
             input = out;
         }
         Ok(())

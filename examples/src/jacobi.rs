@@ -8,7 +8,20 @@ use std::time::Instant;
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, HostBuffer, MapType, Runtime};
+use offload_kernels::generated::jacobi_step as generated_step;
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
+
+/// Which Jacobi kernel a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// `offload_kernels::generated::jacobi_step`, written once with `#[offload::kernel]`:
+    /// one thread per point; on one device it stores the periodic halo rows itself, across
+    /// devices the halos go by `target_memcpy` after each step.
+    Generated,
+    /// `offload_kernels::stencil::JACOBI_STEP`, hand-written CUDA C: a strip of rows per
+    /// thread with neighbours in registers, halos by peer stores (or `-halo memcpy`).
+    Tuned,
+}
 
 /// A Jacobi run's settings (the command line of NVIDIA's example, plus ours).
 #[derive(Clone, Debug)]
@@ -31,6 +44,8 @@ pub struct Args {
     pub peer_stores: bool,
     /// Always check against the CPU reference.
     pub check: bool,
+    /// The kernel.
+    pub kernel: KernelChoice,
 }
 
 impl Default for Args {
@@ -45,6 +60,7 @@ impl Default for Args {
             rows: 16,
             peer_stores: true,
             check: false,
+            kernel: KernelChoice::Tuned,
         }
     }
 }
@@ -97,8 +113,10 @@ fn run_steps(
         DistributedArray::map(rt, devices, a, part, MapType::TO)?,
         DistributedArray::map(rt, devices, a_new, part, MapType::TO)?,
     ];
+    let tuned = args.kernel == KernelChoice::Tuned;
     // Peer stores need every neighbour pair to reach each other directly.
-    let peer = args.peer_stores
+    let peer = tuned
+        && args.peer_stores
         && (0..parts).all(|p| {
             rt.can_access_peer(devices[(p + 1) % parts], devices[p]).unwrap_or(false)
                 && rt.can_access_peer(devices[(p + parts - 1) % parts], devices[p]).unwrap_or(false)
@@ -122,7 +140,9 @@ fn run_steps(
     for &d in devices {
         let n = HostBuffer::<f32>::new(rt, 2)?;
         n.enter(d, MapType::TO)?;
-        rt.device(d)?.prepare(&JACOBI_STEP)?;
+        let generated =
+            if generated_step::CHECKED { &generated_step::KERNEL_CHECKED } else { &generated_step::KERNEL };
+        rt.device(d)?.prepare(if tuned { &JACOBI_STEP } else { generated })?;
         norms.push(n);
     }
     // Per-part norms, double-buffered by iteration: the leader sums step i's while the
@@ -140,21 +160,37 @@ fn run_steps(
             let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
             let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
             let norm_view = norm.view(devices[p]);
-            jacobi_step(
-                &dev,
-                shape,
-                grids[src].view(p),
-                grids[dst].view(p),
-                norm_view,
-                slot,
-                push[dst].0,
-                push[dst].1,
-            )?;
+            if tuned {
+                jacobi_step(
+                    &dev,
+                    shape,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view,
+                    slot,
+                    push[dst].0,
+                    push[dst].1,
+                )?;
+            } else {
+                let rows = shape.iy_end;
+                generated_step::launch(
+                    &dev,
+                    (1..rows, 1..nx - 1),
+                    nx,
+                    rows,
+                    parts == 1,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view.slice(slot..slot + 1)?,
+                    norm_view.slice(1 - slot..2 - slot)?,
+                )?;
+            }
             if want_norm {
                 norm.update_from(devices[p])?;
                 partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
             }
-            if !peer {
+            // The generated kernel stores one device's periodic halos itself.
+            if !peer && (tuned || parts > 1) {
                 grids[dst].send_halos(p, true)?;
             }
             // Every halo of this step is written before any device starts the next.

@@ -2,13 +2,16 @@
 //! equals the single-device one bit for bit, and the single-device one equals the CPU
 //! reference.
 
+use offload_examples::jacobi::KernelChoice;
 use offload_examples::{jacobi, stencil3d};
-use offload_tests::{check, on_every_backend};
+use offload_tests::{check, on_every_backend, on_every_device};
 
 #[test]
 fn jacobi_multi_device_equals_single_device_and_the_cpu() {
-    for peer_stores in [true, false] {
-        let args = jacobi::Args { nx: 70, ny: 45, niter: 23, peer_stores, ..Default::default() };
+    for (kernel, peer_stores) in
+        [(KernelChoice::Tuned, true), (KernelChoice::Tuned, false), (KernelChoice::Generated, true)]
+    {
+        let args = jacobi::Args { nx: 70, ny: 45, niter: 23, peer_stores, kernel, ..Default::default() };
         let cpu = jacobi::reference(&args);
         on_every_backend(
             "jacobi",
@@ -34,6 +37,27 @@ fn jacobi_multi_device_equals_single_device_and_the_cpu() {
             },
         );
     }
+}
+
+#[test]
+fn jacobi_generated_and_tuned_kernels_give_the_same_grid_on_each_device() {
+    let args = |kernel| jacobi::Args { nx: 131, ny: 77, niter: 31, kernel, ..Default::default() };
+    let cpu = jacobi::reference(&args(KernelChoice::Tuned));
+    on_every_device("jacobi, generated vs tuned kernel", |rt, d| {
+        let tuned = jacobi::solve(rt, &[d], &args(KernelChoice::Tuned))?;
+        let generated = jacobi::solve(rt, &[d], &args(KernelChoice::Generated))?;
+        let (nx, ny) = (131, 77);
+        check!(jacobi::max_diff(&cpu, &tuned.grid, nx, ny) == 0.0, "tuned != cpu");
+        check!(jacobi::max_diff(&cpu, &generated.grid, nx, ny) == 0.0, "generated != cpu");
+        // The norms sum the same squares in another order.
+        check!(
+            (tuned.norm - generated.norm).abs() <= 1e-5 * tuned.norm,
+            "norms {} {}",
+            tuned.norm,
+            generated.norm
+        );
+        Ok(())
+    });
 }
 
 #[test]

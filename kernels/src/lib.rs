@@ -1,9 +1,36 @@
-//! Ready kernels for `offload`: each is one [`Kernel`] value with a CUDA C source (compiled
-//! at run time for the device's architecture) and a host Rust twin (run on host devices
-//! and on the initial device), plus a typed launcher that checks its arguments.
+//! Ready kernels for `offload`, in two forms.
 //!
-//! CUDA convention (see [`offload::Kernel`]): the work-item count `n` is appended as the
-//! last argument, an `unsigned long long`.
+//! * [`generated`]: each kernel written once, in Rust, with `#[offload::kernel]`, which
+//!   makes its CUDA C source (compiled at run time for the device's architecture by NVRTC)
+//!   and its host twin (a `rayon` loop) from the one body. The typed launchers of this crate
+//!   ([`fill_f32`], [`saxpy`], [`sum`], [`bias_act`], ...) run these.
+//! * The expert path, kept beside them: [`Kernel`] values built by hand with
+//!   `Kernel::new(..).with_cuda(..).with_host(..)` ([`FILL_F32`], [`SAXPY`], [`SUM_F32`], the
+//!   tuned stencils of [`stencil`], ...). Their CUDA signature is the plain OpenMP one (the
+//!   arguments, then the work-item count `n` as `unsigned long long`), which the raw
+//!   `Runtime::target_launch` and ports of C programs use, and the benches measure the
+//!   generated kernels against them (README, "Single-source kernels").
+//!
+//! A kernel of your own is a function:
+//!
+//! ```
+//! use offload::{map, Runtime};
+//!
+//! #[offload::kernel]
+//! fn axpby(i: usize, a: f32, x: &[f32], b: f32, y: &mut [f32]) {
+//!     y[i] = a * x[i] + b * y[i];
+//! }
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let x = vec![1.0f32; 256];
+//! let mut y = vec![2.0f32; 256];
+//! gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| axpby::launch(&gpu, 256, 3.0, x, 0.5, y))?;
+//! assert!(y.iter().all(|&v| v == 4.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! The ready launchers:
 //!
 //! ```
 //! use offload::{map, Runtime};
@@ -22,6 +49,7 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+pub mod generated;
 pub mod stencil;
 
 use offload::{Device, DeviceSlice, Error, HostLaunch, Kernel, Result};
@@ -76,14 +104,14 @@ pub static FILL_I32: Kernel = Kernel::new("fill_i32")
     )
     .with_host(fill_i32_host);
 
-/// Sets every element of `x` to `v`.
+/// Sets every element of `x` to `v` ([`generated::fill_f32`]).
 pub fn fill_f32(dev: &Device<'_>, v: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
-    dev.launch(&FILL_F32, x.len(), (v, x))
+    generated::fill_f32::launch(dev, x.len(), v, x)
 }
 
-/// Sets every element of `x` to `v`.
+/// Sets every element of `x` to `v` ([`generated::fill_i32`]).
 pub fn fill_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
-    dev.launch(&FILL_I32, x.len(), (v, x))
+    generated::fill_i32::launch(dev, x.len(), v, x)
 }
 
 // ---- add (i32) -------------------------------------------------------------------------
@@ -106,9 +134,9 @@ pub static ADD_I32: Kernel = Kernel::new("add_i32")
     )
     .with_host(add_i32_host);
 
-/// Adds `v` to every element of `x`.
+/// Adds `v` to every element of `x` ([`generated::add_i32`]).
 pub fn add_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
-    dev.launch(&ADD_I32, x.len(), (v, x))
+    generated::add_i32::launch(dev, x.len(), v, x)
 }
 
 // ---- scale -------------------------------------------------------------------------------
@@ -131,9 +159,9 @@ pub static SCALE_F32: Kernel = Kernel::new("scale_f32")
     )
     .with_host(scale_f32_host);
 
-/// Multiplies every element of `x` by `a`.
+/// Multiplies every element of `x` by `a` ([`generated::scale_f32`]).
 pub fn scale(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
-    dev.launch(&SCALE_F32, x.len(), (a, x))
+    generated::scale_f32::launch(dev, x.len(), a, x)
 }
 
 // ---- saxpy -------------------------------------------------------------------------------
@@ -157,10 +185,10 @@ pub static SAXPY: Kernel = Kernel::new("saxpy")
     )
     .with_host(saxpy_host);
 
-/// `y += a * x` over `y.len()` elements (`x` at least as long).
+/// `y += a * x` over `y.len()` elements (`x` at least as long) ([`generated::saxpy`]).
 pub fn saxpy(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>) -> Result<()> {
-    check_len(&SAXPY, 1, x.len(), y.len())?;
-    dev.launch(&SAXPY, y.len(), (a, x, y))
+    check_len(&generated::saxpy::KERNEL, 1, x.len(), y.len())?;
+    generated::saxpy::launch(dev, y.len(), a, x, y)
 }
 
 // ---- sum reduction -------------------------------------------------------------------------
@@ -194,10 +222,10 @@ pub static SUM_F32: Kernel = Kernel::new("sum_f32")
     )
     .with_host(sum_f32_host);
 
-/// Adds the sum of `x` to `out[0]`.
+/// Adds the sum of `x` to `out[0]` ([`generated::sum_f32`]).
 pub fn sum(dev: &Device<'_>, x: DeviceSlice<'_, f32>, out: DeviceSlice<'_, f32>) -> Result<()> {
-    check_len(&SUM_F32, 1, out.len(), 1)?;
-    dev.launch(&SUM_F32, x.len(), (x, out))
+    check_len(&generated::sum_f32::KERNEL, 1, out.len(), 1)?;
+    generated::sum_f32::launch(dev, x.len(), x, out)
 }
 
 // ---- bias + activation -------------------------------------------------------------------
@@ -234,7 +262,8 @@ pub static BIAS_ACT: Kernel = Kernel::new("bias_act")
     )
     .with_host(bias_act_host);
 
-/// Adds `bias` to every row of `y` (rows of `bias.len()`), then ReLU when `relu`.
+/// Adds `bias` to every row of `y` (rows of `bias.len()`), then ReLU when `relu`
+/// ([`generated::bias_act`]).
 pub fn bias_act(
     dev: &Device<'_>,
     y: DeviceSlice<'_, f32>,
@@ -248,10 +277,11 @@ pub fn bias_act(
             what: format!("{} elements are not rows of {}", y.len(), bias.len()),
         });
     }
-    dev.launch(&BIAS_ACT, y.len(), (y, bias, bias.len() as u64, u32::from(relu)))
+    generated::bias_act::launch(dev, y.len(), bias.len(), relu, y, bias)
 }
 
-/// Every kernel of this crate, e.g. to compile them all ahead of a timed run.
+/// Every hand-written kernel of this crate, e.g. to compile them all ahead of a timed run
+/// (the generated ones: [`generated::all`]).
 pub fn all() -> [&'static Kernel; 9] {
     [
         &FILL_F32,

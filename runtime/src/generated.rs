@@ -10,9 +10,10 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::error::{Error, Result};
-use crate::kernel::HostLaunch;
-use crate::mapping::DeviceSlice;
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::{HostLaunch, Kernel};
+use crate::mapping::{Device, DeviceSlice, KernelArgs, KernelArgument};
+use crate::runtime::LaunchArg;
 
 /// Element types of generated kernels' slices: loaded and stored as relaxed atomics.
 ///
@@ -172,6 +173,68 @@ pub fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
     (0..n).into_par_iter().for_each(f);
 }
 
+/// Items one task of [`par_reduce`] folds in order: bounds how many values a float partial
+/// sums in sequence (its error grows with that count), the rest is a tree.
+pub const REDUCE_CHUNK: usize = 4096;
+
+/// Folds `body(acc, t)` over every `t < n` on the current `rayon` pool, each task from
+/// `identity` over at most [`REDUCE_CHUNK`] items, and combines the tasks' partials.
+pub fn par_reduce<A: Copy + Send + Sync>(
+    n: usize,
+    identity: A,
+    body: impl Fn(A, usize) -> A + Sync + Send,
+    combine: impl Fn(A, A) -> A + Sync + Send,
+) -> A {
+    use rayon::prelude::*;
+    (0..n).into_par_iter().with_max_len(REDUCE_CHUNK).fold(|| identity, &body).reduce(|| identity, &combine)
+}
+
+/// Types a reduction may have, with each operator's identity and combination as the GPU
+/// code has them: integer sums wrap (as atomic adds do), float `min`/`max` ignore NaN (as
+/// `fmin`/`fmax` and Rust's `f32::min` do).
+pub trait Reducible: Copy + Send + Sync {
+    /// The identity of `+`.
+    const ZERO: Self;
+    /// The identity of `min`: the largest value (`+inf` for floats).
+    const MIN_IDENTITY: Self;
+    /// The identity of `max`: the smallest value (`-inf` for floats).
+    const MAX_IDENTITY: Self;
+    /// `a + b`.
+    fn add(a: Self, b: Self) -> Self;
+    /// The smaller.
+    fn min(a: Self, b: Self) -> Self;
+    /// The larger.
+    fn max(a: Self, b: Self) -> Self;
+}
+
+macro_rules! reducible_int {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            const ZERO: Self = 0;
+            const MIN_IDENTITY: Self = <$t>::MAX;
+            const MAX_IDENTITY: Self = <$t>::MIN;
+            fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
+            fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
+        }
+    )*};
+}
+reducible_int!(i32, u32, i64, u64);
+
+macro_rules! reducible_float {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            const ZERO: Self = 0.0;
+            const MIN_IDENTITY: Self = <$t>::INFINITY;
+            const MAX_IDENTITY: Self = <$t>::NEG_INFINITY;
+            fn add(a: Self, b: Self) -> Self { a + b }
+            fn min(a: Self, b: Self) -> Self { a.min(b) }
+            fn max(a: Self, b: Self) -> Self { a.max(b) }
+        }
+    )*};
+}
+reducible_float!(f32, f64);
+
 /// An error unless `view`, given for the `&mut` argument `name` (position `index` after
 /// the indices) of `kernel`, is writable.
 pub fn check_writable<T>(
@@ -191,6 +254,107 @@ pub fn check_writable<T>(
              borrow (map it with map::from or map::tofrom, or use a HostBuffer's view)",
             std::any::type_name::<T>(),
             view.host_range()
+        ),
+    })
+}
+
+/// An error unless `view`, given for reduction variable `name` (position `index`) of
+/// `kernel`, is writable and holds the element the reduction combines into.
+pub fn check_reduction<T>(
+    kernel: &'static str,
+    index: usize,
+    name: &str,
+    op: &str,
+    view: &DeviceSlice<'_, T>,
+) -> Result<()> {
+    if !view.is_writable() || view.is_empty() {
+        return Err(Error::KernelArgument {
+            kernel,
+            index,
+            what: format!(
+                "`{name}` is a `{op}` reduction variable: it takes a writable view of at least one {} (the \
+                 result is combined into element 0), got {} view {} of {} elements",
+                std::any::type_name::<T>(),
+                if view.is_writable() { "a writable" } else { "a shared" },
+                view.host_range(),
+                view.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// An error if a view that kernel `kernel` writes overlaps another of its views: a launch's
+/// views are distinct memory (the generated code may assume so, as C's `restrict`).
+pub fn check_disjoint(kernel: &'static str, views: &[(&str, HostRange, bool)]) -> Result<()> {
+    for (i, (a, ra, wa)) in views.iter().enumerate() {
+        for (b, rb, wb) in &views[i + 1..] {
+            let overlap = ra.bytes > 0 && rb.bytes > 0 && ra.begin < rb.end() && rb.begin < ra.end();
+            if overlap && (*wa || *wb) {
+                let written = if *wa { a } else { b };
+                return Err(Error::KernelArgument {
+                    kernel,
+                    index: i,
+                    what: format!(
+                        "the views `{a}` ({ra}) and `{b}` ({rb}) overlap and the kernel writes `{written}`: \
+                         iterations could read elements another writes"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Words of a checked launch's report: set, argument, index, length, two scratch words
+/// that out-of-range accesses are redirected to.
+const REPORT_WORDS: usize = 6;
+
+/// A launch's arguments followed by the address of a checked launch's report.
+struct WithReport<'a, A>(A, DeviceSlice<'a, u64>);
+
+impl<A: KernelArgs> KernelArgs for WithReport<'_, A> {
+    fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>> {
+        let mut v = self.0.launch_args(device, kernel)?;
+        let at = v.len();
+        v.push(self.1.launch_arg(device, at, kernel)?);
+        Ok(v)
+    }
+    fn shared_views(&self) -> Vec<(usize, HostRange)> {
+        self.0.shared_views()
+    }
+    fn view_extents(&self) -> Vec<Option<usize>> {
+        let mut v = self.0.view_extents();
+        if !v.is_empty() {
+            v.push(Some(REPORT_WORDS * 8));
+        }
+        v
+    }
+}
+
+/// Launches the checked variant `kernel` (see `NAME::KERNEL_CHECKED`) of a generated
+/// kernel and turns the report of an access out of range into [`Error::KernelFailed`];
+/// `params` names the kernel's arguments by position.
+pub fn launch_checked<A: KernelArgs>(
+    device: &Device<'_>,
+    kernel: &'static Kernel,
+    n: usize,
+    args: A,
+    params: &[&str],
+) -> Result<()> {
+    let mut report = [0u64; REPORT_WORDS];
+    device.data(crate::map::tofrom(&mut report[..]), |r| device.launch(kernel, n, WithReport(args, r)))?;
+    if report[0] == 0 {
+        return Ok(());
+    }
+    let name = usize::try_from(report[1]).ok().and_then(|k| params.get(k)).copied().unwrap_or("?");
+    Err(Error::KernelFailed {
+        device: device.number(),
+        kernel: kernel.name(),
+        message: format!(
+            "argument `{name}`: index {} is out of range for a view of {} elements (a checked launch: the \
+             access was not made; the first of possibly several)",
+            report[2], report[3]
         ),
     })
 }

@@ -35,20 +35,24 @@ pub const DEFAULT_BLOCK: u32 = 256;
 /// A kernel that can run on every backend it has an implementation for.
 ///
 /// GPU backends append the work-item count `n` (as `unsigned long long`) as the last
-/// argument of the CUDA C function, and launch `ceil(n / block)` blocks of `block` threads.
+/// argument of the CUDA C function, and launch `ceil(n / block)` blocks of `block` threads
+/// (at most one full wave of the device for a [grid-stride](Kernel::with_grid_stride)
+/// kernel).
 #[derive(Clone, Copy)]
 pub struct Kernel {
     name: &'static str,
+    symbol: &'static str,
     cuda: Option<&'static str>,
     host: Option<HostKernelFn>,
     block: u32,
+    grid_stride: bool,
 }
 
 impl Kernel {
     /// A kernel named `name` with no implementations yet. For CUDA the name is the
     /// `extern "C" __global__` function's name.
     pub const fn new(name: &'static str) -> Self {
-        Self { name, cuda: None, host: None, block: DEFAULT_BLOCK }
+        Self { name, symbol: name, cuda: None, host: None, block: DEFAULT_BLOCK, grid_stride: false }
     }
 
     /// A kernel from CUDA C source text known only at run time (read from a file, built
@@ -86,6 +90,23 @@ impl Kernel {
         self
     }
 
+    /// Names the `extern "C"` function of the CUDA source when it differs from the
+    /// kernel's name (two variants of one kernel, e.g. a bounds-checked one, share the
+    /// name that errors and traces show).
+    pub const fn with_symbol(mut self, symbol: &'static str) -> Self {
+        self.symbol = symbol;
+        self
+    }
+
+    /// Says that the CUDA function loops over its work items with a grid stride
+    /// (`for (t = global id; t < n; t += gridDim.x * blockDim.x)`), so GPU backends launch
+    /// at most as many blocks as the device holds at once (one full wave) and each thread
+    /// amortizes its setup, and a reduction its one atomic per block, over many items.
+    pub const fn with_grid_stride(mut self) -> Self {
+        self.grid_stride = true;
+        self
+    }
+
     /// The kernel's name.
     pub const fn name(&self) -> &'static str {
         self.name
@@ -105,6 +126,16 @@ impl Kernel {
     pub const fn block(&self) -> u32 {
         self.block
     }
+
+    /// The CUDA function's name: [`Kernel::name`] unless [`Kernel::with_symbol`] said otherwise.
+    pub const fn symbol(&self) -> &'static str {
+        self.symbol
+    }
+
+    /// Whether the CUDA function loops with a grid stride (see [`Kernel::with_grid_stride`]).
+    pub const fn is_grid_stride(&self) -> bool {
+        self.grid_stride
+    }
 }
 
 impl fmt::Debug for Kernel {
@@ -113,7 +144,9 @@ impl fmt::Debug for Kernel {
             .field("name", &self.name)
             .field("cuda", &self.cuda.is_some())
             .field("host", &self.host.is_some())
+            .field("symbol", &self.symbol)
             .field("block", &self.block)
+            .field("grid_stride", &self.grid_stride)
             .finish()
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use syn::ext::IdentExt;
 use syn::{BinOp, Block, Expr, Ident, Lit, Pat, RangeLimits, Stmt, UnOp};
 
-use crate::types::{err, scalar_type, DeviceFnDecl, KernelSig, Param, ParamKind, Ty};
+use crate::types::{err, scalar_type, DeviceFnDecl, KernelSig, Param, ParamKind, RedOp, Ty};
 
 /// Names a kernel's C code must not give a Rust variable: C++ keywords, CUDA builtins, the
 /// math functions the translation calls, and the prefix of the generated names.
@@ -105,14 +105,99 @@ const RESERVED: &[&str] = &[
     "NULL",
     "offload_min",
     "offload_max",
+    "offload_at",
+    "offload_op_add",
+    "offload_op_min",
+    "offload_op_max",
+    "offload_atomic",
+    "offload_reduce",
     "OFFLOAD_GENERATED_PRELUDE",
 ];
 
-/// Helpers of generated code, defined once however many generated sources are joined.
-const PRELUDE: &str = "#ifndef OFFLOAD_GENERATED_PRELUDE\n#define OFFLOAD_GENERATED_PRELUDE\n\
-template <typename T> __device__ __forceinline__ T offload_min(T a, T b) { return b < a ? b : a; }\n\
-template <typename T> __device__ __forceinline__ T offload_max(T a, T b) { return a < b ? b : a; }\n\
-#endif\n";
+/// Helpers of generated code, defined once however many generated sources are joined:
+/// integer min/max, the checked element access, and the reductions (warp shuffles, one
+/// partial per warp in shared memory, one atomic per block; floats' min/max by CAS, with
+/// `fmin`/`fmax`'s NaN rule, which is Rust's).
+const PRELUDE: &str = r#"#ifndef OFFLOAD_GENERATED_PRELUDE
+#define OFFLOAD_GENERATED_PRELUDE
+template <typename T> __device__ __forceinline__ T offload_min(T a, T b) { return b < a ? b : a; }
+template <typename T> __device__ __forceinline__ T offload_max(T a, T b) { return a < b ? b : a; }
+// Element i of a view of len elements, or (out of range) a scratch word of the error
+// report, whose first word records the first violation: 1, argument, index, length.
+template <typename T> __device__ __forceinline__ T* offload_at(T* p, unsigned long long i,
+        unsigned long long len, unsigned int arg, unsigned long long* err) {
+    if (i < len) return p + i;
+    if (atomicCAS(err, 0ull, 1ull) == 0ull) { err[1] = arg; err[2] = i; err[3] = len; }
+    return (T*)(err + 4);
+}
+struct offload_op_add {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct offload_op_min {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
+    __device__ __forceinline__ double operator()(double a, double b) const { return fmin(a, b); }
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct offload_op_max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+    __device__ __forceinline__ double operator()(double a, double b) const { return fmax(a, b); }
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a < b ? b : a; }
+};
+__device__ __forceinline__ void offload_atomic(offload_op_add, float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void offload_atomic(offload_op_add, double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void offload_atomic(offload_op_add, int* p, int v) { atomicAdd(p, v); }
+__device__ __forceinline__ void offload_atomic(offload_op_add, unsigned int* p, unsigned int v) { atomicAdd(p, v); }
+__device__ __forceinline__ void offload_atomic(offload_op_add, unsigned long long* p, unsigned long long v) { atomicAdd(p, v); }
+__device__ __forceinline__ void offload_atomic(offload_op_add, long long* p, long long v) {
+    atomicAdd((unsigned long long*)p, (unsigned long long)v);
+}
+#define OFFLOAD_INT_MINMAX(T) \
+    __device__ __forceinline__ void offload_atomic(offload_op_min, T* p, T v) { atomicMin(p, v); } \
+    __device__ __forceinline__ void offload_atomic(offload_op_max, T* p, T v) { atomicMax(p, v); }
+OFFLOAD_INT_MINMAX(int)
+OFFLOAD_INT_MINMAX(unsigned int)
+OFFLOAD_INT_MINMAX(long long)
+OFFLOAD_INT_MINMAX(unsigned long long)
+template <typename Op> __device__ __forceinline__ void offload_atomic(Op op, float* p, float v) {
+    unsigned int* u = (unsigned int*)p;
+    unsigned int old = *u;
+    while (true) {
+        const unsigned int next = __float_as_uint(op(__uint_as_float(old), v));
+        if (next == old) return;
+        const unsigned int seen = atomicCAS(u, old, next);
+        if (seen == old) return;
+        old = seen;
+    }
+}
+template <typename Op> __device__ __forceinline__ void offload_atomic(Op op, double* p, double v) {
+    unsigned long long* u = (unsigned long long*)p;
+    unsigned long long old = *u;
+    while (true) {
+        const unsigned long long next = (unsigned long long)__double_as_longlong(op(__longlong_as_double((long long)old), v));
+        if (next == old) return;
+        const unsigned long long seen = atomicCAS(u, old, next);
+        if (seen == old) return;
+        old = seen;
+    }
+}
+// Combines every thread's v into *out: a shuffle tree per warp, the warps' partials in
+// shared memory, a shuffle tree over them, one atomic per block. Every thread of the block
+// calls it; blocks are whole warps (the launch's 256 threads).
+template <typename T, typename Op> __device__ __forceinline__ void offload_reduce(T v, T identity, T* out, Op op) {
+    __shared__ T partials[32];
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    __syncthreads();  // an earlier reduction of this type may still be reading the partials
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < ((blockDim.x + 31u) >> 5) ? partials[lane] : identity;
+        for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+        if (lane == 0) offload_atomic(op, out, v);
+    }
+}
+#endif
+"#;
 
 /// Whether `name` may not name a generated C function.
 pub fn is_reserved(name: &str) -> bool {
@@ -144,7 +229,16 @@ impl ETy {
 #[derive(Clone, Debug)]
 enum VarKind {
     Scalar(Ty),
-    Slice(Ty, bool),
+    /// A slice argument: element type, writable, its position among the arguments and the
+    /// C name of its length.
+    Slice {
+        elem: Ty,
+        mutable: bool,
+        arg: usize,
+        len: String,
+    },
+    /// A reduction variable: its type and operator (its C name is the thread's partial).
+    Reduction(Ty, RedOp),
 }
 
 #[derive(Clone, Debug)]
@@ -171,6 +265,8 @@ struct Translator<'a> {
     out: String,
     depth: usize,
     returns: bool,
+    /// Element accesses go through `offload_at` (a checked launch).
+    checked: bool,
 }
 
 fn name_of(id: &Ident) -> String {
@@ -187,6 +283,7 @@ impl<'a> Translator<'a> {
             out: String::new(),
             depth: 1,
             returns: false,
+            checked: false,
         }
     }
 
@@ -569,7 +666,7 @@ impl<'a> Translator<'a> {
             Expr::Index(ix) => {
                 let (c, t) = self.index(ix)?;
                 match self.path_var(&ix.expr) {
-                    Some(Var { kind: VarKind::Slice(_, true), .. }) => Ok((c, t)),
+                    Some(Var { kind: VarKind::Slice { mutable: true, .. }, .. }) => Ok((c, t)),
                     _ => err(&ix.expr, "only elements of `&mut` slices can be assigned"),
                 }
             }
@@ -579,8 +676,8 @@ impl<'a> Translator<'a> {
     }
 
     fn index(&mut self, ix: &syn::ExprIndex) -> syn::Result<(String, Ty)> {
-        let (c, elem) = match self.path_var(&ix.expr) {
-            Some(Var { c, kind: VarKind::Slice(t, _), .. }) => (c, t),
+        let (c, elem, arg, len) = match self.path_var(&ix.expr) {
+            Some(Var { c, kind: VarKind::Slice { elem, arg, len, .. }, .. }) => (c, elem, arg, len),
             Some(_) => return err(&ix.expr, "indexing is in the kernel subset for slice parameters only"),
             None => {
                 return err(
@@ -593,6 +690,9 @@ impl<'a> Translator<'a> {
             return err(r, "sub-slices are not in the kernel subset: index one element");
         }
         let (i, _) = self.value(&ix.index, Ty::Usize)?;
+        if self.checked {
+            return Ok((format!("(*offload_at({c}, {i}, {len}, {arg}u, __offload_err))"), elem));
+        }
         Ok((format!("{c}[{i}]"), elem))
     }
 
@@ -601,7 +701,8 @@ impl<'a> Translator<'a> {
             Expr::Lit(l) => self.lit(&l.lit, want),
             Expr::Path(p) => match self.path_var(e) {
                 Some(Var { c, kind: VarKind::Scalar(t), .. }) => Ok((c, ETy::T(t))),
-                Some(_) => err(e, "a slice is in the kernel subset only indexed (`x[i]`)"),
+                Some(Var { kind: VarKind::Reduction(_, op), .. }) => reduction_misuse(e, op),
+                Some(_) => err(e, "a slice is in the kernel subset only indexed (`x[i]`) or as `x.len()`"),
                 None if p.path.get_ident().is_some() => {
                     err(e, "references to items outside the kernel are not in the kernel subset: use parameters, locals and constants declared in the body")
                 }
@@ -622,10 +723,17 @@ impl<'a> Translator<'a> {
                     let op = if t == ETy::T(Ty::Bool) { "!" } else { "~" };
                     Ok((format!("({op}{c})"), t))
                 }
-                _ => err(u, "dereferencing is not in the kernel subset"),
+                UnOp::Deref(_) => match self.path_var(&u.expr) {
+                    Some(Var { kind: VarKind::Reduction(_, op), .. }) => reduction_misuse(e, op),
+                    _ => err(u, "dereferencing is in the kernel subset only for reduction variables (`*sum += v`)"),
+                },
+                _ => err(u, "this operator is not in the kernel subset"),
             },
             Expr::Binary(b) => self.binary(b, want),
             Expr::Assign(a) => {
+                if let Some((c, t, op)) = self.reduction_var(&a.left) {
+                    return self.min_max_update(a, &c, t, op);
+                }
                 let (p, t) = self.place(&a.left)?;
                 let (v, _) = self.value(&a.right, t)?;
                 Ok((format!("{p} = {v}"), ETy::Unit))
@@ -702,6 +810,13 @@ impl<'a> Translator<'a> {
         match b.op {
             AddAssign(_) | SubAssign(_) | MulAssign(_) | DivAssign(_) | RemAssign(_) | BitAndAssign(_)
             | BitOrAssign(_) | BitXorAssign(_) | ShlAssign(_) | ShrAssign(_) => {
+                if let Some((c, t, op)) = self.reduction_var(&b.left) {
+                    if !(op == RedOp::Add && matches!(b.op, AddAssign(_))) {
+                        return reduction_misuse(b, op);
+                    }
+                    let (v, _) = self.value(&b.right, t)?;
+                    return Ok((format!("{c} += {v}"), ETy::Unit));
+                }
                 let (p, t) = self.place(&b.left)?;
                 let shift = matches!(b.op, ShlAssign(_) | ShrAssign(_));
                 let (v, _) = if shift { self.expr(&b.right, None)? } else { self.value(&b.right, t)? };
@@ -743,6 +858,12 @@ impl<'a> Translator<'a> {
             return err(t, "turbofish is not in the kernel subset");
         }
         let name = m.method.to_string();
+        if let Some(Var { kind: VarKind::Slice { len, .. }, .. }) = self.path_var(&m.receiver) {
+            if name == "len" && m.args.is_empty() {
+                return Ok((len, ETy::T(Ty::Usize)));
+            }
+            return err(&m.method, "the only method of a slice in the kernel subset is `len()`");
+        }
         let (recv, rt) = self.expr(&m.receiver, want)?;
         let t = match rt {
             ETy::T(t) => t,
@@ -804,6 +925,50 @@ impl<'a> Translator<'a> {
         err(&m.method, format!("`{name}` on bool is not in the kernel subset"))
     }
 
+    /// `(partial's C name, type, operator)` when `e` is `*r` with `r` a reduction variable.
+    fn reduction_var(&self, e: &Expr) -> Option<(String, Ty, RedOp)> {
+        let Expr::Unary(syn::ExprUnary { op: UnOp::Deref(_), expr, .. }) = e else { return None };
+        match self.path_var(expr)? {
+            Var { c, kind: VarKind::Reduction(t, op), .. } => Some((c, t, op)),
+            _ => None,
+        }
+    }
+
+    /// `*r = r.min(v)` (or `(*r).min(v)`; `max` alike) for a `min`/`max` reduction `r`.
+    fn min_max_update(
+        &mut self,
+        a: &syn::ExprAssign,
+        c: &str,
+        t: Ty,
+        op: RedOp,
+    ) -> syn::Result<(String, ETy)> {
+        let method = match op {
+            RedOp::Min => "min",
+            RedOp::Max => "max",
+            RedOp::Add => return reduction_misuse(a, op),
+        };
+        let mut right = &*a.right;
+        while let Expr::Paren(p) = right {
+            right = &p.expr;
+        }
+        let Expr::MethodCall(m) = right else { return reduction_misuse(a, op) };
+        let mut recv = &*m.receiver;
+        while let Expr::Paren(p) = recv {
+            recv = &p.expr;
+        }
+        let same = match recv {
+            Expr::Unary(syn::ExprUnary { op: UnOp::Deref(_), expr, .. }) => expr,
+            other => other,
+        };
+        let is_r =
+            matches!(self.path_var(same), Some(Var { c: rc, kind: VarKind::Reduction(..), .. }) if rc == c);
+        if m.method != method || m.args.len() != 1 || !is_r {
+            return reduction_misuse(a, op);
+        }
+        let (v, _) = self.value(&m.args[0], t)?;
+        Ok((format!("{c} = {}({c}, {v})", op.c_functor()), ETy::Unit))
+    }
+
     fn call(&mut self, c: &syn::ExprCall) -> syn::Result<(String, ETy)> {
         let Expr::Path(p) = &*c.func else {
             return err(
@@ -837,85 +1002,180 @@ impl<'a> Translator<'a> {
     }
 }
 
+/// The error for any use of a reduction variable but its update.
+fn reduction_misuse<T>(at: impl quote::ToTokens, op: RedOp) -> syn::Result<T> {
+    match op {
+        RedOp::Add => err(
+            at,
+            "a `+` reduction variable is only added to, as `*sum += value;` (each thread adds to its own \
+             partial; the partials are combined after the loop)",
+        ),
+        RedOp::Min | RedOp::Max => {
+            let m = op.text();
+            err(
+                at,
+                format!(
+                    "a `{m}` reduction variable is only updated as `*r = (*r).{m}(value);` (each thread keeps its \
+                     own partial; the partials are combined after the loop)"
+                ),
+            )
+        }
+    }
+}
+
 /// Declares `params` in `t` and gives their C parameter declarations, with the C lines
-/// that turn a `bool` parameter (passed as `unsigned int`) into a `bool`.
+/// that begin the body: a `bool` parameter (passed as `unsigned int`) made a `bool`, a
+/// reduction's partial set to its identity.
 fn declare_params(t: &mut Translator<'_>, params: &[Param], kernel: bool) -> (Vec<String>, Vec<String>) {
     let mut decls = Vec::new();
-    let mut bools = Vec::new();
-    for p in params {
+    let mut lines = Vec::new();
+    for (arg, p) in params.iter().enumerate() {
         match p.kind {
             ParamKind::Scalar(Ty::Bool) if kernel => {
                 let c = t.declare(&p.text(), VarKind::Scalar(Ty::Bool), false);
                 decls.push(format!("unsigned int __offload_b_{c}"));
-                bools.push(format!("const bool {c} = __offload_b_{c} != 0u;"));
+                lines.push(format!("const bool {c} = __offload_b_{c} != 0u;"));
             }
             ParamKind::Scalar(ty) => {
                 let c = t.declare(&p.text(), VarKind::Scalar(ty), false);
                 decls.push(format!("{} {c}", ty.c()));
             }
             ParamKind::Slice { elem, mutable } => {
-                let c = t.declare(&p.text(), VarKind::Slice(elem, mutable), false);
+                let c = t.fresh(&p.text());
+                let len = format!("__offload_len_{c}");
+                let kind = VarKind::Slice { elem, mutable, arg, len };
+                t.scopes
+                    .last_mut()
+                    .expect("a scope")
+                    .insert(p.text(), Var { c: c.clone(), kind, mutable: false });
                 let konst = if mutable { "" } else { "const " };
-                decls.push(format!("{konst}{}* {c}", elem.c()));
+                decls.push(format!("{konst}{}* __restrict__ {c}", elem.c()));
+            }
+            ParamKind::Reduction { ty, op } => {
+                let c = t.declare(&p.text(), VarKind::Reduction(ty, op), false);
+                decls.push(format!("{}* __restrict__ __offload_red_{c}", ty.c()));
+                lines.push(format!("{} {c} = {};", ty.c(), op.c_identity(ty)));
             }
         }
     }
-    (decls, bools)
+    (decls, lines)
 }
 
-/// The CUDA C source of kernel `sig` with body `body`, `extern "C"` under the kernel's
-/// name. Its parameters: the start of each index, the length of each inner index, the
-/// arguments, the length of each slice argument, then the runtime's work-item count.
-pub fn kernel_source(sig: &KernelSig, body: &Block, device_fns: &[DeviceFnDecl]) -> syn::Result<String> {
+/// The C name of the kernel function: the kernel's name, with a suffix for the checked
+/// variant.
+pub fn symbol(sig: &KernelSig, checked: bool) -> String {
+    let name = sig.name.unraw().to_string();
+    if checked {
+        format!("{name}__offload_checked")
+    } else {
+        name
+    }
+}
+
+/// The CUDA C source of kernel `sig` with body `body`, `extern "C"` under
+/// [`symbol`]. Its parameters: the start of each index, the length of each inner index,
+/// the arguments (a reduction variable as a pointer to its one-element view), the length
+/// of each view argument, in the checked variant the error report's address, then the
+/// runtime's work-item count.
+///
+/// The work items are walked with a grid stride (the launch is at most one wave of
+/// blocks); a thread divides its first item into indices once and then steps them by
+/// the stride with carries, so no division is made per item.
+pub fn kernel_source(
+    sig: &KernelSig,
+    body: &Block,
+    device_fns: &[DeviceFnDecl],
+    checked: bool,
+) -> syn::Result<String> {
     let mut t = Translator::new(device_fns, Mode::Kernel);
+    t.checked = checked;
     for d in device_fns {
         t.used.insert(d.name());
     }
     let d = sig.indices.len();
     let mut decls: Vec<String> = (0..d).map(|k| format!("unsigned long long __offload_s{k}")).collect();
     decls.extend((1..d).map(|k| format!("unsigned long long __offload_l{k}")));
-    let (args, bools) = declare_params(&mut t, &sig.params, true);
+    let (args, lines) = declare_params(&mut t, &sig.params, true);
     decls.extend(args);
+    let mut reductions = Vec::new();
     for p in &sig.params {
-        if let ParamKind::Slice { .. } = p.kind {
-            let c = t.lookup(&p.text()).map(|v| v.c.clone()).unwrap_or_default();
-            decls.push(format!("unsigned long long __offload_len_{c}"));
+        match t.lookup(&p.text()).cloned() {
+            Some(Var { kind: VarKind::Slice { len, .. }, .. }) => {
+                decls.push(format!("unsigned long long {len}"))
+            }
+            Some(Var { c, kind: VarKind::Reduction(ty, op), .. }) => {
+                decls.push(format!("unsigned long long __offload_len_{c}"));
+                reductions.push((c, ty, op));
+            }
+            _ => {}
         }
+    }
+    if checked {
+        decls.push("unsigned long long* __restrict__ __offload_err".to_string());
     }
     decls.push("unsigned long long __offload_n".to_string());
     // The index variables, in an inner scope.
     t.scopes.push(HashMap::new());
     let idx: Vec<String> =
         sig.indices.iter().map(|i| t.declare(&name_of(i), VarKind::Scalar(Ty::Usize), false)).collect();
-    let decode: Vec<String> = match d {
-        1 => vec![format!("const unsigned long long {} = __offload_s0 + __offload_t;", idx[0])],
-        2 => vec![
-            format!("const unsigned long long {} = __offload_s0 + __offload_t / __offload_l1;", idx[0]),
-            format!("const unsigned long long {} = __offload_s1 + __offload_t % __offload_l1;", idx[1]),
-        ],
-        _ => vec![
-            format!(
-                "const unsigned long long {} = __offload_s0 + __offload_t / (__offload_l1 * __offload_l2);",
-                idx[0]
-            ),
-            format!(
-                "const unsigned long long {} = __offload_s1 + (__offload_t / __offload_l2) % __offload_l1;",
-                idx[1]
-            ),
-            format!("const unsigned long long {} = __offload_s2 + __offload_t % __offload_l2;", idx[2]),
-        ],
+    const ULL: &str = "unsigned long long";
+    // Before the loop: the first item's indices and the stride's; per item: the indices;
+    // after each item: the step.
+    let (setup, decode, step): (Vec<String>, Vec<String>, Vec<String>) = match d {
+        1 => (vec![], vec![format!("const {ULL} {} = __offload_s0 + __offload_t;", idx[0])], vec![]),
+        2 => (
+            vec![
+                format!("{ULL} __offload_q0 = __offload_t / __offload_l1, __offload_r1 = __offload_t % __offload_l1;"),
+                format!("const {ULL} __offload_d0 = __offload_stride / __offload_l1, __offload_d1 = __offload_stride % __offload_l1;"),
+            ],
+            vec![
+                format!("const {ULL} {} = __offload_s0 + __offload_q0;", idx[0]),
+                format!("const {ULL} {} = __offload_s1 + __offload_r1;", idx[1]),
+            ],
+            vec![
+                "__offload_q0 += __offload_d0;".into(),
+                "__offload_r1 += __offload_d1;".into(),
+                "if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }".into(),
+            ],
+        ),
+        _ => (
+            vec![
+                format!("const {ULL} __offload_l12 = __offload_l1 * __offload_l2;"),
+                format!("{ULL} __offload_q0 = __offload_t / __offload_l12, __offload_r1 = (__offload_t / __offload_l2) % __offload_l1, __offload_r2 = __offload_t % __offload_l2;"),
+                format!("const {ULL} __offload_d0 = __offload_stride / __offload_l12, __offload_d1 = (__offload_stride / __offload_l2) % __offload_l1, __offload_d2 = __offload_stride % __offload_l2;"),
+            ],
+            vec![
+                format!("const {ULL} {} = __offload_s0 + __offload_q0;", idx[0]),
+                format!("const {ULL} {} = __offload_s1 + __offload_r1;", idx[1]),
+                format!("const {ULL} {} = __offload_s2 + __offload_r2;", idx[2]),
+            ],
+            vec![
+                "__offload_q0 += __offload_d0;".into(),
+                "__offload_r1 += __offload_d1;".into(),
+                "__offload_r2 += __offload_d2;".into(),
+                "if (__offload_r2 >= __offload_l2) { __offload_r2 -= __offload_l2; ++__offload_r1; }".into(),
+                "if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }".into(),
+            ],
+        ),
     };
     t.depth = 3;
     t.stmts(&body.stmts, false)?;
     let mut s = String::from(PRELUDE);
-    let _ = writeln!(s, "extern \"C\" __global__ void {}({}) {{", sig.name.unraw(), decls.join(", "));
-    for b in bools {
-        let _ = writeln!(s, "    {b}");
-    }
-    s.push_str(
-        "    for (unsigned long long __offload_t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n         \
-         __offload_t < __offload_n; __offload_t += (unsigned long long)gridDim.x * blockDim.x) {\n        {\n",
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({}) {{",
+        symbol(sig, checked),
+        decls.join(", ")
     );
+    for l in lines {
+        let _ = writeln!(s, "    {l}");
+    }
+    let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
+    let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");
+    for l in setup {
+        let _ = writeln!(s, "    {l}");
+    }
+    s.push_str("    for (; __offload_t < __offload_n; __offload_t += __offload_stride) {\n        {\n");
     for line in decode {
         let _ = writeln!(s, "            {line}");
     }
@@ -924,9 +1184,25 @@ pub fn kernel_source(sig: &KernelSig, body: &Block, device_fns: &[DeviceFnDecl])
     if t.returns {
         s.push_str("        __offload_next:;\n");
     }
-    s.push_str("    }\n}\n");
+    for l in step {
+        let _ = writeln!(s, "        {l}");
+    }
+    s.push_str("    }\n");
+    for (c, ty, op) in reductions {
+        let _ = writeln!(
+            s,
+            "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
+            ty.c(),
+            op.c_identity(ty),
+            op.c_functor()
+        );
+    }
+    s.push_str("}\n");
     Ok(s)
 }
+
+/// Threads per block of generated kernels (whole warps, as the reductions need).
+pub const BLOCK: u32 = 256;
 
 /// The CUDA C source of `#[offload::device]` function `f`: a `__device__` function of the
 /// same name.

@@ -6,7 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::{ItemFn, LitStr};
 
-use crate::types::{device_sig, kernel_sig, DeviceFnDecl, KernelOptions, ParamKind, Ty};
+use crate::types::{device_sig, kernel_sig, DeviceFnDecl, KernelOptions, ParamKind, RedOp, Ty};
 
 /// The hidden constant holding device function `name`'s CUDA C source.
 pub fn device_source_const(name: &syn::Ident) -> syn::Ident {
@@ -71,7 +71,7 @@ pub fn device(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
 pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let opts: KernelOptions = syn::parse2(attr)?;
     let f: ItemFn = syn::parse2(item)?;
-    let sig = kernel_sig(&f, opts.dims)?;
+    let sig = kernel_sig(&f, opts.dims, &opts.reductions)?;
     if crate::cuda::is_reserved(&sig.name.to_string()) || sig.name.to_string().starts_with("__") {
         return Err(syn::Error::new_spanned(
             &sig.name,
@@ -87,7 +87,10 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             ));
         }
     }
-    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns)?;
+    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, false)?;
+    let cuda_checked = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, true)?;
+    let symbol_checked = crate::cuda::symbol(&sig, true);
+    let block = crate::cuda::BLOCK;
 
     let name = &sig.name;
     let name_str = name.to_string();
@@ -123,8 +126,24 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 len_pos += 1;
                 r
             }
+            ParamKind::Reduction { ty, .. } => {
+                let rt = ty.rust();
+                let target = format_ident!("__offload_red_{}", pn);
+                let r = quote!(let #target = ::offload::__private::SharedSlice::<#rt>::new(
+                    __offload_l, #name_str, #ps, #pos, #len_pos)?;);
+                len_pos += 1;
+                r
+            }
         });
     }
+    let reductions: Vec<(&syn::Ident, Ty, RedOp)> = sig
+        .params
+        .iter()
+        .filter_map(|p| match p.kind {
+            ParamKind::Reduction { ty, op } => Some((&p.name, ty, op)),
+            _ => None,
+        })
+        .collect();
     let idx = &sig.indices;
     let starts: Vec<_> = (0..dims).map(|k| format_ident!("__offload_s{}", k)).collect();
     let lens: Vec<_> = (1..dims).map(|k| format_ident!("__offload_l{}", k)).collect();
@@ -150,6 +169,60 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     };
     let body = crate::host::host_body(&f.block, &slices, &opts.device_fns);
     let stmts = &body.stmts;
+    let host_loop = if reductions.is_empty() {
+        quote! {
+            ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
+                #decode
+                #(#stmts)*
+            });
+        }
+    } else {
+        // Each rayon task folds its items into its own partials (the body sees them as
+        // its `&mut` arguments); the partials are then combined, and into the views.
+        let red = quote!(::offload::__private::Reducible);
+        let types: Vec<TokenStream> = reductions.iter().map(|(_, t, _)| t.rust()).collect();
+        let names: Vec<&syn::Ident> = reductions.iter().map(|(n, _, _)| *n).collect();
+        let targets: Vec<syn::Ident> = names.iter().map(|n| format_ident!("__offload_red_{}", n)).collect();
+        let ks: Vec<syn::Index> = (0..reductions.len()).map(syn::Index::from).collect();
+        let identity: Vec<TokenStream> = reductions
+            .iter()
+            .map(|(_, t, op)| {
+                let t = t.rust();
+                match op {
+                    RedOp::Add => quote!(<#t as #red>::ZERO),
+                    RedOp::Min => quote!(<#t as #red>::MIN_IDENTITY),
+                    RedOp::Max => quote!(<#t as #red>::MAX_IDENTITY),
+                }
+            })
+            .collect();
+        let combine: Vec<TokenStream> = reductions
+            .iter()
+            .map(|(_, _, op)| match op {
+                RedOp::Add => quote!(#red::add),
+                RedOp::Min => quote!(#red::min),
+                RedOp::Max => quote!(#red::max),
+            })
+            .collect();
+        quote! {
+            let __offload_total: (#(#types,)*) = ::offload::__private::par_reduce(
+                __offload_l.n(),
+                (#(#identity,)*),
+                |mut __offload_acc: (#(#types,)*), __offload_t: usize| {
+                    {
+                        #(let #names: &mut #types = &mut __offload_acc.#ks;)*
+                        let mut __offload_item = || {
+                            #decode
+                            #(#stmts)*
+                        };
+                        __offload_item();
+                    }
+                    __offload_acc
+                },
+                |__offload_a: (#(#types,)*), __offload_b: (#(#types,)*)| (#(#combine(__offload_a.#ks, __offload_b.#ks),)*),
+            );
+            #(#targets.set(0, #combine(#targets.get(0), __offload_total.#ks));)*
+        }
+    };
     let fn_checks = opts.device_fns.iter().map(|d| {
         let path = outer_path(&d.path);
         let params = &d.param_types;
@@ -169,8 +242,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                     let rt = t.rust();
                     quote!(#pn: #rt)
                 }
-                ParamKind::Slice { elem, .. } => {
-                    let rt = elem.rust();
+                ParamKind::Slice { elem: t, .. } | ParamKind::Reduction { ty: t, .. } => {
+                    let rt = t.rust();
                     quote!(#pn: ::offload::DeviceSlice<#lt, #rt>)
                 }
             }
@@ -183,6 +256,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     tuple_values.extend((1..dims).map(|k| quote!(__offload_g.lens()[#k] as u64)));
     let mut checks = Vec::new();
     let mut len_values = Vec::new();
+    // Every view with its name and whether the kernel writes it, for the overlap check.
+    let mut views = Vec::new();
     for (k, p) in sig.params.iter().enumerate() {
         let pn = &p.name;
         let ps = p.text();
@@ -207,9 +282,28 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 if mutable {
                     checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
                 }
+                views.push(quote!((#ps, #pn.host_range(), #mutable)));
+            }
+            ParamKind::Reduction { ty, op } => {
+                let rt = ty.rust();
+                let opt = op.text();
+                tuple_types.push(quote!(::offload::DeviceSlice<#lt, #rt>));
+                tuple_values.push(quote!(#pn));
+                len_values.push(quote!(#pn.len() as u64));
+                checks.push(quote!(::offload::__private::check_reduction(#name_str, #k, #ps, #opt, &#pn)?;));
+                views.push(quote!((#ps, #pn.host_range(), true)));
             }
         }
     }
+    if views.len() > 1 {
+        checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*])?;));
+    }
+    let checked = match opts.checked {
+        Some(true) => quote!(true),
+        Some(false) => quote!(false),
+        None => quote!(::core::cfg!(debug_assertions)),
+    };
+    let param_strs: Vec<String> = sig.params.iter().map(|p| p.text()).collect();
     tuple_types.extend(len_values.iter().map(|_| quote!(u64)));
     tuple_values.extend(len_values);
     if tuple_types.len() > 16 {
@@ -223,10 +317,14 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let doc = format!(
         "The generated launcher and kernel of `fn {name}` (`#[offload::kernel]`), over a {dims}-D \
          index space.\n\nArguments declared `&mut [T]` take a writable [`offload::DeviceSlice`] (one that comes \
-         from an exclusive borrow); a shared one is an `Error::KernelArgument`."
+         from an exclusive borrow); a shared one is an `Error::KernelArgument`. A reduction variable \
+         (`&mut T` listed in `reduction(..)`) takes a writable view of at least one element: the launch \
+         combines every iteration's contributions, and element 0's value, into element 0. Views the \
+         kernel writes may not overlap other views of the launch."
     );
     let cuda_lit = LitStr::new(&cuda, Span::call_site());
-    let parts = opts.device_fns.iter().map(device_source_path);
+    let cuda_checked_lit = LitStr::new(&cuda_checked, Span::call_site());
+    let parts: Vec<TokenStream> = opts.device_fns.iter().map(device_source_path).collect();
 
     Ok(quote! {
             #[allow(dead_code)]
@@ -242,21 +340,41 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                     #(let #starts: usize = ::offload::__private::index_arg(__offload_l, #start_pos)?;)*
                     #(let #lens: usize = ::offload::__private::index_arg(__offload_l, #len_read_pos)?;)*
                     #(#reads)*
-                    ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
-                        #decode
-                        #(#stmts)*
-                    });
+                    #host_loop
                     ::core::result::Result::Ok(())
                 }
 
                 const __OFFLOAD_PARTS: &[&str] = &[#(#parts,)* #cuda_lit];
                 const __OFFLOAD_LEN: usize = ::offload::__private::concat_len(__OFFLOAD_PARTS);
                 const __OFFLOAD_BYTES: [u8; __OFFLOAD_LEN] = ::offload::__private::concat::<__OFFLOAD_LEN>(__OFFLOAD_PARTS);
+                const __OFFLOAD_PARTS_CHECKED: &[&str] = &[#(#parts,)* #cuda_checked_lit];
+                const __OFFLOAD_LEN_CHECKED: usize = ::offload::__private::concat_len(__OFFLOAD_PARTS_CHECKED);
+                const __OFFLOAD_BYTES_CHECKED: [u8; __OFFLOAD_LEN_CHECKED] =
+                    ::offload::__private::concat::<__OFFLOAD_LEN_CHECKED>(__OFFLOAD_PARTS_CHECKED);
 
                 /// The kernel: its CUDA C source (with the device functions it calls) and its host twin.
                 pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
                     .with_cuda(::offload::__private::utf8(&__OFFLOAD_BYTES))
-                    .with_host(#host_fn);
+                    .with_host(#host_fn)
+                    .with_block(#block)
+                    .with_grid_stride();
+
+                /// The bounds-checked variant of [`KERNEL`]: on GPUs every element access is
+                /// checked against its view's length, and the first out of range is reported
+                /// (and not made) after the launch. Its last argument before `n` is the
+                /// address of a report of 6 `u64`. The host twin is checked either way.
+                pub static KERNEL_CHECKED: ::offload::Kernel = ::offload::Kernel::new(#name_str)
+                    .with_symbol(#symbol_checked)
+                    .with_cuda(::offload::__private::utf8(&__OFFLOAD_BYTES_CHECKED))
+                    .with_host(#host_fn)
+                    .with_block(#block)
+                    .with_grid_stride();
+
+                /// Whether [`launch`] runs [`KERNEL_CHECKED`]: the kernel's `checked` option, or
+                /// else whether the crate is built with debug assertions.
+                pub const CHECKED: bool = #checked;
+
+                const __OFFLOAD_PARAMS: &[&str] = &[#(#param_strs),*];
 
                 /// A launch's arguments in the kernel's order, made by [`args`] only (so the
                 /// bounds and lengths it carries are those of its views).
@@ -283,7 +401,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
 
                 /// The number of work items of `space` and the launch's arguments, for
                 /// `NowaitScope::launch(device, &KERNEL, n, args, after)`. Checks what
-                /// [`launch`] checks; `n` may be 0 (a launch of it does nothing).
+                /// [`launch`] checks before it runs; `n` may be 0 (a launch of it does nothing).
+                /// Such launches run [`KERNEL`], whose GPU accesses are not bounds-checked.
                 #[allow(clippy::too_many_arguments)]
                 pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
                     let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
@@ -292,14 +411,20 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 }
 
                 /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty
-                /// space launches nothing.
+                /// space launches nothing. When [`CHECKED`], a GPU launch checks every element
+                /// access and waits for the launch to report the first one out of range as
+                /// `Error::KernelFailed` (naming the argument, the index and the view's length).
                 #[allow(clippy::too_many_arguments)]
                 pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
                     let (n, a) = args(space, #(#param_names),*)?;
                     if n == 0 {
                         return ::core::result::Result::Ok(());
                     }
-                    device.launch(&KERNEL, n, a)
+                    if CHECKED {
+                        ::offload::__private::launch_checked(device, &KERNEL_CHECKED, n, a, __OFFLOAD_PARAMS)
+                    } else {
+                        device.launch(&KERNEL, n, a)
+                    }
                 }
             }
         })

@@ -6,10 +6,18 @@ use crate::cuda::kernel_source;
 use crate::types::{kernel_sig, KernelOptions};
 
 fn cuda(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> Result<String, String> {
+    source(attr, f, false)
+}
+
+fn source(
+    attr: proc_macro2::TokenStream,
+    f: proc_macro2::TokenStream,
+    checked: bool,
+) -> Result<String, String> {
     let opts: KernelOptions = syn::parse2(attr).map_err(|e| e.to_string())?;
     let f: syn::ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
-    let sig = kernel_sig(&f, opts.dims).map_err(|e| e.to_string())?;
-    kernel_source(&sig, &f.block, &opts.device_fns).map_err(|e| e.to_string())
+    let sig = kernel_sig(&f, opts.dims, &opts.reductions).map_err(|e| e.to_string())?;
+    kernel_source(&sig, &f.block, &opts.device_fns, checked).map_err(|e| e.to_string())
 }
 
 fn ok(f: proc_macro2::TokenStream) -> String {
@@ -28,8 +36,9 @@ fn saxpy_has_the_documented_signature() {
         }
     ));
     assert!(c.contains(
-        "extern \"C\" __global__ void saxpy(unsigned long long __offload_s0, float a, const float* x, float* y, \
-         unsigned long long __offload_len_x, unsigned long long __offload_len_y, unsigned long long __offload_n)"
+        "extern \"C\" __global__ void __launch_bounds__(256) saxpy(unsigned long long __offload_s0, float a, \
+         const float* __restrict__ x, float* __restrict__ y, unsigned long long __offload_len_x, \
+         unsigned long long __offload_len_y, unsigned long long __offload_n)"
     ), "{c}");
     assert!(c.contains("const unsigned long long i = __offload_s0 + __offload_t;"), "{c}");
     assert!(c.contains("y[i] = ((a * x[i]) + y[i]);"), "{c}");
@@ -49,14 +58,23 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     )
     .unwrap();
     assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
-    assert!(c.contains("j = __offload_s1 + __offload_t % __offload_l1;"), "{c}");
+    assert!(c.contains("j = __offload_s1 + __offload_r1;"), "{c}");
+    assert!(
+        c.contains("__offload_q0 = __offload_t / __offload_l1, __offload_r1 = __offload_t % __offload_l1;"),
+        "{c}"
+    );
+    assert!(
+        c.contains("if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }"),
+        "{c}"
+    );
     assert!(c.contains("u[((i * nx) + j)] = 0.0;"), "{c}");
     let c = ok(quote!(
         fn k(a: usize, b: usize, c: usize, u: &mut [u32]) {
             u[a + b + c] = 1;
         }
     ));
-    assert!(c.contains("b = __offload_s1 + (__offload_t / __offload_l2) % __offload_l1;"), "{c}");
+    assert!(c.contains("b = __offload_s1 + __offload_r1;"), "{c}");
+    assert!(c.contains("__offload_r1 = (__offload_t / __offload_l2) % __offload_l1"), "{c}");
     assert!(c.contains("= 1u;"), "literals take the type of their place: {c}");
 }
 
@@ -71,7 +89,7 @@ fn dims_lets_a_usize_argument_follow_the_index() {
         ),
     )
     .unwrap();
-    assert!(c.contains("unsigned long long m, unsigned long long* x"), "{c}");
+    assert!(c.contains("unsigned long long m, unsigned long long* __restrict__ x"), "{c}");
 }
 
 #[test]
@@ -278,4 +296,132 @@ fn device_functions_return_their_tail_and_take_scalars_only() {
     .unwrap();
     let e = crate::types::device_sig(&f).unwrap_err().to_string();
     assert!(e.contains("device functions: they take scalars"), "{e}");
+}
+
+#[test]
+fn reductions_keep_a_partial_per_thread_and_combine_once_per_block() {
+    let c = cuda(
+        quote!(reduction(+: total), reduction(min: lo)),
+        quote!(
+            fn k(i: usize, x: &[f64], total: &mut f64, lo: &mut i32) {
+                *total += x[i];
+                *lo = (*lo).min(i as i32);
+            }
+        ),
+    )
+    .unwrap();
+    assert!(
+        c.contains("double* __restrict__ __offload_red_total, int* __restrict__ __offload_red_lo"),
+        "{c}"
+    );
+    assert!(c.contains("double total = 0.0;"), "{c}");
+    assert!(c.contains("int lo = 2147483647;"), "{c}");
+    assert!(c.contains("total += x[i];"), "{c}");
+    assert!(c.contains("lo = offload_op_min()(lo, ((int) i));"), "{c}");
+    assert!(c.contains("offload_reduce<double>(total, 0.0, __offload_red_total, offload_op_add());"), "{c}");
+    assert!(c.contains("offload_reduce<int>(lo, 2147483647, __offload_red_lo, offload_op_min());"), "{c}");
+    // The combination comes after the loop, which every thread leaves.
+    assert!(
+        c.find("offload_reduce<double>(total").unwrap() > c.find("__offload_t += __offload_stride").unwrap()
+    );
+    // `(*r).max(v)` is the same update.
+    let c = cuda(
+        quote!(reduction(max: hi)),
+        quote!(
+            fn k(i: usize, x: &[f32], hi: &mut f32) {
+                *hi = (*hi).max(x[i]);
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("hi = offload_op_max()(hi, x[i]);"), "{c}");
+    assert!(c.contains("float hi = __int_as_float(0xff800000);"), "{c}");
+}
+
+#[test]
+fn reduction_variables_are_only_updated() {
+    let red = |attr: proc_macro2::TokenStream, body: proc_macro2::TokenStream| {
+        cuda(attr, quote!(fn k(i: usize, x: &[f32], s: &mut f32) { #body })).expect_err("misuse")
+    };
+    let e = red(quote!(reduction(+: s)), quote!(*s = x[i];));
+    assert!(e.contains("only added to, as `*sum += value;`"), "{e}");
+    let e = red(quote!(reduction(+: s)), quote!(let v: f32 = *s;));
+    assert!(e.contains("only added to"), "{e}");
+    let e = red(quote!(reduction(+: s)), quote!(*s *= x[i];));
+    assert!(e.contains("only added to"), "{e}");
+    let e = red(quote!(reduction(min: s)), quote!(*s += x[i];));
+    assert!(e.contains("only updated as `*r = (*r).min(value);`"), "{e}");
+    let e = red(quote!(reduction(min: s)), quote!(*s = s.max(x[i]);));
+    assert!(e.contains("(*r).min(value)"), "{e}");
+    let e = red(quote!(reduction(max: s)), quote!(*s = s.max(s.min(x[i]));));
+    assert!(e.contains("(*r).max(value)"), "{e}");
+    // A `&mut` scalar must be listed, a listed one must be a `&mut` scalar of the subset.
+    let e = red(quote!(), quote!(*s += x[i];));
+    assert!(e.contains("is a reduction variable: list it as `#[offload::kernel(reduction(+: s))]`"), "{e}");
+    let e = cuda(
+        quote!(reduction(+: x)),
+        quote!(
+            fn k(i: usize, x: &[f32]) {}
+        ),
+    )
+    .expect_err("not &mut");
+    assert!(e.contains("`x` is listed in `reduction(+: ...)`, so its type is `&mut T`"), "{e}");
+    let e = cuda(
+        quote!(reduction(+: y)),
+        quote!(
+            fn k(i: usize, x: &mut usize) {}
+        ),
+    )
+    .expect_err("usize");
+    assert!(e.contains("not an argument") || e.contains("reduction variable"), "{e}");
+    let e = cuda(
+        quote!(reduction(*: s)),
+        quote!(
+            fn k(i: usize, s: &mut f32) {}
+        ),
+    )
+    .expect_err("operator");
+    assert!(e.contains("expected identifier") || e.contains("`+`, `min` or `max`"), "{e}");
+    let e = cuda(
+        quote!(reduction(+: s, s)),
+        quote!(
+            fn k(i: usize, s: &mut f32) {}
+        ),
+    )
+    .expect_err("twice");
+    assert!(e.contains("already a reduction"), "{e}");
+}
+
+#[test]
+fn checked_accesses_go_through_offload_at_and_the_report() {
+    let f = quote!(
+        fn saxpy(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+            y[i] = a * x[i] + y[i];
+        }
+    );
+    let c = source(quote!(), f, true).unwrap();
+    assert!(c.contains("void __launch_bounds__(256) saxpy__offload_checked("), "{c}");
+    assert!(
+        c.contains("unsigned long long* __restrict__ __offload_err, unsigned long long __offload_n)"),
+        "{c}"
+    );
+    assert!(c.contains("(*offload_at(y, i, __offload_len_y, 2u, __offload_err)) = ((a * (*offload_at(x, i, __offload_len_x, 1u, __offload_err)))"), "{c}");
+}
+
+#[test]
+fn a_slice_has_a_length() {
+    let c = ok(quote!(
+        fn k(i: usize, x: &mut [f32]) {
+            if i + 1 < x.len() {
+                x[i] = 1.0;
+            }
+        }
+    ));
+    assert!(c.contains("if (((i + 1ull) < __offload_len_x)) {"), "{c}");
+    let e = fails(quote!(
+        fn k(i: usize, x: &mut [f32]) {
+            x.fill(0.0);
+        }
+    ));
+    assert!(e.contains("the only method of a slice in the kernel subset is `len()`"), "{e}");
 }

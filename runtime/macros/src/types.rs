@@ -94,11 +94,75 @@ pub fn scalar_type(ty: &Type) -> Option<Ty> {
     }
 }
 
+/// The operator of a reduction (`reduction(+: x)`, `reduction(min: x)`, `reduction(max: x)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedOp {
+    Add,
+    Min,
+    Max,
+}
+
+impl RedOp {
+    /// As written in `reduction(OP: ...)`.
+    pub fn text(self) -> &'static str {
+        match self {
+            RedOp::Add => "+",
+            RedOp::Min => "min",
+            RedOp::Max => "max",
+        }
+    }
+
+    /// The CUDA C functor of the prelude that combines two values.
+    pub fn c_functor(self) -> &'static str {
+        match self {
+            RedOp::Add => "offload_op_add()",
+            RedOp::Min => "offload_op_min()",
+            RedOp::Max => "offload_op_max()",
+        }
+    }
+
+    /// The value that leaves any other unchanged, as C text of type `t`.
+    pub fn c_identity(self, t: Ty) -> &'static str {
+        match (self, t) {
+            (RedOp::Add, Ty::F32) => "0.0f",
+            (RedOp::Add, Ty::F64) => "0.0",
+            (RedOp::Add, Ty::I64) => "0ll",
+            (RedOp::Add, Ty::U64) => "0ull",
+            (RedOp::Add, Ty::U32) => "0u",
+            (RedOp::Add, _) => "0",
+            (RedOp::Min, Ty::F32) => "__int_as_float(0x7f800000)",
+            (RedOp::Min, Ty::F64) => "__longlong_as_double(0x7ff0000000000000ll)",
+            (RedOp::Min, Ty::I32) => "2147483647",
+            (RedOp::Min, Ty::U32) => "4294967295u",
+            (RedOp::Min, Ty::I64) => "9223372036854775807ll",
+            (RedOp::Min, _) => "18446744073709551615ull",
+            (RedOp::Max, Ty::F32) => "__int_as_float(0xff800000)",
+            (RedOp::Max, Ty::F64) => "__longlong_as_double(0xfff0000000000000ull)",
+            (RedOp::Max, Ty::I32) => "(-2147483647 - 1)",
+            (RedOp::Max, Ty::I64) => "(-9223372036854775807ll - 1ll)",
+            (RedOp::Max, _) => "0u",
+        }
+    }
+}
+
+/// The element types a reduction may have.
+pub fn reducible(t: Ty) -> bool {
+    matches!(t, Ty::F32 | Ty::F64 | Ty::I32 | Ty::U32 | Ty::I64 | Ty::U64)
+}
+
 /// How a kernel argument is passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {
     Scalar(Ty),
-    Slice { elem: Ty, mutable: bool },
+    Slice {
+        elem: Ty,
+        mutable: bool,
+    },
+    /// A `&mut T` reduction variable (a one-element device view at launch).
+    Reduction {
+        ty: Ty,
+        op: RedOp,
+    },
 }
 
 /// One argument of a kernel (after its indices) or of a device function.
@@ -189,9 +253,17 @@ fn param_kind(ty: &Type, allow_slices: bool) -> syn::Result<ParamKind> {
     )
 }
 
+/// The scalar type `ty` refers to mutably (`&mut f32`), if it does.
+fn mut_scalar(ty: &Type) -> Option<Ty> {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => scalar_type(&r.elem),
+        _ => None,
+    }
+}
+
 /// The signature of kernel `f`: its first `dims` (if given) or its leading `usize`
-/// parameters (at most 3) are the indices.
-pub fn kernel_sig(f: &ItemFn, dims: Option<usize>) -> syn::Result<KernelSig> {
+/// parameters (at most 3) are the indices; `reductions` name its `&mut T` arguments.
+pub fn kernel_sig(f: &ItemFn, dims: Option<usize>, reductions: &[(RedOp, Ident)]) -> syn::Result<KernelSig> {
     check_plain_fn(f)?;
     if let ReturnType::Type(_, t) = &f.sig.output {
         return err(t, "a kernel returns nothing: it writes its results into `&mut [T]` arguments");
@@ -201,10 +273,37 @@ pub fn kernel_sig(f: &ItemFn, dims: Option<usize>) -> syn::Result<KernelSig> {
     for arg in &f.sig.inputs {
         let (name, ty) = param_name(arg)?;
         let leading = params.is_empty() && dims.is_none_or(|d| indices.len() < d);
+        let reduction = reductions.iter().find(|(_, r)| r == name);
         if leading && scalar_type(ty) == Some(Ty::Usize) && indices.len() < 3 {
             indices.push(name.clone());
+        } else if let Some((op, _)) = reduction {
+            let Some(t) = mut_scalar(ty).filter(|t| reducible(*t)) else {
+                return err(
+                    ty,
+                    format!(
+                        "`{name}` is listed in `reduction({}: ...)`, so its type is `&mut T` with T one of f32, f64, \
+                         i32, u32, i64, u64",
+                        op.text()
+                    ),
+                );
+            };
+            params.push(Param { name: name.clone(), kind: ParamKind::Reduction { ty: t, op: *op } });
+        } else if let Some(t) = mut_scalar(ty) {
+            return err(
+                ty,
+                format!(
+                    "a `&mut {}` argument is a reduction variable: list it as \
+                     `#[offload::kernel(reduction(+: {name}))]` (or `min`, `max`)",
+                    t.rust_name()
+                ),
+            );
         } else {
             params.push(Param { name: name.clone(), kind: param_kind(ty, true)? });
+        }
+    }
+    for (_, r) in reductions {
+        if !params.iter().any(|p| &p.name == r) {
+            return err(r, "this reduction variable is not an argument of the kernel");
         }
     }
     if indices.is_empty() || dims.is_some_and(|d| d != indices.len()) {
@@ -285,6 +384,40 @@ impl Parse for DeviceFnDecl {
 pub struct KernelOptions {
     pub dims: Option<usize>,
     pub device_fns: Vec<DeviceFnDecl>,
+    pub reductions: Vec<(RedOp, Ident)>,
+    pub checked: Option<bool>,
+}
+
+/// `+: a, b` inside `reduction(...)`.
+fn parse_reduction(input: ParseStream<'_>, out: &mut Vec<(RedOp, Ident)>) -> syn::Result<()> {
+    let op = if input.peek(Token![+]) {
+        input.parse::<Token![+]>()?;
+        RedOp::Add
+    } else {
+        let id: Ident = input.parse()?;
+        match id.to_string().as_str() {
+            "min" => RedOp::Min,
+            "max" => RedOp::Max,
+            _ => {
+                return Err(syn::Error::new_spanned(
+                    id,
+                    "offload::kernel: a reduction's operator is `+`, `min` or `max`",
+                ))
+            }
+        }
+    };
+    input.parse::<Token![:]>()?;
+    let names: Punctuated<Ident, Token![,]> = input.parse_terminated(Ident::parse_any, Token![,])?;
+    if names.is_empty() {
+        return Err(input.error("offload::kernel: name the reduction variables: `reduction(+: sum)`"));
+    }
+    for n in names {
+        if out.iter().any(|(_, o)| *o == n) {
+            return Err(syn::Error::new_spanned(n, "offload::kernel: this variable is already a reduction"));
+        }
+        out.push((op, n));
+    }
+    Ok(())
 }
 
 impl Parse for KernelOptions {
@@ -292,8 +425,21 @@ impl Parse for KernelOptions {
         let mut o = KernelOptions::default();
         while !input.is_empty() {
             let key: Ident = input.parse()?;
+            if key == "reduction" {
+                let content;
+                syn::parenthesized!(content in input);
+                parse_reduction(&content, &mut o.reductions)?;
+                if !input.is_empty() {
+                    input.parse::<Token![,]>()?;
+                }
+                continue;
+            }
             input.parse::<Token![=]>()?;
             match key.to_string().as_str() {
+                "checked" => {
+                    let b: syn::LitBool = input.parse()?;
+                    o.checked = Some(b.value);
+                }
                 "dims" => {
                     let n: syn::LitInt = input.parse()?;
                     let d: usize = n.base10_parse()?;
@@ -312,7 +458,8 @@ impl Parse for KernelOptions {
                 _ => {
                     return Err(syn::Error::new_spanned(
                         key,
-                        "offload::kernel: unknown option; expected `dims = N` or `device_fns = [f(T, ..) -> R, ..]`",
+                        "offload::kernel: unknown option; expected `dims = N`, `device_fns = [f(T, ..) -> R, ..]`, \
+                         `reduction(+: x, ..)` (or min, max) or `checked = true|false`",
                     ))
                 }
             }

@@ -42,6 +42,8 @@ pub(crate) struct CudaDevice {
     compute: Arc<CudaStream>,
     copy_out: Arc<CudaStream>,
     arch: &'static str,
+    /// Threads the device holds at once (SMs x threads per SM): a grid-stride kernel's wave.
+    resident_threads: u32,
     description: DeviceDescription,
     functions: Mutex<HashMap<KernelKey, CudaFunction>>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
@@ -120,6 +122,10 @@ impl CudaDevice {
         let name = ctx.name().map_err(driver(number, "cuDeviceGetName"))?;
         let (major, minor) = ctx.compute_capability().map_err(driver(number, "cuDeviceGetAttribute"))?;
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+        let attr = |a| ctx.attribute(a).map_err(driver(number, "cuDeviceGetAttribute"));
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
+        let resident_threads = (sms.max(1) as u32).saturating_mul(per_sm.max(32) as u32);
         let uuid = ctx.uuid().map(|u| format_uuid(&u)).ok();
         let mut buf = [0 as std::ffi::c_char; 32];
         // SAFETY: `buf` has room for the 13-byte id and its terminator; the length says so.
@@ -136,6 +142,7 @@ impl CudaDevice {
             compute,
             copy_out,
             arch,
+            resident_threads,
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
@@ -178,7 +185,7 @@ impl CudaDevice {
             kernel: kernel.name(),
             backend: "cuda",
         })?;
-        let key = (kernel.name(), src.as_ptr() as usize);
+        let key = (kernel.symbol(), src.as_ptr() as usize);
         if let Some(f) = self.functions.lock().get(&key) {
             return Ok(f.clone());
         }
@@ -194,7 +201,7 @@ impl CudaDevice {
             }
         };
         let module = self.ctx.load_module(ptx).map_err(driver(self.number, "cuModuleLoadData"))?;
-        let f = module.load_function(kernel.name()).map_err(driver(self.number, "cuModuleGetFunction"))?;
+        let f = module.load_function(kernel.symbol()).map_err(driver(self.number, "cuModuleGetFunction"))?;
         self.functions.lock().insert(key, f.clone());
         Ok(f)
     }
@@ -316,7 +323,7 @@ impl Backend for CudaDevice {
         let mut storage = super::LaunchParams::new(args, n);
         let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = super::blocks_for(n, block);
+        let blocks = super::blocks_for(kernel, n, self.resident_threads);
         // SAFETY: the parameters match the kernel's signature by the Kernel convention
         // (arguments in order, then n); pointers are this device's memory, translated
         // through the present table; `storage` outlives the call.

@@ -82,6 +82,8 @@ pub(crate) struct HipDevice {
     ordinal: c_int,
     streams: [Stream; 3],
     arch: String,
+    /// Threads the device holds at once (CUs x threads per CU): a grid-stride kernel's wave.
+    resident_threads: u32,
     description: DeviceDescription,
     functions: Mutex<HashMap<(&'static str, usize), Function>>,
     peers: Mutex<Vec<c_int>>,
@@ -183,6 +185,8 @@ impl HipDevice {
             ordinal,
             streams: [a, b, c],
             arch: arch.split(':').next().unwrap_or_default().to_string(),
+            resident_threads: (props.multiProcessorCount.max(1) as u32)
+                .saturating_mul(props.maxThreadsPerMultiProcessor.max(64) as u32),
             description: DeviceDescription {
                 kind: BackendKind::Hip,
                 name: c_string(&props.name),
@@ -244,7 +248,7 @@ impl HipDevice {
             kernel: kernel.name(),
             backend: "hip",
         })?;
-        let key = (kernel.name(), src.as_ptr() as usize);
+        let key = (kernel.symbol(), src.as_ptr() as usize);
         if let Some(f) = self.functions.lock().get(&key) {
             return Ok(*f);
         }
@@ -255,9 +259,9 @@ impl HipDevice {
         check(self.number, "hipModuleLoadData", unsafe {
             hip::hipModuleLoadData(&mut module, code.as_ptr().cast())
         })?;
-        let name = CString::new(kernel.name()).map_err(|_| Error::InvalidArgument {
+        let name = CString::new(kernel.symbol()).map_err(|_| Error::InvalidArgument {
             routine: "hip kernel",
-            what: format!("kernel name {:?} has a NUL byte", kernel.name()),
+            what: format!("kernel symbol {:?} has a NUL byte", kernel.symbol()),
         })?;
         let mut f: hip::hipFunction_t = std::ptr::null_mut();
         // SAFETY: a loaded module and a NUL-terminated name.
@@ -404,7 +408,7 @@ impl Backend for HipDevice {
         let mut storage = super::LaunchParams::new(args, n);
         let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = super::blocks_for(n, block);
+        let blocks = super::blocks_for(kernel, n, self.resident_threads);
         // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
         // this device's memory; `storage` outlives the call.
         let r = unsafe {

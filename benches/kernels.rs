@@ -1,0 +1,254 @@
+//! Generated (`#[offload::kernel]`) vs hand-written kernels, side by side in one run:
+//! fill, saxpy and sum over 256 MiB of `f32` (GB/s), and the Jacobi solver on a
+//! 16384 x 16384 grid for 1000 iterations (s).
+//!
+//! Two views of the element-wise kernels: the GPU time of one launch by CUDA events (the
+//! same CUDA sources the runtime compiles, launched raw through cudarc with the grid the
+//! runtime gives each: one block per 256 items for the hand-written kernels, at most one
+//! wave of the device for the generated grid-stride ones), and the wall time of a launch
+//! through the runtime (launch + synchronize, as a user sees it). Medians after warm-up,
+//! the two variants alternating.
+//!
+//! `cargo bench -p offload-benches --bench kernels` (needs a GPU: says so and exits 0
+//! without one). `JACOBI_NITER`, `JACOBI_N` and `JACOBI_RUNS` change the Jacobi run
+//! (1000, 16384, 3).
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use offload::{map, Kernel, Runtime};
+use offload_benches::{median, time};
+use offload_examples::jacobi::{self, KernelChoice};
+use offload_kernels::{generated, FILL_F32, SAXPY, SUM_F32};
+
+const N: usize = 64 << 20; // 256 MiB of f32
+const BLOCK: u32 = 256;
+const REPS: usize = 50;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A kernel loaded raw, with the grid the runtime would launch it with.
+struct Raw {
+    f: CudaFunction,
+    blocks: u32,
+}
+
+fn load(
+    ctx: &Arc<CudaContext>,
+    arch: &'static str,
+    k: &Kernel,
+    resident: u32,
+) -> Result<Raw, Box<dyn std::error::Error>> {
+    let src = k.cuda_source().ok_or("no CUDA source")?;
+    let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), ..Default::default() };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts)?;
+    let f = ctx.load_module(ptx)?.load_function(k.symbol())?;
+    let mut blocks = N.div_ceil(BLOCK as usize) as u32;
+    if k.is_grid_stride() {
+        blocks = blocks.min(resident / BLOCK);
+    }
+    Ok(Raw { f, blocks })
+}
+
+/// Median milliseconds of `launch` on `s`, by events around each launch.
+fn event_ms(s: &Arc<CudaStream>, mut launch: impl FnMut()) -> Result<f64, Box<dyn std::error::Error>> {
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut v = Vec::new();
+    for rep in 0..REPS + 5 {
+        let a = s.record_event(flags)?;
+        launch();
+        let b = s.record_event(flags)?;
+        let ms = a.elapsed_ms(&b)? as f64;
+        if rep >= 5 {
+            v.push(ms);
+        }
+    }
+    Ok(median(v))
+}
+
+fn row(what: &str, generated: f64, tuned: f64, unit: &str) {
+    let ratio = if unit == "s" { tuned / generated } else { generated / tuned };
+    println!("| {what:<44} | {generated:>10.1} {unit} | {tuned:>10.1} {unit} | {:>6.3} |", ratio);
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !offload_benches::measuring() {
+        return Ok(());
+    }
+    let rt = Runtime::builder().gpus(true).host_devices(0).build()?;
+    if rt.num_devices() == 0 {
+        println!("kernels: no GPU ({}); nothing to measure", rt.device_report().trim_end());
+        return Ok(());
+    }
+    print!("{}", rt.device_report());
+
+    // ---- GPU time by events, raw launches of the same sources ----
+    let ctx = CudaContext::new(0)?;
+    let (major, minor) = ctx.compute_capability()?;
+    let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let per_sm =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32;
+    let resident = sms * per_sm;
+    let s = ctx.new_stream()?;
+    let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    let (dx, mut dy, mut dout) = (s.clone_htod(&x)?, s.alloc_zeros::<f32>(N)?, s.alloc_zeros::<f32>(1)?);
+    let (n, s0, a, v, one) = (N as u64, 0u64, 2.0f32, 1.5f32, 1u64);
+    let cfg =
+        |r: &Raw| LaunchConfig { grid_dim: (r.blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+    let gb = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
+    println!(
+        "\nGPU time per launch by CUDA events, n = {N} f32 (256 MiB), median of {REPS}; generated grid {} blocks \
+         (one wave: {sms} SMs x {per_sm} threads), hand-written {} blocks\n",
+        (resident / BLOCK).min(N.div_ceil(256) as u32),
+        N.div_ceil(256)
+    );
+    println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
+
+    let (gf, hf) =
+        (load(&ctx, arch, &generated::fill_f32::KERNEL, resident)?, load(&ctx, arch, &FILL_F32, resident)?);
+    // SAFETY (every raw launch below): the arguments follow each kernel's CUDA signature
+    // (the generated layout: starts, arguments, one length per view, n; the hand-written:
+    // arguments, n) and the buffers hold N floats (the sums' output one).
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let g = event_ms(&s, || unsafe {
+        s.launch_builder(&gf.f)
+            .arg(&s0)
+            .arg(&v)
+            .arg(&mut dy)
+            .arg(&n)
+            .arg(&n)
+            .launch(cfg(&gf))
+            .expect("launch");
+    })?;
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let h = event_ms(&s, || unsafe {
+        s.launch_builder(&hf.f).arg(&v).arg(&mut dy).arg(&n).launch(cfg(&hf)).expect("launch");
+    })?;
+    row("fill (write 4 B/item), GB/s", gb(4 * N, g), gb(4 * N, h), "GB/s");
+
+    let (gs, hs) =
+        (load(&ctx, arch, &generated::saxpy::KERNEL, resident)?, load(&ctx, arch, &SAXPY, resident)?);
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let g = event_ms(&s, || unsafe {
+        s.launch_builder(&gs.f)
+            .arg(&s0)
+            .arg(&a)
+            .arg(&dx)
+            .arg(&mut dy)
+            .arg(&n)
+            .arg(&n)
+            .arg(&n)
+            .launch(cfg(&gs))
+            .expect("launch");
+    })?;
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let h = event_ms(&s, || unsafe {
+        s.launch_builder(&hs.f).arg(&a).arg(&dx).arg(&mut dy).arg(&n).launch(cfg(&hs)).expect("launch");
+    })?;
+    row("saxpy (read 8 B, write 4 B/item), GB/s", gb(12 * N, g), gb(12 * N, h), "GB/s");
+
+    let (gr, hr) =
+        (load(&ctx, arch, &generated::sum_f32::KERNEL, resident)?, load(&ctx, arch, &SUM_F32, resident)?);
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let g = event_ms(&s, || unsafe {
+        s.launch_builder(&gr.f)
+            .arg(&s0)
+            .arg(&dx)
+            .arg(&mut dout)
+            .arg(&n)
+            .arg(&one)
+            .arg(&n)
+            .launch(cfg(&gr))
+            .expect("launch");
+    })?;
+    // SAFETY: the arguments follow the kernel's signature (see the first launch).
+    let h = event_ms(&s, || unsafe {
+        s.launch_builder(&hr.f).arg(&dx).arg(&mut dout).arg(&n).launch(cfg(&hr)).expect("launch");
+    })?;
+    row("sum (read 4 B/item), GB/s", gb(4 * N, g), gb(4 * N, h), "GB/s");
+    // The sum of one launch of each, from zero, against the host's.
+    let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+    for (r, generated) in [(&gr, true), (&hr, false)] {
+        s.memset_zeros(&mut dout)?;
+        // SAFETY: as above.
+        unsafe {
+            let mut l = s.launch_builder(&r.f);
+            if generated {
+                l.arg(&s0).arg(&dx).arg(&mut dout).arg(&n).arg(&one).arg(&n);
+            } else {
+                l.arg(&dx).arg(&mut dout).arg(&n);
+            }
+            l.launch(cfg(r))?;
+        }
+        let got = s.clone_dtoh(&dout)?[0] as f64;
+        if (got - want).abs() > 1e-4 * want {
+            return Err(format!(
+                "sum ({}) {got} != {want}",
+                if generated { "generated" } else { "hand-written" }
+            )
+            .into());
+        }
+    }
+
+    // ---- Through the runtime: launch + synchronize ----
+    println!("\nWall time per launch through the runtime (launch + synchronize), median of {REPS}\n");
+    println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
+    let gpu = rt.device(0)?;
+    let mut y = vec![0f32; N];
+    let mut out = [0f32];
+    gpu.data((map::to(&x), map::tofrom(&mut y), map::tofrom(&mut out)), |(xv, yv, ov)| {
+        let g = time(5, REPS, || generated::fill_f32::launch(&gpu, N, v, yv).expect("launch"));
+        let h = time(5, REPS, || gpu.launch(&FILL_F32, N, (v, yv)).expect("launch"));
+        row("fill, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
+        let g = time(5, REPS, || generated::saxpy::launch(&gpu, N, a, xv, yv).expect("launch"));
+        let h = time(5, REPS, || gpu.launch(&SAXPY, N, (a, xv, yv)).expect("launch"));
+        row("saxpy, GB/s", gb(12 * N, g * 1e3), gb(12 * N, h * 1e3), "GB/s");
+        let g = time(5, REPS, || generated::sum_f32::launch(&gpu, N, xv, ov).expect("launch"));
+        let h = time(5, REPS, || gpu.launch(&SUM_F32, N, (xv, ov)).expect("launch"));
+        row("sum, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
+        Ok(())
+    })?;
+
+    // ---- Jacobi ----
+    let side = env("JACOBI_N", 16384);
+    let runs = env("JACOBI_RUNS", 3).max(1);
+    let args = |kernel| jacobi::Args {
+        nx: side,
+        ny: side,
+        niter: env("JACOBI_NITER", 1000),
+        csv: true,
+        kernel,
+        ..Default::default()
+    };
+    println!(
+        "\nJacobi {side} x {side} x {} on device 0, median of {runs} runs each, alternating\n",
+        args(KernelChoice::Tuned).niter
+    );
+    println!("| solver | generated | hand-written | ratio |\n|---|---|---|---|");
+    let (mut tg, mut th) = (Vec::new(), Vec::new());
+    let mut grids = Vec::new();
+    for _ in 0..runs {
+        let g = jacobi::solve(&rt, &[0], &args(KernelChoice::Generated))?;
+        let h = jacobi::solve(&rt, &[0], &args(KernelChoice::Tuned))?;
+        tg.push(g.seconds);
+        th.push(h.seconds);
+        grids.push((g, h));
+    }
+    let (g, h) = &grids[0];
+    if jacobi::max_diff(&g.grid, &h.grid, side, side) != 0.0 {
+        return Err("Jacobi: the generated and hand-written grids differ".into());
+    }
+    println!(
+        "| Jacobi, s (final norm {:.6} / {:.6})        | {:>10.4} s | {:>10.4} s | {:>6.3} |",
+        g.norm,
+        h.norm,
+        median(tg.clone()),
+        median(th.clone()),
+        median(th) / median(tg)
+    );
+    println!("\nratio: generated / hand-written for GB/s, hand-written / generated for seconds (1 = equal, > 1 = generated faster)");
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! The generated kernels of `offload_kernels::generated` on every device of every backend,
+//! each against the hand-written kernel it replaces (same device) and the Rust function it
+//! is written as (run on the host). Tolerances, per kernel: fill, add, scale, bias + ReLU and
+//! the 3-D stencil are exact (the same operations in the same order); saxpy may differ by
+//! one rounding (a GPU may fuse `a * x + y` into one FMA): 2^-23 relative; sum by the order
+//! of the additions: `n * 2^-23 * sum(|x|)`. The Jacobi step is checked bit for bit by the
+//! examples' solver tests.
+
+use offload::map;
+use offload_kernels::generated as g;
+use offload_kernels::{BIAS_ACT, FILL_F32, SAXPY, SUM_F32};
+use offload_tests::{check, check_eq, on_every_device};
+
+fn data(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0).collect()
+}
+
+#[test]
+fn element_wise_kernels_match_the_hand_written_ones_and_the_rust_functions() {
+    on_every_device("generated element-wise kernels", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 300_007;
+        let x = data(n);
+        let (mut yg, mut yh) = (data(n), data(n));
+        yg.reverse();
+        yh.reverse();
+        let y0 = yg.clone();
+        let (mut ig, mut fg, mut fh) = (vec![3i32; n], vec![0f32; n], vec![0f32; n]);
+        gpu.data(
+            (
+                map::to(&x),
+                map::tofrom(&mut yg),
+                map::tofrom(&mut yh),
+                map::tofrom(&mut ig),
+                map::tofrom(&mut fg),
+                map::tofrom(&mut fh),
+            ),
+            |(x, yg, yh, ig, fg, fh)| {
+                g::saxpy::launch(&gpu, n, 1.5, x, yg)?;
+                gpu.launch(&SAXPY, n, (1.5f32, x, yh))?;
+                g::fill_i32::launch(&gpu, n, -4, ig)?;
+                g::add_i32::launch(&gpu, 10..n, 9, ig)?;
+                g::fill_f32::launch(&gpu, n, 0.75, fg)?;
+                g::scale_f32::launch(&gpu, n, 4.0, fg)?;
+                gpu.launch(&FILL_F32, n, (3.0f32, fh))
+            },
+        )?;
+        let mut want = y0.clone();
+        for i in 0..n {
+            g::saxpy(i, 1.5, &x, &mut want);
+        }
+        let close = |a: &[f32], b: &[f32]| {
+            a.iter().zip(b).all(|(p, q)| (p - q).abs() <= q.abs() * f32::EPSILON * 1.01)
+        };
+        check!(close(&yg, &want), "saxpy vs the Rust function");
+        check!(close(&yg, &yh), "saxpy vs the hand-written kernel");
+        check!(ig[..10].iter().all(|&v| v == -4) && ig[10..].iter().all(|&v| v == 5), "fill_i32 + add_i32");
+        check_eq!(fg, fh);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_sum_matches_the_hand_written_one_within_its_rounding() {
+    on_every_device("generated sum", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = (1 << 21) + 5;
+        let x = data(n);
+        let (mut sg, mut sh) = ([0.25f32], [0.25f32]);
+        gpu.data((map::to(&x), map::tofrom(&mut sg), map::tofrom(&mut sh)), |(x, sg, sh)| {
+            g::sum_f32::launch(&gpu, n, x, sg)?;
+            gpu.launch(&SUM_F32, n, (x, sh))
+        })?;
+        let want: f64 = 0.25 + x.iter().map(|&v| f64::from(v)).sum::<f64>();
+        let tol = n as f64 * f64::from(f32::EPSILON) * x.iter().map(|v| f64::from(v.abs())).sum::<f64>();
+        for (what, got) in [("generated", sg[0]), ("hand-written", sh[0])] {
+            check!((f64::from(got) - want).abs() <= tol, "{what}: {got} vs {want} (tolerance {tol:e})");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn bias_and_relu_match_the_hand_written_epilogue() {
+    on_every_device("generated bias + activation", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (rows, features) = (333, 96);
+        let bias = data(features);
+        let y0 = data(rows * features);
+        for relu in [false, true] {
+            let (mut yg, mut yh) = (y0.clone(), y0.clone());
+            gpu.data((map::to(&bias), map::tofrom(&mut yg), map::tofrom(&mut yh)), |(b, yg, yh)| {
+                g::bias_act::launch(&gpu, rows * features, features, relu, yg, b)?;
+                gpu.launch(&BIAS_ACT, rows * features, (yh, b, features as u64, u32::from(relu)))
+            })?;
+            check_eq!(yg, yh);
+            let mut want = y0.clone();
+            for i in 0..rows * features {
+                g::bias_act(i, features, relu, &mut want, &bias);
+            }
+            check_eq!(yg, want);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn the_3d_stencil_matches_the_tuned_one_bit_for_bit() {
+    on_every_device("generated 3-D stencil", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (nz, ny, nx) = (19, 23, 41);
+        let a = data(nz * ny * nx);
+        let (mut bg, mut bh) = (vec![0f32; a.len()], vec![0f32; a.len()]);
+        gpu.data((map::to(&a), map::tofrom(&mut bg), map::tofrom(&mut bh)), |(a, bg, bh)| {
+            g::stencil7_step::launch(&gpu, (1..nz - 1, 1..ny - 1, 1..nx - 1), ny, nx, a, bg)?;
+            let null = offload::DevicePtr::NULL;
+            offload_kernels::stencil::stencil7_step(&gpu, nx, ny, 1, nz - 1, 4, a, bh, null, null)
+        })?;
+        check_eq!(bg, bh);
+        let mut want = vec![0f32; a.len()];
+        for z in 1..nz - 1 {
+            for y in 1..ny - 1 {
+                for x in 1..nx - 1 {
+                    g::stencil7_step(z, y, x, ny, nx, &a, &mut want);
+                }
+            }
+        }
+        check_eq!(bg, want);
+        Ok(())
+    });
+}
