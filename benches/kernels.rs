@@ -11,7 +11,8 @@
 //!
 //! `cargo bench -p offload-benches --bench kernels` (needs a GPU: says so and exits 0
 //! without one). `JACOBI_NITER`, `JACOBI_N` and `JACOBI_RUNS` change the Jacobi run
-//! (1000, 16384, 3).
+//! (1000, 16384, 3); `KERNELS_DUMP=dir` writes the generated Jacobi variants' sources
+//! there, for `nvcc`/`ncu`.
 
 use std::sync::Arc;
 
@@ -39,7 +40,7 @@ fn load(
     ctx: &Arc<CudaContext>,
     arch: &'static str,
     k: &Kernel,
-    resident: u32,
+    sms: u32,
 ) -> Result<Raw, Box<dyn std::error::Error>> {
     let src = k.cuda_source().ok_or("no CUDA source")?;
     let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), ..Default::default() };
@@ -47,7 +48,7 @@ fn load(
     let f = ctx.load_module(ptx)?.load_function(k.symbol())?;
     let mut blocks = N.div_ceil(BLOCK as usize) as u32;
     if k.is_grid_stride() {
-        blocks = blocks.min(resident / BLOCK);
+        blocks = blocks.min(sms * f.occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)?);
     }
     Ok(Raw { f, blocks })
 }
@@ -66,6 +67,111 @@ fn event_ms(s: &Arc<CudaStream>, mut launch: impl FnMut()) -> Result<f64, Box<dy
         }
     }
     Ok(median(v))
+}
+
+/// GPU time of one Jacobi step on a 16384 x 16384 grid: the hand-written kernel, and the
+/// generated one as generated and with variations of its loop (to choose the generator's).
+fn jacobi_kernels(
+    ctx: &Arc<CudaContext>,
+    arch: &'static str,
+    sms: u32,
+    s: &Arc<CudaStream>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let side = env("JACOBI_N", 16384);
+    let (nx, ny) = (side as u64, side as u64);
+    let grid = vec![0.5f32; side * side];
+    let (da, mut db) = (s.clone_htod(&grid)?, s.clone_htod(&grid)?);
+    let (mut norm, mut next) = (s.alloc_zeros::<f32>(2)?, s.alloc_zeros::<f32>(1)?);
+    println!("\nOne Jacobi step {side} x {side}, GPU time by CUDA events, median of {REPS}\n");
+    println!("| kernel | grid | ms per step |\n|---|---|---|");
+    let compile = |src: &str, sym: &str| -> Result<CudaFunction, Box<dyn std::error::Error>> {
+        let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), ..Default::default() };
+        Ok(ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(src, opts)?)?.load_function(sym)?)
+    };
+    // Hand-written: 16 rows per thread, columns padded to warps.
+    let tuned =
+        compile(offload_kernels::stencil::JACOBI_STEP.cuda_source().ok_or("no source")?, "jacobi_step")?;
+    let (rows, cols_pad) = (16u64, (nx - 2).next_multiple_of(32));
+    let tn = cols_pad * (ny - 2).div_ceil(rows);
+    let (one, slot, end, null) = (1u64, 0u64, ny - 1, 0u64);
+    let tcfg = LaunchConfig {
+        grid_dim: (tn.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the hand-written kernel's signature (a, a_new, norm, nx, iy_start, iy_end, rows,
+    // slot, cols_pad, push_first, push_last, n); null pushes; grids of nx * ny floats.
+    let ms = event_ms(s, || unsafe {
+        s.launch_builder(&tuned)
+            .arg(&da)
+            .arg(&mut db)
+            .arg(&mut norm)
+            .arg(&nx)
+            .arg(&one)
+            .arg(&end)
+            .arg(&rows)
+            .arg(&slot)
+            .arg(&cols_pad)
+            .arg(&null)
+            .arg(&null)
+            .arg(&tn)
+            .launch(tcfg)
+            .expect("launch");
+    })?;
+    println!("| hand-written (16 rows per thread) | {} blocks | {ms:.4} |", tcfg.grid_dim.0);
+    let src = generated::jacobi_step::KERNEL.cuda_source().ok_or("no source")?;
+    // Variants: the strip length (the kernel's `rows = 4`), and the grid: one wave of
+    // blocks (what the runtime launches) or one block per 256 strips (no grid stride).
+    let rows = |r: u32| src.replace("__offload_rows = 4u;", &format!("__offload_rows = {r}u;"));
+    let full = |r: u64| ((nx - 2) * (ny - 2).div_ceil(r)).div_ceil(256) as u32;
+    let variants = [
+        ("generated (rows = 4), one wave", src.to_string(), 0u32),
+        ("generated, rows = 1", rows(1), 0),
+        ("generated, rows = 8", rows(8), 0),
+        ("generated, rows = 16", rows(16), 0),
+        ("generated, rows = 4, a block per 256 strips", src.to_string(), full(4)),
+        ("generated, rows = 8, a block per 256 strips", rows(8), full(8)),
+        ("generated, rows = 16, a block per 256 strips", rows(16), full(16)),
+    ];
+    let (l1, n, wrap) = (nx - 2, (nx - 2) * (ny - 2), 1u32);
+    let (len, two) = (nx * ny, 1u64);
+    let dump = std::env::var_os("KERNELS_DUMP");
+    for (k, (what, src, blocks)) in variants.into_iter().enumerate() {
+        if let Some(dir) = &dump {
+            std::fs::write(std::path::Path::new(dir).join(format!("jacobi-generated-{k}.cu")), &src)?;
+        }
+        let f = compile(&src, "jacobi_step")?;
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
+        let cfg = LaunchConfig {
+            grid_dim: (if blocks == 0 { sms * per_sm } else { blocks }, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the generated layout: s0, s1, l1, nx, iy_end, wrap, a, a_new, norm, next_norm,
+        // their four lengths, n; the grids hold nx * ny floats, the norms one each.
+        let ms = event_ms(s, || unsafe {
+            s.launch_builder(&f)
+                .arg(&one)
+                .arg(&one)
+                .arg(&l1)
+                .arg(&nx)
+                .arg(&end)
+                .arg(&wrap)
+                .arg(&da)
+                .arg(&mut db)
+                .arg(&mut norm)
+                .arg(&mut next)
+                .arg(&len)
+                .arg(&len)
+                .arg(&two)
+                .arg(&two)
+                .arg(&n)
+                .launch(cfg)
+                .expect("launch");
+        })?;
+        println!("| {what} | {} blocks ({per_sm} per SM) | {ms:.4} |", cfg.grid_dim.0);
+    }
+    Ok(())
 }
 
 fn row(what: &str, generated: f64, tuned: f64, unit: &str) {
@@ -89,9 +195,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (major, minor) = ctx.compute_capability()?;
     let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
     let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let per_sm =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32;
-    let resident = sms * per_sm;
     let s = ctx.new_stream()?;
     let x: Vec<f32> = (0..N).map(|i| (i % 1000) as f32 * 1e-3).collect();
     let (dx, mut dy, mut dout) = (s.clone_htod(&x)?, s.alloc_zeros::<f32>(N)?, s.alloc_zeros::<f32>(1)?);
@@ -100,15 +203,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         |r: &Raw| LaunchConfig { grid_dim: (r.blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
     let gb = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
     println!(
-        "\nGPU time per launch by CUDA events, n = {N} f32 (256 MiB), median of {REPS}; generated grid {} blocks \
-         (one wave: {sms} SMs x {per_sm} threads), hand-written {} blocks\n",
-        (resident / BLOCK).min(N.div_ceil(256) as u32),
+        "\nGPU time per launch by CUDA events, n = {N} f32 (256 MiB), median of {REPS}; generated grids: one wave \
+         ({sms} SMs x the blocks of the kernel one holds), hand-written: {} blocks\n",
         N.div_ceil(256)
     );
     println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
 
-    let (gf, hf) =
-        (load(&ctx, arch, &generated::fill_f32::KERNEL, resident)?, load(&ctx, arch, &FILL_F32, resident)?);
+    let (gf, hf) = (load(&ctx, arch, &generated::fill_f32::KERNEL, sms)?, load(&ctx, arch, &FILL_F32, sms)?);
     // SAFETY (every raw launch below): the arguments follow each kernel's CUDA signature
     // (the generated layout: starts, arguments, one length per view, n; the hand-written:
     // arguments, n) and the buffers hold N floats (the sums' output one).
@@ -129,8 +230,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     row("fill (write 4 B/item), GB/s", gb(4 * N, g), gb(4 * N, h), "GB/s");
 
-    let (gs, hs) =
-        (load(&ctx, arch, &generated::saxpy::KERNEL, resident)?, load(&ctx, arch, &SAXPY, resident)?);
+    let (gs, hs) = (load(&ctx, arch, &generated::saxpy::KERNEL, sms)?, load(&ctx, arch, &SAXPY, sms)?);
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
     let g = event_ms(&s, || unsafe {
         s.launch_builder(&gs.f)
@@ -150,8 +250,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     row("saxpy (read 8 B, write 4 B/item), GB/s", gb(12 * N, g), gb(12 * N, h), "GB/s");
 
-    let (gr, hr) =
-        (load(&ctx, arch, &generated::sum_f32::KERNEL, resident)?, load(&ctx, arch, &SUM_F32, resident)?);
+    let (gr, hr) = (load(&ctx, arch, &generated::sum_f32::KERNEL, sms)?, load(&ctx, arch, &SUM_F32, sms)?);
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
     let g = event_ms(&s, || unsafe {
         s.launch_builder(&gr.f)
@@ -192,6 +291,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into());
         }
     }
+
+    // ---- The Jacobi step kernels alone, by events ----
+    jacobi_kernels(&ctx, arch, sms, &s)?;
 
     // ---- Through the runtime: launch + synchronize ----
     println!("\nWall time per launch through the runtime (launch + synchronize), median of {REPS}\n");

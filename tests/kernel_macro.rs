@@ -379,6 +379,7 @@ fn every_generated_kernel_compiles_with_nvrtc() {
         &shifted::KERNEL,
         &scaled::KERNEL,
         &integer_ops::KERNEL,
+        &even_planes::KERNEL,
     ];
     let checked =
         [&saxpy::KERNEL_CHECKED, &mixed::KERNEL_CHECKED, &label_3d::KERNEL_CHECKED, &guarded::KERNEL];
@@ -510,6 +511,37 @@ fn a_written_view_may_not_overlap_another() {
         // Disjoint parts of one mapping are fine.
         gpu.data(map::tofrom(&mut y), |y| saxpy::launch(&gpu, 16, 1.0, y.slice(16..32)?, y.slice(0..16)?))?;
         check!(y[..16].iter().all(|&v| v == 2.0) && y[16..].iter().all(|&v| v == 1.0), "{y:?}");
+        Ok(())
+    });
+}
+
+/// Skips odd outer indices with `return`: both the whole-strip and the partial-strip loops
+/// of a 3-D launch end an item there and go on with the next.
+#[offload::kernel(dims = 3)]
+fn even_planes(z: usize, y: usize, x: usize, ny: usize, nx: usize, out: &mut [u32]) {
+    if z % 2 == 1 {
+        return;
+    }
+    out[(z * ny + y) * nx + x] = (z + y + x) as u32;
+}
+
+#[test]
+fn a_three_dimensional_space_with_whole_and_partial_strips() {
+    on_every_device("generated 3-D, strips and return", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (nz, ny, nx) = (23, 5, 37);
+        let mut out = vec![7u32; nz * ny * nx];
+        // 21 outer indices: two whole strips of 8 and a partial one of 5.
+        gpu.data(map::tofrom(&mut out), |o| even_planes::launch(&gpu, (1..22, 0..ny, 1..nx), ny, nx, o))?;
+        let mut want = vec![7u32; nz * ny * nx];
+        for z in 1..22 {
+            for y in 0..ny {
+                for x in 1..nx {
+                    even_planes(z, y, x, ny, nx, &mut want);
+                }
+            }
+        }
+        check_eq!(out, want);
         Ok(())
     });
 }

@@ -1079,13 +1079,14 @@ pub fn symbol(sig: &KernelSig, checked: bool) -> String {
 /// runtime's work-item count.
 ///
 /// The work items are walked with a grid stride (the launch is at most one wave of
-/// blocks); a thread divides its first item into indices once and then steps them by
-/// the stride with carries, so no division is made per item.
+/// blocks). In 2-D and 3-D a thread takes a point of the inner dimensions and a strip of
+/// `rows` consecutive outer indices at a time (one division per strip).
 pub fn kernel_source(
     sig: &KernelSig,
     body: &Block,
     device_fns: &[DeviceFnDecl],
     checked: bool,
+    rows: u32,
 ) -> syn::Result<String> {
     let mut t = Translator::new(device_fns, Mode::Kernel);
     t.checked = checked;
@@ -1119,46 +1120,7 @@ pub fn kernel_source(
     let idx: Vec<String> =
         sig.indices.iter().map(|i| t.declare(&name_of(i), VarKind::Scalar(Ty::Usize), false)).collect();
     const ULL: &str = "unsigned long long";
-    // Before the loop: the first item's indices and the stride's; per item: the indices;
-    // after each item: the step.
-    let (setup, decode, step): (Vec<String>, Vec<String>, Vec<String>) = match d {
-        1 => (vec![], vec![format!("const {ULL} {} = __offload_s0 + __offload_t;", idx[0])], vec![]),
-        2 => (
-            vec![
-                format!("{ULL} __offload_q0 = __offload_t / __offload_l1, __offload_r1 = __offload_t % __offload_l1;"),
-                format!("const {ULL} __offload_d0 = __offload_stride / __offload_l1, __offload_d1 = __offload_stride % __offload_l1;"),
-            ],
-            vec![
-                format!("const {ULL} {} = __offload_s0 + __offload_q0;", idx[0]),
-                format!("const {ULL} {} = __offload_s1 + __offload_r1;", idx[1]),
-            ],
-            vec![
-                "__offload_q0 += __offload_d0;".into(),
-                "__offload_r1 += __offload_d1;".into(),
-                "if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }".into(),
-            ],
-        ),
-        _ => (
-            vec![
-                format!("const {ULL} __offload_l12 = __offload_l1 * __offload_l2;"),
-                format!("{ULL} __offload_q0 = __offload_t / __offload_l12, __offload_r1 = (__offload_t / __offload_l2) % __offload_l1, __offload_r2 = __offload_t % __offload_l2;"),
-                format!("const {ULL} __offload_d0 = __offload_stride / __offload_l12, __offload_d1 = (__offload_stride / __offload_l2) % __offload_l1, __offload_d2 = __offload_stride % __offload_l2;"),
-            ],
-            vec![
-                format!("const {ULL} {} = __offload_s0 + __offload_q0;", idx[0]),
-                format!("const {ULL} {} = __offload_s1 + __offload_r1;", idx[1]),
-                format!("const {ULL} {} = __offload_s2 + __offload_r2;", idx[2]),
-            ],
-            vec![
-                "__offload_q0 += __offload_d0;".into(),
-                "__offload_r1 += __offload_d1;".into(),
-                "__offload_r2 += __offload_d2;".into(),
-                "if (__offload_r2 >= __offload_l2) { __offload_r2 -= __offload_l2; ++__offload_r1; }".into(),
-                "if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }".into(),
-            ],
-        ),
-    };
-    t.depth = 3;
+    t.depth = if d == 1 { 3 } else { 5 };
     t.stmts(&body.stmts, false)?;
     let mut s = String::from(PRELUDE);
     let _ = writeln!(
@@ -1172,22 +1134,70 @@ pub fn kernel_source(
     }
     let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
     let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");
-    for l in setup {
-        let _ = writeln!(s, "    {l}");
+    if d == 1 {
+        s.push_str("    for (; __offload_t < __offload_n; __offload_t += __offload_stride) {\n        {\n");
+        let _ = writeln!(s, "            {};", index_decl(&idx[0], "__offload_s0 + __offload_t"));
+        s.push_str(&t.out);
+        s.push_str("        }\n");
+        if t.returns {
+            s.push_str("        __offload_next:;\n");
+        }
+        s.push_str("    }\n");
+    } else {
+        // A work unit is one point of the inner dimensions and a strip of `rows`
+        // consecutive outer indices, walked in order by one thread: a whole strip is an
+        // unrolled loop of constant length, so values one point loads (its neighbours
+        // along the outer index, read through `const __restrict__` pointers) are reused
+        // by the next from registers.
+        let inner =
+            if d == 2 { "__offload_l1".to_string() } else { "__offload_l1 * __offload_l2".to_string() };
+        let _ = writeln!(s, "    const unsigned int __offload_rows = {rows}u;");
+        let _ = writeln!(s, "    const {ULL} __offload_inner = {inner};");
+        let _ = writeln!(s, "    const {ULL} __offload_l0 = __offload_n / __offload_inner;");
+        let _ = writeln!(
+            s,
+            "    const {ULL} __offload_units = (__offload_l0 + __offload_rows - 1) / __offload_rows * __offload_inner;"
+        );
+        s.push_str("    for (; __offload_t < __offload_units; __offload_t += __offload_stride) {\n");
+        let _ = writeln!(s, "        const {ULL} __offload_strip = __offload_t / __offload_inner;");
+        let _ =
+            writeln!(s, "        const {ULL} __offload_w = __offload_t - __offload_strip * __offload_inner;");
+        let mut decode = Vec::new();
+        if d == 2 {
+            decode.push(index_decl(&idx[1], "__offload_s1 + __offload_w"));
+        } else {
+            let _ = writeln!(s, "        const {ULL} __offload_r1 = __offload_w / __offload_l2;");
+            let _ =
+                writeln!(s, "        const {ULL} __offload_r2 = __offload_w - __offload_r1 * __offload_l2;");
+            decode.push(index_decl(&idx[1], "__offload_s1 + __offload_r1"));
+            decode.push(index_decl(&idx[2], "__offload_s2 + __offload_r2"));
+        }
+        decode.insert(0, index_decl(&idx[0], "__offload_s0 + __offload_q0"));
+        let _ = writeln!(s, "        const {ULL} __offload_first = __offload_strip * __offload_rows;");
+        let item = |s: &mut String, label: &str| {
+            s.push_str("                {\n");
+            for l in &decode {
+                let _ = writeln!(s, "                    {l};");
+            }
+            s.push_str(&t.out.replace("goto __offload_next;", &format!("goto {label};")));
+            s.push_str("                }\n");
+            if t.returns {
+                let _ = writeln!(s, "                {label}:;");
+            }
+        };
+        s.push_str("        if (__offload_first + __offload_rows <= __offload_l0) {\n");
+        s.push_str("            #pragma unroll\n");
+        s.push_str("            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows; ++__offload_k) {\n");
+        let _ = writeln!(s, "                const {ULL} __offload_q0 = __offload_first + __offload_k;");
+        item(&mut s, "__offload_next");
+        s.push_str("            }\n        } else {\n");
+        let _ = writeln!(
+            s,
+            "            for ({ULL} __offload_q0 = __offload_first; __offload_q0 < __offload_l0; ++__offload_q0) {{"
+        );
+        item(&mut s, "__offload_next_tail");
+        s.push_str("            }\n        }\n    }\n");
     }
-    s.push_str("    for (; __offload_t < __offload_n; __offload_t += __offload_stride) {\n        {\n");
-    for line in decode {
-        let _ = writeln!(s, "            {line}");
-    }
-    s.push_str(&t.out);
-    s.push_str("        }\n");
-    if t.returns {
-        s.push_str("        __offload_next:;\n");
-    }
-    for l in step {
-        let _ = writeln!(s, "        {l}");
-    }
-    s.push_str("    }\n");
     for (c, ty, op) in reductions {
         let _ = writeln!(
             s,
@@ -1199,6 +1209,11 @@ pub fn kernel_source(
     }
     s.push_str("}\n");
     Ok(s)
+}
+
+/// The declaration of index variable `name` with value `value`, with a `;` to follow.
+fn index_decl(name: &str, value: &str) -> String {
+    format!("const unsigned long long {name} = {value}")
 }
 
 /// Threads per block of generated kernels (whole warps, as the reductions need).

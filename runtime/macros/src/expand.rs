@@ -72,6 +72,13 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let opts: KernelOptions = syn::parse2(attr)?;
     let f: ItemFn = syn::parse2(item)?;
     let sig = kernel_sig(&f, opts.dims, &opts.reductions)?;
+    let rows = match opts.rows {
+        Some((_, span)) if sig.indices.len() == 1 => {
+            return Err(syn::Error::new(span, "offload::kernel: rows applies to 2-D and 3-D kernels"))
+        }
+        Some((r, _)) => r,
+        None => crate::types::DEFAULT_ROWS,
+    };
     if crate::cuda::is_reserved(&sig.name.to_string()) || sig.name.to_string().starts_with("__") {
         return Err(syn::Error::new_spanned(
             &sig.name,
@@ -87,8 +94,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             ));
         }
     }
-    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, false)?;
-    let cuda_checked = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, true)?;
+    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, false, rows)?;
+    let cuda_checked = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, true, rows)?;
     let symbol_checked = crate::cuda::symbol(&sig, true);
     let block = crate::cuda::BLOCK;
 

@@ -35,7 +35,59 @@
 //!   `DeviceSlice<'_, T>` for each slice argument and the declared type for each scalar;
 //! * `args(space, args...) -> Result<(n, Args)>`: the same checks, giving the work-item
 //!   count and the argument list for `NowaitScope::launch(device, &NAME::KERNEL, n, args,
-//!   after)` (a pipeline's compute stage launches the same way).
+//!   after)` (a pipeline's compute stage launches the same way);
+//! * `KERNEL_CHECKED` and `CHECKED`: the bounds-checked variant and whether `launch` runs
+//!   it (see "Checked launches").
+//!
+//! Views a launch writes (`&mut [T]`, reduction variables) may not overlap its other views
+//! (`Error::KernelArgument` names both), so the generated C marks its pointers
+//! `__restrict__`.
+//!
+//! # Reductions
+//!
+//! `#[offload::kernel(reduction(+: sum), reduction(min: lo, ..), reduction(max: hi))]`, as
+//! OpenMP's `reduction` clause, for `&mut T` arguments with `T` one of `f32`, `f64`, `i32`,
+//! `u32`, `i64`, `u64`. The body updates them only as `*sum += value;`,
+//! `*lo = (*lo).min(value);` and `*hi = (*hi).max(value);` (for floats `lo.min(value)`
+//! works too); any other use is a compile error. The launcher takes a writable view of at
+//! least one element for each; every iteration's contribution and element 0's value are
+//! combined into element 0. On GPUs each thread keeps a partial, a warp combines partials
+//! by shuffles, a block by shared memory, and one atomic per block combines into the view
+//! (float `min`/`max` by compare-and-swap); the launch is one wave of blocks looping over
+//! the items. On host devices each `rayon` task folds up to 4096 items, and the tasks'
+//! partials are combined in a tree. Float sums are thus added in an unspecified order
+//! (as in OpenMP); float `min`/`max` ignore NaN, as Rust's `f32::min` and C's `fminf` do.
+//!
+//! ```
+//! use offload::{map, Runtime};
+//!
+//! #[offload::kernel(reduction(+: total), reduction(max: peak))]
+//! fn stats(i: usize, x: &[f64], total: &mut f64, peak: &mut f64) {
+//!     *total += x[i];
+//!     *peak = (*peak).max(x[i]);
+//! }
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let x: Vec<f64> = (0..1000).map(f64::from).collect();
+//! let (mut total, mut peak) = ([0.0], [f64::NEG_INFINITY]);
+//! gpu.data((map::to(&x), map::tofrom(&mut total), map::tofrom(&mut peak)), |(x, t, p)| {
+//!     stats::launch(&gpu, x.len(), x, t, p)
+//! })?;
+//! assert_eq!((total[0], peak[0]), (499_500.0, 999.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! # Checked launches
+//!
+//! `#[offload::kernel(checked = true)]` (or `false`; by default, whether the crate using
+//! the macro is built with debug assertions) makes `launch` run `KERNEL_CHECKED` on GPUs:
+//! every element access is compared with its view's length; an access out of range is not
+//! made (a load reads a scratch word, a store writes one) and the first is reported after
+//! the launch as `Error::KernelFailed` naming the argument, the index and the length. The
+//! launch then waits for a 48-byte report (mapped `tofrom`, so it shows in traces and
+//! transfer counts). Launches made from `args` (nowait scopes, pipelines) run `KERNEL`,
+//! unchecked on GPUs. Host devices are always checked (the twin's accesses are).
 //!
 //! # Index spaces
 //!
@@ -45,8 +97,10 @@
 //!
 //! The kernel receives, before its arguments, the start of each dimension and the length
 //! of each inner one (all `unsigned long long`), and after its arguments the length of
-//! each slice argument (`unsigned long long`); the runtime appends the work-item count.
-//! A GPU thread decodes work item `t` (grid-stride loop) into `(i, j, k)`.
+//! each view argument (`unsigned long long`); the checked variant then the report's
+//! address; the runtime appends the work-item count. The launch is at most one wave of
+//! 256-thread blocks (the driver's occupancy for the kernel); a thread divides its first
+//! work item into `(i, j, k)` once and steps by the grid's stride with carries.
 //!
 //! # Semantics: OpenMP's `parallel for`
 //!
@@ -56,7 +110,7 @@
 //! relaxed atomic load or store (never a `&mut [T]`), so even a kernel that breaks the
 //! contract has no undefined behaviour, and an index out of range fails the launch
 //! (`Error::KernelFailed`) naming the kernel, the argument and the index. On GPUs indices
-//! are not checked. A `&mut [T]` argument must get a writable view (from `map::from`,
+//! are checked only in a checked launch (below). A `&mut [T]` argument must get a writable view (from `map::from`,
 //! `map::tofrom`, a `HostBuffer`); a shared one is an `Error::KernelArgument` naming the
 //! argument. Scalars and view lengths are checked by rustc through the launcher's types.
 //!
@@ -71,6 +125,7 @@
 //! * `if` / `else if` / `else`, `if c { a } else { b }` as a value, `for x in a..b` and
 //!   `a..=b` (integers; a literal-only range needs a suffix: `0usize..4`), `while`, `loop`,
 //!   `break`, `continue`, `return;`;
+//! * `x.len()` of a slice argument (its view's length);
 //! * float methods `sqrt abs exp ln sin cos tan powi powf mul_add floor ceil min max`
 //!   (`sqrtf` etc. for `f32`), integer `min`, `max` and `abs` (signed);
 //! * numeric literals (with suffixes), `true`, `false`;

@@ -17,7 +17,8 @@ fn source(
     let opts: KernelOptions = syn::parse2(attr).map_err(|e| e.to_string())?;
     let f: syn::ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let sig = kernel_sig(&f, opts.dims, &opts.reductions).map_err(|e| e.to_string())?;
-    kernel_source(&sig, &f.block, &opts.device_fns, checked).map_err(|e| e.to_string())
+    let rows = opts.rows.map_or(crate::types::DEFAULT_ROWS, |(r, _)| r);
+    kernel_source(&sig, &f.block, &opts.device_fns, checked, rows).map_err(|e| e.to_string())
 }
 
 fn ok(f: proc_macro2::TokenStream) -> String {
@@ -58,23 +59,53 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     )
     .unwrap();
     assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
-    assert!(c.contains("j = __offload_s1 + __offload_r1;"), "{c}");
+    assert!(c.contains("const unsigned int __offload_rows = 8u;"), "{c}");
+    assert!(c.contains("const unsigned long long __offload_l0 = __offload_n / __offload_inner;"), "{c}");
     assert!(
-        c.contains("__offload_q0 = __offload_t / __offload_l1, __offload_r1 = __offload_t % __offload_l1;"),
+        c.contains("i = __offload_s0 + __offload_q0;") && c.contains("j = __offload_s1 + __offload_w;"),
+        "{c}"
+    );
+    // A whole strip is an unrolled loop of constant length; a partial one a plain loop.
+    assert!(
+        c.contains(
+            "#pragma unroll\n            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows;"
+        ),
         "{c}"
     );
     assert!(
-        c.contains("if (__offload_r1 >= __offload_l1) { __offload_r1 -= __offload_l1; ++__offload_q0; }"),
+        c.contains("for (unsigned long long __offload_q0 = __offload_first; __offload_q0 < __offload_l0;"),
         "{c}"
     );
+    assert_eq!(c.matches("u[((i * nx) + j)] = 0.0;").count(), 2, "the body in both loops: {c}");
     assert!(c.contains("u[((i * nx) + j)] = 0.0;"), "{c}");
     let c = ok(quote!(
         fn k(a: usize, b: usize, c: usize, u: &mut [u32]) {
             u[a + b + c] = 1;
         }
     ));
-    assert!(c.contains("b = __offload_s1 + __offload_r1;"), "{c}");
-    assert!(c.contains("__offload_r1 = (__offload_t / __offload_l2) % __offload_l1"), "{c}");
+    assert!(
+        c.contains("b = __offload_s1 + __offload_r1;") && c.contains("c = __offload_s2 + __offload_r2;"),
+        "{c}"
+    );
+    assert!(c.contains("__offload_r1 = __offload_w / __offload_l2;"), "{c}");
+    assert!(c.contains("__offload_inner = __offload_l1 * __offload_l2;"), "{c}");
+    let c = cuda(
+        quote!(rows = 16),
+        quote!(
+            fn k(a: usize, b: usize, u: &mut [u32]) {
+                if a > b {
+                    return;
+                }
+                u[a] = 1;
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("__offload_rows = 16u;"), "{c}");
+    // Each copy of the body has its own label for `return`.
+    assert!(c.contains("goto __offload_next;") && c.contains("goto __offload_next_tail;"), "{c}");
+    assert!(c.contains("__offload_next:;") && c.contains("__offload_next_tail:;"), "{c}");
+
     assert!(c.contains("= 1u;"), "literals take the type of their place: {c}");
 }
 

@@ -386,7 +386,12 @@ pub struct KernelOptions {
     pub device_fns: Vec<DeviceFnDecl>,
     pub reductions: Vec<(RedOp, Ident)>,
     pub checked: Option<bool>,
+    /// Outer indices one GPU thread walks in a row (2-D and 3-D), and where it was given.
+    pub rows: Option<(u32, Span)>,
 }
+
+/// Outer indices a GPU thread of a 2-D or 3-D kernel walks unless `rows = N` says.
+pub const DEFAULT_ROWS: u32 = 8;
 
 /// `+: a, b` inside `reduction(...)`.
 fn parse_reduction(input: ParseStream<'_>, out: &mut Vec<(RedOp, Ident)>) -> syn::Result<()> {
@@ -440,6 +445,14 @@ impl Parse for KernelOptions {
                     let b: syn::LitBool = input.parse()?;
                     o.checked = Some(b.value);
                 }
+                "rows" => {
+                    let n: syn::LitInt = input.parse()?;
+                    let r: u32 = n.base10_parse()?;
+                    if !(1..=64).contains(&r) {
+                        return Err(syn::Error::new_spanned(n, "offload::kernel: rows is 1 to 64"));
+                    }
+                    o.rows = Some((r, n.span()));
+                }
                 "dims" => {
                     let n: syn::LitInt = input.parse()?;
                     let d: usize = n.base10_parse()?;
@@ -459,7 +472,7 @@ impl Parse for KernelOptions {
                     return Err(syn::Error::new_spanned(
                         key,
                         "offload::kernel: unknown option; expected `dims = N`, `device_fns = [f(T, ..) -> R, ..]`, \
-                         `reduction(+: x, ..)` (or min, max) or `checked = true|false`",
+                         `reduction(+: x, ..)` (or min, max), `checked = true|false` or `rows = N`",
                     ))
                 }
             }

@@ -42,10 +42,12 @@ pub(crate) struct CudaDevice {
     compute: Arc<CudaStream>,
     copy_out: Arc<CudaStream>,
     arch: &'static str,
-    /// Threads the device holds at once (SMs x threads per SM): a grid-stride kernel's wave.
-    resident_threads: u32,
+    /// Multiprocessors: a grid-stride kernel's wave is this many times the blocks of it
+    /// that one holds at once.
+    sms: u32,
     description: DeviceDescription,
-    functions: Mutex<HashMap<KernelKey, CudaFunction>>,
+    /// Each loaded kernel and its wave (the blocks the whole device holds at once).
+    functions: Mutex<HashMap<KernelKey, (CudaFunction, u32)>>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
     peers: Mutex<Vec<usize>>,
     /// The last copy of each staging slot, copy-in (0) and copy-out (1).
@@ -122,10 +124,10 @@ impl CudaDevice {
         let name = ctx.name().map_err(driver(number, "cuDeviceGetName"))?;
         let (major, minor) = ctx.compute_capability().map_err(driver(number, "cuDeviceGetAttribute"))?;
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
-        let attr = |a| ctx.attribute(a).map_err(driver(number, "cuDeviceGetAttribute"));
-        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
-        let resident_threads = (sms.max(1) as u32).saturating_mul(per_sm.max(32) as u32);
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver(number, "cuDeviceGetAttribute"))?
+            .max(1) as u32;
         let uuid = ctx.uuid().map(|u| format_uuid(&u)).ok();
         let mut buf = [0 as std::ffi::c_char; 32];
         // SAFETY: `buf` has room for the 13-byte id and its terminator; the length says so.
@@ -142,7 +144,7 @@ impl CudaDevice {
             compute,
             copy_out,
             arch,
-            resident_threads,
+            sms,
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
@@ -177,9 +179,10 @@ impl CudaDevice {
         s.synchronize().map_err(driver(self.number, call))
     }
 
-    /// The kernel's function on this device: compiled by NVRTC for this architecture on
-    /// first use anywhere, loaded here on first use here.
-    fn function(&self, kernel: &Kernel) -> Result<CudaFunction> {
+    /// The kernel's function on this device (compiled by NVRTC for this architecture on
+    /// first use anywhere, loaded here on first use here) and its wave: the blocks of it
+    /// the device holds at once, by the driver's occupancy calculator.
+    fn function(&self, kernel: &Kernel) -> Result<(CudaFunction, u32)> {
         let src = kernel.cuda_source().ok_or(Error::NoKernelImpl {
             device: self.number,
             kernel: kernel.name(),
@@ -202,8 +205,12 @@ impl CudaDevice {
         };
         let module = self.ctx.load_module(ptx).map_err(driver(self.number, "cuModuleLoadData"))?;
         let f = module.load_function(kernel.symbol()).map_err(driver(self.number, "cuModuleGetFunction"))?;
-        self.functions.lock().insert(key, f.clone());
-        Ok(f)
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(kernel.block(), 0, None)
+            .map_err(driver(self.number, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        let wave = self.sms.saturating_mul(per_sm.max(1));
+        self.functions.lock().insert(key, (f.clone(), wave));
+        Ok((f, wave))
     }
 
     fn oom_or(&self, requested: usize, call: &'static str) -> impl Fn(DriverError) -> Error + '_ {
@@ -317,13 +324,13 @@ impl Backend for CudaDevice {
     }
 
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
-        let f = self.function(kernel)?;
+        let (f, wave) = self.function(kernel)?;
         self.bind()?;
         // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
         let mut storage = super::LaunchParams::new(args, n);
         let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = super::blocks_for(kernel, n, self.resident_threads);
+        let blocks = super::blocks_for(kernel, n, wave);
         // SAFETY: the parameters match the kernel's signature by the Kernel convention
         // (arguments in order, then n); pointers are this device's memory, translated
         // through the present table; `storage` outlives the call.

@@ -408,7 +408,7 @@ impl Backend for HipDevice {
         let mut storage = super::LaunchParams::new(args, n);
         let mut params = storage.pointers();
         let block = kernel.block();
-        let blocks = super::blocks_for(kernel, n, self.resident_threads);
+        let blocks = super::blocks_for(kernel, n, self.resident_threads / block.max(1));
         // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
         // this device's memory; `storage` outlives the call.
         let r = unsafe {

@@ -142,14 +142,13 @@ impl LaunchParams {
 }
 
 /// Blocks of the kernel's block size covering `n` work items (at least one); for a
-/// grid-stride kernel at most the blocks that `resident_threads` (the device's SMs times
-/// the threads each holds) run at once.
+/// grid-stride kernel at most `wave`, the blocks of it the device runs at once.
 #[cfg(any(feature = "cuda", feature = "hip"))]
-pub(crate) fn blocks_for(kernel: &crate::kernel::Kernel, n: usize, resident_threads: u32) -> u32 {
+pub(crate) fn blocks_for(kernel: &crate::kernel::Kernel, n: usize, wave: u32) -> u32 {
     let block = kernel.block().max(1);
     let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
     if kernel.is_grid_stride() {
-        blocks.min((resident_threads / block).max(1))
+        blocks.min(wave.max(1))
     } else {
         blocks
     }
