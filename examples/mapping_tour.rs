@@ -11,6 +11,18 @@
 use offload::{map, HostBuffer, InfoFlags, MapType, Runtime};
 use offload_kernels as k;
 
+/// `y += a * x`, written once: CUDA C on GPUs, a `rayon` loop on host devices.
+#[offload::kernel]
+fn axpy(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+    y[i] += a * x[i];
+}
+
+/// `total += sum(y)`: OpenMP's `reduction(+: total)`.
+#[offload::kernel(reduction(+: total))]
+fn sum_of(i: usize, y: &[f32], total: &mut f32) {
+    *total += y[i];
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = parse_n()?;
     let mut b = Runtime::builder();
@@ -41,9 +53,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dev.data((map::to(xs), map::tofrom(ys), map::tofrom(sum)), |(xv, yv, sv)| {
                     // 10 launches, no copy in between: the mapping is found each time.
                     for _ in 0..10 {
-                        k::saxpy(&dev, 0.5, xv, yv)?;
+                        axpy::launch(&dev, yv.len(), 0.5, xv, yv)?;
                     }
-                    k::sum(&dev, yv, sv)?;
+                    sum_of::launch(&dev, yv.len(), yv, sv)?;
                     if rt.num_devices() > 0 {
                         println!("device {number} while mapped:\n{}", rt.dump_present_table(number)?);
                     }
