@@ -120,18 +120,27 @@ fn jacobi_kernels(
     })?;
     println!("| hand-written (16 rows per thread) | {} blocks | {ms:.4} |", tcfg.grid_dim.0);
     let src = generated::jacobi_step::KERNEL.cuda_source().ok_or("no source")?;
-    // Variants: the strip length (the kernel's `rows = 4`), and the grid: one wave of
-    // blocks (what the runtime launches) or one block per 256 strips (no grid stride).
-    let rows = |r: u32| src.replace("__offload_rows = 4u;", &format!("__offload_rows = {r}u;"));
+    // Variants: the strip length (the kernel's `rows = 4`) and a minimum of resident
+    // blocks per SM (which caps registers), or one block per 256 strips (no grid stride).
+    let var = |r: u32, min_blocks: u32| {
+        let v = src.replace("__offload_rows = 4u;", &format!("__offload_rows = {r}u;"));
+        if min_blocks == 0 {
+            v
+        } else {
+            v.replace("__launch_bounds__(256)", &format!("__launch_bounds__(256, {min_blocks})"))
+        }
+    };
     let full = |r: u64| ((nx - 2) * (ny - 2).div_ceil(r)).div_ceil(256) as u32;
     let variants = [
         ("generated (rows = 4), one wave", src.to_string(), 0u32),
-        ("generated, rows = 1", rows(1), 0),
-        ("generated, rows = 8", rows(8), 0),
-        ("generated, rows = 16", rows(16), 0),
+        ("generated, rows = 1", var(1, 0), 0),
+        ("generated, rows = 2", var(2, 0), 0),
+        ("generated, rows = 8", var(8, 0), 0),
+        ("generated, rows = 2, >= 8 blocks/SM", var(2, 8), 0),
+        ("generated, rows = 4, >= 6 blocks/SM", var(4, 6), 0),
+        ("generated, rows = 8, >= 5 blocks/SM", var(8, 5), 0),
+        ("generated, rows = 2, a block per 256 strips", var(2, 0), full(2)),
         ("generated, rows = 4, a block per 256 strips", src.to_string(), full(4)),
-        ("generated, rows = 8, a block per 256 strips", rows(8), full(8)),
-        ("generated, rows = 16, a block per 256 strips", rows(16), full(16)),
     ];
     let (l1, n, wrap) = (nx - 2, (nx - 2) * (ny - 2), 1u32);
     let (len, two) = (nx * ny, 1u64);
@@ -171,7 +180,43 @@ fn jacobi_kernels(
         })?;
         println!("| {what} | {} blocks ({per_sm} per SM) | {ms:.4} |", cfg.grid_dim.0);
     }
+    // The same step without the halo stores and the norm reset (a plain stencil with its
+    // norm): what those branches cost.
+    let f = compile(plain_jacobi::KERNEL.cuda_source().ok_or("no source")?, "plain_jacobi")?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
+    let cfg = LaunchConfig { grid_dim: (sms * per_sm, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the generated layout: s0, s1, l1, nx, a, a_new, norm, their lengths, n.
+    let ms = event_ms(s, || unsafe {
+        s.launch_builder(&f)
+            .arg(&one)
+            .arg(&one)
+            .arg(&l1)
+            .arg(&nx)
+            .arg(&da)
+            .arg(&mut db)
+            .arg(&mut norm)
+            .arg(&len)
+            .arg(&len)
+            .arg(&two)
+            .arg(&n)
+            .launch(cfg)
+            .expect("launch");
+    })?;
+    println!(
+        "| generated, no halo stores or norm reset (rows = 4) | {} blocks ({per_sm} per SM) | {ms:.4} |",
+        cfg.grid_dim.0
+    );
     Ok(())
+}
+
+/// The Jacobi update and its norm, nothing else.
+#[offload::kernel(dims = 2, reduction(+: norm), rows = 4)]
+fn plain_jacobi(iy: usize, ix: usize, nx: usize, a: &[f32], a_new: &mut [f32], norm: &mut f32) {
+    let c = iy * nx + ix;
+    let v = 0.25f32 * (a[c + 1] + a[c - 1] + a[c + nx] + a[c - nx]);
+    a_new[c] = v;
+    let r = v - a[c];
+    *norm += r * r;
 }
 
 fn row(what: &str, generated: f64, tuned: f64, unit: &str) {

@@ -1190,7 +1190,8 @@ pub fn kernel_source(
         s.push_str("            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows; ++__offload_k) {\n");
         let _ = writeln!(s, "                const {ULL} __offload_q0 = __offload_first + __offload_k;");
         item(&mut s, "__offload_next");
-        s.push_str("            }\n        } else {\n");
+        // The partial strip: a plain loop (unrolling it would only cost registers).
+        s.push_str("            }\n        } else {\n            #pragma unroll 1\n");
         let _ = writeln!(
             s,
             "            for ({ULL} __offload_q0 = __offload_first; __offload_q0 < __offload_l0; ++__offload_q0) {{"

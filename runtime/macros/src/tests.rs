@@ -73,7 +73,7 @@ fn two_and_three_dimensions_decode_the_linear_index() {
         "{c}"
     );
     assert!(
-        c.contains("for (unsigned long long __offload_q0 = __offload_first; __offload_q0 < __offload_l0;"),
+        c.contains("#pragma unroll 1\n            for (unsigned long long __offload_q0 = __offload_first; __offload_q0 < __offload_l0;"),
         "{c}"
     );
     assert_eq!(c.matches("u[((i * nx) + j)] = 0.0;").count(), 2, "the body in both loops: {c}");
