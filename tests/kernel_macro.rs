@@ -531,7 +531,7 @@ fn a_three_dimensional_space_with_whole_and_partial_strips() {
         let gpu = rt.device(d)?;
         let (nz, ny, nx) = (23, 5, 37);
         let mut out = vec![7u32; nz * ny * nx];
-        // 21 outer indices: two whole strips of 8 and a partial one of 5.
+        // 21 outer indices: five whole strips of 4 and a partial one of 1.
         gpu.data(map::tofrom(&mut out), |o| even_planes::launch(&gpu, (1..22, 0..ny, 1..nx), ny, nx, o))?;
         let mut want = vec![7u32; nz * ny * nx];
         for z in 1..22 {

@@ -68,8 +68,8 @@ pub fn bias_act(i: usize, features: usize, relu: bool, y: &mut [f32], bias: &[f3
 /// device holds the whole periodic grid) the first and last computed rows are also stored
 /// to the opposite halo rows, as the peer stores of the tuned kernel do.
 ///
-/// Each GPU thread walks a strip of `rows = 4` rows (the fastest of 1, 4, 8 and 16 on the
-/// H200, `benches/kernels.rs`).
+/// Each GPU thread walks a strip of `rows = 4` rows (the default; the fastest of 1, 2, 4
+/// and 8 on the H200, `benches/kernels.rs`).
 #[offload::kernel(dims = 2, reduction(+: norm), rows = 4)]
 #[allow(clippy::too_many_arguments)]
 pub fn jacobi_step(

@@ -59,7 +59,7 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     )
     .unwrap();
     assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
-    assert!(c.contains("const unsigned int __offload_rows = 8u;"), "{c}");
+    assert!(c.contains("const unsigned int __offload_rows = 4u;"), "{c}");
     assert!(c.contains("const unsigned long long __offload_l0 = __offload_n / __offload_inner;"), "{c}");
     assert!(
         c.contains("i = __offload_s0 + __offload_q0;") && c.contains("j = __offload_s1 + __offload_w;"),

@@ -391,7 +391,7 @@ pub struct KernelOptions {
 }
 
 /// Outer indices a GPU thread of a 2-D or 3-D kernel walks unless `rows = N` says.
-pub const DEFAULT_ROWS: u32 = 8;
+pub const DEFAULT_ROWS: u32 = 4;
 
 /// `+: a, b` inside `reduction(...)`.
 fn parse_reduction(input: ParseStream<'_>, out: &mut Vec<(RedOp, Ident)>) -> syn::Result<()> {
