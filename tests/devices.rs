@@ -274,3 +274,27 @@ fn every_compiled_backend_reports_and_host_devices_come_after_gpus() {
         assert!(c < h, "{kinds:?}");
     }
 }
+
+#[test]
+fn pool_blocks_waste_at_most_an_eighth_and_are_reused() {
+    on_every_device("pool size classes", |rt, dev| {
+        let before = rt.pool_usage(dev)?.cached_bytes;
+        // 129 MiB takes a 144 MiB block (an eighth of 128 MiB per class), not 256 MiB.
+        let p = rt.target_alloc(129 << 20, dev)?;
+        // SAFETY: just allocated, unused.
+        unsafe { rt.target_free(p, dev)? };
+        check_eq!(rt.pool_usage(dev)?.cached_bytes - before, 144 << 20);
+        // Any size of the class reuses the block; a small size is kept at its own size.
+        let q = rt.target_alloc(140 << 20, dev)?;
+        check_eq!(q, p);
+        check_eq!(rt.pool_usage(dev)?.cached_bytes, before);
+        let s = rt.target_alloc(1000, dev)?;
+        // SAFETY: both just allocated, unused.
+        unsafe {
+            rt.target_free(q, dev)?;
+            rt.target_free(s, dev)?;
+        }
+        check_eq!(rt.pool_usage(dev)?.cached_bytes - before, (144 << 20) + 1024);
+        Ok(())
+    });
+}

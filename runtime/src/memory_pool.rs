@@ -1,8 +1,10 @@
 //! A device memory pool above the backends: freed blocks are kept by size class and
 //! handed out again, so a map/unmap loop does not pay the driver's allocation cost.
 //!
-//! Sizes round up to a power of two (at least 256 bytes); blocks up to
-//! [`PoolConfig::max_block`] are pooled, larger ones go straight to the device. At most
+//! Sizes round to a size class: up to [`EXACT_CLASSES`] bytes the size itself (in 256-byte
+//! steps, the drivers' alignment), above it one of 8 classes per power of two, so a block
+//! wastes at most 1/8 of itself (a 129 MiB map takes a 144 MiB block, not 256 MiB).
+//! Blocks up to [`PoolConfig::max_block`] are pooled, larger ones go straight to the device. At most
 //! [`PoolConfig::keep`] bytes of free blocks are kept (the release threshold); beyond that
 //! freed blocks are returned. When the device runs out of memory the pool returns its cached
 //! blocks and tries once more. Every live allocation is tracked, so freeing an unknown
@@ -21,7 +23,7 @@ use crate::error::{Error, Result};
 pub struct PoolConfig {
     /// Whether freed blocks are kept at all (`OFFLOAD_MEMORY_POOL=0` turns it off).
     pub enabled: bool,
-    /// Largest block size that is pooled: at most 1 TiB (sizes round up to a power of two).
+    /// Largest block size that is pooled: at most 1 TiB.
     pub max_block: usize,
     /// Most bytes of free blocks kept per device.
     pub keep: usize,
@@ -74,7 +76,23 @@ pub(crate) struct MemoryPool {
     state: Mutex<PoolState>,
 }
 
+/// The granularity of the exact classes: the drivers' allocation alignment.
 const MIN_CLASS: usize = 256;
+
+/// Sizes up to this many bytes are pooled at their own size (rounded to 256 bytes); above
+/// it, 8 classes per power of two.
+pub(crate) const EXACT_CLASSES: usize = 64 << 10;
+
+/// The block size a request of `bytes > 0` takes: `bytes` rounded up to 256 bytes up to
+/// [`EXACT_CLASSES`], else to the next multiple of an eighth of the power of two below it
+/// (`None` when that overflows).
+pub(crate) fn size_class(bytes: usize) -> Option<usize> {
+    if bytes <= EXACT_CLASSES {
+        return Some(bytes.max(1).next_multiple_of(MIN_CLASS));
+    }
+    let step = (1usize << bytes.ilog2()) / 8;
+    bytes.checked_next_multiple_of(step)
+}
 
 impl MemoryPool {
     pub(crate) fn new(config: PoolConfig) -> Self {
@@ -82,10 +100,7 @@ impl MemoryPool {
     }
 
     fn class_of(&self, bytes: usize) -> Option<usize> {
-        (self.config.enabled && bytes <= self.config.max_block)
-            .then(|| bytes.checked_next_power_of_two())
-            .flatten()
-            .map(|c| c.max(MIN_CLASS))
+        (self.config.enabled && bytes <= self.config.max_block).then(|| size_class(bytes)).flatten()
     }
 
     /// Allocates `bytes > 0` on `backend` for `owner`.
@@ -335,9 +350,12 @@ mod tests {
         assert_eq!(p.extent(a + 10), Some(990));
         assert_eq!(p.free(&d, 0, a, Owner::User).unwrap(), 1000);
         assert_eq!(p.cached_bytes(), 1024);
-        let b = p.alloc(&d, 600, Owner::User).unwrap();
+        let c = p.alloc(&d, 600, Owner::User).unwrap();
+        assert_ne!(a, c, "below 64 KiB sizes are exact (to 256 bytes): 768 is not 1024's class");
+        p.free(&d, 0, c, Owner::User).unwrap();
+        let b = p.alloc(&d, 1023, Owner::User).unwrap();
         assert_eq!(a, b, "a block of the same class is reused");
-        assert_eq!(p.cached_bytes(), 0);
+        assert_eq!(p.cached_bytes(), 768);
         p.free(&d, 0, b, Owner::User).unwrap();
         assert!(matches!(p.free(&d, 0, b, Owner::User), Err(Error::UnknownDevicePointer { .. })));
         // A mapped range's device copy is not the user's to free.
@@ -375,6 +393,27 @@ mod tests {
         let p = MemoryPool::new(PoolConfig { max_block: usize::MAX, ..PoolConfig::default() });
         assert_eq!(p.class_of(usize::MAX), None);
         assert_eq!(p.class_of(1000), Some(1024));
+    }
+
+    #[test]
+    fn size_classes_are_exact_when_small_and_waste_at_most_an_eighth_above() {
+        assert_eq!(size_class(1), Some(256));
+        assert_eq!(size_class(256), Some(256));
+        assert_eq!(size_class(257), Some(512));
+        assert_eq!(size_class(EXACT_CLASSES), Some(EXACT_CLASSES));
+        assert_eq!(size_class(129 << 20), Some(144 << 20), "129 MiB takes 144 MiB, not 256");
+        assert_eq!(size_class(128 << 20), Some(128 << 20));
+        let mut v = EXACT_CLASSES + 1;
+        while v < 1 << 50 {
+            for b in [v, v + 1, v + v / 3, 2 * v - 1] {
+                let c = size_class(b).unwrap();
+                assert!(c >= b && (c - b) * 8 <= c, "{b} -> {c}");
+                // The class is its own class: a freed block serves every request of it.
+                assert_eq!(size_class(c), Some(c), "{b} -> {c}");
+            }
+            v = v * 3 / 2;
+        }
+        assert_eq!(size_class(usize::MAX), None);
     }
 
     #[test]
