@@ -2,15 +2,19 @@
 //! devices, the initial device included.
 //!
 //! Device to device goes by peer access when both devices have it (and the runtime allows
-//! it), otherwise through host memory in chunks.
+//! it), otherwise through the pinned staging buffers of the source device (or of the
+//! destination), chunk by chunk with the copies overlapped; only between devices that stage
+//! nothing (host devices without peer access, staging turned off) through a host bounce
+//! buffer.
 
 use crate::device::{Copy2d, Place};
 use crate::error::{Error, HostRange, Result};
 use crate::runtime::{DeviceState, Runtime, Target};
 use crate::validate;
 
-/// Largest host bounce buffer for a device-to-device copy without peer access.
-const BOUNCE_CHUNK: usize = 64 << 20;
+/// Largest host bounce buffer for a device-to-device copy between devices without peer
+/// access or staging buffers.
+const BOUNCE_CHUNK: usize = 4 << 20;
 
 /// Where a rectangular copy reads or writes: a base pointer, its device, and the array's
 /// shape and the sub-volume's offsets, in elements, outermost dimension first.
@@ -138,6 +142,18 @@ impl Runtime {
         if self.peer_access() && dd.backend.can_access_peer(&*sd.backend) {
             dd.backend.copy_from_peer(d, &*sd.backend, s, len)?;
             dd.stats.record_device_copy(true);
+            return Ok(());
+        }
+        if let Some(ring) = sd.staging_ring() {
+            // SAFETY: both ranges were checked against the devices' allocations by the caller.
+            unsafe { ring.relay_out(&*sd.backend, s, &*dd.backend, d, len)? };
+            dd.stats.record_device_copy(false);
+            return Ok(());
+        }
+        if let Some(ring) = dd.staging_ring() {
+            // SAFETY: as above.
+            unsafe { ring.relay_in(&*sd.backend, s, &*dd.backend, d, len)? };
+            dd.stats.record_device_copy(false);
             return Ok(());
         }
         let mut bounce = vec![0u8; len.min(BOUNCE_CHUNK)];

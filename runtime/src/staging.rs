@@ -327,6 +327,109 @@ impl StagingRing {
         result
     }
 
+    /// Device->device through this ring's copy-out buffers when the ring is the source
+    /// device's: `owner` (the source) DMAs chunk after chunk into the buffers, `depth` in
+    /// flight, and each is written to `dst_backend` from there as it lands. No buffer is
+    /// allocated per call.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is `owner`'s memory, `dst..dst+bytes` `dst_backend`'s.
+    pub(crate) unsafe fn relay_out(
+        &self,
+        owner: &dyn Backend,
+        src: u64,
+        dst_backend: &dyn Backend,
+        dst: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let bufs = self.from_device.lock();
+        let depth = bufs.len();
+        let chunk = self.cfg.chunk_for(bytes, self.chunk);
+        let chunks = bytes.div_ceil(chunk);
+        let span = |i: usize| (i * chunk, chunk.min(bytes - i * chunk));
+        let issue = |i: usize| {
+            let (off, n) = span(i);
+            // SAFETY: the slot's buffer is not read until waited for.
+            unsafe { owner.read_staged(bufs[i % depth].ptr.as_ptr(), src + off as u64, n, i % depth) }
+        };
+        let mut result = Ok(());
+        for i in 0..depth.min(chunks) {
+            result = issue(i);
+            if result.is_err() {
+                break;
+            }
+        }
+        let mut i = 0;
+        while result.is_ok() && i < chunks {
+            let slot = i % depth;
+            result = owner.wait_staged(false, slot);
+            if result.is_err() {
+                break;
+            }
+            let (off, n) = span(i);
+            // SAFETY: the DMA into this buffer has completed; the buffer holds `n` bytes and
+            // `dst + off` is the destination's memory (the caller's).
+            result = unsafe { dst_backend.write(dst + off as u64, bufs[slot].ptr.as_ptr(), n) };
+            if result.is_ok() && i + depth < chunks {
+                result = issue(i + depth);
+            }
+            i += 1;
+        }
+        // Drain every slot, also after an error, so no DMA outlives the call.
+        for slot in 0..depth.min(chunks) {
+            let r = owner.wait_staged(false, slot);
+            result = result.and(r);
+        }
+        result
+    }
+
+    /// Device->device through this ring's copy-in buffers when the ring is the destination
+    /// device's: each chunk is read from `src_backend` into a buffer, then DMAed to `owner`
+    /// (the destination) while the next is read.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is `src_backend`'s memory, `dst..dst+bytes` `owner`'s.
+    pub(crate) unsafe fn relay_in(
+        &self,
+        src_backend: &dyn Backend,
+        src: u64,
+        owner: &dyn Backend,
+        dst: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let bufs = self.to_device.lock();
+        let depth = bufs.len();
+        let chunk = self.cfg.chunk_for(bytes, self.chunk);
+        let chunks = bytes.div_ceil(chunk);
+        let mut result = Ok(());
+        for i in 0..chunks {
+            let slot = i % depth;
+            let (off, n) = (i * chunk, chunk.min(bytes - i * chunk));
+            if i >= depth {
+                result = owner.wait_staged(true, slot);
+                if result.is_err() {
+                    break;
+                }
+            }
+            // SAFETY: no DMA reads the buffer now (waited above); it holds `chunk >= n`
+            // bytes; the source range is the caller's.
+            result = unsafe { src_backend.read(bufs[slot].ptr.as_ptr(), src + off as u64, n) };
+            if result.is_err() {
+                break;
+            }
+            // SAFETY: the buffer stays untouched until this slot is waited for.
+            result = unsafe { owner.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
+            if result.is_err() {
+                break;
+            }
+        }
+        for slot in 0..depth.min(chunks) {
+            let r = owner.wait_staged(true, slot);
+            result = result.and(r);
+        }
+        result
+    }
+
     /// Unregisters and frees the buffers.
     pub(crate) fn release(self, backend: &dyn Backend) {
         for b in self.to_device.into_inner().into_iter().chain(self.from_device.into_inner()) {
@@ -453,6 +556,41 @@ mod tests {
                 d.free(p, bytes).unwrap();
             }
             r.release(&d);
+        }
+    }
+
+    #[test]
+    fn device_to_device_relays_through_either_devices_ring() {
+        for (chunk, depth) in [(4096usize, 2usize), (8192, 3)] {
+            let (a, r) = ring(chunk, depth);
+            let b = device(1 << 30);
+            for bytes in [1usize, 4097, 3 * chunk + 17, 7 * chunk] {
+                let src: Vec<u8> = (0..bytes).map(|i| (i * 13 + bytes) as u8).collect();
+                let mut back = vec![0u8; bytes];
+                let (pa, pb) = (a.alloc(bytes).unwrap(), b.alloc(bytes).unwrap());
+                // SAFETY: every range holds `bytes` bytes on its device.
+                unsafe {
+                    a.write(pa, src.as_ptr(), bytes).unwrap();
+                    // a -> b through a's copy-out buffers, then back through a's copy-in ones.
+                    r.relay_out(&a, pa, &b, pb, bytes).unwrap();
+                    a.write(pa, back.as_ptr(), bytes).unwrap();
+                    r.relay_in(&b, pb, &a, pa, bytes).unwrap();
+                    a.read(back.as_mut_ptr(), pa, bytes).unwrap();
+                }
+                assert!(back == src, "chunk {chunk} depth {depth} bytes {bytes}");
+                a.free(pa, bytes).unwrap();
+                b.free(pb, bytes).unwrap();
+            }
+            // A destination too short fails after the first chunk, with every slot drained.
+            let (pa, pb) = (a.alloc(5 * chunk).unwrap(), b.alloc(chunk).unwrap());
+            // SAFETY: the destination's backend refuses the bytes past its allocation.
+            let e = unsafe { r.relay_out(&a, pa, &b, pb, 5 * chunk) }.unwrap_err();
+            assert!(matches!(e, Error::UnknownDevicePointer { .. }), "{e}");
+            // SAFETY: one chunk into a one-chunk allocation.
+            unsafe { r.relay_out(&a, pa, &b, pb, chunk) }.unwrap();
+            a.free(pa, 5 * chunk).unwrap();
+            b.free(pb, chunk).unwrap();
+            r.release(&a);
         }
     }
 
