@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+mod copy_crew;
 pub mod data_env;
 pub mod device;
 pub mod error;

@@ -17,14 +17,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rayon::prelude::*;
 
+use crate::copy_crew::CopyCrew;
 use crate::device::Backend;
 use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
 use crate::runtime::DeviceState;
 use crate::topology::Topology;
-use crate::worker::node_pool;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines
 /// (see the README's transfer table). [`crate::RuntimeBuilder::build`] refuses a field
@@ -135,7 +134,7 @@ pub(crate) struct StagingRing {
     from_device: Mutex<Vec<PinnedBuffer>>,
     chunk: usize,
     cfg: StagingConfig,
-    pool: rayon::ThreadPool,
+    crew: CopyCrew,
     node: Option<usize>,
     bound: bool,
 }
@@ -162,7 +161,7 @@ impl StagingRing {
         node: Option<usize>,
         topo: &Topology,
         backend: &dyn Backend,
-        pool: rayon::ThreadPool,
+        crew: CopyCrew,
     ) -> Result<Self> {
         let depth = cfg.depth.max(2);
         let mut bound = true;
@@ -181,7 +180,7 @@ impl StagingRing {
             from_device: Mutex::new(from_device),
             chunk: cfg.chunk,
             cfg: *cfg,
-            pool,
+            crew,
             node,
             bound: bound && node.is_some(),
         })
@@ -200,7 +199,7 @@ impl StagingRing {
                 (Some(n), false) => format!("{n} (binding refused: first touch by the bound worker)"),
                 (None, _) => "unknown (first touch by the worker)".into(),
             },
-            self.pool.current_num_threads()
+            self.crew.threads()
         )
     }
 
@@ -212,24 +211,13 @@ impl StagingRing {
         f(unsafe { std::slice::from_raw_parts(bufs[0].ptr.as_ptr(), bufs[0].len) })
     }
 
-    /// Copies with all copy threads: `dst[..n] = src[..n]`.
+    /// Copies with all copy threads (pieces of at least `min_piece`): `dst[..n] = src[..n]`.
     ///
     /// # Safety
     /// Both ranges valid for `n` bytes, disjoint, `dst` not otherwise accessed meanwhile.
     unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize) {
-        // Pieces of at least `min_piece`: below that a thread's start-up costs more than
-        // its copy.
-        let threads = self.pool.current_num_threads().max(1);
-        let piece = n.div_ceil(threads).next_multiple_of(4096).max(self.cfg.min_piece.max(4096));
-        let pieces = n.div_ceil(piece);
-        self.pool.install(|| {
-            (0..pieces).into_par_iter().for_each(|i| {
-                let (off, len) = (i * piece, piece.min(n - i * piece));
-                let (d, s) = (dst, src);
-                // SAFETY: disjoint sub-ranges of the caller's valid ranges.
-                unsafe { std::ptr::copy_nonoverlapping(s.0.add(off), d.0.add(off), len) };
-            })
-        });
+        // SAFETY: forwarded from the caller.
+        unsafe { self.crew.copy(dst.0, src.0.cast_const(), n) }
     }
 
     /// Host->device: `bytes` from pageable `src` to device address `dst`.
@@ -454,13 +442,17 @@ impl DeviceState {
         self.staging
             .get_or_init(|| {
                 let name = format!("offload-dev{}", self.number);
-                let pool = node_pool(
+                // The copying thread is one of the crew: `threads - 1` helpers.
+                let cpus = self.placement.cpus.clone();
+                let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
+                let crew = CopyCrew::spawn(
                     &name,
                     self.topology.clone(),
-                    self.placement.cpus.clone(),
-                    self.staging_config.threads,
+                    cpus,
+                    threads - 1,
+                    self.staging_config.min_piece,
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| format!("copy threads: {e}"))?;
                 let node =
                     self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
                 let (cfg, topo) = (self.staging_config, self.topology.clone());
@@ -470,7 +462,7 @@ impl DeviceState {
                         let b = backend;
                         // SAFETY: `self.backend` outlives this call, which waits for the job.
                         let backend = unsafe { &*b.0 };
-                        StagingRing::new(&cfg, node, &topo, backend, pool).map_err(|e| e.to_string())
+                        StagingRing::new(&cfg, node, &topo, backend, crew).map_err(|e| e.to_string())
                     })
                     .map_err(|_| "the device worker ended".to_string())?
             })
@@ -531,11 +523,12 @@ mod tests {
     fn ring(chunk: usize, depth: usize) -> (crate::device::host::HostDevice, StagingRing) {
         let d = device(1 << 30);
         let topo = Topology::system();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let cpus = topo.whole_machine("test").cpus;
+        let crew = CopyCrew::spawn("test", Arc::new(Topology::system()), cpus, 2, 4096).unwrap();
         let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
         assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
         assert!(cfg.chunk_for(3 << 20, chunk) <= chunk);
-        let r = StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, pool).unwrap();
+        let r = StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, crew).unwrap();
         (d, r)
     }
 

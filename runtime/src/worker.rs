@@ -94,25 +94,6 @@ impl Drop for DeviceWorker {
     }
 }
 
-/// A `rayon` pool of `threads` threads bound to `cpus` (for staging copies next to the
-/// device's memory).
-pub(crate) fn node_pool(
-    name: &str,
-    topology: Arc<Topology>,
-    cpus: Vec<usize>,
-    threads: usize,
-) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
-    let prefix = name.to_string();
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.clamp(1, cpus.len().max(1)))
-        .thread_name(move |i| format!("{prefix}-copy{i}"))
-        .start_handler(move |_| {
-            // Best effort, as for the worker; the pool's binding is reported through it.
-            let _ = topology.bind_current_thread(&cpus);
-        })
-        .build()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

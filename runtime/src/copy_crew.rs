@@ -1,0 +1,293 @@
+//! A crew of persistent copy threads bound to one NUMA node: the CPU half of a staged copy.
+//!
+//! A staged transfer copies chunk after chunk between pageable memory and pinned buffers,
+//! with a wait for the DMA engine between chunks. A general thread pool lets its threads
+//! fall asleep in those waits and pays a wake-up for every thread at every chunk, which on
+//! a virtual machine costs tens of microseconds: more than copying a small chunk. The crew
+//! keeps its threads spinning between the chunks of a transfer (and for a short while
+//! after), so a chunk is handed out with a few atomic operations; idle, they park.
+//!
+//! One job at a time: [`CopyCrew::copy`] publishes `dst[..n] = src[..n]` cut into pieces,
+//! copies pieces itself too, and returns when every piece is done. Pieces are claimed with
+//! one atomic word that holds the job's number, its piece count and the next piece, so a
+//! thread still looking at a finished job can never claim a piece of the next one.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::topology::Topology;
+
+/// How long an idle crew thread polls (yielding) for a next job before it parks: longer
+/// than the gap between two chunks of a transfer (a DMA of one chunk), short enough to cost
+/// little after the transfer.
+const SPIN: Duration = Duration::from_micros(1000);
+
+/// The job being copied. Written only while no piece of it can be claimed.
+struct Job {
+    dst: AtomicUsize,
+    src: AtomicUsize,
+    len: AtomicUsize,
+    piece: AtomicUsize,
+}
+
+/// The claim word: job number (bits 63-32), pieces (31-16), next unclaimed piece (15-0).
+fn claim_word(id: u64, pieces: usize, next: usize) -> u64 {
+    (id << 32) | ((pieces as u64) << 16) | next as u64
+}
+
+/// `(job, pieces, next)` of a claim word.
+fn claim_parts(c: u64) -> (u64, u64, u64) {
+    (c >> 32, (c >> 16) & 0xffff, c & 0xffff)
+}
+
+/// Most pieces of one job: more than the threads a crew may have (1024) plus the caller.
+const MAX_PIECES: usize = 0xffff;
+
+struct Shared {
+    /// See [`claim_word`].
+    claim: AtomicU64,
+    /// Pieces of the job copied.
+    done: AtomicUsize,
+    job: Job,
+    stop: AtomicBool,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Shared {
+    /// Claims and copies pieces of job `id` until none is left; returns how many it copied.
+    fn work(&self, id: u64) -> usize {
+        let mut copied = 0;
+        loop {
+            let c = self.claim.load(Ordering::Acquire);
+            let (job, pieces, next) = claim_parts(c);
+            if job != id || next >= pieces {
+                return copied;
+            }
+            if self.claim.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            let i = next as usize;
+            let (dst, src) = (self.job.dst.load(Ordering::Relaxed), self.job.src.load(Ordering::Relaxed));
+            let (len, piece) = (self.job.len.load(Ordering::Relaxed), self.job.piece.load(Ordering::Relaxed));
+            let off = i * piece;
+            let n = piece.min(len - off);
+            // SAFETY: piece `i` of the job is claimed by this thread alone; the job's
+            // ranges are valid and disjoint until every piece is done (the caller of
+            // `copy` waits for that), and the fields were written before the job number
+            // this claim matched was published.
+            unsafe { std::ptr::copy_nonoverlapping((src + off) as *const u8, (dst + off) as *mut u8, n) };
+            self.done.fetch_add(1, Ordering::AcqRel);
+            copied += 1;
+        }
+    }
+
+    /// The job number with unclaimed pieces, if any.
+    fn open_job(&self) -> Option<u64> {
+        let (job, pieces, next) = claim_parts(self.claim.load(Ordering::Acquire));
+        (next < pieces).then_some(job)
+    }
+}
+
+/// Persistent copy threads; see the module documentation.
+pub(crate) struct CopyCrew {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    /// One job at a time (the two directions of a ring share the crew).
+    caller: Mutex<u64>,
+    min_piece: usize,
+}
+
+impl CopyCrew {
+    /// `threads` helpers (at least 0; the caller of [`CopyCrew::copy`] copies too), named
+    /// `{name}-copy{i}`, each bound to `cpus` (best effort, as the device's worker).
+    pub(crate) fn spawn(
+        name: &str,
+        topology: Arc<Topology>,
+        cpus: Vec<usize>,
+        threads: usize,
+        min_piece: usize,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            claim: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            job: Job {
+                dst: AtomicUsize::new(0),
+                src: AtomicUsize::new(0),
+                len: AtomicUsize::new(0),
+                piece: AtomicUsize::new(1),
+            },
+            stop: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
+        let mut crew = Self {
+            shared: Arc::clone(&shared),
+            threads: Vec::new(),
+            caller: Mutex::new(0),
+            min_piece: min_piece.max(4096),
+        };
+        for i in 0..threads {
+            let (s, topo, cpus) = (Arc::clone(&shared), Arc::clone(&topology), cpus.clone());
+            let t = std::thread::Builder::new().name(format!("{name}-copy{i}")).spawn(move || {
+                // Best effort, as for the worker; the report shows the worker's binding.
+                let _ = topo.bind_current_thread(&cpus);
+                helper(&s);
+            })?;
+            crew.threads.push(t);
+        }
+        Ok(crew)
+    }
+
+    /// Copy threads, the caller's included.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.len() + 1
+    }
+
+    /// `dst[..n] = src[..n]` with every crew thread and the calling one.
+    ///
+    /// # Safety
+    /// Both ranges valid for `n` bytes and disjoint, `dst` not otherwise accessed until
+    /// this returns.
+    pub(crate) unsafe fn copy(&self, dst: *mut u8, src: *const u8, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut last = self.caller.lock();
+        let s = &*self.shared;
+        // At most one piece per thread, so a job never has more than MAX_PIECES.
+        let piece = n.div_ceil(self.threads()).next_multiple_of(4096).max(self.min_piece);
+        let pieces = n.div_ceil(piece);
+        debug_assert!(pieces <= MAX_PIECES);
+        let id = (*last + 1) & 0xffff_ffff;
+        *last = id;
+        // No piece of the previous job is claimable (it is done), so the fields are ours.
+        s.job.dst.store(dst as usize, Ordering::Relaxed);
+        s.job.src.store(src as usize, Ordering::Relaxed);
+        s.job.len.store(n, Ordering::Relaxed);
+        s.job.piece.store(piece, Ordering::Relaxed);
+        s.done.store(0, Ordering::Relaxed);
+        // Publishing the job number with piece 0 opens the job.
+        s.claim.store(claim_word(id, pieces, 0), Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = s.lock.lock();
+            s.wake.notify_all();
+        }
+        s.work(id);
+        while s.done.load(Ordering::Acquire) < pieces {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// A crew thread: spins for jobs, parks when idle, ends when the crew is dropped.
+fn helper(s: &Shared) {
+    let mut idle = Instant::now();
+    loop {
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(id) = s.open_job() {
+            if s.work(id) > 0 {
+                idle = Instant::now();
+            }
+            continue;
+        }
+        if idle.elapsed() < SPIN {
+            // Yielding, not spinning on the core: with as many copy threads as CPUs the
+            // thread that drives the transfer (and the driver's) must still get to run.
+            std::thread::yield_now();
+            continue;
+        }
+        let mut g = s.lock.lock();
+        s.sleepers.fetch_add(1, Ordering::SeqCst);
+        if s.open_job().is_none() && !s.stop.load(Ordering::SeqCst) {
+            // The timeout bounds the cost of a wake-up lost to any ordering not foreseen.
+            s.wake.wait_for(&mut g, Duration::from_millis(50));
+        }
+        s.sleepers.fetch_sub(1, Ordering::SeqCst);
+        idle = Instant::now();
+    }
+}
+
+impl Drop for CopyCrew {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let _g = self.shared.lock.lock();
+            self.shared.wake.notify_all();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crew(threads: usize, min_piece: usize) -> CopyCrew {
+        let topo = Arc::new(Topology::system());
+        let cpus = topo.whole_machine("test").cpus;
+        CopyCrew::spawn("test", topo, cpus, threads, min_piece).unwrap()
+    }
+
+    #[test]
+    fn copies_every_byte_at_awkward_sizes_and_piece_counts() {
+        for (threads, min_piece) in [(0usize, 4096usize), (1, 4096), (3, 4096), (5, 1 << 20)] {
+            let c = crew(threads, min_piece);
+            for n in [1usize, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20, (5 << 20) + 17] {
+                let src: Vec<u8> = (0..n).map(|i| (i * 31 + n) as u8).collect();
+                let mut dst = vec![0u8; n + 1];
+                // SAFETY: both hold `n` bytes; disjoint vectors.
+                unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), n) };
+                assert!(dst[..n] == src[..], "threads {threads} n {n}");
+                assert_eq!(dst[n], 0, "nothing past the range");
+            }
+        }
+    }
+
+    #[test]
+    fn back_to_back_jobs_never_mix_and_parked_threads_wake() {
+        let c = crew(4, 4096);
+        let mut bufs: Vec<Vec<u8>> = (0..64).map(|k| vec![k as u8; 64 << 10]).collect();
+        let mut out = vec![0u8; 64 << 10];
+        for round in 0..3 {
+            for (k, b) in bufs.iter().enumerate() {
+                // SAFETY: both hold 64 KiB; disjoint vectors.
+                unsafe { c.copy(out.as_mut_ptr(), b.as_ptr(), b.len()) };
+                assert!(out.iter().all(|&v| v == b[0]), "round {round} job {k}");
+            }
+            // Long enough for the threads to park; the next job must wake them.
+            std::thread::sleep(SPIN * 3);
+            bufs.reverse();
+        }
+    }
+
+    #[test]
+    fn two_callers_take_turns() {
+        let c = Arc::new(crew(2, 4096));
+        std::thread::scope(|s| {
+            for t in 0..2u8 {
+                let c = Arc::clone(&c);
+                s.spawn(move || {
+                    let src = vec![t + 1; 1 << 20];
+                    let mut dst = vec![0u8; 1 << 20];
+                    for _ in 0..50 {
+                        // SAFETY: both hold 1 MiB; each thread's own vectors.
+                        unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), src.len()) };
+                        assert!(dst.iter().all(|&v| v == t + 1));
+                        dst.fill(0);
+                    }
+                });
+            }
+        });
+    }
+}
