@@ -447,8 +447,7 @@ impl DeviceState {
                 let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
                 let crew = CopyCrew::spawn(
                     &name,
-                    self.topology.clone(),
-                    cpus,
+                    Some((self.topology.clone(), cpus)),
                     threads - 1,
                     self.staging_config.min_piece,
                 )
@@ -524,7 +523,7 @@ mod tests {
         let d = device(1 << 30);
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
-        let crew = CopyCrew::spawn("test", Arc::new(Topology::system()), cpus, 2, 4096).unwrap();
+        let crew = CopyCrew::spawn("test", Some((Arc::new(Topology::system()), cpus)), 2, 4096).unwrap();
         let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
         assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
         assert!(cfg.chunk_for(3 << 20, chunk) <= chunk);
