@@ -29,10 +29,12 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 pub mod config;
 mod copy_crew;
 pub mod data_env;
 pub mod device;
+mod device_state;
 pub mod error;
 mod generated;
 pub mod index_space;
@@ -52,9 +54,11 @@ pub mod topology;
 mod validate;
 mod worker;
 
+pub use builder::RuntimeBuilder;
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
 pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
+pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLog};
@@ -63,7 +67,7 @@ pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, M
 pub use memcpy::RectSide;
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
-pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime, RuntimeBuilder, TransferStats};
+pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime};
 pub use staging::StagingConfig;
 pub use topology::{Placement, PlacementSource, Topology};
 

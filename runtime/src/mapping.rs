@@ -486,8 +486,8 @@ impl<'rt> Device<'rt> {
     /// does it now, e.g. before a timed run). A no-op on host devices.
     pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
         match self.rt.target(self.number)? {
-            crate::runtime::Target::Device(d) => d.backend.prepare(kernel),
-            crate::runtime::Target::Initial => Ok(()),
+            crate::device_state::Target::Device(d) => d.backend.prepare(kernel),
+            crate::device_state::Target::Initial => Ok(()),
         }
     }
 
@@ -528,8 +528,8 @@ impl<'rt> Device<'rt> {
     ) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
         let d = match self.rt.target(self.number)? {
-            crate::runtime::Target::Device(d) => d,
-            crate::runtime::Target::Initial => {
+            crate::device_state::Target::Device(d) => d,
+            crate::device_state::Target::Initial => {
                 return Err(Error::InvalidArgument {
                     routine: "sgemm",
                     what: "the initial device has no sgemm; use a host device".into(),

@@ -8,8 +8,9 @@
 //! buffer.
 
 use crate::device::{Copy2d, Place};
+use crate::device_state::{DeviceState, Target};
 use crate::error::{Error, HostRange, Result};
-use crate::runtime::{DeviceState, Runtime, Target};
+use crate::runtime::Runtime;
 use crate::validate;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer

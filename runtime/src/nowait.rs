@@ -56,7 +56,7 @@ use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
-use crate::runtime::{DeviceState, Runtime};
+use crate::runtime::Runtime;
 use crate::worker::DeviceWorker;
 
 /// Which of a device's three lanes runs a task.
@@ -152,23 +152,10 @@ impl Drop for Completion {
 /// The three lane threads of a device.
 pub(crate) struct Lanes([DeviceWorker; 3]);
 
-impl DeviceState {
-    fn lanes(&self) -> Result<&Lanes> {
-        let lanes = self.lanes.get_or_init(|| {
-            let spawn = |name: &str| {
-                DeviceWorker::spawn(
-                    format!("offload-dev{}-{name}", self.number),
-                    Arc::clone(&self.topology),
-                    self.placement.cpus.clone(),
-                )
-            };
-            Ok(Lanes([spawn("in")?, spawn("compute")?, spawn("out")?]))
-        });
-        lanes.as_ref().map_err(|e: &std::io::Error| Error::Driver {
-            device: self.number,
-            call: "spawn the device's lane threads",
-            message: e.to_string(),
-        })
+impl Lanes {
+    /// The copy-in, compute and copy-out lanes, in that order.
+    pub(crate) fn new(lanes: [DeviceWorker; 3]) -> Self {
+        Self(lanes)
     }
 }
 

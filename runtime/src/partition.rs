@@ -28,10 +28,11 @@
 use std::ops::Range;
 
 use crate::data_env::{MapItem, MapType, UpdateDirection};
+use crate::device_state::Target;
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::DeviceSlice;
-use crate::runtime::{Runtime, Target};
+use crate::runtime::Runtime;
 
 /// `n` items in `parts` contiguous blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

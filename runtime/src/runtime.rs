@@ -1,79 +1,23 @@
 //! The runtime: its devices, their present tables, and the OpenMP routines in Rust shape.
 
 use std::alloc::Layout;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
-use crate::data_env::{BlocksInUse, Construct, Entry, MapItem, PresentTable, UpdateDirection};
-use crate::device::host::{default_capacity, HostDevice};
-use crate::device::{Backend, DeviceDescription, MemInfo};
+use crate::builder::RuntimeBuilder;
+use crate::config::{OffloadPolicy, Settings};
+use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
+use crate::device::{DeviceDescription, MemInfo};
+use crate::device_state::{DeviceState, PinnedRanges, Target, TransferStats};
 use crate::error::{Error, HostRange, Result};
-use crate::info::{InfoFlags, Trace};
+use crate::info::Trace;
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, Scalar};
-use crate::memory_pool::{MemoryPool, Owner, PoolConfig};
-use crate::staging::{StagingConfig, StagingRing};
+use crate::memory_pool::Owner;
 use crate::topology::{Placement, Topology};
 use crate::validate;
-use crate::worker::DeviceWorker;
-
-/// Counts of the copies a device made, for tests, benches and teaching.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TransferStats {
-    /// Host->device copies.
-    pub to_device: u64,
-    /// Bytes copied host->device.
-    pub to_device_bytes: u64,
-    /// Device->host copies.
-    pub from_device: u64,
-    /// Bytes copied device->host.
-    pub from_device_bytes: u64,
-    /// Device->device copies into this device made directly (peer access or same device).
-    pub direct: u64,
-    /// Device->device copies into this device staged through host memory.
-    pub staged: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct TransferCounters {
-    to_device: AtomicU64,
-    to_device_bytes: AtomicU64,
-    from_device: AtomicU64,
-    from_device_bytes: AtomicU64,
-    direct: AtomicU64,
-    staged: AtomicU64,
-}
-
-impl TransferCounters {
-    pub(crate) fn record_to_device(&self, bytes: usize) {
-        self.to_device.fetch_add(1, Ordering::Relaxed);
-        self.to_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn record_from_device(&self, bytes: usize) {
-        self.from_device.fetch_add(1, Ordering::Relaxed);
-        self.from_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn record_device_copy(&self, direct: bool) {
-        let c = if direct { &self.direct } else { &self.staged };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-    fn snapshot(&self) -> TransferStats {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        TransferStats {
-            to_device: l(&self.to_device),
-            to_device_bytes: l(&self.to_device_bytes),
-            from_device: l(&self.from_device),
-            from_device_bytes: l(&self.from_device_bytes),
-            direct: l(&self.direct),
-            staged: l(&self.staged),
-        }
-    }
-}
 
 /// What a device's memory pool holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,51 +26,6 @@ pub struct PoolUsage {
     pub live_allocations: usize,
     /// Bytes of freed blocks kept for reuse.
     pub cached_bytes: usize,
-}
-
-/// One offload device as the generic layer sees it: its backend, memory pool and present
-/// table.
-pub(crate) struct DeviceState {
-    pub(crate) number: usize,
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) pool: MemoryPool,
-    pub(crate) table: Mutex<PresentTable>,
-    pub(crate) stats: TransferCounters,
-    pub(crate) trace: Arc<Trace>,
-    pub(crate) placement: Placement,
-    pub(crate) worker: Arc<DeviceWorker>,
-    pub(crate) topology: Arc<Topology>,
-    pub(crate) staging_config: StagingConfig,
-    /// Made on the first copy that needs it; `None` inside when it could not be made.
-    pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
-    pub(crate) pinned: Arc<PinnedRanges>,
-    /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
-    pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
-}
-
-/// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
-/// copies from them go straight to the DMA engine.
-#[derive(Default)]
-pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, usize>>);
-
-impl PinnedRanges {
-    pub(crate) fn insert(&self, begin: usize, bytes: usize) {
-        self.0.write().insert(begin, bytes);
-    }
-    pub(crate) fn remove(&self, begin: usize) {
-        self.0.write().remove(&begin);
-    }
-    pub(crate) fn contains(&self, r: HostRange) -> bool {
-        self.0.read().range(..=r.begin).next_back().is_some_and(|(&b, &n)| r.end() <= b + n)
-    }
-}
-
-/// Where a device number leads.
-pub(crate) enum Target<'a> {
-    /// An offload device.
-    Device(&'a DeviceState),
-    /// The initial device: the host itself.
-    Initial,
 }
 
 /// An argument of a target launch in the OpenMP shape.
@@ -147,16 +46,18 @@ impl LaunchArg {
     }
 }
 
+/// What a runtime has: its devices and the state shared by all of them (made by
+/// [`RuntimeBuilder::build`](crate::RuntimeBuilder::build)).
 pub(crate) struct Inner {
     pub(crate) devices: Vec<DeviceState>,
-    settings: Settings,
-    report: String,
+    pub(crate) settings: Settings,
+    pub(crate) report: String,
     pub(crate) trace: Arc<Trace>,
-    kernel_pool: Arc<rayon::ThreadPool>,
-    host_allocs: Mutex<HashMap<usize, Layout>>,
-    peer_access: bool,
-    pinned: Arc<PinnedRanges>,
-    topology: Arc<Topology>,
+    pub(crate) kernel_pool: Arc<rayon::ThreadPool>,
+    pub(crate) host_allocs: Mutex<HashMap<usize, Layout>>,
+    pub(crate) peer_access: bool,
+    pub(crate) pinned: Arc<PinnedRanges>,
+    pub(crate) topology: Arc<Topology>,
 }
 
 /// An offload runtime: devices, one present table per device, and every OpenMP mapping
@@ -184,245 +85,6 @@ impl fmt::Debug for Runtime {
             .field("policy", &self.inner.settings.policy)
             .finish()
     }
-}
-
-/// Builds a [`Runtime`]; every setting left unset is read from the environment.
-///
-/// ```
-/// use offload::{OffloadPolicy, Runtime};
-/// let rt = Runtime::builder().host_devices(3).policy(OffloadPolicy::Default).build()?;
-/// assert_eq!(rt.num_devices(), 3);
-/// assert_eq!(rt.initial_device(), 3);
-/// # Ok::<(), offload::Error>(())
-/// ```
-pub struct RuntimeBuilder {
-    over: Overrides,
-    env: EnvLookup,
-    capture_info: bool,
-    peer_access: bool,
-    gpus: bool,
-}
-
-impl fmt::Debug for RuntimeBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RuntimeBuilder").field("over", &self.over).finish_non_exhaustive()
-    }
-}
-
-impl Default for RuntimeBuilder {
-    fn default() -> Self {
-        Self {
-            over: Overrides::default(),
-            env: process_env(),
-            capture_info: false,
-            peer_access: true,
-            gpus: true,
-        }
-    }
-}
-
-impl RuntimeBuilder {
-    /// Number of host devices (`OFFLOAD_HOST_DEVICES`), at most
-    /// [`MAX_HOST_DEVICES`](crate::config::MAX_HOST_DEVICES) (64): `build` refuses more.
-    pub fn host_devices(mut self, n: usize) -> Self {
-        self.over.host_devices = Some(n);
-        self
-    }
-
-    /// `OMP_TARGET_OFFLOAD`.
-    pub fn policy(mut self, p: OffloadPolicy) -> Self {
-        self.over.policy = Some(p);
-        self
-    }
-
-    /// `OMP_DEFAULT_DEVICE`.
-    pub fn default_device(mut self, d: usize) -> Self {
-        self.over.default_device = Some(d);
-        self
-    }
-
-    /// `OFFLOAD_INFO`.
-    pub fn info(mut self, flags: InfoFlags) -> Self {
-        self.over.info = Some(flags);
-        self
-    }
-
-    /// Keep trace lines in memory for [`Runtime::take_info`] instead of printing them.
-    pub fn capture_info(mut self) -> Self {
-        self.capture_info = true;
-        self
-    }
-
-    /// The device memory pool (`OFFLOAD_MEMORY_POOL=0` turns it off).
-    pub fn memory_pool(mut self, config: PoolConfig) -> Self {
-        self.over.pool = Some(config);
-        self
-    }
-
-    /// Whether device-to-device copies may use peer access (default yes); without it they
-    /// are staged through host memory.
-    pub fn peer_access(mut self, on: bool) -> Self {
-        self.peer_access = on;
-        self
-    }
-
-    /// Bytes of memory each host device offers (default: the machine's memory); at least
-    /// 4096.
-    pub fn host_device_memory(mut self, bytes: usize) -> Self {
-        self.over.host_memory = Some(bytes);
-        self
-    }
-
-    /// Threads of the pool that runs host kernels (default: one per CPU); 1 to
-    /// [`MAX_KERNEL_THREADS`](crate::config::MAX_KERNEL_THREADS).
-    pub fn kernel_threads(mut self, n: usize) -> Self {
-        self.over.kernel_threads = Some(n);
-        self
-    }
-
-    /// Place devices with the hwloc XML topology at `path` instead of this machine's
-    /// (`OFFLOAD_TOPOLOGY_XML`): for testing placement on machines one does not have.
-    pub fn topology_xml(mut self, path: impl Into<PathBuf>) -> Self {
-        self.over.topology_xml = Some(path.into());
-        self
-    }
-
-    /// How pageable host<->device copies are staged (`OFFLOAD_STAGING=0` turns it off).
-    pub fn staging(mut self, config: StagingConfig) -> Self {
-        self.over.staging = Some(config);
-        self
-    }
-
-    /// Whether to look for GPUs (default yes); without, only host devices are used.
-    pub fn gpus(mut self, on: bool) -> Self {
-        self.gpus = on;
-        self
-    }
-
-    /// Reads environment variables through `lookup` instead of the process environment
-    /// (for tests and embedders).
-    pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
-        self.env = lookup_from(lookup);
-        self
-    }
-
-    /// Discovers devices, places them on the topology and starts their workers.
-    pub fn build(self) -> Result<Runtime> {
-        let settings = Settings::resolve(&self.env, &self.over)?;
-        let trace = Arc::new(Trace::new(settings.info, self.capture_info));
-        let topology = Arc::new(match &settings.topology_xml {
-            Some(path) => Topology::from_xml_file(path)?,
-            None => Topology::system(),
-        });
-        let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
-        if let Some(n) = self.over.kernel_threads {
-            threads = threads.num_threads(n);
-        }
-        let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
-        let kernel_pool =
-            Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
-        let mut report = format!("topology: {}\n", topology.description());
-        // Each device with its placement and worker; GPUs first, then host devices.
-        let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
-        let spawn = |name: String, p: &Placement| {
-            DeviceWorker::spawn(name, Arc::clone(&topology), p.cpus.clone())
-                .map(Arc::new)
-                .map_err(|e| start_failed("spawn a device worker", e.to_string()))
-        };
-        if settings.policy == OffloadPolicy::Disabled {
-            report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
-        } else {
-            if self.gpus {
-                let (gpus, line) = discover_gpus(0);
-                report.push_str(&line);
-                report.push('\n');
-                let (amd, line) = discover_hip(gpus.len());
-                if let Some(line) = line {
-                    report.push_str(&line);
-                    report.push('\n');
-                }
-                for g in gpus.into_iter().chain(amd) {
-                    let bus = g.description().pci_bus_id.clone().unwrap_or_default();
-                    let p = topology.place_pci(&bus);
-                    let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
-                    devices.push((Arc::from(g), p, w));
-                }
-            }
-            let capacity = self.over.host_memory.unwrap_or_else(default_capacity);
-            for i in 0..settings.host_devices {
-                let number = devices.len();
-                let p = topology.whole_machine("host device");
-                let w = spawn(format!("offload-host{i}"), &p)?;
-                let d = HostDevice::new(
-                    number,
-                    i,
-                    capacity,
-                    Arc::clone(&w),
-                    Arc::clone(&kernel_pool),
-                    self.peer_access,
-                );
-                devices.push((Arc::new(d), p, w));
-            }
-            report
-                .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
-        }
-        if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
-            return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
-        }
-        if let Some(d) = settings.default_device {
-            if d > devices.len() {
-                return Err(Error::InvalidSetting {
-                    var: "OMP_DEFAULT_DEVICE",
-                    value: d.to_string(),
-                    expected:
-                        "a device number no larger than the number of devices (which is the initial device)",
-                });
-            }
-        }
-        let pinned = Arc::new(PinnedRanges::default());
-        let devices = devices
-            .into_iter()
-            .enumerate()
-            .map(|(number, (backend, placement, worker))| DeviceState {
-                number,
-                backend,
-                pool: MemoryPool::new(settings.pool),
-                table: Mutex::new(PresentTable::default()),
-                stats: TransferCounters::default(),
-                trace: Arc::clone(&trace),
-                placement,
-                worker,
-                topology: Arc::clone(&topology),
-                staging_config: settings.staging,
-                staging: OnceLock::new(),
-                pinned: Arc::clone(&pinned),
-                lanes: OnceLock::new(),
-            })
-            .collect();
-        Ok(Runtime {
-            inner: Arc::new(Inner {
-                devices,
-                settings,
-                report,
-                trace,
-                kernel_pool,
-                host_allocs: Mutex::new(HashMap::new()),
-                peer_access: self.peer_access,
-                pinned,
-                topology,
-            }),
-        })
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn discover_gpus(first: usize) -> (Vec<Box<dyn Backend>>, String) {
-    crate::device::cuda::discover(first)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
-    (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
 }
 
 /// A host slice page-locked in place by [`Runtime::pin`], used through this guard (it
@@ -465,17 +127,7 @@ impl<T> Drop for Pinned<'_, T> {
     }
 }
 
-#[cfg(feature = "hip")]
-fn discover_hip(first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
-    let (d, line) = crate::device::hip::discover(first);
-    (d, Some(line))
-}
-
-#[cfg(not(feature = "hip"))]
-fn discover_hip(_first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
-    (Vec::new(), None)
-}
-
+/// The process-wide runtime of [`Runtime::global`] (and `offload::omp`).
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
 
 impl Runtime {
@@ -1026,134 +678,6 @@ impl Runtime {
             // SAFETY: forwarded from the caller.
             let _ = unsafe { d.backend.unregister_host(ptr) };
         }
-    }
-}
-
-impl DeviceState {
-    /// Translates launch arguments: mapped host addresses through the present table.
-    /// The mapped entries' blocks stay pinned while the returned guard lives (through the
-    /// launch).
-    pub(crate) fn translate_args(
-        &self,
-        kernel: &Kernel,
-        args: &[LaunchArg],
-    ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
-        let mut in_use = BlocksInUse::new(self);
-        let mut table = self.table.lock();
-        let translated = args
-            .iter()
-            .enumerate()
-            .map(|(index, a)| {
-                Ok(match *a {
-                    LaunchArg::Value(s) => KernelArg::Scalar(s),
-                    LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
-                    LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
-                    LaunchArg::Mapped(h) => match table.containing(h) {
-                        Some(e) => {
-                            let arg = KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) };
-                            let block = e.device_addr;
-                            in_use.pin(&mut table, block);
-                            arg
-                        }
-                        None => {
-                            return Err(Error::KernelArgument {
-                                kernel: kernel.name(),
-                                index,
-                                what: format!("host {h:#x} is not mapped on device {}", self.number),
-                            })
-                        }
-                    },
-                })
-            })
-            .collect::<Result<Vec<KernelArg>>>();
-        drop(table);
-        Ok((translated?, in_use))
-    }
-
-    /// The device address of host address `host`, with its entry's block pinned while the
-    /// guard lives (for copies the runtime makes through raw device addresses).
-    pub(crate) fn pinned_translation(&self, host: usize) -> Option<(u64, BlocksInUse<'_>)> {
-        let mut in_use = BlocksInUse::new(self);
-        let mut table = self.table.lock();
-        let (addr, block) = table.containing(host).map(|e| (e.translate(host), e.device_addr))?;
-        in_use.pin(&mut table, block);
-        drop(table);
-        Some((addr, in_use))
-    }
-
-    pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
-        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
-            let list: Vec<String> = args
-                .iter()
-                .map(|a| match a {
-                    KernelArg::Scalar(s) => format!("{s:?}"),
-                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
-                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
-                })
-                .collect();
-            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
-        });
-    }
-
-    /// Associates `range` with `device_addr`, which must lie in a live `omp_target_alloc`
-    /// block of this device. Checked under the table's lock, as `target_free` checks for
-    /// associations, so a concurrent free cannot slip in between.
-    fn associate(&self, range: HostRange, device_addr: u64) -> Result<()> {
-        const ASSOCIATE: &str = "omp_target_associate_ptr";
-        let mut table = self.table.lock();
-        self.pool.check_range(self.number, ASSOCIATE, device_addr, range.bytes)?;
-        if self.pool.owner_of(device_addr) != Some(Owner::User) {
-            return Err(Error::InvalidArgument {
-                routine: ASSOCIATE,
-                what: format!(
-                    "device {}: {device_addr:#x} lies in the device copy of a mapped range (for {range}); \
-                     expected memory from omp_target_alloc",
-                    self.number
-                ),
-            });
-        }
-        match table.lookup(range) {
-            crate::data_env::Lookup::Absent => {
-                let e = Entry::new(range, device_addr, true);
-                self.trace.emit(InfoFlags::ENTRIES, || {
-                    format!("device {}: entry associated {range} -> device {device_addr:#x}", self.number)
-                });
-                table.insert(e);
-                Ok(())
-            }
-            crate::data_env::Lookup::Inside(k) => match table.get(k) {
-                // Associating the same pair again is accepted, as libomptarget does.
-                Some(e) if e.associated && e.range == range && e.device_addr == device_addr => Ok(()),
-                Some(e) => Err(Error::AlreadyMapped { device: self.number, range, existing: e.range }),
-                None => Ok(()),
-            },
-            crate::data_env::Lookup::Extends(existing) => {
-                Err(Error::AlreadyMapped { device: self.number, range, existing })
-            }
-        }
-    }
-
-    fn disassociate(&self, host: usize) -> Result<()> {
-        let mut table = self.table.lock();
-        let e = table.containing(host).cloned().ok_or(Error::NotAssociated {
-            device: self.number,
-            host,
-            found: "nothing is mapped there",
-        })?;
-        if !e.associated {
-            return Err(Error::NotAssociated {
-                device: self.number,
-                host,
-                found: "it was mapped by a map clause",
-            });
-        }
-        if e.hold_count > 0 {
-            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.hold_count });
-        }
-        table.remove(e.range.begin);
-        self.trace
-            .emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
-        Ok(())
     }
 }
 

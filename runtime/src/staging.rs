@@ -14,15 +14,11 @@ use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
 
-use std::sync::Arc;
-
 use parking_lot::Mutex;
 
 use crate::copy_crew::CopyCrew;
 use crate::device::Backend;
-use crate::error::{Error, HostRange, Result};
-use crate::info::InfoFlags;
-use crate::runtime::DeviceState;
+use crate::error::{Error, Result};
 use crate::topology::Topology;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines
@@ -426,94 +422,6 @@ impl StagingRing {
     }
 }
 
-/// A raw pointer to the backend for the worker's closure (the caller waits for it).
-struct BackendRef(*const dyn Backend);
-// SAFETY: backends are Send + Sync; the pointer is used only while the caller waits.
-unsafe impl Send for BackendRef {}
-
-impl DeviceState {
-    /// The device's staging ring, made on first use on the device's bound worker; `None`
-    /// when the device does not stage or the ring could not be made (then copies go to the
-    /// driver directly, and the report says why).
-    pub(crate) fn staging_ring(&self) -> Option<&StagingRing> {
-        if !self.staging_config.enabled || !self.backend.wants_staging() {
-            return None;
-        }
-        self.staging
-            .get_or_init(|| {
-                let name = format!("offload-dev{}", self.number);
-                // The copying thread is one of the crew: `threads - 1` helpers.
-                let cpus = self.placement.cpus.clone();
-                let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
-                let crew = CopyCrew::spawn(
-                    &name,
-                    Some((self.topology.clone(), cpus)),
-                    threads - 1,
-                    self.staging_config.min_piece,
-                )
-                .map_err(|e| format!("copy threads: {e}"))?;
-                let node =
-                    self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
-                let (cfg, topo) = (self.staging_config, self.topology.clone());
-                let backend = BackendRef(Arc::as_ptr(&self.backend));
-                self.worker
-                    .run(move || {
-                        let b = backend;
-                        // SAFETY: `self.backend` outlives this call, which waits for the job.
-                        let backend = unsafe { &*b.0 };
-                        StagingRing::new(&cfg, node, &topo, backend, crew).map_err(|e| e.to_string())
-                    })
-                    .map_err(|_| "the device worker ended".to_string())?
-            })
-            .as_ref()
-            .ok()
-    }
-
-    fn stages(&self, host: HostRange) -> Option<&StagingRing> {
-        if host.bytes < self.staging_config.min_bytes || self.pinned.contains(host) {
-            return None;
-        }
-        self.staging_ring()
-    }
-
-    /// Host->device copy of `host` to `dst`: staged for large pageable ranges, direct
-    /// otherwise.
-    ///
-    /// # Safety
-    /// `host` valid for reads; `dst` device memory of the range's size.
-    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<()> {
-        match self.stages(host) {
-            Some(ring) => {
-                self.trace.emit(InfoFlags::TRANSFERS, || {
-                    format!("device {}: staged through pinned buffers", self.number)
-                });
-                // SAFETY: forwarded from the caller.
-                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }
-            }
-            // SAFETY: forwarded from the caller.
-            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) },
-        }
-    }
-
-    /// Device->host copy of `src` into `host`, staged or direct as [`DeviceState::write_host`].
-    ///
-    /// # Safety
-    /// `host` valid for exclusive writes; `src` device memory of the range's size.
-    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<()> {
-        match self.stages(host) {
-            Some(ring) => {
-                self.trace.emit(InfoFlags::TRANSFERS, || {
-                    format!("device {}: staged through pinned buffers", self.number)
-                });
-                // SAFETY: forwarded from the caller.
-                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }
-            }
-            // SAFETY: forwarded from the caller.
-            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,7 +431,8 @@ mod tests {
         let d = device(1 << 30);
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
-        let crew = CopyCrew::spawn("test", Some((Arc::new(Topology::system()), cpus)), 2, 4096).unwrap();
+        let crew =
+            CopyCrew::spawn("test", Some((std::sync::Arc::new(Topology::system()), cpus)), 2, 4096).unwrap();
         let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
         assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
         assert!(cfg.chunk_for(3 << 20, chunk) <= chunk);

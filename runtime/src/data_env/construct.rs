@@ -10,10 +10,10 @@
 
 use super::plan::{increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, SmallSet};
 use super::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
+use crate::device_state::DeviceState;
 use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
 use crate::memory_pool::Owner;
-use crate::runtime::DeviceState;
 
 /// Device blocks of entries that a launch or copy made without the table's lock is using;
 /// on drop each is unpinned, and freed when its entry left the table meanwhile (another

@@ -1,0 +1,272 @@
+//! Building a [`Runtime`]: settings from the builder and the environment, device
+//! discovery (host devices, CUDA, HIP), placement of each device's worker on its socket.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
+use crate::data_env::PresentTable;
+use crate::device::host::{default_capacity, HostDevice};
+use crate::device::Backend;
+use crate::device_state::{DeviceState, PinnedRanges, TransferCounters};
+use crate::error::{Error, Result};
+use crate::info::{InfoFlags, Trace};
+use crate::memory_pool::{MemoryPool, PoolConfig};
+use crate::runtime::{Inner, Runtime};
+use crate::staging::StagingConfig;
+use crate::topology::{Placement, Topology};
+use crate::worker::DeviceWorker;
+
+/// Builds a [`Runtime`]; every setting left unset is read from the environment.
+///
+/// ```
+/// use offload::{OffloadPolicy, Runtime};
+/// let rt = Runtime::builder().host_devices(3).policy(OffloadPolicy::Default).build()?;
+/// assert_eq!(rt.num_devices(), 3);
+/// assert_eq!(rt.initial_device(), 3);
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub struct RuntimeBuilder {
+    over: Overrides,
+    env: EnvLookup,
+    capture_info: bool,
+    peer_access: bool,
+    gpus: bool,
+}
+
+impl fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeBuilder").field("over", &self.over).finish_non_exhaustive()
+    }
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        Self {
+            over: Overrides::default(),
+            env: process_env(),
+            capture_info: false,
+            peer_access: true,
+            gpus: true,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Number of host devices (`OFFLOAD_HOST_DEVICES`), at most
+    /// [`MAX_HOST_DEVICES`](crate::config::MAX_HOST_DEVICES) (64): `build` refuses more.
+    pub fn host_devices(mut self, n: usize) -> Self {
+        self.over.host_devices = Some(n);
+        self
+    }
+
+    /// `OMP_TARGET_OFFLOAD`.
+    pub fn policy(mut self, p: OffloadPolicy) -> Self {
+        self.over.policy = Some(p);
+        self
+    }
+
+    /// `OMP_DEFAULT_DEVICE`.
+    pub fn default_device(mut self, d: usize) -> Self {
+        self.over.default_device = Some(d);
+        self
+    }
+
+    /// `OFFLOAD_INFO`.
+    pub fn info(mut self, flags: InfoFlags) -> Self {
+        self.over.info = Some(flags);
+        self
+    }
+
+    /// Keep trace lines in memory for [`Runtime::take_info`] instead of printing them.
+    pub fn capture_info(mut self) -> Self {
+        self.capture_info = true;
+        self
+    }
+
+    /// The device memory pool (`OFFLOAD_MEMORY_POOL=0` turns it off).
+    pub fn memory_pool(mut self, config: PoolConfig) -> Self {
+        self.over.pool = Some(config);
+        self
+    }
+
+    /// Whether device-to-device copies may use peer access (default yes); without it they
+    /// are staged through host memory.
+    pub fn peer_access(mut self, on: bool) -> Self {
+        self.peer_access = on;
+        self
+    }
+
+    /// Bytes of memory each host device offers (default: the machine's memory); at least
+    /// 4096.
+    pub fn host_device_memory(mut self, bytes: usize) -> Self {
+        self.over.host_memory = Some(bytes);
+        self
+    }
+
+    /// Threads of the pool that runs host kernels (default: one per CPU); 1 to
+    /// [`MAX_KERNEL_THREADS`](crate::config::MAX_KERNEL_THREADS).
+    pub fn kernel_threads(mut self, n: usize) -> Self {
+        self.over.kernel_threads = Some(n);
+        self
+    }
+
+    /// Place devices with the hwloc XML topology at `path` instead of this machine's
+    /// (`OFFLOAD_TOPOLOGY_XML`): for testing placement on machines one does not have.
+    pub fn topology_xml(mut self, path: impl Into<PathBuf>) -> Self {
+        self.over.topology_xml = Some(path.into());
+        self
+    }
+
+    /// How pageable host<->device copies are staged (`OFFLOAD_STAGING=0` turns it off).
+    pub fn staging(mut self, config: StagingConfig) -> Self {
+        self.over.staging = Some(config);
+        self
+    }
+
+    /// Whether to look for GPUs (default yes); without, only host devices are used.
+    pub fn gpus(mut self, on: bool) -> Self {
+        self.gpus = on;
+        self
+    }
+
+    /// Reads environment variables through `lookup` instead of the process environment
+    /// (for tests and embedders).
+    pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.env = lookup_from(lookup);
+        self
+    }
+
+    /// Discovers devices, places them on the topology and starts their workers.
+    pub fn build(self) -> Result<Runtime> {
+        let settings = Settings::resolve(&self.env, &self.over)?;
+        let trace = Arc::new(Trace::new(settings.info, self.capture_info));
+        let topology = Arc::new(match &settings.topology_xml {
+            Some(path) => Topology::from_xml_file(path)?,
+            None => Topology::system(),
+        });
+        let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
+        if let Some(n) = self.over.kernel_threads {
+            threads = threads.num_threads(n);
+        }
+        let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
+        let kernel_pool =
+            Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
+        let mut report = format!("topology: {}\n", topology.description());
+        // Each device with its placement and worker; GPUs first, then host devices.
+        let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
+        let spawn = |name: String, p: &Placement| {
+            DeviceWorker::spawn(name, Arc::clone(&topology), p.cpus.clone())
+                .map(Arc::new)
+                .map_err(|e| start_failed("spawn a device worker", e.to_string()))
+        };
+        if settings.policy == OffloadPolicy::Disabled {
+            report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
+        } else {
+            if self.gpus {
+                let (gpus, line) = discover_gpus(0);
+                report.push_str(&line);
+                report.push('\n');
+                let (amd, line) = discover_hip(gpus.len());
+                if let Some(line) = line {
+                    report.push_str(&line);
+                    report.push('\n');
+                }
+                for g in gpus.into_iter().chain(amd) {
+                    let bus = g.description().pci_bus_id.clone().unwrap_or_default();
+                    let p = topology.place_pci(&bus);
+                    let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
+                    devices.push((Arc::from(g), p, w));
+                }
+            }
+            let capacity = self.over.host_memory.unwrap_or_else(default_capacity);
+            for i in 0..settings.host_devices {
+                let number = devices.len();
+                let p = topology.whole_machine("host device");
+                let w = spawn(format!("offload-host{i}"), &p)?;
+                let d = HostDevice::new(
+                    number,
+                    i,
+                    capacity,
+                    Arc::clone(&w),
+                    Arc::clone(&kernel_pool),
+                    self.peer_access,
+                );
+                devices.push((Arc::new(d), p, w));
+            }
+            report
+                .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
+        }
+        if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
+            return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
+        }
+        if let Some(d) = settings.default_device {
+            if d > devices.len() {
+                return Err(Error::InvalidSetting {
+                    var: "OMP_DEFAULT_DEVICE",
+                    value: d.to_string(),
+                    expected:
+                        "a device number no larger than the number of devices (which is the initial device)",
+                });
+            }
+        }
+        let pinned = Arc::new(PinnedRanges::default());
+        let devices = devices
+            .into_iter()
+            .enumerate()
+            .map(|(number, (backend, placement, worker))| DeviceState {
+                number,
+                backend,
+                pool: MemoryPool::new(settings.pool),
+                table: Mutex::new(PresentTable::default()),
+                stats: TransferCounters::default(),
+                trace: Arc::clone(&trace),
+                placement,
+                worker,
+                topology: Arc::clone(&topology),
+                staging_config: settings.staging,
+                staging: OnceLock::new(),
+                pinned: Arc::clone(&pinned),
+                lanes: OnceLock::new(),
+            })
+            .collect();
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                devices,
+                settings,
+                report,
+                trace,
+                kernel_pool,
+                host_allocs: Mutex::new(HashMap::new()),
+                peer_access: self.peer_access,
+                pinned,
+                topology,
+            }),
+        })
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn discover_gpus(first: usize) -> (Vec<Box<dyn Backend>>, String) {
+    crate::device::cuda::discover(first)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
+    (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
+}
+
+#[cfg(feature = "hip")]
+fn discover_hip(first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
+    let (d, line) = crate::device::hip::discover(first);
+    (d, Some(line))
+}
+
+#[cfg(not(feature = "hip"))]
+fn discover_hip(_first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
+    (Vec::new(), None)
+}

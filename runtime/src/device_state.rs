@@ -1,0 +1,356 @@
+//! The generic device: what one offload device has whatever its backend (present table,
+//! memory pool, staging ring, lanes, pinned ranges, copy counters, trace) and the
+//! operations on it that are not constructs: launch-argument translation, associations,
+//! staged host copies, its lanes. Constructs (`data_env::construct`) execute map lists on
+//! it; `Runtime` holds one per device.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::copy_crew::CopyCrew;
+use crate::data_env::{BlocksInUse, Entry, PresentTable};
+use crate::device::Backend;
+use crate::error::{Error, HostRange, Result};
+use crate::info::{InfoFlags, Trace};
+use crate::kernel::{Kernel, KernelArg};
+use crate::memory_pool::{MemoryPool, Owner};
+use crate::nowait::Lanes;
+use crate::runtime::LaunchArg;
+use crate::staging::{StagingConfig, StagingRing};
+use crate::topology::{Placement, Topology};
+use crate::worker::DeviceWorker;
+
+/// Counts of the copies a device made, for tests, benches and teaching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Host->device copies.
+    pub to_device: u64,
+    /// Bytes copied host->device.
+    pub to_device_bytes: u64,
+    /// Device->host copies.
+    pub from_device: u64,
+    /// Bytes copied device->host.
+    pub from_device_bytes: u64,
+    /// Device->device copies into this device made directly (peer access or same device).
+    pub direct: u64,
+    /// Device->device copies into this device staged through host memory.
+    pub staged: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct TransferCounters {
+    to_device: AtomicU64,
+    to_device_bytes: AtomicU64,
+    from_device: AtomicU64,
+    from_device_bytes: AtomicU64,
+    direct: AtomicU64,
+    staged: AtomicU64,
+}
+
+impl TransferCounters {
+    pub(crate) fn record_to_device(&self, bytes: usize) {
+        self.to_device.fetch_add(1, Ordering::Relaxed);
+        self.to_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_from_device(&self, bytes: usize) {
+        self.from_device.fetch_add(1, Ordering::Relaxed);
+        self.from_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_device_copy(&self, direct: bool) {
+        let c = if direct { &self.direct } else { &self.staged };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn snapshot(&self) -> TransferStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TransferStats {
+            to_device: l(&self.to_device),
+            to_device_bytes: l(&self.to_device_bytes),
+            from_device: l(&self.from_device),
+            from_device_bytes: l(&self.from_device_bytes),
+            direct: l(&self.direct),
+            staged: l(&self.staged),
+        }
+    }
+}
+
+/// One offload device as the generic layer sees it: its backend, memory pool and present
+/// table.
+pub(crate) struct DeviceState {
+    pub(crate) number: usize,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) pool: MemoryPool,
+    pub(crate) table: Mutex<PresentTable>,
+    pub(crate) stats: TransferCounters,
+    pub(crate) trace: Arc<Trace>,
+    pub(crate) placement: Placement,
+    pub(crate) worker: Arc<DeviceWorker>,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) staging_config: StagingConfig,
+    /// Made on the first copy that needs it; `None` inside when it could not be made.
+    pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
+    pub(crate) pinned: Arc<PinnedRanges>,
+    /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
+    pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
+}
+
+/// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
+/// copies from them go straight to the DMA engine.
+#[derive(Default)]
+pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, usize>>);
+
+impl PinnedRanges {
+    pub(crate) fn insert(&self, begin: usize, bytes: usize) {
+        self.0.write().insert(begin, bytes);
+    }
+    pub(crate) fn remove(&self, begin: usize) {
+        self.0.write().remove(&begin);
+    }
+    pub(crate) fn contains(&self, r: HostRange) -> bool {
+        self.0.read().range(..=r.begin).next_back().is_some_and(|(&b, &n)| r.end() <= b + n)
+    }
+}
+
+/// Where a device number leads.
+pub(crate) enum Target<'a> {
+    /// An offload device.
+    Device(&'a DeviceState),
+    /// The initial device: the host itself.
+    Initial,
+}
+
+/// A raw pointer to the backend for the worker's closure (the caller waits for it).
+struct BackendRef(*const dyn Backend);
+// SAFETY: backends are Send + Sync; the pointer is used only while the caller waits.
+unsafe impl Send for BackendRef {}
+
+impl DeviceState {
+    /// Translates launch arguments: mapped host addresses through the present table.
+    /// The mapped entries' blocks stay pinned while the returned guard lives (through the
+    /// launch).
+    pub(crate) fn translate_args(
+        &self,
+        kernel: &Kernel,
+        args: &[LaunchArg],
+    ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let translated = args
+            .iter()
+            .enumerate()
+            .map(|(index, a)| {
+                Ok(match *a {
+                    LaunchArg::Value(s) => KernelArg::Scalar(s),
+                    LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
+                    LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
+                    LaunchArg::Mapped(h) => match table.containing(h) {
+                        Some(e) => {
+                            let arg = KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) };
+                            let block = e.device_addr;
+                            in_use.pin(&mut table, block);
+                            arg
+                        }
+                        None => {
+                            return Err(Error::KernelArgument {
+                                kernel: kernel.name(),
+                                index,
+                                what: format!("host {h:#x} is not mapped on device {}", self.number),
+                            })
+                        }
+                    },
+                })
+            })
+            .collect::<Result<Vec<KernelArg>>>();
+        drop(table);
+        Ok((translated?, in_use))
+    }
+
+    /// The device address of host address `host`, with its entry's block pinned while the
+    /// guard lives (for copies the runtime makes through raw device addresses).
+    pub(crate) fn pinned_translation(&self, host: usize) -> Option<(u64, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let (addr, block) = table.containing(host).map(|e| (e.translate(host), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        drop(table);
+        Some((addr, in_use))
+    }
+
+    pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
+            let list: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::Scalar(s) => format!("{s:?}"),
+                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
+                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
+                })
+                .collect();
+            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
+        });
+    }
+
+    /// Associates `range` with `device_addr`, which must lie in a live `omp_target_alloc`
+    /// block of this device. Checked under the table's lock, as `target_free` checks for
+    /// associations, so a concurrent free cannot slip in between.
+    pub(crate) fn associate(&self, range: HostRange, device_addr: u64) -> Result<()> {
+        const ASSOCIATE: &str = "omp_target_associate_ptr";
+        let mut table = self.table.lock();
+        self.pool.check_range(self.number, ASSOCIATE, device_addr, range.bytes)?;
+        if self.pool.owner_of(device_addr) != Some(Owner::User) {
+            return Err(Error::InvalidArgument {
+                routine: ASSOCIATE,
+                what: format!(
+                    "device {}: {device_addr:#x} lies in the device copy of a mapped range (for {range}); \
+                     expected memory from omp_target_alloc",
+                    self.number
+                ),
+            });
+        }
+        match table.lookup(range) {
+            crate::data_env::Lookup::Absent => {
+                let e = Entry::new(range, device_addr, true);
+                self.trace.emit(InfoFlags::ENTRIES, || {
+                    format!("device {}: entry associated {range} -> device {device_addr:#x}", self.number)
+                });
+                table.insert(e);
+                Ok(())
+            }
+            crate::data_env::Lookup::Inside(k) => match table.get(k) {
+                // Associating the same pair again is accepted, as libomptarget does.
+                Some(e) if e.associated && e.range == range && e.device_addr == device_addr => Ok(()),
+                Some(e) => Err(Error::AlreadyMapped { device: self.number, range, existing: e.range }),
+                None => Ok(()),
+            },
+            crate::data_env::Lookup::Extends(existing) => {
+                Err(Error::AlreadyMapped { device: self.number, range, existing })
+            }
+        }
+    }
+
+    /// Removes the association at `host` (not a map clause's entry, not one held).
+    pub(crate) fn disassociate(&self, host: usize) -> Result<()> {
+        let mut table = self.table.lock();
+        let e = table.containing(host).cloned().ok_or(Error::NotAssociated {
+            device: self.number,
+            host,
+            found: "nothing is mapped there",
+        })?;
+        if !e.associated {
+            return Err(Error::NotAssociated {
+                device: self.number,
+                host,
+                found: "it was mapped by a map clause",
+            });
+        }
+        if e.hold_count > 0 {
+            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.hold_count });
+        }
+        table.remove(e.range.begin);
+        self.trace
+            .emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
+        Ok(())
+    }
+
+    /// The device's staging ring, made on first use on the device's bound worker; `None`
+    /// when the device does not stage or the ring could not be made (then copies go to the
+    /// driver directly, and the report says why).
+    pub(crate) fn staging_ring(&self) -> Option<&StagingRing> {
+        if !self.staging_config.enabled || !self.backend.wants_staging() {
+            return None;
+        }
+        self.staging
+            .get_or_init(|| {
+                let name = format!("offload-dev{}", self.number);
+                // The copying thread is one of the crew: `threads - 1` helpers.
+                let cpus = self.placement.cpus.clone();
+                let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
+                let crew = CopyCrew::spawn(
+                    &name,
+                    Some((self.topology.clone(), cpus)),
+                    threads - 1,
+                    self.staging_config.min_piece,
+                )
+                .map_err(|e| format!("copy threads: {e}"))?;
+                let node =
+                    self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
+                let (cfg, topo) = (self.staging_config, self.topology.clone());
+                let backend = BackendRef(Arc::as_ptr(&self.backend));
+                self.worker
+                    .run(move || {
+                        let b = backend;
+                        // SAFETY: `self.backend` outlives this call, which waits for the job.
+                        let backend = unsafe { &*b.0 };
+                        StagingRing::new(&cfg, node, &topo, backend, crew).map_err(|e| e.to_string())
+                    })
+                    .map_err(|_| "the device worker ended".to_string())?
+            })
+            .as_ref()
+            .ok()
+    }
+
+    fn stages(&self, host: HostRange) -> Option<&StagingRing> {
+        if host.bytes < self.staging_config.min_bytes || self.pinned.contains(host) {
+            return None;
+        }
+        self.staging_ring()
+    }
+
+    /// Host->device copy of `host` to `dst`: staged for large pageable ranges, direct
+    /// otherwise.
+    ///
+    /// # Safety
+    /// `host` valid for reads; `dst` device memory of the range's size.
+    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<()> {
+        match self.stages(host) {
+            Some(ring) => {
+                self.trace.emit(InfoFlags::TRANSFERS, || {
+                    format!("device {}: staged through pinned buffers", self.number)
+                });
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) },
+        }
+    }
+
+    /// Device->host copy of `src` into `host`, staged or direct as [`DeviceState::write_host`].
+    ///
+    /// # Safety
+    /// `host` valid for exclusive writes; `src` device memory of the range's size.
+    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<()> {
+        match self.stages(host) {
+            Some(ring) => {
+                self.trace.emit(InfoFlags::TRANSFERS, || {
+                    format!("device {}: staged through pinned buffers", self.number)
+                });
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) },
+        }
+    }
+
+    /// The device's copy-in, compute and copy-out lanes, started on first use.
+    pub(crate) fn lanes(&self) -> Result<&Lanes> {
+        let lanes = self.lanes.get_or_init(|| {
+            let spawn = |name: &str| {
+                DeviceWorker::spawn(
+                    format!("offload-dev{}-{name}", self.number),
+                    Arc::clone(&self.topology),
+                    self.placement.cpus.clone(),
+                )
+            };
+            Ok(Lanes::new([spawn("in")?, spawn("compute")?, spawn("out")?]))
+        });
+        lanes.as_ref().map_err(|e: &std::io::Error| Error::Driver {
+            device: self.number,
+            call: "spawn the device's lane threads",
+            message: e.to_string(),
+        })
+    }
+}
