@@ -51,6 +51,42 @@ impl Drop for BlocksInUse<'_> {
     }
 }
 
+/// Device blocks a construct allocated for the entries it creates: each is freed when the
+/// guard drops unless it was handed to the present table ([`NewBlocks::keep`]), so a
+/// construct that fails, returns early or unwinds leaks none.
+struct NewBlocks<'a> {
+    device: &'a DeviceState,
+    blocks: Vec<u64>,
+}
+
+impl<'a> NewBlocks<'a> {
+    fn new(device: &'a DeviceState) -> Self {
+        Self { device, blocks: Vec::new() }
+    }
+
+    /// Allocates `bytes` for a new entry, owned by the guard.
+    fn alloc(&mut self, bytes: usize) -> Result<u64> {
+        let d = self.device;
+        let addr = d.pool.alloc(&*d.backend, bytes, Owner::Mapping)?;
+        self.blocks.push(addr);
+        Ok(addr)
+    }
+
+    /// Hands block `addr` to the present table: the guard no longer frees it.
+    fn keep(&mut self, addr: u64) {
+        self.blocks.retain(|&b| b != addr);
+    }
+}
+
+impl Drop for NewBlocks<'_> {
+    fn drop(&mut self) {
+        let d = self.device;
+        for &addr in &self.blocks {
+            let _ = d.pool.free(&*d.backend, d.number, addr, Owner::Mapping);
+        }
+    }
+}
+
 impl DeviceState {
     fn entry_line(&self, what: &str, e: &Entry) -> String {
         format!(
@@ -94,10 +130,12 @@ impl DeviceState {
     /// As [`DeviceState::map_enter`].
     unsafe fn enter_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         let mut plan = EnterPlan::default();
+        // Declared before `in_use`, so dropped after it: blocks in use outlive their pins.
+        let mut blocks = NewBlocks::new(self);
         let mut in_use = BlocksInUse::new(self);
         {
             let mut table = self.table.lock();
-            let alloc = |bytes| self.pool.alloc(&*self.backend, bytes, Owner::Mapping);
+            let alloc = |bytes| blocks.alloc(bytes);
             let exists = |e: &Entry| {
                 self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e))
             };
@@ -122,7 +160,7 @@ impl DeviceState {
             return Err(self.undo_enter(self.table.lock(), &plan, e));
         }
         let mut table = self.table.lock();
-        if let Err(e) = self.publish(&mut table, &plan) {
+        if let Err(e) = self.publish(&mut table, &plan, &mut blocks) {
             return Err(self.undo_enter(table, &plan, e));
         }
         for &(range, _, key) in &plan.copies {
@@ -133,7 +171,7 @@ impl DeviceState {
     }
 
     /// Undoes a failed entry: the counts it moved go back (entries it alone kept alive
-    /// leave) and its new entries are freed; returns `err`.
+    /// leave; its new entries' blocks are freed by their guard); returns `err`.
     fn undo_enter(
         &self,
         mut table: parking_lot::MutexGuard<'_, PresentTable>,
@@ -143,18 +181,15 @@ impl DeviceState {
         let gone = undo_counts(&mut table, &plan.counted);
         drop(table);
         let _ = self.release_removed(gone);
-        for p in plan.planned.iter() {
-            let _ = self.pool.free(&*self.backend, self.number, p.device_addr, Owner::Mapping);
-        }
         err
     }
 
     /// Inserts the construct's new entries, each count moved once. Another thread may have
     /// published the same range meanwhile: then that entry is counted instead (once per
     /// construct, however many of our new entries it covers, and not again if the plan
-    /// counted it already) and ours is freed (its copy came from the same host data).
-    /// Partial overlaps are extension errors.
-    fn publish(&self, table: &mut PresentTable, plan: &EnterPlan) -> Result<()> {
+    /// counted it already) and ours is left to `blocks` to free (its copy came from the
+    /// same host data). Partial overlaps are extension errors.
+    fn publish(&self, table: &mut PresentTable, plan: &EnterPlan, blocks: &mut NewBlocks<'_>) -> Result<()> {
         let planned = &plan.planned;
         // Counted by the plan, if still the entry the plan counted (not one put at its key
         // by another thread since).
@@ -171,12 +206,10 @@ impl DeviceState {
         }
         for p in planned.iter() {
             let key = match table.lookup(p.range) {
-                Lookup::Inside(k) => {
-                    let _ = self.pool.free(&*self.backend, self.number, p.device_addr, Owner::Mapping);
-                    k
-                }
+                Lookup::Inside(k) => k,
                 _ => {
                     table.insert(Entry::new(p.range, p.device_addr, false));
+                    blocks.keep(p.device_addr);
                     p.range.begin
                 }
             };
