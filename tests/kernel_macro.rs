@@ -203,6 +203,44 @@ fn a_kernel_calls_a_device_function() {
     });
 }
 
+/// Ease-in interpolation: a device function calling another.
+#[offload::device(device_fns = [lerp(f32, f32, f32) -> f32])]
+fn ease(a: f32, b: f32, t: f32) -> f32 {
+    lerp(a, b, t * t)
+}
+
+/// Lists only `ease`; its source brings `lerp`'s.
+#[offload::kernel(device_fns = [ease(f32, f32, f32) -> f32])]
+fn eased(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
+    y[i] = ease(x[i], y[i], t);
+}
+
+/// Lists both: the guards keep one definition of `lerp`.
+#[offload::kernel(device_fns = [lerp(f32, f32, f32) -> f32, ease(f32, f32, f32) -> f32])]
+fn eased_both(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
+    y[i] = ease(x[i], y[i], t) + lerp(x[i], y[i], 0.0);
+}
+
+#[test]
+fn device_functions_call_device_functions() {
+    let src = eased::KERNEL.cuda_source().unwrap();
+    assert!(src.contains("__device__ float lerp(") && src.contains("__device__ float ease("), "{src}");
+    assert!(src.find("__device__ float lerp(") < src.find("__device__ float ease("), "callee first: {src}");
+    on_every_device("device function calling a device function", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x = vec![2.0f32; 64];
+        let (mut y, mut z) = (vec![4.0f32; 64], vec![4.0f32; 64]);
+        gpu.data((map::to(&x), map::tofrom(&mut y), map::tofrom(&mut z)), |(x, y, z)| {
+            eased::launch(&gpu, 64, 0.5, x, y)?;
+            eased_both::launch(&gpu, 64, 0.5, x, z)
+        })?;
+        // lerp(2, 4, 0.25) = 2.5; then + lerp(2, 4, 0) = 2.
+        check!(y.iter().all(|&v| v == 2.5), "{y:?}");
+        check!(z.iter().all(|&v| v == 4.5), "{z:?}");
+        Ok(())
+    });
+}
+
 /// Reads one element past `x` for the last item.
 #[offload::kernel]
 fn shifted(i: usize, x: &[f32], y: &mut [f32]) {
@@ -373,6 +411,8 @@ fn every_generated_kernel_compiles_with_nvrtc() {
     let kernels = [
         &saxpy::KERNEL,
         &jacobi_step::KERNEL,
+        &eased::KERNEL,
+        &eased_both::KERNEL,
         &label_3d::KERNEL,
         &mixed::KERNEL,
         &blend::KERNEL,

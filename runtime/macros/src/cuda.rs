@@ -1222,11 +1222,26 @@ pub const BLOCK: u32 = 256;
 
 /// The CUDA C source of `#[offload::device]` function `f`: a `__device__` function of the
 /// same name.
-pub fn device_source(f: &syn::ItemFn, params: &[Param], ret: Option<Ty>) -> syn::Result<String> {
-    let mut t = Translator::new(&[], Mode::Device(ret));
+pub fn device_source(
+    f: &syn::ItemFn,
+    params: &[Param],
+    ret: Option<Ty>,
+    device_fns: &[DeviceFnDecl],
+) -> syn::Result<String> {
+    let mut t = Translator::new(device_fns, Mode::Device(ret));
     t.used.insert(name_of(&f.sig.ident));
+    for d in device_fns {
+        t.used.insert(d.name());
+    }
     let (decls, _) = declare_params(&mut t, params, false);
     t.stmts(&f.block.stmts, true)?;
     let r = ret.map_or("void", Ty::c);
-    Ok(format!("{PRELUDE}__device__ {r} {}({}) {{\n{}}}\n", f.sig.ident.unraw(), decls.join(", "), t.out))
+    let name = f.sig.ident.unraw();
+    // Guarded, so that a kernel including this function through several callers gets one
+    // definition.
+    Ok(format!(
+        "{PRELUDE}#ifndef OFFLOAD_DEVICE_FN_{name}\n#define OFFLOAD_DEVICE_FN_{name}\n__device__ {r} {name}({}) {{\n{}}}\n#endif\n",
+        decls.join(", "),
+        t.out
+    ))
 }

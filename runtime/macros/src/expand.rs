@@ -44,8 +44,12 @@ pub fn outer_path(path: &syn::Path) -> TokenStream {
 
 /// `#[offload::device]`.
 pub fn device(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    if !attr.is_empty() {
-        return Err(syn::Error::new_spanned(attr, "offload::device takes no options"));
+    let opts: KernelOptions = syn::parse2(attr)?;
+    if opts.dims.is_some() || !opts.reductions.is_empty() || opts.checked.is_some() || opts.rows.is_some() {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "offload::device: the only option is `device_fns = [g(T, ..) -> R, ..]` (the device functions it calls)",
+        ));
     }
     let f: ItemFn = syn::parse2(item)?;
     let (params, ret) = device_sig(&f)?;
@@ -55,15 +59,58 @@ pub fn device(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             "offload::device: this name is reserved in CUDA C; rename the function",
         ));
     }
-    let src = crate::cuda::device_source(&f, &params, ret)?;
+    let src = crate::cuda::device_source(&f, &params, ret, &opts.device_fns)?;
     let konst = device_source_const(&f.sig.ident);
     let vis = &f.vis;
     let lit = LitStr::new(&src, Span::call_site());
+    if opts.device_fns.is_empty() {
+        return Ok(quote! {
+            #f
+            #[doc(hidden)]
+            #[allow(non_upper_case_globals)]
+            #vis const #konst: &str = #lit;
+        });
+    }
+    // The callees' sources first (each guarded, so a kernel that lists both gets one copy),
+    // joined at compile time; rustc checks each listed signature against the function.
+    let parts: Vec<TokenStream> = opts
+        .device_fns
+        .iter()
+        .map(|d| {
+            let mut path = d.path.clone();
+            if let Some(last) = path.segments.last_mut() {
+                last.ident = device_source_const(&last.ident);
+            }
+            quote!(#path)
+        })
+        .collect();
+    let checks = opts.device_fns.iter().map(|d| {
+        let path = &d.path;
+        let params = &d.param_types;
+        let ret = d.ret_type.as_ref().map(|t| quote!(-> #t));
+        quote!(let _: fn(#(#params),*) #ret = #path;)
+    });
+    let parts_name = format_ident!("__OFFLOAD_PARTS_{}", f.sig.ident);
+    let len_name = format_ident!("__OFFLOAD_LEN_{}", f.sig.ident);
+    let bytes_name = format_ident!("__OFFLOAD_BYTES_{}", f.sig.ident);
     Ok(quote! {
         #f
         #[doc(hidden)]
         #[allow(non_upper_case_globals)]
-        #vis const #konst: &str = #lit;
+        const #parts_name: &[&str] = &[#(#parts,)* #lit];
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        const #len_name: usize = ::offload::__private::concat_len(#parts_name);
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        const #bytes_name: [u8; #len_name] = ::offload::__private::concat::<#len_name>(#parts_name);
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        #vis const #konst: &str = {
+            #[allow(unused)]
+            fn __offload_signatures() { #(#checks)* }
+            ::offload::__private::utf8(&#bytes_name)
+        };
     })
 }
 

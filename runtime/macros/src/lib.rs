@@ -147,10 +147,12 @@
 //!
 //! `#[offload::device] fn f(x: f32, ...) -> f32 { ... }` (scalars in and out, the same body
 //! subset, `return e` and a tail expression) keeps `f` and adds a hidden constant with its
-//! `__device__` source, which kernels listing `f` in `device_fns` include. Device functions
-//! do not call each other yet. A kernel that calls device functions, and the functions,
-//! are items of a module (the generated module reaches them through `super::`), not items
-//! declared inside a function body.
+//! `__device__` source, which kernels listing `f` in `device_fns` include. A device function
+//! calls others it lists the same way, `#[offload::device(device_fns = [g(f32) -> f32])]`:
+//! its source then carries theirs (each definition guarded, so a kernel that lists both gets
+//! one), and rustc checks the listed signatures. A kernel that calls device functions, and
+//! the functions, are items of a module (the generated module reaches them through
+//! `super::`), not items declared inside a function body.
 //!
 //! # Safety of the host twin
 //!

@@ -316,7 +316,7 @@ fn device_functions_return_their_tail_and_take_scalars_only() {
     ))
     .unwrap();
     let (params, ret) = crate::types::device_sig(&f).unwrap();
-    let c = crate::cuda::device_source(&f, &params, ret).unwrap();
+    let c = crate::cuda::device_source(&f, &params, ret, &[]).unwrap();
     assert!(c.contains("__device__ double relu(double x, bool on) {"), "{c}");
     assert!(c.contains("return x;") && c.contains("return fmax(x, 0.0);"), "{c}");
     let f: syn::ItemFn = syn::parse2(quote!(
