@@ -216,16 +216,19 @@ impl StagingRing {
         unsafe { self.crew.copy(dst.0, src.0.cast_const(), n) }
     }
 
-    /// Host->device: `bytes` from pageable `src` to device address `dst`.
+    /// The copy-in pipeline: for each chunk, `fill(buffer, offset, len)` puts the chunk's
+    /// bytes into a free pinned buffer, then `owner` DMAs it to `dst + offset` while the
+    /// next chunk is filled. Every slot is drained before returning, also after an error,
+    /// so no DMA outlives the call.
     ///
     /// # Safety
-    /// `src` valid for reads of `bytes`; `dst..dst+bytes` is the device's memory.
-    pub(crate) unsafe fn write(
+    /// `dst..dst+bytes` is `owner`'s memory; `fill` writes at most `len` bytes to `buffer`.
+    unsafe fn pipeline_in(
         &self,
-        backend: &dyn Backend,
+        owner: &dyn Backend,
         dst: u64,
-        src: *const u8,
         bytes: usize,
+        mut fill: impl FnMut(*mut u8, usize, usize) -> Result<()>,
     ) -> Result<()> {
         let bufs = self.to_device.lock();
         let depth = bufs.len();
@@ -237,94 +240,42 @@ impl StagingRing {
             let (off, n) = (i * chunk, chunk.min(bytes - i * chunk));
             // The buffer is free once its previous DMA has finished.
             if i >= depth {
-                result = backend.wait_staged(true, slot);
+                result = owner.wait_staged(true, slot);
                 if result.is_err() {
                     break;
                 }
             }
-            // SAFETY: the buffer holds `chunk >= n` bytes and no DMA reads it now; the source
-            // is the caller's.
-            unsafe { self.parallel_copy(Ptr(bufs[slot].ptr.as_ptr()), Ptr(src.add(off).cast_mut()), n) };
+            // The buffer holds `chunk >= n` bytes and no DMA reads it now.
+            result = fill(bufs[slot].ptr.as_ptr(), off, n);
+            if result.is_err() {
+                break;
+            }
             // SAFETY: the buffer stays untouched until this slot is waited for (below or at
-            // its next use).
-            result = unsafe { backend.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
+            // its next use); `dst + off` is the caller's.
+            result = unsafe { owner.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
             if result.is_err() {
                 break;
             }
         }
-        // Drain every slot, also after an error, so no DMA outlives the call.
         for slot in 0..depth.min(chunks) {
-            let r = backend.wait_staged(true, slot);
+            let r = owner.wait_staged(true, slot);
             result = result.and(r);
         }
         result
     }
 
-    /// Device->host: `bytes` from device address `src` into pageable `dst`.
+    /// The copy-out pipeline: `owner` DMAs chunk after chunk from `src` into the pinned
+    /// buffers, `depth` in flight, and `drain(buffer, offset, len)` takes each chunk out as
+    /// it lands. Drained as [`StagingRing::pipeline_in`].
     ///
     /// # Safety
-    /// `dst` valid for writes of `bytes` and not otherwise accessed during the call.
-    pub(crate) unsafe fn read(
-        &self,
-        backend: &dyn Backend,
-        dst: *mut u8,
-        src: u64,
-        bytes: usize,
-    ) -> Result<()> {
-        let bufs = self.from_device.lock();
-        let depth = bufs.len();
-        let chunk = self.cfg.chunk_for(bytes, self.chunk);
-        let chunks = bytes.div_ceil(chunk);
-        let span = |i: usize| (i * chunk, chunk.min(bytes - i * chunk));
-        let issue = |i: usize| {
-            let (off, n) = span(i);
-            // SAFETY: the slot's buffer is not read by the CPU until waited for.
-            unsafe { backend.read_staged(bufs[i % depth].ptr.as_ptr(), src + off as u64, n, i % depth) }
-        };
-        let mut result = Ok(());
-        // Keep `depth` DMAs in flight ahead of the CPU copies.
-        for i in 0..depth.min(chunks) {
-            result = issue(i);
-            if result.is_err() {
-                break;
-            }
-        }
-        let mut i = 0;
-        while result.is_ok() && i < chunks {
-            let slot = i % depth;
-            result = backend.wait_staged(false, slot);
-            if result.is_err() {
-                break;
-            }
-            let (off, n) = span(i);
-            // SAFETY: the DMA into this buffer has completed; `dst` is the caller's.
-            unsafe { self.parallel_copy(Ptr(dst.add(off)), Ptr(bufs[slot].ptr.as_ptr()), n) };
-            if i + depth < chunks {
-                result = issue(i + depth);
-            }
-            i += 1;
-        }
-        for slot in 0..depth.min(chunks) {
-            let r = backend.wait_staged(false, slot);
-            result = result.and(r);
-        }
-        result
-    }
-
-    /// Device->device through this ring's copy-out buffers when the ring is the source
-    /// device's: `owner` (the source) DMAs chunk after chunk into the buffers, `depth` in
-    /// flight, and each is written to `dst_backend` from there as it lands. No buffer is
-    /// allocated per call.
-    ///
-    /// # Safety
-    /// `src..src+bytes` is `owner`'s memory, `dst..dst+bytes` `dst_backend`'s.
-    pub(crate) unsafe fn relay_out(
+    /// `src..src+bytes` is `owner`'s memory; `drain` reads at most `len` bytes of `buffer`.
+    unsafe fn pipeline_out(
         &self,
         owner: &dyn Backend,
         src: u64,
-        dst_backend: &dyn Backend,
-        dst: u64,
         bytes: usize,
+        mut drain: impl FnMut(*const u8, usize, usize) -> Result<()>,
     ) -> Result<()> {
         let bufs = self.from_device.lock();
         let depth = bufs.len();
@@ -333,7 +284,8 @@ impl StagingRing {
         let span = |i: usize| (i * chunk, chunk.min(bytes - i * chunk));
         let issue = |i: usize| {
             let (off, n) = span(i);
-            // SAFETY: the slot's buffer is not read until waited for.
+            // SAFETY: the slot's buffer is not read until waited for; `src + off` is the
+            // caller's.
             unsafe { owner.read_staged(bufs[i % depth].ptr.as_ptr(), src + off as u64, n, i % depth) }
         };
         let mut result = Ok(());
@@ -351,20 +303,80 @@ impl StagingRing {
                 break;
             }
             let (off, n) = span(i);
-            // SAFETY: the DMA into this buffer has completed; the buffer holds `n` bytes and
-            // `dst + off` is the destination's memory (the caller's).
-            result = unsafe { dst_backend.write(dst + off as u64, bufs[slot].ptr.as_ptr(), n) };
+            // The DMA into this buffer has completed.
+            result = drain(bufs[slot].ptr.as_ptr(), off, n);
             if result.is_ok() && i + depth < chunks {
                 result = issue(i + depth);
             }
             i += 1;
         }
-        // Drain every slot, also after an error, so no DMA outlives the call.
         for slot in 0..depth.min(chunks) {
             let r = owner.wait_staged(false, slot);
             result = result.and(r);
         }
         result
+    }
+
+    /// Host->device: `bytes` from pageable `src` to device address `dst`, the crew
+    /// copying each chunk into a buffer.
+    ///
+    /// # Safety
+    /// `src` valid for reads of `bytes`; `dst..dst+bytes` is the device's memory.
+    pub(crate) unsafe fn write(
+        &self,
+        backend: &dyn Backend,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; each fill copies `n` bytes of the source.
+        unsafe {
+            self.pipeline_in(backend, dst, bytes, |buf, off, n| {
+                self.parallel_copy(Ptr(buf), Ptr(src.add(off).cast_mut()), n);
+                Ok(())
+            })
+        }
+    }
+
+    /// Device->host: `bytes` from device address `src` into pageable `dst`, the crew
+    /// copying each chunk out of its buffer.
+    ///
+    /// # Safety
+    /// `dst` valid for writes of `bytes` and not otherwise accessed during the call.
+    pub(crate) unsafe fn read(
+        &self,
+        backend: &dyn Backend,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; each drain copies `n` bytes into `dst + off`.
+        unsafe {
+            self.pipeline_out(backend, src, bytes, |buf, off, n| {
+                self.parallel_copy(Ptr(dst.add(off)), Ptr(buf.cast_mut()), n);
+                Ok(())
+            })
+        }
+    }
+
+    /// Device->device through this ring's copy-out buffers when the ring is the source
+    /// device's: `owner` (the source) DMAs chunk after chunk into the buffers and each is
+    /// written to `dst_backend` from there as it lands. Nothing is allocated per call.
+    ///
+    /// # Safety
+    /// `src..src+bytes` is `owner`'s memory, `dst..dst+bytes` `dst_backend`'s.
+    pub(crate) unsafe fn relay_out(
+        &self,
+        owner: &dyn Backend,
+        src: u64,
+        dst_backend: &dyn Backend,
+        dst: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; the buffer holds the chunk's `n` bytes.
+        unsafe {
+            self.pipeline_out(owner, src, bytes, |buf, off, n| dst_backend.write(dst + off as u64, buf, n))
+        }
     }
 
     /// Device->device through this ring's copy-in buffers when the ring is the destination
@@ -381,37 +393,10 @@ impl StagingRing {
         dst: u64,
         bytes: usize,
     ) -> Result<()> {
-        let bufs = self.to_device.lock();
-        let depth = bufs.len();
-        let chunk = self.cfg.chunk_for(bytes, self.chunk);
-        let chunks = bytes.div_ceil(chunk);
-        let mut result = Ok(());
-        for i in 0..chunks {
-            let slot = i % depth;
-            let (off, n) = (i * chunk, chunk.min(bytes - i * chunk));
-            if i >= depth {
-                result = owner.wait_staged(true, slot);
-                if result.is_err() {
-                    break;
-                }
-            }
-            // SAFETY: no DMA reads the buffer now (waited above); it holds `chunk >= n`
-            // bytes; the source range is the caller's.
-            result = unsafe { src_backend.read(bufs[slot].ptr.as_ptr(), src + off as u64, n) };
-            if result.is_err() {
-                break;
-            }
-            // SAFETY: the buffer stays untouched until this slot is waited for.
-            result = unsafe { owner.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
-            if result.is_err() {
-                break;
-            }
+        // SAFETY: forwarded from the caller; the buffer has room for the chunk's `n` bytes.
+        unsafe {
+            self.pipeline_in(owner, dst, bytes, |buf, off, n| src_backend.read(buf, src + off as u64, n))
         }
-        for slot in 0..depth.min(chunks) {
-            let r = owner.wait_staged(true, slot);
-            result = result.and(r);
-        }
-        result
     }
 
     /// Unregisters and frees the buffers.
