@@ -154,7 +154,6 @@ fn an_early_return_skips_the_item_and_keeps_the_reduction() {
 fn a_reduction_needs_a_writable_view_of_one_element() {
     on_every_device("generated reduction, bad views", |rt, d| {
         let gpu = rt.device(d)?;
-        let x = vec![1u64; 4];
         let shared = [0u64];
         let mut empty: [u64; 0] = [];
         let mut fine = [0u64];
@@ -176,7 +175,6 @@ fn a_reduction_needs_a_writable_view_of_one_element() {
         // One view for two reductions overlaps.
         let r = gpu.data(map::tofrom(&mut fine), |f| count_kept::launch(&gpu, 4, 1, f, f));
         check!(matches!(&r, Err(Error::KernelArgument { what, .. }) if what.contains("overlap")), "{r:?}");
-        let _ = x;
         Ok(())
     });
 }
@@ -206,12 +204,6 @@ fn reductions_launch_in_nowait_scopes() {
 /// Every reduction kernel compiles with NVRTC, both variants (see kernel_macro.rs).
 #[test]
 fn every_reduction_kernel_compiles_with_nvrtc() {
-    let required = std::env::var("OFFLOAD_NVRTC_REQUIRED").is_ok_and(|v| v == "1");
-    if !offload::device::nvrtc_present() {
-        assert!(!required, "OFFLOAD_NVRTC_REQUIRED=1 but libnvrtc cannot be loaded");
-        println!("SKIP nvrtc: libnvrtc not found");
-        return;
-    }
     let kernels = [
         &reduce_f32::KERNEL,
         &reduce_f64::KERNEL,
@@ -224,14 +216,5 @@ fn every_reduction_kernel_compiles_with_nvrtc() {
         &count_kept::KERNEL,
         &count_kept::KERNEL_CHECKED,
     ];
-    let mut failures = Vec::new();
-    for k in kernels {
-        for arch in ["sm_80", "sm_90"] {
-            if let Err(e) = offload::device::compile_cuda(k, arch) {
-                failures.push(format!("`{}` for {arch}: {e}\n{}", k.symbol(), k.cuda_source().unwrap_or("")));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
-    println!("nvrtc: {} reduction kernels compiled for sm_80 and sm_90", kernels.len());
+    offload_tests::compile_with_nvrtc("reduction kernels", &kernels);
 }

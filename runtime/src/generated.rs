@@ -285,16 +285,18 @@ pub fn check_reduction<T>(
 }
 
 /// An error if a view that kernel `kernel` writes overlaps another of its views: a launch's
-/// views are distinct memory (the generated code may assume so, as C's `restrict`).
-pub fn check_disjoint(kernel: &'static str, views: &[(&str, HostRange, bool)]) -> Result<()> {
-    for (i, (a, ra, wa)) in views.iter().enumerate() {
-        for (b, rb, wb) in &views[i + 1..] {
+/// views are distinct memory (the generated code may assume so, as C's `restrict`). Each
+/// view comes with its argument's position, its name and whether the kernel writes it; the
+/// error names the position of the written one.
+pub fn check_disjoint(kernel: &'static str, views: &[(usize, &str, HostRange, bool)]) -> Result<()> {
+    for (i, &(ka, a, ra, wa)) in views.iter().enumerate() {
+        for &(kb, b, rb, wb) in &views[i + 1..] {
             let overlap = ra.bytes > 0 && rb.bytes > 0 && ra.begin < rb.end() && rb.begin < ra.end();
-            if overlap && (*wa || *wb) {
-                let written = if *wa { a } else { b };
+            if overlap && (wa || wb) {
+                let (written, index) = if wa { (a, ka) } else { (b, kb) };
                 return Err(Error::KernelArgument {
                     kernel,
-                    index: i,
+                    index,
                     what: format!(
                         "the views `{a}` ({ra}) and `{b}` ({rb}) overlap and the kernel writes `{written}`: \
                          iterations could read elements another writes"

@@ -130,11 +130,21 @@ impl Runtime {
             (Target::Initial, Target::Device(sd)) => unsafe {
                 sd.copy_from_device(HostRange::new(d as usize, len), s)
             },
-            (Target::Device(dd), Target::Device(sd)) => self.device_to_device(dd, d, sd, s, len),
+            // SAFETY: forwarded from the caller: both ranges are their devices' memory.
+            (Target::Device(dd), Target::Device(sd)) => unsafe { self.device_to_device(dd, d, sd, s, len) },
         }
     }
 
-    fn device_to_device(&self, dd: &DeviceState, d: u64, sd: &DeviceState, s: u64, len: usize) -> Result<()> {
+    /// # Safety
+    /// `d..d+len` is `dd`'s memory and `s..s+len` is `sd`'s.
+    unsafe fn device_to_device(
+        &self,
+        dd: &DeviceState,
+        d: u64,
+        sd: &DeviceState,
+        s: u64,
+        len: usize,
+    ) -> Result<()> {
         if dd.number == sd.number {
             dd.backend.copy(d, s, len)?;
             dd.stats.record_device_copy(true);
@@ -146,7 +156,7 @@ impl Runtime {
             return Ok(());
         }
         if let Some(ring) = sd.staging_ring() {
-            // SAFETY: both ranges were checked against the devices' allocations by the caller.
+            // SAFETY: both ranges are the devices' memory (this function's contract).
             unsafe { ring.relay_out(&*sd.backend, s, &*dd.backend, d, len)? };
             dd.stats.record_device_copy(false);
             return Ok(());

@@ -281,6 +281,29 @@ pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()>
     }
 }
 
+/// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90` and fails naming
+/// every kernel that does not compile (with its source). Without `libnvrtc` it says so and
+/// returns, unless `OFFLOAD_NVRTC_REQUIRED=1` (as `scripts/nvrtc-check.sh` sets), when it
+/// fails instead.
+pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
+    let required = std::env::var("OFFLOAD_NVRTC_REQUIRED").is_ok_and(|v| v == "1");
+    if !offload::device::nvrtc_present() {
+        assert!(!required, "OFFLOAD_NVRTC_REQUIRED=1 but libnvrtc cannot be loaded");
+        println!("SKIP nvrtc: libnvrtc not found");
+        return;
+    }
+    let mut failures = Vec::new();
+    for k in kernels {
+        for arch in ["sm_80", "sm_90"] {
+            if let Err(e) = offload::device::compile_cuda(k, arch) {
+                failures.push(format!("`{}` for {arch}: {e}\n{}", k.symbol(), k.cuda_source().unwrap_or("")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
+    println!("nvrtc: {} {what} compiled for sm_80 and sm_90", kernels.len());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -336,7 +336,7 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 if mutable {
                     checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
                 }
-                views.push(quote!((#ps, #pn.host_range(), #mutable)));
+                views.push(quote!((#k, #ps, #pn.host_range(), #mutable)));
             }
             ParamKind::Reduction { ty, op } => {
                 let rt = ty.rust();
@@ -345,7 +345,7 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 tuple_values.push(quote!(#pn));
                 len_values.push(quote!(#pn.len() as u64));
                 checks.push(quote!(::offload::__private::check_reduction(#name_str, #k, #ps, #opt, &#pn)?;));
-                views.push(quote!((#ps, #pn.host_range(), true)));
+                views.push(quote!((#k, #ps, #pn.host_range(), true)));
             }
         }
     }
