@@ -7,7 +7,7 @@
 
 use cudarc::driver::{result, sys, CudaContext, LaunchConfig, PushKernelArg};
 use offload::{map, HostBuffer, Kernel, MapType, Runtime};
-use offload_benches::time;
+use offload_benches::{Bench, Budget};
 
 const GIB: usize = 1 << 30;
 
@@ -34,18 +34,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     print!("{}", rt.device_report());
+    let mut bench = Bench::new("cuda_paths");
     println!("\n| path | offload | raw cudarc | note |\n|---|---|---|---|");
 
     // 1. Allocation of a reused size.
     let bytes = 4 << 20;
-    let ours = time(100, 10_000, || {
+    let ours = bench.wall("alloc_free_4MiB/offload", Budget::FAST, || {
         let p = rt.target_alloc(bytes, 0).expect("alloc");
         // SAFETY: just allocated, unused.
         unsafe { rt.target_free(p, 0) }.expect("free");
     });
     let ctx = CudaContext::new(0)?;
     ctx.bind_to_thread()?;
-    let raw = time(100, 10_000, || {
+    let raw = bench.wall("alloc_free_4MiB/raw", Budget::FAST, || {
         // SAFETY: a plain allocation freed at once.
         unsafe {
             let p = result::malloc_sync(bytes).expect("cuMemAlloc");
@@ -53,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     row(
-        "alloc+free 4 MiB (median of 10 000)",
+        "alloc+free 4 MiB (median)",
         format!("{:.2} us", ours * 1e6),
         format!("{:.2} us", raw * 1e6),
         "pool vs cuMemAlloc/cuMemFree",
@@ -61,13 +62,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A size above the exact classes: 129 MiB takes (and reuses) a 144 MiB block.
     let big = 129 << 20;
     let cached = rt.pool_usage(0)?.cached_bytes;
-    let ours = time(10, 1_000, || {
+    let ours = bench.wall("alloc_free_129MiB/offload", Budget::FAST, || {
         let p = rt.target_alloc(big, 0).expect("alloc");
         // SAFETY: just allocated, unused.
         unsafe { rt.target_free(p, 0) }.expect("free");
     });
     let block = rt.pool_usage(0)?.cached_bytes - cached;
-    let raw = time(3, 50, || {
+    let raw = bench.wall("alloc_free_129MiB/raw", Budget::SLOW, || {
         // SAFETY: a plain allocation freed at once.
         unsafe {
             let p = result::malloc_sync(big).expect("cuMemAlloc");
@@ -75,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     row(
-        "alloc+free 129 MiB (median of 1 000 / 50)",
+        "alloc+free 129 MiB (median)",
         format!("{:.2} us", ours * 1e6),
         format!("{:.2} us", raw * 1e6),
         &format!("pool block {} MiB", block >> 20),
@@ -84,11 +85,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 2. Peer copy GPU0 -> GPU1.
     if rt.num_devices() >= 2 {
         let (src, dst) = (rt.target_alloc(GIB, 0)?, rt.target_alloc(GIB, 1)?);
-        // SAFETY: both are 1 GiB allocations of their devices.
-        let ours = time(3, 20, || unsafe { rt.target_memcpy(dst, src, GIB, 0, 0, 1, 0) }.expect("peer copy"));
+        let ours = bench.wall("peer_1GiB/offload", Budget::SLOW, || {
+            // SAFETY: both are 1 GiB allocations of their devices.
+            unsafe { rt.target_memcpy(dst, src, GIB, 0, 0, 1, 0) }.expect("peer copy")
+        });
         let (c0, c1) = (CudaContext::new(0)?, CudaContext::new(1)?);
         let s1 = c1.new_stream()?;
-        let raw = time(3, 20, || {
+        let raw = bench.wall("peer_1GiB/raw", Budget::SLOW, || {
             // SAFETY: as above.
             unsafe { result::memcpy_peer_async(c1.cu_ctx(), dst, c0.cu_ctx(), src, GIB, s1.cu_stream()) }
                 .expect("cuMemcpyPeerAsync");
@@ -113,20 +116,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = HostBuffer::<u8>::new(&rt, GIB)?;
     buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
     buf.enter(0, MapType::ALLOC)?;
-    let h2d = time(2, 10, || buf.update_to(0).expect("update to"));
-    let d2h = time(2, 10, || buf.update_from(0).expect("update from"));
+    let h2d = bench.wall("pinned_h2d_1GiB/offload", Budget::SLOW, || buf.update_to(0).expect("update to"));
+    let d2h =
+        bench.wall("pinned_d2h_1GiB/offload", Budget::SLOW, || buf.update_from(0).expect("update from"));
     let stream = ctx.new_stream()?;
     // SAFETY: page-locked, not write-combined, sized 1 GiB.
     let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(GIB, sys::CU_MEMHOSTALLOC_PORTABLE) }?;
     // SAFETY: a 1 GiB device buffer for the reference copies.
     let dev = unsafe { result::malloc_sync(GIB) }?;
-    let raw_h2d = time(2, 10, || {
+    let raw_h2d = bench.wall("pinned_h2d_1GiB/raw", Budget::SLOW, || {
         // SAFETY: both buffers are 1 GiB; the stream is synchronised before reuse.
         unsafe { result::memcpy_htod_async(dev, pinned.as_slice().expect("pinned"), stream.cu_stream()) }
             .expect("htod");
         stream.synchronize().expect("sync");
     });
-    let raw_d2h = time(2, 10, || {
+    let raw_d2h = bench.wall("pinned_d2h_1GiB/raw", Budget::SLOW, || {
         // SAFETY: as above.
         unsafe { result::memcpy_dtoh_async(pinned.as_mut_slice().expect("pinned"), dev, stream.cu_stream()) }
             .expect("dtoh");
@@ -148,8 +152,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     buf.exit(0, MapType::DELETE)?;
     let mut pageable = vec![1u8; GIB];
     let dev2 = rt.device(0)?;
-    let page_h2d = time(1, 5, || dev2.data(map::to(&pageable), |_| Ok(())).expect("map to"));
-    let page_d2h = time(1, 5, || dev2.data(map::from(&mut pageable), |_| Ok(())).expect("map from"));
+    let page_h2d = bench.wall("pageable_map_to_1GiB", Budget::SLOW, || {
+        dev2.data(map::to(&pageable), |_| Ok(())).expect("map to")
+    });
+    let page_d2h = bench.wall("pageable_map_from_1GiB", Budget::SLOW, || {
+        dev2.data(map::from(&mut pageable), |_| Ok(())).expect("map from")
+    });
     row("1 GiB map(to) from a pageable Vec", gbs(page_h2d), "-".into(), "includes alloc (pooled) + copy");
     row(
         "1 GiB map(from) into a pageable Vec",
@@ -165,14 +173,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut a, b, c) = (vec![0f32; n], vec![1f32; n], vec![2f32; n]);
     let gpu = rt.device(0)?;
     let ours = gpu.data((map::tofrom(&mut a), map::to(&b), map::to(&c)), |(a, b, c)| {
-        Ok(time(1000, 10_000, || gpu.launch(&TRIAD, n, (a, b, c, 3.0f32)).expect("launch")))
+        Ok(bench.wall("launch_3_args/offload", Budget::FAST, || {
+            gpu.launch(&TRIAD, n, (a, b, c, 3.0f32)).expect("launch")
+        }))
     })?;
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(TRIAD_SRC, Default::default())?;
     let f = ctx.load_module(ptx)?.load_function("triad")?;
     let s = ctx.new_stream()?;
     let (mut da, db, dc) = (s.alloc_zeros::<f32>(n)?, s.clone_htod(&b)?, s.clone_htod(&c)?);
     let (scale, len) = (3.0f32, n as u64);
-    let raw = time(1000, 10_000, || {
+    let raw = bench.wall("launch_3_args/raw", Budget::FAST, || {
         let mut l = s.launch_builder(&f);
         l.arg(&mut da).arg(&db).arg(&dc).arg(&scale).arg(&len);
         // SAFETY: arguments match the kernel's signature.

@@ -18,13 +18,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use offload::{map, Kernel, Runtime};
-use offload_benches::{median, time};
+use offload_benches::{Bench, Budget};
 use offload_examples::jacobi::{self, KernelChoice};
 use offload_kernels::{generated, FILL_F32, SAXPY, SUM_F32};
 
 const N: usize = 64 << 20; // 256 MiB of f32
 const BLOCK: u32 = 256;
-const REPS: usize = 50;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -53,25 +52,34 @@ fn load(
     Ok(Raw { f, blocks })
 }
 
-/// Median milliseconds of `launch` on `s`, by events around each launch.
-fn event_ms(s: &Arc<CudaStream>, mut launch: impl FnMut()) -> Result<f64, Box<dyn std::error::Error>> {
+/// How long criterion spends on one kernel: 20 samples over about a second.
+const KERNEL_BUDGET: Budget = Budget { samples: 20, ..Budget::SLOW };
+
+/// Median milliseconds per launch of `launch` on `s`, measured as `id`: criterion's
+/// samples, each a run of back-to-back launches timed by CUDA events around it.
+fn event_ms(
+    bench: &mut Bench,
+    id: &str,
+    s: &Arc<CudaStream>,
+    mut launch: impl FnMut(),
+) -> Result<f64, Box<dyn std::error::Error>> {
     let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let mut v = Vec::new();
-    for rep in 0..REPS + 5 {
-        let a = s.record_event(flags)?;
-        launch();
-        let b = s.record_event(flags)?;
-        let ms = a.elapsed_ms(&b)? as f64;
-        if rep >= 5 {
-            v.push(ms);
+    let secs = bench.custom(id, KERNEL_BUDGET, |iters| {
+        let a = s.record_event(flags).expect("event");
+        for _ in 0..iters {
+            launch();
         }
-    }
-    Ok(median(v))
+        let b = s.record_event(flags).expect("event");
+        let ms = a.elapsed_ms(&b).expect("elapsed");
+        std::time::Duration::from_secs_f64(f64::from(ms) * 1e-3)
+    });
+    Ok(secs * 1e3)
 }
 
 /// GPU time of one Jacobi step on a 16384 x 16384 grid: the hand-written kernel, and the
 /// generated one as generated and with variations of its loop (to choose the generator's).
 fn jacobi_kernels(
+    bench: &mut Bench,
     ctx: &Arc<CudaContext>,
     arch: &'static str,
     sms: u32,
@@ -82,7 +90,7 @@ fn jacobi_kernels(
     let grid = vec![0.5f32; side * side];
     let (da, mut db) = (s.clone_htod(&grid)?, s.clone_htod(&grid)?);
     let (mut norm, mut next) = (s.alloc_zeros::<f32>(2)?, s.alloc_zeros::<f32>(1)?);
-    println!("\nOne Jacobi step {side} x {side}, GPU time by CUDA events, median of {REPS}\n");
+    println!("\nOne Jacobi step {side} x {side}, GPU time by CUDA events, median of criterion's samples\n");
     println!("| kernel | grid | ms per step |\n|---|---|---|");
     let compile = |src: &str, sym: &str| -> Result<CudaFunction, Box<dyn std::error::Error>> {
         let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), ..Default::default() };
@@ -101,7 +109,7 @@ fn jacobi_kernels(
     };
     // SAFETY: the hand-written kernel's signature (a, a_new, norm, nx, iy_start, iy_end, rows,
     // slot, cols_pad, push_first, push_last, n); null pushes; grids of nx * ny floats.
-    let ms = event_ms(s, || unsafe {
+    let ms = event_ms(bench, "jacobi_step/tuned", s, || unsafe {
         s.launch_builder(&tuned)
             .arg(&da)
             .arg(&mut db)
@@ -158,7 +166,7 @@ fn jacobi_kernels(
         };
         // SAFETY: the generated layout: s0, s1, l1, nx, iy_end, wrap, a, a_new, norm, next_norm,
         // their four lengths, n; the grids hold nx * ny floats, the norms one each.
-        let ms = event_ms(s, || unsafe {
+        let ms = event_ms(bench, &format!("jacobi_step/{what}"), s, || unsafe {
             s.launch_builder(&f)
                 .arg(&one)
                 .arg(&one)
@@ -186,7 +194,7 @@ fn jacobi_kernels(
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
     let cfg = LaunchConfig { grid_dim: (sms * per_sm, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: the generated layout: s0, s1, l1, nx, a, a_new, norm, their lengths, n.
-    let ms = event_ms(s, || unsafe {
+    let ms = event_ms(bench, "jacobi_step/plain", s, || unsafe {
         s.launch_builder(&f)
             .arg(&one)
             .arg(&one)
@@ -234,6 +242,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     print!("{}", rt.device_report());
+    let mut bench = Bench::new("kernels");
 
     // ---- GPU time by events, raw launches of the same sources ----
     let ctx = CudaContext::new(0)?;
@@ -248,7 +257,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         |r: &Raw| LaunchConfig { grid_dim: (r.blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
     let gb = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
     println!(
-        "\nGPU time per launch by CUDA events, n = {N} f32 (256 MiB), median of {REPS}; generated grids: one wave \
+        "\nGPU time per launch by CUDA events, n = {N} f32 (256 MiB), median of criterion's samples; generated grids: one wave \
          ({sms} SMs x the blocks of the kernel one holds), hand-written: {} blocks\n",
         N.div_ceil(256)
     );
@@ -259,7 +268,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (the generated layout: starts, arguments, one length per view, n; the hand-written:
     // arguments, n) and the buffers hold N floats (the sums' output one).
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let g = event_ms(&s, || unsafe {
+    let g = event_ms(&mut bench, "fill/generated", &s, || unsafe {
         s.launch_builder(&gf.f)
             .arg(&s0)
             .arg(&v)
@@ -270,14 +279,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .expect("launch");
     })?;
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let h = event_ms(&s, || unsafe {
+    let h = event_ms(&mut bench, "fill/hand-written", &s, || unsafe {
         s.launch_builder(&hf.f).arg(&v).arg(&mut dy).arg(&n).launch(cfg(&hf)).expect("launch");
     })?;
     row("fill (write 4 B/item), GB/s", gb(4 * N, g), gb(4 * N, h), "GB/s");
 
     let (gs, hs) = (load(&ctx, arch, &generated::saxpy::KERNEL, sms)?, load(&ctx, arch, &SAXPY, sms)?);
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let g = event_ms(&s, || unsafe {
+    let g = event_ms(&mut bench, "saxpy/generated", &s, || unsafe {
         s.launch_builder(&gs.f)
             .arg(&s0)
             .arg(&a)
@@ -290,14 +299,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .expect("launch");
     })?;
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let h = event_ms(&s, || unsafe {
+    let h = event_ms(&mut bench, "saxpy/hand-written", &s, || unsafe {
         s.launch_builder(&hs.f).arg(&a).arg(&dx).arg(&mut dy).arg(&n).launch(cfg(&hs)).expect("launch");
     })?;
     row("saxpy (read 8 B, write 4 B/item), GB/s", gb(12 * N, g), gb(12 * N, h), "GB/s");
 
     let (gr, hr) = (load(&ctx, arch, &generated::sum_f32::KERNEL, sms)?, load(&ctx, arch, &SUM_F32, sms)?);
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let g = event_ms(&s, || unsafe {
+    let g = event_ms(&mut bench, "sum/generated", &s, || unsafe {
         s.launch_builder(&gr.f)
             .arg(&s0)
             .arg(&dx)
@@ -309,7 +318,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .expect("launch");
     })?;
     // SAFETY: the arguments follow the kernel's signature (see the first launch).
-    let h = event_ms(&s, || unsafe {
+    let h = event_ms(&mut bench, "sum/hand-written", &s, || unsafe {
         s.launch_builder(&hr.f).arg(&dx).arg(&mut dout).arg(&n).launch(cfg(&hr)).expect("launch");
     })?;
     row("sum (read 4 B/item), GB/s", gb(4 * N, g), gb(4 * N, h), "GB/s");
@@ -338,23 +347,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // ---- The Jacobi step kernels alone, by events ----
-    jacobi_kernels(&ctx, arch, sms, &s)?;
+    jacobi_kernels(&mut bench, &ctx, arch, sms, &s)?;
 
     // ---- Through the runtime: launch + synchronize ----
-    println!("\nWall time per launch through the runtime (launch + synchronize), median of {REPS}\n");
+    println!(
+        "\nWall time per launch through the runtime (launch + synchronize), median of criterion's samples\n"
+    );
     println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
     let gpu = rt.device(0)?;
     let mut y = vec![0f32; N];
     let mut out = [0f32];
     gpu.data((map::to(&x), map::tofrom(&mut y), map::tofrom(&mut out)), |(xv, yv, ov)| {
-        let g = time(5, REPS, || generated::fill_f32::launch(&gpu, N, v, yv).expect("launch"));
-        let h = time(5, REPS, || gpu.launch(&FILL_F32, N, (v, yv)).expect("launch"));
+        let g = bench.wall("runtime/fill/generated", KERNEL_BUDGET, || {
+            generated::fill_f32::launch(&gpu, N, v, yv).expect("launch")
+        });
+        let h = bench.wall("runtime/fill/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&FILL_F32, N, (v, yv)).expect("launch")
+        });
         row("fill, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
-        let g = time(5, REPS, || generated::saxpy::launch(&gpu, N, a, xv, yv).expect("launch"));
-        let h = time(5, REPS, || gpu.launch(&SAXPY, N, (a, xv, yv)).expect("launch"));
+        let g = bench.wall("runtime/saxpy/generated", KERNEL_BUDGET, || {
+            generated::saxpy::launch(&gpu, N, a, xv, yv).expect("launch")
+        });
+        let h = bench.wall("runtime/saxpy/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&SAXPY, N, (a, xv, yv)).expect("launch")
+        });
         row("saxpy, GB/s", gb(12 * N, g * 1e3), gb(12 * N, h * 1e3), "GB/s");
-        let g = time(5, REPS, || generated::sum_f32::launch(&gpu, N, xv, ov).expect("launch"));
-        let h = time(5, REPS, || gpu.launch(&SUM_F32, N, (xv, ov)).expect("launch"));
+        let g = bench.wall("runtime/sum/generated", KERNEL_BUDGET, || {
+            generated::sum_f32::launch(&gpu, N, xv, ov).expect("launch")
+        });
+        let h = bench.wall("runtime/sum/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&SUM_F32, N, (xv, ov)).expect("launch")
+        });
         row("sum, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
         Ok(())
     })?;
@@ -392,9 +415,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "| Jacobi, s (final norm {:.6} / {:.6})        | {:>10.4} s | {:>10.4} s | {:>6.3} |",
         g.norm,
         h.norm,
-        median(tg.clone()),
-        median(th.clone()),
-        median(th) / median(tg)
+        offload_benches::median(tg.clone()),
+        offload_benches::median(th.clone()),
+        offload_benches::median(th) / offload_benches::median(tg)
     );
     println!("\nratio: generated / hand-written for GB/s, hand-written / generated for seconds (1 = equal, > 1 = generated faster)");
     Ok(())

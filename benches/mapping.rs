@@ -1,80 +1,159 @@
-//! Mapping overhead on a host device: present-table lookups at 1, 1 000 and 100 000 live
-//! entries, enter+exit of a range already present, and enter+exit of a new 4 KiB range.
+//! Mapping costs on every device present (host devices and GPUs), beside libomptarget 22's
+//! figures on the 1 x H200 machine (DESIGN.md): present-table lookups at 1, 1 000 and
+//! 100 000 live entries with random probes, enter + exit of a present 4 KiB range,
+//! enter(to) + exit(from) of a new 4 KiB range, and on GPUs a target region with one
+//! present argument against a raw cudarc launch + synchronize of the same kernel.
 //!
-//! `cargo bench -p offload-benches --bench mapping`
+//! `cargo bench -p offload-benches --bench mapping` (prints the README's table; criterion's
+//! own report for each measurement comes with it).
 
-#![allow(missing_docs)] // criterion's macros generate undocumented items
-
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
-use offload::{MapItem, MapType, Runtime};
+use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
+use offload::{BackendKind, Kernel, LaunchArg, MapItem, MapType, Runtime, Scalar};
+use offload_benches::{Bench, Budget};
+use std::hint::black_box;
 
 /// Bytes per mapped chunk when filling the table.
 const CHUNK: usize = 64;
 
-fn runtime() -> Runtime {
-    Runtime::builder().env(|_| None).host_devices(1).build().expect("host device runtime")
-}
+const INC_SRC: &str = r#"extern "C" __global__ void inc(float* x, unsigned long long n) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}"#;
 
-fn lookup(c: &mut Criterion) {
-    let mut g = c.benchmark_group("present_lookup");
-    for &entries in &[1usize, 1_000, 100_000] {
-        let rt = runtime();
-        let host = vec![0u8; entries * CHUNK];
-        let items: Vec<MapItem> = host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::ALLOC)).collect();
-        // SAFETY: `host` outlives the mappings (released below).
-        unsafe { rt.enter_data(0, &items) }.expect("map");
-        // Probe addresses spread over the table, in a fixed pseudo-random order.
-        let probes: Vec<usize> =
-            (0..1024u64).map(|i| (i.wrapping_mul(2_654_435_761) as usize) % entries).collect();
-        let base = host.as_ptr() as usize;
-        g.bench_with_input(BenchmarkId::from_parameter(entries), &entries, |b, _| {
-            let mut i = 0;
-            b.iter(|| {
-                i = (i + 1) & 1023;
-                black_box(rt.is_present(base + probes[i] * CHUNK + 7, 0).expect("lookup"))
-            })
-        });
-        let release: Vec<MapItem> = host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::RELEASE)).collect();
-        // SAFETY: as above.
-        unsafe { rt.exit_data(0, &release) }.expect("unmap");
+/// `x[i] += 1`: a kernel with one mapped argument.
+static INC: Kernel = Kernel::new("inc").with_cuda(INC_SRC);
+
+/// A small xorshift generator: probes that are random over the table, not a short cycle.
+struct Probe(u64);
+
+impl Probe {
+    fn next_below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
     }
-    g.finish();
 }
 
-fn enter_exit(c: &mut Criterion) {
-    let rt = runtime();
-    let mut g = c.benchmark_group("enter_exit");
-    let x = vec![1u8; 4096];
-    let to = [MapItem::slice(&x, MapType::TO)];
-    let release = [MapItem::slice(&x, MapType::RELEASE)];
-    // SAFETY: `x` outlives every mapping of it in this function.
-    unsafe { rt.enter_data(0, &to) }.expect("map");
-    g.bench_function("present_4KiB", |b| {
-        b.iter(|| {
+fn row(what: &str, device: &str, ours: f64, libomptarget: &str) {
+    println!("| {what} | {device} | {} | {libomptarget} |", fmt(ours));
+}
+
+fn fmt(secs: f64) -> String {
+    if secs < 1e-6 {
+        format!("{:.1} ns", secs * 1e9)
+    } else {
+        format!("{:.2} us", secs * 1e6)
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !offload_benches::measuring() {
+        return Ok(());
+    }
+    let rt = Runtime::builder().gpus(true).host_devices(1).build()?;
+    print!("{}", rt.device_report());
+    let mut b = Bench::new("mapping");
+    let mut table = Vec::new();
+    for d in 0..rt.num_devices() {
+        let desc = rt.describe(d)?;
+        let label = format!("{d} ({})", desc.name);
+        let gpu = desc.kind != BackendKind::Host;
+        for &entries in &[1usize, 1_000, 100_000] {
+            let host = vec![0u8; entries * CHUNK];
+            let items: Vec<MapItem> = host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::ALLOC)).collect();
+            // SAFETY: `host` outlives the mappings (released below).
+            unsafe { rt.enter_data(d, &items) }?;
+            let base = host.as_ptr() as usize;
+            let mut p = Probe(0x9e37_79b9_7f4a_7c15);
+            let t = b.wall(&format!("is_present/{d}/{entries}"), Budget::FAST, || {
+                let at = base + p.next_below(entries) * CHUNK + 7;
+                assert!(black_box(rt.is_present(black_box(at), d).expect("lookup")));
+            });
+            let lib = match entries {
+                1 => "127-150 ns",
+                1_000 => "202-279 ns",
+                _ => "1238-1354 ns",
+            };
+            table.push((format!("is_present, {entries} live entries, random probes"), label.clone(), t, lib));
+            let release: Vec<MapItem> =
+                host.chunks(CHUNK).map(|c| MapItem::slice(c, MapType::RELEASE)).collect();
+            // SAFETY: as above.
+            unsafe { rt.exit_data(d, &release) }?;
+        }
+
+        let mut x = vec![1f32; 1024];
+        // Every item from one pointer that may write (the `from` copies write through it).
+        let xp = x.as_mut_ptr();
+        let bytes = x.len() * 4;
+        let to = [MapItem::raw(xp, bytes, MapType::TO)];
+        let from = [MapItem::raw(xp, bytes, MapType::FROM)];
+        // SAFETY: `x` outlives every mapping of it below and is not touched meanwhile.
+        unsafe { rt.enter_data(d, &to) }?;
+        let t = b.wall(&format!("enter_exit_present_4KiB/{d}"), Budget::FAST, || {
             // SAFETY: as above.
             unsafe {
-                rt.enter_data(0, black_box(&to)).expect("enter");
-                rt.exit_data(0, black_box(&release)).expect("exit");
+                rt.enter_data(d, black_box(&to)).expect("enter");
+                rt.exit_data(d, black_box(&from)).expect("exit");
             }
-        })
-    });
-    // SAFETY: as above.
-    unsafe { rt.exit_data(0, &release) }.expect("unmap");
-    g.bench_function("new_4KiB_host_device", |b| {
-        b.iter(|| {
-            // SAFETY: as above; each iteration allocates, copies in, and frees.
+        });
+        table.push(("enter + exit of a present 4 KiB range".into(), label.clone(), t, "2.7-3.6 us"));
+        if gpu {
+            let args = [LaunchArg::mapped(xp), LaunchArg::Value(Scalar::U64(1024))];
+            let tofrom = [MapItem::raw(xp, bytes, MapType::TOFROM)];
+            rt.device(d)?.prepare(&INC)?;
+            let t = b.wall(&format!("target_1_present_arg/{d}"), Budget::FAST, || {
+                // SAFETY: `x` is mapped (entered above), the kernel touches its 1024 floats.
+                unsafe { rt.target_launch(d, &INC, 1024, black_box(&tofrom), &args) }.expect("launch");
+            });
+            table.push((
+                "target region, 1 present argument (launch + sync)".into(),
+                label.clone(),
+                t,
+                "52-72 us",
+            ));
+        }
+        // SAFETY: as above.
+        unsafe { rt.exit_data(d, &from) }?;
+
+        let t = b.wall(&format!("enter_exit_new_4KiB/{d}"), Budget::FAST, || {
+            // SAFETY: as above; each iteration allocates, copies in, copies back and frees.
             unsafe {
-                rt.enter_data(0, black_box(&to)).expect("enter");
-                rt.exit_data(0, black_box(&release)).expect("exit");
+                rt.enter_data(d, black_box(&to)).expect("enter");
+                rt.exit_data(d, black_box(&from)).expect("exit");
             }
-        })
-    });
-    g.finish();
+        });
+        table.push(("enter(to) + exit(from) of a new 4 KiB range".into(), label.clone(), t, "102-150 us"));
+        if gpu {
+            table.push(raw_launch(&mut b, d, &label)?);
+        }
+    }
+    println!("\n| operation | device | offload | libomptarget 22 (1 x H200, DESIGN.md) |\n|---|---|---|---|");
+    for (what, dev, t, lib) in &table {
+        row(what, dev, *t, lib);
+    }
+    Ok(())
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = lookup, enter_exit
+/// A raw cudarc launch + synchronize of the same kernel on GPU `d` (CUDA ordinal `d`: the
+/// runtime lists GPUs first, in the driver's order).
+fn raw_launch(
+    b: &mut Bench,
+    d: usize,
+    label: &str,
+) -> Result<(String, String, f64, &'static str), Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(d)?;
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(INC_SRC, Default::default())?;
+    let f = ctx.load_module(ptx)?.load_function("inc")?;
+    let s = ctx.default_stream();
+    let mut x = s.alloc_zeros::<f32>(1024)?;
+    let n = 1024u64;
+    let t = b.wall(&format!("raw_cudarc_launch_sync/{d}"), Budget::FAST, || {
+        let mut l = s.launch_builder(&f);
+        l.arg(&mut x).arg(&n);
+        // SAFETY: the arguments match the kernel's signature; `x` holds 1024 floats.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1024)) }.expect("launch");
+        s.synchronize().expect("sync");
+    });
+    Ok(("raw cudarc launch + synchronize, same kernel".into(), label.to_string(), t, "-"))
 }
-criterion_main!(benches);

@@ -7,19 +7,28 @@
 //! `cargo bench -p offload-benches --bench transfer` (needs a GPU; says so and exits 0
 //! without one). `TRANSFER_QUICK=1` skips the sweep.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext};
 use offload::{HostRange, MapItem, MapType, Runtime, StagingConfig, UpdateDirection};
+use offload_benches::{Bench, Budget};
 use rayon::prelude::*;
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const GIB: usize = 1 << 30;
 
-/// Median seconds of timed calls after one untimed call; more repetitions for small sizes.
-fn time(bytes: usize, f: impl FnMut()) -> f64 {
-    offload_benches::time(1, (256 * MIB / bytes.max(1)).clamp(5, 200), f)
+/// Median seconds per call of `f`, which moves `bytes`, measured as `id`/size (copies of
+/// 64 MiB and more sample flat, smaller ones on criterion's ramp).
+fn time(bench: &mut Bench, id: &str, bytes: usize, f: impl FnMut()) -> f64 {
+    let small = Budget {
+        samples: 20,
+        warm_up: Duration::from_millis(200),
+        measure: Duration::from_millis(500),
+        flat: false,
+    };
+    let budget = if bytes >= 64 * MIB { Budget::SLOW } else { small };
+    bench.wall(&format!("{id}/{}", size_name(bytes).replace(' ', "")), budget, f)
 }
 
 fn gbs(bytes: usize, t: f64) -> f64 {
@@ -52,6 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     print!("{}", probe.device_report());
+    let mut bench = Bench::new("transfer");
     for d in 0..probe.num_devices() {
         println!("device {d}: {}; {}", probe.placement(d)?, probe.staging_report(d)?.unwrap_or_default());
     }
@@ -60,13 +70,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The machine's own memcpy bandwidth, pageable to pageable, 1 GiB.
     let a = vec![1u8; GIB];
     let mut b = vec![2u8; GIB];
-    let memcpy_1 = gbs(GIB, time(GIB, || b.copy_from_slice(&a)));
+    let memcpy_1 = gbs(GIB, time(&mut bench, "memcpy_1_thread", GIB, || b.copy_from_slice(&a)));
     print!("\nmemcpy pageable->pageable 1 GiB: {memcpy_1:.1} GB/s (1 thread)");
     for threads in [16.min(cores), cores] {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
         let bw = gbs(
             GIB,
-            time(GIB, || {
+            time(&mut bench, &format!("memcpy_{threads}_threads"), GIB, || {
                 pool.install(|| {
                     b.par_chunks_mut(16 * MIB)
                         .zip(a.par_chunks(16 * MIB))
@@ -81,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(24.min(cores)).build()?;
     let chunked = gbs(
         GIB,
-        time(GIB, || {
+        time(&mut bench, "memcpy_chunked", GIB, || {
             for (d, s) in b.chunks_mut(16 * MIB).zip(a.chunks(16 * MIB)) {
                 pool.install(|| {
                     d.par_chunks_mut(MIB).zip(s.par_chunks(MIB)).for_each(|(d, s)| d.copy_from_slice(s))
@@ -118,10 +128,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     for &n in &sizes {
         for dir in [UpdateDirection::To, UpdateDirection::From] {
-            let ours = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], dir)));
+            let ours = gbs(
+                n,
+                time(&mut bench, &format!("offload_{dir:?}"), n, || {
+                    runtime_copy(&rt, 0, &mut host[..n], dir)
+                }),
+            );
             let raw = gbs(
                 n,
-                time(n, || {
+                time(&mut bench, &format!("driver_pageable_{dir:?}"), n, || {
                     // SAFETY: `host`, `pinned` and `dev_buf` all hold at least `n` bytes; the
                     // stream is synchronised before the next use.
                     unsafe {
@@ -140,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             let pin = gbs(
                 n,
-                time(n, || {
+                time(&mut bench, &format!("pinned_dma_{dir:?}"), n, || {
                     // SAFETY: as above.
                     unsafe {
                         match dir {
@@ -161,7 +176,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }),
             );
             let staged = if (MIB..=64 * MIB).contains(&n) {
-                format!("{:.1}", gbs(n, time(n, || runtime_copy(&always_stage, 0, &mut host[..n], dir))))
+                format!(
+                    "{:.1}",
+                    gbs(
+                        n,
+                        time(&mut bench, &format!("always_staged_{dir:?}"), n, || runtime_copy(
+                            &always_stage,
+                            0,
+                            &mut host[..n],
+                            dir
+                        ))
+                    )
+                )
             } else {
                 "-".into()
             };
@@ -203,8 +229,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let mut pinned_host = rt.pin(&mut host);
     let pin_ms = t.elapsed().as_secs_f64() * 1e3;
-    let up = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::To)));
-    let down = gbs(GIB, time(GIB, || runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::From)));
+    let up = gbs(
+        GIB,
+        time(&mut bench, "pinned_in_place_To", GIB, || {
+            runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::To)
+        }),
+    );
+    let down = gbs(
+        GIB,
+        time(&mut bench, "pinned_in_place_From", GIB, || {
+            runtime_copy(&rt, 0, &mut pinned_host, UpdateDirection::From)
+        }),
+    );
     let t = Instant::now();
     drop(pinned_host);
     let unpin_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -240,8 +276,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut row =
                 format!("  {:>2} MiB x{min_chunks} {:>4} KiB {threads:>2}t:", chunk / MIB, min_piece / KIB);
             for n in [64 * MIB, 256 * MIB, GIB] {
-                let up = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::To)));
-                let down = gbs(n, time(n, || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::From)));
+                let up = gbs(
+                    n,
+                    time(
+                        &mut bench,
+                        &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_To"),
+                        n,
+                        || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::To),
+                    ),
+                );
+                let down = gbs(
+                    n,
+                    time(
+                        &mut bench,
+                        &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_From"),
+                        n,
+                        || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::From),
+                    ),
+                );
                 row.push_str(&format!("  {up:5.1} / {down:5.1}"));
             }
             // SAFETY: as above.
@@ -260,7 +312,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             unsafe { rt.enter_data(d, &[MapItem::slice(b, MapType::ALLOC)])? };
         }
         for dir in [UpdateDirection::To, UpdateDirection::From] {
-            let t = time(GIB, || {
+            let t = time(&mut bench, &format!("all_gpus_{dir:?}"), GIB, || {
                 std::thread::scope(|s| {
                     for (d, b) in bufs.iter_mut().enumerate() {
                         let rt = &rt;

@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use smallvec::SmallVec;
+
 use super::{Construct, Entry, Lookup, MapItem, MapKind, PresentTable};
 use crate::error::{Error, HostRange, Result};
 
@@ -20,6 +22,10 @@ pub(crate) struct Planned {
     pub(crate) counts_ref: bool,
     pub(crate) counts_hold: bool,
 }
+
+/// A list that grows with a construct's map list: held inline for the few items real
+/// programs map at once, so that a construct on present data allocates nothing.
+pub(crate) type Short<T> = SmallVec<[T; 4]>;
 
 /// A construct's new entries by host begin address, found by containment like the table's
 /// (map lists can be long: no linear scans).
@@ -45,6 +51,11 @@ impl PlannedEntries {
         self.0.insert(p.range.begin, p);
     }
 
+    /// Whether the construct creates no entry.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.1.is_empty()
+    }
+
     /// The planned entries in list order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Planned> {
         self.1.iter().filter_map(|k| self.0.get(k))
@@ -54,7 +65,7 @@ impl PlannedEntries {
 /// A set that stays a short vector for the short map lists of real programs and becomes a
 /// hash set for long ones (no quadratic scans, no allocation for one item).
 pub(crate) enum SmallSet<T> {
-    Few(Vec<T>),
+    Few(Short<T>),
     Many(HashSet<T>),
 }
 
@@ -62,7 +73,7 @@ impl<T: Eq + std::hash::Hash + Copy> SmallSet<T> {
     const SPILL: usize = 16;
 
     pub(crate) fn new() -> Self {
-        SmallSet::Few(Vec::new())
+        SmallSet::Few(Short::new())
     }
 
     /// Adds `v`; `true` when it was not there.
@@ -111,9 +122,9 @@ pub(crate) struct EnterPlan {
     pub(crate) planned: PlannedEntries,
     /// Existing entries whose count moved, with which count (`true`: hold), each once;
     /// with the entry's device address, which tells it from a later entry at the same key.
-    pub(crate) counted: Vec<(usize, bool, u64)>,
+    pub(crate) counted: Short<(usize, bool, u64)>,
     /// Host->device copies, in list order (identical ranges may repeat).
-    pub(crate) copies: Vec<PlannedCopy>,
+    pub(crate) copies: Short<PlannedCopy>,
 }
 
 impl EnterPlan {
@@ -131,6 +142,9 @@ impl EnterPlan {
         mut alloc: impl FnMut(usize) -> Result<u64>,
         mut on_exists: impl FnMut(&Entry),
     ) -> Result<()> {
+        // What each item names in the table as the construct found it (the table changes
+        // below only in counts, so these stay true).
+        let mut found: Short<Lookup> = Short::with_capacity(items.len());
         for it in items {
             match table.lookup(it.range) {
                 Lookup::Extends(existing) => {
@@ -143,11 +157,11 @@ impl EnterPlan {
                         what: "a `present` map on entry",
                     })
                 }
-                _ => {}
+                l => found.push(l),
             }
         }
         let mut seen = SmallSet::new();
-        for it in items.iter().filter(|it| it.range.bytes > 0) {
+        for (it, lookup) in items.iter().zip(found).filter(|(it, _)| it.range.bytes > 0) {
             let hold = it.map_type.hold;
             // Inside an entry this construct creates: a `to` copies (created anywhere in it).
             match self.planned.find(it.range) {
@@ -163,7 +177,7 @@ impl EnterPlan {
                 Err(existing) => return Err(Error::Extension { device, requested: it.range, existing }),
                 Ok(None) => {}
             }
-            match table.lookup(it.range) {
+            match lookup {
                 Lookup::Inside(k) => {
                     let Some(e) = table.get_mut(k) else { continue };
                     // Counts as the construct found them.
@@ -213,14 +227,17 @@ pub(crate) fn undo_counts(table: &mut PresentTable, counted: &[(usize, bool, u64
     gone
 }
 
-/// What an exit does to one entry: the entry before the construct, and which counts the
-/// construct's items move.
+/// What an exit does to one entry: the entry before the construct, which counts the
+/// construct's items move, and (once they moved) whether it leaves.
 struct Touched {
     key: usize,
-    before: Entry,
+    device_addr: u64,
+    /// The entry's (reference, hold) counts before the construct.
+    before: (u64, u64),
     counts_ref: bool,
     counts_hold: bool,
     delete: bool,
+    released: bool,
 }
 
 /// The exit half of a construct (`target data` / launch end, `exit data`), already applied
@@ -229,11 +246,12 @@ struct Touched {
 pub(crate) struct ExitPlan {
     /// What the exit took from each remaining entry's counts: (key, device address,
     /// reference, hold).
-    pub(crate) taken: Vec<(usize, u64, u64, u64)>,
+    pub(crate) taken: Short<(usize, u64, u64, u64)>,
     /// Device->host copies, in reverse list order, identical ranges once.
-    pub(crate) copies: Vec<PlannedCopy>,
-    /// Released entries (taken out of the table), each with its state before the exit.
-    pub(crate) removed: Vec<(Entry, Entry)>,
+    pub(crate) copies: Short<PlannedCopy>,
+    /// Released entries (taken out of the table), each with its (reference, hold) counts
+    /// before the exit.
+    pub(crate) removed: Vec<(Entry, (u64, u64))>,
 }
 
 impl ExitPlan {
@@ -243,13 +261,17 @@ impl ExitPlan {
     /// `always`. At exit a range not wholly inside one mapped range is absent, an error
     /// only with `present`, which a region's end never checks (rule 10). On error nothing
     /// has changed.
+    ///
+    /// Each entry is searched for once per item naming it, then once to move its counts
+    /// and once to take it out if it leaves (a construct on present data is a few tree
+    /// descents, nothing more).
     pub(crate) fn build(
         table: &mut PresentTable,
         items: &[MapItem],
         c: Construct,
         device: usize,
     ) -> Result<Self> {
-        let mut keys = Vec::with_capacity(items.len());
+        let mut keys: Short<Option<usize>> = Short::with_capacity(items.len());
         for it in items {
             let present = it.map_type.present && !c.is_region();
             let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
@@ -257,28 +279,30 @@ impl ExitPlan {
             keys.push(key.filter(|_| it.range.bytes > 0));
         }
         // Each entry once, in reverse list order, with its counts before the construct and
-        // the counts its items move (each at most once).
+        // the counts its items move (each at most once); `slot[i]` is item i's entry.
         // Short lists search `touched`; long ones get an index (no quadratic scans).
-        let mut touched: Vec<Touched> = Vec::new();
+        let mut touched: Short<Touched> = Short::new();
+        let mut slot: Short<Option<usize>> = smallvec::smallvec![None; items.len()];
         let mut index: HashMap<usize, usize> = HashMap::new();
-        for (it, key) in items.iter().zip(&keys).rev() {
+        for (i, (it, key)) in items.iter().zip(&keys).enumerate().rev() {
             let Some(k) = *key else { continue };
             let found = if index.is_empty() {
                 touched.iter().position(|t| t.key == k)
             } else {
                 index.get(&k).copied()
             };
-            let i = match found {
-                Some(i) => i,
+            let at = match found {
+                Some(at) => at,
                 None => {
                     let Some(e) = table.get(k) else { continue };
-                    let before = e.clone();
                     touched.push(Touched {
                         key: k,
-                        before,
+                        device_addr: e.device_addr,
+                        before: (e.ref_count, e.hold_count),
                         counts_ref: false,
                         counts_hold: false,
                         delete: false,
+                        released: false,
                     });
                     if !index.is_empty() {
                         index.insert(k, touched.len() - 1);
@@ -288,12 +312,14 @@ impl ExitPlan {
                     touched.len() - 1
                 }
             };
-            let t = &mut touched[i];
+            slot[i] = Some(at);
+            let t = &mut touched[at];
             t.counts_hold |= it.map_type.hold;
             t.counts_ref |= !it.map_type.hold;
             t.delete |= it.map_type.kind == MapKind::Delete;
         }
-        for t in &touched {
+        let mut plan = ExitPlan::default();
+        for t in touched.iter_mut() {
             let Some(e) = table.get_mut(t.key) else { continue };
             if t.counts_hold {
                 decrement(e, true);
@@ -301,27 +327,20 @@ impl ExitPlan {
             if t.counts_ref && !e.associated {
                 e.ref_count = if t.delete { 0 } else { e.ref_count.saturating_sub(1) };
             }
+            let (r, h) = (t.before.0 - e.ref_count, t.before.1 - e.hold_count);
+            plan.taken.push((t.key, e.device_addr, r, h));
+            t.released = e.is_released();
         }
-        let taken = touched
-            .iter()
-            .filter_map(|t| {
-                let e = table.get(t.key)?;
-                let (r, h) = (t.before.ref_count - e.ref_count, t.before.hold_count - e.hold_count);
-                Some((t.key, e.device_addr, r, h))
-            })
-            .collect();
-        let mut plan = ExitPlan { taken, ..ExitPlan::default() };
         let mut copied = SmallSet::new();
-        for (it, key) in items.iter().zip(&keys).rev() {
-            let Some(k) = *key else { continue };
-            let Some(e) = table.get(k) else { continue };
-            let copy = it.map_type.copies_out() && (it.map_type.always || e.is_released());
+        for (it, at) in items.iter().zip(&slot).rev() {
+            let Some(t) = at.map(|at| &touched[at]) else { continue };
+            let copy = it.map_type.copies_out() && (it.map_type.always || t.released);
             if copy && copied.insert(it.range) {
-                plan.copies.push((it.range, e.translate(it.range.begin), k));
+                plan.copies.push((it.range, t.device_addr + (it.range.begin - t.key) as u64, t.key));
             }
         }
         for t in touched {
-            if table.get(t.key).is_some_and(Entry::is_released) {
+            if t.released {
                 if let Some(e) = table.remove(t.key) {
                     plan.removed.push((e, t.before));
                 }
@@ -348,7 +367,7 @@ impl ExitPlan {
         let mut lost = Vec::new();
         for (e, before) in self.removed {
             if table.lookup(e.range) == Lookup::Absent {
-                table.insert(Entry { ref_count: before.ref_count, hold_count: before.hold_count, ..e });
+                table.insert(Entry { ref_count: before.0, hold_count: before.1, ..e });
             } else {
                 lost.push(e);
             }
@@ -437,14 +456,14 @@ mod tests {
         let p = enter(&mut t, &[item(100, 16, MapType::ALLOC), item(100, 16, MapType::TO)]).unwrap();
         assert_eq!(p.planned.iter().count(), 1);
         // The `to` copies although `alloc` created the entry (rule 2).
-        assert_eq!(p.copies, vec![(HostRange::new(100, 16), 0x10000, 100)]);
+        assert_eq!(p.copies[..], [(HostRange::new(100, 16), 0x10000, 100)]);
         assert_eq!(counts(&t, 100), Some((1, 0)));
         // Present now: counted once more, no copy without `always`.
         let p = enter(&mut t, &[item(104, 4, MapType::TO), item(100, 16, MapType::TO)]).unwrap();
         assert!(p.copies.is_empty() && p.planned.iter().count() == 0);
         assert_eq!(counts(&t, 100), Some((2, 0)));
         let p = enter(&mut t, &[item(104, 4, MapType::TO.always())]).unwrap();
-        assert_eq!(p.copies, vec![(HostRange::new(104, 4), 0x10004, 100)]);
+        assert_eq!(p.copies[..], [(HostRange::new(104, 4), 0x10004, 100)]);
     }
 
     #[test]
@@ -505,8 +524,8 @@ mod tests {
         ];
         let p = ExitPlan::build(&mut t, &list, Construct::ExitData, DEV).unwrap();
         assert_eq!(counts(&t, 0), Some((2, 0)));
-        assert_eq!(p.copies, vec![(HostRange::new(0, 16), 0x10000, 0)]);
-        assert_eq!(p.taken, vec![(0, 0x10000, 1, 0)]);
+        assert_eq!(p.copies[..], [(HostRange::new(0, 16), 0x10000, 0)]);
+        assert_eq!(p.taken[..], [(0, 0x10000, 1, 0)]);
         // Undone, the counts come back.
         assert!(p.undo(&mut t).is_empty());
         assert_eq!(counts(&t, 0), Some((3, 0)));
