@@ -547,7 +547,7 @@ impl Runtime {
     /// (always true on the initial device).
     pub fn is_present(&self, host: usize, device: usize) -> Result<bool> {
         Ok(match self.target(device)? {
-            Target::Device(d) => d.table.lock().containing(host).is_some(),
+            Target::Device(d) => d.table.lock().is_mapped(host),
             Target::Initial => true,
         })
     }

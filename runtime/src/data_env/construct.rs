@@ -126,14 +126,20 @@ impl DeviceState {
 
     /// Shows the present table with a failed construct's error when table dumps are on
     /// (`OFFLOAD_INFO` 0x04), as libomptarget prints its mapping table on failure.
+    #[inline]
     fn dump_on_error(&self, construct: &str, r: Result<()>) -> Result<()> {
         if let Err(e) = &r {
-            if self.trace.on(InfoFlags::DUMP_TABLE) {
-                let table = self.table.lock().dump(self.number);
-                self.trace.write(format!("{construct} failed: {e}; {table}"));
-            }
+            self.dump_failure(construct, e);
         }
         r
+    }
+
+    #[cold]
+    fn dump_failure(&self, construct: &str, e: &Error) {
+        if self.trace.on(InfoFlags::DUMP_TABLE) {
+            let table = self.table.lock().dump(self.number);
+            self.trace.write(format!("{construct} failed: {e}; {table}"));
+        }
     }
 
     /// # Safety
@@ -303,9 +309,10 @@ impl DeviceState {
     unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
         // Under the lock: move the counts, list the copies, take released entries out.
         let mut in_use = BlocksInUse::new(self);
-        let plan = {
+        let mut plan = ExitPlan::default();
+        {
             let mut table = self.table.lock();
-            let plan = ExitPlan::build(&mut table, items, c, self.number)?;
+            plan.fill(&mut table, items, c, self.number)?;
             // Entries that stay (`always` copies) stay allocated while pinned; removed
             // ones are this exit's until it releases them.
             for &(_, _, key) in &plan.copies {
@@ -313,8 +320,7 @@ impl DeviceState {
                     in_use.pin(&mut table, addr);
                 }
             }
-            plan
-        };
+        }
         // Without the lock: copies back, then frees.
         let mut first_err = None;
         for &(range, addr, _) in &plan.copies {

@@ -142,6 +142,9 @@ impl EnterPlan {
         mut alloc: impl FnMut(usize) -> Result<u64>,
         mut on_exists: impl FnMut(&Entry),
     ) -> Result<()> {
+        if let [it] = items {
+            return self.build_one(table, it, device, alloc, on_exists);
+        }
         // What each item names in the table as the construct found it (the table changes
         // below only in counts, so these stay true).
         let mut found: Short<Lookup> = Short::with_capacity(items.len());
@@ -211,6 +214,51 @@ impl EnterPlan {
     }
 }
 
+impl EnterPlan {
+    /// [`EnterPlan::build`] for a map list of one item (most constructs): the same rules
+    /// with no list bookkeeping.
+    fn build_one(
+        &mut self,
+        table: &mut PresentTable,
+        it: &MapItem,
+        device: usize,
+        mut alloc: impl FnMut(usize) -> Result<u64>,
+        mut on_exists: impl FnMut(&Entry),
+    ) -> Result<()> {
+        let hold = it.map_type.hold;
+        match table.lookup(it.range) {
+            Lookup::Extends(existing) => Err(Error::Extension { device, requested: it.range, existing }),
+            Lookup::Absent if it.map_type.present => {
+                Err(Error::NotPresent { device, range: it.range, what: "a `present` map on entry" })
+            }
+            _ if it.range.bytes == 0 => Ok(()),
+            Lookup::Inside(k) => {
+                let Some(e) = table.get_mut(k) else { return Ok(()) };
+                on_exists(e);
+                self.counted.push((k, hold, e.device_addr));
+                increment(e, hold);
+                if it.map_type.copies_in() && it.map_type.always {
+                    self.copies.push((it.range, e.translate(it.range.begin), k));
+                }
+                Ok(())
+            }
+            Lookup::Absent => {
+                let device_addr = alloc(it.range.bytes)?;
+                self.planned.insert(Planned {
+                    range: it.range,
+                    device_addr,
+                    counts_ref: !hold,
+                    counts_hold: hold,
+                });
+                if it.map_type.copies_in() {
+                    self.copies.push((it.range, device_addr, it.range.begin));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Takes back the counts a failed construct added to existing entries (those still there:
 /// another thread may have replaced one meanwhile); returns the entries it alone kept
 /// alive, removed from the table (for the caller to free).
@@ -229,6 +277,7 @@ pub(crate) fn undo_counts(table: &mut PresentTable, counted: &[(usize, bool, u64
 
 /// What an exit does to one entry: the entry before the construct, which counts the
 /// construct's items move, and (once they moved) whether it leaves.
+#[derive(Clone, Copy)]
 struct Touched {
     key: usize,
     device_addr: u64,
@@ -265,12 +314,30 @@ impl ExitPlan {
     /// Each entry is searched for once per item naming it, then once to move its counts
     /// and once to take it out if it leaves (a construct on present data is a few tree
     /// descents, nothing more).
+    #[cfg(test)]
     pub(crate) fn build(
         table: &mut PresentTable,
         items: &[MapItem],
         c: Construct,
         device: usize,
     ) -> Result<Self> {
+        let mut plan = ExitPlan::default();
+        plan.fill(table, items, c, device)?;
+        Ok(plan)
+    }
+
+    /// [`ExitPlan::build`] into `self` (empty), where the caller keeps it.
+    pub(crate) fn fill(
+        &mut self,
+        table: &mut PresentTable,
+        items: &[MapItem],
+        c: Construct,
+        device: usize,
+    ) -> Result<()> {
+        if let [it] = items {
+            return self.fill_one(table, it, c, device);
+        }
+        let plan = self;
         let mut keys: Short<Option<usize>> = Short::with_capacity(items.len());
         for it in items {
             let present = it.map_type.present && !c.is_region();
@@ -318,7 +385,6 @@ impl ExitPlan {
             t.counts_ref |= !it.map_type.hold;
             t.delete |= it.map_type.kind == MapKind::Delete;
         }
-        let mut plan = ExitPlan::default();
         for t in touched.iter_mut() {
             let Some(e) = table.get_mut(t.key) else { continue };
             if t.counts_hold {
@@ -339,14 +405,44 @@ impl ExitPlan {
                 plan.copies.push((it.range, t.device_addr + (it.range.begin - t.key) as u64, t.key));
             }
         }
-        for t in touched {
-            if t.released {
-                if let Some(e) = table.remove(t.key) {
-                    plan.removed.push((e, t.before));
-                }
+        for t in touched.iter().filter(|t| t.released) {
+            if let Some(e) = table.remove(t.key) {
+                plan.removed.push((e, t.before));
             }
         }
-        Ok(plan)
+        Ok(())
+    }
+
+    /// [`ExitPlan::fill`] for a map list of one item (most constructs): the same rules
+    /// with no list bookkeeping.
+    fn fill_one(
+        &mut self,
+        table: &mut PresentTable,
+        it: &MapItem,
+        c: Construct,
+        device: usize,
+    ) -> Result<()> {
+        let present = it.map_type.present && !c.is_region();
+        let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
+        let Some(k) = key.filter(|_| it.range.bytes > 0) else { return Ok(()) };
+        let Some(e) = table.get_mut(k) else { return Ok(()) };
+        let before = (e.ref_count, e.hold_count);
+        if it.map_type.hold {
+            decrement(e, true);
+        } else if !e.associated {
+            e.ref_count = if it.map_type.kind == MapKind::Delete { 0 } else { e.ref_count.saturating_sub(1) };
+        }
+        self.taken.push((k, e.device_addr, before.0 - e.ref_count, before.1 - e.hold_count));
+        let released = e.is_released();
+        if it.map_type.copies_out() && (it.map_type.always || released) {
+            self.copies.push((it.range, e.translate(it.range.begin), k));
+        }
+        if released {
+            if let Some(e) = table.remove(k) {
+                self.removed.push((e, before));
+            }
+        }
+        Ok(())
     }
 
     /// Undoes the plan in `table` after a failed copy: removed entries go back when nothing

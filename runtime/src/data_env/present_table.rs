@@ -77,6 +77,10 @@ pub(crate) enum Lookup {
 #[derive(Default, Debug)]
 pub(crate) struct PresentTable {
     entries: BTreeMap<usize, Entry>,
+    /// Each entry's end by its begin: the searches by containment walk this compact tree
+    /// (16 bytes an entry, where an entry is 80) and touch `entries` only for what they
+    /// find, so a presence test among 100 000 entries stays in the caches.
+    ends: BTreeMap<usize, usize>,
     /// Device blocks that launches or copies made without the lock are using, by device
     /// address: with one reference count, another thread's exit may end their entry
     /// meanwhile, and then the block is freed by its last user, not by the exit.
@@ -94,16 +98,29 @@ impl PresentTable {
     /// Finds the entry a request for `r` refers to. A zero-length range is inside an entry
     /// when its address lies in `[begin, end)`; it never "extends" anything.
     pub(crate) fn lookup(&self, r: HostRange) -> Lookup {
-        if let Some((&k, e)) = self.entries.range(..=r.begin).next_back() {
-            if r.begin < e.range.end() || (e.range.bytes == 0 && r.begin == k) {
-                return if e.range.contains(&r) { Lookup::Inside(k) } else { Lookup::Extends(e.range) };
+        let found = |k: usize, end: usize| {
+            let e = HostRange::new(k, end - k);
+            if e.contains(&r) {
+                Lookup::Inside(k)
+            } else {
+                Lookup::Extends(e)
+            }
+        };
+        // Most maps name a range from its first byte: one exact descent answers those.
+        // (The general search below gives the same answer for them.)
+        if let Some(&end) = self.ends.get(&r.begin) {
+            return found(r.begin, end);
+        }
+        if let Some((&k, &end)) = self.ends.range(..=r.begin).next_back() {
+            if r.begin < end || (end == k && r.begin == k) {
+                return found(k, end);
             }
         }
         if r.bytes == 0 {
             return Lookup::Absent;
         }
-        match self.entries.range(r.begin + 1..r.end()).next() {
-            Some((_, e)) => Lookup::Extends(e.range),
+        match self.ends.range(r.begin + 1..r.end()).next() {
+            Some((&k, &end)) => Lookup::Extends(HostRange::new(k, end - k)),
             None => Lookup::Absent,
         }
     }
@@ -119,16 +136,28 @@ impl PresentTable {
     /// The entry containing host address `host`, if any (one descent of the tree: this is
     /// the lookup every presence test and kernel argument pays).
     pub(crate) fn containing(&self, host: usize) -> Option<&Entry> {
-        let (&k, e) = self.entries.range(..=host).next_back()?;
-        (host < e.range.end() || (e.range.bytes == 0 && host == k)).then_some(e)
+        self.containing_key(host).and_then(|k| self.entries.get(&k))
+    }
+
+    /// Whether host address `host` lies in a mapped range (`is_present`: the compact tree
+    /// alone).
+    pub(crate) fn is_mapped(&self, host: usize) -> bool {
+        self.containing_key(host).is_some()
+    }
+
+    fn containing_key(&self, host: usize) -> Option<usize> {
+        let (&k, &end) = self.ends.range(..=host).next_back()?;
+        (host < end || (end == k && host == k)).then_some(k)
     }
 
     pub(crate) fn insert(&mut self, e: Entry) {
+        self.ends.insert(e.range.begin, e.range.end());
         let old = self.entries.insert(e.range.begin, e);
         debug_assert!(old.is_none(), "insert over an existing entry");
     }
 
     pub(crate) fn remove(&mut self, key: usize) -> Option<Entry> {
+        self.ends.remove(&key);
         self.entries.remove(&key)
     }
 
