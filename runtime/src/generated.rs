@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, HostRange, Result};
+use crate::kernel::LaunchArg;
 use crate::kernel::{HostLaunch, Kernel};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, KernelArgument};
-use crate::runtime::LaunchArg;
 
 /// Element types of generated kernels' slices: loaded and stored as relaxed atomics.
 ///

@@ -392,6 +392,24 @@ impl<'a> HostLaunch<'a> {
     }
 }
 
+/// An argument of a target launch in the OpenMP shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LaunchArg {
+    /// A host address inside a mapped range: the kernel gets its device address.
+    Mapped(usize),
+    /// A device address used as is (e.g. from `target_alloc`).
+    Device(u64),
+    /// A value.
+    Value(Scalar),
+}
+
+impl LaunchArg {
+    /// A host pointer to translate through the present table.
+    pub fn mapped<T>(p: *const T) -> Self {
+        LaunchArg::Mapped(p as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

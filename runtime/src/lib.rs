@@ -29,7 +29,6 @@
 
 #![warn(missing_docs)]
 
-mod builder;
 pub mod config;
 mod copy_crew;
 pub mod data_env;
@@ -42,7 +41,6 @@ pub mod info;
 pub mod kernel;
 mod latch;
 pub mod mapping;
-pub mod memcpy;
 mod memory_pool;
 pub mod nowait;
 pub mod omp;
@@ -54,7 +52,6 @@ pub mod topology;
 mod validate;
 mod worker;
 
-pub use builder::RuntimeBuilder;
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
 pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
@@ -62,12 +59,14 @@ pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLog};
-pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, Scalar};
+pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, LaunchArg, Scalar};
 pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
-pub use memcpy::RectSide;
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
-pub use runtime::{LaunchArg, Pinned, PoolUsage, Runtime};
+pub use runtime::memcpy;
+pub use runtime::memcpy::RectSide;
+pub use runtime::RuntimeBuilder;
+pub use runtime::{Pinned, PoolUsage, Runtime};
 pub use staging::StagingConfig;
 pub use topology::{Placement, PlacementSource, Topology};
 

@@ -39,8 +39,9 @@ use std::ptr::NonNull;
 
 use crate::data_env::{MapItem, MapType, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
+use crate::kernel::LaunchArg;
 use crate::kernel::{DeviceCopy, Kernel, KernelScalar};
-use crate::runtime::{LaunchArg, Runtime};
+use crate::runtime::Runtime;
 
 /// One map clause over a borrowed host slice. Made by the functions of [`crate::map`].
 #[derive(Debug)]
@@ -537,7 +538,7 @@ impl<'rt> Device<'rt> {
             }
         };
         // The operands stay allocated until the product is done.
-        let mut in_use = crate::data_env::BlocksInUse::new(d);
+        let mut in_use = crate::device_state::BlocksInUse::new(d);
         let mut addrs = [0u64; 3];
         for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
             if v.device() != self.number || v.len() < need {

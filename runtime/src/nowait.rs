@@ -57,7 +57,6 @@ use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
 use crate::runtime::Runtime;
-use crate::worker::DeviceWorker;
 
 /// Which of a device's three lanes runs a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,16 +145,6 @@ impl Drop for Completion {
                 why: "the task's lane ended before it ran",
             }));
         }
-    }
-}
-
-/// The three lane threads of a device.
-pub(crate) struct Lanes([DeviceWorker; 3]);
-
-impl Lanes {
-    /// The copy-in, compute and copy-out lanes, in that order.
-    pub(crate) fn new(lanes: [DeviceWorker; 3]) -> Self {
-        Self(lanes)
     }
 }
 
@@ -283,7 +272,8 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
         self.tasks.lock().push(task.clone());
         // On failure the unsent job is dropped here, which fails the task (`Completion`).
-        lanes.0[lane as usize]
+        lanes
+            .worker(lane as usize)
             .submit(job)
             .map_err(|_| Error::QueueClosed { device, why: "the lane thread ended" })?;
         Ok(task)

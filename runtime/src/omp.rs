@@ -28,8 +28,9 @@ use std::ffi::c_void;
 use crate::data_env::{MapItem, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::Kernel;
+use crate::kernel::LaunchArg;
 use crate::memcpy::RectSide;
-use crate::runtime::{LaunchArg, Runtime};
+use crate::runtime::Runtime;
 
 /// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
 /// one in use either way.

@@ -94,6 +94,22 @@ impl Drop for DeviceWorker {
     }
 }
 
+/// The three lane threads of a device (`nowait` tasks run on them): copy-in, compute and
+/// copy-out, in that order.
+pub(crate) struct Lanes([DeviceWorker; 3]);
+
+impl Lanes {
+    /// The copy-in, compute and copy-out lanes, in that order.
+    pub(crate) fn new(lanes: [DeviceWorker; 3]) -> Self {
+        Self(lanes)
+    }
+
+    /// Lane `index` (0 copy-in, 1 compute, 2 copy-out).
+    pub(crate) fn worker(&self, index: usize) -> &DeviceWorker {
+        &self.0[index]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,11 +24,9 @@
 //! Every construct is all or nothing: a failure undoes what the construct did (entries it
 //! created are freed, counts restored) before the error is returned.
 
-mod construct;
-mod plan;
+pub(crate) mod plan;
 mod present_table;
 
-pub(crate) use construct::BlocksInUse;
 pub use present_table::Entry;
 pub(crate) use present_table::{Lookup, PresentTable};
 

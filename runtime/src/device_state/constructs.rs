@@ -10,9 +10,11 @@
 
 use std::collections::HashSet;
 
-use super::plan::{increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, Short, SmallSet};
-use super::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
-use crate::device_state::DeviceState;
+use super::DeviceState;
+use crate::data_env::plan::{
+    increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, Short, SmallSet,
+};
+use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::info::InfoFlags;
 use crate::memory_pool::Owner;

@@ -1,8 +1,12 @@
 //! The generic device: what one offload device has whatever its backend (present table,
 //! memory pool, staging ring, lanes, pinned ranges, copy counters, trace) and the
 //! operations on it that are not constructs: launch-argument translation, associations,
-//! staged host copies, its lanes. Constructs (`data_env::construct`) execute map lists on
-//! it; `Runtime` holds one per device.
+//! staged host copies, its lanes; and (`constructs`) the execution of the map lists that
+//! `data_env` plans. `Runtime` holds one per device.
+
+mod constructs;
+
+pub(crate) use constructs::BlocksInUse;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,17 +15,16 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::copy_crew::CopyCrew;
-use crate::data_env::{BlocksInUse, Entry, PresentTable};
+use crate::data_env::{Entry, PresentTable};
 use crate::device::Backend;
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFlags, Trace};
+use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelArg};
 use crate::memory_pool::{MemoryPool, Owner};
-use crate::nowait::Lanes;
-use crate::runtime::LaunchArg;
 use crate::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
-use crate::worker::DeviceWorker;
+use crate::worker::{DeviceWorker, Lanes};
 
 /// Counts of the copies a device made, for tests, benches and teaching.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,7 +96,7 @@ pub(crate) struct DeviceState {
     pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
     pub(crate) pinned: Arc<PinnedRanges>,
     /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
-    pub(crate) lanes: OnceLock<std::result::Result<crate::nowait::Lanes, std::io::Error>>,
+    pub(crate) lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
 }
 
 /// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):

@@ -1,0 +1,229 @@
+//! The runtime: its devices, their present tables, and the OpenMP routines in Rust shape,
+//! one file per concern: building it (`builder`), the constructs (`constructs`), device
+//! memory (`memory`, `memcpy`), and what it says about itself (`queries`); this file holds
+//! the runtime itself and the process-wide one.
+
+mod builder;
+mod constructs;
+pub mod memcpy;
+mod memory;
+mod queries;
+
+pub use builder::RuntimeBuilder;
+
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::config::{OffloadPolicy, Settings};
+use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
+use crate::device::{DeviceDescription, MemInfo};
+use crate::device_state::{DeviceState, PinnedRanges, Target, TransferStats};
+use crate::error::{Error, HostRange, Result};
+use crate::info::Trace;
+use crate::kernel::{run_host_kernel, Kernel, KernelArg, LaunchArg};
+use crate::memory_pool::Owner;
+use crate::topology::{Placement, Topology};
+use crate::validate;
+
+/// What a device's memory pool holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Allocations handed out and not freed (entries' device copies and `target_alloc`s).
+    pub live_allocations: usize,
+    /// Bytes of freed blocks kept for reuse.
+    pub cached_bytes: usize,
+}
+
+/// What a runtime has: its devices and the state shared by all of them (made by
+/// [`RuntimeBuilder::build`](crate::RuntimeBuilder::build)).
+pub(crate) struct Inner {
+    pub(crate) devices: Vec<DeviceState>,
+    pub(crate) settings: Settings,
+    pub(crate) report: String,
+    pub(crate) trace: Arc<Trace>,
+    pub(crate) kernel_pool: Arc<rayon::ThreadPool>,
+    pub(crate) host_allocs: Mutex<HashMap<usize, Layout>>,
+    pub(crate) peer_access: bool,
+    pub(crate) pinned: Arc<PinnedRanges>,
+    pub(crate) topology: Arc<Topology>,
+}
+
+/// An offload runtime: devices, one present table per device, and every OpenMP mapping
+/// routine. Cheap to clone (shared).
+///
+/// ```
+/// use offload::{MapItem, MapType, Runtime};
+/// let rt = Runtime::builder().host_devices(2).build()?;
+/// let x = [1.0f32; 8];
+/// unsafe { rt.enter_data(0, &[MapItem::slice(&x, MapType::TO)])? };
+/// assert!(rt.is_present(x.as_ptr() as usize, 0)?);
+/// assert!(!rt.is_present(x.as_ptr() as usize, 1)?);
+/// unsafe { rt.exit_data(0, &[MapItem::slice(&x, MapType::RELEASE)])? };
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("devices", &self.inner.devices.len())
+            .field("policy", &self.inner.settings.policy)
+            .finish()
+    }
+}
+
+/// A host slice page-locked in place by [`Runtime::pin`], used through this guard (it
+/// dereferences to the slice) and unpinned when dropped. While it lives, copies to and from
+/// the slice skip staging and run at the link's speed.
+#[derive(Debug)]
+#[must_use = "the slice is unpinned when this guard drops"]
+pub struct Pinned<'a, T> {
+    rt: Runtime,
+    data: &'a mut [T],
+    by: Option<usize>,
+}
+
+impl<T> Pinned<'_, T> {
+    /// Whether a driver page-locked the slice (false without GPUs).
+    pub fn is_pinned(&self) -> bool {
+        self.by.is_some()
+    }
+}
+
+impl<T> std::ops::Deref for Pinned<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.data
+    }
+}
+
+impl<T> std::ops::DerefMut for Pinned<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.data
+    }
+}
+
+impl<T> Drop for Pinned<'_, T> {
+    fn drop(&mut self) {
+        if let Some(d) = self.by {
+            // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
+            unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
+        }
+    }
+}
+
+/// The process-wide runtime of [`Runtime::global`] (and `offload::omp`).
+static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
+
+impl Runtime {
+    /// A runtime configured from the environment alone.
+    pub fn new() -> Result<Self> {
+        Self::builder().build()
+    }
+
+    /// A builder; unset settings come from the environment.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The process-wide runtime the [`crate::omp`] routines use, built from the environment
+    /// on first use. If that failed (e.g. `OMP_TARGET_OFFLOAD=mandatory` with no device),
+    /// every call returns the same error.
+    pub fn global() -> Result<&'static Runtime> {
+        GLOBAL.get_or_init(Runtime::new).as_ref().map_err(Clone::clone)
+    }
+
+    /// Makes `self` the process-wide runtime unless one exists already; returns the one in
+    /// use.
+    pub fn install_global(self) -> Result<&'static Runtime> {
+        let mut mine = Some(self);
+        let r = GLOBAL.get_or_init(|| Ok(mine.take().expect("initialiser runs once")));
+        r.as_ref().map_err(Clone::clone)
+    }
+
+    pub(crate) fn target(&self, device: usize) -> Result<Target<'_>> {
+        match self.inner.devices.get(device) {
+            Some(d) => Ok(Target::Device(d)),
+            None if device == self.initial_device() => Ok(Target::Initial),
+            None => Err(Error::NoSuchDevice { device: device as i64, available: self.num_devices() }),
+        }
+    }
+
+    /// An offload device (not the initial device).
+    pub(crate) fn device_state(&self, device: usize) -> Result<&DeviceState> {
+        self.inner
+            .devices
+            .get(device)
+            .ok_or(Error::NoSuchDevice { device: device as i64, available: self.num_devices() })
+    }
+
+    pub(crate) fn peer_access(&self) -> bool {
+        self.inner.peer_access
+    }
+
+    /// Page-locks `[ptr, ptr+bytes)` with the first device that can; returns which one.
+    ///
+    /// # Safety
+    /// The memory stays allocated until [`Runtime::unpin_host`] with the returned device.
+    pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
+        let by = self.inner.devices.iter().find_map(|d| {
+            // SAFETY: forwarded from the caller.
+            matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true)).then_some(d.number)
+        });
+        if by.is_some() {
+            self.inner.pinned.insert(ptr as usize, bytes);
+        }
+        by
+    }
+
+    /// Undoes [`Runtime::pin_host`].
+    ///
+    /// # Safety
+    /// No copy on the memory is in flight (every construct waits for its copies).
+    pub(crate) unsafe fn unpin_host(&self, ptr: *mut u8, device: usize) {
+        self.inner.pinned.remove(ptr as usize);
+        if let Some(d) = self.inner.devices.get(device) {
+            // SAFETY: forwarded from the caller.
+            let _ = unsafe { d.backend.unregister_host(ptr) };
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for d in &mut self.devices {
+            let table = d.table.lock();
+            if table.len() > 0 {
+                self.trace.write(format!(
+                    "runtime dropped with {} mapping(s) still live on device {}:\n{}",
+                    table.len(),
+                    d.number,
+                    table.dump(d.number)
+                ));
+            }
+            let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
+            drop(table);
+            for e in live {
+                // SAFETY: registered by the policy; nothing is in flight at shutdown.
+                let _ = unsafe { d.backend.unregister_host(e.range.begin as *mut u8) };
+            }
+            if let Some(Ok(ring)) = d.staging.take() {
+                ring.release(&*d.backend);
+            }
+            if let Err(e) = d.pool.release_all(&*d.backend) {
+                self.trace.write(format!("device {}: releasing memory at shutdown failed: {e}", d.number));
+            }
+        }
+        for (p, layout) in self.host_allocs.get_mut().drain() {
+            // SAFETY: allocated by `target_alloc` on the initial device with this layout.
+            unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! What a runtime and its devices say about themselves: devices, placement, staging,
+//! counters, and the present tables (`omp_target_is_present`, `omp_get_mapped_ptr`, dumps).
+
+use super::*;
+
+impl Runtime {
+    /// Number of offload devices (the initial device not counted).
+    pub fn num_devices(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// The initial device's number: `num_devices()`, as in LLVM's OpenMP.
+    pub fn initial_device(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// `OMP_DEFAULT_DEVICE`, else device 0 when there is one, else the initial device.
+    pub fn default_device(&self) -> usize {
+        self.inner.settings.default_device.unwrap_or(if self.inner.devices.is_empty() {
+            self.initial_device()
+        } else {
+            0
+        })
+    }
+
+    /// The `OMP_TARGET_OFFLOAD` policy in force.
+    pub fn policy(&self) -> OffloadPolicy {
+        self.inner.settings.policy
+    }
+
+    /// What each backend found at start-up, one line each.
+    pub fn device_report(&self) -> &str {
+        &self.inner.report
+    }
+
+    /// Identity of device `device`.
+    pub fn describe(&self, device: usize) -> Result<&DeviceDescription> {
+        Ok(self.device_state(device)?.backend.description())
+    }
+
+    /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
+    /// borrowed). Pinning costs about 64 ms per GiB once (on the H200 machines), so it pays
+    /// for buffers copied more than a few times; see the README's transfer table.
+    pub fn pin<'a, T: crate::kernel::DeviceCopy>(&self, data: &'a mut [T]) -> Pinned<'a, T> {
+        let (ptr, bytes) = (data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data));
+        // SAFETY: the slice is borrowed for 'a, the guard's lifetime, and unpinned in its drop.
+        let by = if bytes == 0 { None } else { unsafe { self.pin_host(ptr, bytes) } };
+        Pinned { rt: self.clone(), data, by }
+    }
+
+    /// Where device `device` sits: the CPUs and NUMA nodes next to it.
+    pub fn placement(&self, device: usize) -> Result<&Placement> {
+        Ok(&self.device_state(device)?.placement)
+    }
+
+    /// The CPUs the device's worker thread is bound to, as read back from the OS (empty
+    /// when the topology came from a file), or why binding failed.
+    pub fn worker_binding(&self, device: usize) -> Result<std::result::Result<Vec<usize>, String>> {
+        Ok(self.device_state(device)?.worker.binding().map(<[usize]>::to_vec).map_err(String::from))
+    }
+
+    /// The device's staging set-up, making it now if it does not exist yet; `None` for
+    /// devices that copy without staging.
+    pub fn staging_report(&self, device: usize) -> Result<Option<String>> {
+        let d = self.device_state(device)?;
+        if !d.staging_config.enabled || !d.backend.wants_staging() {
+            return Ok(None);
+        }
+        d.staging_ring();
+        Ok(Some(match d.staging.get() {
+            Some(Ok(ring)) => ring.describe(),
+            Some(Err(why)) => format!("staging unavailable: {why}"),
+            None => "staging not set up".into(),
+        }))
+    }
+
+    /// The NUMA nodes holding the device's first staging buffer (this machine only).
+    pub fn staging_location(&self, device: usize) -> Result<Vec<usize>> {
+        let d = self.device_state(device)?;
+        match d.staging_ring() {
+            Some(ring) => ring.with_first_buffer(|b| d.topology.memory_location(b)),
+            None => Err(Error::InvalidArgument {
+                routine: "staging_location",
+                what: format!("device {device} has no staging buffers"),
+            }),
+        }
+    }
+
+    /// The topology devices were placed on.
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// Whether copies from device `src` into device `dst` go directly (peer access, or the
+    /// same device) rather than through host memory.
+    pub fn can_access_peer(&self, dst: usize, src: usize) -> Result<bool> {
+        let (d, s) = (self.device_state(dst)?, self.device_state(src)?);
+        Ok(dst == src || (self.inner.peer_access && d.backend.can_access_peer(&*s.backend)))
+    }
+
+    /// Free and total memory of device `device`.
+    pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
+        self.device_state(device)?.backend.mem_info()
+    }
+
+    /// Copies made by device `device` so far.
+    pub fn transfer_stats(&self, device: usize) -> Result<TransferStats> {
+        Ok(self.device_state(device)?.stats.snapshot())
+    }
+
+    /// Live allocations and cached free bytes of the device's memory pool: after every
+    /// mapping is gone, only `target_alloc` blocks are live.
+    pub fn pool_usage(&self, device: usize) -> Result<PoolUsage> {
+        let d = self.device_state(device)?;
+        Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
+    }
+
+    /// Trace lines kept by a runtime built with [`RuntimeBuilder::capture_info`].
+    pub fn take_info(&self) -> Vec<String> {
+        self.inner.trace.take()
+    }
+
+    /// A handle on the captured trace that outlives the runtime (for its shutdown report);
+    /// `None` unless built with [`RuntimeBuilder::capture_info`].
+    pub fn info_log(&self) -> Option<crate::info::InfoLog> {
+        self.inner.trace.log()
+    }
+
+    /// `omp_target_is_present`: whether host address `host` lies in a mapped range
+    /// (always true on the initial device).
+    pub fn is_present(&self, host: usize, device: usize) -> Result<bool> {
+        Ok(match self.target(device)? {
+            Target::Device(d) => d.table.lock().is_mapped(host),
+            Target::Initial => true,
+        })
+    }
+
+    /// `omp_get_mapped_ptr`: the device address of host address `host`, `None` (null) when
+    /// it is not mapped; `host` itself on the initial device.
+    pub fn mapped_ptr(&self, host: usize, device: usize) -> Result<Option<u64>> {
+        Ok(match self.target(device)? {
+            Target::Device(d) => d.table.lock().containing(host).map(|e| e.translate(host)),
+            Target::Initial => Some(host as u64),
+        })
+    }
+
+    /// The present-table entry containing `host` on `device`, with its counts.
+    pub fn entry(&self, host: usize, device: usize) -> Result<Option<Entry>> {
+        Ok(self.device_state(device)?.table.lock().containing(host).cloned())
+    }
+
+    /// Every live mapping of every device.
+    pub fn live_mappings(&self) -> Vec<(usize, Entry)> {
+        self.inner
+            .devices
+            .iter()
+            .flat_map(|d| d.table.lock().entries().map(|e| (d.number, e.clone())).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// The present table of `device` as text (libomptarget's `ompx_dump_mapping_tables`).
+    pub fn dump_present_table(&self, device: usize) -> Result<String> {
+        Ok(self.device_state(device)?.table.lock().dump(device))
+    }
+}
