@@ -262,7 +262,7 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
+    use crate::device::{BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
     use crate::kernel::{Kernel, KernelArg};
 
     /// A device that only counts bytes: addresses without memory behind them, so the pool's
@@ -306,22 +306,31 @@ mod tests {
             self.state.lock().0 -= bytes;
             Ok(())
         }
-        unsafe fn write(&self, _dst: u64, _src: *const u8, _bytes: usize) -> Result<()> {
+        unsafe fn enqueue_write(&self, _q: Queue, _dst: u64, _src: *const u8, _bytes: usize) -> Result<()> {
             no_memory()
         }
-        unsafe fn read(&self, _dst: *mut u8, _src: u64, _bytes: usize) -> Result<()> {
+        unsafe fn enqueue_read(&self, _q: Queue, _dst: *mut u8, _src: u64, _bytes: usize) -> Result<()> {
             no_memory()
         }
-        fn copy(&self, _dst: u64, _src: u64, _bytes: usize) -> Result<()> {
+        fn enqueue_copy(&self, _q: Queue, _dst: u64, _src: u64, _bytes: usize) -> Result<()> {
             no_memory()
+        }
+        fn enqueue_memset(&self, _q: Queue, _dst: u64, _value: u8, _bytes: usize) -> Result<()> {
+            no_memory()
+        }
+        fn record(&self, _q: Queue) -> Result<Event> {
+            no_memory()
+        }
+        fn sync_event(&self, _e: &Event) -> Result<()> {
+            Ok(())
+        }
+        fn sync_queue(&self, _q: Queue) -> Result<()> {
+            Ok(())
         }
         fn can_access_peer(&self, _src: &dyn Backend) -> bool {
             false
         }
         fn copy_from_peer(&self, _dst: u64, _src: &dyn Backend, _src_addr: u64, _bytes: usize) -> Result<()> {
-            no_memory()
-        }
-        fn memset(&self, _dst: u64, _value: u8, _bytes: usize) -> Result<()> {
             no_memory()
         }
         fn launch(&self, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {

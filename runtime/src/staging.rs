@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use parking_lot::Mutex;
 
 use crate::copy_crew::CopyCrew;
-use crate::device::Backend;
+use crate::device::{Backend, Event, Queue};
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 
@@ -217,9 +217,11 @@ impl StagingRing {
     }
 
     /// The copy-in pipeline: for each chunk, `fill(buffer, offset, len)` puts the chunk's
-    /// bytes into a free pinned buffer, then `owner` DMAs it to `dst + offset` while the
-    /// next chunk is filled. Every slot is drained before returning, also after an error,
-    /// so no DMA outlives the call.
+    /// bytes into a free pinned buffer, then `owner` DMAs it to `dst + offset` on its
+    /// copy-in queue while the next chunk is filled; each buffer's DMA is followed by an
+    /// event, and the buffer is filled again only once that event has completed. Every
+    /// slot is drained before returning, also after an error or a panic, so no DMA
+    /// outlives the call.
     ///
     /// # Safety
     /// `dst..dst+bytes` is `owner`'s memory; `fill` writes at most `len` bytes to `buffer`.
@@ -234,39 +236,28 @@ impl StagingRing {
         let depth = bufs.len();
         let chunk = self.cfg.chunk_for(bytes, self.chunk);
         let chunks = bytes.div_ceil(chunk);
-        let mut result = Ok(());
-        for i in 0..chunks {
+        let mut slots = Slots::new(owner, depth);
+        let mut step = |i: usize| -> Result<()> {
             let slot = i % depth;
             let (off, n) = (i * chunk, chunk.min(bytes - i * chunk));
             // The buffer is free once its previous DMA has finished.
-            if i >= depth {
-                result = owner.wait_staged(true, slot);
-                if result.is_err() {
-                    break;
-                }
-            }
+            slots.wait(slot)?;
             // The buffer holds `chunk >= n` bytes and no DMA reads it now.
-            result = fill(bufs[slot].ptr.as_ptr(), off, n);
-            if result.is_err() {
-                break;
-            }
-            // SAFETY: the buffer stays untouched until this slot is waited for (below or at
-            // its next use); `dst + off` is the caller's.
-            result = unsafe { owner.write_staged(dst + off as u64, bufs[slot].ptr.as_ptr(), n, slot) };
-            if result.is_err() {
-                break;
-            }
-        }
-        for slot in 0..depth.min(chunks) {
-            let r = owner.wait_staged(true, slot);
-            result = result.and(r);
-        }
-        result
+            fill(bufs[slot].ptr.as_ptr(), off, n)?;
+            // SAFETY: the buffer stays untouched until this slot's event has completed
+            // (`slots` waits for it before the buffer's next use and before returning);
+            // `dst + off` is the caller's.
+            unsafe { owner.enqueue_write(Queue::CopyIn, dst + off as u64, bufs[slot].ptr.as_ptr(), n)? };
+            slots.started(slot, owner.record(Queue::CopyIn))
+        };
+        let result = (0..chunks).try_for_each(&mut step);
+        result.and(slots.drain())
     }
 
     /// The copy-out pipeline: `owner` DMAs chunk after chunk from `src` into the pinned
-    /// buffers, `depth` in flight, and `drain(buffer, offset, len)` takes each chunk out as
-    /// it lands. Drained as [`StagingRing::pipeline_in`].
+    /// buffers on its copy-out queue, `depth` in flight, each followed by an event, and
+    /// `drain(buffer, offset, len)` takes each chunk out once its event has completed.
+    /// Drained as [`StagingRing::pipeline_in`].
     ///
     /// # Safety
     /// `src..src+bytes` is `owner`'s memory; `drain` reads at most `len` bytes of `buffer`.
@@ -282,39 +273,33 @@ impl StagingRing {
         let chunk = self.cfg.chunk_for(bytes, self.chunk);
         let chunks = bytes.div_ceil(chunk);
         let span = |i: usize| (i * chunk, chunk.min(bytes - i * chunk));
-        let issue = |i: usize| {
+        let mut slots = Slots::new(owner, depth);
+        let issue = |slots: &mut Slots<'_>, i: usize| -> Result<()> {
             let (off, n) = span(i);
-            // SAFETY: the slot's buffer is not read until waited for; `src + off` is the
-            // caller's.
-            unsafe { owner.read_staged(bufs[i % depth].ptr.as_ptr(), src + off as u64, n, i % depth) }
-        };
-        let mut result = Ok(());
-        for i in 0..depth.min(chunks) {
-            result = issue(i);
-            if result.is_err() {
-                break;
-            }
-        }
-        let mut i = 0;
-        while result.is_ok() && i < chunks {
             let slot = i % depth;
-            result = owner.wait_staged(false, slot);
-            if result.is_err() {
-                break;
+            // SAFETY: the slot's buffer is not read until its event has completed; `src +
+            // off` is the caller's.
+            unsafe { owner.enqueue_read(Queue::CopyOut, bufs[slot].ptr.as_ptr(), src + off as u64, n)? };
+            slots.started(slot, owner.record(Queue::CopyOut))
+        };
+        let mut run = || -> Result<()> {
+            for i in 0..depth.min(chunks) {
+                issue(&mut slots, i)?;
             }
-            let (off, n) = span(i);
-            // The DMA into this buffer has completed.
-            result = drain(bufs[slot].ptr.as_ptr(), off, n);
-            if result.is_ok() && i + depth < chunks {
-                result = issue(i + depth);
+            for i in 0..chunks {
+                let slot = i % depth;
+                slots.wait(slot)?;
+                let (off, n) = span(i);
+                // The DMA into this buffer has completed.
+                drain(bufs[slot].ptr.as_ptr(), off, n)?;
+                if i + depth < chunks {
+                    issue(&mut slots, i + depth)?;
+                }
             }
-            i += 1;
-        }
-        for slot in 0..depth.min(chunks) {
-            let r = owner.wait_staged(false, slot);
-            result = result.and(r);
-        }
-        result
+            Ok(())
+        };
+        let result = run();
+        result.and(slots.drain())
     }
 
     /// Host->device: `bytes` from pageable `src` to device address `dst`, the crew
@@ -404,6 +389,59 @@ impl StagingRing {
         for b in self.to_device.into_inner().into_iter().chain(self.from_device.into_inner()) {
             b.release(backend);
         }
+    }
+}
+
+/// The events of a pipeline's in-flight DMAs, one slot per staging buffer: a buffer is
+/// reused only once its slot's event has completed, and every slot is waited for before
+/// the pipeline returns (on drop too, so that a panic cannot leave a DMA running into or
+/// out of a buffer the ring hands out again).
+struct Slots<'a> {
+    owner: &'a dyn Backend,
+    events: Vec<Option<Event>>,
+}
+
+impl<'a> Slots<'a> {
+    fn new(owner: &'a dyn Backend, depth: usize) -> Self {
+        Self { owner, events: (0..depth).map(|_| None).collect() }
+    }
+
+    /// Slot `slot`'s DMA was enqueued and `event` recorded after it.
+    fn started(&mut self, slot: usize, event: Result<Event>) -> Result<()> {
+        match event {
+            Ok(e) => {
+                self.events[slot] = Some(e);
+                Ok(())
+            }
+            // Without an event the copy cannot be waited for alone: wait for the queues.
+            Err(e) => Err(self.owner.synchronize().err().unwrap_or(e)),
+        }
+    }
+
+    /// Waits until slot `slot`'s last DMA has completed.
+    fn wait(&mut self, slot: usize) -> Result<()> {
+        match self.events[slot].take() {
+            Some(e) => self.owner.sync_event(&e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every slot (all of them, whatever fails); the first error.
+    fn drain(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for slot in 0..self.events.len() {
+            let r = self.wait(slot);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for Slots<'_> {
+    fn drop(&mut self) {
+        let _ = self.drain();
     }
 }
 

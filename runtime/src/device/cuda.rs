@@ -4,9 +4,9 @@
 //! and says why; nothing calls into the driver before `is_culib_present` said it is there,
 //! because cudarc panics on the first call otherwise.
 //!
-//! Each device has its primary context and three streams: copy-in, compute and copy-out.
-//! Every operation is issued on its stream and waited for before the call returns (the
-//! constructs are synchronous), so work on one device is ordered without events. Peer
+//! Each device has its primary context and three streams, its three queues: copy-in,
+//! compute and copy-out. Copies and fills are enqueued on them; events (`CudaEvent`s,
+//! without timing) mark points in them, and the staging pipelines wait on those. Peer
 //! access is enabled once per pair at discovery. Kernels are compiled by NVRTC for the
 //! device's architecture on first use, cached per (architecture, kernel) process-wide,
 //! and loaded once per device.
@@ -20,7 +20,9 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaStre
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
-use super::{Backend, BackendKind, Copy2d, DeviceDescription, MemInfo, Place, Sgemm};
+use super::{
+    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, MemInfo, Place, Queue, Sgemm,
+};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -50,8 +52,6 @@ pub(crate) struct CudaDevice {
     functions: Mutex<HashMap<KernelKey, (CudaFunction, u32)>>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
     peers: Mutex<Vec<usize>>,
-    /// The last copy of each staging slot, copy-in (0) and copy-out (1).
-    staged: [Mutex<HashMap<usize, CudaEvent>>; 2],
     /// cuBLAS on the compute stream, made on first use.
     blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
 }
@@ -148,13 +148,21 @@ impl CudaDevice {
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
-            staged: [Mutex::new(HashMap::new()), Mutex::new(HashMap::new())],
             blas: OnceLock::new(),
         })
     }
 
     fn bind(&self) -> Result<()> {
         self.ctx.bind_to_thread().map_err(driver(self.number, "cuCtxSetCurrent"))
+    }
+
+    /// The stream that is queue `q`.
+    fn stream(&self, q: Queue) -> &Arc<CudaStream> {
+        match q {
+            Queue::CopyIn => &self.copy_in,
+            Queue::Compute => &self.compute,
+            Queue::CopyOut => &self.copy_out,
+        }
     }
 
     /// Lets this device read `other`'s memory directly, if the hardware can.
@@ -258,32 +266,57 @@ impl Backend for CudaDevice {
         unsafe { result::free_sync(addr) }.map_err(driver(self.number, "cuMemFree"))
     }
 
-    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         self.bind()?;
-        // SAFETY: the caller guarantees `src` for `bytes`; the slice lives through the sync.
+        // SAFETY: the caller keeps `src` valid for `bytes` until the queue has passed the copy.
         let host = unsafe { std::slice::from_raw_parts(src, bytes) };
         // SAFETY: `dst` is device memory of at least `bytes` (the caller's contract).
-        unsafe { result::memcpy_htod_async(dst, host, self.copy_in.cu_stream()) }
-            .map_err(driver(self.number, "cuMemcpyHtoDAsync"))?;
-        self.sync(&self.copy_in, "cuStreamSynchronize (copy-in)")
+        unsafe { result::memcpy_htod_async(dst, host, self.stream(q).cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyHtoDAsync"))
     }
 
-    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         self.bind()?;
-        // SAFETY: the caller guarantees exclusive `dst` for `bytes` until we return.
+        // SAFETY: the caller keeps `dst` valid and untouched until the queue has passed it.
         let host = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
         // SAFETY: `src` is device memory of at least `bytes`.
-        unsafe { result::memcpy_dtoh_async(host, src, self.copy_out.cu_stream()) }
-            .map_err(driver(self.number, "cuMemcpyDtoHAsync"))?;
-        self.sync(&self.copy_out, "cuStreamSynchronize (copy-out)")
+        unsafe { result::memcpy_dtoh_async(host, src, self.stream(q).cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyDtoHAsync"))
     }
 
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.bind()?;
         // SAFETY: both ranges are this device's memory (the generic layer's contract).
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.compute.cu_stream()) }
-            .map_err(driver(self.number, "cuMemcpyDtoDAsync"))?;
-        self.sync(&self.compute, "cuStreamSynchronize (compute)")
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream(q).cu_stream()) }
+            .map_err(driver(self.number, "cuMemcpyDtoDAsync"))
+    }
+
+    fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `dst..dst+bytes` is this device's memory (the generic layer's contract).
+        unsafe { result::memset_d8_async(dst, value, bytes, self.stream(q).cu_stream()) }
+            .map_err(driver(self.number, "cuMemsetD8Async"))
+    }
+
+    fn record(&self, q: Queue) -> Result<Event> {
+        self.bind()?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let e = self.stream(q).record_event(flags).map_err(driver(self.number, "cuEventRecord"))?;
+        Ok(Event::new(e))
+    }
+
+    fn sync_event(&self, e: &Event) -> Result<()> {
+        let e = e.get::<CudaEvent>().ok_or_else(|| foreign_event(self.number))?;
+        e.synchronize().map_err(driver(self.number, "cuEventSynchronize"))
+    }
+
+    fn sync_queue(&self, q: Queue) -> Result<()> {
+        let call = match q {
+            Queue::CopyIn => "cuStreamSynchronize (copy-in)",
+            Queue::Compute => "cuStreamSynchronize (compute)",
+            Queue::CopyOut => "cuStreamSynchronize (copy-out)",
+        };
+        self.sync(self.stream(q), call)
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {
@@ -309,14 +342,6 @@ impl Backend for CudaDevice {
         }
         .map_err(driver(self.number, "cuMemcpyPeerAsync"))?;
         self.sync(&self.copy_in, "cuStreamSynchronize (peer copy)")
-    }
-
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        self.bind()?;
-        // SAFETY: `dst..dst+bytes` is this device's memory.
-        unsafe { result::memset_d8_async(dst, value, bytes, self.compute.cu_stream()) }
-            .map_err(driver(self.number, "cuMemsetD8Async"))?;
-        self.sync(&self.compute, "cuStreamSynchronize (memset)")
     }
 
     fn prepare(&self, kernel: &Kernel) -> Result<()> {
@@ -416,38 +441,6 @@ impl Backend for CudaDevice {
 
     fn wants_staging(&self) -> bool {
         true
-    }
-
-    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, slot: usize) -> Result<()> {
-        self.bind()?;
-        // SAFETY: the caller keeps `src` valid and unchanged until the slot is waited for.
-        let host = unsafe { std::slice::from_raw_parts(src, bytes) };
-        // SAFETY: pinned source, device destination of `bytes` (the caller's contract).
-        unsafe { result::memcpy_htod_async(dst, host, self.copy_in.cu_stream()) }
-            .map_err(driver(self.number, "cuMemcpyHtoDAsync (staged)"))?;
-        let ev = self.copy_in.record_event(None).map_err(driver(self.number, "cuEventRecord"))?;
-        self.staged[0].lock().insert(slot, ev);
-        Ok(())
-    }
-
-    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, slot: usize) -> Result<()> {
-        self.bind()?;
-        // SAFETY: the caller keeps `dst` valid and untouched until the slot is waited for.
-        let host = unsafe { std::slice::from_raw_parts_mut(dst, bytes) };
-        // SAFETY: device source of `bytes`, pinned destination.
-        unsafe { result::memcpy_dtoh_async(host, src, self.copy_out.cu_stream()) }
-            .map_err(driver(self.number, "cuMemcpyDtoHAsync (staged)"))?;
-        let ev = self.copy_out.record_event(None).map_err(driver(self.number, "cuEventRecord"))?;
-        self.staged[1].lock().insert(slot, ev);
-        Ok(())
-    }
-
-    fn wait_staged(&self, to_device: bool, slot: usize) -> Result<()> {
-        let ev = self.staged[usize::from(!to_device)].lock().remove(&slot);
-        match ev {
-            Some(e) => e.synchronize().map_err(driver(self.number, "cuEventSynchronize")),
-            None => Ok(()),
-        }
     }
 
     unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {

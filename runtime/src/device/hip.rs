@@ -19,7 +19,7 @@ use hip_sys::hiprt as hip;
 use parking_lot::Mutex;
 
 use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
-use super::{Backend, BackendKind, DeviceDescription, MemInfo, Sgemm};
+use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -65,10 +65,20 @@ unsafe impl Send for Stream {}
 // SAFETY: as above.
 unsafe impl Sync for Stream {}
 
-/// An event handle, as `Stream`.
-struct Event(hip::hipEvent_t);
+/// An event handle, as `Stream`; destroyed when dropped.
+struct HipEvent(hip::hipEvent_t);
 // SAFETY: HIP event handles may be used from any thread.
-unsafe impl Send for Event {}
+unsafe impl Send for HipEvent {}
+// SAFETY: as above; waiting on an event from several threads is allowed.
+unsafe impl Sync for HipEvent {}
+
+impl Drop for HipEvent {
+    fn drop(&mut self) {
+        // SAFETY: an event made by `hipEventCreateWithFlags`, destroyed once (a recorded
+        // event may be destroyed before it completes; HIP releases it then).
+        unsafe { hip::hipEventDestroy(self.0) };
+    }
+}
 
 /// A loaded kernel function, as `Stream`.
 #[derive(Clone, Copy)]
@@ -87,12 +97,7 @@ pub(crate) struct HipDevice {
     description: DeviceDescription,
     functions: Mutex<HashMap<(&'static str, usize), Function>>,
     peers: Mutex<Vec<c_int>>,
-    staged: [Mutex<HashMap<usize, Event>>; 2],
 }
-
-const COPY_IN: usize = 0;
-const COMPUTE: usize = 1;
-const COPY_OUT: usize = 2;
 
 /// Discovers the HIP devices, numbering them from `first_number`; one report line.
 pub(crate) fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
@@ -195,7 +200,6 @@ impl HipDevice {
             },
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
-            staged: [Mutex::new(HashMap::new()), Mutex::new(HashMap::new())],
         })
     }
 
@@ -204,9 +208,9 @@ impl HipDevice {
         check(self.number, "hipSetDevice", unsafe { hip::hipSetDevice(self.ordinal) })
     }
 
-    fn sync(&self, which: usize, call: &'static str) -> Result<()> {
+    fn sync(&self, q: Queue, call: &'static str) -> Result<()> {
         // SAFETY: a live stream of this device.
-        check(self.number, call, unsafe { hip::hipStreamSynchronize(self.streams[which].0) })
+        check(self.number, call, unsafe { hip::hipStreamSynchronize(self.queue(q)) })
     }
 
     fn enable_peer(&self, peer: c_int) -> Result<bool> {
@@ -226,20 +230,28 @@ impl HipDevice {
         }
     }
 
-    fn copy(
+    /// The stream that is queue `q`.
+    fn queue(&self, q: Queue) -> hip::hipStream_t {
+        self.streams[q as usize].0
+    }
+
+    /// Enqueues a `hipMemcpyAsync` on queue `q`.
+    ///
+    /// # Safety
+    /// Both ranges valid for `bytes` until the queue has passed the copy.
+    unsafe fn enqueue_memcpy(
         &self,
         dst: *mut c_void,
         src: *const c_void,
         bytes: usize,
         kind: hip::hipMemcpyKind,
-        which: usize,
+        q: Queue,
     ) -> Result<()> {
         self.select()?;
-        // SAFETY: the caller's contract: both ranges valid for `bytes`.
+        // SAFETY: the caller's contract.
         check(self.number, "hipMemcpyAsync", unsafe {
-            hip::hipMemcpyAsync(dst, src, bytes, kind, self.streams[which].0)
-        })?;
-        self.sync(which, "hipStreamSynchronize")
+            hip::hipMemcpyAsync(dst, src, bytes, kind, self.queue(q))
+        })
     }
 
     fn function(&self, kernel: &Kernel) -> Result<Function> {
@@ -341,26 +353,52 @@ impl Backend for HipDevice {
         check(self.number, "hipFree", unsafe { hip::hipFree(addr as usize as *mut c_void) })
     }
 
-    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         let kind = hip::hipMemcpyKind::hipMemcpyHostToDevice;
-        self.copy(dst as usize as *mut c_void, src.cast(), bytes, kind, COPY_IN)
+        // SAFETY: the caller keeps `src` valid until the queue has passed the copy.
+        unsafe { self.enqueue_memcpy(dst as usize as *mut c_void, src.cast(), bytes, kind, q) }
     }
 
-    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         let kind = hip::hipMemcpyKind::hipMemcpyDeviceToHost;
-        self.copy(dst.cast(), src as usize as *const c_void, bytes, kind, COPY_OUT)
+        // SAFETY: the caller keeps `dst` valid and untouched until the queue has passed it.
+        unsafe { self.enqueue_memcpy(dst.cast(), src as usize as *const c_void, bytes, kind, q) }
     }
 
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()> {
         let kind = hip::hipMemcpyKind::hipMemcpyDeviceToDevice;
-        HipDevice::copy(
-            self,
-            dst as usize as *mut c_void,
-            src as usize as *const c_void,
-            bytes,
-            kind,
-            COMPUTE,
-        )
+        // SAFETY: both ranges are this device's memory (the generic layer's contract).
+        unsafe {
+            self.enqueue_memcpy(dst as usize as *mut c_void, src as usize as *const c_void, bytes, kind, q)
+        }
+    }
+
+    fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.select()?;
+        // SAFETY: `dst..dst+bytes` is this device's memory.
+        let r = unsafe { hip::hipMemsetD8Async(dst as usize as *mut c_void, value, bytes, self.queue(q)) };
+        check(self.number, "hipMemsetD8Async", r)
+    }
+
+    fn record(&self, q: Queue) -> Result<Event> {
+        self.select()?;
+        let mut ev: hip::hipEvent_t = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; 2 = hipEventDisableTiming.
+        check(self.number, "hipEventCreateWithFlags", unsafe { hip::hipEventCreateWithFlags(&mut ev, 2) })?;
+        let ev = HipEvent(ev);
+        // SAFETY: a live event and stream of this device.
+        check(self.number, "hipEventRecord", unsafe { hip::hipEventRecord(ev.0, self.queue(q)) })?;
+        Ok(Event::new(ev))
+    }
+
+    fn sync_event(&self, e: &Event) -> Result<()> {
+        let e = e.get::<HipEvent>().ok_or_else(|| foreign_event(self.number))?;
+        // SAFETY: a recorded event of this device, alive while borrowed.
+        check(self.number, "hipEventSynchronize", unsafe { hip::hipEventSynchronize(e.0) })
+    }
+
+    fn sync_queue(&self, q: Queue) -> Result<()> {
+        self.sync(q, "hipStreamSynchronize")
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {
@@ -381,21 +419,11 @@ impl Backend for HipDevice {
                 src_addr as usize as *const c_void,
                 peer.ordinal,
                 bytes,
-                self.streams[COPY_IN].0,
+                self.queue(Queue::CopyIn),
             )
         };
         check(self.number, "hipMemcpyPeerAsync", r)?;
-        self.sync(COPY_IN, "hipStreamSynchronize (peer copy)")
-    }
-
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        self.select()?;
-        // SAFETY: `dst..dst+bytes` is this device's memory.
-        let r = unsafe {
-            hip::hipMemsetD8Async(dst as usize as *mut c_void, value, bytes, self.streams[COMPUTE].0)
-        };
-        check(self.number, "hipMemsetD8Async", r)?;
-        self.sync(COMPUTE, "hipStreamSynchronize (memset)")
+        self.sync(Queue::CopyIn, "hipStreamSynchronize (peer copy)")
     }
 
     fn prepare(&self, kernel: &Kernel) -> Result<()> {
@@ -421,13 +449,13 @@ impl Backend for HipDevice {
                 1,
                 1,
                 0,
-                self.streams[COMPUTE].0,
+                self.queue(Queue::Compute),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         };
         check(self.number, "hipModuleLaunchKernel", r)?;
-        self.sync(COMPUTE, "hipStreamSynchronize (kernel)").map_err(|e| Error::KernelFailed {
+        self.sync(Queue::Compute, "hipStreamSynchronize (kernel)").map_err(|e| Error::KernelFailed {
             device: self.number,
             kernel: kernel.name(),
             message: e.to_string(),
@@ -460,42 +488,6 @@ impl Backend for HipDevice {
         true
     }
 
-    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, slot: usize) -> Result<()> {
-        self.start_staged(
-            dst as usize as *mut c_void,
-            src.cast(),
-            bytes,
-            hip::hipMemcpyKind::hipMemcpyHostToDevice,
-            COPY_IN,
-            slot,
-        )
-    }
-
-    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, slot: usize) -> Result<()> {
-        self.start_staged(
-            dst.cast(),
-            src as usize as *const c_void,
-            bytes,
-            hip::hipMemcpyKind::hipMemcpyDeviceToHost,
-            COPY_OUT,
-            slot,
-        )
-    }
-
-    fn wait_staged(&self, to_device: bool, slot: usize) -> Result<()> {
-        let ev = self.staged[usize::from(!to_device)].lock().remove(&slot);
-        match ev {
-            Some(e) => {
-                // SAFETY: a recorded event of this device, destroyed once.
-                let r = unsafe { hip::hipEventSynchronize(e.0) };
-                // SAFETY: as above.
-                unsafe { hip::hipEventDestroy(e.0) };
-                check(self.number, "hipEventSynchronize", r)
-            }
-            None => Ok(()),
-        }
-    }
-
     unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
         self.select()?;
         // SAFETY: the caller keeps the memory allocated until `unregister_host`; 1 = portable.
@@ -511,37 +503,6 @@ impl Backend for HipDevice {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-impl HipDevice {
-    /// Starts a staging copy on stream `which` and records its event in `slot`.
-    fn start_staged(
-        &self,
-        dst: *mut c_void,
-        src: *const c_void,
-        bytes: usize,
-        kind: hip::hipMemcpyKind,
-        which: usize,
-        slot: usize,
-    ) -> Result<()> {
-        self.select()?;
-        let stream = self.streams[which].0;
-        // SAFETY: the caller keeps both ranges valid until the slot is waited for.
-        check(self.number, "hipMemcpyAsync (staged)", unsafe {
-            hip::hipMemcpyAsync(dst, src, bytes, kind, stream)
-        })?;
-        let mut ev: hip::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; 2 = hipEventDisableTiming.
-        check(self.number, "hipEventCreateWithFlags", unsafe { hip::hipEventCreateWithFlags(&mut ev, 2) })?;
-        // SAFETY: a live event and stream of this device.
-        check(self.number, "hipEventRecord", unsafe { hip::hipEventRecord(ev, stream) })?;
-        let dir = usize::from(which == COPY_OUT);
-        if let Some(old) = self.staged[dir].lock().insert(slot, Event(ev)) {
-            // SAFETY: an event of this device no longer waited for.
-            unsafe { hip::hipEventDestroy(old.0) };
-        }
-        Ok(())
     }
 }
 

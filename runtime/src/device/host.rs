@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
-use super::{Backend, BackendKind, DeviceDescription, MemInfo, Sgemm};
+use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::worker::DeviceWorker;
@@ -21,10 +21,40 @@ use crate::worker::DeviceWorker;
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
 const ALIGN: usize = 256;
 
-/// A raw address that may cross to the worker thread; the submitting call waits for the
-/// job, so the memory it names outlives the job.
+/// A raw address that may cross to the worker thread; the memory it names outlives the
+/// job (the submitting call waits for it, or the enqueue's caller keeps it valid until the
+/// queue has passed the job).
 #[derive(Clone, Copy)]
 struct Addr(usize);
+
+/// A host device's event: a point in its worker's queue, reached when the worker runs the
+/// job that fires it.
+#[derive(Default)]
+struct HostEvent {
+    /// 0 pending, 1 reached, 2 abandoned (its job was dropped unrun: the worker ended).
+    state: Mutex<u8>,
+    reached: Condvar,
+}
+
+impl HostEvent {
+    fn set(&self, to: u8) {
+        let mut s = self.state.lock();
+        if *s == 0 {
+            *s = to;
+            self.reached.notify_all();
+        }
+    }
+}
+
+/// Fires its event when the worker runs it; abandons it when dropped unrun, so that no
+/// waiter blocks forever.
+struct Firing(Arc<HostEvent>);
+
+impl Drop for Firing {
+    fn drop(&mut self) {
+        self.0.set(2);
+    }
+}
 
 /// One host device.
 pub(crate) struct HostDevice {
@@ -66,10 +96,19 @@ impl HostDevice {
         }
     }
 
+    fn closed(&self) -> Error {
+        Error::QueueClosed { device: self.number, why: "the device's worker thread ended" }
+    }
+
     /// Runs `f` on the device's worker, in queue order, and waits for its result.
     fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-        let closed = || Error::QueueClosed { device: self.number, why: "the device's worker thread ended" };
-        self.worker.as_ref().ok_or_else(closed)?.run(f).map_err(|_| closed())
+        self.worker.as_ref().ok_or_else(|| self.closed())?.run(f).map_err(|_| self.closed())
+    }
+
+    /// Queues `f` on the device's worker, after everything queued before it (every
+    /// [`Queue`] of a host device is its one worker).
+    fn submit(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(f)).map_err(|_| self.closed())
     }
 
     /// Checks that `addr..addr+bytes` lies inside one live allocation.
@@ -138,36 +177,72 @@ impl Backend for HostDevice {
         Ok(())
     }
 
-    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_write(&self, _q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         self.check_range(dst, bytes, "copy to device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.run(move || {
+        self.submit(move || {
             let (d, s) = (d, s);
-            // SAFETY: the caller guarantees `src` for `bytes` reads; `dst` is inside one of
-            // this device's allocations (checked), which never overlap host memory.
+            // SAFETY: the caller keeps `src` valid for `bytes` reads until the queue has
+            // passed this job; `dst` is inside one of this device's allocations (checked),
+            // which never overlap host memory, and is freed only on this queue.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
         })
     }
 
-    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+    unsafe fn enqueue_read(&self, _q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         self.check_range(src, bytes, "copy from device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.run(move || {
+        self.submit(move || {
             let (d, s) = (d, s);
-            // SAFETY: as in `write`, with the directions swapped.
+            // SAFETY: as in `enqueue_write`, with the directions swapped.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
         })
     }
 
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy(&self, _q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.check_range(dst, bytes, "copy within device")?;
         self.check_range(src, bytes, "copy within device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.run(move || {
+        self.submit(move || {
             let (d, s) = (d, s);
-            // SAFETY: both ranges lie inside live allocations (checked); they may overlap.
+            // SAFETY: both ranges lie inside live allocations (checked), freed only on this
+            // queue, after this job; they may overlap.
             unsafe { std::ptr::copy(s.0 as *const u8, d.0 as *mut u8, bytes) }
         })
+    }
+
+    fn enqueue_memset(&self, _q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.check_range(dst, bytes, "memset")?;
+        let d = Addr(dst as usize);
+        self.submit(move || {
+            let d = d;
+            // SAFETY: inside a live allocation (checked), freed only after this job.
+            unsafe { std::ptr::write_bytes(d.0 as *mut u8, value, bytes) }
+        })
+    }
+
+    fn record(&self, _q: Queue) -> Result<Event> {
+        let e = Arc::new(HostEvent::default());
+        let firing = Firing(Arc::clone(&e));
+        self.submit(move || firing.0.set(1))?;
+        Ok(Event::new(e))
+    }
+
+    fn sync_event(&self, e: &Event) -> Result<()> {
+        let e = e.get::<Arc<HostEvent>>().ok_or_else(|| foreign_event(self.number))?;
+        let mut state = e.state.lock();
+        while *state == 0 {
+            e.reached.wait(&mut state);
+        }
+        if *state == 1 {
+            Ok(())
+        } else {
+            Err(self.closed())
+        }
+    }
+
+    fn sync_queue(&self, _q: Queue) -> Result<()> {
+        self.run(|| ())
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {
@@ -187,16 +262,6 @@ impl Backend for HostDevice {
             let (d, s) = (d, s);
             // SAFETY: two live allocations of two distinct devices: valid and disjoint.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
-        })
-    }
-
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        self.check_range(dst, bytes, "memset")?;
-        let d = Addr(dst as usize);
-        self.run(move || {
-            let d = d;
-            // SAFETY: inside a live allocation (checked).
-            unsafe { std::ptr::write_bytes(d.0 as *mut u8, value, bytes) }
         })
     }
 
@@ -302,6 +367,45 @@ pub(crate) mod tests {
         assert_ne!(p as usize, src.as_ptr() as usize);
         d.free(p, 16).unwrap();
         assert!(matches!(d.free(p, 16), Err(Error::UnknownDevicePointer { .. })));
+    }
+
+    #[test]
+    fn enqueued_copies_run_in_order_and_events_mark_them() {
+        let d = device(1 << 20);
+        let p = d.alloc(4096).unwrap();
+        let src: Vec<u8> = (0..4096).map(|i| i as u8).collect();
+        let mut back = vec![0u8; 4096];
+        // SAFETY: `src` and `back` outlive the queue's use of them (the event is waited for).
+        unsafe {
+            d.enqueue_write(Queue::CopyIn, p, src.as_ptr(), 4096).unwrap();
+            d.enqueue_memset(Queue::Compute, p + 8, 0xee, 8).unwrap();
+            d.enqueue_read(Queue::CopyOut, back.as_mut_ptr(), p, 4096).unwrap();
+        }
+        let e = d.record(Queue::CopyOut).unwrap();
+        d.sync_event(&e).unwrap();
+        assert_eq!(&back[..8], &src[..8]);
+        assert_eq!(&back[8..16], &[0xee; 8]);
+        assert_eq!(&back[16..], &src[16..]);
+        // A reached event stays reached.
+        d.sync_event(&e).unwrap();
+        d.sync_queue(Queue::Compute).unwrap();
+        d.free(p, 4096).unwrap();
+    }
+
+    #[test]
+    fn foreign_and_abandoned_events_are_errors() {
+        let d = device(1 << 20);
+        let foreign = Event::new(7u32);
+        assert!(matches!(d.sync_event(&foreign), Err(Error::InvalidArgument { .. })));
+        // An event whose job was dropped unrun (its worker ended) does not block forever.
+        let e = Arc::new(HostEvent::default());
+        drop(Firing(Arc::clone(&e)));
+        assert!(matches!(d.sync_event(&Event::new(e)), Err(Error::QueueClosed { .. })));
+        // Without a worker nothing can be enqueued.
+        let mut d = d;
+        drop(d.worker.take());
+        assert!(matches!(d.record(Queue::Compute), Err(Error::QueueClosed { .. })));
+        assert!(matches!(d.enqueue_memset(Queue::Compute, 0, 0, 0), Err(Error::UnknownDevicePointer { .. })));
     }
 
     #[test]

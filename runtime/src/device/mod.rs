@@ -228,11 +228,59 @@ impl Sgemm {
     }
 }
 
+/// One of a device's in-order queues: a CUDA or HIP stream; on a host device, its worker
+/// thread (one queue in fact, so every queue is ordered after every other there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Queue {
+    /// Host->device copies.
+    CopyIn = 0,
+    /// Kernels, fills and copies within the device.
+    Compute = 1,
+    /// Device->host copies.
+    CopyOut = 2,
+}
+
+/// A point recorded in one of a device's queues ([`Backend::record`]): reached once the
+/// work enqueued there before it has completed. What it holds is the backend's own (a
+/// CUDA or HIP event, a host device's completion flag); only the backend that recorded it
+/// reads it.
+pub(crate) struct Event(Box<dyn Any + Send + Sync>);
+
+impl Event {
+    /// Wraps a backend's event.
+    pub(crate) fn new(e: impl Any + Send + Sync) -> Self {
+        Self(Box::new(e))
+    }
+
+    /// The backend's event, if it is of type `T`.
+    pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Event")
+    }
+}
+
+/// The error for an event that another backend recorded.
+pub(crate) fn foreign_event(device: usize) -> crate::error::Error {
+    crate::error::Error::InvalidArgument {
+        routine: "event wait",
+        what: format!("device {device}: the event was recorded by a device of another backend"),
+    }
+}
+
 /// The per-vendor half of a device: allocation, copies, kernels.
 ///
-/// Every operation is ordered on the device's own in-order queue and has completed when
-/// the call returns, as an OpenMP construct without `nowait` has. Device addresses are
-/// plain `u64`s; the generic layer above decides what they mean.
+/// Copies and fills are *enqueued* on one of the device's in-order [`Queue`]s and return
+/// without waiting; [`Backend::record`] marks a point in a queue, and only
+/// [`Backend::sync_event`], [`Backend::sync_queue`] and [`Backend::synchronize`] block.
+/// The blocking forms the constructs use (`write`, `read`, `copy`, `memset`) are those
+/// plus a synchronisation, written once here. Launches, peer copies, pitched copies and
+/// `sgemm` still complete before they return. Device addresses are plain `u64`s; the
+/// generic layer above decides what they mean.
 pub(crate) trait Backend: Send + Sync + 'static {
     /// Identity of the device.
     fn description(&self) -> &DeviceDescription;
@@ -243,22 +291,72 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Frees memory that [`Backend::alloc`] returned, after all queued work.
     fn free(&self, addr: u64, bytes: usize) -> Result<()>;
 
-    /// Copies `bytes` from host memory to the device.
+    /// Enqueues a copy of `bytes` from host memory to the device on `q`.
+    ///
+    /// # Safety
+    /// `src` must stay valid for reads of `bytes`, and unchanged, until the queue has
+    /// passed the copy (an event recorded after it has completed, or the queue has been
+    /// synchronised); `dst..dst+bytes` must lie inside one allocation of this device.
+    unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+
+    /// Enqueues a copy of `bytes` from the device to host memory on `q`.
+    ///
+    /// # Safety
+    /// `dst` must stay valid for writes of `bytes`, and not be otherwise accessed, until
+    /// the queue has passed the copy; `src..src+bytes` must lie inside one allocation of
+    /// this device.
+    unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
+
+    /// Enqueues a copy of `bytes` between two places of this device's memory on `q`.
+    fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()>;
+
+    /// Enqueues setting `bytes` bytes at `dst` to `value` on `q`.
+    fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()>;
+
+    /// Records the point `q` has reached: the returned event completes when the work
+    /// enqueued on `q` before it has.
+    fn record(&self, q: Queue) -> Result<Event>;
+
+    /// Blocks until `e` (recorded by this device) has completed; an error of the work
+    /// before it, if the device reports one.
+    fn sync_event(&self, e: &Event) -> Result<()>;
+
+    /// Blocks until everything enqueued on `q` has completed.
+    fn sync_queue(&self, q: Queue) -> Result<()>;
+
+    /// Copies `bytes` from host memory to the device (the copy-in queue, waited for).
     ///
     /// # Safety
     /// `src` must be valid for reads of `bytes` for the duration of the call, and
     /// `dst..dst+bytes` must lie inside one allocation of this device.
-    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded; the queue is synchronised before `src` is given back.
+        unsafe { self.enqueue_write(Queue::CopyIn, dst, src, bytes)? };
+        self.sync_queue(Queue::CopyIn)
+    }
 
-    /// Copies `bytes` from the device to host memory.
+    /// Copies `bytes` from the device to host memory (the copy-out queue, waited for).
     ///
     /// # Safety
     /// `dst` must be valid for writes of `bytes` and not otherwise accessed during the
     /// call; `src..src+bytes` must lie inside one allocation of this device.
-    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded; the queue is synchronised before `dst` is given back.
+        unsafe { self.enqueue_read(Queue::CopyOut, dst, src, bytes)? };
+        self.sync_queue(Queue::CopyOut)
+    }
 
-    /// Copies `bytes` between two places of this device's memory.
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    /// Copies `bytes` between two places of this device's memory (waited for).
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.enqueue_copy(Queue::Compute, dst, src, bytes)?;
+        self.sync_queue(Queue::Compute)
+    }
+
+    /// Sets `bytes` bytes at `dst` to `value` (waited for).
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.enqueue_memset(Queue::Compute, dst, value, bytes)?;
+        self.sync_queue(Queue::Compute)
+    }
 
     /// Whether this device can copy directly from `src`'s memory.
     fn can_access_peer(&self, src: &dyn Backend) -> bool;
@@ -266,9 +364,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Copies from another device's memory into this one's directly (only called when
     /// [`Backend::can_access_peer`] said yes).
     fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()>;
-
-    /// Sets `bytes` bytes at `dst` to `value`.
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()>;
 
     /// Gets `kernel` ready to launch (GPUs: compiled and loaded), so that a timed run does
     /// not pay for it.
@@ -294,34 +389,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// (GPUs: yes; host devices copy directly).
     fn wants_staging(&self) -> bool {
         false
-    }
-
-    /// Starts copying `bytes` from pinned host memory `src` to `dst` on the copy-in queue;
-    /// staging slot `slot` of that direction completes with it (see [`Backend::wait_staged`]).
-    /// Backends without asynchronous copies finish the copy before returning.
-    ///
-    /// # Safety
-    /// `src` must stay valid and unmodified until the slot is waited for; `dst..dst+bytes`
-    /// is this device's memory.
-    unsafe fn write_staged(&self, dst: u64, src: *const u8, bytes: usize, _slot: usize) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.write(dst, src, bytes) }
-    }
-
-    /// Starts copying `bytes` from `src` into pinned host memory `dst` on the copy-out
-    /// queue; staging slot `slot` of that direction completes with it.
-    ///
-    /// # Safety
-    /// `dst` must stay valid and not be accessed until the slot is waited for.
-    unsafe fn read_staged(&self, dst: *mut u8, src: u64, bytes: usize, _slot: usize) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.read(dst, src, bytes) }
-    }
-
-    /// Waits until the last copy started in staging slot `slot` (copy-in direction when
-    /// `to_device`) has completed.
-    fn wait_staged(&self, _to_device: bool, _slot: usize) -> Result<()> {
-        Ok(())
     }
 
     /// Runs a pitched 2-D copy as one driver operation; `false` when the backend has none
