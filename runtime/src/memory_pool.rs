@@ -333,7 +333,7 @@ mod tests {
         fn copy_from_peer(&self, _dst: u64, _src: &dyn Backend, _src_addr: u64, _bytes: usize) -> Result<()> {
             no_memory()
         }
-        fn launch(&self, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {
+        fn enqueue_launch(&self, _q: Queue, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {
             no_memory()
         }
         fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {

@@ -348,7 +348,7 @@ impl Backend for CudaDevice {
         self.function(kernel).map(drop)
     }
 
-    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+    fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let (f, wave) = self.function(kernel)?;
         self.bind()?;
         // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
@@ -358,23 +358,18 @@ impl Backend for CudaDevice {
         let blocks = super::blocks_for(kernel, n, wave);
         // SAFETY: the parameters match the kernel's signature by the Kernel convention
         // (arguments in order, then n); pointers are this device's memory, translated
-        // through the present table; `storage` outlives the call.
+        // through the present table; the driver copies `storage` at the call.
         unsafe {
             result::launch_kernel(
                 f.cu_function(),
                 (blocks, 1, 1),
                 (block, 1, 1),
                 0,
-                self.compute.cu_stream(),
+                self.stream(q).cu_stream(),
                 &mut params,
             )
         }
-        .map_err(driver(self.number, "cuLaunchKernel"))?;
-        self.compute.synchronize().map_err(|e| Error::KernelFailed {
-            device: self.number,
-            kernel: kernel.name(),
-            message: e.to_string(),
-        })
+        .map_err(driver(self.number, "cuLaunchKernel"))
     }
 
     fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {

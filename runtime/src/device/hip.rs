@@ -430,7 +430,7 @@ impl Backend for HipDevice {
         self.function(kernel).map(drop)
     }
 
-    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+    fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.select()?;
         let mut storage = super::LaunchParams::new(args, n);
@@ -438,7 +438,7 @@ impl Backend for HipDevice {
         let block = kernel.block();
         let blocks = super::blocks_for(kernel, n, self.resident_threads / block.max(1));
         // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
-        // this device's memory; `storage` outlives the call.
+        // this device's memory; HIP copies `storage` at the call.
         let r = unsafe {
             hip::hipModuleLaunchKernel(
                 f.0,
@@ -449,17 +449,12 @@ impl Backend for HipDevice {
                 1,
                 1,
                 0,
-                self.queue(Queue::Compute),
+                self.queue(q),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         };
-        check(self.number, "hipModuleLaunchKernel", r)?;
-        self.sync(Queue::Compute, "hipStreamSynchronize (kernel)").map_err(|e| Error::KernelFailed {
-            device: self.number,
-            kernel: kernel.name(),
-            message: e.to_string(),
-        })
+        check(self.number, "hipModuleLaunchKernel", r)
     }
 
     fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {

@@ -66,6 +66,9 @@ pub(crate) struct HostDevice {
     used: AtomicUsize,
     capacity: usize,
     peer_access: bool,
+    /// The first failure of an enqueued kernel not yet reported: the next synchronisation
+    /// of the device returns it (one worker runs every queue).
+    failed: Arc<Mutex<Option<Error>>>,
 }
 
 impl HostDevice {
@@ -93,7 +96,31 @@ impl HostDevice {
             used: AtomicUsize::new(0),
             capacity,
             peer_access,
+            failed: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// `kernel`'s host twin over `n` items, as a job for the worker. Mapped arguments were
+    /// translated through the present table; raw device pointers (which may name a peer
+    /// host device's memory) are the unsafe caller's contract.
+    fn kernel_job(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        args: &[KernelArg],
+    ) -> Result<impl FnOnce() -> Result<()> + Send + 'static> {
+        let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
+            device: self.number,
+            kernel: kernel.name(),
+            backend: "host",
+        })?;
+        let (name, args, pool, number) = (kernel.name(), args.to_vec(), Arc::clone(&self.pool), self.number);
+        Ok(move || run_host_kernel(&pool, number, name, f, n, &args))
+    }
+
+    /// The failure an enqueued kernel left, if any (taken: reported once).
+    fn take_failure(&self) -> Result<()> {
+        self.failed.lock().take().map_or(Ok(()), Err)
     }
 
     fn closed(&self) -> Error {
@@ -235,14 +262,15 @@ impl Backend for HostDevice {
             e.reached.wait(&mut state);
         }
         if *state == 1 {
-            Ok(())
+            self.take_failure()
         } else {
             Err(self.closed())
         }
     }
 
     fn sync_queue(&self, _q: Queue) -> Result<()> {
-        self.run(|| ())
+        self.run(|| ())?;
+        self.take_failure()
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {
@@ -265,16 +293,21 @@ impl Backend for HostDevice {
         })
     }
 
+    fn enqueue_launch(&self, _q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        let job = self.kernel_job(kernel, n, args)?;
+        let failed = Arc::clone(&self.failed);
+        self.submit(move || {
+            if let Err(e) = job() {
+                failed.lock().get_or_insert(e);
+            }
+        })
+    }
+
+    /// As the enqueue, waited for, with this kernel's own result (not a failure another
+    /// thread's enqueued kernel left on the shared worker).
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
-        let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
-            device: self.number,
-            kernel: kernel.name(),
-            backend: "host",
-        })?;
-        // Mapped arguments were translated through the present table; raw device pointers
-        // (which may name a peer host device's memory) are the unsafe caller's contract.
-        let (name, args, pool, number) = (kernel.name(), args.to_vec(), Arc::clone(&self.pool), self.number);
-        self.run(move || run_host_kernel(&pool, number, name, f, n, &args))?
+        let job = self.kernel_job(kernel, n, args)?;
+        self.run(job)?
     }
 
     fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
@@ -406,6 +439,22 @@ pub(crate) mod tests {
         drop(d.worker.take());
         assert!(matches!(d.record(Queue::Compute), Err(Error::QueueClosed { .. })));
         assert!(matches!(d.enqueue_memset(Queue::Compute, 0, 0, 0), Err(Error::UnknownDevicePointer { .. })));
+    }
+
+    #[test]
+    fn an_enqueued_kernels_failure_comes_at_the_next_synchronisation() {
+        fn fails(_: &crate::kernel::HostLaunch<'_>) -> std::result::Result<(), String> {
+            Err("index 9 out of range".into())
+        }
+        static FAILS: Kernel = Kernel::new("fails").with_host(fails);
+        let d = device(1 << 20);
+        d.enqueue_launch(Queue::Compute, &FAILS, 4, &[]).unwrap();
+        let e = d.sync_queue(Queue::Compute).unwrap_err();
+        assert!(e.to_string().contains("index 9 out of range"), "{e}");
+        // Reported once; the blocking launch gives its own result.
+        d.sync_queue(Queue::Compute).unwrap();
+        assert!(d.launch(&FAILS, 4, &[]).is_err());
+        d.sync_queue(Queue::CopyIn).unwrap();
     }
 
     #[test]

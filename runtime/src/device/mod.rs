@@ -274,12 +274,12 @@ pub(crate) fn foreign_event(device: usize) -> crate::error::Error {
 
 /// The per-vendor half of a device: allocation, copies, kernels.
 ///
-/// Copies and fills are *enqueued* on one of the device's in-order [`Queue`]s and return
+/// Copies, fills and kernels are *enqueued* on one of the device's in-order [`Queue`]s and return
 /// without waiting; [`Backend::record`] marks a point in a queue, and only
 /// [`Backend::sync_event`], [`Backend::sync_queue`] and [`Backend::synchronize`] block.
 /// The blocking forms the constructs use (`write`, `read`, `copy`, `memset`) are those
-/// plus a synchronisation, written once here. Launches, peer copies, pitched copies and
-/// `sgemm` still complete before they return. Device addresses are plain `u64`s; the
+/// plus a synchronisation, written once here; so is `launch` over `enqueue_launch`. Peer
+/// copies, pitched copies and `sgemm` still complete before they return. Device addresses are plain `u64`s; the
 /// generic layer above decides what they mean.
 pub(crate) trait Backend: Send + Sync + 'static {
     /// Identity of the device.
@@ -371,9 +371,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Runs `kernel` over `n` work items with arguments already translated to device
-    /// addresses.
-    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
+    /// Enqueues `kernel` over `n` work items on `q`, with arguments already translated to
+    /// device addresses. The arguments' values are taken by the call; the memory they name
+    /// must stay allocated until the queue has passed the kernel. A failure while it runs
+    /// is reported by a later synchronisation.
+    fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
+
+    /// Runs `kernel` over `n` work items on the compute queue and waits for it; a failure
+    /// while it ran is [`crate::Error::KernelFailed`].
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        self.enqueue_launch(Queue::Compute, kernel, n, args)?;
+        self.sync_queue(Queue::Compute).map_err(|e| match e {
+            crate::error::Error::Driver { device, message, .. } => {
+                crate::error::Error::KernelFailed { device, kernel: kernel.name(), message }
+            }
+            other => other,
+        })
+    }
 
     /// `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` (GPUs: cuBLAS, no
     /// TF32; host devices: a straightforward parallel product).
