@@ -21,7 +21,8 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
 use super::{
-    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, MemInfo, Place, Queue, Sgemm,
+    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, MemInfo, Place, Platform, Queue,
+    Sgemm,
 };
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
@@ -60,9 +61,22 @@ fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| Error::Driver { device, call, message: e.to_string() }
 }
 
+/// NVIDIA's platform: the CUDA driver's devices.
+pub(crate) struct CudaPlatform;
+
+impl Platform for CudaPlatform {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
+        discover(first)
+    }
+}
+
 /// Discovers the CUDA devices, numbering them from `first_number`. Returns the devices
 /// and one line for the device report.
-pub(crate) fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
+fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
     // SAFETY: only probes whether the library can be loaded.
     if !unsafe { sys::is_culib_present() } {
         return (Vec::new(), "cuda: 0 devices (libcuda not found: no NVIDIA driver on this machine)".into());

@@ -19,7 +19,7 @@ use hip_sys::hiprt as hip;
 use parking_lot::Mutex;
 
 use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
-use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
+use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Platform, Queue, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -99,8 +99,21 @@ pub(crate) struct HipDevice {
     peers: Mutex<Vec<c_int>>,
 }
 
+/// AMD's platform: the HIP runtime's devices.
+pub(crate) struct HipPlatform;
+
+impl Platform for HipPlatform {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Hip
+    }
+
+    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
+        discover(first)
+    }
+}
+
 /// Discovers the HIP devices, numbering them from `first_number`; one report line.
-pub(crate) fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
+fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
     let mut count: c_int = 0;
     // SAFETY: plain queries with valid out-pointers.
     let r = unsafe { hip::hipGetDeviceCount(&mut count) };

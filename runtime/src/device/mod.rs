@@ -24,6 +24,38 @@ pub fn compiled_backends() -> &'static [BackendKind] {
     }
 }
 
+/// A GPU vendor's platform, the discovery half of LLVM's plugin shape: it finds the
+/// vendor's devices, says who they are (name, PCI bus id, UUID in each device's
+/// [`DeviceDescription`]) and builds the peer matrix, enabling access between every pair
+/// whose hardware allows it ([`Backend::can_access_peer`] reads it back).
+pub(crate) trait Platform {
+    /// The backend of its devices.
+    fn kind(&self) -> BackendKind;
+
+    /// Its devices, numbered from `first`, with peer access enabled where possible, and one
+    /// line for the device report (why there are none, too).
+    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String);
+}
+
+/// The platforms compiled into this build, in [`compiled_backends`] order.
+pub(crate) fn platforms() -> Vec<Box<dyn Platform>> {
+    let cuda: Option<Box<dyn Platform>> = {
+        #[cfg(feature = "cuda")]
+        let p = Some(Box::new(cuda::CudaPlatform) as Box<dyn Platform>);
+        #[cfg(not(feature = "cuda"))]
+        let p = None;
+        p
+    };
+    let hip: Option<Box<dyn Platform>> = {
+        #[cfg(feature = "hip")]
+        let p = Some(Box::new(hip::HipPlatform) as Box<dyn Platform>);
+        #[cfg(not(feature = "hip"))]
+        let p = None;
+        p
+    };
+    cuda.into_iter().chain(hip).collect()
+}
+
 /// Compiles `kernel`'s CUDA C source with NVRTC for `arch` (e.g. `"sm_90"`) without any
 /// device, as a launch on a GPU of that architecture would; the PTX's size in bytes.
 /// Errors: no CUDA source, NVRTC not loadable (`libnvrtc.so`), or the compiler's log. For
@@ -435,4 +467,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// For peer copies between devices of the same backend.
     fn as_any(&self) -> &dyn Any;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_platforms_are_the_compiled_backends_in_order() {
+        let kinds: Vec<BackendKind> = platforms().iter().map(|p| p.kind()).collect();
+        assert_eq!(kinds, compiled_backends());
+    }
+
+    #[test]
+    fn an_event_gives_back_only_its_own_type() {
+        let e = Event::new(5u16);
+        assert_eq!(e.get::<u16>(), Some(&5));
+        assert!(e.get::<u32>().is_none());
+        assert!(matches!(foreign_event(3), crate::error::Error::InvalidArgument { .. }));
+    }
 }

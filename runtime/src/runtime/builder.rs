@@ -168,19 +168,20 @@ impl RuntimeBuilder {
             report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
         } else {
             if self.gpus {
-                let (gpus, line) = discover_gpus(0);
-                report.push_str(&line);
-                report.push('\n');
-                let (amd, line) = discover_hip(gpus.len());
-                if let Some(line) = line {
+                if !cfg!(feature = "cuda") {
+                    report.push_str("cuda: not compiled in (cargo feature `cuda` off)\n");
+                }
+                for platform in crate::device::platforms() {
+                    let (gpus, line) = platform.discover(devices.len());
                     report.push_str(&line);
                     report.push('\n');
-                }
-                for g in gpus.into_iter().chain(amd) {
-                    let bus = g.description().pci_bus_id.clone().unwrap_or_default();
-                    let p = topology.place_pci(&bus);
-                    let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
-                    devices.push((Arc::from(g), p, w));
+                    for g in gpus {
+                        debug_assert_eq!(g.description().kind, platform.kind());
+                        let bus = g.description().pci_bus_id.clone().unwrap_or_default();
+                        let p = topology.place_pci(&bus);
+                        let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
+                        devices.push((Arc::from(g), p, w));
+                    }
                 }
             }
             let capacity = self.over.host_memory.unwrap_or_else(default_capacity);
@@ -248,25 +249,4 @@ impl RuntimeBuilder {
             }),
         })
     }
-}
-
-#[cfg(feature = "cuda")]
-fn discover_gpus(first: usize) -> (Vec<Box<dyn Backend>>, String) {
-    crate::device::cuda::discover(first)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn discover_gpus(_first: usize) -> (Vec<Box<dyn Backend>>, String) {
-    (Vec::new(), "cuda: not compiled in (cargo feature `cuda` off)".into())
-}
-
-#[cfg(feature = "hip")]
-fn discover_hip(first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
-    let (d, line) = crate::device::hip::discover(first);
-    (d, Some(line))
-}
-
-#[cfg(not(feature = "hip"))]
-fn discover_hip(_first: usize) -> (Vec<Box<dyn Backend>>, Option<String>) {
-    (Vec::new(), None)
 }
