@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use offload::{map, Runtime};
+use offload_benches::{Bench, Budget};
 use offload_examples::inference::{check, uniform, Deployment, Mlp};
 
 fn env(name: &str, default: usize) -> usize {
@@ -43,27 +44,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let one = Deployment::new(&rt, &model, &[0], rows)?;
     one.run(&inputs[..2], &mut outputs[..2], 2, |_| {})?; // warm-up: cuBLAS, kernels, pool, staging
 
-    // The serial run, timing each stage.
+    // The serial run, timing each stage (the stage totals are the last run's); both runs
+    // whole, as criterion samples (medians).
+    let mut bench = Bench::new("overlap");
     let dev = rt.device(0)?;
-    let (mut t_in, mut t_compute, mut t_out) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let serial_start = Instant::now();
-    for b in 0..batches {
-        let t = Instant::now();
-        let x = dev.enter_data(&map::to(&inputs[b]))?;
-        t_in += t.elapsed();
-        let y = dev.enter_data(&map::alloc(&outputs[b]))?;
-        let t = Instant::now();
-        one.forward(&dev, x, y)?;
-        t_compute += t.elapsed();
-        let t = Instant::now();
-        dev.exit_data(map::from(&mut outputs[b]))?;
-        t_out += t.elapsed();
-        dev.exit_data(map::release(&inputs[b]))?;
-    }
-    let serial = serial_start.elapsed();
+    let mut stages = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut serial_run = || -> offload::Result<Duration> {
+        let (mut t_in, mut t_compute, mut t_out) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        let start = Instant::now();
+        for b in 0..batches {
+            let t = Instant::now();
+            let x = dev.enter_data(&map::to(&inputs[b]))?;
+            t_in += t.elapsed();
+            let y = dev.enter_data(&map::alloc(&outputs[b]))?;
+            let t = Instant::now();
+            one.forward(&dev, x, y)?;
+            t_compute += t.elapsed();
+            let t = Instant::now();
+            dev.exit_data(map::from(&mut outputs[b]))?;
+            t_out += t.elapsed();
+            dev.exit_data(map::release(&inputs[b]))?;
+        }
+        stages = (t_in, t_compute, t_out);
+        Ok(start.elapsed())
+    };
+    let serial = bench.custom("serial_1gpu", Budget::SLOW, |iters| {
+        (0..iters).map(|_| serial_run().expect("serial run")).sum()
+    });
+    let (t_in, t_compute, t_out) = stages;
     let (err, n) = check(&model, &inputs, &outputs, &[0, batches - 1], &[0, rows - 1]);
     outputs.iter_mut().for_each(|o| o.fill(1.0));
-    let piped = one.run(&inputs, &mut outputs, 2, |_| {})?.elapsed;
+    let piped = bench.custom("pipeline_1gpu_2slots", Budget::SLOW, |iters| {
+        (0..iters).map(|_| one.run(&inputs, &mut outputs, 2, |_| {}).expect("pipeline run").elapsed).sum()
+    });
     let (err1, _) = check(&model, &inputs, &outputs, &[0, batches - 1], &[0, rows - 1]);
     let s = |d: Duration| d.as_secs_f64();
     let bound = s(t_in).max(s(t_compute)).max(s(t_out));
@@ -72,15 +85,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("copy-in total (serial run)", s(t_in)),
         ("compute total (serial run)", s(t_compute)),
         ("copy-out total (serial run)", s(t_out)),
-        ("serial: map -> compute -> unmap per batch, 1 GPU", s(serial)),
-        ("pipeline, 1 GPU, 2 slots", s(piped)),
+        ("serial: map -> compute -> unmap per batch, 1 GPU (median)", serial),
+        ("pipeline, 1 GPU, 2 slots (median)", piped),
     ] {
         println!("| {what} | {t:.3} | {:.2} |", t * 1e3 / batches as f64);
     }
     println!(
         "pipeline / largest stage = {:.3} (goal <= 1.15); serial / pipeline = {:.2}",
-        s(piped) / bound,
-        s(serial) / s(piped)
+        piped / bound,
+        serial / piped
     );
     if rt.num_devices() > 1 {
         let all: Vec<usize> = (0..rt.num_devices()).collect();
@@ -93,7 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "| pipeline, {} GPUs, 2 slots each | {t:.3} | {:.2} |\nthroughput {:.2}x one GPU (goal >= 1.85); batches per GPU {:?}",
             all.len(),
             t * 1e3 / batches as f64,
-            s(piped) / t,
+            piped / t,
             report.batches_per_device
         );
     }

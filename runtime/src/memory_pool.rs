@@ -330,13 +330,20 @@ mod tests {
         fn can_access_peer(&self, _src: &dyn Backend) -> bool {
             false
         }
-        fn copy_from_peer(&self, _dst: u64, _src: &dyn Backend, _src_addr: u64, _bytes: usize) -> Result<()> {
+        fn enqueue_copy_from_peer(
+            &self,
+            _q: Queue,
+            _dst: u64,
+            _src: &dyn Backend,
+            _src_addr: u64,
+            _bytes: usize,
+        ) -> Result<()> {
             no_memory()
         }
         fn enqueue_launch(&self, _q: Queue, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {
             no_memory()
         }
-        fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+        fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
             no_memory()
         }
         fn synchronize(&self) -> Result<()> {

@@ -337,7 +337,14 @@ impl Backend for CudaDevice {
         src.as_any().downcast_ref::<CudaDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
     }
 
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy_from_peer(
+        &self,
+        q: Queue,
+        dst: u64,
+        src: &dyn Backend,
+        src_addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
         let peer = src.as_any().downcast_ref::<CudaDevice>().ok_or_else(|| Error::InvalidArgument {
             routine: "copy_from_peer",
             what: "source device is not a CUDA device".into(),
@@ -351,11 +358,10 @@ impl Backend for CudaDevice {
                 peer.ctx.cu_ctx(),
                 src_addr,
                 bytes,
-                self.copy_in.cu_stream(),
+                self.stream(q).cu_stream(),
             )
         }
-        .map_err(driver(self.number, "cuMemcpyPeerAsync"))?;
-        self.sync(&self.copy_in, "cuStreamSynchronize (peer copy)")
+        .map_err(driver(self.number, "cuMemcpyPeerAsync"))
     }
 
     fn prepare(&self, kernel: &Kernel) -> Result<()> {
@@ -386,7 +392,7 @@ impl Backend for CudaDevice {
         .map_err(driver(self.number, "cuLaunchKernel"))
     }
 
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         let fail = |message: String| Error::Driver { device: self.number, call: "cublasSgemm", message };
         let blas = self
             .blas
@@ -435,8 +441,7 @@ impl Backend for CudaDevice {
                 ldc,
             )
         }
-        .map_err(|e| fail(e.to_string()))?;
-        self.sync(&self.compute, "cuStreamSynchronize (sgemm)")
+        .map_err(|e| fail(e.to_string()))
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -452,7 +457,7 @@ impl Backend for CudaDevice {
         true
     }
 
-    unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
+    unsafe fn enqueue_copy_2d(&self, q: Queue, c: &Copy2d) -> Result<bool> {
         self.bind()?;
         let mut p = sys::CUDA_MEMCPY2D {
             srcXInBytes: 0,
@@ -486,12 +491,10 @@ impl Backend for CudaDevice {
             }
             Place::Device(d) => p.dstDevice = d,
         }
-        let stream = if matches!(c.dst, Place::Host(_)) { &self.copy_out } else { &self.copy_in };
-        // SAFETY: the caller guarantees every row of both sides; we wait before returning.
-        unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.cu_stream()) }
+        // SAFETY: the caller keeps every row of both sides valid until the queue passes it.
+        unsafe { sys::cuMemcpy2DAsync_v2(&p, self.stream(q).cu_stream()) }
             .result()
             .map_err(driver(self.number, "cuMemcpy2DAsync"))?;
-        self.sync(stream, "cuStreamSynchronize (2-D copy)")?;
         Ok(true)
     }
 

@@ -418,7 +418,14 @@ impl Backend for HipDevice {
         src.as_any().downcast_ref::<HipDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
     }
 
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy_from_peer(
+        &self,
+        q: Queue,
+        dst: u64,
+        src: &dyn Backend,
+        src_addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
         let peer = src.as_any().downcast_ref::<HipDevice>().ok_or_else(|| Error::InvalidArgument {
             routine: "copy_from_peer",
             what: "source device is not a HIP device".into(),
@@ -432,11 +439,10 @@ impl Backend for HipDevice {
                 src_addr as usize as *const c_void,
                 peer.ordinal,
                 bytes,
-                self.queue(Queue::CopyIn),
+                self.queue(q),
             )
         };
-        check(self.number, "hipMemcpyPeerAsync", r)?;
-        self.sync(Queue::CopyIn, "hipStreamSynchronize (peer copy)")
+        check(self.number, "hipMemcpyPeerAsync", r)
     }
 
     fn prepare(&self, kernel: &Kernel) -> Result<()> {
@@ -470,7 +476,7 @@ impl Backend for HipDevice {
         check(self.number, "hipModuleLaunchKernel", r)
     }
 
-    fn sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+    fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
         Err(Error::Driver {
             device: self.number,
             call: "sgemm",

@@ -133,9 +133,20 @@ impl HostDevice {
     }
 
     /// Queues `f` on the device's worker, after everything queued before it (every
-    /// [`Queue`] of a host device is its one worker).
+    /// [`Queue`] of a host device is its one worker). A panic of `f` becomes the failure
+    /// the next synchronisation reports.
     fn submit(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(f)).map_err(|_| self.closed())
+        let (failed, device) = (Arc::clone(&self.failed), self.number);
+        let job = move || {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                failed.lock().get_or_insert(Error::Driver {
+                    device,
+                    call: "host device queue",
+                    message: format!("a queued job panicked: {}", crate::error::panic_message(&*p)),
+                });
+            }
+        };
+        self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(job)).map_err(|_| self.closed())
     }
 
     /// Checks that `addr..addr+bytes` lies inside one live allocation.
@@ -277,18 +288,27 @@ impl Backend for HostDevice {
         self.peer_access && src.as_any().downcast_ref::<HostDevice>().is_some_and(|s| s.peer_access)
     }
 
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+    fn enqueue_copy_from_peer(
+        &self,
+        _q: Queue,
+        dst: u64,
+        src: &dyn Backend,
+        src_addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
         let peer = src.as_any().downcast_ref::<HostDevice>().ok_or_else(|| Error::InvalidArgument {
             routine: "copy_from_peer",
             what: "source device is not a host device".into(),
         })?;
         peer.check_range(src_addr, bytes, "peer copy source")?;
         self.check_range(dst, bytes, "peer copy destination")?;
+        // The peer's worker is another thread: its queued writes land first.
         peer.synchronize()?;
         let (d, s) = (Addr(dst as usize), Addr(src_addr as usize));
-        self.run(move || {
+        self.submit(move || {
             let (d, s) = (d, s);
-            // SAFETY: two live allocations of two distinct devices: valid and disjoint.
+            // SAFETY: two live allocations of two distinct devices, valid and disjoint, kept
+            // allocated by the caller until this queue has passed the copy.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
         })
     }
@@ -310,17 +330,18 @@ impl Backend for HostDevice {
         self.run(job)?
     }
 
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
         for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
             self.check_range(addr, n * 4, "sgemm")?;
         }
         let (g, pool) = (*g, Arc::clone(&self.pool));
         let (a, b, c) = (Addr(a as usize), Addr(b as usize), Addr(c as usize));
-        self.run(move || {
+        self.submit(move || {
             let (a, b, c) = (a, b, c);
-            // SAFETY: the three ranges lie in live allocations of this device (checked);
-            // C is not one of the inputs (the caller's contract, as for BLAS).
+            // SAFETY: the three ranges lie in live allocations of this device (checked),
+            // freed only on this queue after this job; C is not one of the inputs (the
+            // caller's contract, as for BLAS).
             let (a, b, cm) = unsafe {
                 (
                     std::slice::from_raw_parts(a.0 as *const f32, ea),

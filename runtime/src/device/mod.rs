@@ -310,8 +310,9 @@ pub(crate) fn foreign_event(device: usize) -> crate::error::Error {
 /// without waiting; [`Backend::record`] marks a point in a queue, and only
 /// [`Backend::sync_event`], [`Backend::sync_queue`] and [`Backend::synchronize`] block.
 /// The blocking forms the constructs use (`write`, `read`, `copy`, `memset`) are those
-/// plus a synchronisation, written once here; so is `launch` over `enqueue_launch`. Peer
-/// copies, pitched copies and `sgemm` still complete before they return. Device addresses are plain `u64`s; the
+/// plus a synchronisation, written once here; so are `launch`, `copy_from_peer`,
+/// `copy_2d` and `sgemm` over their enqueued forms. Allocation, freeing and page-locking
+/// host memory are the driver's own synchronous calls. Device addresses are plain `u64`s; the
 /// generic layer above decides what they mean.
 pub(crate) trait Backend: Send + Sync + 'static {
     /// Identity of the device.
@@ -393,9 +394,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Whether this device can copy directly from `src`'s memory.
     fn can_access_peer(&self, src: &dyn Backend) -> bool;
 
-    /// Copies from another device's memory into this one's directly (only called when
-    /// [`Backend::can_access_peer`] said yes).
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()>;
+    /// Enqueues on `q` a copy from another device's memory into this one's directly (only
+    /// called when [`Backend::can_access_peer`] said yes); the source's queues are not
+    /// waited for: the caller orders the source's writes before it.
+    fn enqueue_copy_from_peer(
+        &self,
+        q: Queue,
+        dst: u64,
+        src: &dyn Backend,
+        src_addr: u64,
+        bytes: usize,
+    ) -> Result<()>;
+
+    /// [`Backend::enqueue_copy_from_peer`] on the copy-in queue, waited for.
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        self.enqueue_copy_from_peer(Queue::CopyIn, dst, src, src_addr, bytes)?;
+        self.sync_queue(Queue::CopyIn)
+    }
 
     /// Gets `kernel` ready to launch (GPUs: compiled and loaded), so that a timed run does
     /// not pay for it.
@@ -421,9 +436,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` (GPUs: cuBLAS, no
-    /// TF32; host devices: a straightforward parallel product).
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()>;
+    /// Enqueues `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` on the
+    /// compute queue (GPUs: cuBLAS, no TF32; host devices: a straightforward parallel
+    /// product).
+    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()>;
+
+    /// [`Backend::enqueue_sgemm`], waited for.
+    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+        self.enqueue_sgemm(g, a, b, c)?;
+        self.sync_queue(Queue::Compute)
+    }
 
     /// Waits for all work queued on the device.
     fn synchronize(&self) -> Result<()>;
@@ -437,14 +459,30 @@ pub(crate) trait Backend: Send + Sync + 'static {
         false
     }
 
-    /// Runs a pitched 2-D copy as one driver operation; `false` when the backend has none
-    /// (the caller then copies row by row).
+    /// Enqueues a pitched 2-D copy as one driver operation on `q`; `false` (nothing
+    /// enqueued) when the backend has none.
+    ///
+    /// # Safety
+    /// Every row of both sides must stay valid memory (host memory on the destination side
+    /// not otherwise accessed) until the queue has passed the copy.
+    unsafe fn enqueue_copy_2d(&self, _q: Queue, _c: &Copy2d) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Runs a pitched 2-D copy as one driver operation (copy-out queue when the
+    /// destination is host memory, else copy-in), waited for; `false` when the backend has
+    /// none (the caller then copies row by row).
     ///
     /// # Safety
     /// Every row of both sides must be valid memory (host memory for writes on the
     /// destination side, not otherwise accessed during the call).
-    unsafe fn copy_2d(&self, _c: &Copy2d) -> Result<bool> {
-        Ok(false)
+    unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
+        let q = if matches!(c.dst, Place::Host(_)) { Queue::CopyOut } else { Queue::CopyIn };
+        // SAFETY: forwarded; the queue is synchronised before the rows are given back.
+        if !unsafe { self.enqueue_copy_2d(q, c)? } {
+            return Ok(false);
+        }
+        self.sync_queue(q).map(|()| true)
     }
 
     /// Page-locks host memory so copies to and from it run at the link's speed; `false`
