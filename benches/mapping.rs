@@ -128,11 +128,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.push(raw_launch(&mut b, d, &label)?);
         }
     }
+    table.push(btree_floor(&mut b));
     println!("\n| operation | device | offload | libomptarget 22 (1 x H200, DESIGN.md) |\n|---|---|---|---|");
     for (what, dev, t, lib) in &table {
         row(what, dev, *t, lib);
     }
     Ok(())
+}
+
+/// What bounds `is_present` among 100 000 entries: the bare search it makes, a floor
+/// lookup in the standard B-tree of 100 000 `begin -> end` pairs, random probes, no lock.
+fn btree_floor(b: &mut Bench) -> (String, String, f64, &'static str) {
+    // Inserted one by one in address order, as the table's entries are (half-full nodes).
+    let mut ends = std::collections::BTreeMap::new();
+    for i in 0..100_000usize {
+        ends.insert(0x10_0000 + i * CHUNK, 0x10_0000 + (i + 1) * CHUNK);
+    }
+    let mut p = Probe(0x9e37_79b9_7f4a_7c15);
+    let t = b.wall("btree_floor/100000", Budget::FAST, || {
+        let at = 0x10_0000 + p.next_below(100_000) * CHUNK + 7;
+        let hit = ends.range(..=black_box(at)).next_back().is_some_and(|(_, &end)| at < end);
+        assert!(black_box(hit));
+    });
+    ("reference: std BTreeMap floor search, 100 000 keys, random probes".into(), "-".into(), t, "-")
 }
 
 /// A raw cudarc launch + synchronize of the same kernel on GPU `d` (CUDA ordinal `d`: the
