@@ -62,7 +62,23 @@ impl fmt::Display for HostRange {
 pub type EnvVar = &'static str;
 
 /// Every way a runtime call can fail.
-#[derive(Clone, Debug, thiserror::Error)]
+///
+/// `Debug` shows the same message as `Display`, so that a program whose `main` returns
+/// `Result<(), offload::Error>` ends with a readable line (`Error: ` and the message)
+/// rather than a struct dump:
+///
+/// ```
+/// fn run() -> Result<(), offload::Error> {
+///     let rt = offload::Runtime::builder().host_devices(1).build()?;
+///     rt.device(7)?;
+///     Ok(())
+/// }
+/// let e = run().unwrap_err();
+/// // What a `main` returning this error prints after "Error: ":
+/// assert_eq!(format!("{e:?}"), e.to_string());
+/// assert!(e.to_string().contains("device 7"), "{e}");
+/// ```
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An environment variable or builder setting holds a value the runtime does not accept.
@@ -303,6 +319,12 @@ pub enum Error {
         /// What happened.
         why: &'static str,
     },
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// Result with the runtime's [`Error`].
