@@ -370,3 +370,81 @@ fn memcpy_rect() -> Result<()> {
     }
     all_clean(rt)
 }
+
+/// What a host device's kernel saw of `omp_get_device_num` / `omp_is_initial_device`: the
+/// number (or -1 when the two disagreed, or threads of the kernel disagreed).
+static SEEN_DEVICE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(-2);
+
+fn where_am_i(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    use std::sync::atomic::Ordering;
+    let d = omp_get_device_num().map_err(|e| e.to_string())?;
+    let initial = omp_is_initial_device().map_err(|e| e.to_string())?;
+    // Every thread the kernel's own parallel loops run on is the device's (it has a pool
+    // of its own).
+    use rayon::prelude::*;
+    let all_same = (0..l.n()).into_par_iter().all(|_| omp_get_device_num().is_ok_and(|x| x == d));
+    SEEN_DEVICE.store(if initial || !all_same { -1 } else { i64::from(d) }, Ordering::SeqCst);
+    Ok(())
+}
+
+static WHERE_AM_I: offload::Kernel = offload::Kernel::new("where_am_i").with_host(where_am_i);
+
+#[test]
+fn device_identity_default_device_and_accessibility() -> Result<()> {
+    use std::sync::atomic::Ordering;
+    let (_g, rt) = setup()?;
+    let initial = omp_get_initial_device()?;
+    // Host code runs on the initial device.
+    check_eq!(omp_get_device_num()?, initial);
+    check!(omp_is_initial_device()?);
+    // A host device's kernel runs on that device.
+    for d in devices()? {
+        let host_device = rt.describe(d as usize)?.kind == BackendKind::Host;
+        if !host_device {
+            continue;
+        }
+        SEEN_DEVICE.store(-2, Ordering::SeqCst);
+        // SAFETY: no maps, no arguments.
+        unsafe { target(d, &WHERE_AM_I, 8, &[], &[]) }?;
+        check_eq!(SEEN_DEVICE.load(Ordering::SeqCst), i64::from(d));
+    }
+    // The host fallback's kernels run on the initial device.
+    SEEN_DEVICE.store(-2, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { target(initial, &WHERE_AM_I, 8, &[], &[]) }?;
+    check_eq!(SEEN_DEVICE.load(Ordering::SeqCst), -1); // initial: omp_is_initial_device is true there
+
+    // The default device is the calling thread's choice.
+    check_eq!(omp_get_default_device()?, 0);
+    omp_set_default_device(1)?;
+    check_eq!(omp_get_default_device()?, 1);
+    let other = std::thread::scope(|s| s.spawn(omp_get_default_device).join());
+    check_eq!(other.map_err(|_| Error::InvalidArgument { routine: "test", what: "thread".into() })??, 0);
+    let e = fails(omp_set_default_device(initial + 1), "no such device")?;
+    check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    let e = fails(omp_set_default_device(-1), "a negative device")?;
+    check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    check_eq!(omp_get_default_device()?, 1);
+    omp_set_default_device(initial)?;
+    check_eq!(omp_get_default_device()?, initial);
+    omp_set_default_device(0)?;
+
+    // Accessibility: the initial device reaches everything, host devices nothing, GPUs
+    // the host memory the runtime page-locked.
+    let v = vec![1u8; 4096];
+    for d in devices()? {
+        let kind = rt.describe(d as usize)?.kind;
+        check!(!omp_target_is_accessible(vp(v.as_ptr()), v.len(), d)?, "device {d}: pageable memory");
+        check!(omp_target_is_accessible(vp(v.as_ptr()), 0, d)?, "device {d}: zero bytes");
+        let buf = offload::HostBuffer::<u8>::new(rt, 4096)?;
+        let expect = kind != BackendKind::Host && buf.is_pinned();
+        check_eq!(omp_target_is_accessible(vp(buf.as_ptr()), 4096, d)?, expect);
+        check_eq!(omp_target_is_accessible(vp(buf.as_ptr()), 8192, d)?, false);
+    }
+    check!(omp_target_is_accessible(vp(v.as_ptr()), v.len(), initial)?);
+    let e = fails(omp_target_is_accessible(std::ptr::null(), 16, initial), "null with a size")?;
+    check!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let e = fails(omp_target_is_accessible(vp(v.as_ptr()), 16, initial + 1), "no such device")?;
+    check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    all_clean(rt)
+}

@@ -67,6 +67,30 @@ pub fn omp_get_default_device() -> Result<i32> {
     c_int("omp_get_default_device", rt()?.default_device())
 }
 
+/// `omp_set_default_device(device_num)` for the calling thread (see
+/// [`Runtime::set_default_device`]).
+pub fn omp_set_default_device(device_num: i32) -> Result<()> {
+    let rt = rt()?;
+    rt.set_default_device(dev(rt, device_num)?)
+}
+
+/// `omp_get_device_num()`: the device the calling thread runs on (see
+/// [`Runtime::device_num`]).
+pub fn omp_get_device_num() -> Result<i32> {
+    c_int("omp_get_device_num", rt()?.device_num())
+}
+
+/// `omp_is_initial_device()` (see [`Runtime::is_initial_device`]).
+pub fn omp_is_initial_device() -> Result<bool> {
+    Ok(rt()?.is_initial_device())
+}
+
+/// `omp_target_is_accessible(ptr, size, device_num)` (see [`Runtime::is_accessible`]).
+pub fn omp_target_is_accessible(ptr: *const c_void, size: usize, device_num: i32) -> Result<bool> {
+    let rt = rt()?;
+    rt.is_accessible(HostRange::new(ptr as usize, size), dev(rt, device_num)?)
+}
+
 /// `omp_target_alloc(size, device_num)`: null for size 0.
 pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;

@@ -357,6 +357,10 @@ impl Backend for HostDevice {
         self.run(|| ())
     }
 
+    fn runs_current_thread(&self) -> bool {
+        self.pool.current_thread_index().is_some()
+    }
+
     fn mem_info(&self) -> Result<MemInfo> {
         let used = self.used.load(Ordering::Relaxed);
         Ok(MemInfo { free: self.capacity.saturating_sub(used), total: self.capacity })

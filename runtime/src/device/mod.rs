@@ -453,6 +453,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
 
+    /// Whether the calling thread is one of this device's own kernel threads (a host
+    /// device's pool, running that device's kernels).
+    fn runs_current_thread(&self) -> bool {
+        false
+    }
+
     /// Whether host copies from pageable memory should be staged through pinned buffers
     /// (GPUs: yes; host devices copy directly).
     fn wants_staging(&self) -> bool {

@@ -272,7 +272,7 @@ impl DeviceState {
         // and `release_entry` unregisters it at removal.
         if let Ok(true) = unsafe { self.backend.register_host(e.range.begin as *mut u8, e.range.bytes) } {
             e.registered = true;
-            self.pinned.insert(e.range.begin, e.range.bytes);
+            self.pinned.insert(e.range.begin, e.range.bytes, self.backend.description().kind);
             self.trace.emit(InfoFlags::TRANSFERS, || {
                 format!(
                     "device {}: {} registered in place after {} large copies",

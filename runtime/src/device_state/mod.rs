@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::copy_crew::CopyCrew;
 use crate::data_env::{Entry, PresentTable};
-use crate::device::Backend;
+use crate::device::{Backend, BackendKind};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::kernel::LaunchArg;
@@ -102,17 +102,24 @@ pub(crate) struct DeviceState {
 /// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
 /// copies from them go straight to the DMA engine.
 #[derive(Default)]
-pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, usize>>);
+pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, (usize, BackendKind)>>);
 
 impl PinnedRanges {
-    pub(crate) fn insert(&self, begin: usize, bytes: usize) {
-        self.0.write().insert(begin, bytes);
+    /// `bytes` at `begin` were page-locked by a device of backend `by`.
+    pub(crate) fn insert(&self, begin: usize, bytes: usize, by: BackendKind) {
+        self.0.write().insert(begin, (bytes, by));
     }
     pub(crate) fn remove(&self, begin: usize) {
         self.0.write().remove(&begin);
     }
+    /// The backend that page-locked all of `r`, if one did.
+    pub(crate) fn pinned_by(&self, r: HostRange) -> Option<BackendKind> {
+        let map = self.0.read();
+        let (&b, &(n, by)) = map.range(..=r.begin).next_back()?;
+        (r.end() <= b + n).then_some(by)
+    }
     pub(crate) fn contains(&self, r: HostRange) -> bool {
-        self.0.read().range(..=r.begin).next_back().is_some_and(|(&b, &n)| r.end() <= b + n)
+        self.pinned_by(r).is_some()
     }
 }
 

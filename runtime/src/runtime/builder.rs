@@ -149,13 +149,17 @@ impl RuntimeBuilder {
             Some(path) => Topology::from_xml_file(path)?,
             None => Topology::system(),
         });
-        let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-kernel{i}"));
-        if let Some(n) = self.over.kernel_threads {
-            threads = threads.num_threads(n);
-        }
         let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
-        let kernel_pool =
-            Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
+        // A kernel pool for the initial device, and one for each host device: a thread of
+        // one runs that device's kernels only (`omp_get_device_num` reads it off).
+        let kernel_pool = |name: String| {
+            let mut threads = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
+            if let Some(n) = self.over.kernel_threads {
+                threads = threads.num_threads(n);
+            }
+            threads.build().map(Arc::new).map_err(|e| start_failed("start a host kernel pool", e.to_string()))
+        };
+        let initial_pool = kernel_pool("offload-initial".into())?;
         let mut report = format!("topology: {}\n", topology.description());
         // Each device with its placement and worker; GPUs first, then host devices.
         let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
@@ -194,7 +198,7 @@ impl RuntimeBuilder {
                     i,
                     capacity,
                     Arc::clone(&w),
-                    Arc::clone(&kernel_pool),
+                    kernel_pool(format!("offload-host{i}"))?,
                     self.peer_access,
                 );
                 devices.push((Arc::new(d), p, w));
@@ -241,11 +245,12 @@ impl RuntimeBuilder {
                 settings,
                 report,
                 trace,
-                kernel_pool,
+                kernel_pool: initial_pool,
                 host_allocs: Mutex::new(HashMap::new()),
                 peer_access: self.peer_access,
                 pinned,
                 topology,
+                id: super::NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             }),
         })
     }

@@ -50,6 +50,16 @@ pub(crate) struct Inner {
     pub(crate) peer_access: bool,
     pub(crate) pinned: Arc<PinnedRanges>,
     pub(crate) topology: Arc<Topology>,
+    /// This runtime among the process's (the key of per-thread settings).
+    pub(crate) id: u64,
+}
+
+/// The next runtime's [`Inner::id`].
+pub(crate) static NEXT_RUNTIME_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+std::thread_local! {
+    /// `omp_set_default_device` per thread: (runtime id, device) pairs.
+    pub(crate) static DEFAULT_DEVICE: std::cell::RefCell<Vec<(u64, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// An offload runtime: devices, one present table per device, and every OpenMP mapping
@@ -173,14 +183,12 @@ impl Runtime {
     /// # Safety
     /// The memory stays allocated until [`Runtime::unpin_host`] with the returned device.
     pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
-        let by = self.inner.devices.iter().find_map(|d| {
+        let by = self.inner.devices.iter().find(|d| {
             // SAFETY: forwarded from the caller.
-            matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true)).then_some(d.number)
-        });
-        if by.is_some() {
-            self.inner.pinned.insert(ptr as usize, bytes);
-        }
-        by
+            matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true))
+        })?;
+        self.inner.pinned.insert(ptr as usize, bytes, by.backend.description().kind);
+        Some(by.number)
     }
 
     /// Undoes [`Runtime::pin_host`].

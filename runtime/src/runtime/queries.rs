@@ -14,12 +14,82 @@ impl Runtime {
         self.inner.devices.len()
     }
 
-    /// `OMP_DEFAULT_DEVICE`, else device 0 when there is one, else the initial device.
+    /// `omp_get_default_device`: the calling thread's choice ([`Runtime::set_default_device`]),
+    /// else `OMP_DEFAULT_DEVICE`, else device 0 when there is one, else the initial device.
     pub fn default_device(&self) -> usize {
+        let id = self.inner.id;
+        let mine = DEFAULT_DEVICE.with(|d| d.borrow().iter().find(|(r, _)| *r == id).map(|&(_, n)| n));
+        if let Some(n) = mine {
+            return n;
+        }
         self.inner.settings.default_device.unwrap_or(if self.inner.devices.is_empty() {
             self.initial_device()
         } else {
             0
+        })
+    }
+
+    /// `omp_set_default_device`: makes `device` (an offload device or the initial device)
+    /// the calling thread's default device in this runtime. OpenMP keeps the setting per
+    /// task; here it is per thread (a `nowait` task's lane thread starts from the runtime's
+    /// setting).
+    ///
+    /// ```
+    /// let rt = offload::Runtime::builder().host_devices(2).build()?;
+    /// assert_eq!(rt.default_device(), 0);
+    /// rt.set_default_device(1)?;
+    /// assert_eq!(rt.default_device(), 1);
+    /// assert!(rt.set_default_device(9).is_err()); // no device 9: unchanged
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| assert_eq!(rt.default_device(), 0)); // another thread: its own choice
+    /// });
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn set_default_device(&self, device: usize) -> Result<()> {
+        self.target(device)?;
+        let id = self.inner.id;
+        DEFAULT_DEVICE.with(|d| {
+            let mut d = d.borrow_mut();
+            d.retain(|(r, _)| *r != id);
+            d.push((id, device));
+        });
+        Ok(())
+    }
+
+    /// `omp_get_device_num`: the device the calling thread runs on: inside a kernel of a
+    /// host device (its host code runs on that device's own threads), that device; anywhere
+    /// else, the initial device.
+    pub fn device_num(&self) -> usize {
+        self.inner
+            .devices
+            .iter()
+            .find(|d| d.backend.runs_current_thread())
+            .map_or(self.initial_device(), |d| d.number)
+    }
+
+    /// `omp_is_initial_device`: whether the calling thread runs on the initial device
+    /// (`false` only inside a host device's kernels).
+    pub fn is_initial_device(&self) -> bool {
+        self.device_num() == self.initial_device()
+    }
+
+    /// `omp_target_is_accessible`: whether `device` can read and write the host range
+    /// `host` directly, without mapping. The initial device can; a host device cannot (its
+    /// memory is separate by design); a GPU can reach host memory that the runtime has
+    /// page-locked through a driver of its own backend (a [`Runtime::pin`] guard, a
+    /// [`crate::HostBuffer`], or a range the register-in-place policy pinned), since
+    /// page-locked memory is mapped into every device's address space (CUDA's and HIP's
+    /// unified addressing); other pageable memory is not reported accessible. A range of
+    /// zero bytes is accessible wherever the device is valid.
+    pub fn is_accessible(&self, host: HostRange, device: usize) -> Result<bool> {
+        validate::host_range("omp_target_is_accessible", device, &"the host range", host)?;
+        Ok(match self.target(device)? {
+            Target::Initial => true,
+            Target::Device(_) if host.bytes == 0 => true,
+            Target::Device(d) => {
+                let kind = d.backend.description().kind;
+                kind != crate::device::BackendKind::Host && self.inner.pinned.pinned_by(host) == Some(kind)
+            }
         })
     }
 
