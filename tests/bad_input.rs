@@ -2270,7 +2270,7 @@ fn runtime_and_safe_api_refuse_bad_input() {
 #[test]
 fn omp_api_refuses_bad_input() {
     use offload::omp::*;
-    let rt = init(Runtime::builder().env(|_| None).host_devices(2).build().unwrap()).unwrap();
+    let rt = use_runtime(Runtime::builder().env(|_| None).host_devices(2).build().unwrap()).unwrap();
     let cases = omp_cases();
     let mut all = Vec::new();
     for d in 0..omp_get_num_devices().unwrap() {

@@ -16,7 +16,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Installs the global runtime (idempotent) and holds this binary's test lock.
 fn setup() -> Result<(MutexGuard<'static, ()>, &'static Runtime)> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let rt = init(Runtime::builder().env(|_| None).host_devices(2).build()?)?;
+    let rt = use_runtime(Runtime::builder().env(|_| None).host_devices(2).build()?)?;
     Ok((guard, rt))
 }
 

@@ -1,13 +1,13 @@
 //! The OpenMP device routines under their own names, with C's raw-pointer shape, for
 //! porting C line by line. They act on the process-wide runtime ([`Runtime::global`]);
-//! [`init`] chooses it explicitly. Every routine returns `Result` instead of C's error
+//! [`use_runtime`] chooses it explicitly. Every routine returns `Result` instead of C's error
 //! codes and aborts.
 //!
 //! ```
 //! use offload::omp::*;
 //! use offload::{MapItem, MapType, Runtime};
 //!
-//! init(Runtime::builder().host_devices(2).build()?)?;
+//! use_runtime(Runtime::builder().host_devices(2).build()?)?;
 //! let dev = 0;
 //! let mut x = [1i32, 2, 3, 4];
 //! unsafe {
@@ -33,8 +33,9 @@ use crate::memcpy::RectSide;
 use crate::runtime::Runtime;
 
 /// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
-/// one in use either way.
-pub fn init(rt: Runtime) -> Result<&'static Runtime> {
+/// one in use either way. (Not called `init`: a C program ported with `use offload::omp::*`
+/// often has an `init` of its own.)
+pub fn use_runtime(rt: Runtime) -> Result<&'static Runtime> {
     Runtime::install_global(rt)
 }
 
