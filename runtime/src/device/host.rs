@@ -56,12 +56,52 @@ impl Drop for Firing {
     }
 }
 
+/// A host device's own kernel threads, started on its first kernel (a machine with many
+/// cores and several host devices does not start a pool per device up front).
+pub(crate) struct KernelPool {
+    name: String,
+    threads: Option<usize>,
+    pool: std::sync::OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
+}
+
+impl KernelPool {
+    /// A pool named `name` (threads `{name}-k{i}`) of `threads` threads (rayon's default,
+    /// one per CPU, when `None`), not started yet.
+    pub(crate) fn new(name: String, threads: Option<usize>) -> Self {
+        Self { name, threads, pool: std::sync::OnceLock::new() }
+    }
+
+    /// The pool, started now if it was not.
+    fn get(&self, device: usize) -> Result<&Arc<rayon::ThreadPool>> {
+        self.pool
+            .get_or_init(|| {
+                let name = self.name.clone();
+                let mut b = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
+                if let Some(n) = self.threads {
+                    b = b.num_threads(n);
+                }
+                b.build().map(Arc::new).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Driver {
+                device,
+                call: "start the host device's kernel pool",
+                message: e.clone(),
+            })
+    }
+
+    /// Whether the calling thread is one of the pool's (never, before it started).
+    fn owns_current_thread(&self) -> bool {
+        matches!(self.pool.get(), Some(Ok(p)) if p.current_thread_index().is_some())
+    }
+}
+
 /// One host device.
 pub(crate) struct HostDevice {
     number: usize,
     description: DeviceDescription,
     worker: Option<Arc<DeviceWorker>>,
-    pool: Arc<rayon::ThreadPool>,
+    pool: KernelPool,
     allocations: Mutex<BTreeMap<u64, usize>>,
     used: AtomicUsize,
     capacity: usize,
@@ -79,7 +119,7 @@ impl HostDevice {
         host_index: usize,
         capacity: usize,
         worker: Arc<DeviceWorker>,
-        pool: Arc<rayon::ThreadPool>,
+        pool: KernelPool,
         peer_access: bool,
     ) -> Self {
         Self {
@@ -114,7 +154,8 @@ impl HostDevice {
             kernel: kernel.name(),
             backend: "host",
         })?;
-        let (name, args, pool, number) = (kernel.name(), args.to_vec(), Arc::clone(&self.pool), self.number);
+        let pool = Arc::clone(self.pool.get(self.number)?);
+        let (name, args, number) = (kernel.name(), args.to_vec(), self.number);
         Ok(move || run_host_kernel(&pool, number, name, f, n, &args))
     }
 
@@ -335,7 +376,7 @@ impl Backend for HostDevice {
         for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
             self.check_range(addr, n * 4, "sgemm")?;
         }
-        let (g, pool) = (*g, Arc::clone(&self.pool));
+        let (g, pool) = (*g, Arc::clone(self.pool.get(self.number)?));
         let (a, b, c) = (Addr(a as usize), Addr(b as usize), Addr(c as usize));
         self.submit(move || {
             let (a, b, c) = (a, b, c);
@@ -358,7 +399,7 @@ impl Backend for HostDevice {
     }
 
     fn runs_current_thread(&self) -> bool {
-        self.pool.current_thread_index().is_some()
+        self.pool.owns_current_thread()
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
@@ -404,7 +445,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn device(capacity: usize) -> HostDevice {
-        let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap());
+        let pool = KernelPool::new("test-host".into(), Some(2));
         let topo = Arc::new(crate::topology::Topology::system());
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
         HostDevice::new(0, 0, capacity, worker, pool, true)

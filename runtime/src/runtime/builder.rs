@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::data_env::PresentTable;
-use crate::device::host::{default_capacity, HostDevice};
+use crate::device::host::{default_capacity, HostDevice, KernelPool};
 use crate::device::Backend;
 use crate::device_state::{DeviceState, PinnedRanges, TransferCounters};
 use crate::error::{Error, Result};
@@ -150,16 +150,15 @@ impl RuntimeBuilder {
             None => Topology::system(),
         });
         let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
-        // A kernel pool for the initial device, and one for each host device: a thread of
-        // one runs that device's kernels only (`omp_get_device_num` reads it off).
-        let kernel_pool = |name: String| {
-            let mut threads = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
-            if let Some(n) = self.over.kernel_threads {
-                threads = threads.num_threads(n);
-            }
-            threads.build().map(Arc::new).map_err(|e| start_failed("start a host kernel pool", e.to_string()))
-        };
-        let initial_pool = kernel_pool("offload-initial".into())?;
+        // The initial device's kernel pool; each host device has its own (started on its
+        // first kernel), so that a thread of one runs that device's kernels only
+        // (`omp_get_device_num` reads it off).
+        let mut threads = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("offload-initial-k{i}"));
+        if let Some(n) = self.over.kernel_threads {
+            threads = threads.num_threads(n);
+        }
+        let initial_pool =
+            Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
         let mut report = format!("topology: {}\n", topology.description());
         // Each device with its placement and worker; GPUs first, then host devices.
         let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
@@ -198,7 +197,7 @@ impl RuntimeBuilder {
                     i,
                     capacity,
                     Arc::clone(&w),
-                    kernel_pool(format!("offload-host{i}"))?,
+                    KernelPool::new(format!("offload-host{i}"), self.over.kernel_threads),
                     self.peer_access,
                 );
                 devices.push((Arc::new(d), p, w));
