@@ -19,7 +19,7 @@ use offload::partition::{BlockPartition, DistributedArray, RowPartition};
 use offload::pipeline::Pipeline;
 use offload::{
     map, DevicePtr, DeviceSlice, Error, HostBuffer, HostLaunch, HostRange, Kernel, LaunchArg, MapItem,
-    MapType, RectSide, Result, Runtime, Scalar, Sgemm, UpdateDirection,
+    MapType, RectSide, Result, Runtime, Scalar, Sgemm, UpdateDirection, UpdateItem,
 };
 use offload_kernels::FILL_I32;
 use offload_tests::{check, on_every_device};
@@ -2099,9 +2099,7 @@ fn omp_cases() -> Vec<Case<i32>> {
         // SAFETY: refused before anything is copied.
         expect!(
             // SAFETY: refused before any pointer is used.
-            unsafe {
-                target_update(d, UpdateDirection::From, &[MapItem::raw(null::<i32>(), 8, MapType::FROM)])
-            },
+            unsafe { target_update(d, UpdateDirection::From, &[UpdateItem::raw(null::<i32>(), 8)]) },
             Error::InvalidArgument { routine: "target update", .. },
             "null host pointer"
         )
@@ -2111,7 +2109,7 @@ fn omp_cases() -> Vec<Case<i32>> {
         // SAFETY: refused before anything is copied.
         expect!(
             // SAFETY: refused before any pointer is used.
-            unsafe { target_update(d, UpdateDirection::To, &[MapItem::slice(&x, MapType::TO.present())]) },
+            unsafe { target_update(d, UpdateDirection::To, &[UpdateItem::slice(&x).present()]) },
             Error::NotPresent { .. },
             format!("device {d}"),
             HostRange::of(&x)

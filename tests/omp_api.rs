@@ -7,7 +7,9 @@ use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
 use offload::omp::*;
-use offload::{BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection};
+use offload::{
+    BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection, UpdateItem,
+};
 use offload_kernels::{ADD_I32, FILL_I32};
 use offload_tests::{assert_clean, check, check_eq, fails, mut_item};
 
@@ -150,28 +152,21 @@ fn enter_exit_update_and_target() -> Result<()> {
             let args = [LaunchArg::Value(Scalar::I32(1000)), LaunchArg::mapped(x.as_ptr())];
             target(dev, &ADD_I32, 256, &[], &args)?;
             check_eq!(x[5], 5);
-            target_update(dev, UpdateDirection::From, &[mut_item(&mut x[..128], MapType::FROM)])?;
+            target_update(dev, UpdateDirection::From, &[UpdateItem::raw(x.as_mut_ptr(), 512)])?;
             check_eq!(x[5], 1005);
             check_eq!(x[200], 200);
             // `update to` of part, then exit `from` brings all back.
             x[..128].fill(-1);
-            target_update(dev, UpdateDirection::To, &[MapItem::raw(x.as_ptr(), 512, MapType::TO)])?;
+            target_update(dev, UpdateDirection::To, &[UpdateItem::raw(x.as_ptr(), 512)])?;
             target_exit_data(dev, &[mut_item(&mut x, MapType::FROM)])?;
             check!(x[..128].iter().all(|&v| v == -1));
             check!(x[128..].iter().enumerate().all(|(i, &v)| v == i as i32 + 1128));
             check!(!omp_target_is_present(xv, dev)?);
             check!(omp_get_mapped_ptr(xv, dev)?.is_null());
             // `present` in `update` on an absent range is an error; without it a no-op.
-            let item = MapItem::raw(x.as_ptr(), 1024, MapType::TO);
+            let item = UpdateItem::raw(x.as_ptr(), 1024);
             target_update(dev, UpdateDirection::To, &[item])?;
-            let e = fails(
-                target_update(
-                    dev,
-                    UpdateDirection::To,
-                    &[MapItem { map_type: MapType::TO.present(), ..item }],
-                ),
-                "update present",
-            )?;
+            let e = fails(target_update(dev, UpdateDirection::To, &[item.present()]), "update present")?;
             check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
         }
     }

@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 
 use offload::omp::*;
-use offload::{Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection};
+use offload::{Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection, UpdateItem};
 use offload_kernels::FILL_I32;
 
 #[test]
@@ -82,8 +82,14 @@ fn mandatory_without_a_device_fails_everywhere_with_one_error() {
             ("target_data_end", target_data_end(0, &[item])),
             ("target_enter_data", target_enter_data(0, &[item])),
             ("target_exit_data", target_exit_data(0, &[item])),
-            ("target_update to", target_update(0, UpdateDirection::To, &[item])),
-            ("target_update from", target_update(0, UpdateDirection::From, &[item])),
+            (
+                "target_update to",
+                target_update(0, UpdateDirection::To, &[UpdateItem { range: item.range, present: false }]),
+            ),
+            (
+                "target_update from",
+                target_update(0, UpdateDirection::From, &[UpdateItem { range: item.range, present: false }]),
+            ),
             ("target", target(0, &FILL_I32, 4, &[item], &args)),
             ("target without maps", target(0, &FILL_I32, 4, &[], &args)),
         ]

@@ -53,7 +53,7 @@ mod validate;
 mod worker;
 
 pub use config::OffloadPolicy;
-pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection};
+pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
 pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
 pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};

@@ -25,7 +25,7 @@
 
 use std::ffi::c_void;
 
-use crate::data_env::{MapItem, UpdateDirection};
+use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
@@ -282,14 +282,13 @@ pub unsafe fn target_exit_data(device_num: i32, maps: &[MapItem]) -> Result<()> 
     unsafe { rt.exit_data(dev(rt, device_num)?, maps) }
 }
 
-/// `#pragma omp target update to(...)` (or `from`) `device(d)`: each item's kind is
-/// ignored except its `present` modifier.
+/// `#pragma omp target update to(...)` (or `from`) `device(d)` over `items`.
 ///
 /// # Safety
 /// See [`Runtime::update`].
-pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[MapItem]) -> Result<()> {
+pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[UpdateItem]) -> Result<()> {
     let rt = rt()?;
-    let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.map_type.present)).collect();
+    let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.present)).collect();
     // SAFETY: forwarded from the caller.
     unsafe { rt.update(dev(rt, device_num)?, dir, &list) }
 }

@@ -165,6 +165,43 @@ impl MapItem {
     }
 }
 
+/// One range of a `target update` (`to(...)` or `from(...)`: the direction is the call's),
+/// with or without the `present` modifier; unlike a [`MapItem`] it has no map kind, since
+/// an update moves no count.
+///
+/// ```
+/// use offload::UpdateItem;
+/// let x = [1.0f32; 8];
+/// let u = UpdateItem::slice(&x[2..4]).present();
+/// assert_eq!(u.range.bytes, 8);
+/// assert!(u.present && !UpdateItem::raw(x.as_ptr(), 32).present);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpdateItem {
+    /// The host bytes.
+    pub range: HostRange,
+    /// `present`: an error when the range is not mapped (else it is skipped).
+    pub present: bool,
+}
+
+impl UpdateItem {
+    /// `bytes` bytes at `ptr`, as C's `to(ptr[0:n])` gives them.
+    pub fn raw<T>(ptr: *const T, bytes: usize) -> Self {
+        Self { range: HostRange::new(ptr as usize, bytes), present: false }
+    }
+
+    /// The whole of `slice`.
+    pub fn slice<T>(slice: &[T]) -> Self {
+        Self { range: HostRange::of(slice), present: false }
+    }
+
+    /// With the `present` modifier.
+    pub const fn present(mut self) -> Self {
+        self.present = true;
+        self
+    }
+}
+
 /// The construct a map list belongs to: it decides which map kinds and modifiers are
 /// allowed and whether `present` is checked at exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
