@@ -1,7 +1,7 @@
 //! Backend behaviour every device must show: identity, out-of-memory errors, user kernels
 //! from CUDA C source, compile errors, 2-D/3-D rectangular copies, pinned runtime buffers.
 
-use offload::{map, Error, HostBuffer, Kernel, MapType, RectSide, Runtime};
+use offload::{map, BackendKind, Error, HostBuffer, Kernel, MapType, RectSide, Runtime};
 use offload_tests::{check, check_eq, on_every_backend, on_every_device};
 
 #[test]
@@ -297,4 +297,41 @@ fn pool_blocks_waste_at_most_an_eighth_and_are_reused() {
         check_eq!(rt.pool_usage(dev)?.cached_bytes - before, (144 << 20) + 1024);
         Ok(())
     });
+}
+
+/// OpenMP 6.0's device UIDs: every device has one, unique, that leads back to it (GPUs'
+/// by their driver UUID or PCI bus id, so `CUDA_VISIBLE_DEVICES` cannot change it), and
+/// `OMP_DEFAULT_DEVICE` accepts one.
+#[test]
+fn device_uids_are_unique_and_lead_back() {
+    on_every_backend(
+        "device UIDs",
+        1,
+        |b| b,
+        |rt| {
+            let mut seen = std::collections::HashSet::new();
+            for d in 0..=rt.num_devices() {
+                let uid = rt.device_uid(d)?;
+                check!(seen.insert(uid.clone()), "device {d}: UID {uid} given twice");
+                check_eq!(rt.device_from_uid(&uid), Some(d));
+                check_eq!(rt.device_from_uid(&uid.to_lowercase()), Some(d));
+                if let Some(bus) = rt.describe(d).ok().and_then(|x| x.pci_bus_id.clone()) {
+                    check_eq!(rt.device_from_uid(&bus), Some(d));
+                }
+            }
+            check_eq!(rt.device_from_uid("no-such-device"), None);
+            // OMP_DEFAULT_DEVICE by UID, on a runtime of the same devices.
+            let last = rt.num_devices().saturating_sub(1);
+            let uid = rt.device_uid(last)?;
+            let env = move |k: &str| (k == "OMP_DEFAULT_DEVICE").then(|| uid.clone());
+            let again = Runtime::builder().env(env).host_devices(rt.num_devices()).gpus(false).build();
+            // (Host devices only in the second runtime: a GPU's UID names no device there.)
+            if rt.describe(last).is_ok_and(|x| x.kind == BackendKind::Host) {
+                check_eq!(again?.default_device(), last);
+            } else {
+                check!(matches!(again, Err(Error::InvalidSetting { var: "OMP_DEFAULT_DEVICE", .. })));
+            }
+            Ok(())
+        },
+    );
 }

@@ -443,3 +443,17 @@ fn device_identity_default_device_and_accessibility() -> Result<()> {
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
     all_clean(rt)
 }
+
+#[test]
+fn device_uids_in_the_omp_shape() -> Result<()> {
+    let (_g, _rt) = setup()?;
+    for d in devices()?.into_iter().chain([omp_get_initial_device()?]) {
+        let uid = omp_get_uid_from_device(d)?;
+        check_eq!(omp_get_device_from_uid(&uid)?, d);
+    }
+    check_eq!(omp_get_uid_from_device(omp_get_initial_device()?)?, "host");
+    check_eq!(omp_get_device_from_uid("GPU-not-here")?, OMP_INVALID_DEVICE);
+    let e = fails(omp_get_uid_from_device(-1), "a negative device")?;
+    check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    Ok(())
+}

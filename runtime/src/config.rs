@@ -94,6 +94,8 @@ pub(crate) struct Settings {
     pub policy: OffloadPolicy,
     pub host_devices: usize,
     pub default_device: Option<usize>,
+    /// `OMP_DEFAULT_DEVICE` given as a device UID (OpenMP 6.0), resolved after discovery.
+    pub default_device_uid: Option<String>,
     pub info: InfoFlags,
     pub pool: PoolConfig,
     pub staging: StagingConfig,
@@ -134,13 +136,23 @@ impl Settings {
                 }
                 (None, None) => 0,
             };
-        let default_device =
+        let (default_device, default_device_uid) =
             match (over.default_device, read("OMP_DEFAULT_DEVICE", over.default_device.is_some())?) {
-                (Some(d), _) => Some(d),
-                (None, Some(v)) => {
-                    Some(parse_count("OMP_DEFAULT_DEVICE", &v, "a non-negative device number")?)
+                (Some(d), _) => (Some(d), None),
+                // A device's UID (OpenMP 6.0: it has letters, as `GPU-...`, `PCI:...`,
+                // `host-1`), looked up once the devices are known; else a number.
+                (None, Some(v)) if v.trim().chars().any(|c| c.is_ascii_alphabetic()) => {
+                    (None, Some(v.trim().to_string()))
                 }
-                (None, None) => None,
+                (None, Some(v)) => (
+                    Some(parse_count(
+                        "OMP_DEFAULT_DEVICE",
+                        &v,
+                        "a non-negative device number or a device UID",
+                    )?),
+                    None,
+                ),
+                (None, None) => (None, None),
             };
         let info = match (over.info, read("OFFLOAD_INFO", over.info.is_some())?) {
             (Some(f), _) => f,
@@ -163,7 +175,16 @@ impl Settings {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
         };
-        let settings = Self { policy, host_devices, default_device, info, pool, staging, topology_xml };
+        let settings = Self {
+            policy,
+            host_devices,
+            default_device,
+            default_device_uid,
+            info,
+            pool,
+            staging,
+            topology_xml,
+        };
         settings.validate(over)?;
         Ok(settings)
     }
@@ -270,6 +291,20 @@ mod tests {
             Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "2"), ("OMP_TARGET_OFFLOAD", "junk")]), &over)
                 .unwrap();
         assert_eq!((s.host_devices, s.policy), (5, OffloadPolicy::Disabled));
+    }
+
+    #[test]
+    fn the_default_device_may_be_a_uid() {
+        let with = |v: &str| {
+            let v = v.to_string();
+            let lookup = lookup_from(move |k| (k == "OMP_DEFAULT_DEVICE").then(|| v.clone()));
+            Settings::resolve(&lookup, &Overrides::default())
+        };
+        let s = with("GPU-44ca0fc0-f6a9").unwrap();
+        assert_eq!((s.default_device, s.default_device_uid.as_deref()), (None, Some("GPU-44ca0fc0-f6a9")));
+        assert_eq!(with(" host-1 ").unwrap().default_device_uid.as_deref(), Some("host-1"));
+        assert_eq!(with(" 3 ").unwrap().default_device, Some(3));
+        assert!(with("").is_err() && with("-1").is_err());
     }
 
     #[test]

@@ -92,6 +92,26 @@ pub fn omp_target_is_accessible(ptr: *const c_void, size: usize, device_num: i32
     rt.is_accessible(HostRange::new(ptr as usize, size), dev(rt, device_num)?)
 }
 
+/// OpenMP's `omp_invalid_device`, as LLVM numbers it: what
+/// [`omp_get_device_from_uid`] returns for a UID no device has.
+pub const OMP_INVALID_DEVICE: i32 = -2;
+
+/// `omp_get_uid_from_device(device_num)` (OpenMP 6.0; see [`Runtime::device_uid`]).
+pub fn omp_get_uid_from_device(device_num: i32) -> Result<String> {
+    let rt = rt()?;
+    rt.device_uid(dev(rt, device_num)?)
+}
+
+/// `omp_get_device_from_uid(uid)` (OpenMP 6.0): the device number, or
+/// [`OMP_INVALID_DEVICE`].
+pub fn omp_get_device_from_uid(uid: &str) -> Result<i32> {
+    let rt = rt()?;
+    match rt.device_from_uid(uid) {
+        Some(d) => c_int("omp_get_device_from_uid", d),
+        None => Ok(OMP_INVALID_DEVICE),
+    }
+}
+
 /// `omp_target_alloc(size, device_num)`: null for size 0.
 pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;

@@ -143,7 +143,7 @@ impl RuntimeBuilder {
 
     /// Discovers devices, places them on the topology and starts their workers.
     pub fn build(self) -> Result<Runtime> {
-        let settings = Settings::resolve(&self.env, &self.over)?;
+        let mut settings = Settings::resolve(&self.env, &self.over)?;
         let trace = Arc::new(Trace::new(settings.info, self.capture_info));
         let topology = Arc::new(match &settings.topology_xml {
             Some(path) => Topology::from_xml_file(path)?,
@@ -207,6 +207,19 @@ impl RuntimeBuilder {
         }
         if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
             return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
+        }
+        if let Some(uid) = settings.default_device_uid.take() {
+            // OMP_DEFAULT_DEVICE as a UID (OpenMP 6.0): "host", or a device's.
+            let found = if uid.eq_ignore_ascii_case("host") {
+                Some(devices.len())
+            } else {
+                devices.iter().position(|(b, _, _)| super::queries::uid_matches(b.description(), &uid))
+            };
+            settings.default_device = Some(found.ok_or_else(|| Error::InvalidSetting {
+                var: "OMP_DEFAULT_DEVICE",
+                value: uid.clone(),
+                expected: "a device number, or the UID of a device present (see omp_get_uid_from_device)",
+            })?);
         }
         if let Some(d) = settings.default_device {
             if d > devices.len() {

@@ -93,6 +93,37 @@ impl Runtime {
         })
     }
 
+    /// `omp_get_uid_from_device` (OpenMP 6.0): a string that names `device` whatever the
+    /// device numbering (`CUDA_VISIBLE_DEVICES` renumbers GPUs; the UID stays): a GPU's
+    /// driver UUID (`GPU-...`), or `PCI:` and its bus id when the driver gave none; `host-N`
+    /// for host device N (by its index among host devices); `host` for the initial device.
+    ///
+    /// ```
+    /// let rt = offload::Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    /// assert_eq!(rt.device_uid(1)?, "host-1");
+    /// assert_eq!(rt.device_uid(rt.initial_device())?, "host");
+    /// assert_eq!(rt.device_from_uid("host-1"), Some(1));
+    /// assert_eq!(rt.device_from_uid("GPU-0000"), None);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn device_uid(&self, device: usize) -> Result<String> {
+        Ok(match self.target(device)? {
+            Target::Initial => "host".into(),
+            Target::Device(d) => uid_of(d.backend.description()),
+        })
+    }
+
+    /// `omp_get_device_from_uid` (OpenMP 6.0): the device whose UID is `uid` (see
+    /// [`Runtime::device_uid`]; a GPU's PCI bus id alone is accepted too, in any case), or
+    /// `None`.
+    pub fn device_from_uid(&self, uid: &str) -> Option<usize> {
+        let uid = uid.trim();
+        if uid.eq_ignore_ascii_case("host") {
+            return Some(self.initial_device());
+        }
+        self.inner.devices.iter().position(|d| uid_matches(d.backend.description(), uid))
+    }
+
     /// The `OMP_TARGET_OFFLOAD` policy in force.
     pub fn policy(&self) -> OffloadPolicy {
         self.inner.settings.policy
@@ -231,5 +262,23 @@ impl Runtime {
     /// The present table of `device` as text (libomptarget's `ompx_dump_mapping_tables`).
     pub fn dump_present_table(&self, device: usize) -> Result<String> {
         Ok(self.device_state(device)?.table.lock().dump(device))
+    }
+}
+
+/// Whether `uid` names the device of `desc`: its UID, or (for a GPU) its PCI bus id with or
+/// without the `PCI:` prefix; in any case.
+pub(crate) fn uid_matches(desc: &crate::device::DeviceDescription, uid: &str) -> bool {
+    let uid = uid.trim();
+    uid_of(desc).eq_ignore_ascii_case(uid)
+        || desc.pci_bus_id.as_deref().is_some_and(|b| b.eq_ignore_ascii_case(uid.trim_start_matches("PCI:")))
+}
+
+/// A device's UID (see [`Runtime::device_uid`]).
+pub(crate) fn uid_of(desc: &crate::device::DeviceDescription) -> String {
+    match (&desc.uuid, &desc.pci_bus_id) {
+        (Some(u), _) => u.clone(),
+        (None, Some(bus)) => format!("PCI:{bus}"),
+        // Host devices are named "host device N".
+        (None, None) => desc.name.replace("host device ", "host-"),
     }
 }
