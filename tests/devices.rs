@@ -335,3 +335,57 @@ fn device_uids_are_unique_and_lead_back() {
         },
     );
 }
+
+/// A device's native handles (OpenMP's interop): none for host devices and the initial
+/// device; on CUDA the primary context and the compute stream, on which a driver call of
+/// the user's own (here a memset) runs in order with the runtime's work.
+#[test]
+fn interop_gives_the_native_context_and_queue() {
+    on_every_backend(
+        "interop",
+        1,
+        |b| b,
+        |rt| {
+            check_eq!(rt.interop(rt.initial_device())?, None);
+            for d in 0..rt.num_devices() {
+                let kind = rt.describe(d)?.kind;
+                let i = rt.interop(d)?;
+                if kind == BackendKind::Host {
+                    check_eq!(i, None);
+                    continue;
+                }
+                let i = i.ok_or(Error::InvalidArgument {
+                    routine: "test",
+                    what: format!("device {d}: no interop"),
+                })?;
+                check_eq!(i.backend, kind);
+                check!(!i.stream.is_null(), "device {d}: null stream");
+                if kind == BackendKind::Cuda {
+                    check!(!i.context.is_null(), "device {d}: null context");
+                    let gpu = rt.device(d)?;
+                    let mut x = vec![0u8; 4096];
+                    gpu.data(map::tofrom(&mut x), |xv| {
+                        let addr = rt.mapped_ptr(xv.host_range().begin, d)?.unwrap_or(0);
+                        // SAFETY: the runtime's own context and stream; `addr` is the mapped
+                        // entry's 4096 bytes on this device.
+                        unsafe {
+                            use cudarc::driver::sys;
+                            sys::cuCtxSetCurrent(i.context.cast()).result().map_err(|e| {
+                                Error::InvalidArgument { routine: "cuCtxSetCurrent", what: e.to_string() }
+                            })?;
+                            sys::cuMemsetD8Async(addr, 7, 4096, i.stream.cast()).result().map_err(|e| {
+                                Error::InvalidArgument { routine: "cuMemsetD8Async", what: e.to_string() }
+                            })?;
+                        }
+                        rt.synchronize(d)
+                    })?;
+                    check!(
+                        x.iter().all(|&v| v == 7),
+                        "device {d}: the memset on the interop stream did not land"
+                    );
+                }
+            }
+            Ok(())
+        },
+    );
+}

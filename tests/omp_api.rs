@@ -457,3 +457,19 @@ fn device_uids_in_the_omp_shape() -> Result<()> {
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
     Ok(())
 }
+
+#[test]
+fn interop_pointers_in_the_omp_shape() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let initial = omp_get_initial_device()?;
+    check!(omp_get_interop_ptr(initial, InteropProperty::TargetSync)?.is_null());
+    for d in devices()? {
+        let gpu = rt.describe(d as usize)?.kind != BackendKind::Host;
+        check_eq!(!omp_get_interop_ptr(d, InteropProperty::TargetSync)?.is_null(), gpu);
+        let cuda = rt.describe(d as usize)?.kind == BackendKind::Cuda;
+        check_eq!(!omp_get_interop_ptr(d, InteropProperty::DeviceContext)?.is_null(), cuda);
+    }
+    let e = fails(omp_get_interop_ptr(initial + 1, InteropProperty::TargetSync), "no such device")?;
+    check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
+    Ok(())
+}

@@ -54,7 +54,7 @@ mod worker;
 
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
-pub use device::{BackendKind, DeviceDescription, MemInfo, Sgemm};
+pub use device::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
 pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;

@@ -112,6 +112,28 @@ pub fn omp_get_device_from_uid(uid: &str) -> Result<i32> {
     }
 }
 
+/// The properties of an interop object that [`omp_get_interop_ptr`] answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InteropProperty {
+    /// `omp_ipr_device_context`: the device's context (`CUcontext`; null on HIP).
+    DeviceContext,
+    /// `omp_ipr_targetsync`: the queue the runtime's kernels run on (`CUstream`,
+    /// `hipStream_t`).
+    TargetSync,
+}
+
+/// `omp_get_interop_ptr` of a target-sync interop object for `device_num` (as
+/// `#pragma omp interop init(targetsync: obj) device(d)` makes one): null for devices
+/// without native handles (host devices, the initial device). See [`Runtime::interop`].
+pub fn omp_get_interop_ptr(device_num: i32, property: InteropProperty) -> Result<*mut c_void> {
+    let rt = rt()?;
+    Ok(match (rt.interop(dev(rt, device_num)?)?, property) {
+        (None, _) => std::ptr::null_mut(),
+        (Some(i), InteropProperty::DeviceContext) => i.context,
+        (Some(i), InteropProperty::TargetSync) => i.stream,
+    })
+}
+
 /// `omp_target_alloc(size, device_num)`: null for size 0.
 pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;

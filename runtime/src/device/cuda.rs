@@ -457,6 +457,15 @@ impl Backend for CudaDevice {
         true
     }
 
+    fn interop(&self) -> Option<super::Interop> {
+        Some(super::Interop {
+            backend: BackendKind::Cuda,
+            ordinal: self.ordinal as i32,
+            context: self.ctx.cu_ctx().cast(),
+            stream: self.compute.cu_stream().cast(),
+        })
+    }
+
     unsafe fn enqueue_copy_2d(&self, q: Queue, c: &Copy2d) -> Result<bool> {
         self.bind()?;
         let mut p = sys::CUDA_MEMCPY2D {

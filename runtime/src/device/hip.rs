@@ -502,6 +502,15 @@ impl Backend for HipDevice {
         true
     }
 
+    fn interop(&self) -> Option<super::Interop> {
+        Some(super::Interop {
+            backend: BackendKind::Hip,
+            ordinal: self.ordinal,
+            context: std::ptr::null_mut(),
+            stream: self.queue(Queue::Compute).cast(),
+        })
+    }
+
     unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
         self.select()?;
         // SAFETY: the caller keeps the memory allocated until `unregister_host`; 1 = portable.

@@ -125,6 +125,23 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// A device's native handles, for calling the vendor's own libraries (cuBLAS, cuFFT,
+/// hipBLAS, driver code) on the runtime's compute queue, as OpenMP's interop objects give
+/// them (`omp_get_interop_ptr(obj, omp_ipr_targetsync, ...)`). The handles stay the
+/// runtime's: valid while the runtime lives, never to be destroyed by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interop {
+    /// The vendor.
+    pub backend: BackendKind,
+    /// The driver's device ordinal (`CUdevice`, HIP's device id).
+    pub ordinal: i32,
+    /// The device's context (`CUcontext`, the primary one); null on HIP, which has none.
+    pub context: *mut std::ffi::c_void,
+    /// The device's compute queue (`CUstream`, `hipStream_t`): work enqueued on it runs in
+    /// order with the runtime's kernels on the device.
+    pub stream: *mut std::ffi::c_void,
+}
+
 /// What a device says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceDescription {
@@ -452,6 +469,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
+
+    /// The device's native handles, when it has any (GPUs).
+    fn interop(&self) -> Option<Interop> {
+        None
+    }
 
     /// Whether the calling thread is one of this device's own kernel threads (a host
     /// device's pool, running that device's kernels).

@@ -124,6 +124,17 @@ impl Runtime {
         self.inner.devices.iter().position(|d| uid_matches(d.backend.description(), uid))
     }
 
+    /// The native handles of `device` (its context and compute stream), for the vendor's
+    /// own libraries on the runtime's queue: `None` for host devices and the initial
+    /// device. What the caller enqueues with them is ordered with the runtime's kernels on
+    /// that device; [`Runtime::synchronize`] waits for it too.
+    pub fn interop(&self, device: usize) -> Result<Option<crate::device::Interop>> {
+        Ok(match self.target(device)? {
+            Target::Initial => None,
+            Target::Device(d) => d.backend.interop(),
+        })
+    }
+
     /// The `OMP_TARGET_OFFLOAD` policy in force.
     pub fn policy(&self) -> OffloadPolicy {
         self.inner.settings.policy
