@@ -389,3 +389,39 @@ fn interop_gives_the_native_context_and_queue() {
         },
     );
 }
+
+/// `OMP_AVAILABLE_DEVICES` (OpenMP 6.0): only the devices it names, in its order and
+/// renumbered, by number as discovered or by UID; a selector naming nothing, or a device
+/// twice, is an error that names the variable.
+#[test]
+fn omp_available_devices_keeps_the_devices_it_names_in_order() -> offload::Result<()> {
+    let with = |v: &'static str| {
+        Runtime::builder()
+            .env(move |k| (k == "OMP_AVAILABLE_DEVICES").then(|| v.to_string()))
+            .gpus(false)
+            .host_devices(3)
+            .build()
+    };
+    let rt = with("host-2, 0")?;
+    check_eq!(rt.num_devices(), 2);
+    check_eq!(rt.device_uid(0)?, "host-2");
+    check_eq!(rt.device_uid(1)?, "host-0");
+    check!(rt.device_report().contains("OMP_AVAILABLE_DEVICES=host-2,0"), "{}", rt.device_report());
+    // The renumbered devices work, and their messages use the new numbers.
+    for d in 0..2 {
+        let mut x = vec![0i32; 64];
+        rt.device(d)?.data(map::tofrom(&mut x), |xv| offload_kernels::fill_i32(&rt.device(d)?, 9, xv))?;
+        check!(x.iter().all(|&v| v == 9));
+    }
+    let e = rt.target_alloc(usize::MAX / 2, 1).unwrap_err();
+    check!(e.to_string().contains("device 1"), "{e}");
+    // The builder's form.
+    let rt =
+        Runtime::builder().env(|_| None).gpus(false).host_devices(3).available_devices(["host-1"]).build()?;
+    check_eq!((rt.num_devices(), rt.device_uid(0)?), (1, "host-1".to_string()));
+    for bad in ["host-7", "0,0", "5", "host-1,,0"] {
+        let e = with(bad).unwrap_err();
+        check!(matches!(e, Error::InvalidSetting { var: "OMP_AVAILABLE_DEVICES", .. }), "{bad}: {e}");
+    }
+    Ok(())
+}

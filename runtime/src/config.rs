@@ -96,6 +96,9 @@ pub(crate) struct Settings {
     pub default_device: Option<usize>,
     /// `OMP_DEFAULT_DEVICE` given as a device UID (OpenMP 6.0), resolved after discovery.
     pub default_device_uid: Option<String>,
+    /// `OMP_AVAILABLE_DEVICES` (OpenMP 6.0): the devices to keep, in order, each a device
+    /// number as discovered or a UID; resolved after discovery.
+    pub available_devices: Option<Vec<String>>,
     pub info: InfoFlags,
     pub pool: PoolConfig,
     pub staging: StagingConfig,
@@ -175,11 +178,29 @@ impl Settings {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
         };
+        let available_devices =
+            match (&over.available_devices, read("OMP_AVAILABLE_DEVICES", over.available_devices.is_some())?)
+            {
+                (Some(list), _) => Some(list.clone()),
+                (None, None) => None,
+                (None, Some(v)) => {
+                    let items: Vec<String> = v.split(',').map(|s| s.trim().to_string()).collect();
+                    if items.iter().any(String::is_empty) {
+                        return Err(Error::InvalidSetting {
+                            var: "OMP_AVAILABLE_DEVICES",
+                            value: v,
+                            expected: "device numbers or device UIDs separated by commas, none empty",
+                        });
+                    }
+                    Some(items)
+                }
+            };
         let settings = Self {
             policy,
             host_devices,
             default_device,
             default_device_uid,
+            available_devices,
             info,
             pool,
             staging,
@@ -247,6 +268,7 @@ pub(crate) struct Overrides {
     pub policy: Option<OffloadPolicy>,
     pub host_devices: Option<usize>,
     pub default_device: Option<usize>,
+    pub available_devices: Option<Vec<String>>,
     pub info: Option<InfoFlags>,
     pub pool: Option<PoolConfig>,
     pub staging: Option<StagingConfig>,
@@ -353,6 +375,7 @@ mod tests {
             "OMP_TARGET_OFFLOAD",
             "OFFLOAD_HOST_DEVICES",
             "OMP_DEFAULT_DEVICE",
+            "OMP_AVAILABLE_DEVICES",
             "OFFLOAD_INFO",
             "OFFLOAD_MEMORY_POOL",
             "OFFLOAD_STAGING",
@@ -373,6 +396,7 @@ mod tests {
             policy: Some(OffloadPolicy::Default),
             host_devices: Some(1),
             default_device: Some(0),
+            available_devices: Some(vec!["0".into()]),
             info: Some(InfoFlags::NONE),
             pool: Some(PoolConfig::default()),
             staging: Some(StagingConfig::default()),

@@ -292,6 +292,7 @@ mod tests {
         fn description(&self) -> &DeviceDescription {
             &self.description
         }
+        fn renumber(&mut self, _number: usize) {}
         fn alloc(&self, bytes: usize) -> Result<u64> {
             let mut s = self.state.lock();
             if s.0 + bytes > self.capacity {

@@ -268,6 +268,10 @@ impl Backend for CudaDevice {
         &self.description
     }
 
+    fn renumber(&mut self, number: usize) {
+        self.number = number;
+    }
+
     fn alloc(&self, bytes: usize) -> Result<u64> {
         self.bind()?;
         // SAFETY: the context is current; `bytes > 0`.

@@ -348,6 +348,10 @@ impl Backend for HipDevice {
         &self.description
     }
 
+    fn renumber(&mut self, number: usize) {
+        self.number = number;
+    }
+
     fn alloc(&self, bytes: usize) -> Result<u64> {
         self.select()?;
         let mut p: *mut c_void = std::ptr::null_mut();

@@ -218,6 +218,10 @@ impl Backend for HostDevice {
         &self.description
     }
 
+    fn renumber(&mut self, number: usize) {
+        self.number = number;
+    }
+
     fn alloc(&self, bytes: usize) -> Result<u64> {
         let oom =
             |free| Error::OutOfMemory { device: self.number, requested: bytes, free, total: self.capacity };

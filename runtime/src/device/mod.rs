@@ -335,6 +335,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Identity of the device.
     fn description(&self) -> &DeviceDescription;
 
+    /// Gives the device number `number` (its messages name it), when `OMP_AVAILABLE_DEVICES`
+    /// leaves out or reorders devices after discovery.
+    fn renumber(&mut self, number: usize);
+
     /// Allocates `bytes > 0` of device memory (no pooling: the pool sits above).
     fn alloc(&self, bytes: usize) -> Result<u64>;
 

@@ -76,6 +76,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// `OMP_AVAILABLE_DEVICES` (OpenMP 6.0): keep only these devices, in this order,
+    /// renumbered from 0; each a device number as discovered or a device UID (see
+    /// [`Runtime::device_uid`](crate::Runtime::device_uid)).
+    pub fn available_devices<S: Into<String>>(mut self, selectors: impl IntoIterator<Item = S>) -> Self {
+        self.over.available_devices = Some(selectors.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// `OFFLOAD_INFO`.
     pub fn info(mut self, flags: InfoFlags) -> Self {
         self.over.info = Some(flags);
@@ -161,7 +169,7 @@ impl RuntimeBuilder {
             Arc::new(threads.build().map_err(|e| start_failed("start the host kernel pool", e.to_string()))?);
         let mut report = format!("topology: {}\n", topology.description());
         // Each device with its placement and worker; GPUs first, then host devices.
-        let mut devices: Vec<(Arc<dyn Backend>, Placement, Arc<DeviceWorker>)> = Vec::new();
+        let mut devices: Vec<FoundDevice> = Vec::new();
         let spawn = |name: String, p: &Placement| {
             DeviceWorker::spawn(name, Arc::clone(&topology), p.cpus.clone())
                 .map(Arc::new)
@@ -183,7 +191,7 @@ impl RuntimeBuilder {
                         let bus = g.description().pci_bus_id.clone().unwrap_or_default();
                         let p = topology.place_pci(&bus);
                         let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
-                        devices.push((Arc::from(g), p, w));
+                        devices.push((g, p, w));
                     }
                 }
             }
@@ -200,10 +208,18 @@ impl RuntimeBuilder {
                     KernelPool::new(format!("offload-host{i}"), self.over.kernel_threads),
                     self.peer_access,
                 );
-                devices.push((Arc::new(d), p, w));
+                devices.push((Box::new(d), p, w));
             }
             report
                 .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
+        }
+        if let Some(list) = settings.available_devices.take() {
+            devices = keep_available(devices, &list)?;
+            report.push_str(&format!(
+                "available: {} of the devices found (OMP_AVAILABLE_DEVICES={})\n",
+                devices.len(),
+                list.join(",")
+            ));
         }
         if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
             return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
@@ -237,7 +253,7 @@ impl RuntimeBuilder {
             .enumerate()
             .map(|(number, (backend, placement, worker))| DeviceState {
                 number,
-                backend,
+                backend: Arc::from(backend),
                 pool: MemoryPool::new(settings.pool),
                 table: Mutex::new(PresentTable::default()),
                 stats: TransferCounters::default(),
@@ -267,3 +283,38 @@ impl RuntimeBuilder {
         })
     }
 }
+
+/// The devices `OMP_AVAILABLE_DEVICES` names, in its order, renumbered from 0: each
+/// selector a device number as discovered or a device's UID; one naming no device, or a
+/// device named twice, is an error.
+fn keep_available(devices: Vec<FoundDevice>, list: &[String]) -> Result<Vec<FoundDevice>> {
+    let bad = |sel: &str, expected: &'static str| Error::InvalidSetting {
+        var: "OMP_AVAILABLE_DEVICES",
+        value: sel.to_string(),
+        expected,
+    };
+    let mut chosen: Vec<usize> = Vec::new();
+    for sel in list {
+        let at = if sel.chars().all(|c| c.is_ascii_digit()) {
+            sel.parse::<usize>().ok().filter(|&i| i < devices.len())
+        } else {
+            devices.iter().position(|(b, _, _)| super::queries::uid_matches(b.description(), sel))
+        };
+        let at =
+            at.ok_or_else(|| bad(sel, "a device number (as discovered) or the UID of a device present"))?;
+        if chosen.contains(&at) {
+            return Err(bad(sel, "each device named once"));
+        }
+        chosen.push(at);
+    }
+    let mut all: Vec<Option<FoundDevice>> = devices.into_iter().map(Some).collect();
+    let mut kept: Vec<FoundDevice> =
+        chosen.into_iter().filter_map(|i| all.get_mut(i).and_then(Option::take)).collect();
+    for (n, d) in kept.iter_mut().enumerate() {
+        d.0.renumber(n);
+    }
+    Ok(kept)
+}
+
+/// A device found at start-up: its backend, placement and worker.
+type FoundDevice = (Box<dyn Backend>, Placement, Arc<DeviceWorker>);
