@@ -103,9 +103,10 @@ impl Bench {
     /// Median seconds per iteration of `run`, which makes `iters` iterations and returns
     /// the time they took as it measures it (GPU work: CUDA events around them).
     pub fn custom(&mut self, id: &str, budget: Budget, mut run: impl FnMut(u64) -> Duration) -> f64 {
+        let samples = budget.samples.max(10);
         let mut per_iter = Vec::new();
         let mut g = self.c.benchmark_group(&self.group);
-        g.sample_size(budget.samples.max(10)).warm_up_time(budget.warm_up).measurement_time(budget.measure);
+        g.sample_size(samples).warm_up_time(budget.warm_up).measurement_time(budget.measure);
         if budget.flat {
             g.sampling_mode(SamplingMode::Flat);
         }
@@ -118,7 +119,7 @@ impl Bench {
         });
         g.finish();
         // Criterion's samples are the last calls; the ones before them are its warm-up.
-        let keep = budget.samples.max(10).min(per_iter.len());
+        let keep = samples.min(per_iter.len());
         median(per_iter.split_off(per_iter.len() - keep))
     }
 }

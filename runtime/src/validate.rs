@@ -19,6 +19,9 @@ pub(crate) fn host_range(
     what: &dyn Display,
     r: HostRange,
 ) -> Result<()> {
+    if host_range_ok(r) {
+        return Ok(());
+    }
     if r.begin == 0 && r.bytes > 0 {
         return Err(Error::InvalidArgument {
             routine,
@@ -37,6 +40,11 @@ pub(crate) fn host_range(
     Ok(())
 }
 
+/// Whether [`host_range`] accepts `r` (no message built: the common case's test).
+fn host_range_ok(r: HostRange) -> bool {
+    (r.begin != 0 || r.bytes == 0) && r.checked_end().is_some()
+}
+
 /// The map kinds construct `c` accepts, for messages.
 fn allowed_kinds(c: Construct) -> &'static str {
     match c {
@@ -51,12 +59,7 @@ fn allowed_kinds(c: Construct) -> &'static str {
 /// allows, and its host range passes [`host_range`].
 pub(crate) fn map_list(c: Construct, device: usize, items: &[MapItem]) -> Result<()> {
     // The common case first, without building any message.
-    let fine = |it: &MapItem| {
-        c.allows(it.map_type)
-            && (it.range.begin != 0 || it.range.bytes == 0)
-            && it.range.checked_end().is_some()
-    };
-    if items.iter().all(fine) {
+    if items.iter().all(|it| c.allows(it.map_type) && host_range_ok(it.range)) {
         return Ok(());
     }
     for (i, it) in items.iter().enumerate() {

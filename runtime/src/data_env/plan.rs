@@ -143,25 +143,18 @@ impl EnterPlan {
         mut on_exists: impl FnMut(&Entry),
     ) -> Result<()> {
         if let [it] = items {
-            return self.build_one(table, it, device, alloc, on_exists);
+            // One item (most constructs): no list bookkeeping.
+            let lookup = check_entry(table, it, device)?;
+            if it.range.bytes == 0 {
+                return Ok(());
+            }
+            return self.take(table, it, lookup, device, |_| true, &mut alloc, &mut on_exists);
         }
         // What each item names in the table as the construct found it (the table changes
         // below only in counts, so these stay true).
         let mut found: Short<Lookup> = Short::with_capacity(items.len());
         for it in items {
-            match table.lookup(it.range) {
-                Lookup::Extends(existing) => {
-                    return Err(Error::Extension { device, requested: it.range, existing })
-                }
-                Lookup::Absent if it.map_type.present => {
-                    return Err(Error::NotPresent {
-                        device,
-                        range: it.range,
-                        what: "a `present` map on entry",
-                    })
-                }
-                l => found.push(l),
-            }
+            found.push(check_entry(table, it, device)?);
         }
         let mut seen = SmallSet::new();
         for (it, lookup) in items.iter().zip(found).filter(|(it, _)| it.range.bytes > 0) {
@@ -180,67 +173,42 @@ impl EnterPlan {
                 Err(existing) => return Err(Error::Extension { device, requested: it.range, existing }),
                 Ok(None) => {}
             }
-            match lookup {
-                Lookup::Inside(k) => {
-                    let Some(e) = table.get_mut(k) else { continue };
-                    // Counts as the construct found them.
-                    on_exists(e);
-                    if seen.insert((k, hold)) {
-                        self.counted.push((k, hold, e.device_addr));
-                        increment(e, hold);
-                    }
-                    if it.map_type.copies_in() && it.map_type.always {
-                        self.copies.push((it.range, e.translate(it.range.begin), k));
-                    }
-                }
-                Lookup::Extends(existing) => {
-                    return Err(Error::Extension { device, requested: it.range, existing })
-                }
-                Lookup::Absent => {
-                    let device_addr = alloc(it.range.bytes)?;
-                    self.planned.insert(Planned {
-                        range: it.range,
-                        device_addr,
-                        counts_ref: !hold,
-                        counts_hold: hold,
-                    });
-                    if it.map_type.copies_in() {
-                        self.copies.push((it.range, device_addr, it.range.begin));
-                    }
-                }
-            }
+            self.take(table, it, lookup, device, |k| seen.insert((k, hold)), &mut alloc, &mut on_exists)?;
         }
         Ok(())
     }
-}
 
-impl EnterPlan {
-    /// [`EnterPlan::build`] for a map list of one item (most constructs): the same rules
-    /// with no list bookkeeping.
-    fn build_one(
+    /// Resolves item `it` (of non-zero size, not inside an entry this construct creates)
+    /// by what the table held for it: an existing entry has its count moved when `first`
+    /// says this construct has not moved that count of it yet, and a new one is allocated
+    /// by `alloc`; the item's copy, if it makes one, is listed.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
         &mut self,
         table: &mut PresentTable,
         it: &MapItem,
+        lookup: Lookup,
         device: usize,
-        mut alloc: impl FnMut(usize) -> Result<u64>,
-        mut on_exists: impl FnMut(&Entry),
+        first: impl FnOnce(usize) -> bool,
+        alloc: &mut impl FnMut(usize) -> Result<u64>,
+        on_exists: &mut impl FnMut(&Entry),
     ) -> Result<()> {
         let hold = it.map_type.hold;
-        match table.lookup(it.range) {
-            Lookup::Extends(existing) => Err(Error::Extension { device, requested: it.range, existing }),
-            Lookup::Absent if it.map_type.present => {
-                Err(Error::NotPresent { device, range: it.range, what: "a `present` map on entry" })
-            }
-            _ if it.range.bytes == 0 => Ok(()),
+        match lookup {
             Lookup::Inside(k) => {
                 let Some(e) = table.get_mut(k) else { return Ok(()) };
+                // Counts as the construct found them.
                 on_exists(e);
-                self.counted.push((k, hold, e.device_addr));
-                increment(e, hold);
+                if first(k) {
+                    self.counted.push((k, hold, e.device_addr));
+                    increment(e, hold);
+                }
                 if it.map_type.copies_in() && it.map_type.always {
                     self.copies.push((it.range, e.translate(it.range.begin), k));
                 }
-                Ok(())
+            }
+            Lookup::Extends(existing) => {
+                return Err(Error::Extension { device, requested: it.range, existing })
             }
             Lookup::Absent => {
                 let device_addr = alloc(it.range.bytes)?;
@@ -253,9 +221,21 @@ impl EnterPlan {
                 if it.map_type.copies_in() {
                     self.copies.push((it.range, device_addr, it.range.begin));
                 }
-                Ok(())
             }
         }
+        Ok(())
+    }
+}
+
+/// What item `it` of an entry construct names in `table`: an error when it extends a
+/// mapped range, or is absent with the `present` modifier.
+fn check_entry(table: &PresentTable, it: &MapItem, device: usize) -> Result<Lookup> {
+    match table.lookup(it.range) {
+        Lookup::Extends(existing) => Err(Error::Extension { device, requested: it.range, existing }),
+        Lookup::Absent if it.map_type.present => {
+            Err(Error::NotPresent { device, range: it.range, what: "a `present` map on entry" })
+        }
+        l => Ok(l),
     }
 }
 
@@ -287,6 +267,56 @@ struct Touched {
     counts_hold: bool,
     delete: bool,
     released: bool,
+}
+
+impl Touched {
+    fn new(key: usize, e: &Entry) -> Self {
+        Self {
+            key,
+            device_addr: e.device_addr,
+            before: (e.ref_count, e.hold_count),
+            counts_ref: false,
+            counts_hold: false,
+            delete: false,
+            released: false,
+        }
+    }
+
+    /// Item `it` names this entry: the count it moves, and whether it deletes.
+    fn add(&mut self, it: &MapItem) {
+        self.counts_hold |= it.map_type.hold;
+        self.counts_ref |= !it.map_type.hold;
+        self.delete |= it.map_type.kind == MapKind::Delete;
+    }
+
+    /// Moves `e`'s counts as the items said (each once; `delete` zeroes the reference
+    /// count), records what was taken in `plan`, and whether the entry now leaves.
+    fn apply(&mut self, e: &mut Entry, plan: &mut ExitPlan) {
+        if self.counts_hold {
+            decrement(e, true);
+        }
+        if self.counts_ref && !e.associated {
+            e.ref_count = if self.delete { 0 } else { e.ref_count.saturating_sub(1) };
+        }
+        let (r, h) = (self.before.0 - e.ref_count, self.before.1 - e.hold_count);
+        plan.taken.push((self.key, e.device_addr, r, h));
+        self.released = e.is_released();
+    }
+
+    /// The copy back item `it` makes: a `from` when the entry leaves, or with `always`.
+    fn copy_for(&self, it: &MapItem) -> Option<PlannedCopy> {
+        let copy = it.map_type.copies_out() && (it.map_type.always || self.released);
+        copy.then(|| (it.range, self.device_addr + (it.range.begin - self.key) as u64, self.key))
+    }
+
+    /// Takes the entry out of `table` into `plan` if it leaves.
+    fn take_out(&self, table: &mut PresentTable, plan: &mut ExitPlan) {
+        if self.released {
+            if let Some(e) = table.remove(self.key) {
+                plan.removed.push((e, self.before));
+            }
+        }
+    }
 }
 
 /// The exit half of a construct (`target data` / launch end, `exit data`), already applied
@@ -362,15 +392,7 @@ impl ExitPlan {
                 Some(at) => at,
                 None => {
                     let Some(e) = table.get(k) else { continue };
-                    touched.push(Touched {
-                        key: k,
-                        device_addr: e.device_addr,
-                        before: (e.ref_count, e.hold_count),
-                        counts_ref: false,
-                        counts_hold: false,
-                        delete: false,
-                        released: false,
-                    });
+                    touched.push(Touched::new(k, e));
                     if !index.is_empty() {
                         index.insert(k, touched.len() - 1);
                     } else if touched.len() > SmallSet::<usize>::SPILL {
@@ -380,35 +402,22 @@ impl ExitPlan {
                 }
             };
             slot[i] = Some(at);
-            let t = &mut touched[at];
-            t.counts_hold |= it.map_type.hold;
-            t.counts_ref |= !it.map_type.hold;
-            t.delete |= it.map_type.kind == MapKind::Delete;
+            touched[at].add(it);
         }
         for t in touched.iter_mut() {
-            let Some(e) = table.get_mut(t.key) else { continue };
-            if t.counts_hold {
-                decrement(e, true);
+            if let Some(e) = table.get_mut(t.key) {
+                t.apply(e, plan);
             }
-            if t.counts_ref && !e.associated {
-                e.ref_count = if t.delete { 0 } else { e.ref_count.saturating_sub(1) };
-            }
-            let (r, h) = (t.before.0 - e.ref_count, t.before.1 - e.hold_count);
-            plan.taken.push((t.key, e.device_addr, r, h));
-            t.released = e.is_released();
         }
         let mut copied = SmallSet::new();
         for (it, at) in items.iter().zip(&slot).rev() {
-            let Some(t) = at.map(|at| &touched[at]) else { continue };
-            let copy = it.map_type.copies_out() && (it.map_type.always || t.released);
-            if copy && copied.insert(it.range) {
-                plan.copies.push((it.range, t.device_addr + (it.range.begin - t.key) as u64, t.key));
+            let Some(copy) = at.and_then(|at| touched[at].copy_for(it)) else { continue };
+            if copied.insert(it.range) {
+                plan.copies.push(copy);
             }
         }
-        for t in touched.iter().filter(|t| t.released) {
-            if let Some(e) = table.remove(t.key) {
-                plan.removed.push((e, t.before));
-            }
+        for t in &touched {
+            t.take_out(table, plan);
         }
         Ok(())
     }
@@ -426,22 +435,11 @@ impl ExitPlan {
         let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
         let Some(k) = key.filter(|_| it.range.bytes > 0) else { return Ok(()) };
         let Some(e) = table.get_mut(k) else { return Ok(()) };
-        let before = (e.ref_count, e.hold_count);
-        if it.map_type.hold {
-            decrement(e, true);
-        } else if !e.associated {
-            e.ref_count = if it.map_type.kind == MapKind::Delete { 0 } else { e.ref_count.saturating_sub(1) };
-        }
-        self.taken.push((k, e.device_addr, before.0 - e.ref_count, before.1 - e.hold_count));
-        let released = e.is_released();
-        if it.map_type.copies_out() && (it.map_type.always || released) {
-            self.copies.push((it.range, e.translate(it.range.begin), k));
-        }
-        if released {
-            if let Some(e) = table.remove(k) {
-                self.removed.push((e, before));
-            }
-        }
+        let mut t = Touched::new(k, e);
+        t.add(it);
+        t.apply(e, self);
+        self.copies.extend(t.copy_for(it));
+        t.take_out(table, self);
         Ok(())
     }
 

@@ -99,6 +99,8 @@ impl KernelPool {
 /// One host device.
 pub(crate) struct HostDevice {
     number: usize,
+    /// Its index among the host devices, fixed at start-up (its UID's N).
+    host_index: usize,
     description: DeviceDescription,
     worker: Option<Arc<DeviceWorker>>,
     pool: KernelPool,
@@ -124,6 +126,7 @@ impl HostDevice {
     ) -> Self {
         Self {
             number,
+            host_index,
             description: DeviceDescription {
                 kind: BackendKind::Host,
                 name: format!("host device {host_index}"),
@@ -220,6 +223,11 @@ impl Backend for HostDevice {
 
     fn renumber(&mut self, number: usize) {
         self.number = number;
+    }
+
+    /// `host-N`, N its index among host devices (it keeps it when renumbered).
+    fn uid(&self) -> String {
+        format!("host-{}", self.host_index)
     }
 
     fn alloc(&self, bytes: usize) -> Result<u64> {

@@ -335,6 +335,17 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Identity of the device.
     fn description(&self) -> &DeviceDescription;
 
+    /// The device's UID (OpenMP 6.0's `omp_get_uid_from_device`): its driver UUID, else
+    /// `PCI:` and its bus id; host devices name themselves.
+    fn uid(&self) -> String {
+        let d = self.description();
+        match (&d.uuid, &d.pci_bus_id) {
+            (Some(u), _) => u.clone(),
+            (None, Some(bus)) => format!("PCI:{bus}"),
+            (None, None) => d.name.clone(),
+        }
+    }
+
     /// Gives the device number `number` (its messages name it), when `OMP_AVAILABLE_DEVICES`
     /// leaves out or reorders devices after discovery.
     fn renumber(&mut self, number: usize);

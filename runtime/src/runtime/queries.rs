@@ -109,7 +109,7 @@ impl Runtime {
     pub fn device_uid(&self, device: usize) -> Result<String> {
         Ok(match self.target(device)? {
             Target::Initial => "host".into(),
-            Target::Device(d) => uid_of(d.backend.description()),
+            Target::Device(d) => d.backend.uid(),
         })
     }
 
@@ -117,11 +117,7 @@ impl Runtime {
     /// [`Runtime::device_uid`]; a GPU's PCI bus id alone is accepted too, in any case), or
     /// `None`.
     pub fn device_from_uid(&self, uid: &str) -> Option<usize> {
-        let uid = uid.trim();
-        if uid.eq_ignore_ascii_case("host") {
-            return Some(self.initial_device());
-        }
-        self.inner.devices.iter().position(|d| uid_matches(d.backend.description(), uid))
+        find_uid(self.inner.devices.iter().map(|d| &*d.backend), uid)
     }
 
     /// The native handles of `device` (its context and compute stream), for the vendor's
@@ -276,20 +272,26 @@ impl Runtime {
     }
 }
 
-/// Whether `uid` names the device of `desc`: its UID, or (for a GPU) its PCI bus id with or
-/// without the `PCI:` prefix; in any case.
-pub(crate) fn uid_matches(desc: &crate::device::DeviceDescription, uid: &str) -> bool {
+/// Whether `uid` names device `b`: its UID, or (for a GPU) its PCI bus id with or without
+/// the `PCI:` prefix; in any case.
+pub(crate) fn uid_matches(b: &dyn crate::device::Backend, uid: &str) -> bool {
     let uid = uid.trim();
-    uid_of(desc).eq_ignore_ascii_case(uid)
-        || desc.pci_bus_id.as_deref().is_some_and(|b| b.eq_ignore_ascii_case(uid.trim_start_matches("PCI:")))
+    b.uid().eq_ignore_ascii_case(uid)
+        || b.description()
+            .pci_bus_id
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case(uid.trim_start_matches("PCI:")))
 }
 
-/// A device's UID (see [`Runtime::device_uid`]).
-pub(crate) fn uid_of(desc: &crate::device::DeviceDescription) -> String {
-    match (&desc.uuid, &desc.pci_bus_id) {
-        (Some(u), _) => u.clone(),
-        (None, Some(bus)) => format!("PCI:{bus}"),
-        // Host devices are named "host device N".
-        (None, None) => desc.name.replace("host device ", "host-"),
+/// The device of `backends` (numbered in order, the initial device after them) that `uid`
+/// names: `host` is the initial device.
+pub(crate) fn find_uid<'a>(
+    backends: impl ExactSizeIterator<Item = &'a dyn crate::device::Backend>,
+    uid: &str,
+) -> Option<usize> {
+    let initial = backends.len();
+    if uid.trim().eq_ignore_ascii_case("host") {
+        return Some(initial);
     }
+    backends.enumerate().find(|(_, b)| uid_matches(*b, uid)).map(|(i, _)| i)
 }
