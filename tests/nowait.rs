@@ -456,3 +456,46 @@ fn a_task_cannot_queue_on_its_own_lane_for_a_scope_it_opened() {
         },
     );
 }
+
+#[test]
+fn memset_and_rectangular_copies_are_tasks_too() {
+    on_every_backend(
+        "nowait memset and memcpy_rect",
+        1,
+        |b| b,
+        |rt| {
+            let host = rt.initial_device();
+            for d in 0..rt.num_devices() {
+                let p = rt.target_alloc(64, d)?;
+                // A 2x3 block at (1, 1) of a 4x4 host matrix of u32, to a 2x3 device one.
+                let src: Vec<u32> = (0..16).collect();
+                let mut back = [0u32; 8];
+                rt.nowait(|s| -> offload::Result<()> {
+                    // SAFETY: `p` holds 64 bytes of `d`; `src` and `back` outlive the scope.
+                    unsafe {
+                        let zero = s.memset(p, 0xab, 64, d, &[])?;
+                        let rect = s.memcpy_rect(
+                            4,
+                            &[2, 3],
+                            offload::RectSide { ptr: p, device: d, offsets: &[0, 0], dimensions: &[2, 3] },
+                            offload::RectSide {
+                                ptr: src.as_ptr() as u64,
+                                device: host,
+                                offsets: &[1, 1],
+                                dimensions: &[4, 4],
+                            },
+                            &[&zero],
+                        )?;
+                        s.memcpy(back.as_mut_ptr() as u64, p, 32, 0, 0, host, d, &[&rect])?;
+                    }
+                    Ok(())
+                })??;
+                check_eq!(back[..6], [5, 6, 7, 9, 10, 11]);
+                check_eq!(back[6..], [0xabab_abab; 2]);
+                // SAFETY: nothing uses `p` any more.
+                unsafe { rt.target_free(p, d)? };
+            }
+            Ok(())
+        },
+    );
+}

@@ -473,3 +473,130 @@ fn interop_pointers_in_the_omp_shape() -> Result<()> {
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
     Ok(())
 }
+
+#[test]
+fn asynchronous_routines_follow_their_dependences() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    for dev in devices()? {
+        let p = omp_target_alloc(4096, dev)?;
+        // Fill and read back on two different lanes (copy-in, copy-out), ordered only by
+        // their address dependences: each read must see its own fill.
+        let mut seen = vec![[0u8; 4096]; 24];
+        // SAFETY: `p` holds 4096 bytes of `dev`; every host buffer lives past the taskwait.
+        unsafe {
+            for (i, s) in seen.iter_mut().enumerate() {
+                omp_target_memset_async(p, i as i32, 4096, dev, &[Depend::new(DependType::InOut, p)])?;
+                let rd = [Depend::new(DependType::In, p)];
+                omp_target_memcpy_async(vpm(s.as_mut_ptr()), p, 4096, 0, 0, init, dev, &rd)?;
+            }
+        }
+        omp_taskwait()?;
+        for (i, s) in seen.iter().enumerate() {
+            check!(s.iter().all(|&b| b == i as u8), "read {i} on device {dev} saw {}", s[0]);
+        }
+
+        // target enter data / target / update / exit data, nowait, chained on `x`.
+        let mut x: Vec<i32> = (0..1000).collect();
+        let mut mid = vec![0i32; 1000];
+        let xp = x.as_mut_ptr();
+        let xd = |k| [Depend::new(k, xp)];
+        let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::mapped(xp)];
+        // SAFETY: `x` and `mid` live past the taskwait and the host touches neither before it.
+        unsafe {
+            target_enter_data_nowait(dev, &[MapItem::raw(xp, 4000, MapType::TO)], &xd(DependType::Out))?;
+            target_nowait(dev, &ADD_I32, 1000, &[], &args, &xd(DependType::InOut))?;
+            target_update_nowait(
+                dev,
+                UpdateDirection::From,
+                &[UpdateItem::raw(xp, 4000)],
+                &xd(DependType::InOut),
+            )?;
+            let t = target_nowait(dev, &ADD_I32, 1000, &[], &args, &xd(DependType::InOut))?;
+            // A task handle as a dependence, and a host->host copy run at once.
+            let snapshot = [Depend::on_task(&t)];
+            omp_target_memcpy_async(vpm(mid.as_mut_ptr()), vp(xp), 4000, 0, 0, init, init, &snapshot)?;
+            target_exit_data_nowait(dev, &[MapItem::raw(xp, 4000, MapType::FROM)], &xd(DependType::InOut))?;
+        }
+        omp_taskwait()?;
+        check!(mid.iter().enumerate().all(|(i, &v)| v == i as i32 + 5), "device {dev}: {}", mid[1]);
+        check!(x.iter().enumerate().all(|(i, &v)| v == i as i32 + 10), "device {dev}: {}", x[1]);
+
+        // A failed task fails its dependents, and omp_taskwait reports it.
+        let y = [0i32; 16];
+        let yd = |k| [Depend::new(k, y.as_ptr())];
+        // SAFETY: `y` outlives the taskwait; the exit fails before copying anything.
+        let (bad, after) = unsafe {
+            let present = MapType::FROM.present();
+            let bad =
+                target_exit_data_nowait(dev, &[MapItem::raw(y.as_ptr(), 64, present)], &yd(DependType::Out))?;
+            let after = omp_target_memset_async(p, 0, 16, dev, &yd(DependType::In))?;
+            (bad, after)
+        };
+        let e = fails(omp_taskwait(), "taskwait after a failed task")?;
+        check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
+        check!(matches!(bad.wait(), Err(Error::NotPresent { .. })));
+        check!(matches!(after.wait(), Err(Error::Dependency { .. })), "{:?}", after.wait());
+        omp_taskwait()?; // reported once
+                         // SAFETY: nothing uses `p` any more.
+        unsafe { omp_target_free(p, dev)? };
+    }
+    // The query form of the rectangular copy is the synchronous routine's.
+    // SAFETY: both pointers are null, so nothing is read.
+    let e = unsafe {
+        let (none, dims) = (std::ptr::null(), std::ptr::null::<usize>());
+        omp_target_memcpy_rect_async(
+            std::ptr::null_mut(),
+            none,
+            4,
+            2,
+            dims,
+            dims,
+            dims,
+            dims,
+            dims,
+            0,
+            init,
+            &[],
+        )
+    };
+    check!(matches!(e, Err(Error::InvalidArgument { .. })));
+    all_clean(rt)
+}
+
+#[test]
+fn rect_copy_asynchronously() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    for dev in devices()? {
+        // A 3x4 block at (1, 2) of an 8x8 host matrix of i32, to a 3x4 device matrix.
+        let host: Vec<i32> = (0..64).collect();
+        let p = omp_target_alloc(48, dev)?;
+        let mut back = [0i32; 12];
+        let (vol, dst_off, src_off, dst_dim, src_dim) =
+            ([3usize, 4], [0usize, 0], [1usize, 2], [3usize, 4], [8usize, 8]);
+        // SAFETY: `p` holds 12 i32 of `dev`; `host` and `back` outlive the taskwait.
+        unsafe {
+            let t = omp_target_memcpy_rect_async(
+                p,
+                vp(host.as_ptr()),
+                4,
+                2,
+                vol.as_ptr(),
+                dst_off.as_ptr(),
+                src_off.as_ptr(),
+                dst_dim.as_ptr(),
+                src_dim.as_ptr(),
+                dev,
+                init,
+                &[],
+            )?;
+            omp_target_memcpy_async(vpm(back.as_mut_ptr()), p, 48, 0, 0, init, dev, &[Depend::from(&t)])?;
+        }
+        omp_taskwait()?;
+        check_eq!(back, [10, 11, 12, 13, 18, 19, 20, 21, 26, 27, 28, 29]);
+        // SAFETY: nothing uses `p` any more.
+        unsafe { omp_target_free(p, dev)? };
+    }
+    all_clean(rt)
+}

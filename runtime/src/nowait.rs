@@ -88,11 +88,11 @@ impl std::fmt::Debug for Task {
 }
 
 impl Task {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { state: Arc::new(TaskState::default()) }
     }
 
-    fn finish(&self, r: Result<()>) {
+    pub(crate) fn finish(&self, r: Result<()>) {
         *self.state.result.lock() = Some(r);
         self.state.done.notify_all();
     }
@@ -224,14 +224,11 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         cleanup: bool,
         work: impl FnOnce(Result<()>) -> Result<()> + Send + 'scope,
     ) -> Result<Task> {
-        let state = self.rt.device_state(device)?;
-        let lanes = state.lanes()?;
         // A scope opened by a task waits for its tasks while that task occupies its lane:
         // a task of the scope queued on that lane (by anyone) would wait behind the task
         // that waits for it, for ever. Refused; other lanes and devices are fine.
-        let rt_id = Arc::as_ptr(&self.rt.inner) as usize;
         if let Some((r, d, l)) = self.opened_by {
-            if (r, d, l) == (rt_id, device, lane) {
+            if (r, d, l) == (runtime_id(self.rt), device, lane) {
                 return Err(Error::InvalidArgument {
                     routine: "NowaitScope",
                     what: format!(
@@ -245,37 +242,12 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         let deps: Vec<Task> = after.iter().map(|t| (*t).clone()).collect();
         // Counted before submission, by a caller that is itself counted (a running task)
         // or that the scope waits for (its closure).
-        let done = Completion { task: task.clone(), device, _pending: self.outstanding.pending() };
-        let job = move || {
-            let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
-            drop(deps);
-            let r = if before.is_err() && !cleanup {
-                // Dropped now, not after the count-down: what it holds may borrow 'scope.
-                drop(work);
-                Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
-            } else {
-                let outer = RUNNING.replace(Some((rt_id, device, lane)));
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
-                RUNNING.set(outer);
-                r.unwrap_or_else(|payload| {
-                    Err(Error::Panicked { device, what: "a nowait task", message: panic_message(&*payload) })
-                })
-            };
-            // The last thing the job does: the scope may end as soon as it is counted down.
-            done.finish(r);
-        };
-        let job: Box<dyn FnOnce() + Send + 'scope> = Box::new(job);
-        // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
-        // return (nor unwind) before its count of outstanding tasks is zero; this job is
-        // counted from before it is submitted until it has finished (`done.finish`, its
-        // last step) or has been dropped, so it never outlives what it borrows.
-        let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
+        let pending = self.outstanding.pending();
         self.tasks.lock().push(task.clone());
-        // On failure the unsent job is dropped here, which fails the task (`Completion`).
-        lanes
-            .worker(lane as usize)
-            .submit(job)
-            .map_err(|_| Error::QueueClosed { device, why: "the lane thread ended" })?;
+        // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
+        // return (nor unwind) before its count of outstanding tasks is zero; `pending`
+        // counts this job until it has finished or been dropped.
+        unsafe { queue_task(self.rt, device, lane, task.clone(), deps, cleanup, pending, work)? };
         Ok(task)
     }
 
@@ -421,16 +393,138 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         after: &[&Task],
     ) -> Result<Task> {
         let rt = self.rt;
-        let (device, lane) = if dst_device == rt.initial_device() {
-            (src_device, Lane::CopyOut)
-        } else {
-            (dst_device, Lane::CopyIn)
-        };
+        let (device, lane) = copy_lane(rt, dst_device, src_device);
         // SAFETY: forwarded from the caller.
         self.spawn(device, lane, after, false, move |_| unsafe {
             rt.target_memcpy(dst, src, len, dst_offset, src_offset, dst_device, src_device)
         })
     }
+
+    /// `omp_target_memcpy_rect` `nowait`, on the lane [`NowaitScope::memcpy`] would use;
+    /// the arrays of `dst` and `src` are copied at the call.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_memcpy_rect`], until the task has finished.
+    pub unsafe fn memcpy_rect(
+        &'scope self,
+        element_size: usize,
+        volume: &[usize],
+        dst: crate::memcpy::RectSide<'_>,
+        src: crate::memcpy::RectSide<'_>,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        let (device, lane) = copy_lane(rt, dst.device, src.device);
+        let volume = volume.to_vec();
+        let (d_off, d_dim, s_off, s_dim) =
+            (dst.offsets.to_vec(), dst.dimensions.to_vec(), src.offsets.to_vec(), src.dimensions.to_vec());
+        let (d_ptr, d_dev, s_ptr, s_dev) = (dst.ptr, dst.device, src.ptr, src.device);
+        self.spawn(device, lane, after, false, move |_| {
+            let dst =
+                crate::memcpy::RectSide { ptr: d_ptr, device: d_dev, offsets: &d_off, dimensions: &d_dim };
+            let src =
+                crate::memcpy::RectSide { ptr: s_ptr, device: s_dev, offsets: &s_off, dimensions: &s_dim };
+            // SAFETY: forwarded from the caller.
+            unsafe { rt.target_memcpy_rect(element_size, &volume, dst, src) }
+        })
+    }
+
+    /// `omp_target_memset` `nowait`, on the device's copy-in lane.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_memset`], until the task has finished.
+    pub unsafe fn memset(
+        &'scope self,
+        ptr: u64,
+        value: u8,
+        bytes: usize,
+        device: usize,
+        after: &[&Task],
+    ) -> Result<Task> {
+        let rt = self.rt;
+        // SAFETY: forwarded from the caller.
+        self.spawn(device, Lane::CopyIn, after, false, move |_| unsafe {
+            rt.target_memset(ptr, value, bytes, device)
+        })
+    }
+}
+
+/// The device and lane of a copy from `src` to `dst`: the destination's copy-in lane, or
+/// the source's copy-out lane when the destination is the initial device.
+pub(crate) fn copy_lane(rt: &Runtime, dst: usize, src: usize) -> (usize, Lane) {
+    if dst == rt.initial_device() {
+        (src, Lane::CopyOut)
+    } else {
+        (dst, Lane::CopyIn)
+    }
+}
+
+fn runtime_id(rt: &Runtime) -> usize {
+    Arc::as_ptr(&rt.inner) as usize
+}
+
+/// Whether the calling thread is running a task on `lane` of `device` of `rt`: work it
+/// queued there and then waited for would wait behind itself.
+pub(crate) fn running_on(rt: &Runtime, device: usize, lane: Lane) -> bool {
+    RUNNING.get() == Some((runtime_id(rt), device, lane))
+}
+
+/// Queues `work` as `task` on `lane` of `device`, to run once every task of `deps` has
+/// finished (if one failed, `work` is dropped unrun and `task` fails with
+/// [`Error::Dependency`], unless `cleanup`: then `work` runs and is told). `pending` counts
+/// the task as outstanding until its result is recorded. The core of [`NowaitScope`]'s
+/// constructs and of [`crate::omp`]'s asynchronous routines.
+///
+/// # Safety
+/// Whatever `work` borrows must outlive `pending`: the caller waits for its latch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn queue_task<'w>(
+    rt: &Runtime,
+    device: usize,
+    lane: Lane,
+    task: Task,
+    deps: Vec<Task>,
+    cleanup: bool,
+    pending: Pending,
+    work: impl FnOnce(Result<()>) -> Result<()> + Send + 'w,
+) -> Result<()> {
+    let done = Completion { task, device, _pending: pending };
+    let lanes = match rt.device_state(device).and_then(|s| s.lanes()) {
+        Ok(lanes) => lanes,
+        Err(e) => {
+            done.finish(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let rt_id = runtime_id(rt);
+    let job = move || {
+        let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
+        drop(deps);
+        let r = if before.is_err() && !cleanup {
+            // Dropped now, not after the count-down: what it holds may borrow 'w.
+            drop(work);
+            Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
+        } else {
+            let outer = RUNNING.replace(Some((rt_id, device, lane)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
+            RUNNING.set(outer);
+            r.unwrap_or_else(|payload| {
+                Err(Error::Panicked { device, what: "a nowait task", message: panic_message(&*payload) })
+            })
+        };
+        // The last thing the job does: its waiter may end as soon as it is counted down.
+        done.finish(r);
+    };
+    let job: Box<dyn FnOnce() + Send + 'w> = Box::new(job);
+    // SAFETY: the job is counted by `pending` from before it is submitted until it has
+    // finished (`done.finish`, its last step) or has been dropped, and the caller keeps
+    // what it borrows alive until then.
+    let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
+    // On failure the unsent job is dropped here, which fails the task (`Completion`).
+    lanes
+        .worker(lane as usize)
+        .submit(job)
+        .map_err(|_| Error::QueueClosed { device, why: "the lane thread ended" })
 }
 
 /// What [`NowaitScope::exit`] unmaps: a view, or a tuple or `Vec` of views.

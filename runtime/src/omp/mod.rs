@@ -32,6 +32,13 @@ use crate::kernel::LaunchArg;
 use crate::memcpy::RectSide;
 use crate::runtime::Runtime;
 
+mod asynchronous;
+pub use asynchronous::{
+    omp_target_memcpy_async, omp_target_memcpy_rect_async, omp_target_memset_async, omp_taskwait,
+    target_enter_data_nowait, target_exit_data_nowait, target_nowait, target_update_nowait, Depend,
+    DependType,
+};
+
 /// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
 /// one in use either way. (Not called `init`: a C program ported with `use offload::omp::*`
 /// often has an `init` of its own.)
@@ -234,20 +241,9 @@ pub unsafe fn omp_target_memcpy_rect(
         return Ok(i32::MAX);
     }
     let rt = rt()?;
-    let n = usize::try_from(num_dims).ok().filter(|&n| n > 0).ok_or(Error::InvalidArgument {
-        routine: "omp_target_memcpy_rect",
-        what: format!("num_dims {num_dims} must be positive"),
-    })?;
-    let arr = |p: *const usize, name: &str| -> Result<&[usize]> {
-        if p.is_null() {
-            return Err(Error::InvalidArgument {
-                routine: "omp_target_memcpy_rect",
-                what: format!("{name} is null"),
-            });
-        }
-        // SAFETY: the caller guarantees `num_dims` elements.
-        Ok(unsafe { std::slice::from_raw_parts(p, n) })
-    };
+    const ROUTINE: &str = "omp_target_memcpy_rect";
+    // SAFETY: the caller guarantees `num_dims` elements per array.
+    let arr = |p, name| unsafe { rect_array(ROUTINE, p, num_dims, name) };
     let dst_side = RectSide {
         ptr: dst as u64,
         device: dev(rt, dst_device_num)?,
@@ -263,6 +259,27 @@ pub unsafe fn omp_target_memcpy_rect(
     // SAFETY: forwarded from the caller.
     unsafe { rt.target_memcpy_rect(element_size, arr(volume, "volume")?, dst_side, src_side)? };
     Ok(0)
+}
+
+/// The `num_dims` elements at `p`, one of `routine`'s arrays called `name`.
+///
+/// # Safety
+/// A non-null `p` points to `num_dims` elements that stay valid for `'a`.
+unsafe fn rect_array<'a>(
+    routine: &'static str,
+    p: *const usize,
+    num_dims: i32,
+    name: &str,
+) -> Result<&'a [usize]> {
+    let n = usize::try_from(num_dims)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or(Error::InvalidArgument { routine, what: format!("num_dims {num_dims} must be positive") })?;
+    if p.is_null() {
+        return Err(Error::InvalidArgument { routine, what: format!("{name} is null") });
+    }
+    // SAFETY: non-null, and the caller guarantees `num_dims` valid elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
 /// `omp_target_memset(ptr, value, count, device_num)`: returns `ptr`. As C's `memset`,

@@ -1,0 +1,367 @@
+//! OpenMP's asynchronous device routines (`omp_target_memcpy_async`,
+//! `omp_target_memcpy_rect_async`, `omp_target_memset_async`) and `nowait` with `depend`
+//! on `target`, `target enter data`, `target exit data` and `target update`, in C's shape.
+//!
+//! Each routine queues a task on one of the device's lanes (those of [`crate::nowait`]:
+//! copy-in, compute, copy-out) and returns its [`Task`] at once. A task first waits for its
+//! dependences, [`Depend`] objects (C's `omp_depend_t`): made on a host address with a
+//! [`DependType`], as `#pragma omp depobj(o) depend(inout: x)` makes one, or from a task (one
+//! of these routines' or a nowait scope's). Address dependences order tasks as OpenMP's
+//! do: a task with `in` on an address runs after the last task with `out` or `inout` on it;
+//! one with `out` or `inout`, after that task and every `in` task since. Two dependences
+//! match when their addresses are equal (as in OpenMP, overlapping storage at different
+//! addresses does not). Tasks with no dependence between them are unordered, even on one
+//! device, as in OpenMP. [`omp_taskwait`] waits for every task these routines queued and
+//! returns the first error among them; a task whose dependence failed does not run and
+//! fails with [`Error::Dependency`].
+//!
+//! Work of the initial device alone (a host-to-host copy, a region on the initial device)
+//! runs on the calling thread, after its dependences, as an undeferred task.
+//!
+//! ```
+//! use offload::omp::*;
+//! use offload::Runtime;
+//!
+//! use_runtime(Runtime::builder().host_devices(2).build()?)?;
+//! let (dev, host) = (0, omp_get_initial_device()?);
+//! let p = omp_target_alloc(64, dev)?;
+//! let mut back = [0u8; 64];
+//! // SAFETY: `p` holds 64 bytes of `dev`; `back` lives until the taskwait.
+//! unsafe {
+//!     // #pragma omp depobj(o) depend(inout: p)  (and in: p for the read)
+//!     omp_target_memset_async(p, 7, 64, dev, &[Depend::new(DependType::InOut, p)])?;
+//!     omp_target_memcpy_async(back.as_mut_ptr().cast(), p, 64, 0, 0, host, dev, &[Depend::new(DependType::In, p)])?;
+//! }
+//! omp_taskwait()?;
+//! assert_eq!(back, [7; 64]);
+//! unsafe { omp_target_free(p, dev)? };
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::{dev, rt};
+use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::{Kernel, LaunchArg};
+use crate::latch::CountLatch;
+use crate::memcpy::RectSide;
+use crate::nowait::{copy_lane, queue_task, running_on, Lane, Task};
+use crate::runtime::Runtime;
+
+/// The dependence type of a [`Depend`] on an address (`depend(in: x)`, `out`, `inout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DependType {
+    /// `in`: after the last `out`/`inout` task on the address.
+    In,
+    /// `out`: after the last `out`/`inout` task and every `in` task since.
+    Out,
+    /// `inout`: as `out`.
+    InOut,
+}
+
+/// A dependence of an asynchronous routine: C's `omp_depend_t`. See the module
+/// documentation.
+#[derive(Clone, Debug)]
+pub struct Depend(DependOn);
+
+#[derive(Clone, Debug)]
+enum DependOn {
+    Task(Task),
+    Address { addr: usize, kind: DependType },
+}
+
+impl Depend {
+    /// A dependence of type `kind` on the host or device address `ptr`, as
+    /// `#pragma omp depobj(o) depend(kind: *ptr)`.
+    pub fn new<T>(kind: DependType, ptr: *const T) -> Self {
+        Self(DependOn::Address { addr: ptr as usize, kind })
+    }
+
+    /// A dependence on `task`: the new task runs after it.
+    pub fn on_task(task: &Task) -> Self {
+        Self(DependOn::Task(task.clone()))
+    }
+}
+
+impl From<&Task> for Depend {
+    fn from(task: &Task) -> Self {
+        Self::on_task(task)
+    }
+}
+
+/// The tasks an address's dependences order.
+#[derive(Default)]
+struct AddressTasks {
+    last_out: Option<Task>,
+    ins_since: Vec<Task>,
+}
+
+/// Tasks queued since the last [`omp_taskwait`] and the address dependences between them.
+#[derive(Default)]
+struct DependGraph {
+    by_address: HashMap<usize, AddressTasks>,
+    queued: Vec<Task>,
+}
+
+/// Tasks kept for their result before finished ones are dropped from the graph.
+const PRUNE_AT: usize = 4096;
+
+impl DependGraph {
+    /// The tasks `task` must wait for under `depend`, recording it for later dependences.
+    fn add(&mut self, task: &Task, depend: &[Depend]) -> Vec<Task> {
+        let mut before = Vec::new();
+        for d in depend {
+            match &d.0 {
+                DependOn::Task(t) => before.push(t.clone()),
+                DependOn::Address { addr, kind } => {
+                    let at = self.by_address.entry(*addr).or_default();
+                    before.extend(at.last_out.iter().cloned());
+                    if *kind == DependType::In {
+                        at.ins_since.push(task.clone());
+                    } else {
+                        before.append(&mut at.ins_since);
+                        at.last_out = Some(task.clone());
+                    }
+                }
+            }
+        }
+        if self.queued.len() >= PRUNE_AT {
+            self.prune();
+        }
+        self.queued.push(task.clone());
+        before
+    }
+
+    /// Drops tasks that succeeded; failed ones stay for [`omp_taskwait`] to report.
+    fn prune(&mut self) {
+        let succeeded = |t: &Task| t.is_done() && t.wait().is_ok();
+        self.queued.retain(|t| !succeeded(t));
+        self.by_address.retain(|_, a| {
+            a.ins_since.retain(|t| !t.is_done());
+            if a.last_out.as_ref().is_some_and(Task::is_done) {
+                a.last_out = None;
+            }
+            a.last_out.is_some() || !a.ins_since.is_empty()
+        });
+    }
+}
+
+/// The asynchronous routines' tasks: their graph, and the count [`omp_taskwait`] waits on.
+struct OmpTasks {
+    graph: Mutex<DependGraph>,
+    outstanding: Arc<CountLatch>,
+}
+
+fn omp_tasks() -> &'static OmpTasks {
+    static TASKS: OnceLock<OmpTasks> = OnceLock::new();
+    TASKS.get_or_init(|| OmpTasks { graph: Mutex::default(), outstanding: CountLatch::new() })
+}
+
+/// Queues `work` on `lane` of `device` after `depend`; on the initial device runs it now.
+fn submit(
+    rt: &'static Runtime,
+    device: usize,
+    lane: Lane,
+    depend: &[Depend],
+    work: impl FnOnce() -> Result<()> + Send + 'static,
+) -> Result<Task> {
+    let tasks = omp_tasks();
+    if device != rt.initial_device() && running_on(rt, device, lane) {
+        return Err(Error::InvalidArgument {
+            routine: "an asynchronous omp routine",
+            what: format!(
+                "device {device}: called from a task of its {lane:?} lane, it would queue behind that task"
+            ),
+        });
+    }
+    let task = Task::new();
+    let mut graph = tasks.graph.lock();
+    let before = graph.add(&task, depend);
+    if device == rt.initial_device() {
+        drop(graph);
+        let r = match before.iter().map(Task::wait).find(Result::is_err) {
+            Some(Err(e)) => Err(Error::Dependency { cause: e.to_string() }),
+            _ => work(),
+        };
+        task.finish(r);
+        return Ok(task);
+    }
+    // Queued under the graph's lock, so lanes receive tasks in the graph's order: a task
+    // never waits for one queued behind it on its own lane.
+    // SAFETY: `work` owns what it uses ('static); the raw memory it reaches is the
+    // caller's to keep valid (each routine's contract).
+    unsafe {
+        queue_task(rt, device, lane, task.clone(), before, false, tasks.outstanding.pending(), |_| work())?
+    };
+    drop(graph);
+    Ok(task)
+}
+
+/// `#pragma omp taskwait` for the asynchronous routines: waits for every task they
+/// queued, and returns the first error among those not yet reported.
+pub fn omp_taskwait() -> Result<()> {
+    let tasks = omp_tasks();
+    tasks.outstanding.wait();
+    let graph = std::mem::take(&mut *tasks.graph.lock());
+    // Tasks queued after the wait began are waited for too (undeferred ones are done).
+    graph.queued.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()))
+}
+
+/// `omp_target_memcpy_async(dst, src, length, dst_offset, src_offset, dst_device_num,
+/// src_device_num, depobj_count, depobj_list)`: on the destination device's copy-in lane,
+/// or the source's copy-out lane when the destination is the initial device.
+///
+/// # Safety
+/// As [`super::omp_target_memcpy`], until the task has finished.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn omp_target_memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    length: usize,
+    dst_offset: usize,
+    src_offset: usize,
+    dst_device_num: i32,
+    src_device_num: i32,
+    depend: &[Depend],
+) -> Result<Task> {
+    let rt = rt()?;
+    let (dd, sd) = (dev(rt, dst_device_num)?, dev(rt, src_device_num)?);
+    let (dst, src) = (dst as u64, src as u64);
+    let (device, lane) = copy_lane(rt, dd, sd);
+    // SAFETY: forwarded from the caller.
+    submit(rt, device, lane, depend, move || unsafe {
+        rt.target_memcpy(dst, src, length, dst_offset, src_offset, dd, sd)
+    })
+}
+
+/// `omp_target_memcpy_rect_async(...)`, on the lane [`omp_target_memcpy_async`] would use.
+/// The five arrays are read during the call. The query form (both pointers null) is
+/// [`super::omp_target_memcpy_rect`]'s; here it is an error.
+///
+/// # Safety
+/// As [`super::omp_target_memcpy_rect`], the arrays until the task has finished.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn omp_target_memcpy_rect_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    element_size: usize,
+    num_dims: i32,
+    volume: *const usize,
+    dst_offsets: *const usize,
+    src_offsets: *const usize,
+    dst_dimensions: *const usize,
+    src_dimensions: *const usize,
+    dst_device_num: i32,
+    src_device_num: i32,
+    depend: &[Depend],
+) -> Result<Task> {
+    const ROUTINE: &str = "omp_target_memcpy_rect_async";
+    if dst.is_null() && src.is_null() {
+        return Err(Error::InvalidArgument {
+            routine: ROUTINE,
+            what: "both pointers are null: ask omp_target_memcpy_rect for the dimensions supported".into(),
+        });
+    }
+    let rt = rt()?;
+    // SAFETY: the caller guarantees `num_dims` elements per array.
+    let arr = |p, name| unsafe { super::rect_array(ROUTINE, p, num_dims, name) }.map(<[usize]>::to_vec);
+    let (volume, dst_o, src_o) =
+        (arr(volume, "volume")?, arr(dst_offsets, "dst_offsets")?, arr(src_offsets, "src_offsets")?);
+    let (dst_d, src_d) = (arr(dst_dimensions, "dst_dimensions")?, arr(src_dimensions, "src_dimensions")?);
+    let (dd, sd) = (dev(rt, dst_device_num)?, dev(rt, src_device_num)?);
+    let (dst, src) = (dst as u64, src as u64);
+    let (device, lane) = copy_lane(rt, dd, sd);
+    submit(rt, device, lane, depend, move || {
+        let dst_side = RectSide { ptr: dst, device: dd, offsets: &dst_o, dimensions: &dst_d };
+        let src_side = RectSide { ptr: src, device: sd, offsets: &src_o, dimensions: &src_d };
+        // SAFETY: forwarded from the caller.
+        unsafe { rt.target_memcpy_rect(element_size, &volume, dst_side, src_side) }
+    })
+}
+
+/// `omp_target_memset_async(ptr, value, count, device_num, depobj_count, depobj_list)`
+/// (OpenMP 6.0), on the device's copy-in lane; `value`'s low byte is stored, as C's.
+///
+/// # Safety
+/// As [`super::omp_target_memset`], until the task has finished.
+pub unsafe fn omp_target_memset_async(
+    ptr: *mut c_void,
+    value: i32,
+    count: usize,
+    device_num: i32,
+    depend: &[Depend],
+) -> Result<Task> {
+    let rt = rt()?;
+    let d = dev(rt, device_num)?;
+    let [byte, ..] = value.to_le_bytes();
+    let p = ptr as u64;
+    // SAFETY: forwarded from the caller.
+    submit(rt, d, Lane::CopyIn, depend, move || unsafe { rt.target_memset(p, byte, count, d) })
+}
+
+/// `#pragma omp target enter data map(...) device(d) nowait depend(...)`, on the copy-in
+/// lane.
+///
+/// # Safety
+/// As [`super::target_enter_data`], until the task has finished.
+pub unsafe fn target_enter_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
+    let rt = rt()?;
+    let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
+    // SAFETY: forwarded from the caller.
+    submit(rt, d, Lane::CopyIn, depend, move || unsafe { rt.enter_data(d, &maps) })
+}
+
+/// `#pragma omp target exit data map(...) device(d) nowait depend(...)`, on the copy-out
+/// lane.
+///
+/// # Safety
+/// As [`super::target_exit_data`], until the task has finished.
+pub unsafe fn target_exit_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
+    let rt = rt()?;
+    let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
+    // SAFETY: forwarded from the caller.
+    submit(rt, d, Lane::CopyOut, depend, move || unsafe { rt.exit_data(d, &maps) })
+}
+
+/// `#pragma omp target update to(...)` (or `from`) `device(d) nowait depend(...)`: `to` on
+/// the copy-in lane, `from` on the copy-out lane.
+///
+/// # Safety
+/// As [`super::target_update`], until the task has finished.
+pub unsafe fn target_update_nowait(
+    device_num: i32,
+    dir: UpdateDirection,
+    items: &[UpdateItem],
+    depend: &[Depend],
+) -> Result<Task> {
+    let rt = rt()?;
+    let d = dev(rt, device_num)?;
+    let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.present)).collect();
+    let lane = if dir == UpdateDirection::To { Lane::CopyIn } else { Lane::CopyOut };
+    // SAFETY: forwarded from the caller.
+    submit(rt, d, lane, depend, move || unsafe { rt.update(d, dir, &list) })
+}
+
+/// `#pragma omp target map(...) device(d) nowait depend(...)` running `kernel` over `n`
+/// work items, on the compute lane.
+///
+/// # Safety
+/// As [`super::target`], until the task has finished.
+pub unsafe fn target_nowait(
+    device_num: i32,
+    kernel: &'static Kernel,
+    n: usize,
+    maps: &[MapItem],
+    args: &[LaunchArg],
+    depend: &[Depend],
+) -> Result<Task> {
+    let rt = rt()?;
+    let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
+    // SAFETY: forwarded from the caller.
+    submit(rt, d, Lane::Compute, depend, move || unsafe { rt.target_launch(d, kernel, n, &maps, &args) })
+}
