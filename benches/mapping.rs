@@ -86,8 +86,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Every item from one pointer that may write (the `from` copies write through it).
         let xp = x.as_mut_ptr();
         let bytes = x.len() * 4;
-        let to = [MapItem::raw(xp, bytes, MapType::TO)];
-        let from = [MapItem::raw(xp, bytes, MapType::FROM)];
+        let to = [MapItem::to(xp, bytes)];
+        let from = [MapItem::from(xp, bytes)];
         // SAFETY: `x` outlives every mapping of it below and is not touched meanwhile.
         unsafe { rt.enter_data(d, &to) }?;
         let t = b.wall(&format!("enter_exit_present_4KiB/{d}"), Budget::FAST, || {
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         table.push(("enter + exit of a present 4 KiB range".into(), label.clone(), t, "2.7-3.6 us"));
         if gpu {
             let args = [LaunchArg::mapped(xp), LaunchArg::Value(Scalar::U64(1024))];
-            let tofrom = [MapItem::raw(xp, bytes, MapType::TOFROM)];
+            let tofrom = [MapItem::tofrom(xp, bytes)];
             rt.device(d)?.prepare(&INC)?;
             let t = b.wall(&format!("target_1_present_arg/{d}"), Budget::FAST, || {
                 // SAFETY: `x` is mapped (entered above), the kernel touches its 1024 floats.

@@ -544,8 +544,8 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
     ];
     for (name, construct, routine, expected, t) in raw_lists {
         v.push(case(name, move |c: &Ctx<'_>| {
-            let x = [1i32; 4];
-            let r = construct(c.rt, c.dev, &[MapItem::slice(&x, t)]);
+            let mut x = [1i32; 4];
+            let r = construct(c.rt, c.dev, &[MapItem::slice_mut(&mut x, t)]);
             expect(
                 r,
                 |e| matches!(e, Error::InvalidArgument { routine: r, .. } if *r == routine),
@@ -2060,7 +2060,7 @@ fn omp_cases() -> Vec<Case<i32>> {
         // SAFETY: refused before anything is read.
         expect!(
             // SAFETY: refused before any pointer is used.
-            unsafe { target_enter_data(d, &[MapItem::raw(null::<i32>(), 16, MapType::TO)]) },
+            unsafe { target_enter_data(d, &[MapItem::to(null::<i32>(), 16)]) },
             Error::InvalidArgument { .. },
             format!("device {d}"),
             "null host pointer"

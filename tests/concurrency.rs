@@ -6,7 +6,7 @@ use std::sync::Barrier;
 
 use offload::{map, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{saxpy, ADD_I32, SAXPY};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, mut_item, on_every_backend};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend};
 
 const THREADS: usize = 24;
 
@@ -70,7 +70,10 @@ fn threads_map_launch_and_unmap_shared_and_private_ranges() {
 
                     // A region over the shared range and this thread's own.
                     mine.fill(t as f32);
-                    let region = [MapItem::slice(&shared, MapType::TO), mut_item(&mut mine, MapType::TOFROM)];
+                    let region = [
+                        MapItem::slice(&shared, MapType::TO),
+                        MapItem::slice_mut(&mut mine, MapType::TOFROM),
+                    ];
                     let a = (r + 1) as f32;
                     let args = [
                         LaunchArg::Value(Scalar::F32(a)),
@@ -89,7 +92,7 @@ fn threads_map_launch_and_unmap_shared_and_private_ranges() {
                     check!(!rt.is_present(mine.as_ptr() as usize, dev)?);
 
                     // A launch with its own map list, every thread on device 0.
-                    let maps = [mut_item(&mut counter, MapType::TOFROM)];
+                    let maps = [MapItem::slice_mut(&mut counter, MapType::TOFROM)];
                     let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(counter.as_ptr())];
                     // SAFETY: `counter` is this thread's and untouched during the launch.
                     unsafe { rt.target_launch(0, &ADD_I32, 64, &maps, &args)? };

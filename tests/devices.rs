@@ -213,7 +213,7 @@ fn often_copied_large_mappings_are_registered_in_place_on_gpus_only() {
             x.iter_mut().for_each(|v| *v = 7);
             rt.update(dev, UpdateDirection::From, &[(range, false)])?; // a direct copy back
             check!(x.iter().enumerate().all(|(i, &v)| v == i as u32), "data wrong after registration");
-            rt.exit_data(dev, &[MapItem::raw(x.as_mut_ptr(), range.bytes, MapType::DELETE)])?;
+            rt.exit_data(dev, &[MapItem::delete(x.as_mut_ptr(), range.bytes)])?;
         }
         // Unregistered at unmap: registering again must work (the driver refuses doubles).
         let pinned = rt.pin(&mut x);

@@ -460,10 +460,7 @@ impl<'rt> Harness<'rt> {
                 if e.associated {
                     rt.disassociate_ptr(e.range.begin, dev)?;
                 } else {
-                    rt.exit_data(
-                        dev,
-                        &[MapItem::raw(e.range.begin as *const u8, e.range.bytes, MapType::DELETE)],
-                    )?;
+                    rt.exit_data(dev, &[MapItem::delete(e.range.begin as *const u8, e.range.bytes)])?;
                 }
             }
         }

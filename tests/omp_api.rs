@@ -11,7 +11,7 @@ use offload::{
     BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection, UpdateItem,
 };
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, fails, mut_item};
+use offload_tests::{assert_clean, check, check_eq, fails};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -134,7 +134,7 @@ fn enter_exit_update_and_target() -> Result<()> {
         // SAFETY: for the block, `x` is alive; `from` copies happen while nothing else
         // touches it.
         unsafe {
-            target_enter_data(dev, &[MapItem::raw(x.as_ptr(), 1024, MapType::TO)])?;
+            target_enter_data(dev, &[MapItem::to(x.as_ptr(), 1024)])?;
             check!(omp_target_is_present(xv, dev)?);
             check!(omp_target_is_present(vp(x.as_ptr().add(255)), dev)?);
             check!(!omp_target_is_present(vp(x.as_ptr().add(256)), dev)?);
@@ -158,7 +158,7 @@ fn enter_exit_update_and_target() -> Result<()> {
             // `update to` of part, then exit `from` brings all back.
             x[..128].fill(-1);
             target_update(dev, UpdateDirection::To, &[UpdateItem::raw(x.as_ptr(), 512)])?;
-            target_exit_data(dev, &[mut_item(&mut x, MapType::FROM)])?;
+            target_exit_data(dev, &[MapItem::slice_mut(&mut x, MapType::FROM)])?;
             check!(x[..128].iter().all(|&v| v == -1));
             check!(x[128..].iter().enumerate().all(|(i, &v)| v == i as i32 + 1128));
             check!(!omp_target_is_present(xv, dev)?);
@@ -184,13 +184,13 @@ fn target_data_region_and_launch() -> Result<()> {
     for dev in devices()? {
         let mut a = vec![1i32; 1000];
         let b = vec![0i32; 10];
-        let list = [mut_item(&mut a, MapType::TOFROM), MapItem::slice(&b, MapType::ALLOC)];
+        let list = [MapItem::slice_mut(&mut a, MapType::TOFROM), MapItem::slice(&b, MapType::ALLOC)];
         // SAFETY: for the block, `a` and `b` outlive the region and are not touched in it.
         unsafe {
             target_data_begin(dev, &list)?;
             let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::mapped(a.as_ptr())];
             // A launch with its own (present) map of the region's data.
-            target(dev, &ADD_I32, 1000, &[MapItem::raw(a.as_ptr(), 4000, MapType::TOFROM.present())], &args)?;
+            target(dev, &ADD_I32, 1000, &[MapItem::tofrom(a.as_mut_ptr(), 4000).present()], &args)?;
             check_eq!(a[0], 1);
             check!(rt.entry(a.as_ptr() as usize, dev as usize)?.is_some_and(|e| e.ref_count == 1));
             target_data_end(dev, &list)?;
@@ -201,9 +201,7 @@ fn target_data_region_and_launch() -> Result<()> {
         let args = [LaunchArg::Value(Scalar::I32(2)), LaunchArg::mapped(a.as_ptr())];
         // SAFETY: expected to fail before running.
         let e = fails(
-            unsafe {
-                target(dev, &FILL_I32, 1000, &[MapItem::raw(a.as_ptr(), 4000, MapType::TO.present())], &args)
-            },
+            unsafe { target(dev, &FILL_I32, 1000, &[MapItem::to(a.as_ptr(), 4000).present()], &args) },
             "present launch",
         )?;
         check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
@@ -227,11 +225,11 @@ fn associate_and_disassociate() -> Result<()> {
             let at = d.cast::<u8>().add(32).cast::<c_void>();
             check_eq!(omp_get_mapped_ptr(hv, dev)?, at);
             // Maps never copy an associated range; `always` does.
-            target_enter_data(dev, &[MapItem::raw(h.as_ptr(), 32, MapType::TO)])?;
+            target_enter_data(dev, &[MapItem::to(h.as_ptr(), 32)])?;
             omp_target_memset(at, 0, 32, dev)?;
-            target_exit_data(dev, &[mut_item(&mut h, MapType::FROM)])?;
+            target_exit_data(dev, &[MapItem::slice_mut(&mut h, MapType::FROM)])?;
             check_eq!(h, [5; 8]);
-            target_enter_data(dev, &[MapItem::raw(h.as_ptr(), 32, MapType::TO.always())])?;
+            target_enter_data(dev, &[MapItem::to(h.as_ptr(), 32).always()])?;
             let mut seen = [0i32; 8];
             omp_target_memcpy(vpm(seen.as_mut_ptr()), d, 32, 0, 32, init, dev)?;
             check_eq!(seen, [5; 8]);
@@ -504,7 +502,7 @@ fn asynchronous_routines_follow_their_dependences() -> Result<()> {
         let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::mapped(xp)];
         // SAFETY: `x` and `mid` live past the taskwait and the host touches neither before it.
         unsafe {
-            target_enter_data_nowait(dev, &[MapItem::raw(xp, 4000, MapType::TO)], &xd(DependType::Out))?;
+            target_enter_data_nowait(dev, &[MapItem::to(xp, 4000)], &xd(DependType::Out))?;
             target_nowait(dev, &ADD_I32, 1000, &[], &args, &xd(DependType::InOut))?;
             target_update_nowait(
                 dev,
@@ -516,20 +514,19 @@ fn asynchronous_routines_follow_their_dependences() -> Result<()> {
             // A task handle as a dependence, and a host->host copy run at once.
             let snapshot = [Depend::on_task(&t)];
             omp_target_memcpy_async(vpm(mid.as_mut_ptr()), vp(xp), 4000, 0, 0, init, init, &snapshot)?;
-            target_exit_data_nowait(dev, &[MapItem::raw(xp, 4000, MapType::FROM)], &xd(DependType::InOut))?;
+            target_exit_data_nowait(dev, &[MapItem::from(xp, 4000)], &xd(DependType::InOut))?;
         }
         omp_taskwait()?;
         check!(mid.iter().enumerate().all(|(i, &v)| v == i as i32 + 5), "device {dev}: {}", mid[1]);
         check!(x.iter().enumerate().all(|(i, &v)| v == i as i32 + 10), "device {dev}: {}", x[1]);
 
         // A failed task fails its dependents, and omp_taskwait reports it.
-        let y = [0i32; 16];
-        let yd = |k| [Depend::new(k, y.as_ptr())];
+        let mut y = [0i32; 16];
+        let yp = y.as_mut_ptr();
+        let yd = |k| [Depend::new(k, yp)];
         // SAFETY: `y` outlives the taskwait; the exit fails before copying anything.
         let (bad, after) = unsafe {
-            let present = MapType::FROM.present();
-            let bad =
-                target_exit_data_nowait(dev, &[MapItem::raw(y.as_ptr(), 64, present)], &yd(DependType::Out))?;
+            let bad = target_exit_data_nowait(dev, &[MapItem::from(yp, 64).present()], &yd(DependType::Out))?;
             let after = omp_target_memset_async(p, 0, 16, dev, &yd(DependType::In))?;
             (bad, after)
         };

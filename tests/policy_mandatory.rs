@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 
 use offload::omp::*;
-use offload::{Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection, UpdateItem};
+use offload::{Error, LaunchArg, MapItem, Result, Runtime, Scalar, UpdateDirection, UpdateItem};
 use offload_kernels::FILL_I32;
 
 #[test]
@@ -33,7 +33,7 @@ fn mandatory_without_a_device_fails_everywhere_with_one_error() {
 
     let mut x = [0i32; 4];
     let xp = x.as_mut_ptr().cast::<c_void>();
-    let item = MapItem::raw(x.as_ptr(), 16, MapType::TOFROM);
+    let item = MapItem::tofrom(x.as_mut_ptr(), 16);
     let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(x.as_ptr())];
     let dims = [1usize];
     let zero = [0usize];

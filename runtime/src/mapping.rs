@@ -58,7 +58,7 @@ impl<'a, T: DeviceCopy> Map<'a, T> {
     }
 
     pub(crate) fn exclusive(s: &'a mut [T], map_type: MapType) -> Self {
-        Self { item: MapItem::slice(s, map_type), writable: true, _borrow: PhantomData }
+        Self { item: MapItem::slice_mut(s, map_type), writable: true, _borrow: PhantomData }
     }
 
     /// Adds the `always` modifier.
@@ -656,8 +656,10 @@ impl<T: DeviceCopy> HostBuffer<T> {
         Ok(b)
     }
 
+    /// The buffer as a map item of any type (the buffer owns its memory, so the
+    /// runtime may write into it when the caller holds it exclusively).
     fn item(&self, map_type: MapType) -> MapItem {
-        MapItem::slice(self, map_type)
+        MapItem::raw(self.ptr.as_ptr(), self.len * std::mem::size_of::<T>(), map_type)
     }
 
     /// `target enter data map(map_type: buf)` on `device`.

@@ -210,7 +210,7 @@ impl<'rt> Pipeline<'rt> {
             unsafe { self.rt.enter_data(dev.number(), &items)? };
             let r = compute(&dev, batch, view_of(x, dev.number(), false), view_of(y, dev.number(), true));
             let kind = if r.is_ok() { MapType::FROM } else { MapType::RELEASE };
-            let exit = [MapItem::slice(y, kind), MapItem::slice(x, MapType::RELEASE)];
+            let exit = [MapItem::slice_mut(y, kind), MapItem::slice(x, MapType::RELEASE)];
             // SAFETY: as above; `y` is exclusively borrowed for the copy back.
             unsafe { self.rt.exit_data(dev.number(), &exit)? };
             r.map_err(|e| Error::Batch { batch, source: Box::new(e) })?;

@@ -114,10 +114,10 @@ mod tests {
 
     #[test]
     fn map_kinds_are_checked_per_construct() {
-        let x = [0u8; 4];
-        let e = map_list(Construct::EnterData, 0, &[MapItem::slice(&x, MapType::FROM)]).unwrap_err();
+        let mut x = [0u8; 4];
+        let e = map_list(Construct::EnterData, 0, &[MapItem::slice_mut(&mut x, MapType::FROM)]).unwrap_err();
         assert!(e.to_string().contains("expected to, tofrom or alloc"), "{e}");
-        assert!(map_list(Construct::ExitData, 0, &[MapItem::slice(&x, MapType::FROM)]).is_ok());
+        assert!(map_list(Construct::ExitData, 0, &[MapItem::slice_mut(&mut x, MapType::FROM)]).is_ok());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use offload::{Error, HostRange, InfoFlags, LaunchArg, MapItem, MapType, Result, Scalar, UpdateDirection};
 use offload_kernels::{ADD_I32, FILL_I32};
 use offload_tests::{
-    assert_clean, check, check_eq, fails, mut_item, mut_range, on_every_device, on_every_device_with,
-    read_device, write_device,
+    assert_clean, check, check_eq, fails, mut_range, on_every_device, on_every_device_with, read_device,
+    write_device,
 };
 
 #[test]
@@ -143,7 +143,7 @@ fn case_28_disassociate_inside_a_hold_region_fails() {
         // SAFETY: `d` holds 16 bytes until freed below.
         unsafe { rt.associate_ptr(xp, d, 16, 0, dev)? };
         let stats = rt.transfer_stats(dev)?;
-        let list = [mut_item(&mut x, MapType::ALLOC.hold())];
+        let list = [MapItem::slice_mut(&mut x, MapType::ALLOC.hold())];
         for depth in 1..=2u64 {
             // SAFETY: `x` outlives the region.
             unsafe { rt.target_data_begin(dev, &list)? };
@@ -183,7 +183,7 @@ fn case_28_disassociate_inside_a_plain_region_succeeds() {
         // SAFETY: `d` holds 16 bytes until freed below.
         unsafe { rt.associate_ptr(xp, d, 16, 0, dev)? };
         let stats = rt.transfer_stats(dev)?;
-        let list = [mut_item(&mut x, MapType::TOFROM)];
+        let list = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
         // SAFETY: `x` outlives the region.
         unsafe { rt.target_data_begin(dev, &list)? };
         // The infinite reference count does not move, so nothing holds the entry.
@@ -217,7 +217,7 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         let s0 = rt.transfer_stats(dev)?;
 
         // A launch with `tofrom(x)` copies nothing either way; the kernel works on `d`.
-        let tofrom = [mut_item(&mut x, MapType::TOFROM)];
+        let tofrom = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
         let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::Mapped(xp)];
         // SAFETY: `x` is alive; the argument translates to `d`.
         unsafe { rt.target_launch(dev, &ADD_I32, N, &tofrom, &args)? };
@@ -230,7 +230,7 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         let s1 = rt.transfer_stats(dev)?;
         for t in [MapType::DELETE, MapType::RELEASE, MapType::FROM, MapType::TOFROM] {
             // SAFETY: `x` is alive and writable.
-            unsafe { rt.exit_data(dev, &[mut_item(&mut x, t)])? };
+            unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut x, t)])? };
             check_eq!(rt.entry(xp, dev)?, entry);
         }
         // enter `to` neither copies nor counts.
@@ -276,7 +276,7 @@ fn case_29_associated_entries_move_data_only_with_always_or_update() {
         // exit `always from` copies and still leaves the entry.
         let n = copies(&mut || {
             // SAFETY: `x` is writable and not otherwise used.
-            unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM.always())]) }
+            unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut x, MapType::FROM.always())]) }
         })?;
         check_eq!(n, (0, 1));
         check_eq!(x, [5; N]);
@@ -425,7 +425,7 @@ fn case_31_mapped_ptr_is_the_address_the_kernel_sees() {
             check!(lines.iter().any(|l| l.contains(&want)), "no {want:?} in {lines:#?}");
 
             // SAFETY: `h` is writable and not otherwise used.
-            unsafe { rt.exit_data(dev, &[mut_item(&mut h, MapType::FROM)])? };
+            unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut h, MapType::FROM)])? };
             let mut expect = [7; N];
             expect[4..8].fill(9);
             check_eq!(h, expect);

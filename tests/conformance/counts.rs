@@ -9,8 +9,7 @@ use offload::{
 };
 use offload_kernels::{FILL_F32, FILL_I32, SUM_F32};
 use offload_tests::{
-    assert_clean, check, check_eq, device_copy_of, fill_device, mut_item, on_every_device,
-    on_every_device_with,
+    assert_clean, check, check_eq, device_copy_of, fill_device, on_every_device, on_every_device_with,
 };
 
 /// The (reference, hold) counts of the entry holding `x`, `None` when absent.
@@ -113,7 +112,7 @@ fn case_04_exit_from_above_one_only_decrements() {
         fill_device(rt, dev, &x, 9)?;
         let s0 = rt.transfer_stats(dev)?;
         // SAFETY: `x` is exclusively ours and not otherwise accessed during the call.
-        unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM)])? };
+        unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut x, MapType::FROM)])? };
         let s1 = rt.transfer_stats(dev)?;
         check_eq!(counts(rt, &x, dev)?, Some((1, 0)));
         check_eq!(copies(s0, s1), (0, 0));
@@ -135,7 +134,7 @@ fn case_05_exit_from_at_one_copies_back_and_removes() {
         let live = rt.pool_usage(dev)?.live_allocations;
         let s0 = rt.transfer_stats(dev)?;
         // SAFETY: `x` is exclusively ours and not otherwise accessed during the call.
-        unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM)])? };
+        unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut x, MapType::FROM)])? };
         let s1 = rt.transfer_stats(dev)?;
         check_eq!(x, [9]);
         check_eq!(copies(s0, s1), (0, 1));
@@ -192,7 +191,7 @@ fn case_07_exit_from_delete_copies_back_once() {
         enter_to(rt, dev, &x, 5)?;
         fill_device(rt, dev, &x, 9)?;
         let s0 = rt.transfer_stats(dev)?;
-        let items = [MapItem::slice(&x, MapType::DELETE), mut_item(&mut x, MapType::FROM)];
+        let items = [MapItem::slice(&x, MapType::DELETE), MapItem::slice_mut(&mut x, MapType::FROM)];
         // SAFETY: `x` is exclusively ours and not otherwise accessed during the call.
         unsafe { rt.exit_data(dev, &items)? };
         let s1 = rt.transfer_stats(dev)?;
@@ -208,7 +207,7 @@ fn case_08_nested_target_data_copies_back_at_the_outer_end() {
     on_every_device("case 8", |rt, dev| {
         let gpu = rt.device(dev)?;
         let mut m = vec![0i32; 16];
-        let outer = [mut_item(&mut m, MapType::TOFROM)];
+        let outer = [MapItem::slice_mut(&mut m, MapType::TOFROM)];
         // SAFETY: `m` stays alive and unaliased until the matching target_data_end.
         unsafe { rt.target_data_begin(dev, &outer)? };
         check_eq!(counts(rt, &m, dev)?, Some((1, 0)));
@@ -242,7 +241,7 @@ fn case_08_nested_target_data_copies_back_at_the_outer_end() {
 fn case_08_nested_target_data_raw() {
     on_every_device("case 8 (raw)", |rt, dev| {
         let mut m = vec![0i32; 16];
-        let list = [mut_item(&mut m, MapType::TOFROM)];
+        let list = [MapItem::slice_mut(&mut m, MapType::TOFROM)];
         let s0 = rt.transfer_stats(dev)?;
         // SAFETY: `m` stays alive and unaliased until the matching ends.
         unsafe {
@@ -271,7 +270,7 @@ fn case_08_nested_target_data_raw() {
 fn case_09_launch_tofrom_without_a_region_unmaps() {
     on_every_device("case 9 (no region)", |rt, dev| {
         let mut m = vec![0i32; 8];
-        let maps = [mut_item(&mut m, MapType::TOFROM)];
+        let maps = [MapItem::slice_mut(&mut m, MapType::TOFROM)];
         let s0 = rt.transfer_stats(dev)?;
         // SAFETY: `m` is alive and not otherwise accessed during the launch; the kernel
         // writes m.len() i32 of its device copy.
@@ -295,7 +294,7 @@ fn case_09_launch_tofrom_without_a_region_unmaps() {
 fn case_09_launch_tofrom_inside_a_region_keeps_the_entry() {
     on_every_device("case 9 (inside target data)", |rt, dev| {
         let mut m = vec![0i32; 8];
-        let maps = [mut_item(&mut m, MapType::TOFROM)];
+        let maps = [MapItem::slice_mut(&mut m, MapType::TOFROM)];
         // SAFETY: `m` stays alive and unaliased until the matching target_data_end.
         unsafe { rt.target_data_begin(dev, &maps)? };
         let s0 = rt.transfer_stats(dev)?;
@@ -333,7 +332,7 @@ fn case_10_launch_from_then_always_to_copies_once() {
             let range = HostRange::of(&buf);
             rt.take_info();
             let s0 = rt.transfer_stats(dev)?;
-            let maps = [mut_item(&mut buf, MapType::FROM)];
+            let maps = [MapItem::slice_mut(&mut buf, MapType::FROM)];
             // SAFETY: `buf` is alive and not otherwise accessed during the launch; the kernel
             // writes N f32 of its device copy.
             unsafe {
@@ -355,7 +354,8 @@ fn case_10_launch_from_then_always_to_copies_once() {
 
             // A second launch: `always to(buf)` on an absent range copies once, not twice.
             let mut total = [0.0f32];
-            let maps = [MapItem::slice(&buf, MapType::TO.always()), mut_item(&mut total, MapType::TOFROM)];
+            let maps =
+                [MapItem::slice(&buf, MapType::TO.always()), MapItem::slice_mut(&mut total, MapType::TOFROM)];
             let s1 = rt.transfer_stats(dev)?;
             // SAFETY: `buf` and `total` are alive and not otherwise accessed during the launch;
             // the kernel reads N f32 of buf's device copy and writes one of total's.

@@ -6,9 +6,7 @@ use offload::{
     Result, Runtime, Scalar, UpdateDirection,
 };
 use offload_kernels::{fill_i32, ADD_I32, FILL_I32};
-use offload_tests::{
-    assert_clean, check, check_eq, mut_item, on_every_backend, on_every_device, on_every_device_with,
-};
+use offload_tests::{assert_clean, check, check_eq, on_every_backend, on_every_device, on_every_device_with};
 
 /// Indices of the lines that contain every one of `needles`.
 fn find(lines: &[String], needles: &[&str]) -> Vec<usize> {
@@ -28,7 +26,7 @@ fn case_46_info_trace_of_a_target_data_region() {
             let (sa, sb, sc) = (ra.to_string(), rb.to_string(), rc.to_string());
             let list = [
                 MapItem::slice(&a, MapType::ALLOC),
-                mut_item(&mut b, MapType::TOFROM),
+                MapItem::slice_mut(&mut b, MapType::TOFROM),
                 MapItem::slice(&c, MapType::TO),
             ];
             rt.take_info();
@@ -90,7 +88,7 @@ fn case_46_info_trace_of_a_launch_and_an_existing_mapping() {
             unsafe {
                 rt.enter_data(dev, &[MapItem::slice(&x, MapType::TO)])?;
                 rt.take_info();
-                let maps = [mut_item(&mut x, MapType::TOFROM)];
+                let maps = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
                 let args = [LaunchArg::Value(Scalar::I32(4)), LaunchArg::mapped(x.as_ptr())];
                 rt.target_launch(dev, &FILL_I32, 8, &maps, &args)?;
             }
@@ -107,7 +105,7 @@ fn case_46_info_trace_of_a_launch_and_an_existing_mapping() {
                 "{lines:#?}"
             );
             // SAFETY: `x` is writable and not otherwise used.
-            unsafe { rt.exit_data(dev, &[mut_item(&mut x, MapType::FROM)])? };
+            unsafe { rt.exit_data(dev, &[MapItem::slice_mut(&mut x, MapType::FROM)])? };
             check_eq!(x, [4; 8]);
             assert_clean(rt, dev)
         },
@@ -262,7 +260,7 @@ fn case_49_disabled_runs_everything_on_the_host() {
 
             let mut x = vec![1i32; 100];
             let xp = x.as_ptr() as usize;
-            let tofrom = [mut_item(&mut x, MapType::TOFROM)];
+            let tofrom = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
             // SAFETY: for every construct below, `x` is alive; on the host nothing is copied,
             // and the kernel writes `x` itself while nothing else uses it.
             unsafe {
@@ -280,7 +278,7 @@ fn case_49_disabled_runs_everything_on_the_host() {
             unsafe {
                 rt.update(init, UpdateDirection::From, &[(HostRange::new(xp, 400), true)])?;
                 rt.target_data_end(init, &tofrom)?;
-                rt.exit_data(init, &[mut_item(&mut x, MapType::FROM)])?;
+                rt.exit_data(init, &[MapItem::slice_mut(&mut x, MapType::FROM)])?;
             }
             check!(x.iter().all(|&v| v == 5));
             check!(rt.live_mappings().is_empty());
@@ -312,7 +310,7 @@ fn workload(rt: &Runtime, dev: usize) -> Result<Vec<i32>> {
     let mut a: Vec<i32> = (0..1000).collect();
     let mut b = vec![0i32; 300];
     let mut c = vec![0i32; 1000];
-    let region = [mut_item(&mut a, MapType::TOFROM)];
+    let region = [MapItem::slice_mut(&mut a, MapType::TOFROM)];
     // SAFETY: `a`, `b`, `c` are alive and only touched by the runtime during the calls.
     unsafe {
         rt.target_data_begin(dev, &region)?;
@@ -331,7 +329,7 @@ fn workload(rt: &Runtime, dev: usize) -> Result<Vec<i32>> {
             &[],
             &[LaunchArg::Value(Scalar::I32(4)), LaunchArg::mapped(b.as_ptr())],
         )?;
-        rt.exit_data(dev, &[mut_item(&mut b, MapType::FROM)])?;
+        rt.exit_data(dev, &[MapItem::slice_mut(&mut b, MapType::FROM)])?;
         let p = rt.target_alloc(4000, dev)?;
         let da = rt.mapped_ptr(a.as_ptr() as usize, dev)?.unwrap_or(0);
         rt.target_memcpy(p, da, 4000, 0, 0, dev, dev)?;

@@ -2,7 +2,7 @@
 
 use offload::{BackendKind, Error, HostRange, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, mut_item, on_every_backend, read_device};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend, read_device};
 
 /// Launches `kernel(v, p)` over `n` elements of the raw device pointer `p`.
 fn launch_raw(rt: &Runtime, dev: usize, kernel: &offload::Kernel, v: i32, p: u64, n: usize) -> Result<()> {
@@ -109,7 +109,7 @@ fn case_39_each_device_maps_its_own_slice() {
             // One launch per device with its own `from` map.
             let mut h = vec![-1i32; devs * N];
             for (d, part) in h.chunks_mut(N).enumerate() {
-                let maps = [mut_item(part, MapType::FROM)];
+                let maps = [MapItem::slice_mut(part, MapType::FROM)];
                 let args = [LaunchArg::Value(Scalar::I32(d as i32)), LaunchArg::mapped(part.as_ptr())];
                 // SAFETY: `part` is writable and not otherwise used during the launch.
                 unsafe { rt.target_launch(d, &FILL_I32, N, &maps, &args)? };
@@ -121,7 +121,8 @@ fn case_39_each_device_maps_its_own_slice() {
 
             // All regions open at once: each device's slice lives only there until its end.
             h.fill(-1);
-            let lists: Vec<[MapItem; 1]> = h.chunks_mut(N).map(|p| [mut_item(p, MapType::FROM)]).collect();
+            let lists: Vec<[MapItem; 1]> =
+                h.chunks_mut(N).map(|p| [MapItem::slice_mut(p, MapType::FROM)]).collect();
             for (d, list) in lists.iter().enumerate() {
                 // SAFETY: `h` outlives the regions and is not touched while they are open.
                 unsafe { rt.target_data_begin(d, list)? };
@@ -180,7 +181,7 @@ fn case_40_enter_on_one_device_is_absent_on_the_others() {
             check_eq!(device_copy_of(rt, &x, 1)?, vec![2; 64]);
             // Releasing on device 0 leaves device 1's entry alone.
             // SAFETY: `x` is writable and not otherwise used.
-            unsafe { rt.exit_data(0, &[mut_item(&mut x, MapType::FROM)])? };
+            unsafe { rt.exit_data(0, &[MapItem::slice_mut(&mut x, MapType::FROM)])? };
             check_eq!(x, vec![1; 64]);
             check!(!rt.is_present(xp, 0)?);
             check_eq!(rt.entry(xp, 1)?, e1);
@@ -216,7 +217,7 @@ fn case_41_associate_is_per_device() {
             // Device 1 maps `x` the ordinary way: allocated, copied, released, and device 0's
             // association is untouched.
             let before = rt.transfer_stats(1)?;
-            let list = [mut_item(&mut x, MapType::TOFROM)];
+            let list = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
             let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::Mapped(xp)];
             // SAFETY: `x` is writable and not otherwise used during the launch.
             unsafe { rt.target_launch(1, &ADD_I32, 16, &list, &args)? };

@@ -3,7 +3,7 @@
 
 use offload::{Error, HostRange, LaunchArg, MapItem, MapType, Scalar};
 use offload_kernels::{ADD_I32, FILL_I32};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, fails, mut_item, on_every_device};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, fails, on_every_device};
 
 fn set(v: i32, x: &[i32]) -> [LaunchArg; 2] {
     [LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x.as_ptr())]
@@ -15,9 +15,9 @@ fn case_42_target_data_alloc_from_alloc_copies_back() {
         let mut x = [0i32];
         let xp = x.as_ptr() as usize;
         let list = [
-            mut_item(&mut x, MapType::ALLOC),
-            mut_item(&mut x, MapType::FROM),
-            mut_item(&mut x, MapType::ALLOC),
+            MapItem::slice_mut(&mut x, MapType::ALLOC),
+            MapItem::slice_mut(&mut x, MapType::FROM),
+            MapItem::slice_mut(&mut x, MapType::ALLOC),
         ];
         // SAFETY: `x` outlives the region and is not touched while it is open.
         unsafe { rt.target_data_begin(dev, &list)? };
@@ -45,10 +45,10 @@ fn case_43_launch_alloc_from_to_alloc_copies_in() {
         let mut x = [111i32];
         let xp = x.as_ptr() as usize;
         let list = [
-            mut_item(&mut x, MapType::ALLOC),
-            mut_item(&mut x, MapType::FROM),
-            mut_item(&mut x, MapType::TO),
-            mut_item(&mut x, MapType::ALLOC),
+            MapItem::slice_mut(&mut x, MapType::ALLOC),
+            MapItem::slice_mut(&mut x, MapType::FROM),
+            MapItem::slice_mut(&mut x, MapType::TO),
+            MapItem::slice_mut(&mut x, MapType::ALLOC),
         ];
         let before = rt.transfer_stats(dev)?;
         // SAFETY: `x` is not touched during the launch.
@@ -80,9 +80,9 @@ fn case_44_exit_delete_from_delete_inside_target_data_copies_back() {
         // SAFETY: `x` is mapped.
         unsafe { rt.target_launch(dev, &FILL_I32, 1, &[], &set(222, &x))? };
         let exit = [
-            mut_item(&mut x, MapType::DELETE),
-            mut_item(&mut x, MapType::FROM),
-            mut_item(&mut x, MapType::DELETE),
+            MapItem::slice_mut(&mut x, MapType::DELETE),
+            MapItem::slice_mut(&mut x, MapType::FROM),
+            MapItem::slice_mut(&mut x, MapType::DELETE),
         ];
         // SAFETY: `x` is writable and not otherwise used.
         unsafe { rt.exit_data(dev, &exit)? };
@@ -134,9 +134,9 @@ fn case_45_present_after_alloc_in_one_list_is_not_present_on_entry() {
         let mut x = [9i32; 2];
         let xp = x.as_ptr() as usize;
         let list = [
-            mut_item(&mut x, MapType::ALLOC),
-            mut_item(&mut x, MapType::ALLOC.present()),
-            mut_item(&mut x, MapType::TOFROM),
+            MapItem::slice_mut(&mut x, MapType::ALLOC),
+            MapItem::slice_mut(&mut x, MapType::ALLOC.present()),
+            MapItem::slice_mut(&mut x, MapType::TOFROM),
         ];
         let before = rt.transfer_stats(dev)?;
         // SAFETY: `x` is not touched during the launch; it is expected to fail before running.

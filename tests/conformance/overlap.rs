@@ -144,7 +144,7 @@ fn case_17_sub_range_refers_to_the_enclosing_entry() {
         // SAFETY: `arr` is valid for reads during the call.
         unsafe { rt.update(dev, UpdateDirection::To, &[(HostRange::of(&arr), false)])? };
         let s0 = rt.transfer_stats(dev)?;
-        let tail = MapItem::raw(arr[98..].as_mut_ptr(), 8, MapType::TOFROM);
+        let tail = MapItem::tofrom(arr[98..].as_mut_ptr(), 8);
         // SAFETY: `arr` is valid for reads during the call.
         unsafe { rt.enter_data(dev, &[tail])? };
         // Present already: no copy, no new entry, the count of the big one goes up.
@@ -209,7 +209,7 @@ fn case_18_presence_is_by_containment() {
 fn case_19_delete_inside_target_data_ends_the_region_entry() {
     on_every_device("case 19", |rt, dev| {
         let mut arr = vec![0i32; 100];
-        let region = [MapItem::raw(arr.as_mut_ptr(), 400, MapType::TOFROM)];
+        let region = [MapItem::tofrom(arr.as_mut_ptr(), 400)];
         // SAFETY: `arr` stays alive and unaliased until the matching target_data_end.
         unsafe { rt.target_data_begin(dev, &region)? };
         check_eq!(rt.entry(arr.as_ptr() as usize, dev)?.map(|e| (e.ref_count, e.hold_count)), Some((1, 0)));

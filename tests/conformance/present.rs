@@ -253,8 +253,7 @@ fn rule_10_present_is_not_checked_again_at_a_regions_end() {
         let mut b = [1i32; 4];
         // SAFETY: `i` is valid for reads during the call.
         unsafe { rt.enter_data(dev, &[MapItem::slice(&i, MapType::ALLOC)])? };
-        let region =
-            [MapItem::slice(&i, MapType::ALLOC.present()), MapItem::raw(b.as_mut_ptr(), 16, MapType::TOFROM)];
+        let region = [MapItem::slice(&i, MapType::ALLOC.present()), MapItem::tofrom(b.as_mut_ptr(), 16)];
         // SAFETY: both arrays outlive the region; `b` is not touched while it is open.
         unsafe { rt.target_data_begin(dev, &region)? };
         fill_device(rt, dev, &b, 7)?;

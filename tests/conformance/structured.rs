@@ -17,11 +17,8 @@ fn counts<T>(rt: &Runtime, x: &[T], dev: usize) -> Result<Option<(u64, u64)>> {
 /// # Safety
 /// `m` is valid for writes and not otherwise accessed during the calls.
 unsafe fn exit_m_r_d(rt: &Runtime, dev: usize, m: *mut i32, r: &[i32], d: &[i32]) -> Result<()> {
-    let exits = [
-        MapItem::raw(m, 16, MapType::FROM),
-        MapItem::slice(r, MapType::RELEASE),
-        MapItem::slice(d, MapType::DELETE),
-    ];
+    let exits =
+        [MapItem::from(m, 16), MapItem::slice(r, MapType::RELEASE), MapItem::slice(d, MapType::DELETE)];
     // SAFETY: forwarded from the caller.
     unsafe { rt.exit_data(dev, &exits)? };
     for item in exits {
@@ -38,7 +35,7 @@ fn case_24_exit_data_inside_a_hold_region_removes_nothing() {
         let r = [2i32; 4];
         let d = [3i32; 4];
         let region = [
-            MapItem::raw(m.as_mut_ptr(), 16, MapType::FROM.hold()),
+            MapItem::from(m.as_mut_ptr(), 16).hold(),
             MapItem::slice(&r, MapType::ALLOC.hold()),
             MapItem::slice(&d, MapType::ALLOC.hold()),
         ];
@@ -80,7 +77,7 @@ fn case_24_without_hold_exit_data_removes_each_at_once() {
         let r = [2i32; 4];
         let d = [3i32; 4];
         let region = [
-            MapItem::raw(m.as_mut_ptr(), 16, MapType::FROM),
+            MapItem::from(m.as_mut_ptr(), 16),
             MapItem::slice(&r, MapType::ALLOC),
             MapItem::slice(&d, MapType::ALLOC),
         ];
@@ -92,7 +89,7 @@ fn case_24_without_hold_exit_data_removes_each_at_once() {
         }
         let s0 = rt.transfer_stats(dev)?;
         let exits = [
-            MapItem::raw(m.as_mut_ptr(), 16, MapType::FROM),
+            MapItem::from(m.as_mut_ptr(), 16),
             MapItem::slice(&r, MapType::RELEASE),
             MapItem::slice(&d, MapType::DELETE),
         ];
@@ -194,7 +191,7 @@ fn case_25_delete_inside_a_hold_region_then_region_ends() {
         let mut x = [1i32; 4];
         gpu.data(map::tofrom(&mut x).hold(), |v| {
             let h = v.host_range();
-            let item = MapItem::raw(h.begin as *const i32, h.bytes, MapType::ALLOC);
+            let item = MapItem::alloc(h.begin as *const i32, h.bytes);
             // SAFETY: the region keeps `x` borrowed and alive; alloc copies nothing.
             unsafe { rt.enter_data(dev, &[item, item])? };
             // One construct counts an entry once (rule 2).

@@ -32,7 +32,7 @@ fn check_zero_not_present(r: Result<()>, at: usize, dev: usize) -> Result<()> {
 /// A target launch mapping `present, alloc: arr[0:0]` whose kernel sets `n` elements
 /// from `arr` to `v`.
 fn launch_present_zero(rt: &Runtime, dev: usize, arr: &[i32], n: usize, v: i32) -> Result<()> {
-    let maps = [MapItem::raw(arr.as_ptr(), 0, MapType::ALLOC.present())];
+    let maps = [MapItem::alloc(arr.as_ptr(), 0).present()];
     // SAFETY: the map list copies nothing; the kernel writes n i32 of the device copy of
     // `arr`, which the translation bounds (and fails when `arr` is not mapped).
     unsafe {
@@ -65,9 +65,7 @@ fn case_21_present_zero_length_inside_a_mapped_range() {
             // One past the end is not inside.
             let end = arr.as_ptr_range().end as usize;
             // SAFETY: a zero-length map list item touches no memory.
-            let r = unsafe {
-                rt.target_data_begin(dev, &[MapItem::raw(end as *const i32, 0, MapType::ALLOC.present())])
-            };
+            let r = unsafe { rt.target_data_begin(dev, &[MapItem::alloc(end as *const i32, 0).present()]) };
             check_zero_not_present(r, end, dev)?;
             check_eq!(counts(rt, at, dev)?, Some((1, 0)));
             Ok(())
@@ -83,7 +81,7 @@ fn case_22_zero_length_map_creates_no_entry() {
         let arr = [0i32; 5];
         let at = arr.as_ptr() as usize;
         let live = rt.pool_usage(dev)?.live_allocations;
-        let zero = [MapItem::raw(arr.as_ptr(), 0, MapType::ALLOC)];
+        let zero = [MapItem::alloc(arr.as_ptr(), 0)];
         // SAFETY: a zero-length item touches no memory.
         unsafe { rt.target_data_begin(dev, &zero)? };
         check!(!rt.is_present(at, dev)?, "arr present after mapping arr[0:0]");
@@ -95,7 +93,7 @@ fn case_22_zero_length_map_creates_no_entry() {
         // ... as a nested target data, and as an enter data.
         check_zero_not_present(rt.device(dev)?.data(map::alloc(&arr[0..0]).present(), |_| Ok(())), at, dev)?;
         // SAFETY: a zero-length item touches no memory.
-        let r = unsafe { rt.enter_data(dev, &[MapItem::raw(arr.as_ptr(), 0, MapType::ALLOC.present())]) };
+        let r = unsafe { rt.enter_data(dev, &[MapItem::alloc(arr.as_ptr(), 0).present()]) };
         check_zero_not_present(r, at, dev)?;
         check_eq!(rt.pool_usage(dev)?.live_allocations, live);
         // SAFETY: matches the begin above; nothing is copied.
@@ -111,7 +109,7 @@ fn case_23_exit_present_release_of_zero_length() {
         let at = arr.as_ptr() as usize;
         // SAFETY: `arr` is valid for reads during the call.
         unsafe { rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])? };
-        let rel = [MapItem::raw(arr.as_ptr(), 0, MapType::RELEASE.present())];
+        let rel = [MapItem::release(arr.as_ptr(), 0).present()];
         // SAFETY: release copies nothing back.
         unsafe { rt.exit_data(dev, &rel)? };
         // The zero-length section made no entry on the way in, so it releases none on the
@@ -131,11 +129,11 @@ fn case_23_exit_present_release_of_zero_length_only_entered_fails() {
         let at = arr.as_ptr() as usize;
         let live = rt.pool_usage(dev)?.live_allocations;
         // SAFETY: a zero-length item touches no memory.
-        unsafe { rt.enter_data(dev, &[MapItem::raw(arr.as_ptr(), 0, MapType::ALLOC)])? };
+        unsafe { rt.enter_data(dev, &[MapItem::alloc(arr.as_ptr(), 0)])? };
         check!(!rt.is_present(at, dev)?, "arr present after entering arr[0:0]");
         check_eq!(rt.pool_usage(dev)?.live_allocations, live);
         // SAFETY: release copies nothing back.
-        let r = unsafe { rt.exit_data(dev, &[MapItem::raw(arr.as_ptr(), 0, MapType::RELEASE.present())]) };
+        let r = unsafe { rt.exit_data(dev, &[MapItem::release(arr.as_ptr(), 0).present()]) };
         check_zero_not_present(r, at, dev)?;
         assert_clean(rt, dev)
     });

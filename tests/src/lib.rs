@@ -10,7 +10,7 @@
 use std::ffi::OsStr;
 use std::sync::OnceLock;
 
-use offload::{Error, HostRange, MapItem, MapType, Result, Runtime, RuntimeBuilder};
+use offload::{Error, HostRange, Result, Runtime, RuntimeBuilder};
 
 /// One backend to test, and how to build a runtime that holds only its devices.
 #[derive(Clone, Copy, Debug)]
@@ -244,12 +244,6 @@ pub fn fails<T: std::fmt::Debug>(r: Result<T>, what: &str) -> Result<Error> {
         }),
         Err(e) => Ok(e),
     }
-}
-
-/// A map item over a slice the runtime may write into (`from` kinds): the pointer comes
-/// from an exclusive borrow.
-pub fn mut_item<T>(s: &mut [T], t: MapType) -> MapItem {
-    MapItem::raw(s.as_mut_ptr(), std::mem::size_of_val(s), t)
 }
 
 /// The host range of a slice the runtime may write into (`update from`).

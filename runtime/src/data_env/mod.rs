@@ -144,7 +144,19 @@ impl fmt::Display for MapType {
 /// One item of a map list: a host range and how to map it.
 ///
 /// Building one is safe; the constructs that copy through it are `unsafe` (see
-/// [`crate::omp`]) or borrow the memory (the safe API).
+/// [`crate::omp`]) or borrow the memory (the safe API). The constructors take the pointer
+/// the kind needs: `*mut T` (or `&mut [T]`) for kinds that write to the host (`from`,
+/// `tofrom`), so a port cannot hand a read-only pointer to a copy-back by accident.
+///
+/// ```
+/// use offload::{MapItem, MapKind};
+/// let (x, mut y) = ([1.0f32; 8], [0.0f32; 8]);
+/// // map(to: x[2:4]) map(always, from: y[0:8])
+/// let to = MapItem::to(x[2..].as_ptr(), 16);
+/// let from = MapItem::from(y.as_mut_ptr(), 32).always();
+/// assert_eq!((to.map_type.kind, from.map_type.kind), (MapKind::To, MapKind::From));
+/// assert!(from.map_type.always && from.range.bytes == 32);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapItem {
     /// The host bytes.
@@ -154,14 +166,75 @@ pub struct MapItem {
 }
 
 impl MapItem {
-    /// `bytes` bytes at `ptr`, as C's `map(type: ptr[0:n])` gives them.
-    pub fn raw<T>(ptr: *const T, bytes: usize, map_type: MapType) -> Self {
+    /// `bytes` bytes at `ptr` with any map type, as C's `map(type: ptr[0:n])` gives them.
+    pub fn raw<T>(ptr: *mut T, bytes: usize, map_type: MapType) -> Self {
         Self { range: HostRange::new(ptr as usize, bytes), map_type }
     }
 
-    /// The whole of `slice`.
+    fn reading<T>(ptr: *const T, bytes: usize, map_type: MapType) -> Self {
+        Self { range: HostRange::new(ptr as usize, bytes), map_type }
+    }
+
+    /// `map(to: ...)` of `bytes` bytes at `ptr`.
+    pub fn to<T>(ptr: *const T, bytes: usize) -> Self {
+        Self::reading(ptr, bytes, MapType::TO)
+    }
+
+    /// `map(alloc: ...)` of `bytes` bytes at `ptr`.
+    pub fn alloc<T>(ptr: *const T, bytes: usize) -> Self {
+        Self::reading(ptr, bytes, MapType::ALLOC)
+    }
+
+    /// `map(release: ...)` of `bytes` bytes at `ptr`.
+    pub fn release<T>(ptr: *const T, bytes: usize) -> Self {
+        Self::reading(ptr, bytes, MapType::RELEASE)
+    }
+
+    /// `map(delete: ...)` of `bytes` bytes at `ptr`.
+    pub fn delete<T>(ptr: *const T, bytes: usize) -> Self {
+        Self::reading(ptr, bytes, MapType::DELETE)
+    }
+
+    /// `map(from: ...)` of `bytes` bytes at `ptr`.
+    pub fn from<T>(ptr: *mut T, bytes: usize) -> Self {
+        Self::raw(ptr, bytes, MapType::FROM)
+    }
+
+    /// `map(tofrom: ...)` of `bytes` bytes at `ptr`.
+    pub fn tofrom<T>(ptr: *mut T, bytes: usize) -> Self {
+        Self::raw(ptr, bytes, MapType::TOFROM)
+    }
+
+    /// The whole of `slice`, for map types that do not write to the host (`to`, `alloc`,
+    /// `release`, `delete`, with any modifier); use [`MapItem::slice_mut`] for the others.
+    /// Giving it `from` or `tofrom` is a bug the constructs cannot see (debug builds
+    /// assert it).
     pub fn slice<T>(slice: &[T], map_type: MapType) -> Self {
-        Self { range: HostRange::of(slice), map_type }
+        debug_assert!(!map_type.copies_out(), "MapItem::slice with {map_type}: use MapItem::slice_mut");
+        Self::reading(slice.as_ptr(), std::mem::size_of_val(slice), map_type)
+    }
+
+    /// The whole of `slice`, with any map type.
+    pub fn slice_mut<T>(slice: &mut [T], map_type: MapType) -> Self {
+        Self::raw(slice.as_mut_ptr(), std::mem::size_of_val(slice), map_type)
+    }
+
+    /// With the `always` modifier.
+    pub const fn always(mut self) -> Self {
+        self.map_type = self.map_type.always();
+        self
+    }
+
+    /// With the `present` modifier.
+    pub const fn present(mut self) -> Self {
+        self.map_type = self.map_type.present();
+        self
+    }
+
+    /// With the `hold` modifier.
+    pub const fn hold(mut self) -> Self {
+        self.map_type = self.map_type.hold();
+        self
     }
 }
 

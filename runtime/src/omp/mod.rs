@@ -12,12 +12,12 @@
 //! let mut x = [1i32, 2, 3, 4];
 //! unsafe {
 //!     // #pragma omp target enter data map(to: x[0:4]) device(dev)
-//!     target_enter_data(dev, &[MapItem::raw(x.as_ptr(), 16, MapType::TO)])?;
+//!     target_enter_data(dev, &[MapItem::to(x.as_ptr(), 16)])?;
 //!     assert!(omp_target_is_present(x.as_ptr().cast(), dev)?);
 //!     let d = omp_get_mapped_ptr(x.as_ptr().cast(), dev)?;
 //!     omp_target_memset(d, 0, 16, dev)?;
 //!     // #pragma omp target exit data map(from: x[0:4]) device(dev)
-//!     target_exit_data(dev, &[MapItem::raw(x.as_mut_ptr(), 16, MapType::FROM)])?;
+//!     target_exit_data(dev, &[MapItem::from(x.as_mut_ptr(), 16)])?;
 //! }
 //! assert_eq!(x, [0; 4]);
 //! # Ok::<(), offload::Error>(())
