@@ -54,16 +54,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let start = Instant::now();
         for b in 0..batches {
             let t = Instant::now();
-            let x = dev.enter_data(&map::to(&inputs[b]))?;
+            let x = dev.enter_data(map::to(&inputs[b]))?;
             t_in += t.elapsed();
-            let y = dev.enter_data(&map::alloc(&outputs[b]))?;
+            let y = dev.enter_data(map::from(&mut outputs[b]))?;
             let t = Instant::now();
-            one.forward(&dev, x, y)?;
+            one.forward(&dev, x.views(), y.views())?;
             t_compute += t.elapsed();
             let t = Instant::now();
-            dev.exit_data(map::from(&mut outputs[b]))?;
+            y.exit()?;
             t_out += t.elapsed();
-            dev.exit_data(map::release(&inputs[b]))?;
+            x.exit()?;
         }
         stages = (t_in, t_compute, t_out);
         Ok(start.elapsed())

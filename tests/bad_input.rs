@@ -583,11 +583,11 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
     wrong_kind!("Device::enter_data: map::delete", "target enter data", ENTER_KINDS, |c, x| c
         .rt
         .device(c.dev)
-        .and_then(|d| d.enter_data(&map::delete(&x)).map(drop)));
-    wrong_kind!("Device::enter_data: map::from", "target enter data", ENTER_KINDS, |c, x| c
+        .and_then(|d| d.enter_data(map::delete(&x)).map(drop)));
+    wrong_kind!("Device::enter_data: map::release", "target enter data", ENTER_KINDS, |c, x| c
         .rt
         .device(c.dev)
-        .and_then(|d| d.enter_data(&map::from(&mut x)).map(drop)));
+        .and_then(|d| d.enter_data(map::release(&x)).map(drop)));
     wrong_kind!("Device::exit_data: map::to", "target exit data", EXIT_KINDS, |c, x| c
         .rt
         .device(c.dev)
@@ -679,7 +679,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
     absent!("Device::enter_data: present, absent", |c, x| c
         .rt
         .device(c.dev)
-        .and_then(|d| d.enter_data(&map::to(&x).present()).map(drop)));
+        .and_then(|d| d.enter_data(map::to(&x).present()).map(drop)));
     absent!("present item after a good item: nothing stays mapped", |c, x| {
         let y = [0i32; 8];
         enter(c.rt, c.dev, &[MapItem::slice(&y, MapType::TO), MapItem::slice(&x, MapType::TO.present())])
@@ -754,7 +754,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         .and_then(|d| d.data(map::to(&x[..]), |_| Ok(()))));
     extension!("Device::enter_data: extends, after a good map", |c, x| {
         let y = [0i32; 4];
-        c.rt.device(c.dev).and_then(|d| d.enter_data(&(map::to(&y), map::to(&x[1..5]))).map(drop))
+        c.rt.device(c.dev).and_then(|d| d.enter_data((map::to(&y), map::to(&x[1..5]))).map(drop))
     });
     v.push(case("enter_data: two items of one list overlap partly", |c: &Ctx<'_>| {
         let x = [1i32; 8];

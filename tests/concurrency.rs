@@ -221,7 +221,8 @@ fn a_block_an_exit_releases_under_a_running_kernel_outlives_the_kernel() {
     let gpu = rt.device(0).expect("device 0");
     let x = vec![0i32; 256];
     let y = vec![5i32; 256];
-    let xv = gpu.enter_data(&map::to(&x)).expect("enter x");
+    let x_entered = gpu.enter_data(map::to(&x)).expect("enter x");
+    let xv = x_entered.views();
     let x_block = rt.mapped_ptr(x.as_ptr() as usize, 0).expect("lookup").expect("x mapped");
     let y_block = std::thread::scope(|s| {
         let k = s.spawn(|| gpu.launch(&HELD_FILL, 256, (xv,)));
@@ -231,16 +232,18 @@ fn a_block_an_exit_releases_under_a_running_kernel_outlives_the_kernel() {
         // The kernel is running: delete x, then map y, of the same size class (`alloc`:
         // a copy would queue behind the kernel on the host device's worker).
         gpu.exit_data(map::delete(&x)).expect("delete x");
-        gpu.enter_data(&map::alloc(&y)).expect("enter y");
+        let y_entered = gpu.enter_data(map::alloc(&y)).expect("enter y");
         let y_block = rt.mapped_ptr(y.as_ptr() as usize, 0).expect("lookup").expect("y mapped");
         HELD_FILL_GO.store(true, SeqCst);
         k.join().expect("launch thread").expect("launch");
-        y_block
+        (y_block, y_entered)
     });
+    let (y_block, y_entered) = y_block;
     assert_ne!(y_block, x_block, "y was given x's device block while a kernel was still using it");
     gpu.update_to(&y).expect("update y");
     let dev_y = device_copy_of(&rt, &y, 0).expect("read y");
     assert!(dev_y.iter().all(|&v| v == 5), "the kernel wrote into y's device copy: {:?}", &dev_y[..4]);
-    gpu.exit_data(map::delete(&y)).expect("delete y");
+    y_entered.exit().expect("exit y");
+    drop(x_entered); // x was deleted: its release finds nothing
     assert_clean(&rt, 0).expect("clean");
 }

@@ -40,6 +40,7 @@ pub mod index_space;
 pub mod info;
 pub mod kernel;
 mod latch;
+pub mod mapped;
 pub mod mapping;
 mod memory_pool;
 pub mod nowait;
@@ -60,6 +61,7 @@ pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, LaunchArg, Scalar};
+pub use mapped::{HostMut, Mapped};
 pub use mapping::{Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
@@ -97,6 +99,18 @@ pub mod map {
     /// `map(alloc: s)`.
     pub fn alloc<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
         Map::shared(s, MapType::ALLOC)
+    }
+
+    /// `map(to: s)` over an exclusive borrow, so that the host copy can be changed while
+    /// it is mapped ([`crate::Mapped::host_mut`]) and pushed with `update_to`. Nothing is
+    /// copied back at the end, as with `to`.
+    pub fn to_mut<T: DeviceCopy>(s: &mut [T]) -> Map<'_, T> {
+        Map::exclusive(s, MapType::TO)
+    }
+
+    /// `map(alloc: s)` over an exclusive borrow (see [`to_mut`]).
+    pub fn alloc_mut<T: DeviceCopy>(s: &mut [T]) -> Map<'_, T> {
+        Map::exclusive(s, MapType::ALLOC)
     }
 
     /// `map(from: s)`.

@@ -130,7 +130,8 @@ impl<'a, T> DeviceSlice<'a, T> {
     }
 
     /// Whether an exit through this view ([`crate::NowaitScope::exit`]) copies the device's
-    /// data back: writable views, except a [`crate::partition::DistributedArray`]'s (their
+    /// data back: views of `from` and `tofrom` maps, except a [`crate::Mapped`] guard's
+    /// (the guard copies back itself) and a [`crate::partition::DistributedArray`]'s (their
     /// halos overlap their neighbours' rows; its `gather` copies each row back once).
     pub fn copies_back(&self) -> bool {
         self.copy_back
@@ -247,8 +248,16 @@ pub trait MapList<'a> {
     type Views;
     /// Appends the map items in list order.
     fn items(&self, out: &mut Vec<MapItem>);
-    /// The views on `device`.
-    fn views(&self, device: usize) -> Self::Views;
+    /// Appends, in list order, the items that end what [`MapList::items`] began with
+    /// `target exit data`: `from` (keeping `always`) for maps that copy back, `release`
+    /// for the others.
+    fn exit_items(&self, out: &mut Vec<MapItem>);
+    /// Appends the host ranges borrowed exclusively.
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>);
+    /// The views on `device`; `copies_back` says whether an exit through them
+    /// ([`crate::NowaitScope::exit`]) may copy back (not for views of a [`crate::Mapped`]
+    /// guard, which copies back itself).
+    fn views(&self, device: usize, copies_back: bool) -> Self::Views;
 }
 
 impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
@@ -256,13 +265,24 @@ impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
     fn items(&self, out: &mut Vec<MapItem>) {
         out.push(self.item);
     }
-    fn views(&self, device: usize) -> Self::Views {
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        let t = self.item.map_type;
+        let kind = if t.copies_out() { MapType::FROM } else { MapType::RELEASE };
+        let kind = if t.always && t.copies_out() { kind.always() } else { kind };
+        out.push(MapItem { range: self.item.range, map_type: kind });
+    }
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+        if self.writable {
+            out.push(self.item.range);
+        }
+    }
+    fn views(&self, device: usize, copies_back: bool) -> Self::Views {
         DeviceSlice {
             device,
             host: self.item.range.begin,
             len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
             writable: self.writable,
-            copy_back: self.writable,
+            copy_back: copies_back && self.writable && self.item.map_type.copies_out(),
             _borrow: PhantomData,
         }
     }
@@ -273,8 +293,14 @@ impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
     fn items(&self, out: &mut Vec<MapItem>) {
         out.extend(self.iter().map(|m| m.item));
     }
-    fn views(&self, device: usize) -> Self::Views {
-        self.iter().map(|m| m.views(device)).collect()
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        self.iter().for_each(|m| m.exit_items(out));
+    }
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+        self.iter().for_each(|m| m.exclusive_ranges(out));
+    }
+    fn views(&self, device: usize, copies_back: bool) -> Self::Views {
+        self.iter().map(|m| m.views(device, copies_back)).collect()
     }
 }
 
@@ -285,8 +311,14 @@ macro_rules! map_list_tuple {
             fn items(&self, out: &mut Vec<MapItem>) {
                 $(self.$i.items(out);)+
             }
-            fn views(&self, device: usize) -> Self::Views {
-                ($(self.$i.views(device),)+)
+            fn exit_items(&self, out: &mut Vec<MapItem>) {
+                $(self.$i.exit_items(out);)+
+            }
+            fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+                $(self.$i.exclusive_ranges(out);)+
+            }
+            fn views(&self, device: usize, copies_back: bool) -> Self::Views {
+                ($(self.$i.views(device, copies_back),)+)
             }
         }
     };
@@ -444,7 +476,8 @@ impl<'rt> Device<'rt> {
         // `from` kinds), and `maps` is alive until the end of this function.
         unsafe { self.rt.target_data_begin(self.number, &items)? };
         // A panic of `body` is held until the region has ended.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number))));
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number, true))));
         // SAFETY: as above.
         let end = unsafe { self.rt.target_data_end(self.number, &items) };
         drop(maps);
@@ -452,15 +485,33 @@ impl<'rt> Device<'rt> {
         end.map(|()| r)
     }
 
-    /// `#pragma omp target enter data` over borrowed slices, ended by
-    /// [`Device::exit_data`] while the borrow lasts. For data that must stay mapped
-    /// across scopes, use [`HostBuffer`].
-    pub fn enter_data<'a, L: MapList<'a>>(&self, maps: &L) -> Result<L::Views> {
-        let mut items = Vec::new();
-        maps.items(&mut items);
-        // SAFETY: the slices are borrowed by `maps` during the call; enter data only reads.
-        unsafe { self.rt.enter_data(self.number, &items)? };
-        Ok(maps.views(self.number))
+    /// `#pragma omp target enter data` over borrowed slices; the returned guard ends it
+    /// (`target exit data`: `from` for maps that copy back, `release` for the others) when
+    /// dropped or [`Mapped::exit`]ed, so the slices stay borrowed for as long as they are
+    /// mapped. `map::from` enters as `alloc` (and copies back at the end).
+    ///
+    /// ```
+    /// use offload::{map, Runtime};
+    /// let rt = Runtime::builder().host_devices(1).build()?;
+    /// let gpu = rt.device(0)?;
+    /// let (x, mut y) = (vec![1u8; 64], vec![0u8; 64]);
+    /// let entered = gpu.enter_data((map::to(&x), map::from(&mut y)))?;
+    /// let (xv, _yv) = entered.views();
+    /// assert!(rt.is_present(x.as_ptr() as usize, 0)? && xv.len() == 64);
+    /// entered.exit()?; // or drop it
+    /// assert!(rt.live_mappings().is_empty());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn enter_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
+        crate::Mapped::enter(*self, maps)
+    }
+
+    /// `#pragma omp target data map(...)` as a guard: the region ends (its maps' exit
+    /// half) when the guard is dropped or [`Mapped::exit`]ed. Unlike [`Device::data`]'s
+    /// body, the guard lends the host copy of exclusively borrowed maps
+    /// ([`Mapped::host_mut`]) for the `target update` pattern.
+    pub fn data_region<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
+        crate::Mapped::region(*self, maps)
     }
 
     /// `#pragma omp target exit data` over borrowed slices (`from` needs `&mut`).

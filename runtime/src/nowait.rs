@@ -258,7 +258,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         maps: L,
         after: &[&Task],
     ) -> Result<(Task, L::Views)> {
-        let views = maps.views(device);
+        let views = maps.views(device, true);
         let rt = self.rt;
         let t = self.spawn(device, Lane::CopyIn, after, false, move |_| {
             let mut items = Vec::new();

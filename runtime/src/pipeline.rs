@@ -146,7 +146,7 @@ impl<'rt> Pipeline<'rt> {
                             }
                             let Some(out) = outs[batch].lock().take() else { continue };
                             let input = inputs[batch].as_ref();
-                            let maps = (Map::shared(input, MapType::TO), Map::exclusive(out, MapType::ALLOC));
+                            let maps = (Map::shared(input, MapType::TO), Map::exclusive(out, MapType::FROM));
                             let (t_in, (x, y)) = match s.enter(device, maps, &[]) {
                                 Ok(v) => v,
                                 Err(e) => {

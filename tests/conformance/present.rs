@@ -276,7 +276,7 @@ fn rule_10_a_safe_region_whose_present_item_was_released_ends_normally() {
         let gpu = rt.device(dev)?;
         let i = [0i32; 4];
         let mut b = [1i32; 4];
-        gpu.enter_data(&map::alloc(&i))?;
+        let entered = gpu.enter_data(map::alloc(&i))?;
         gpu.data((map::alloc(&i).present(), map::tofrom(&mut b)), |(_, bv)| {
             gpu.exit_data(map::release(&i))?;
             offload_kernels::fill_i32(&gpu, 3, bv)
@@ -284,6 +284,7 @@ fn rule_10_a_safe_region_whose_present_item_was_released_ends_normally() {
         check_eq!(b, [3; 4]);
         check_eq!(counts(rt, &b, dev)?, None);
         check_eq!(counts(rt, &i, dev)?, None);
+        entered.exit()?; // released inside: nothing left to release
         assert_clean(rt, dev)
     });
 }

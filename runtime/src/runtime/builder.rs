@@ -270,6 +270,7 @@ impl RuntimeBuilder {
                 report,
                 trace,
                 kernel_pool: initial_pool,
+                initial_device_lock: Mutex::new(()),
                 host_allocs: Mutex::new(HashMap::new()),
                 peer_access: self.peer_access,
                 pinned,

@@ -46,6 +46,10 @@ pub(crate) struct Inner {
     pub(crate) report: String,
     pub(crate) trace: Arc<Trace>,
     pub(crate) kernel_pool: Arc<rayon::ThreadPool>,
+    /// Held by every kernel on the initial device and by [`crate::HostMut`]'s copies of
+    /// host memory, since there device data is host memory: a kernel never runs while the
+    /// host copy is being read or written back (views are `Copy` and `Send`).
+    pub(crate) initial_device_lock: Mutex<()>,
     pub(crate) host_allocs: Mutex<HashMap<usize, Layout>>,
     pub(crate) peer_access: bool,
     pub(crate) pinned: Arc<PinnedRanges>,

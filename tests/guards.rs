@@ -1,0 +1,135 @@
+//! The safe API's guards on every backend present, and on the initial device: a mapping
+//! that ends itself ([`offload::Mapped`], from `Device::enter_data` and
+//! `Device::data_region`) and the host copy it lends for `target update`.
+
+use offload::{map, Error, Result, Runtime};
+use offload_kernels::{saxpy, scale};
+use offload_tests::{assert_clean, check, check_eq, fails, on_every_backend};
+
+/// Nothing is left mapped or allocated on `d` (on the initial device: nothing is mapped).
+fn clean(rt: &Runtime, d: usize) -> Result<()> {
+    if d == rt.initial_device() {
+        check!(rt.live_mappings().is_empty());
+        return Ok(());
+    }
+    assert_clean(rt, d)
+}
+
+/// Runs `case` on every device of every backend, and on each runtime's initial device.
+fn on_every_device_and_the_initial_one(what: &str, case: impl Fn(&Runtime, usize) -> Result<()>) {
+    on_every_backend(what, 1, |b| b, |rt| (0..=rt.num_devices()).try_for_each(|d| case(rt, d)));
+}
+
+#[test]
+fn entered_data_ends_when_the_guard_drops() {
+    on_every_device_and_the_initial_one("enter_data guard", |rt, d| {
+        let gpu = rt.device(d)?;
+        let on_device = d != rt.initial_device();
+        let x = vec![2.0f32; 256];
+        let mut y = vec![1.0f32; 256];
+        {
+            let entered = gpu.enter_data((map::to(&x), map::tofrom(&mut y)))?;
+            let (xv, yv) = entered.views();
+            check!(rt.is_present(x.as_ptr() as usize, d)? && rt.is_present(yv.host_range().begin, d)?);
+            saxpy(&gpu, 3.0, xv, yv)?;
+            // Dropped here: `tofrom` copies back, `to` is released.
+        }
+        check!(y.iter().all(|&v| v == 7.0), "y[0] = {}", y[0]);
+        check!(!on_device || !rt.is_present(x.as_ptr() as usize, d)?);
+        // `map::from` enters as `alloc` (nothing copied in) and copies back at the end.
+        let mut z = vec![5.0f32; 64];
+        let entered = gpu.enter_data(map::from(&mut z))?;
+        if on_device {
+            check_eq!(rt.entry(entered.views().host_range().begin, d)?.map(|e| e.ref_count), Some(1));
+        }
+        scale(&gpu, 2.0, entered.views())?;
+        entered.exit()?;
+        if !on_device {
+            check!(z.iter().all(|&v| v == 10.0), "initial device: z[0] = {}", z[0]);
+        }
+        clean(rt, d)
+    });
+}
+
+#[test]
+fn an_exit_error_is_returned_by_exit() {
+    on_every_backend(
+        "enter_data guard exit error",
+        1,
+        |b| b,
+        |rt| {
+            let gpu = rt.device(0)?;
+            let x = [0i32; 16];
+            // The entry is deleted behind the guard's back; a `present` exit would fail, a plain
+            // release finds nothing and succeeds, as OpenMP's exit of an absent range does.
+            let entered = gpu.enter_data(map::to(&x))?;
+            gpu.exit_data(map::delete(&x))?;
+            entered.exit()?;
+            assert_clean(rt, 0)
+        },
+    );
+}
+
+/// The OpenMP Examples' `target_update` pattern: change the host copy of a mapped array
+/// between two target regions and push it with `update to`; pull a result with `update from`.
+#[test]
+fn the_host_copy_changes_and_is_pushed_inside_a_region() {
+    on_every_device_and_the_initial_one("data_region + update", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut v = vec![1.0f32; 1000];
+        let mut p = vec![0.0f32; 1000];
+        let mut region = gpu.data_region((map::to_mut(&mut v), map::tofrom(&mut p)))?;
+        let (vv, pv) = region.views();
+        saxpy(&gpu, 1.0, vv, pv)?; // p = 1
+        region.host_mut(&vv)?.fill(2.0); // init_again(v)
+        region.update_to(&vv)?;
+        saxpy(&gpu, 1.0, vv, pv)?; // p = 1 + 2
+        scale(&gpu, 10.0, pv)?; // p = 30
+        region.update_from(&pv)?;
+        check!(region.host_mut(&pv)?.iter().all(|&x| x == 30.0), "device {d}: p not pulled");
+        // Part of a view: only that part moves.
+        region.host_mut(&vv)?[..10].fill(-1.0);
+        region.update_to(&vv.slice(..5)?)?;
+        saxpy(&gpu, 1.0, vv.slice(..10)?, pv.slice(..10)?)?; // p[..5] = 29, p[5..10] = 32 (or 29 on the initial device)
+        region.exit()?;
+        check_eq!(p[..5], [29.0; 5]);
+        let expect = if d == rt.initial_device() { -1.0 } else { 2.0 };
+        check!(p[5..10].iter().all(|&x| x == 30.0 + expect), "device {d}: p[5] = {}", p[5]);
+        check!(p[10..].iter().all(|&x| x == 30.0));
+        // `to_mut` copies nothing back: the host keeps what it wrote.
+        check_eq!(v[..10], [-1.0; 10]);
+        check!(v[10..].iter().all(|&x| x == 2.0));
+        clean(rt, d)
+    });
+}
+
+#[test]
+fn host_access_needs_a_view_of_an_exclusive_map_of_the_guard() {
+    on_every_backend(
+        "host_mut refusals",
+        1,
+        |b| b,
+        |rt| {
+            let gpu = rt.device(0)?;
+            let (a, mut b, mut c) = (vec![0i32; 8], vec![0i32; 8], vec![0i32; 8]);
+            let mut region = gpu.data_region((map::to(&a), map::tofrom(&mut b)))?;
+            let (av, _) = region.views();
+            let e = fails(region.host_mut(&av).map(drop), "host_mut of a shared map")?;
+            check!(matches!(e, Error::InvalidArgument { routine: "Mapped::host_mut", .. }), "{e:?}");
+            check!(e.to_string().contains("exclusive borrow"), "{e}");
+            let other = gpu.enter_data(map::tofrom(&mut c))?;
+            let cv = other.views();
+            let e = fails(region.update_from(&cv), "update_from through another guard's view")?;
+            check!(e.to_string().contains("device 0"), "{e}");
+            let e = fails(region.update_to(&cv), "update_to through another guard's view")?;
+            check!(matches!(e, Error::InvalidArgument { routine: "Mapped::update_to", .. }), "{e:?}");
+            if rt.num_devices() > 1 {
+                let elsewhere = rt.device(1)?.enter_data(map::to(&a))?;
+                check!(region.update_to(&elsewhere.views()).is_err());
+            }
+            drop(other);
+            region.exit()?;
+            assert_clean(rt, 0)
+        },
+    );
+}
