@@ -1,9 +1,10 @@
 //! The safe API's guards on every backend present, and on the initial device: a mapping
 //! that ends itself ([`offload::Mapped`], from `Device::enter_data` and
-//! `Device::data_region`) and the host copy it lends for `target update`.
+//! `Device::data_region`) and the host copy it lends for `target update`; owned device
+//! memory ([`offload::DeviceBuffer`]) and associations that end themselves.
 
-use offload::{map, Error, Result, Runtime};
-use offload_kernels::{saxpy, scale};
+use offload::{map, DeviceBuffer, Error, Result, Runtime};
+use offload_kernels::{saxpy, scale, ADD_I32};
 use offload_tests::{assert_clean, check, check_eq, fails, on_every_backend};
 
 /// Nothing is left mapped or allocated on `d` (on the initial device: nothing is mapped).
@@ -130,6 +131,99 @@ fn host_access_needs_a_view_of_an_exclusive_map_of_the_guard() {
             drop(other);
             region.exit()?;
             assert_clean(rt, 0)
+        },
+    );
+}
+
+#[test]
+fn device_buffers_copy_launch_and_free_themselves() {
+    on_every_device_and_the_initial_one("DeviceBuffer", |rt, d| {
+        let gpu = rt.device(d)?;
+        let data: Vec<i32> = (0..1000).collect();
+        {
+            let mut buf = DeviceBuffer::from_slice(&gpu, &data)?;
+            check_eq!((buf.len(), buf.device().number()), (1000, d));
+            // is_device_ptr: the buffer as a kernel argument.
+            gpu.launch(&ADD_I32, 1000, (7i32, &buf))?;
+            check!(buf.to_vec()?.iter().enumerate().all(|(i, &v)| v == i as i32 + 7));
+            // Parts, checked.
+            buf.write(998, &[-1, -2])?;
+            let mut tail = [0i32; 3];
+            buf.read(997, &mut tail)?;
+            check_eq!(tail, [1004, -1, -2]);
+            let e = fails(buf.write(999, &[0, 0]), "a write past the end")?;
+            check!(e.to_string().contains("elements 999..999+2 of a buffer of 1000"), "{e}");
+            check!(buf.read(usize::MAX, &mut tail).is_err());
+            // To and from every other device (the initial one included).
+            for other in 0..=rt.num_devices() {
+                let mut there = DeviceBuffer::<i32>::new(&rt.device(other)?, 1000)?;
+                there.copy_from(&buf)?;
+                check_eq!(there.to_vec()?, buf.to_vec()?);
+                let mut back = DeviceBuffer::<i32>::new(&gpu, 1000)?;
+                back.fill_bytes(0)?;
+                back.copy_from(&there)?;
+                check_eq!(back.to_vec()?[998..], [-1, -2]);
+            }
+            let short = DeviceBuffer::<i32>::new(&gpu, 10)?;
+            check!(matches!(
+                DeviceBuffer::<i32>::new(&gpu, 20)?.copy_from(&short),
+                Err(Error::InvalidArgument { .. })
+            ));
+            // A buffer of another device is refused as an argument.
+            if rt.num_devices() > 1 && d < rt.num_devices() {
+                let elsewhere = DeviceBuffer::from_slice(&rt.device((d + 1) % rt.num_devices())?, &data)?;
+                let e = fails(gpu.launch(&ADD_I32, 1000, (7i32, &elsewhere)), "a buffer of another device")?;
+                check!(matches!(e, Error::KernelArgument { index: 1, .. }), "{e:?}");
+            }
+            check!(DeviceBuffer::<i32>::new(&gpu, 0)?.to_vec()?.is_empty());
+            check!(DeviceBuffer::<u64>::new(&gpu, usize::MAX).is_err());
+        }
+        clean(rt, d)
+    });
+}
+
+#[test]
+fn an_association_lasts_as_long_as_its_guard() {
+    on_every_backend(
+        "Association",
+        1,
+        |b| b,
+        |rt| {
+            for d in 0..rt.num_devices() {
+                let gpu = rt.device(d)?;
+                let buf = DeviceBuffer::from_slice(&gpu, &[10i32; 64])?;
+                let mut host = vec![1i32; 16];
+                {
+                    let mut assoc = buf.associate(&mut host, 8)?;
+                    let h = assoc.host().as_ptr() as usize;
+                    check_eq!(rt.mapped_ptr(h, d)?, Some(buf.addr() + 32));
+                    // A map of it copies nothing: the device keeps the buffer's values.
+                    assoc.host_mut().fill(2);
+                    gpu.data(map::tofrom(assoc.host_mut()), |v| offload_kernels::add_i32(&gpu, 1, v))?;
+                    check_eq!(assoc.host(), &[2; 16][..]);
+                    gpu.launch(&ADD_I32, 16, (1i32, assoc.view()))?; // the view reaches the buffer too
+                    assoc.update_from()?;
+                    check_eq!(assoc.host(), &[12; 16][..]);
+                    assoc.host_mut()[0] = 100;
+                    assoc.update_to()?;
+                    check_eq!(buf.to_vec()?[8], 100);
+                    check_eq!(buf.to_vec()?[7], 10);
+                    // Freeing the buffer under the association is refused by the runtime (the
+                    // borrow checker stops the safe API; the raw routine says why).
+                    // SAFETY: the call fails before freeing anything.
+                    let e = fails(unsafe { rt.target_free(buf.addr(), d) }, "free under an association")?;
+                    check!(e.to_string().contains("disassociate it first"), "{e}");
+                }
+                check!(!rt.is_present(host.as_ptr() as usize, d)?);
+                check_eq!(host[..2], [100, 12]);
+                let e = fails(buf.associate(&mut host, 60).map(drop), "past the buffer's end")?;
+                check!(e.to_string().contains("60..60+16"), "{e}");
+            }
+            // The initial device has no associations.
+            let init = rt.device(rt.initial_device())?;
+            let buf = DeviceBuffer::from_slice(&init, &[0u8; 8])?;
+            check!(buf.associate(&mut [0u8; 4], 0).is_err());
+            Ok(())
         },
     );
 }

@@ -178,7 +178,7 @@ impl Runtime {
                 LaunchArg::Mapped(h) => {
                     KernelArg::Ptr { addr: h as u64, bytes: extents.get(i).copied().flatten() }
                 }
-                LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: None },
+                LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: extents.get(i).copied().flatten() },
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();

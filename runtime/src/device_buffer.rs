@@ -1,0 +1,315 @@
+//! [`DeviceBuffer`]: device memory owned by a Rust value (`omp_target_alloc` /
+//! `omp_target_free`), and [`Association`]: a host slice associated with part of one
+//! (`omp_target_associate_ptr` / `omp_target_disassociate_ptr`) for as long as the guard
+//! lives.
+//!
+//! A buffer is a kernel argument by reference (C's `is_device_ptr`); its copies check
+//! every offset and length. As on a GPU, a kernel and a copy that touch the same device
+//! memory at once leave its values unspecified; the buffer is freed when dropped, after
+//! the launches that borrow it have returned.
+//!
+//! ```
+//! use offload::{DeviceBuffer, Runtime};
+//! let rt = Runtime::builder().host_devices(2).build()?;
+//! let a = DeviceBuffer::from_slice(&rt.device(0)?, &[1u32, 2, 3, 4])?;
+//! let mut b = DeviceBuffer::<u32>::new(&rt.device(1)?, 4)?;
+//! b.copy_from(&a)?;                     // device to device
+//! assert_eq!(b.to_vec()?, [1, 2, 3, 4]);
+//!
+//! let mut host = [0u32; 2];
+//! let mut assoc = b.associate(&mut host, 2)?; // host[0..2] <-> b[2..4]
+//! assoc.update_from()?;
+//! assert_eq!(assoc.host(), &[3, 4]);
+//! drop(assoc);
+//! assert!(rt.live_mappings().is_empty());
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::marker::PhantomData;
+
+use crate::data_env::UpdateDirection;
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
+use crate::mapping::{Device, DeviceSlice, KernelArgument, SharedView};
+
+/// `len` elements of `T` in one device's memory, freed on drop.
+pub struct DeviceBuffer<'rt, T: DeviceCopy> {
+    device: Device<'rt>,
+    addr: u64,
+    len: usize,
+    _elements: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device", &self.device.number())
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
+    const ELEM: usize = std::mem::size_of::<T>();
+
+    /// `len` elements of uninitialised (unspecified, not undefined: any bits are a valid
+    /// `T`) device memory of `device` (host memory on the initial device).
+    pub fn new(device: &Device<'rt>, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(Self::ELEM).ok_or_else(|| Error::Overflow {
+            routine: "DeviceBuffer::new",
+            what: format!("device {}: {len} elements of {} bytes", device.number(), Self::ELEM),
+        })?;
+        let addr = device.runtime().target_alloc(bytes, device.number())?;
+        Ok(Self { device: *device, addr, len, _elements: PhantomData })
+    }
+
+    /// A device copy of `data`.
+    pub fn from_slice(device: &Device<'rt>, data: &[T]) -> Result<Self> {
+        let mut b = Self::new(device, data.len())?;
+        b.write(0, data)?;
+        Ok(b)
+    }
+
+    /// The device.
+    pub fn device(&self) -> Device<'rt> {
+        self.device
+    }
+
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address of element 0 (0 for an empty buffer).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    fn bytes(&self) -> usize {
+        self.len * Self::ELEM
+    }
+
+    /// `offset..offset + n` checked to lie in the buffer, in bytes.
+    fn span(&self, routine: &'static str, offset: usize, n: usize) -> Result<(usize, usize)> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok((offset * Self::ELEM, n * Self::ELEM)),
+            _ => Err(Error::InvalidArgument {
+                routine,
+                what: format!(
+                    "device {}: elements {offset}..{offset}+{n} of a buffer of {}; expected a range within 0..{}",
+                    self.device.number(),
+                    self.len,
+                    self.len
+                ),
+            }),
+        }
+    }
+
+    /// Copies `src` into the buffer from element `offset`.
+    pub fn write(&mut self, offset: usize, src: &[T]) -> Result<()> {
+        let (at, bytes) = self.span("DeviceBuffer::write", offset, src.len())?;
+        let rt = self.device.runtime();
+        // SAFETY: the destination lies in this buffer's allocation (checked), which `&mut
+        // self` keeps alive; `src` is borrowed for the call.
+        unsafe {
+            rt.target_memcpy(
+                self.addr,
+                src.as_ptr() as u64,
+                bytes,
+                at,
+                0,
+                self.device.number(),
+                rt.initial_device(),
+            )
+        }
+    }
+
+    /// Copies elements `offset..offset + dst.len()` into `dst`.
+    pub fn read(&self, offset: usize, dst: &mut [T]) -> Result<()> {
+        let (at, bytes) = self.span("DeviceBuffer::read", offset, dst.len())?;
+        let rt = self.device.runtime();
+        // SAFETY: the source lies in this buffer's allocation (checked); `dst` is borrowed
+        // exclusively for the call and any bits are a valid `T`.
+        unsafe {
+            rt.target_memcpy(
+                dst.as_mut_ptr() as u64,
+                self.addr,
+                bytes,
+                0,
+                at,
+                rt.initial_device(),
+                self.device.number(),
+            )
+        }
+    }
+
+    /// The whole buffer, copied to the host.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut v = Vec::with_capacity(self.len);
+        // SAFETY: `T: DeviceCopy` accepts every bit pattern, so zeroed memory is a valid
+        // `T`; the vector is filled before use.
+        v.resize(self.len, unsafe { std::mem::zeroed() });
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Copies all of `src` (of the same length, on any device of the same runtime) into
+    /// the buffer: by peer access between GPUs that have it, else through the host.
+    pub fn copy_from(&mut self, src: &DeviceBuffer<'_, T>) -> Result<()> {
+        if src.len != self.len || !std::ptr::eq(self.device.runtime(), src.device.runtime()) {
+            return Err(Error::InvalidArgument {
+                routine: "DeviceBuffer::copy_from",
+                what: format!(
+                    "device {}: a buffer of {} elements from one of {} on device {}; expected the same \
+                     length and runtime",
+                    self.device.number(),
+                    self.len,
+                    src.len,
+                    src.device.number()
+                ),
+            });
+        }
+        // SAFETY: both ranges are whole live allocations of their devices, kept alive by
+        // the borrows; `&mut self` excludes other writes through this buffer.
+        unsafe {
+            self.device.runtime().target_memcpy(
+                self.addr,
+                src.addr,
+                self.bytes(),
+                0,
+                0,
+                self.device.number(),
+                src.device.number(),
+            )
+        }
+    }
+
+    /// Sets every byte of the buffer to `byte`.
+    pub fn fill_bytes(&mut self, byte: u8) -> Result<()> {
+        // SAFETY: the whole allocation, alive for the call.
+        unsafe { self.device.runtime().target_memset(self.addr, byte, self.bytes(), self.device.number()) }
+    }
+
+    /// `omp_target_associate_ptr(host, buffer, size, offset * size_of::<T>(), device)`:
+    /// `host` becomes present on the buffer's device at elements `offset..offset +
+    /// host.len()` of the buffer, until the returned guard drops. Maps of it then copy
+    /// nothing (its count is infinite); [`Association::update_to`] and
+    /// [`Association::update_from`] move data.
+    pub fn associate<'b, 'h>(&'b self, host: &'h mut [T], offset: usize) -> Result<Association<'b, 'h, T>> {
+        let (at, bytes) = self.span("DeviceBuffer::associate", offset, host.len())?;
+        let rt = self.device.runtime();
+        // SAFETY: the device range lies in this buffer (checked), which the guard borrows,
+        // so it outlives the association.
+        unsafe { rt.associate_ptr(host.as_mut_ptr() as usize, self.addr, bytes, at, self.device.number())? };
+        Ok(Association { buffer: self, host })
+    }
+}
+
+impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the allocation is this value's; launches borrowing it have returned and
+        // an association borrows it, so none is left.
+        let _ = unsafe { self.device.runtime().target_free(self.addr, self.device.number()) };
+    }
+}
+
+impl<T: DeviceCopy> KernelArgument for &DeviceBuffer<'_, T> {
+    fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
+        if self.device.number() != device {
+            return Err(Error::KernelArgument {
+                kernel: kernel.name(),
+                index,
+                what: format!(
+                    "a buffer of device {} passed to a launch on device {device}",
+                    self.device.number()
+                ),
+            });
+        }
+        Ok(LaunchArg::Device(self.addr))
+    }
+
+    fn view_range(&self) -> Option<HostRange> {
+        // Its extent, so that kernels on the initial device (where it is host memory) are
+        // bounds-checked.
+        Some(HostRange::new(self.addr as usize, self.bytes()))
+    }
+}
+
+impl<T: DeviceCopy> SharedView for &DeviceBuffer<'_, T> {
+    fn shared_range(&self) -> Option<HostRange> {
+        None
+    }
+}
+
+/// A host slice associated with part of a [`DeviceBuffer`]; disassociated on drop. See
+/// [`DeviceBuffer::associate`].
+#[must_use = "dropping the guard disassociates at once"]
+pub struct Association<'b, 'h, T: DeviceCopy> {
+    buffer: &'b DeviceBuffer<'b, T>,
+    host: &'h mut [T],
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for Association<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Association")
+            .field("device", &self.buffer.device.number())
+            .field("host", &HostRange::of(self.host))
+            .finish()
+    }
+}
+
+impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
+    fn range(&self) -> HostRange {
+        HostRange::of(self.host)
+    }
+
+    /// The associated host range as a kernel argument (translated through the present
+    /// table to the buffer's memory).
+    pub fn view(&self) -> DeviceSlice<'_, T> {
+        let mut v = crate::mapping::view_of(self.host, self.buffer.device.number(), true);
+        // An exit through it never copies into the host slice: only `update_from` does.
+        v.copy_back = false;
+        v
+    }
+
+    /// The host copy.
+    pub fn host(&self) -> &[T] {
+        self.host
+    }
+
+    /// The host copy, to change before [`Association::update_to`]. (Kernels reach the
+    /// buffer's memory, never this: associations exist on devices with memory of their
+    /// own only.)
+    pub fn host_mut(&mut self) -> &mut [T] {
+        self.host
+    }
+
+    /// `#pragma omp target update to(host)`: the host copy into the buffer.
+    pub fn update_to(&self) -> Result<()> {
+        let d = self.buffer.device;
+        // SAFETY: the host slice is borrowed by the guard, which `&self` keeps.
+        unsafe { d.runtime().update(d.number(), UpdateDirection::To, &[(self.range(), true)]) }
+    }
+
+    /// `#pragma omp target update from(host)`: the buffer's part into the host copy.
+    pub fn update_from(&mut self) -> Result<()> {
+        let d = self.buffer.device;
+        // SAFETY: the host slice is borrowed exclusively by the guard, which `&mut self`
+        // keeps; any bits are a valid `T`.
+        unsafe { d.runtime().update(d.number(), UpdateDirection::From, &[(self.range(), true)]) }
+    }
+}
+
+impl<T: DeviceCopy> Drop for Association<'_, '_, T> {
+    fn drop(&mut self) {
+        let d = self.buffer.device;
+        // SAFETY: launches through the view have returned (they borrow the guard).
+        let _ = unsafe { d.runtime().disassociate_ptr(self.host.as_ptr() as usize, d.number()) };
+    }
+}
