@@ -397,6 +397,16 @@ impl<'a> HostLaunch<'a> {
 pub enum LaunchArg {
     /// A host address inside a mapped range: the kernel gets its device address.
     Mapped(usize),
+    /// C's base pointer of an array section (libomptarget's base/begin pair): the kernel
+    /// gets the device address of host address `base`, translated through the mapped
+    /// range that holds `section` (the section's first byte), so a kernel written against
+    /// the array's base (`arr[i + ioff]` with only `arr[ioff:n]` mapped) needs no rebasing.
+    MappedBase {
+        /// The array's base, host address (need not be mapped).
+        base: usize,
+        /// A host address inside the mapped section.
+        section: usize,
+    },
     /// A device address used as is (e.g. from `target_alloc`).
     Device(u64),
     /// A value.
@@ -407,6 +417,12 @@ impl LaunchArg {
     /// A host pointer to translate through the present table.
     pub fn mapped<T>(p: *const T) -> Self {
         LaunchArg::Mapped(p as usize)
+    }
+
+    /// The base pointer `base` of an array whose section at `section` is mapped (see
+    /// [`LaunchArg::MappedBase`]).
+    pub fn mapped_base<T>(base: *const T, section: *const T) -> Self {
+        LaunchArg::MappedBase { base: base as usize, section: section as usize }
     }
 }
 

@@ -186,9 +186,56 @@ impl<'a, T> DeviceSlice<'a, T> {
         Ok(Self { host, len: end - start, ..*self })
     }
 
-    /// The device address of the view's first element (`None` when not mapped).
+    /// The device address of the view's first element (`None` when not mapped): C's
+    /// `use_device_ptr` / `use_device_addr` inside a region.
     pub fn device_addr(&self, rt: &Runtime) -> Result<Option<u64>> {
         rt.mapped_ptr(self.host, self.device)
+    }
+
+    /// The view as the base pointer of an array whose element `offset` is the view's first
+    /// (C maps `arr[ioff:n]` and indexes `arr[i + ioff]`): the kernel receives the device
+    /// address of the array's base, `offset` elements before the view's. Elements before
+    /// the view are not mapped: the kernel must not touch them, as in C.
+    pub fn based_at(&self, offset: usize) -> Result<BasedSlice<'a, T>> {
+        let base = offset.checked_mul(std::mem::size_of::<T>()).and_then(|b| self.host.checked_sub(b));
+        match base {
+            Some(base) => Ok(BasedSlice { view: *self, base }),
+            None => Err(Error::Overflow {
+                routine: "DeviceSlice::based_at",
+                what: format!("device {}: {offset} elements before {}", self.device, self.host_range()),
+            }),
+        }
+    }
+}
+
+/// A view passed as its array's base pointer; see [`DeviceSlice::based_at`].
+#[derive(Debug)]
+pub struct BasedSlice<'a, T> {
+    view: DeviceSlice<'a, T>,
+    base: usize,
+}
+
+impl<T> Clone for BasedSlice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for BasedSlice<'_, T> {}
+
+impl<T> KernelArgument for BasedSlice<'_, T> {
+    fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
+        self.view.launch_arg(device, index, kernel)?;
+        Ok(LaunchArg::MappedBase { base: self.base, section: self.view.host })
+    }
+
+    fn view_range(&self) -> Option<HostRange> {
+        Some(self.view.host_range())
+    }
+}
+
+impl<T> SharedView for BasedSlice<'_, T> {
+    fn shared_range(&self) -> Option<HostRange> {
+        self.view.shared_range()
     }
 }
 
@@ -447,6 +494,17 @@ impl Runtime {
         self.target(number)?;
         Ok(Device { rt: self, number })
     }
+
+    /// The `if` clause: device `number` when `condition` holds, else the initial device
+    /// (regions run on the host, data constructs do nothing), as OpenMP's `if(false)`.
+    pub fn device_if(&self, condition: bool, number: usize) -> Result<Device<'_>> {
+        let d = self.device(number)?;
+        if condition {
+            Ok(d)
+        } else {
+            self.device(self.initial_device())
+        }
+    }
 }
 
 impl<'rt> Device<'rt> {
@@ -555,7 +613,14 @@ impl<'rt> Device<'rt> {
                 // SAFETY: the view borrows `range` shared for its lifetime.
                 let bytes = unsafe { std::slice::from_raw_parts(range.begin as *const u8, range.bytes) };
                 copies.push(bytes.to_vec());
-                launch_args[i] = LaunchArg::Mapped(copies.last().map_or(0, |c| c.as_ptr() as usize));
+                let copy = copies.last().map_or(0, |c| c.as_ptr() as usize);
+                launch_args[i] = match launch_args[i] {
+                    // The copy's base is as far before it as the view's base is.
+                    LaunchArg::MappedBase { base, section } => {
+                        LaunchArg::MappedBase { base: copy.wrapping_sub(section - base), section: copy }
+                    }
+                    _ => LaunchArg::Mapped(copy),
+                };
             }
         }
         if self.number == self.rt.initial_device() {

@@ -155,6 +155,26 @@ impl DeviceState {
                     LaunchArg::Value(s) => KernelArg::Scalar(s),
                     LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
                     LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
+                    LaunchArg::MappedBase { base, section } => match table.containing(section) {
+                        Some(e) => {
+                            // The device address as far from the section as the host base
+                            // is (C's pointer arithmetic: wrapping, never dereferenced here).
+                            let addr = e.translate(section).wrapping_sub(section.wrapping_sub(base) as u64);
+                            let bytes =
+                                (e.range.begin <= base && base < e.range.end()).then(|| e.range.end() - base);
+                            let block = e.device_addr;
+                            in_use.pin(&mut table, block);
+                            KernelArg::Ptr { addr, bytes }
+                        }
+                        None => return Err(Error::KernelArgument {
+                            kernel: kernel.name(),
+                            index,
+                            what: format!(
+                                "base {base:#x}: its section at host {section:#x} is not mapped on device {}",
+                                self.number
+                            ),
+                        }),
+                    },
                     LaunchArg::Mapped(h) => match table.containing(h) {
                         Some(e) => {
                             let arg = KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) };

@@ -141,6 +141,38 @@ pub fn omp_get_interop_ptr(device_num: i32, property: InteropProperty) -> Result
     })
 }
 
+/// The `if` clause of any construct: `device_num` when `condition` holds, else the
+/// initial device, where `target` runs the region on the host and the data constructs do
+/// nothing, as OpenMP's `if(false)` does. `target(if_device(n > 1000, dev)?, ...)` is
+/// `#pragma omp target if(n > 1000) device(dev)`.
+pub fn if_device(condition: bool, device_num: i32) -> Result<i32> {
+    let rt = rt()?;
+    rt.target(dev(rt, device_num)?)?;
+    if condition {
+        Ok(device_num)
+    } else {
+        omp_get_initial_device()
+    }
+}
+
+/// `use_device_ptr(ptr)` in a `target data` region on `device_num`: the device address
+/// the host pointer `ptr` corresponds to, or, when it points into nothing mapped there,
+/// `ptr` itself (OpenMP 5.1's rule). On the initial device, `ptr`.
+pub fn use_device_ptr(ptr: *const c_void, device_num: i32) -> Result<*mut c_void> {
+    let rt = rt()?;
+    Ok(match rt.mapped_ptr(ptr as usize, dev(rt, device_num)?)? {
+        Some(d) => d as usize as *mut c_void,
+        None => ptr.cast_mut(),
+    })
+}
+
+/// `use_device_addr(x)` in a `target data` region on `device_num`: the device address of
+/// the mapped storage at host address `addr` (a variable or array section's first byte),
+/// or `addr` itself when nothing is mapped there, as [`use_device_ptr`].
+pub fn use_device_addr(addr: *const c_void, device_num: i32) -> Result<*mut c_void> {
+    use_device_ptr(addr, device_num)
+}
+
 /// `omp_target_alloc(size, device_num)`: null for size 0.
 pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;

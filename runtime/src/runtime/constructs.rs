@@ -179,6 +179,7 @@ impl Runtime {
                     KernelArg::Ptr { addr: h as u64, bytes: extents.get(i).copied().flatten() }
                 }
                 LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: extents.get(i).copied().flatten() },
+                LaunchArg::MappedBase { base, .. } => KernelArg::Ptr { addr: base as u64, bytes: None },
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();

@@ -1,0 +1,192 @@
+//! The clauses a port needs, on every backend present and the initial device: base
+//! pointers of array sections, `use_device_ptr`/`use_device_addr`, the `if` clause, and
+//! `declare target` variables.
+
+use std::ffi::c_void;
+
+use offload::{map, DeviceGlobal, Error, HostLaunch, Kernel, LaunchArg, MapItem, Result, Runtime, Scalar};
+use offload_kernels::ADD_I32;
+use offload_tests::{check, check_eq, fails, on_every_backend};
+
+/// `x[i + ioff] += v` for `i < n`, with `x` the array's base: C's kernel over a section.
+fn add_at(l: &HostLaunch<'_>) -> std::result::Result<(), String> {
+    let (v, ioff): (i32, u64) = (l.scalar(0)?, l.scalar(1)?);
+    let (base, _) = l.ptr::<i32>(2)?;
+    for i in 0..l.n() {
+        // SAFETY: the launch maps `x[ioff..ioff + n]` and passes `x`'s base.
+        unsafe { *base.add(i + ioff as usize) += v };
+    }
+    Ok(())
+}
+
+static ADD_AT: Kernel = Kernel::new("add_at").with_host(add_at).with_cuda(
+    r#"extern "C" __global__ void add_at(int v, unsigned long long ioff, int* x, unsigned long long n) {
+        for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+             i += (unsigned long long)gridDim.x * blockDim.x) x[i + ioff] += v; }"#,
+);
+
+fn each_device_and_the_initial_one(what: &str, case: impl Fn(&Runtime, usize) -> Result<()>) {
+    on_every_backend(what, 1, |b| b, |rt| (0..=rt.num_devices()).try_for_each(|d| case(rt, d)));
+}
+
+#[test]
+fn a_base_pointer_is_translated_through_its_mapped_section() {
+    each_device_and_the_initial_one("base pointers", |rt, d| {
+        let mut arr: Vec<i32> = (0..100).collect();
+        // Safe form: map arr[40..60], pass it as the base of arr, index from the base.
+        let gpu = rt.device(d)?;
+        gpu.data(map::tofrom(&mut arr[40..60]), |v| {
+            gpu.launch(&ADD_AT, 20, (1000i32, 40u64, v.based_at(40)?))
+        })?;
+        check!(
+            arr[40..60].iter().enumerate().all(|(i, &x)| x == i as i32 + 1040),
+            "device {d}: {:?}",
+            &arr[40..44]
+        );
+        check!(arr[..40].iter().enumerate().all(|(i, &x)| x == i as i32));
+        check!(arr[60..].iter().enumerate().all(|(i, &x)| x == i as i32 + 60));
+        // A shared section on the initial device gets a private copy, rebased too.
+        let ro: Vec<i32> = vec![7; 10];
+        gpu.data(map::to(&ro[5..]), |v| gpu.launch(&ADD_AT, 5, (1i32, 5u64, v.based_at(5)?)))?;
+        check_eq!(ro, vec![7; 10]);
+        // The raw form: LaunchArg::mapped_base(base, section).
+        let p = arr.as_mut_ptr();
+        let args = [
+            LaunchArg::Value(Scalar::I32(1)),
+            LaunchArg::Value(Scalar::U64(90)),
+            LaunchArg::mapped_base(p.cast_const(), p.wrapping_add(90).cast_const()),
+        ];
+        // SAFETY: the map list maps arr[90..100] for the launch; `arr` is not otherwise used.
+        unsafe { rt.target_launch(d, &ADD_AT, 10, &[MapItem::tofrom(p.wrapping_add(90), 40)], &args)? };
+        check!(arr[90..].iter().enumerate().all(|(i, &x)| x == i as i32 + 91), "raw: {:?}", &arr[90..92]);
+        // A base whose section is not mapped is refused, naming both.
+        if d != rt.initial_device() {
+            // SAFETY: the launch fails before running.
+            let e = fails(unsafe { rt.target_launch(d, &ADD_AT, 10, &[], &args) }, "unmapped section")?;
+            check!(matches!(e, Error::KernelArgument { index: 2, .. }), "{e:?}");
+            check!(e.to_string().contains("section"), "{e}");
+        }
+        let e = fails(gpu.data(map::to(&ro[..]), |v| v.based_at(usize::MAX).map(drop)), "base before 0")?;
+        check!(matches!(e, Error::Overflow { .. }), "{e:?}");
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn use_device_ptr_and_if_clause_in_the_omp_shape() {
+    use offload::omp::*;
+    let rt = use_runtime(Runtime::builder().env(|_| None).host_devices(2).build().expect("runtime"))
+        .expect("global");
+    let run = || -> Result<()> {
+        let init = omp_get_initial_device()?;
+        for dev in 0..omp_get_num_devices()? {
+            let mut x = vec![1i32; 64];
+            let xp = x.as_mut_ptr();
+            let v = |p: *mut i32| p.cast::<c_void>().cast_const();
+            // Not mapped: the host pointer itself (OpenMP 5.1).
+            check_eq!(use_device_ptr(v(xp), dev)?, xp.cast::<c_void>());
+            // SAFETY: `x` outlives the region and is touched only through it.
+            unsafe {
+                target_data_begin(dev, &[MapItem::tofrom(xp, 256)])?;
+                let d = use_device_ptr(v(xp), dev)?;
+                check!(d != xp.cast(), "device {dev}: not translated");
+                check_eq!(use_device_addr(v(xp.add(4)), dev)?, d.cast::<u8>().add(16).cast::<c_void>());
+                // Device memory used directly (is_device_ptr).
+                omp_target_memset(d, 0, 256, dev)?;
+                // if(false): the region runs on the host, on the host copy.
+                let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::mapped(xp)];
+                target(if_device(false, dev)?, &ADD_I32, 64, &[], &args)?;
+                check_eq!(x[0], 6);
+                target(if_device(true, dev)?, &ADD_I32, 64, &[], &args)?;
+                target_data_end(dev, &[MapItem::tofrom(xp, 256)])?;
+            }
+            check!(x.iter().all(|&e| e == 5), "device {dev}: {}", x[0]);
+            // if(false) on a data construct maps nothing.
+            // SAFETY: nothing is copied.
+            unsafe { target_enter_data(if_device(false, dev)?, &[MapItem::to(x.as_ptr(), 256)])? };
+            check!(!omp_target_is_present(v(xp), dev)?);
+            check_eq!(if_device(false, dev)?, init);
+        }
+        check!(matches!(if_device(true, 99), Err(Error::NoSuchDevice { .. })));
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    };
+    run().unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn the_safe_if_clause_runs_on_the_initial_device() {
+    on_every_backend(
+        "device_if",
+        1,
+        |b| b,
+        |rt| {
+            let mut x = vec![0i32; 32];
+            for cond in [true, false] {
+                let dev = rt.device_if(cond, 0)?;
+                check_eq!(dev.number(), if cond { 0 } else { rt.initial_device() });
+                dev.data(map::tofrom(&mut x), |v| offload_kernels::add_i32(&dev, 1, v))?;
+            }
+            check!(x.iter().all(|&e| e == 2));
+            check!(rt.device_if(false, 99).is_err());
+            Ok(())
+        },
+    );
+}
+
+/// One global per test run on every device: the runtimes of the backends are made in
+/// turn, so each finds it unloaded and loads it from the host copy.
+static TABLE: DeviceGlobal<[i32; 8]> = DeviceGlobal::new([1, 2, 3, 4, 5, 6, 7, 8]);
+
+#[test]
+fn declare_target_globals_have_a_copy_per_device() {
+    on_every_backend(
+        "declare target",
+        1,
+        |b| b,
+        |rt| {
+            *TABLE.host() = [1, 2, 3, 4, 5, 6, 7, 8];
+            let host = TABLE.host_ptr() as usize;
+            for d in 0..rt.num_devices() {
+                let dev = rt.device(d)?;
+                check!(!rt.is_present(host, d)?, "device {d}: loaded before first use");
+                dev.launch(&ADD_I32, 8, (10i32, TABLE.arg(&dev)?))?;
+                check!(rt.is_present(host, d)?);
+                check_eq!(rt.mapped_ptr(host, d)?, Some(TABLE.device_addr(&dev)?));
+                check_eq!(*TABLE.host(), [1, 2, 3, 4, 5, 6, 7, 8]);
+                // A map of it copies nothing: it is present with an infinite count.
+                let mut seen = [0i32; 8];
+                // SAFETY: the table's host copy is not touched during the region (it is
+                // `tofrom`, but present forever, so nothing is copied back into it).
+                unsafe {
+                    rt.target_data_begin(d, &[MapItem::tofrom(TABLE.host_ptr(), 32)])?;
+                    rt.target_data_end(d, &[MapItem::tofrom(TABLE.host_ptr(), 32)])?;
+                }
+                check_eq!(*TABLE.host(), [1, 2, 3, 4, 5, 6, 7, 8]);
+                TABLE.update_from(&dev)?;
+                seen.copy_from_slice(&*TABLE.host());
+                check_eq!(seen, [11, 12, 13, 14, 15, 16, 17, 18]);
+                // Host change, update to, kernel, update from.
+                TABLE.host()[0] = 100;
+                TABLE.update_to(&dev)?;
+                dev.launch(&ADD_I32, 8, (1i32, TABLE.arg(&dev)?))?;
+                TABLE.update_from(&dev)?;
+                check_eq!(TABLE.host()[..2], [101, 13]);
+                *TABLE.host() = [1, 2, 3, 4, 5, 6, 7, 8];
+            }
+            // On the initial device the kernel writes the host copy itself.
+            let init = rt.device(rt.initial_device())?;
+            init.launch(&ADD_I32, 8, (1i32, TABLE.arg(&init)?))?;
+            check_eq!(TABLE.host()[..2], [2, 3]);
+            TABLE.update_from(&init)?; // a no-op there
+            check_eq!(TABLE.host()[7], 9);
+            // Each device keeps its own copy: device 0's still holds what its kernels made,
+            // not the host's reset values nor the initial device's.
+            let dev0 = rt.device(0)?;
+            TABLE.update_from(&dev0)?;
+            check_eq!(TABLE.host()[..3], [101, 13, 14]);
+            Ok(())
+        },
+    );
+}
