@@ -190,3 +190,8 @@ fn declare_target_globals_have_a_copy_per_device() {
         },
     );
 }
+
+#[test]
+fn the_base_pointer_kernel_compiles_with_nvrtc() {
+    offload_tests::compile_with_nvrtc("clause kernels", &[&ADD_AT]);
+}
