@@ -166,14 +166,16 @@ impl DeviceState {
                             in_use.pin(&mut table, block);
                             KernelArg::Ptr { addr, bytes }
                         }
-                        None => return Err(Error::KernelArgument {
-                            kernel: kernel.name(),
-                            index,
-                            what: format!(
+                        None => {
+                            return Err(Error::KernelArgument {
+                                kernel: kernel.name(),
+                                index,
+                                what: format!(
                                 "base {base:#x}: its section at host {section:#x} is not mapped on device {}",
                                 self.number
                             ),
-                        }),
+                            })
+                        }
                     },
                     LaunchArg::Mapped(h) => match table.containing(h) {
                         Some(e) => {
