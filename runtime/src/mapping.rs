@@ -545,7 +545,7 @@ impl<'rt> Device<'rt> {
 
     /// `#pragma omp target enter data` over borrowed slices; the returned guard ends it
     /// (`target exit data`: `from` for maps that copy back, `release` for the others) when
-    /// dropped or [`Mapped::exit`]ed, so the slices stay borrowed for as long as they are
+    /// dropped or [`Mapped::exit`](crate::Mapped::exit)ed, so the slices stay borrowed for as long as they are
     /// mapped. `map::from` enters as `alloc` (and copies back at the end).
     ///
     /// ```
@@ -565,9 +565,9 @@ impl<'rt> Device<'rt> {
     }
 
     /// `#pragma omp target data map(...)` as a guard: the region ends (its maps' exit
-    /// half) when the guard is dropped or [`Mapped::exit`]ed. Unlike [`Device::data`]'s
+    /// half) when the guard is dropped or [`Mapped::exit`](crate::Mapped::exit)ed. Unlike [`Device::data`]'s
     /// body, the guard lends the host copy of exclusively borrowed maps
-    /// ([`Mapped::host_mut`]) for the `target update` pattern.
+    /// ([`Mapped::host_mut`](crate::Mapped::host_mut)) for the `target update` pattern.
     pub fn data_region<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
         crate::Mapped::region(*self, maps)
     }
