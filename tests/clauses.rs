@@ -195,3 +195,57 @@ fn declare_target_globals_have_a_copy_per_device() {
 fn the_base_pointer_kernel_compiles_with_nvrtc() {
     offload_tests::compile_with_nvrtc("clause kernels", &[&ADD_AT]);
 }
+
+#[test]
+fn a_global_on_the_initial_device_holds_no_lock_across_the_launch() {
+    static PAIR: DeviceGlobal<[i32; 8]> = DeviceGlobal::new([0; 8]);
+    fn add_both(l: &HostLaunch<'_>) -> std::result::Result<(), String> {
+        // SAFETY: arguments 0 and 1 are copies of the global (8 i32 each).
+        let (a, b) = unsafe { (l.slice_mut::<i32>(0, 8)?, l.slice_mut::<i32>(1, 8)?) };
+        a.iter_mut().chain(b.iter_mut()).for_each(|v| *v += 1);
+        Ok(())
+    }
+    static ADD_BOTH: Kernel = Kernel::new("add_both").with_host(add_both);
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().expect("runtime");
+    let init = rt.device(rt.initial_device()).expect("initial device");
+    // The same global twice in one launch: no deadlock; each argument is a copy.
+    init.launch(&ADD_BOTH, 1, (PAIR.arg(&init).expect("arg"), PAIR.arg(&init).expect("arg")))
+        .expect("launch");
+    assert_eq!(*PAIR.host(), [1; 8]);
+    // A global's argument is `Send`: it goes into a nowait launch.
+    let dev = rt.device(0).expect("device 0");
+    rt.nowait(|s| {
+        let arg = PAIR.arg(&dev)?;
+        s.launch(0, &ADD_I32, 8, (5i32, arg), &[]).map(drop)
+    })
+    .expect("scope")
+    .expect("launch");
+    PAIR.update_from(&dev).expect("update");
+    assert_eq!(*PAIR.host(), [6; 8]);
+}
+
+#[test]
+fn a_global_whose_host_copy_the_program_mapped_is_refused() {
+    static MAPPED: DeviceGlobal<[u32; 4]> = DeviceGlobal::new([1; 4]);
+    on_every_backend(
+        "declare target over a program mapping",
+        1,
+        |b| b,
+        |rt| {
+            let dev = rt.device(0)?;
+            let host = MAPPED.host();
+            // SAFETY: the host copy is locked while it is read (entering only reads).
+            unsafe { rt.enter_data(0, &[MapItem::to(host.as_ptr(), 4)])? };
+            drop(host);
+            let e = fails(MAPPED.arg(&dev).map(drop), "a global mapped by the program")?;
+            check!(e.to_string().contains("mapped by the program"), "{e}");
+            // SAFETY: nothing is copied back.
+            unsafe { rt.exit_data(0, &[MapItem::delete(MAPPED.host_ptr(), 4)])? };
+            dev.launch(&ADD_I32, 4, (1i32, MAPPED.arg(&dev)?))?;
+            MAPPED.update_from(&dev)?;
+            check_eq!(*MAPPED.host(), [2; 4]);
+            *MAPPED.host() = [1; 4];
+            Ok(())
+        },
+    );
+}

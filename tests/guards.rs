@@ -227,3 +227,77 @@ fn an_association_lasts_as_long_as_its_guard() {
         },
     );
 }
+
+#[test]
+fn an_exit_through_a_guards_view_is_refused() {
+    on_every_backend(
+        "nowait exit of a guard's view",
+        1,
+        |b| b,
+        |rt| {
+            let gpu = rt.device(0)?;
+            let mut v = vec![0i32; 16];
+            let entered = gpu.enter_data(map::tofrom(&mut v))?;
+            let view = entered.views();
+            let r = rt.nowait(|s| s.exit(0, view, &[]).map(drop))?;
+            let e = fails(r, "an exit through a guard's view")?;
+            check!(e.to_string().contains("drop or exit the guard"), "{e}");
+            offload_kernels::fill_i32(&gpu, 7, view)?;
+            entered.exit()?; // still the guard's to end: it copies back
+            check_eq!(v, vec![7; 16]);
+            clean(rt, 0)
+        },
+    );
+}
+
+#[test]
+fn new_buffers_of_host_devices_read_as_zeros() {
+    let rt = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(1)
+        .memory_pool(offload::PoolConfig { enabled: false, ..Default::default() })
+        .build()
+        .expect("runtime");
+    for d in [0, rt.initial_device()] {
+        let dev = rt.device(d).expect("device");
+        let b = DeviceBuffer::<u64>::new(&dev, 4096).expect("buffer");
+        assert!(b.to_vec().expect("read").iter().all(|&v| v == 0), "device {d}");
+    }
+}
+
+/// Writes 1 into each of its `n` u64, one at a time, slowly.
+fn slow_ones(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    let (p, _) = l.ptr::<u64>(0)?;
+    for i in 0..l.n() {
+        // SAFETY: argument 0 is a buffer of `n` u64.
+        unsafe { p.add(i).write_volatile(1) };
+        SLOW_ONES_RUNNING.store(true, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    Ok(())
+}
+static SLOW_ONES: offload::Kernel = offload::Kernel::new("slow_ones").with_host(slow_ones);
+static SLOW_ONES_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// On the initial device a buffer is host memory: a read waits for a kernel writing it
+/// from another thread, so it never sees half of the kernel's writes.
+#[test]
+fn reads_of_an_initial_device_buffer_wait_for_its_kernels() {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(0).build().expect("runtime");
+    let init = rt.device(rt.initial_device()).expect("initial device");
+    let buf = DeviceBuffer::<u64>::new(&init, 64).expect("buffer");
+    std::thread::scope(|s| {
+        s.spawn(|| init.launch(&SLOW_ONES, 64, (&buf,)).expect("launch"));
+        // Once the kernel has written its first element, every read must wait for its end.
+        while !SLOW_ONES_RUNNING.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        for _ in 0..50 {
+            let seen = buf.to_vec().expect("read");
+            let ones = seen.iter().filter(|&&v| v == 1).count();
+            assert!(ones == 0 || ones == 64, "a read saw {ones} of 64 writes of a running kernel");
+        }
+    });
+    assert!(buf.to_vec().expect("read").iter().all(|&v| v == 1));
+}

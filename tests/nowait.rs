@@ -499,3 +499,36 @@ fn memset_and_rectangular_copies_are_tasks_too() {
         },
     );
 }
+
+#[test]
+fn a_task_waits_for_all_its_dependencies_even_after_one_failed() {
+    on_every_backend(
+        "nowait: every dependency awaited",
+        1,
+        |b| b,
+        |rt| {
+            let (slow_done, verdict) = (AtomicBool::new(false), AtomicBool::new(false));
+            let x = [0i32; 4];
+            let scope = rt.nowait(|s| -> offload::Result<()> {
+                // One dependency fails at once (an exit of a range that must be present)...
+                let (failing, xv) = s.enter(0, map::to(&x).present(), &[])?;
+                // ...the other finishes later, on another lane.
+                let slow = s.compute(0, &[], |_| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    slow_done.store(true, Ordering::SeqCst);
+                    Ok(())
+                })?;
+                // On a third lane (copy-out), so nothing but the dependencies holds it back.
+                let dependent = s.exit(0, xv, &[&failing, &slow])?;
+                // It fails (its dependency did), but only once both have finished.
+                let failed = matches!(dependent.wait(), Err(Error::Dependency { .. }));
+                verdict.store(failed && slow_done.load(Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            });
+            // The scope's error is the first task's.
+            check!(matches!(scope, Err(Error::NotPresent { .. })), "{scope:?}");
+            check!(verdict.load(Ordering::SeqCst), "the dependent decided before every dependency finished");
+            Ok(())
+        },
+    );
+}

@@ -597,3 +597,87 @@ fn rect_copy_asynchronously() -> Result<()> {
     }
     all_clean(rt)
 }
+
+/// Launches `ADD_I32` on the initial device from inside a kernel (refused), or calls
+/// `omp_taskwait` there (refused), as argument 0 says; the error is the kernel's.
+fn nested(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    let what: i32 = l.scalar(0)?;
+    let init = omp_get_initial_device().map_err(|e| e.to_string())?;
+    let mut x = [0i32; 4];
+    let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(x.as_mut_ptr())];
+    let r = match what {
+        // SAFETY: `x` lives through the call.
+        0 => unsafe { target(init, &ADD_I32, 4, &[], &args) },
+        _ => omp_taskwait(),
+    };
+    r.map_err(|e| e.to_string())
+}
+static NESTED: offload::Kernel = offload::Kernel::new("nested").with_host(nested);
+
+#[test]
+fn what_would_wait_for_itself_is_refused() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    // A kernel of the initial device launching there, or waiting for tasks, from a kernel.
+    for (what, needle) in [(0, "its own kernels"), (1, "inside a kernel")] {
+        for dev in [init, 0] {
+            // SAFETY: the kernel's only argument is a value.
+            let r = unsafe { target(dev, &NESTED, 1, &[], &[LaunchArg::Value(Scalar::I32(what))]) };
+            if what == 1 || dev == init {
+                let e = fails(r, "nested")?;
+                check!(e.to_string().contains(needle), "device {dev}, case {what}: {e}");
+            } else {
+                r?; // a host device's kernel may launch on the initial device
+            }
+        }
+    }
+    // An asynchronous routine queued from inside a nowait task is refused.
+    let p = omp_target_alloc(64, 0)?;
+    let pa = p as usize;
+    let inner = rt.nowait(|s| {
+        s.compute(0, &[], move |_| {
+            // SAFETY: `pa` holds 64 bytes of device 0.
+            unsafe { omp_target_memset_async(pa as *mut c_void, 0, 64, 0, &[]) }.map(drop)
+        })
+        .map(drop)
+    });
+    let e = fails(inner.and_then(|r| r), "async routine inside a task")?;
+    check!(e.to_string().contains("inside a nowait task"), "{e}");
+    // A task listing one address twice does not wait for itself.
+    // SAFETY: `p` holds 64 bytes of device 0.
+    unsafe {
+        omp_target_memset_async(
+            p,
+            1,
+            64,
+            0,
+            &[Depend::new(DependType::In, p), Depend::new(DependType::Out, p)],
+        )?
+    };
+    omp_taskwait()?;
+    // SAFETY: nothing uses `p` any more.
+    unsafe { omp_target_free(p, 0)? };
+    all_clean(rt)
+}
+
+#[test]
+fn each_thread_waits_for_its_own_tasks() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let mut y = [0i32; 4];
+    let yp = y.as_mut_ptr() as usize;
+    // A failed task of another thread is that thread's to report.
+    std::thread::scope(|s| {
+        s.spawn(move || -> Result<()> {
+            // SAFETY: the exit fails before copying.
+            unsafe { target_exit_data_nowait(0, &[MapItem::from(yp as *mut i32, 16).present()], &[])? };
+            let e = fails(omp_taskwait(), "the failing thread's taskwait")?;
+            check!(matches!(e, Error::NotPresent { .. }), "{e:?}");
+            Ok(())
+        })
+        .join()
+        .unwrap_or(Err(Error::QueueClosed { device: 0, why: "thread panicked" }))
+    })?;
+    omp_taskwait()?; // this thread queued nothing
+    let _ = &mut y;
+    all_clean(rt)
+}

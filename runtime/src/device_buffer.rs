@@ -5,8 +5,9 @@
 //!
 //! A buffer is a kernel argument by reference (C's `is_device_ptr`); its copies check
 //! every offset and length. As on a GPU, a kernel and a copy that touch the same device
-//! memory at once leave its values unspecified; the buffer is freed when dropped, after
-//! the launches that borrow it have returned.
+//! memory at once leave its values unspecified (on the initial device, whose memory is host
+//! memory, reads wait for its kernels instead); the buffer is freed when dropped, after the
+//! launches that borrow it have returned.
 //!
 //! ```
 //! use offload::{DeviceBuffer, Runtime};
@@ -53,8 +54,9 @@ impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<'_, T> {
 impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
     const ELEM: usize = std::mem::size_of::<T>();
 
-    /// `len` elements of uninitialised (unspecified, not undefined: any bits are a valid
-    /// `T`) device memory of `device` (host memory on the initial device).
+    /// `len` elements of `device`'s memory (host memory on the initial device), with
+    /// unspecified contents: zeroes on host devices and the initial device, whatever the
+    /// GPU's allocator left on a GPU (any bits are a valid `T`).
     pub fn new(device: &Device<'rt>, len: usize) -> Result<Self> {
         let bytes = len.checked_mul(Self::ELEM).ok_or_else(|| Error::Overflow {
             routine: "DeviceBuffer::new",
@@ -111,6 +113,16 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
         }
     }
 
+    /// On the initial device, a hold of its memory for a read through `&self`: a kernel
+    /// there may be writing the buffer from another thread.
+    fn hold_if_initial(&self, what: &'static str) -> Result<Option<crate::runtime::InitialDeviceHold<'rt>>> {
+        let rt = self.device.runtime();
+        if self.device.number() == rt.initial_device() {
+            return rt.hold_initial_device(false, what).map(Some);
+        }
+        Ok(None)
+    }
+
     /// Copies `src` into the buffer from element `offset`.
     pub fn write(&mut self, offset: usize, src: &[T]) -> Result<()> {
         let (at, bytes) = self.span("DeviceBuffer::write", offset, src.len())?;
@@ -134,6 +146,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
     pub fn read(&self, offset: usize, dst: &mut [T]) -> Result<()> {
         let (at, bytes) = self.span("DeviceBuffer::read", offset, dst.len())?;
         let rt = self.device.runtime();
+        let _hold = self.hold_if_initial("DeviceBuffer::read")?;
         // SAFETY: the source lies in this buffer's allocation (checked); `dst` is borrowed
         // exclusively for the call and any bits are a valid `T`.
         unsafe {
@@ -162,7 +175,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
     /// Copies all of `src` (of the same length, on any device of the same runtime) into
     /// the buffer: by peer access between GPUs that have it, else through the host.
     pub fn copy_from(&mut self, src: &DeviceBuffer<'_, T>) -> Result<()> {
-        if src.len != self.len || !std::ptr::eq(self.device.runtime(), src.device.runtime()) {
+        if src.len != self.len || !self.device.runtime().same_as(src.device.runtime()) {
             return Err(Error::InvalidArgument {
                 routine: "DeviceBuffer::copy_from",
                 what: format!(
@@ -175,6 +188,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
                 ),
             });
         }
+        let _hold = src.hold_if_initial("DeviceBuffer::copy_from")?;
         // SAFETY: both ranges are whole live allocations of their devices, kept alive by
         // the borrows; `&mut self` excludes other writes through this buffer.
         unsafe {
@@ -219,7 +233,8 @@ impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     }
 }
 
-impl<T: DeviceCopy> KernelArgument for &DeviceBuffer<'_, T> {
+// SAFETY: the argument names the buffer's whole allocation, alive while borrowed.
+unsafe impl<T: DeviceCopy> KernelArgument for &DeviceBuffer<'_, T> {
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
         if self.device.number() != device {
             return Err(Error::KernelArgument {
@@ -241,7 +256,8 @@ impl<T: DeviceCopy> KernelArgument for &DeviceBuffer<'_, T> {
     }
 }
 
-impl<T: DeviceCopy> SharedView for &DeviceBuffer<'_, T> {
+// SAFETY: the argument names the buffer's whole allocation, alive while borrowed.
+unsafe impl<T: DeviceCopy> SharedView for &DeviceBuffer<'_, T> {
     fn shared_range(&self) -> Option<HostRange> {
         None
     }
@@ -273,8 +289,8 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
     /// table to the buffer's memory).
     pub fn view(&self) -> DeviceSlice<'_, T> {
         let mut v = crate::mapping::view_of(self.host, self.buffer.device.number(), true);
-        // An exit through it never copies into the host slice: only `update_from` does.
-        v.copy_back = false;
+        // The guard ends the association; an exit through the view is refused.
+        v.on_exit = crate::mapping::ViewExit::Refuse;
         v
     }
 

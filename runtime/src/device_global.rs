@@ -8,7 +8,8 @@
 //! first). The device copy is present in the device's data environment for the runtime's
 //! lifetime, at the static's host address, with an infinite count, as OpenMP's are: maps
 //! of it copy nothing, `omp_target_is_present` says yes, updates move it. On the initial
-//! device the variable is the host copy itself.
+//! device the variable is the host copy itself (a kernel's writes reach it when its launch
+//! returns).
 //!
 //! ```
 //! use offload::{DeviceGlobal, HostLaunch, Kernel, Runtime};
@@ -53,8 +54,10 @@ impl<T: DeviceCopy + std::fmt::Debug> std::fmt::Debug for DeviceGlobal<T> {
 impl<T: DeviceCopy> DeviceGlobal<T> {
     const BYTES: usize = std::mem::size_of::<T>();
 
-    /// A global whose host copy starts as `value`.
+    /// A global whose host copy starts as `value`. `T` must not be zero-sized (a device
+    /// copy of nothing has no address of its own): that fails to compile.
     pub const fn new(value: T) -> Self {
+        const { assert!(std::mem::size_of::<T>() > 0, "a DeviceGlobal of a zero-sized type") };
         Self { host: Mutex::new(value) }
     }
 
@@ -81,10 +84,23 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
         if d == rt.initial_device() {
             return Ok(host as u64);
         }
-        if let Some(addr) = rt.mapped_ptr(host, d)? {
-            return Ok(addr);
+        if let Some(e) = rt.entry(host, d)? {
+            // Only the association made here is the global's copy: a mapping the program
+            // made of the host copy itself is refused (it would not last, nor fit).
+            if e.associated && e.range == self.range() {
+                return Ok(e.device_addr);
+            }
+            return Err(crate::Error::InvalidArgument {
+                routine: "DeviceGlobal",
+                what: format!(
+                    "device {d}: the global's host copy ({}) is mapped by the program as {}; \
+                     expected its device copy to come only from the global's own first use",
+                    self.range(),
+                    e.range
+                ),
+            });
         }
-        let addr = rt.target_alloc(Self::BYTES.max(1), d)?;
+        let addr = rt.target_alloc(Self::BYTES, d)?;
         let init = rt.initial_device();
         // SAFETY: `addr` holds `BYTES` fresh bytes of `d`; the host copy is locked by the
         // caller, so nothing writes it meanwhile. The allocation is never freed, so the
@@ -92,7 +108,7 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
         // for the runtime's lifetime.
         let made = unsafe {
             rt.target_memcpy(addr, host as u64, Self::BYTES, 0, 0, d, init)
-                .and_then(|()| rt.associate_ptr(host, addr, Self::BYTES.max(1), 0, d))
+                .and_then(|()| rt.associate_ptr(host, addr, Self::BYTES, 0, d))
         };
         if let Err(e) = made {
             // SAFETY: nothing else knows of `addr` yet.
@@ -109,14 +125,17 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
         self.device_copy(device, &host)
     }
 
-    /// The global as a kernel argument on `device`. On the initial device it holds the
-    /// host lock until dropped (the kernel then writes the host copy itself), so
-    /// [`DeviceGlobal::host`] must not be called on this thread meanwhile.
-    pub fn arg<'g>(&'g self, device: &Device<'_>) -> Result<GlobalArg<'g, T>> {
+    /// The global as a kernel argument on `device`. On the initial device the kernel works
+    /// on a copy of the host value that goes back into it when the argument drops (at the
+    /// end of the launch it was given to), so no lock is held across the launch.
+    pub fn arg(&self, device: &Device<'_>) -> Result<GlobalArg<'_, T>> {
         let host = self.host.lock();
+        if device.number() == device.runtime().initial_device() {
+            let copy = Box::into_raw(Box::new(*host));
+            return Ok(GlobalArg { device: device.number(), addr: copy as u64, back: Some((copy, self)) });
+        }
         let addr = self.device_copy(device, &host)?;
-        let on_host = device.number() == device.runtime().initial_device();
-        Ok(GlobalArg { device: device.number(), addr, _host: on_host.then_some(host) })
+        Ok(GlobalArg { device: device.number(), addr, back: None })
     }
 
     /// `#pragma omp target update to(x)`: the host copy into `device`'s copy.
@@ -138,14 +157,28 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
 }
 
 /// A [`DeviceGlobal`] as a kernel argument on one device, from [`DeviceGlobal::arg`].
-pub struct GlobalArg<'g, T> {
+pub struct GlobalArg<'g, T: DeviceCopy> {
     device: usize,
     addr: u64,
-    /// On the initial device: the host lock, held while the kernel may use the variable.
-    _host: Option<MutexGuard<'g, T>>,
+    /// On the initial device: the kernel's copy (a leaked `Box`) and where it goes back.
+    back: Option<(*mut T, &'g DeviceGlobal<T>)>,
 }
 
-impl<T> std::fmt::Debug for GlobalArg<'_, T> {
+// SAFETY: the pointer is a `Box<T>` the argument owns; `T: Send`, and the global is `Sync`.
+unsafe impl<T: DeviceCopy> Send for GlobalArg<'_, T> {}
+
+impl<T: DeviceCopy> Drop for GlobalArg<'_, T> {
+    fn drop(&mut self) {
+        if let Some((copy, global)) = self.back.take() {
+            // SAFETY: `copy` came from `Box::into_raw` in `arg` and is taken back once; the
+            // launch that used it has returned (it borrowed this argument).
+            let value = unsafe { Box::from_raw(copy) };
+            *global.host.lock() = *value;
+        }
+    }
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for GlobalArg<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GlobalArg")
             .field("device", &self.device)
@@ -154,7 +187,9 @@ impl<T> std::fmt::Debug for GlobalArg<'_, T> {
     }
 }
 
-impl<T> KernelArgument for GlobalArg<'_, T> {
+// SAFETY: the argument names the global's device copy, which lives as long as the runtime,
+// or on the initial device the argument's own copy, which lives as long as the argument.
+unsafe impl<T: DeviceCopy> KernelArgument for GlobalArg<'_, T> {
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
         if device != self.device {
             return Err(crate::Error::KernelArgument {
@@ -174,7 +209,9 @@ impl<T> KernelArgument for GlobalArg<'_, T> {
     }
 }
 
-impl<T> SharedView for GlobalArg<'_, T> {
+// SAFETY: the argument names the global's device copy, which lives as long as the runtime,
+// or on the initial device the argument's own copy, which lives as long as the argument.
+unsafe impl<T: DeviceCopy> SharedView for GlobalArg<'_, T> {
     fn shared_range(&self) -> Option<HostRange> {
         None
     }

@@ -315,7 +315,8 @@ const REPORT_WORDS: usize = 6;
 /// A launch's arguments followed by the address of a checked launch's report.
 struct WithReport<'a, A>(A, DeviceSlice<'a, u64>);
 
-impl<A: KernelArgs> KernelArgs for WithReport<'_, A> {
+// SAFETY: forwards `A`'s arguments and adds the runtime's own report buffer.
+unsafe impl<A: KernelArgs> KernelArgs for WithReport<'_, A> {
     fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>> {
         let mut v = self.0.launch_args(device, kernel)?;
         let at = v.len();

@@ -106,9 +106,9 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
     }
 
     /// The device views of the maps, in the list's shape. An exit through them
-    /// ([`crate::NowaitScope::exit`]) does not copy back: the guard does that.
+    /// ([`crate::NowaitScope::exit`]) is refused: the guard ends the mapping.
     pub fn views(&self) -> L::Views {
-        self.maps.views(self.device.number(), false)
+        self.maps.views(self.device.number(), true)
     }
 
     /// The device.
@@ -127,8 +127,8 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
         }
         let (rt, d) = (self.device.runtime(), self.device.number());
         // SAFETY: items that copy back come from exclusive borrows held by `self.maps`, and
-        // nothing else writes to them now: `&mut self` excludes a live `HostMut`, and the
-        // guard's views do not copy back.
+        // nothing else writes to them now: `&mut self` excludes a live `HostMut`, and exits
+        // through the guard's views are refused.
         unsafe {
             match self.ending {
                 Ending::RegionEnd => rt.target_data_end(d, &self.items),
@@ -166,16 +166,17 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
         let (ptr, len) = (r.begin as *mut T, view.len());
         let rt = self.device.runtime();
         if self.device.number() == rt.initial_device() {
-            let _hold = rt.inner.initial_device_lock.lock();
+            let _hold = rt.hold_initial_device(false, "Mapped::host_mut")?;
             // SAFETY: `ptr..+len` lies in an exclusive borrow held by `self.maps`; no kernel
-            // runs on the initial device while the lock is held.
+            // runs on the initial device while the hold lasts.
             let copy = unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec();
             return Ok(HostMut { slice: None, copy: Some((copy, ptr, self.device)), _guard: PhantomData });
         }
         // SAFETY: the range lies in an exclusive borrow held by `self.maps` for 'a, and is
         // reached otherwise only through this guard (borrowed mutably for the result's
-        // life) or by copies to and from device memory that need `&mut self` (the views
-        // do not copy back).
+        // life: its updates and its end), never through its views (exits through them are
+        // refused, and they name device memory on this device, which is not the initial
+        // one).
         let slice = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
         Ok(HostMut { slice: Some(slice), copy: None, _guard: PhantomData })
     }
@@ -252,9 +253,11 @@ impl<T: DeviceCopy> DerefMut for HostMut<'_, T> {
 impl<T: DeviceCopy> Drop for HostMut<'_, T> {
     fn drop(&mut self) {
         if let Some((copy, ptr, device)) = self.copy.take() {
-            let _hold = device.runtime().inner.initial_device_lock.lock();
+            // Not on a kernel thread of the initial device: `host_mut` refuses those, and
+            // the value is not `Send`.
+            let _hold = device.runtime().inner.initial_device_lock.read();
             // SAFETY: `ptr..+len` lies in an exclusive borrow held by the guard this value
-            // borrows mutably; no kernel runs on the initial device while the lock is held.
+            // borrows mutably; no kernel runs on the initial device while the hold lasts.
             unsafe { std::ptr::copy_nonoverlapping(copy.as_ptr(), ptr, copy.len()) };
         }
     }

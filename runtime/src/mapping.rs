@@ -87,6 +87,19 @@ impl<'a, T: DeviceCopy> Map<'a, T> {
     }
 }
 
+/// What an exit through a view does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ViewExit {
+    /// `from`: the view's map copies back into an exclusive borrow it carries.
+    CopyBack,
+    /// `release`: nothing to copy back (a shared borrow, a `to` map, a distributed array's
+    /// overlapping rows, which its `gather` copies back once).
+    Release,
+    /// Refused: the view's mapping belongs to a guard ([`crate::Mapped`],
+    /// [`crate::Association`]), which ends it itself.
+    Refuse,
+}
+
 /// A mapped host range as a kernel argument on one device.
 #[derive(Debug)]
 pub struct DeviceSlice<'a, T> {
@@ -94,9 +107,8 @@ pub struct DeviceSlice<'a, T> {
     host: usize,
     len: usize,
     writable: bool,
-    /// Whether an exit through the view copies back (`from`): as `writable`, except for
-    /// views that overlap others of the same host memory (a distributed array's halos).
-    pub(crate) copy_back: bool,
+    /// What an exit through the view ([`crate::NowaitScope::exit`]) does.
+    pub(crate) on_exit: ViewExit,
     _borrow: PhantomData<&'a [T]>,
 }
 
@@ -134,7 +146,7 @@ impl<'a, T> DeviceSlice<'a, T> {
     /// (the guard copies back itself) and a [`crate::partition::DistributedArray`]'s (their
     /// halos overlap their neighbours' rows; its `gather` copies each row back once).
     pub fn copies_back(&self) -> bool {
-        self.copy_back
+        self.on_exit == ViewExit::CopyBack
     }
 
     /// The host range the view names.
@@ -222,7 +234,9 @@ impl<T> Clone for BasedSlice<'_, T> {
 }
 impl<T> Copy for BasedSlice<'_, T> {}
 
-impl<T> KernelArgument for BasedSlice<'_, T> {
+// SAFETY: the section is its view's range, borrowed for the view's lifetime; the base is
+// only an address the kernel computes from, as in C.
+unsafe impl<T> KernelArgument for BasedSlice<'_, T> {
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
         self.view.launch_arg(device, index, kernel)?;
         Ok(LaunchArg::MappedBase { base: self.base, section: self.view.host })
@@ -233,7 +247,8 @@ impl<T> KernelArgument for BasedSlice<'_, T> {
     }
 }
 
-impl<T> SharedView for BasedSlice<'_, T> {
+// SAFETY: reports its view's shared borrow.
+unsafe impl<T> SharedView for BasedSlice<'_, T> {
     fn shared_range(&self) -> Option<HostRange> {
         self.view.shared_range()
     }
@@ -247,7 +262,7 @@ pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<
         host: s.as_ptr() as usize,
         len: s.len(),
         writable,
-        copy_back: writable,
+        on_exit: if writable { ViewExit::CopyBack } else { ViewExit::Release },
         _borrow: PhantomData,
     }
 }
@@ -277,20 +292,30 @@ impl DevicePtr {
     }
 }
 
-impl KernelArgument for DevicePtr {
+// SAFETY: a `DevicePtr` is made only by the unsafe `DevicePtr::new`, whose caller vouches
+// for the address.
+unsafe impl KernelArgument for DevicePtr {
     fn launch_arg(&self, _: usize, _: usize, _: &Kernel) -> Result<LaunchArg> {
         Ok(LaunchArg::Device(self.0))
     }
 }
 
-impl SharedView for DevicePtr {
+// SAFETY: a device address is no view of host memory.
+unsafe impl SharedView for DevicePtr {
     fn shared_range(&self) -> Option<HostRange> {
         None
     }
 }
 
 /// A list of maps given to one construct: a [`Map`], a tuple of lists, or a `Vec` of maps.
-pub trait MapList<'a> {
+///
+/// # Safety
+/// An implementation is trusted by the constructs that copy through its items: every
+/// range `items` and `exit_items` name must stay valid (and, for kinds that copy to the
+/// host, and every range `exclusive_ranges` names, exclusively borrowed) for `'a`, and
+/// `views` must name only those ranges. The crate's own implementations (a [`Map`],
+/// tuples and `Vec`s of them) are the ones to use.
+pub unsafe trait MapList<'a> {
     /// The device views the construct's body receives, in the same shape.
     type Views;
     /// Appends the map items in list order.
@@ -301,13 +326,13 @@ pub trait MapList<'a> {
     fn exit_items(&self, out: &mut Vec<MapItem>);
     /// Appends the host ranges borrowed exclusively.
     fn exclusive_ranges(&self, out: &mut Vec<HostRange>);
-    /// The views on `device`; `copies_back` says whether an exit through them
-    /// ([`crate::NowaitScope::exit`]) may copy back (not for views of a [`crate::Mapped`]
-    /// guard, which copies back itself).
-    fn views(&self, device: usize, copies_back: bool) -> Self::Views;
+    /// The views on `device`; `by_guard` for views of a [`crate::Mapped`] guard, which an
+    /// exit through them ([`crate::NowaitScope::exit`]) refuses: the guard ends its mapping.
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views;
 }
 
-impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
+// SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
     type Views = DeviceSlice<'a, T>;
     fn items(&self, out: &mut Vec<MapItem>) {
         out.push(self.item);
@@ -323,19 +348,25 @@ impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
             out.push(self.item.range);
         }
     }
-    fn views(&self, device: usize, copies_back: bool) -> Self::Views {
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+        let copies_back = self.writable && self.item.map_type.copies_out();
         DeviceSlice {
             device,
             host: self.item.range.begin,
             len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
             writable: self.writable,
-            copy_back: copies_back && self.writable && self.item.map_type.copies_out(),
+            on_exit: match (by_guard, copies_back) {
+                (true, _) => ViewExit::Refuse,
+                (false, true) => ViewExit::CopyBack,
+                (false, false) => ViewExit::Release,
+            },
             _borrow: PhantomData,
         }
     }
 }
 
-impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
+// SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+unsafe impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
     type Views = Vec<DeviceSlice<'a, T>>;
     fn items(&self, out: &mut Vec<MapItem>) {
         out.extend(self.iter().map(|m| m.item));
@@ -346,14 +377,15 @@ impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
     fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
         self.iter().for_each(|m| m.exclusive_ranges(out));
     }
-    fn views(&self, device: usize, copies_back: bool) -> Self::Views {
-        self.iter().map(|m| m.views(device, copies_back)).collect()
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+        self.iter().map(|m| m.views(device, by_guard)).collect()
     }
 }
 
 macro_rules! map_list_tuple {
     ($($n:ident : $i:tt),+) => {
-        impl<'a, $($n: MapList<'a>),+> MapList<'a> for ($($n,)+) {
+        // SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+        unsafe impl<'a, $($n: MapList<'a>),+> MapList<'a> for ($($n,)+) {
             type Views = ($($n::Views,)+);
             fn items(&self, out: &mut Vec<MapItem>) {
                 $(self.$i.items(out);)+
@@ -364,8 +396,8 @@ macro_rules! map_list_tuple {
             fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
                 $(self.$i.exclusive_ranges(out);)+
             }
-            fn views(&self, device: usize, copies_back: bool) -> Self::Views {
-                ($(self.$i.views(device, copies_back),)+)
+            fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+                ($(self.$i.views(device, by_guard),)+)
             }
         }
     };
@@ -380,7 +412,12 @@ map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
 map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
 
 /// One kernel argument of the safe API: a scalar or a [`DeviceSlice`].
-pub trait KernelArgument {
+///
+/// # Safety
+/// Launches trust the argument: a `LaunchArg::Mapped` or `MappedBase` must name host
+/// memory the argument borrows (exclusively when a kernel may write it), a
+/// `LaunchArg::Device` device memory it keeps alive, and `view_range` its true extent.
+pub unsafe trait KernelArgument {
     /// The argument in the OpenMP launch shape, checked against the launching device.
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg>;
 
@@ -390,13 +427,16 @@ pub trait KernelArgument {
     }
 }
 
-impl<T: KernelScalar> KernelArgument for T {
+// SAFETY: a value names no memory.
+unsafe impl<T: KernelScalar> KernelArgument for T {
     fn launch_arg(&self, _: usize, _: usize, _: &Kernel) -> Result<LaunchArg> {
         Ok(LaunchArg::Value(self.into_scalar()))
     }
 }
 
-impl<T> KernelArgument for DeviceSlice<'_, T> {
+// SAFETY: a view names the range its map (or guard, buffer) borrows for 'a, writable only
+// when that borrow is exclusive; its extent is that range's.
+unsafe impl<T> KernelArgument for DeviceSlice<'_, T> {
     fn launch_arg(&self, device: usize, index: usize, kernel: &Kernel) -> Result<LaunchArg> {
         if self.device != device {
             return Err(Error::KernelArgument {
@@ -414,7 +454,11 @@ impl<T> KernelArgument for DeviceSlice<'_, T> {
 }
 
 /// The arguments of a launch: a tuple of [`KernelArgument`]s.
-pub trait KernelArgs {
+///
+/// # Safety
+/// As [`KernelArgument`] for every argument, and `shared_views` must report every view of
+/// a shared borrow.
+pub unsafe trait KernelArgs {
     /// Converts every argument for a launch of `kernel` on `device`.
     fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>>;
     /// Views among the arguments that borrow host memory shared, by position.
@@ -427,18 +471,24 @@ pub trait KernelArgs {
 }
 
 /// Whether an argument is a view of a shared borrow, and of which range.
-pub trait SharedView {
+///
+/// # Safety
+/// `shared_range` must report the range of every view of a shared borrow (the initial
+/// device gives those private copies, so a kernel cannot write through `&`).
+pub unsafe trait SharedView {
     /// `Some(range)` for views of shared borrows.
     fn shared_range(&self) -> Option<HostRange>;
 }
 
-impl<T: KernelScalar> SharedView for T {
+// SAFETY: a value is no view.
+unsafe impl<T: KernelScalar> SharedView for T {
     fn shared_range(&self) -> Option<HostRange> {
         None
     }
 }
 
-impl<T> SharedView for DeviceSlice<'_, T> {
+// SAFETY: reports the view's range exactly when its borrow is shared.
+unsafe impl<T> SharedView for DeviceSlice<'_, T> {
     fn shared_range(&self) -> Option<HostRange> {
         (!self.writable).then(|| self.host_range())
     }
@@ -446,7 +496,8 @@ impl<T> SharedView for DeviceSlice<'_, T> {
 
 macro_rules! kernel_args_tuple {
     ($($n:ident : $i:tt),*) => {
-        impl<$($n: KernelArgument + SharedView),*> KernelArgs for ($($n,)*) {
+        // SAFETY: each argument is one (a checked implementation), reported in order.
+        unsafe impl<$($n: KernelArgument + SharedView),*> KernelArgs for ($($n,)*) {
             #[allow(unused_variables, unused_mut)]
             fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>> {
                 Ok(vec![$(self.$i.launch_arg(device, $i, kernel)?),*])
@@ -535,7 +586,7 @@ impl<'rt> Device<'rt> {
         unsafe { self.rt.target_data_begin(self.number, &items)? };
         // A panic of `body` is held until the region has ended.
         let r =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number, true))));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number, false))));
         // SAFETY: as above.
         let end = unsafe { self.rt.target_data_end(self.number, &items) };
         drop(maps);
@@ -607,12 +658,22 @@ impl<'rt> Device<'rt> {
         let mut launch_args = args.launch_args(self.number, kernel)?;
         // On the initial device views are host memory itself; a view of a shared borrow
         // gets a private copy so that a kernel writing to it cannot write through `&`.
-        let mut copies: Vec<Vec<u8>> = Vec::new();
+        // 16-byte words: the copy is aligned for every element type up to 16 bytes, and an
+        // empty view still gets a real, aligned address.
+        let mut copies: Vec<Vec<u128>> = Vec::new();
         if self.number == self.rt.initial_device() {
             for (i, range) in args.shared_views() {
-                // SAFETY: the view borrows `range` shared for its lifetime.
-                let bytes = unsafe { std::slice::from_raw_parts(range.begin as *const u8, range.bytes) };
-                copies.push(bytes.to_vec());
+                let mut words = vec![0u128; range.bytes.div_ceil(16).max(1)];
+                // SAFETY: the view borrows `range` shared for its lifetime; `words` holds at
+                // least `range.bytes` bytes and is a separate allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        range.begin as *const u8,
+                        words.as_mut_ptr().cast::<u8>(),
+                        range.bytes,
+                    )
+                };
+                copies.push(words);
                 let copy = copies.last().map_or(0, |c| c.as_ptr() as usize);
                 launch_args[i] = match launch_args[i] {
                     // The copy's base is as far before it as the view's base is.
@@ -816,7 +877,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: false,
-            copy_back: false,
+            on_exit: ViewExit::Release,
             _borrow: PhantomData,
         }
     }
@@ -828,7 +889,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: true,
-            copy_back: true,
+            on_exit: ViewExit::CopyBack,
             _borrow: PhantomData,
         }
     }

@@ -128,7 +128,7 @@ struct Completion {
     device: usize,
     /// Dropped after `Drop::drop` has finished the task, so the scope never sees the
     /// count at zero before every task's result is recorded.
-    _pending: Pending,
+    _pending: Option<Pending>,
 }
 
 impl Completion {
@@ -247,7 +247,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
         // return (nor unwind) before its count of outstanding tasks is zero; `pending`
         // counts this job until it has finished or been dropped.
-        unsafe { queue_task(self.rt, device, lane, task.clone(), deps, cleanup, pending, work)? };
+        unsafe { queue_task(self.rt, device, lane, task.clone(), deps, cleanup, Some(pending), work)? };
         Ok(task)
     }
 
@@ -258,7 +258,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         maps: L,
         after: &[&Task],
     ) -> Result<(Task, L::Views)> {
-        let views = maps.views(device, true);
+        let views = maps.views(device, false);
         let rt = self.rt;
         let t = self.spawn(device, Lane::CopyIn, after, false, move |_| {
             let mut items = Vec::new();
@@ -463,20 +463,27 @@ fn runtime_id(rt: &Runtime) -> usize {
     Arc::as_ptr(&rt.inner) as usize
 }
 
-/// Whether the calling thread is running a task on `lane` of `device` of `rt`: work it
-/// queued there and then waited for would wait behind itself.
-pub(crate) fn running_on(rt: &Runtime, device: usize, lane: Lane) -> bool {
-    RUNNING.get() == Some((runtime_id(rt), device, lane))
+/// Waits for every task of `deps` (all of them, so that nothing runs while one is still
+/// running), then gives the first error in their order.
+pub(crate) fn wait_for_all(deps: &[Task]) -> Result<()> {
+    let results: Vec<Result<()>> = deps.iter().map(Task::wait).collect();
+    results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+}
+
+/// Whether the calling thread is running a `nowait` task (of any runtime or lane).
+pub(crate) fn running_a_task() -> bool {
+    RUNNING.get().is_some()
 }
 
 /// Queues `work` as `task` on `lane` of `device`, to run once every task of `deps` has
 /// finished (if one failed, `work` is dropped unrun and `task` fails with
 /// [`Error::Dependency`], unless `cleanup`: then `work` runs and is told). `pending` counts
-/// the task as outstanding until its result is recorded. The core of [`NowaitScope`]'s
+/// the task as outstanding until its result is recorded (`None`: nothing waits on a count). The core of [`NowaitScope`]'s
 /// constructs and of [`crate::omp`]'s asynchronous routines.
 ///
 /// # Safety
-/// Whatever `work` borrows must outlive `pending`: the caller waits for its latch.
+/// Whatever `work` borrows must outlive the job: the caller waits for `pending`'s latch, or
+/// `work` borrows nothing (`'static`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn queue_task<'w>(
     rt: &Runtime,
@@ -485,7 +492,7 @@ pub(crate) unsafe fn queue_task<'w>(
     task: Task,
     deps: Vec<Task>,
     cleanup: bool,
-    pending: Pending,
+    pending: Option<Pending>,
     work: impl FnOnce(Result<()>) -> Result<()> + Send + 'w,
 ) -> Result<()> {
     let done = Completion { task, device, _pending: pending };
@@ -498,7 +505,7 @@ pub(crate) unsafe fn queue_task<'w>(
     };
     let rt_id = runtime_id(rt);
     let job = move || {
-        let before = deps.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()));
+        let before = wait_for_all(&deps);
         drop(deps);
         let r = if before.is_err() && !cleanup {
             // Dropped now, not after the count-down: what it holds may borrow 'w.
@@ -516,9 +523,9 @@ pub(crate) unsafe fn queue_task<'w>(
         done.finish(r);
     };
     let job: Box<dyn FnOnce() + Send + 'w> = Box::new(job);
-    // SAFETY: the job is counted by `pending` from before it is submitted until it has
-    // finished (`done.finish`, its last step) or has been dropped, and the caller keeps
-    // what it borrows alive until then.
+    // SAFETY: the job is counted by `pending` (when given) from before it is submitted
+    // until it has finished (`done.finish`, its last step) or has been dropped, and the
+    // caller keeps what it borrows alive until then (or it borrows nothing).
     let job: Box<dyn FnOnce() + Send + 'static> = unsafe { std::mem::transmute(job) };
     // On failure the unsent job is dropped here, which fails the task (`Completion`).
     lanes
@@ -528,14 +535,19 @@ pub(crate) unsafe fn queue_task<'w>(
 }
 
 /// What [`NowaitScope::exit`] unmaps: a view, or a tuple or `Vec` of views.
-pub trait ExitList {
+///
+/// # Safety
+/// Exits trust the items: a `from` item must name host memory the value borrows
+/// exclusively until the exit has finished.
+pub unsafe trait ExitList {
     /// Appends the exit items for an exit on `device`: `from` for views that copy back
     /// ([`DeviceSlice::copies_back`]), `release` otherwise; a view of another device is an
     /// error.
     fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()>;
 }
 
-impl<T> ExitList for DeviceSlice<'_, T> {
+// SAFETY: views copy back only into exclusive borrows they carry.
+unsafe impl<T> ExitList for DeviceSlice<'_, T> {
     fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
         if self.device() != device {
             return Err(Error::InvalidArgument {
@@ -547,13 +559,24 @@ impl<T> ExitList for DeviceSlice<'_, T> {
                 ),
             });
         }
+        if self.on_exit == crate::mapping::ViewExit::Refuse {
+            return Err(Error::InvalidArgument {
+                routine: "NowaitScope::exit",
+                what: format!(
+                    "device {device}: a view of a guard's mapping ({}); the guard (Mapped, \
+                     Association) ends it: drop or exit the guard instead",
+                    self.host_range()
+                ),
+            });
+        }
         let kind = if self.copies_back() { MapType::FROM } else { MapType::RELEASE };
         out.push(MapItem { range: self.host_range(), map_type: kind });
         Ok(())
     }
 }
 
-impl<V: ExitList> ExitList for Vec<V> {
+// SAFETY: views copy back only into exclusive borrows they carry.
+unsafe impl<V: ExitList> ExitList for Vec<V> {
     fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
         self.iter().try_for_each(|v| v.exit_items(device, out))
     }
@@ -561,7 +584,8 @@ impl<V: ExitList> ExitList for Vec<V> {
 
 macro_rules! exit_list_tuple {
     ($($n:ident : $i:tt),+) => {
-        impl<$($n: ExitList),+> ExitList for ($($n,)+) {
+        // SAFETY: views copy back only into exclusive borrows they carry.
+        unsafe impl<$($n: ExitList),+> ExitList for ($($n,)+) {
             fn exit_items(&self, device: usize, out: &mut Vec<MapItem>) -> Result<()> {
                 $(self.$i.exit_items(device, out)?;)+
                 Ok(())

@@ -210,7 +210,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
             )
         };
         let mut v = crate::mapping::view_of(s, self.devices[p], true);
-        v.copy_back = false;
+        v.on_exit = crate::mapping::ViewExit::Release;
         v
     }
 

@@ -441,7 +441,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                     }
                 }
 
-                impl ::offload::KernelArgs for Args<'_> {
+                // SAFETY: the arguments are the checked views and scalars `args` made.
+                unsafe impl ::offload::KernelArgs for Args<'_> {
                     fn launch_args(&self, device: usize, kernel: &::offload::Kernel) -> ::offload::Result<::std::vec::Vec<::offload::LaunchArg>> {
                         ::offload::KernelArgs::launch_args(&self.0, device, kernel)
                     }

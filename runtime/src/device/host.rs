@@ -239,8 +239,10 @@ impl Backend for HostDevice {
             return Err(oom(self.capacity.saturating_sub(used)));
         }
         let layout = Layout::from_size_align(bytes, ALIGN).map_err(|_| oom(self.capacity - used))?;
+        // Zeroed: reads of memory no copy has written yet (an `alloc` map copied back, a new
+        // buffer read) must see initialised bytes, as a GPU's DMA would give them.
         // SAFETY: `bytes > 0` (the caller never asks for zero) and the layout is valid.
-        let p = unsafe { std::alloc::alloc(layout) };
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
         if p.is_null() {
             self.used.fetch_sub(bytes, Ordering::Relaxed);
             return Err(oom(self.capacity - used));

@@ -13,7 +13,11 @@
 //! addresses does not). Tasks with no dependence between them are unordered, even on one
 //! device, as in OpenMP. [`omp_taskwait`] waits for every task these routines queued and
 //! returns the first error among them; a task whose dependence failed does not run and
-//! fails with [`Error::Dependency`].
+//! fails with [`Error::Dependency`]. As OpenMP orders sibling tasks, dependences and
+//! `omp_taskwait` are per thread: a thread's taskwait waits for the tasks it queued, and
+//! its address dependences order its own tasks (a task handle orders across threads).
+//! The routines and `omp_taskwait` are refused inside a `nowait` task (and the taskwait
+//! inside a kernel), where they could wait for work queued behind the caller.
 //!
 //! Work of the initial device alone (a host-to-host copy, a region on the initial device)
 //! runs on the calling thread, after its dependences, as an undeferred task.
@@ -38,19 +42,16 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
-
-use parking_lot::Mutex;
 
 use super::{dev, rt};
 use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{Kernel, LaunchArg};
-use crate::latch::CountLatch;
 use crate::memcpy::RectSide;
-use crate::nowait::{copy_lane, queue_task, running_on, Lane, Task};
+use crate::nowait::{copy_lane, queue_task, running_a_task, wait_for_all, Lane, Task};
 use crate::runtime::Runtime;
 
 /// The dependence type of a [`Depend`] on an address (`depend(in: x)`, `out`, `inout`).
@@ -101,40 +102,57 @@ struct AddressTasks {
     ins_since: Vec<Task>,
 }
 
-/// Tasks queued since the last [`omp_taskwait`] and the address dependences between them.
+/// The tasks one thread queued since its last [`omp_taskwait`] and the address
+/// dependences between them (OpenMP orders sibling tasks: those of one generating task,
+/// here one thread).
 #[derive(Default)]
 struct DependGraph {
     by_address: HashMap<usize, AddressTasks>,
     queued: Vec<Task>,
+    /// `queued`'s length at which finished tasks are next dropped (doubles as it grows).
+    prune_at: usize,
 }
 
-/// Tasks kept for their result before finished ones are dropped from the graph.
+/// Tasks kept before finished ones are first dropped from a thread's graph.
 const PRUNE_AT: usize = 4096;
 
 impl DependGraph {
-    /// The tasks `task` must wait for under `depend`, recording it for later dependences.
-    fn add(&mut self, task: &Task, depend: &[Depend]) -> Vec<Task> {
+    /// The tasks a new task must wait for under `depend`, from the graph as it is before
+    /// the task (so a task listing one address twice never waits for itself).
+    fn before(&self, depend: &[Depend]) -> Vec<Task> {
         let mut before = Vec::new();
         for d in depend {
             match &d.0 {
                 DependOn::Task(t) => before.push(t.clone()),
                 DependOn::Address { addr, kind } => {
-                    let at = self.by_address.entry(*addr).or_default();
+                    let Some(at) = self.by_address.get(addr) else { continue };
                     before.extend(at.last_out.iter().cloned());
-                    if *kind == DependType::In {
-                        at.ins_since.push(task.clone());
-                    } else {
-                        before.append(&mut at.ins_since);
-                        at.last_out = Some(task.clone());
+                    if *kind != DependType::In {
+                        before.extend(at.ins_since.iter().cloned());
                     }
                 }
             }
         }
-        if self.queued.len() >= PRUNE_AT {
+        before
+    }
+
+    /// Records `task`, queued with `depend`, for later dependences and [`omp_taskwait`].
+    fn record(&mut self, task: &Task, depend: &[Depend]) {
+        for d in depend {
+            let DependOn::Address { addr, kind } = &d.0 else { continue };
+            let at = self.by_address.entry(*addr).or_default();
+            if *kind == DependType::In {
+                at.ins_since.push(task.clone());
+            } else {
+                at.ins_since.clear();
+                at.last_out = Some(task.clone());
+            }
+        }
+        if self.queued.len() >= self.prune_at.max(PRUNE_AT) {
             self.prune();
+            self.prune_at = 2 * self.queued.len();
         }
         self.queued.push(task.clone());
-        before
     }
 
     /// Drops tasks that succeeded; failed ones stay for [`omp_taskwait`] to report.
@@ -151,15 +169,9 @@ impl DependGraph {
     }
 }
 
-/// The asynchronous routines' tasks: their graph, and the count [`omp_taskwait`] waits on.
-struct OmpTasks {
-    graph: Mutex<DependGraph>,
-    outstanding: Arc<CountLatch>,
-}
-
-fn omp_tasks() -> &'static OmpTasks {
-    static TASKS: OnceLock<OmpTasks> = OnceLock::new();
-    TASKS.get_or_init(|| OmpTasks { graph: Mutex::default(), outstanding: CountLatch::new() })
+std::thread_local! {
+    /// The calling thread's tasks.
+    static GRAPH: RefCell<DependGraph> = RefCell::default();
 }
 
 /// Queues `work` on `lane` of `device` after `depend`; on the initial device runs it now.
@@ -170,46 +182,55 @@ fn submit(
     depend: &[Depend],
     work: impl FnOnce() -> Result<()> + Send + 'static,
 ) -> Result<Task> {
-    let tasks = omp_tasks();
-    if device != rt.initial_device() && running_on(rt, device, lane) {
+    if running_a_task() {
+        // Its dependences could be queued behind the running task on its own lane.
         return Err(Error::InvalidArgument {
             routine: "an asynchronous omp routine",
             what: format!(
-                "device {device}: called from a task of its {lane:?} lane, it would queue behind that task"
+                "device {device}: called from inside a nowait task; expected a call from the \
+                 program's own threads"
             ),
         });
     }
     let task = Task::new();
-    let mut graph = tasks.graph.lock();
-    let before = graph.add(&task, depend);
+    let before = GRAPH.with_borrow(|g| g.before(depend));
     if device == rt.initial_device() {
-        drop(graph);
-        let r = match before.iter().map(Task::wait).find(Result::is_err) {
-            Some(Err(e)) => Err(Error::Dependency { cause: e.to_string() }),
-            _ => work(),
-        };
+        let r =
+            wait_for_all(&before).map_err(|e| Error::Dependency { cause: e.to_string() }).and_then(|()| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|payload| {
+                    Err(Error::Panicked {
+                        device,
+                        what: "an undeferred task",
+                        message: panic_message(&*payload),
+                    })
+                })
+            });
         task.finish(r);
-        return Ok(task);
+    } else {
+        // SAFETY: `work` owns what it uses ('static); the raw memory it reaches is the
+        // caller's to keep valid (each routine's contract). One thread queues its tasks in
+        // the order it records them, so none waits for one queued behind it on its lane.
+        unsafe { queue_task(rt, device, lane, task.clone(), before, false, None, |_| work())? };
     }
-    // Queued under the graph's lock, so lanes receive tasks in the graph's order: a task
-    // never waits for one queued behind it on its own lane.
-    // SAFETY: `work` owns what it uses ('static); the raw memory it reaches is the
-    // caller's to keep valid (each routine's contract).
-    unsafe {
-        queue_task(rt, device, lane, task.clone(), before, false, tasks.outstanding.pending(), |_| work())?
-    };
-    drop(graph);
+    GRAPH.with_borrow_mut(|g| g.record(&task, depend));
     Ok(task)
 }
 
-/// `#pragma omp taskwait` for the asynchronous routines: waits for every task they
-/// queued, and returns the first error among those not yet reported.
+/// `#pragma omp taskwait` for the asynchronous routines: waits for every task the calling
+/// thread queued since its last taskwait, then returns the first error among them. Refused
+/// inside a kernel or a task, which the tasks may be waiting for.
 pub fn omp_taskwait() -> Result<()> {
-    let tasks = omp_tasks();
-    tasks.outstanding.wait();
-    let graph = std::mem::take(&mut *tasks.graph.lock());
-    // Tasks queued after the wait began are waited for too (undeferred ones are done).
-    graph.queued.iter().map(Task::wait).find(Result::is_err).unwrap_or(Ok(()))
+    let in_kernel = Runtime::global().is_ok_and(|rt| rt.in_kernel());
+    if running_a_task() || in_kernel {
+        return Err(Error::InvalidArgument {
+            routine: "omp_taskwait",
+            what: "called from inside a kernel or a nowait task, which the tasks may be waiting for; \
+                   expected a call from the thread that queued them"
+                .into(),
+        });
+    }
+    let graph = GRAPH.take();
+    wait_for_all(&graph.queued)
 }
 
 /// `omp_target_memcpy_async(dst, src, length, dst_offset, src_offset, dst_device_num,

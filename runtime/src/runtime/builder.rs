@@ -270,7 +270,7 @@ impl RuntimeBuilder {
                 report,
                 trace,
                 kernel_pool: initial_pool,
-                initial_device_lock: Mutex::new(()),
+                initial_device_lock: parking_lot::RwLock::new(()),
                 host_allocs: Mutex::new(HashMap::new()),
                 peer_access: self.peer_access,
                 pinned,

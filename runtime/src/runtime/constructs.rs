@@ -183,13 +183,7 @@ impl Runtime {
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();
-        // A kernel launched from a kernel of the initial device runs under its launcher's hold.
-        let _hold = self
-            .inner
-            .kernel_pool
-            .current_thread_index()
-            .is_none()
-            .then(|| self.inner.initial_device_lock.lock());
+        let _hold = self.hold_initial_device(true, kernel.name())?;
         run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
     }
 

@@ -19,8 +19,9 @@ impl Runtime {
                     routine: "omp_target_alloc",
                     what: e.to_string(),
                 })?;
+                // Zeroed, so a buffer read before any write holds initialised bytes.
                 // SAFETY: non-zero size, valid layout.
-                let p = unsafe { std::alloc::alloc(layout) };
+                let p = unsafe { std::alloc::alloc_zeroed(layout) };
                 if p.is_null() {
                     return Err(Error::OutOfMemory { device, requested: bytes, free: 0, total: 0 });
                 }

@@ -46,16 +46,27 @@ pub(crate) struct Inner {
     pub(crate) report: String,
     pub(crate) trace: Arc<Trace>,
     pub(crate) kernel_pool: Arc<rayon::ThreadPool>,
-    /// Held by every kernel on the initial device and by [`crate::HostMut`]'s copies of
-    /// host memory, since there device data is host memory: a kernel never runs while the
-    /// host copy is being read or written back (views are `Copy` and `Send`).
-    pub(crate) initial_device_lock: Mutex<()>,
+    /// The initial device's memory is host memory: each of its kernels holds this
+    /// exclusively, and the safe API's host-side reads and writes of memory kernels there
+    /// may use ([`crate::HostMut`]'s copies, [`crate::DeviceBuffer`]'s reads) hold it
+    /// shared, so none overlaps a kernel (views and buffers are `Send`). Taken only
+    /// through [`Runtime::hold_initial_device`].
+    pub(crate) initial_device_lock: parking_lot::RwLock<()>,
     pub(crate) host_allocs: Mutex<HashMap<usize, Layout>>,
     pub(crate) peer_access: bool,
     pub(crate) pinned: Arc<PinnedRanges>,
     pub(crate) topology: Arc<Topology>,
     /// This runtime among the process's (the key of per-thread settings).
     pub(crate) id: u64,
+}
+
+/// A hold on the initial device's memory, from [`Runtime::hold_initial_device`].
+#[allow(dead_code)] // held for its drop
+pub(crate) enum InitialDeviceHold<'a> {
+    /// A kernel's: exclusive.
+    Kernel(parking_lot::RwLockWriteGuard<'a, ()>),
+    /// A host-side access's: shared with other host-side accesses.
+    Host(parking_lot::RwLockReadGuard<'a, ()>),
 }
 
 /// The next runtime's [`Inner::id`].
@@ -168,6 +179,36 @@ impl Runtime {
             None if device == self.initial_device() => Ok(Target::Initial),
             None => Err(Error::NoSuchDevice { device: device as i64, available: self.num_devices() }),
         }
+    }
+
+    /// Whether `other` is this runtime or a clone of it.
+    pub(crate) fn same_as(&self, other: &Runtime) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Holds the initial device's memory, for a kernel (`kernel`) or a host-side access of
+    /// `what`. Refused on the initial device's own kernel threads: the launch that runs
+    /// them holds it already, and waiting there would wait for ever.
+    pub(crate) fn hold_initial_device(
+        &self,
+        kernel: bool,
+        what: &'static str,
+    ) -> Result<InitialDeviceHold<'_>> {
+        if self.inner.kernel_pool.current_thread_index().is_some() {
+            return Err(Error::InvalidArgument {
+                routine: what,
+                what: format!(
+                    "initial device {}: called from one of its own kernels, which hold its memory;                      expected a call from outside a kernel of the initial device",
+                    self.initial_device()
+                ),
+            });
+        }
+        let lock = &self.inner.initial_device_lock;
+        Ok(if kernel {
+            InitialDeviceHold::Kernel(lock.write())
+        } else {
+            InitialDeviceHold::Host(lock.read())
+        })
     }
 
     /// An offload device (not the initial device).

@@ -67,6 +67,12 @@ impl Runtime {
             .map_or(self.initial_device(), |d| d.number)
     }
 
+    /// Whether the calling thread runs a kernel of one of this runtime's host devices or of
+    /// its initial device.
+    pub(crate) fn in_kernel(&self) -> bool {
+        self.device_num() != self.initial_device() || self.inner.kernel_pool.current_thread_index().is_some()
+    }
+
     /// `omp_is_initial_device`: whether the calling thread runs on the initial device
     /// (`false` only inside a host device's kernels).
     pub fn is_initial_device(&self) -> bool {
