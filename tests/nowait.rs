@@ -532,3 +532,38 @@ fn a_task_waits_for_all_its_dependencies_even_after_one_failed() {
         },
     );
 }
+
+#[test]
+fn what_a_scope_entered_and_never_exited_is_released_when_it_ends() {
+    on_every_backend(
+        "nowait: enter without exit",
+        1,
+        |b| b,
+        |rt| {
+            let x = vec![1i32; 64];
+            let y = vec![2i32; 64];
+            let r = rt.nowait(|s| -> offload::Result<()> {
+                let (tx, xv) = s.enter(0, map::to(&x), &[])?;
+                s.enter(0, map::to(&y), &[])?; // never exited
+                s.exit(0, xv, &[&tx])?;
+                Ok(())
+            });
+            let e = offload_tests::fails(r.and_then(|r| r), "an enter without an exit")?;
+            check!(e.to_string().contains("never exited"), "{e}");
+            check!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+            // A failed computation's plain exit does not run: the scope releases its range.
+            let mut z = vec![0i32; 8];
+            let r = rt.nowait(|s| -> offload::Result<()> {
+                let (tz, zv) = s.enter(0, map::tofrom(&mut z), &[])?;
+                let bad = s.compute(0, &[&tz], |_| {
+                    Err(Error::InvalidArgument { routine: "test", what: "fails".into() })
+                })?;
+                s.exit(0, zv, &[&bad])?;
+                Ok(())
+            });
+            check!(r.is_err());
+            check!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+            Ok(())
+        },
+    );
+}

@@ -155,6 +155,11 @@ pub struct NowaitScope<'scope, 'env: 'scope> {
     tasks: Mutex<Vec<Task>>,
     /// Tasks queued and not yet finished.
     outstanding: Arc<CountLatch>,
+    /// Ranges entered in the scope (device, range), and the exits queued (their task,
+    /// device and ranges): what no exit that succeeded covers is released when the scope
+    /// ends, since its host borrows end with it.
+    unexited: Mutex<Vec<(usize, HostRange)>>,
+    exits: Mutex<Vec<(Task, usize, Vec<HostRange>)>>,
     /// The task that opened the scope, when a task did: it waits for the scope's tasks
     /// while it occupies its lane.
     opened_by: RunningTask,
@@ -191,6 +196,8 @@ impl Runtime {
             rt: self,
             tasks: Mutex::new(Vec::new()),
             outstanding: CountLatch::new(),
+            unexited: Mutex::new(Vec::new()),
+            exits: Mutex::new(Vec::new()),
             opened_by: RUNNING.get(),
             _scope: PhantomData,
             _env: PhantomData,
@@ -201,9 +208,10 @@ impl Runtime {
         };
         // Every task has finished, so none of these waits blocks.
         let first_error = scope.tasks.lock().iter().find_map(|t| t.wait().err());
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(r),
+        let left = scope.release_unexited();
+        match (first_error, left) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(r),
         }
     }
 }
@@ -251,7 +259,41 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         Ok(task)
     }
 
+    /// Releases what was entered in the scope and never exited (its host borrows end with
+    /// the scope, so the table must not keep it); an error naming the first such range.
+    fn release_unexited(&self) -> Result<()> {
+        let mut left = std::mem::take(&mut *self.unexited.lock());
+        for (task, device, ranges) in self.exits.lock().drain(..) {
+            if task.wait().is_err() {
+                continue; // (done: every task has finished) its ranges are still mapped
+            }
+            for x in ranges {
+                if let Some(k) = left.iter().position(|(d, r)| *d == device && r.contains(&x)) {
+                    left.swap_remove(k);
+                }
+            }
+        }
+        let mut first = None;
+        for (device, range) in left {
+            // SAFETY: `release` copies nothing into host memory.
+            let r = unsafe { self.rt.exit_data(device, &[MapItem { range, map_type: MapType::RELEASE }]) };
+            first.get_or_insert_with(|| {
+                r.err().unwrap_or_else(|| Error::InvalidArgument {
+                    routine: "NowaitScope",
+                    what: format!(
+                        "device {device}: {range} was entered in the scope and never exited; released at \
+                         its end (expected an exit or cleanup of its views in the scope)"
+                    ),
+                })
+            });
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     /// `target enter data nowait` over borrowed slices; returns the task and the views.
+    /// Each range must be exited in the scope ([`NowaitScope::exit`],
+    /// [`NowaitScope::cleanup`]); one that is not is released when the scope ends, and the
+    /// scope returns an error naming it.
     pub fn enter<L: MapList<'scope> + Send + 'scope>(
         &'scope self,
         device: usize,
@@ -259,6 +301,8 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         after: &[&Task],
     ) -> Result<(Task, L::Views)> {
         let views = maps.views(device, false);
+        let mut entered = Vec::new();
+        maps.items(&mut entered);
         let rt = self.rt;
         let t = self.spawn(device, Lane::CopyIn, after, false, move |_| {
             let mut items = Vec::new();
@@ -272,6 +316,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
             // SAFETY: the slices stay borrowed for 'scope, which outlives the task.
             unsafe { rt.enter_data(device, &items) }
         })?;
+        self.unexited.lock().extend(entered.iter().map(|i| (device, i.range)));
         Ok((t, views))
     }
 
@@ -311,7 +356,8 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         // with its own exit: refused here, before anything is queued.
         let mut items = Vec::new();
         views.exit_items(device, &mut items)?;
-        self.spawn(device, Lane::CopyOut, after, cleanup, move |before| {
+        let ranges: Vec<HostRange> = items.iter().map(|i| i.range).collect();
+        let task = self.spawn(device, Lane::CopyOut, after, cleanup, move |before| {
             let _borrows = views;
             let mut items = items;
             if before.is_err() {
@@ -320,7 +366,9 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
             // SAFETY: `from` items come from exclusive borrows held for 'scope.
             let r = unsafe { rt.exit_data(device, &items) };
             before.and(r)
-        })
+        })?;
+        self.exits.lock().push((task.clone(), device, ranges));
+        Ok(task)
     }
 
     /// A kernel launch, `nowait`.
