@@ -618,9 +618,12 @@ static NESTED: offload::Kernel = offload::Kernel::new("nested").with_host(nested
 fn what_would_wait_for_itself_is_refused() -> Result<()> {
     let (_g, rt) = setup()?;
     let init = omp_get_initial_device()?;
+    // The kernel is a host function: on the initial device and the first host device.
+    let host = (0..init).find(|&d| rt.describe(d as usize).is_ok_and(|x| x.kind == BackendKind::Host));
+    let host = host.ok_or(Error::NoSuchDevice { device: -1, available: rt.num_devices() })?;
     // A kernel of the initial device launching there, or waiting for tasks, from a kernel.
     for (what, needle) in [(0, "its own kernels"), (1, "inside a kernel")] {
-        for dev in [init, 0] {
+        for dev in [init, host] {
             // SAFETY: the kernel's only argument is a value.
             let r = unsafe { target(dev, &NESTED, 1, &[], &[LaunchArg::Value(Scalar::I32(what))]) };
             if what == 1 || dev == init {
