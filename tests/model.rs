@@ -1,6 +1,6 @@
 //! A model-based property test of the device data environment.
 //!
-//! A small reference model of CONFORMANCE.md's rules (one present table per device with
+//! A small reference model of docs/SEMANTICS.md's rules (one present table per device with
 //! reference and hold counts, the copies each construct makes, presence, and the contents
 //! of the host array and of every device copy) runs beside the runtime. Random sequences
 //! of constructs over overlapping and nested ranges of one host array, on two or three

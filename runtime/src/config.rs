@@ -162,7 +162,7 @@ impl Settings {
             (None, Some(v)) => InfoFlags::parse(&v).ok_or(Error::InvalidSetting {
                 var: "OFFLOAD_INFO",
                 value: v.clone(),
-                expected: "a bit mask, decimal or 0x-hexadecimal (0x01 kernels, 0x02 existing maps, 0x04 table dumps, 0x08 entries, 0x20 transfers)",
+                expected: "a bit mask, decimal or 0x-hexadecimal, or -1 for all (0x01 kernels, 0x02 existing maps, 0x04 table dumps, 0x08 entries, 0x10 launch details, 0x20 transfers, 0x40 host data with no device counterpart)",
             })?,
             (None, None) => InfoFlags::NONE,
         };

@@ -7,7 +7,11 @@
 //! | `0x02` | a map found its range already present |
 //! | `0x04` | the present table after each construct, and with a failed construct's error |
 //! | `0x08` | entries created and removed, with their counts |
+//! | `0x10` | launch details: the grid and block a backend chose |
 //! | `0x20` | data transfers: direction, bytes, addresses |
+//! | `0x40` | host data with no device counterpart: ranges an exit or update skipped |
+//!
+//! `-1` (or any value with every bit set) turns everything on, as with `LIBOMPTARGET_INFO`.
 //!
 //! Lines go to standard error unless the runtime was built to capture them
 //! ([`crate::RuntimeBuilder::capture_info`]), which is how tests and teaching tools read
@@ -34,10 +38,14 @@ impl InfoFlags {
     pub const DUMP_TABLE: Self = Self(0x04);
     /// Entries created and removed.
     pub const ENTRIES: Self = Self(0x08);
+    /// Launch details: grid and block.
+    pub const LAUNCH: Self = Self(0x10);
     /// Data transfers.
     pub const TRANSFERS: Self = Self(0x20);
-    /// Every bit.
-    pub const ALL: Self = Self(0x2f);
+    /// Host ranges an exit or update skipped: no device counterpart.
+    pub const ABSENT: Self = Self(0x40);
+    /// Every bit (`-1`).
+    pub const ALL: Self = Self(u32::MAX);
 
     /// The flags from their bit pattern (unknown bits are kept, as libomptarget does).
     pub const fn from_bits(bits: u32) -> Self {
@@ -54,12 +62,16 @@ impl InfoFlags {
         self.0 & other.0 == other.0 && other.0 != 0
     }
 
-    /// Parses `OFFLOAD_INFO`'s value: decimal, or hexadecimal with `0x`.
+    /// Parses `OFFLOAD_INFO`'s value: decimal, hexadecimal with `0x`, or `-1` for every
+    /// bit (a negative number's two's-complement bits, as C's `int` gives them).
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.trim();
         let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
             Some(h) => u32::from_str_radix(h, 16).ok()?,
-            None => s.parse().ok()?,
+            None => match s.parse::<u32>() {
+                Ok(v) => v,
+                Err(_) => i32::try_from(s.parse::<i64>().ok()?).ok().filter(|v| *v < 0)? as u32,
+            },
         };
         Some(Self(v))
     }
@@ -155,6 +167,10 @@ mod tests {
         assert_eq!(InfoFlags::parse("zz"), None);
         assert!(InfoFlags::ALL.contains(InfoFlags::ENTRIES | InfoFlags::TRANSFERS));
         assert!(!InfoFlags::NONE.contains(InfoFlags::NONE));
+        assert_eq!(InfoFlags::parse("-1"), Some(InfoFlags::ALL));
+        assert!(InfoFlags::parse("-1").is_some_and(|f| f.contains(InfoFlags::ABSENT | InfoFlags::LAUNCH)));
+        assert_eq!(InfoFlags::parse("-2147483649"), None);
+        assert_eq!(InfoFlags::parse(" 0x7f "), Some(InfoFlags::from_bits(0x7f)));
     }
 
     #[test]

@@ -28,11 +28,13 @@
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::panic::Location;
 
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::{Device, DeviceSlice, MapList};
+use crate::runtime::MapConstruct;
 
 /// How a [`Mapped`] ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +56,8 @@ pub struct Mapped<'d, 'a, L: MapList<'a>> {
     exclusive: Vec<HostRange>,
     ending: Ending,
     open: bool,
+    /// Where the program opened it (the trace names it at the end too).
+    at: &'static Location<'static>,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -69,14 +73,17 @@ impl<'a, L: MapList<'a>> std::fmt::Debug for Mapped<'_, 'a, L> {
 }
 
 impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
+    #[track_caller]
     fn new(device: Device<'d>, maps: L, ending: Ending) -> Self {
         let (mut items, mut exclusive) = (Vec::new(), Vec::new());
         maps.items(&mut items);
         maps.exclusive_ranges(&mut exclusive);
-        Self { device, maps, items, exclusive, ending, open: false, _borrow: PhantomData }
+        let at = Location::caller();
+        Self { device, maps, items, exclusive, ending, open: false, at, _borrow: PhantomData }
     }
 
     /// `target enter data` of `maps` (`from` entering as `alloc`).
+    #[track_caller]
     pub(crate) fn enter(device: Device<'d>, maps: L) -> Result<Self> {
         let mut m = Self::new(device, maps, Ending::ExitData);
         let entry: Vec<MapItem> = m
@@ -91,16 +98,19 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
             .collect();
         // SAFETY: every item's slice is borrowed by `m.maps` (exclusively for kinds that
         // copy back) for as long as the mapping lasts; entering only reads.
-        unsafe { device.runtime().enter_data(device.number(), &entry)? };
+        unsafe { device.runtime().map_construct_at(MapConstruct::EnterData, device.number(), &entry, m.at)? };
         m.open = true;
         Ok(m)
     }
 
     /// The opening half of `target data` over `maps`.
+    #[track_caller]
     pub(crate) fn region(device: Device<'d>, maps: L) -> Result<Self> {
         let mut m = Self::new(device, maps, Ending::RegionEnd);
         // SAFETY: as in `enter`.
-        unsafe { device.runtime().target_data_begin(device.number(), &m.items)? };
+        unsafe {
+            device.runtime().map_construct_at(MapConstruct::DataBegin, device.number(), &m.items, m.at)?
+        };
         m.open = true;
         Ok(m)
     }
@@ -131,11 +141,11 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
         // through the guard's views are refused.
         unsafe {
             match self.ending {
-                Ending::RegionEnd => rt.target_data_end(d, &self.items),
+                Ending::RegionEnd => rt.map_construct_at(MapConstruct::DataEnd, d, &self.items, self.at),
                 Ending::ExitData => {
                     let mut exit = Vec::new();
                     self.maps.exit_items(&mut exit);
-                    rt.exit_data(d, &exit)
+                    rt.map_construct_at(MapConstruct::ExitData, d, &exit, self.at)
                 }
             }
         }
@@ -182,6 +192,7 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
     }
 
     /// `#pragma omp target update to(...)` of the part of a map that `view` names.
+    #[track_caller]
     pub fn update_to<T>(&self, view: &DeviceSlice<'_, T>) -> Result<()> {
         let r = view.host_range();
         if view.device() != self.device.number() || !self.items.iter().any(|i| i.range.contains(&r)) {
@@ -200,6 +211,7 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 
     /// `#pragma omp target update from(...)` into the part of an exclusively borrowed map
     /// that `view` names.
+    #[track_caller]
     pub fn update_from<T>(&mut self, view: &DeviceSlice<'_, T>) -> Result<()> {
         let r = self.exclusive_range(view, "Mapped::update_from")?;
         // SAFETY: the range is borrowed exclusively by `self.maps`, and `&mut self`

@@ -574,6 +574,7 @@ impl<'rt> Device<'rt> {
     ///
     /// A panic of `body` ends the region as an error would (its maps are ended, so
     /// nothing it mapped stays mapped), then resumes: `body` is the caller's own code.
+    #[track_caller]
     pub fn data<'a, L: MapList<'a>, R>(
         &self,
         maps: L,
@@ -611,6 +612,7 @@ impl<'rt> Device<'rt> {
     /// assert!(rt.live_mappings().is_empty());
     /// # Ok::<(), offload::Error>(())
     /// ```
+    #[track_caller]
     pub fn enter_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
         crate::Mapped::enter(*self, maps)
     }
@@ -619,11 +621,13 @@ impl<'rt> Device<'rt> {
     /// half) when the guard is dropped or [`Mapped::exit`](crate::Mapped::exit)ed. Unlike [`Device::data`]'s
     /// body, the guard lends the host copy of exclusively borrowed maps
     /// ([`Mapped::host_mut`](crate::Mapped::host_mut)) for the `target update` pattern.
+    #[track_caller]
     pub fn data_region<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
         crate::Mapped::region(*self, maps)
     }
 
     /// `#pragma omp target exit data` over borrowed slices (`from` needs `&mut`).
+    #[track_caller]
     pub fn exit_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<()> {
         let mut items = Vec::new();
         maps.items(&mut items);
@@ -632,12 +636,14 @@ impl<'rt> Device<'rt> {
     }
 
     /// `#pragma omp target update to(...)`.
+    #[track_caller]
     pub fn update_to<T: DeviceCopy>(&self, host: &[T]) -> Result<()> {
         // SAFETY: `host` is borrowed for reads during the call.
         unsafe { self.rt.update(self.number, UpdateDirection::To, &[(HostRange::of(host), false)]) }
     }
 
     /// `#pragma omp target update from(...)`.
+    #[track_caller]
     pub fn update_from<T: DeviceCopy>(&self, host: &mut [T]) -> Result<()> {
         // SAFETY: `host` is borrowed exclusively during the call; any bits are valid `T`.
         unsafe { self.rt.update(self.number, UpdateDirection::From, &[(HostRange::of(host), false)]) }
@@ -654,7 +660,19 @@ impl<'rt> Device<'rt> {
 
     /// Runs `kernel` over `n` work items; views among `args` must be mapped on this device
     /// (a target region whose arguments are all present).
+    #[track_caller]
     pub fn launch<A: KernelArgs>(&self, kernel: &Kernel, n: usize, args: A) -> Result<()> {
+        self.launch_at(kernel, n, args, std::panic::Location::caller())
+    }
+
+    /// [`Device::launch`] as called from `at` (for the trace's construct line).
+    pub(crate) fn launch_at<A: KernelArgs>(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        args: A,
+        at: &'static std::panic::Location<'static>,
+    ) -> Result<()> {
         let mut launch_args = args.launch_args(self.number, kernel)?;
         // On the initial device views are host memory itself; a view of a shared borrow
         // gets a private copy so that a kernel writing to it cannot write through `&`.
@@ -691,7 +709,7 @@ impl<'rt> Device<'rt> {
         }
         // SAFETY: no map list; mapped arguments are translated through the present table
         // (device memory of the right extent).
-        unsafe { self.rt.target_launch(self.number, kernel, n, &[], &launch_args) }
+        unsafe { self.rt.target_launch_at(self.number, kernel, n, &[], &launch_args, at) }
     }
 
     /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on
@@ -746,6 +764,7 @@ impl<'rt> Device<'rt> {
 
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the
     /// kernel's arguments from the maps' views.
+    #[track_caller]
     pub fn target<'a, L: MapList<'a>, A: KernelArgs>(
         &self,
         kernel: &Kernel,
@@ -753,7 +772,8 @@ impl<'rt> Device<'rt> {
         maps: L,
         args: impl FnOnce(L::Views) -> A,
     ) -> Result<()> {
-        self.data(maps, |views| self.launch(kernel, n, args(views)))
+        let at = std::panic::Location::caller();
+        self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
     }
 }
 
@@ -840,24 +860,28 @@ impl<T: DeviceCopy> HostBuffer<T> {
     }
 
     /// `target enter data map(map_type: buf)` on `device`.
+    #[track_caller]
     pub fn enter(&self, device: usize, map_type: MapType) -> Result<()> {
         // SAFETY: the buffer is alive and only read.
         unsafe { self.rt.enter_data(device, &[self.item(map_type)]) }
     }
 
     /// `target exit data map(map_type: buf)` on `device`.
+    #[track_caller]
     pub fn exit(&mut self, device: usize, map_type: MapType) -> Result<()> {
         // SAFETY: exclusive access to the buffer during the call.
         unsafe { self.rt.exit_data(device, &[self.item(map_type)]) }
     }
 
     /// `target update to(buf)`.
+    #[track_caller]
     pub fn update_to(&self, device: usize) -> Result<()> {
         // SAFETY: the buffer is alive and only read.
         unsafe { self.rt.update(device, UpdateDirection::To, &[(HostRange::of(self), false)]) }
     }
 
     /// `target update from(buf)`.
+    #[track_caller]
     pub fn update_from(&mut self, device: usize) -> Result<()> {
         // SAFETY: exclusive access during the call; any bits are valid `T`.
         unsafe { self.rt.update(device, UpdateDirection::From, &[(HostRange::of(self), false)]) }

@@ -47,6 +47,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::panic::Location;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -56,7 +57,7 @@ use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
-use crate::runtime::Runtime;
+use crate::runtime::{MapConstruct, Runtime};
 
 /// Which of a device's three lanes runs a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,12 +295,14 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     /// Each range must be exited in the scope ([`NowaitScope::exit`],
     /// [`NowaitScope::cleanup`]); one that is not is released when the scope ends, and the
     /// scope returns an error naming it.
+    #[track_caller]
     pub fn enter<L: MapList<'scope> + Send + 'scope>(
         &'scope self,
         device: usize,
         maps: L,
         after: &[&Task],
     ) -> Result<(Task, L::Views)> {
+        let at = Location::caller();
         let views = maps.views(device, false);
         let mut entered = Vec::new();
         maps.items(&mut entered);
@@ -314,7 +317,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
                 }
             }
             // SAFETY: the slices stay borrowed for 'scope, which outlives the task.
-            unsafe { rt.enter_data(device, &items) }
+            unsafe { rt.map_construct_at(MapConstruct::EnterData, device, &items, at) }
         })?;
         self.unexited.lock().extend(entered.iter().map(|i| (device, i.range)));
         Ok((t, views))
@@ -322,24 +325,26 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
 
     /// `target exit data nowait` of what `views` name: `from` for views of exclusive
     /// borrows (`map::from`, `map::tofrom`), `release` for the others.
+    #[track_caller]
     pub fn exit<V: ExitList + Send + 'scope>(
         &'scope self,
         device: usize,
         views: V,
         after: &[&Task],
     ) -> Result<Task> {
-        self.unmap(device, views, after, false)
+        self.unmap(device, views, after, false, Location::caller())
     }
 
     /// Like [`NowaitScope::exit`], but runs even if a dependency failed; then it copies
     /// nothing back (`release` only), so a failed computation leaves nothing mapped.
+    #[track_caller]
     pub fn cleanup<V: ExitList + Send + 'scope>(
         &'scope self,
         device: usize,
         views: V,
         after: &[&Task],
     ) -> Result<Task> {
-        self.unmap(device, views, after, true)
+        self.unmap(device, views, after, true, Location::caller())
     }
 
     /// The body of `exit` and `cleanup` (a plain exit never runs after a failed dependency,
@@ -350,6 +355,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         views: V,
         after: &[&Task],
         cleanup: bool,
+        at: &'static Location<'static>,
     ) -> Result<Task> {
         let rt = self.rt;
         // A view of another device would copy that device's data back too, concurrently
@@ -364,7 +370,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
                 items.iter_mut().for_each(|i| i.map_type = MapType::RELEASE);
             }
             // SAFETY: `from` items come from exclusive borrows held for 'scope.
-            let r = unsafe { rt.exit_data(device, &items) };
+            let r = unsafe { rt.map_construct_at(MapConstruct::ExitData, device, &items, at) };
             before.and(r)
         })?;
         self.exits.lock().push((task.clone(), device, ranges));
@@ -396,20 +402,22 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     }
 
     /// `target update to nowait`.
+    #[track_caller]
     pub fn update_to<T: DeviceCopy>(
         &'scope self,
         device: usize,
         host: &'scope [T],
         after: &[&Task],
     ) -> Result<Task> {
-        let (rt, range) = (self.rt, HostRange::of(host));
+        let (rt, range, at) = (self.rt, HostRange::of(host), Location::caller());
         // SAFETY: `host` is borrowed shared for 'scope; update to only reads it.
         self.spawn(device, Lane::CopyIn, after, false, move |_| unsafe {
-            rt.update(device, UpdateDirection::To, &[(range, false)])
+            rt.update_at(device, UpdateDirection::To, &[(range, false)], at)
         })
     }
 
     /// `target update from nowait`.
+    #[track_caller]
     pub fn update_from<T: DeviceCopy>(
         &'scope self,
         device: usize,
@@ -417,9 +425,10 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         after: &[&Task],
     ) -> Result<Task> {
         let (rt, ptr, len) = (self.rt, host.as_mut_ptr() as usize, std::mem::size_of_val(host));
+        let at = Location::caller();
         // SAFETY: `host` is borrowed exclusively for 'scope; any bits are valid `T`.
         self.spawn(device, Lane::CopyOut, after, false, move |_| unsafe {
-            rt.update(device, UpdateDirection::From, &[(HostRange::new(ptr, len), false)])
+            rt.update_at(device, UpdateDirection::From, &[(HostRange::new(ptr, len), false)], at)
         })
     }
 

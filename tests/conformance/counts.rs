@@ -1,4 +1,4 @@
-//! Cases 1-10 of CONFORMANCE.md: counts and copies.
+//! Cases 1-10 of docs/SEMANTICS.md: counts and copies.
 //!
 //! Cases 1-7 walk one host variable through the reference count with enter/exit data (each
 //! case builds the state it starts from); 8-10 are `target data` regions and launches,

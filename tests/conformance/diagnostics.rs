@@ -496,3 +496,81 @@ fn traces_and_dumps_show_the_hold_count() {
         },
     );
 }
+
+/// `OFFLOAD_INFO=-1` turns every bit on, the launch details (0x10) and the ranges a
+/// construct skipped (0x40) among them.
+#[test]
+fn info_minus_one_traces_launch_details_and_skipped_host_ranges() {
+    on_every_device_with(
+        "OFFLOAD_INFO=-1",
+        |b| b.env(|k| (k == "OFFLOAD_INFO").then(|| "-1".to_string())).capture_info(),
+        |rt, dev| {
+            let x = [0i32; 8];
+            rt.take_info();
+            // SAFETY: `x` lives through the calls; nothing is mapped, so nothing is copied.
+            unsafe {
+                rt.update(dev, UpdateDirection::To, &[(HostRange::of(&x), false)])?;
+                rt.exit_data(dev, &[MapItem::slice(&x, MapType::RELEASE)])?;
+            }
+            let lines = rt.take_info();
+            let me = format!("device {dev}: ");
+            let skipped =
+                find(&lines, &[&me, "has no device counterpart; skipped", &HostRange::of(&x).to_string()]);
+            check_eq!(skipped.len(), 2);
+            check!(lines[skipped[0]].contains("target update"), "{lines:#?}");
+            check!(lines[skipped[1]].contains("target exit data"), "{lines:#?}");
+            let mut y = [0i32; 64];
+            rt.device(dev)?.data(map::tofrom(&mut y), |v| fill_i32(&rt.device(dev)?, 1, v))?;
+            let lines = rt.take_info();
+            let launch = find(&lines, &[&me, "launch `fill_i32` n=64:"]);
+            check_eq!(launch.len(), 1);
+            let gpu = rt.describe(dev)?.kind != BackendKind::Host;
+            check!(lines[launch[0]].contains(if gpu { "blocks x" } else { "kernel threads" }), "{lines:#?}");
+            assert_clean(rt, dev)
+        },
+    );
+}
+
+/// Construct lines name the construct, where the program called it and its map list;
+/// each entry is reported created before its copy, and table dumps name the half.
+#[test]
+fn construct_lines_say_where_and_what_in_the_order_things_happen() {
+    on_every_device_with(
+        "construct lines",
+        |b| b.info(InfoFlags::ALL).capture_info(),
+        |rt, dev| {
+            let gpu = rt.device(dev)?;
+            let (a, mut b, c) = ([1i32; 16], [2i32; 16], [3i32; 16]);
+            rt.take_info();
+            #[rustfmt::skip]
+            let (line, r) = (line!(), gpu.data((map::alloc(&a), map::tofrom(&mut b), map::to(&c)), |_| Ok(())));
+            r?;
+            let lines = rt.take_info();
+            let at = format!("at {}:{line} with 3 maps: alloc(host {:#x}, 64 bytes) tofrom(host {:#x}, 64 bytes) to(host {:#x}, 64 bytes)", file!(), a.as_ptr() as usize, b.as_ptr() as usize, c.as_ptr() as usize);
+            let me = format!("device {dev}: ");
+            let enter = find(&lines, &[&me, "entering target data", &at]);
+            let exit = find(&lines, &[&me, "exiting target data", &at]);
+            check_eq!((enter.len(), exit.len()), (1, 1));
+            let created = find(&lines, &[&me, "entry created", &HostRange::of(&b).to_string()]);
+            let copied = find(&lines, &[&me, "copy host->device", &HostRange::of(&b).to_string()]);
+            check_eq!((created.len(), copied.len()), (1, 1));
+            check!(enter[0] < created[0] && created[0] < copied[0], "{lines:#?}");
+            check!(!find(&lines, &["after target data (entry half)"]).is_empty(), "{lines:#?}");
+            check!(!find(&lines, &["after target data (exit half)"]).is_empty(), "{lines:#?}");
+            // The launch of a `target` construct: its line, then the launch, between the halves.
+            let mut y = [0i32; 8];
+            #[rustfmt::skip]
+            let (line, r) = (line!(), gpu.target(&FILL_I32, 8, map::tofrom(&mut y), |v| (5i32, v)));
+            r?;
+            let lines = rt.take_info();
+            let launch_at =
+                format!("entering target (kernel `fill_i32`, n=8) at {}:{line} with 0 maps", file!());
+            let region = find(&lines, &[&me, "entering target data", &format!("{}:{line}", file!())]);
+            let launch = find(&lines, &[&me, &launch_at]);
+            check_eq!((region.len(), launch.len()), (1, 1));
+            check!(region[0] < launch[0], "{lines:#?}");
+            check_eq!(y, [5; 8]);
+            assert_clean(rt, dev)
+        },
+    );
+}

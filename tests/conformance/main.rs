@@ -1,4 +1,4 @@
-//! Every case of CONFORMANCE.md, run on every device of every backend present.
+//! Every case of docs/SEMANTICS.md, run on every device of every backend present.
 //! Case numbers in test names follow the document.
 
 mod alloc_memcpy;

@@ -1,4 +1,4 @@
-//! Cases 16-20 of CONFORMANCE.md: overlap and containment.
+//! Cases 16-20 of docs/SEMANTICS.md: overlap and containment.
 //!
 //! A request inside a mapped range refers to that entry; on entry, one that sticks out of
 //! it is an "explicit extension" error that changes nothing; at exit and in `update` it is

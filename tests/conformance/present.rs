@@ -1,4 +1,4 @@
-//! Cases 11-15 of CONFORMANCE.md: the `present` modifier.
+//! Cases 11-15 of docs/SEMANTICS.md: the `present` modifier.
 //!
 //! A `present` map of an absent range fails with an error naming the host address and the
 //! byte count, and the construct changes nothing: no entry, no allocation, no count.

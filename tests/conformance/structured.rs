@@ -1,4 +1,4 @@
-//! Cases 24-25 of CONFORMANCE.md: the one reference count and the `hold` count.
+//! Cases 24-25 of docs/SEMANTICS.md: the one reference count and the `hold` count.
 //!
 //! Every construct moves the same reference count (rule 7); maps with the `hold` modifier
 //! move the hold count instead, and `exit data` never removes an entry whose hold count is

@@ -1,4 +1,4 @@
-//! Cases 21-23 of CONFORMANCE.md: zero-length array sections.
+//! Cases 21-23 of docs/SEMANTICS.md: zero-length array sections.
 //!
 //! A zero-length section creates no entry (rule 6); it is present when it points inside a
 //! mapped range, and a `present` map of one that does not fails with "(0 bytes)".

@@ -1,7 +1,7 @@
 //! The device data environment: map types, map lists and their processing.
 //!
 //! A map list given to one construct is processed as a unit (OpenMP 5.x, as
-//! `CONFORMANCE.md` states it):
+//! `docs/SEMANTICS.md` states it):
 //!
 //! * **entry**, in list order: an absent range is allocated; each entry's count goes up once
 //!   per construct, however often the list names it; a `to` copies when the construct

@@ -372,6 +372,11 @@ impl Backend for CudaDevice {
         self.function(kernel).map(drop)
     }
 
+    fn launch_geometry(&self, kernel: &Kernel, n: usize) -> Option<(u32, u32)> {
+        let (_, wave) = self.function(kernel).ok()?;
+        Some((super::blocks_for(kernel, n, wave), kernel.block()))
+    }
+
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let (f, wave) = self.function(kernel)?;
         self.bind()?;

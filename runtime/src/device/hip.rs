@@ -453,6 +453,11 @@ impl Backend for HipDevice {
         self.function(kernel).map(drop)
     }
 
+    fn launch_geometry(&self, kernel: &Kernel, n: usize) -> Option<(u32, u32)> {
+        let block = kernel.block();
+        Some((super::blocks_for(kernel, n, self.resident_threads / block.max(1)), block))
+    }
+
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.select()?;

@@ -456,6 +456,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// is reported by a later synchronisation.
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
 
+    /// The grid and block (in blocks and threads) a launch of `kernel` over `n` items would
+    /// use, for the trace (`OFFLOAD_INFO` 0x10); `None` for devices without them (host
+    /// devices run items on a thread pool).
+    fn launch_geometry(&self, _kernel: &Kernel, _n: usize) -> Option<(u32, u32)> {
+        None
+    }
+
     /// Runs `kernel` over `n` work items on the compute queue and waits for it; a failure
     /// while it ran is [`crate::Error::KernelFailed`].
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {

@@ -111,9 +111,19 @@ impl DeviceState {
         )
     }
 
-    fn dump_after(&self, table: &PresentTable, c: Construct) {
+    /// Traces a range a construct skips: it has no device counterpart (`OFFLOAD_INFO` 0x40).
+    fn trace_absent(&self, construct: &str, range: HostRange) {
+        self.trace.emit(InfoFlags::ABSENT, || {
+            format!("device {}: {construct}: {range} has no device counterpart; skipped", self.number)
+        });
+    }
+
+    /// The table after a construct, or after a region's `half` (`entry` or `exit`).
+    fn dump_after(&self, table: &PresentTable, c: Construct, half: &str) {
         if self.trace.on(InfoFlags::DUMP_TABLE) {
-            self.trace.write(format!("after {}: {}", c.name(), table.dump(self.number)));
+            let label =
+                if c.is_region() { format!("{} ({half} half)", c.name()) } else { c.name().to_string() };
+            self.trace.write(format!("after {label}: {}", table.dump(self.number)));
         }
     }
 
@@ -158,7 +168,21 @@ impl DeviceState {
                 self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e))
             };
             if let Err(e) = plan.build(&mut table, items, self.number, alloc, exists) {
-                return Err(self.undo_enter(table, &plan, e));
+                return Err(self.undo_enter(table, &plan, e, false));
+            }
+            // Traced now, before their copies: the entries exist from here on (published
+            // with their data below, or undone with a failed construct, which says so).
+            for p in plan.planned.iter() {
+                self.trace.emit(InfoFlags::ENTRIES, || {
+                    format!(
+                        "device {}: entry created {} -> device {:#x}, ref count {} hold count {}",
+                        self.number,
+                        p.range,
+                        p.device_addr,
+                        u8::from(p.counts_ref),
+                        u8::from(p.counts_hold)
+                    )
+                });
             }
             // New entries the copies fill are not published yet; existing ones (`always`)
             // stay allocated while pinned.
@@ -175,7 +199,7 @@ impl DeviceState {
             unsafe { self.copy_to_device(addr, range) }
         });
         if let Err(e) = copied {
-            return Err(self.undo_enter(self.table.lock(), &plan, e));
+            return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
         if plan.copies.is_empty() && plan.planned.is_empty() && !self.trace.on(InfoFlags::DUMP_TABLE) {
             // Only counts moved (all present, no `always`): done under the first lock.
@@ -183,12 +207,12 @@ impl DeviceState {
         }
         let mut table = self.table.lock();
         if let Err(e) = self.publish(&mut table, &plan, &mut blocks) {
-            return Err(self.undo_enter(table, &plan, e));
+            return Err(self.undo_enter(table, &plan, e, true));
         }
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
-        self.dump_after(&table, c);
+        self.dump_after(&table, c, "entry");
         Ok(())
     }
 
@@ -199,7 +223,13 @@ impl DeviceState {
         mut table: parking_lot::MutexGuard<'_, PresentTable>,
         plan: &EnterPlan,
         err: Error,
+        announced: bool,
     ) -> Error {
+        for p in plan.planned.iter().filter(|_| announced) {
+            self.trace.emit(InfoFlags::ENTRIES, || {
+                format!("device {}: entry removed {} (the construct failed: {err})", self.number, p.range)
+            });
+        }
         let gone = undo_counts(&mut table, &plan.counted);
         drop(table);
         let _ = self.release_removed(gone);
@@ -241,9 +271,12 @@ impl DeviceState {
                         increment(e, hold);
                     }
                 }
-                if e.device_addr == p.device_addr {
+                if e.device_addr != p.device_addr {
                     let e = &*e;
-                    self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry created", e));
+                    let line = || {
+                        self.entry_line("entry published meanwhile by another thread, counted instead:", e)
+                    };
+                    self.trace.emit(InfoFlags::ENTRIES, line);
                 }
             }
         }
@@ -314,6 +347,13 @@ impl DeviceState {
         let mut plan = ExitPlan::default();
         {
             let mut table = self.table.lock();
+            if self.trace.on(InfoFlags::ABSENT) {
+                for i in items.iter().filter(|i| !i.map_type.present) {
+                    if let Ok(None) = resolve_exit(&table, i.range, false, self.number, "") {
+                        self.trace_absent(c.name(), i.range);
+                    }
+                }
+            }
             plan.fill(&mut table, items, c, self.number)?;
             // Entries that stay (`always` copies) stay allocated while pinned; removed
             // ones are this exit's until it releases them.
@@ -355,7 +395,7 @@ impl DeviceState {
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
-        self.dump_after(&table, c);
+        self.dump_after(&table, c, "exit");
         first_err.map_or(Ok(()), Err)
     }
 
@@ -399,6 +439,9 @@ impl DeviceState {
             for &(range, present) in items {
                 let key =
                     resolve_exit(&table, range, present, self.number, "`target update` with `present`")?;
+                if key.is_none() {
+                    self.trace_absent("target update", range);
+                }
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
                     let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);
                     found.push(copy);

@@ -211,6 +211,18 @@ impl DeviceState {
     }
 
     pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+        self.trace.emit(InfoFlags::LAUNCH, || match self.backend.launch_geometry(kernel, n) {
+            Some((grid, block)) => format!(
+                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads",
+                self.number,
+                kernel.name()
+            ),
+            None => format!(
+                "device {}: launch `{}` n={n}: on the device's kernel threads",
+                self.number,
+                kernel.name()
+            ),
+        });
         self.trace.emit(InfoFlags::KERNEL_ARGS, || {
             let list: Vec<String> = args
                 .iter()

@@ -45,6 +45,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::panic::Location;
 
 use super::{dev, rt};
 use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
@@ -52,7 +53,7 @@ use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{Kernel, LaunchArg};
 use crate::memcpy::RectSide;
 use crate::nowait::{copy_lane, queue_task, running_a_task, wait_for_all, Lane, Task};
-use crate::runtime::Runtime;
+use crate::runtime::{MapConstruct, Runtime};
 
 /// The dependence type of a [`Depend`] on an address (`depend(in: x)`, `out`, `inout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,11 +331,15 @@ pub unsafe fn omp_target_memset_async(
 ///
 /// # Safety
 /// As [`super::target_enter_data`], until the task has finished.
+#[track_caller]
 pub unsafe fn target_enter_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
     let rt = rt()?;
+    let at = Location::caller();
     let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
     // SAFETY: forwarded from the caller.
-    submit(rt, d, Lane::CopyIn, depend, move || unsafe { rt.enter_data(d, &maps) })
+    submit(rt, d, Lane::CopyIn, depend, move || unsafe {
+        rt.map_construct_at(MapConstruct::EnterData, d, &maps, at)
+    })
 }
 
 /// `#pragma omp target exit data map(...) device(d) nowait depend(...)`, on the copy-out
@@ -342,11 +347,15 @@ pub unsafe fn target_enter_data_nowait(device_num: i32, maps: &[MapItem], depend
 ///
 /// # Safety
 /// As [`super::target_exit_data`], until the task has finished.
+#[track_caller]
 pub unsafe fn target_exit_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
     let rt = rt()?;
+    let at = Location::caller();
     let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
     // SAFETY: forwarded from the caller.
-    submit(rt, d, Lane::CopyOut, depend, move || unsafe { rt.exit_data(d, &maps) })
+    submit(rt, d, Lane::CopyOut, depend, move || unsafe {
+        rt.map_construct_at(MapConstruct::ExitData, d, &maps, at)
+    })
 }
 
 /// `#pragma omp target update to(...)` (or `from`) `device(d) nowait depend(...)`: `to` on
@@ -354,6 +363,7 @@ pub unsafe fn target_exit_data_nowait(device_num: i32, maps: &[MapItem], depend:
 ///
 /// # Safety
 /// As [`super::target_update`], until the task has finished.
+#[track_caller]
 pub unsafe fn target_update_nowait(
     device_num: i32,
     dir: UpdateDirection,
@@ -361,11 +371,12 @@ pub unsafe fn target_update_nowait(
     depend: &[Depend],
 ) -> Result<Task> {
     let rt = rt()?;
+    let at = Location::caller();
     let d = dev(rt, device_num)?;
     let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.present)).collect();
     let lane = if dir == UpdateDirection::To { Lane::CopyIn } else { Lane::CopyOut };
     // SAFETY: forwarded from the caller.
-    submit(rt, d, lane, depend, move || unsafe { rt.update(d, dir, &list) })
+    submit(rt, d, lane, depend, move || unsafe { rt.update_at(d, dir, &list, at) })
 }
 
 /// `#pragma omp target map(...) device(d) nowait depend(...)` running `kernel` over `n`
@@ -373,6 +384,7 @@ pub unsafe fn target_update_nowait(
 ///
 /// # Safety
 /// As [`super::target`], until the task has finished.
+#[track_caller]
 pub unsafe fn target_nowait(
     device_num: i32,
     kernel: &'static Kernel,
@@ -382,7 +394,10 @@ pub unsafe fn target_nowait(
     depend: &[Depend],
 ) -> Result<Task> {
     let rt = rt()?;
+    let at = Location::caller();
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.
-    submit(rt, d, Lane::Compute, depend, move || unsafe { rt.target_launch(d, kernel, n, &maps, &args) })
+    submit(rt, d, Lane::Compute, depend, move || unsafe {
+        rt.target_launch_at(d, kernel, n, &maps, &args, at)
+    })
 }

@@ -337,6 +337,7 @@ pub unsafe fn omp_target_memset(
 ///
 /// # Safety
 /// See [`Runtime::target_data_begin`].
+#[track_caller]
 pub unsafe fn target_data_begin(device_num: i32, maps: &[MapItem]) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
@@ -347,6 +348,7 @@ pub unsafe fn target_data_begin(device_num: i32, maps: &[MapItem]) -> Result<()>
 ///
 /// # Safety
 /// See [`Runtime::target_data_end`].
+#[track_caller]
 pub unsafe fn target_data_end(device_num: i32, maps: &[MapItem]) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
@@ -357,6 +359,7 @@ pub unsafe fn target_data_end(device_num: i32, maps: &[MapItem]) -> Result<()> {
 ///
 /// # Safety
 /// See [`Runtime::enter_data`].
+#[track_caller]
 pub unsafe fn target_enter_data(device_num: i32, maps: &[MapItem]) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
@@ -367,6 +370,7 @@ pub unsafe fn target_enter_data(device_num: i32, maps: &[MapItem]) -> Result<()>
 ///
 /// # Safety
 /// See [`Runtime::exit_data`].
+#[track_caller]
 pub unsafe fn target_exit_data(device_num: i32, maps: &[MapItem]) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
@@ -377,6 +381,7 @@ pub unsafe fn target_exit_data(device_num: i32, maps: &[MapItem]) -> Result<()> 
 ///
 /// # Safety
 /// See [`Runtime::update`].
+#[track_caller]
 pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[UpdateItem]) -> Result<()> {
     let rt = rt()?;
     let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.present)).collect();
@@ -388,6 +393,7 @@ pub unsafe fn target_update(device_num: i32, dir: UpdateDirection, items: &[Upda
 ///
 /// # Safety
 /// See [`Runtime::target_launch`].
+#[track_caller]
 pub unsafe fn target(
     device_num: i32,
     kernel: &Kernel,

@@ -1,7 +1,23 @@
 //! The OpenMP constructs in Rust shape: `target data`, `target enter/exit data`,
 //! `target update`, target launches, and `synchronize`.
 
+use std::panic::Location;
+
 use super::*;
+use crate::info::InfoFlags;
+
+/// The map constructs, for [`Runtime::map_construct_at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapConstruct {
+    /// `target data`, opening half.
+    DataBegin,
+    /// `target data`, closing half.
+    DataEnd,
+    /// `target enter data`.
+    EnterData,
+    /// `target exit data`.
+    ExitData,
+}
 
 impl Runtime {
     // ---- map constructs ------------------------------------------------------------
@@ -16,42 +32,30 @@ impl Runtime {
     /// Each item's host range must stay valid until the matching
     /// [`Runtime::target_data_end`], and `from` ranges must not be read or written
     /// elsewhere during that call.
+    #[track_caller]
     pub unsafe fn target_data_begin(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        let target = self.target(device)?;
-        validate::map_list(Construct::TargetData, device, items)?;
-        match target {
-            // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.map_enter(items, Construct::TargetData) },
-            Target::Initial => Ok(()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.map_construct_at(MapConstruct::DataBegin, device, items, Location::caller()) }
     }
 
     /// The closing half of `target data`: unmaps `items` (the same list) in reverse order.
     ///
     /// # Safety
     /// As [`Runtime::target_data_begin`].
+    #[track_caller]
     pub unsafe fn target_data_end(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        let target = self.target(device)?;
-        validate::map_list(Construct::TargetData, device, items)?;
-        match target {
-            // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.map_exit(items, Construct::TargetData) },
-            Target::Initial => Ok(()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.map_construct_at(MapConstruct::DataEnd, device, items, Location::caller()) }
     }
 
     /// `#pragma omp target enter data map(...)`.
     ///
     /// # Safety
     /// Each item's host range must be valid for reads during the call.
+    #[track_caller]
     pub unsafe fn enter_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
-        let target = self.target(device)?;
-        validate::map_list(Construct::EnterData, device, items)?;
-        match target {
-            // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.map_enter(items, Construct::EnterData) },
-            Target::Initial => Ok(()),
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.map_construct_at(MapConstruct::EnterData, device, items, Location::caller()) }
     }
 
     /// `#pragma omp target exit data map(...)`.
@@ -59,12 +63,38 @@ impl Runtime {
     /// # Safety
     /// Each `from` item's host range must be valid for writes and not otherwise accessed
     /// during the call.
+    #[track_caller]
     pub unsafe fn exit_data(&self, device: usize, items: &[MapItem]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.map_construct_at(MapConstruct::ExitData, device, items, Location::caller()) }
+    }
+
+    /// One of the four map constructs over `items` on `device`, as called from `at` (for
+    /// the trace's construct line).
+    ///
+    /// # Safety
+    /// As the construct's public form ([`Runtime::target_data_begin`], ...).
+    pub(crate) unsafe fn map_construct_at(
+        &self,
+        which: MapConstruct,
+        device: usize,
+        items: &[MapItem],
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        let (c, entering, verb) = match which {
+            MapConstruct::DataBegin => (Construct::TargetData, true, "entering target data"),
+            MapConstruct::DataEnd => (Construct::TargetData, false, "exiting target data"),
+            MapConstruct::EnterData => (Construct::EnterData, true, "target enter data"),
+            MapConstruct::ExitData => (Construct::ExitData, false, "target exit data"),
+        };
+        self.trace_construct(device, verb, at, items, "");
         let target = self.target(device)?;
-        validate::map_list(Construct::ExitData, device, items)?;
+        validate::map_list(c, device, items)?;
         match target {
             // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.map_exit(items, Construct::ExitData) },
+            Target::Device(d) if entering => unsafe { d.map_enter(items, c) },
+            // SAFETY: forwarded from the caller.
+            Target::Device(d) => unsafe { d.map_exit(items, c) },
             Target::Initial => Ok(()),
         }
     }
@@ -74,12 +104,40 @@ impl Runtime {
     ///
     /// # Safety
     /// Host ranges valid for reads (`To`) or exclusive writes (`From`) during the call.
+    #[track_caller]
     pub unsafe fn update(
         &self,
         device: usize,
         dir: UpdateDirection,
         items: &[(HostRange, bool)],
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.update_at(device, dir, items, Location::caller()) }
+    }
+
+    /// [`Runtime::update`] as called from `at`.
+    ///
+    /// # Safety
+    /// As [`Runtime::update`].
+    pub(crate) unsafe fn update_at(
+        &self,
+        device: usize,
+        dir: UpdateDirection,
+        items: &[(HostRange, bool)],
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        if self.inner.trace.on(InfoFlags::KERNEL_ARGS) {
+            let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
+            let list: Vec<String> =
+                items.iter().map(|(r, p)| format!("{}{r}", if *p { "present, " } else { "" })).collect();
+            self.inner.trace.write(format!(
+                "device {device}: {what} at {}:{} with {} ranges: {}",
+                at.file(),
+                at.line(),
+                items.len(),
+                list.join(" ")
+            ));
+        }
         let target = self.target(device)?;
         validate::update_list(device, items)?;
         match target {
@@ -99,6 +157,7 @@ impl Runtime {
     /// As [`Runtime::target_data_begin`] for `maps`; `Device` arguments must be device
     /// memory of at least what the kernel touches; on the initial device `Mapped`
     /// arguments must be valid host memory for what the kernel touches.
+    #[track_caller]
     pub unsafe fn target_launch(
         &self,
         device: usize,
@@ -107,6 +166,27 @@ impl Runtime {
         maps: &[MapItem],
         args: &[LaunchArg],
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.target_launch_at(device, kernel, n, maps, args, Location::caller()) }
+    }
+
+    /// [`Runtime::target_launch`] as called from `at`.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_launch`].
+    pub(crate) unsafe fn target_launch_at(
+        &self,
+        device: usize,
+        kernel: &Kernel,
+        n: usize,
+        maps: &[MapItem],
+        args: &[LaunchArg],
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        if self.inner.trace.on(InfoFlags::KERNEL_ARGS) {
+            let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
+            self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()));
+        }
         let target = self.target(device)?;
         validate::map_list(Construct::Target, device, maps)?;
         let d = match target {
@@ -125,6 +205,24 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target) };
         launched.and(exited)
+    }
+
+    /// The construct line of the trace (`OFFLOAD_INFO` 0x01, as libomptarget's "Entering
+    /// OpenMP data region at ..."): what, where in the program, and the map list.
+    fn trace_construct(&self, device: usize, what: &str, at: &Location<'_>, items: &[MapItem], tail: &str) {
+        self.inner.trace.emit(InfoFlags::KERNEL_ARGS, || {
+            let list: Vec<String> = items
+                .iter()
+                .map(|i| format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes))
+                .collect();
+            format!(
+                "device {device}: {what} at {}:{} with {} maps: {}{tail}",
+                at.file(),
+                at.line(),
+                items.len(),
+                list.join(" ")
+            )
+        });
     }
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live

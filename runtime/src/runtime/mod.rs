@@ -10,6 +10,7 @@ mod memory;
 mod queries;
 
 pub use builder::RuntimeBuilder;
+pub(crate) use constructs::MapConstruct;
 
 use std::alloc::Layout;
 use std::collections::HashMap;
