@@ -211,6 +211,17 @@ impl DeviceState {
     }
 
     pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
+            let list: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::Scalar(s) => format!("{s:?}"),
+                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
+                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
+                })
+                .collect();
+            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
+        });
         self.trace.emit(InfoFlags::LAUNCH, || match self.backend.launch_geometry(kernel, n) {
             Some((grid, block)) => format!(
                 "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads",
@@ -222,17 +233,6 @@ impl DeviceState {
                 self.number,
                 kernel.name()
             ),
-        });
-        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
-            let list: Vec<String> = args
-                .iter()
-                .map(|a| match a {
-                    KernelArg::Scalar(s) => format!("{s:?}"),
-                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
-                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
-                })
-                .collect();
-            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
         });
     }
 

@@ -215,12 +215,12 @@ impl Runtime {
                 .iter()
                 .map(|i| format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes))
                 .collect();
+            let maps = if items.is_empty() { String::new() } else { format!(": {}", list.join(" ")) };
             format!(
-                "device {device}: {what} at {}:{} with {} maps: {}{tail}",
+                "device {device}: {what} at {}:{} with {} maps{maps}{tail}",
                 at.file(),
                 at.line(),
-                items.len(),
-                list.join(" ")
+                items.len()
             )
         });
     }

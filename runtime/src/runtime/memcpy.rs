@@ -98,6 +98,13 @@ impl Runtime {
         if src == 0 {
             return Err(null("source", src_device));
         }
+        self.inner.trace.emit(crate::info::InfoFlags::TRANSFERS, || {
+            format!(
+                "omp_target_memcpy {len} bytes, device {src_device} {:#x} -> device {dst_device} {:#x}",
+                src.wrapping_add(src_offset as u64),
+                dst.wrapping_add(dst_offset as u64)
+            )
+        });
         let d = validate::offset(MEMCPY, "destination", dst, dst_offset)?;
         let s = validate::offset(MEMCPY, "source", src, src_offset)?;
         self.check_device_range(MEMCPY, "destination", dst_device, d, len)?;
