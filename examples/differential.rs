@@ -1,0 +1,406 @@
+//! The Rust twins of the C programs in `tests/differential/`: each family prints, line
+//! for line, what its C program prints when compiled by clang with OpenMP offloading and
+//! run on LLVM's libomptarget (host plugin, four host devices); `scripts/differential.sh`
+//! runs both and compares them. Run on four host devices, as that plugin has:
+//!
+//! ```text
+//! cargo run -p offload-examples --example differential -- counts
+//! ```
+
+use std::ffi::c_void;
+
+use offload::omp::*;
+use offload::{LaunchArg, MapItem, Result, Runtime, Scalar, UpdateDirection, UpdateItem};
+use offload_kernels::{ADD_I32, FILL_I32};
+
+macro_rules! say {
+    ($($t:tt)*) => { println!($($t)*) };
+}
+
+fn vp<T>(p: *const T) -> *const c_void {
+    p.cast()
+}
+
+/// Element `i` of the device copy of the mapped host array `h` on `dev` (-999 if none).
+fn device_value(h: *const i32, i: usize, dev: i32) -> Result<i32> {
+    let mut v = -999i32;
+    let d = omp_get_mapped_ptr(vp(h), dev)?;
+    if !d.is_null() {
+        // SAFETY: `d` is the device copy of a mapped array holding element `i`.
+        unsafe { omp_target_memcpy((&raw mut v).cast(), d, 4, 0, i * 4, omp_get_initial_device()?, dev)? };
+    }
+    Ok(v)
+}
+
+/// `#pragma omp target map(maps) device(dev)` with `x[i] += by` over `n` elements at `x`.
+///
+/// # Safety
+/// `x` points to `n` live elements that the host does not touch during the call.
+unsafe fn add(dev: i32, x: *mut i32, n: usize, by: i32, maps: &[MapItem]) -> Result<()> {
+    let args = [LaunchArg::Value(Scalar::I32(by)), LaunchArg::mapped(x)];
+    // SAFETY: forwarded from the caller.
+    unsafe { target(dev, &ADD_I32, n, maps, &args) }
+}
+
+/// As [`add`], with `x[i] = v`.
+///
+/// # Safety
+/// As [`add`].
+unsafe fn fill(dev: i32, x: *mut i32, n: usize, v: i32, maps: &[MapItem]) -> Result<()> {
+    let args = [LaunchArg::Value(Scalar::I32(v)), LaunchArg::mapped(x)];
+    // SAFETY: forwarded from the caller.
+    unsafe { target(dev, &FILL_I32, n, maps, &args) }
+}
+
+fn present<T>(p: *const T, dev: i32) -> Result<i32> {
+    Ok(i32::from(omp_target_is_present(vp(p), dev)?))
+}
+
+/// Cases 1-10: counts and copies.
+///
+/// # Safety
+/// (Of every family.) Each host array lives to the end of its function and is touched by
+/// the host only between constructs.
+unsafe fn counts() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let mut x = [1i32; 4];
+        let xp = x.as_mut_ptr();
+        target_enter_data(0, &[MapItem::to(xp, 16)])?;
+        say!("case 1: present {} device {}", present(xp, 0)?, device_value(xp, 0, 0)?);
+        *xp = 2;
+        target_enter_data(0, &[MapItem::to(xp, 16)])?;
+        say!("case 2: device {}", device_value(xp, 0, 0)?);
+        target_enter_data(0, &[MapItem::to(xp, 16).always()])?;
+        say!("case 3: device {}", device_value(xp, 0, 0)?);
+        *xp = 5;
+        target_exit_data(0, &[MapItem::from(xp, 16)])?;
+        say!("case 4: host {} present {}", *xp, present(xp, 0)?);
+        target_exit_data(0, &[MapItem::from(xp, 16)])?;
+        target_exit_data(0, &[MapItem::from(xp, 16)])?;
+        say!("case 5: host {} present {}", *xp, present(xp, 0)?);
+        let mut y = [7i32; 4];
+        let yp = y.as_mut_ptr();
+        target_enter_data(0, &[MapItem::to(yp, 16)])?;
+        *yp = 8;
+        target_exit_data(0, &[MapItem::release(yp, 16)])?;
+        say!("case 6: host {} present {}", *yp, present(yp, 0)?);
+        let z = [3i32; 4];
+        for _ in 0..5 {
+            target_enter_data(0, &[MapItem::to(z.as_ptr(), 16)])?;
+        }
+        target_exit_data(0, &[MapItem::delete(z.as_ptr(), 16)])?;
+        say!("case 7: present {}", present(z.as_ptr(), 0)?);
+        let mut m = [0i32; 4];
+        let mp = m.as_mut_ptr();
+        let mm = [MapItem::tofrom(mp, 16)];
+        target_data_begin(0, &mm)?;
+        target_data_begin(0, &mm)?;
+        add(0, mp, 4, 1, &mm)?;
+        target_data_end(0, &mm)?;
+        say!("case 8: inner end host {} present {}", *mp, present(mp, 0)?);
+        target_data_end(0, &mm)?;
+        say!("case 8: outer end host {} present {}", *mp, present(mp, 0)?);
+        let mut n = [0i32; 4];
+        let np = n.as_mut_ptr();
+        let nm = [MapItem::tofrom(np, 16)];
+        add(0, np, 4, 1, &nm)?;
+        say!("case 9: no region host {} present {}", *np, present(np, 0)?);
+        target_data_begin(0, &nm)?;
+        add(0, np, 4, 1, &nm)?;
+        say!("case 9: in region host {} present {}", *np, present(np, 0)?);
+        target_data_end(0, &nm)?;
+        say!("case 9: after region host {}", *np);
+        let mut b = [0i32; 4];
+        let bp = b.as_mut_ptr();
+        fill(0, bp, 4, 1, &[MapItem::from(bp, 16)])?;
+        say!("case 10: host {}", *bp);
+    }
+    Ok(())
+}
+
+/// Cases 11, 13-15 and `target update`.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn present_update() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let i = [4i32; 4];
+        let ip = i.as_ptr();
+        target_data_begin(1, &[MapItem::alloc(ip, 16)])?;
+        target_data_begin(1, &[MapItem::alloc(ip, 16).present()])?;
+        say!("case 11: present {}", present(ip, 1)?);
+        target_data_end(1, &[MapItem::alloc(ip, 16).present()])?;
+        target_data_end(1, &[MapItem::alloc(ip, 16)])?;
+        say!("case 11: after present {}", present(ip, 1)?);
+        let r = [0i32; 4];
+        let rp = r.as_ptr();
+        target_enter_data(1, &[MapItem::to(rp, 16)])?;
+        target_enter_data(1, &[MapItem::to(rp, 16)])?;
+        target_exit_data(1, &[MapItem::release(rp, 16).present()])?;
+        say!("case 13: after one present release {}", present(rp, 1)?);
+        target_exit_data(1, &[MapItem::delete(rp, 16).present()])?;
+        say!("case 13: after present delete {}", present(rp, 1)?);
+        let mut u = [1i32; 8];
+        let up = u.as_mut_ptr();
+        target_enter_data(1, &[MapItem::to(up, 32)])?;
+        *up = 9;
+        *up.add(7) = 9;
+        target_update(1, UpdateDirection::To, &[UpdateItem::raw(up, 32).present()])?;
+        say!("case 14: device {} {}", device_value(up, 0, 1)?, device_value(up, 7, 1)?);
+        add(1, up, 8, 1, &[MapItem::alloc(up, 32)])?;
+        target_update(1, UpdateDirection::From, &[UpdateItem::raw(up.add(2), 16).present()])?;
+        say!("case 14: host {} {} {}", *up, *up.add(2), *up.add(7));
+        target_data_begin(1, &[MapItem::alloc(up.add(2), 12).present()])?;
+        say!("case 15: sub-range present {}", present(up.add(2), 1)?);
+        target_data_end(1, &[MapItem::alloc(up.add(2), 12).present()])?;
+        target_exit_data(1, &[MapItem::from(up, 32)])?;
+        say!("update: after exit host {} {} present {}", *up, *up.add(7), present(up, 1)?);
+        let mut a = [2i32; 4];
+        let ap = a.as_mut_ptr();
+        target_update(1, UpdateDirection::To, &[UpdateItem::raw(ap, 16)])?;
+        target_update(1, UpdateDirection::From, &[UpdateItem::raw(ap, 16)])?;
+        say!("update: of an absent range host {} present {}", *ap, present(ap, 1)?);
+    }
+    Ok(())
+}
+
+/// Cases 17, 18, 20 and 21-23.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn overlap() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let mut arr: Vec<i32> = (0..100).collect();
+        let p = arr.as_mut_ptr();
+        target_enter_data(2, &[MapItem::alloc(p, 400)])?;
+        target_enter_data(2, &[MapItem::to(p.add(98), 8)])?;
+        let off = omp_get_mapped_ptr(vp(p.add(98)), 2)? as isize - omp_get_mapped_ptr(vp(p), 2)? as isize;
+        say!("case 17: offset {off}");
+        target_exit_data(2, &[MapItem::release(p.add(98), 8)])?;
+        target_exit_data(2, &[MapItem::delete(p, 400)])?;
+        target_enter_data(2, &[MapItem::alloc(p.add(50), 8)])?;
+        let at = |k: usize| present(p.add(k), 2);
+        say!("case 18: {} {} {} {}", at(50)?, at(51)?, at(49)?, at(52)?);
+        target_exit_data(2, &[MapItem::delete(p.add(50), 8)])?;
+        say!("case 18: after exit {}", at(50)?);
+        target_enter_data(2, &[MapItem::to(p, 20)])?;
+        for (k, v) in [(1, 100), (2, 200), (3, 300), (4, 400)] {
+            *p.add(k) = v;
+        }
+        target_update(2, UpdateDirection::To, &[UpdateItem::raw(p.add(2), 8)])?;
+        let dv = |k| device_value(p, k, 2);
+        say!("case 20: device {} {} {} {}", dv(1)?, dv(2)?, dv(3)?, dv(4)?);
+        target_data_begin(2, &[MapItem::alloc(p.add(3), 0).present()])?;
+        say!("case 21: zero-length inside present {}", at(3)?);
+        target_data_end(2, &[MapItem::alloc(p.add(3), 0).present()])?;
+        target_exit_data(2, &[MapItem::release(p, 0).present()])?;
+        say!("case 23: after zero-length present release {}", at(0)?);
+        target_exit_data(2, &[MapItem::delete(p, 20)])?;
+        let z = [0i32; 4];
+        target_data_begin(2, &[MapItem::alloc(z.as_ptr(), 0)])?;
+        say!("case 22: zero-length creates no entry {}", present(z.as_ptr(), 2)?);
+        target_data_end(2, &[MapItem::alloc(z.as_ptr(), 0)])?;
+    }
+    Ok(())
+}
+
+/// Cases 24 and 25.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn hold() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let (mut m, r, d) = ([0i32; 4], [0i32; 4], [0i32; 4]);
+        let mp = m.as_mut_ptr();
+        let region = [
+            MapItem::tofrom(mp, 16).hold(),
+            MapItem::alloc(r.as_ptr(), 16).hold(),
+            MapItem::alloc(d.as_ptr(), 16).hold(),
+        ];
+        target_data_begin(3, &region)?;
+        fill(3, mp, 4, 7, &[MapItem::alloc(mp, 16)])?;
+        target_exit_data(
+            3,
+            &[MapItem::from(mp, 16), MapItem::release(r.as_ptr(), 16), MapItem::delete(d.as_ptr(), 16)],
+        )?;
+        say!(
+            "case 24: hold inside host {} present {} {} {}",
+            *mp,
+            present(mp, 3)?,
+            present(r.as_ptr(), 3)?,
+            present(d.as_ptr(), 3)?
+        );
+        target_data_end(3, &region)?;
+        say!("case 24: hold after host {} present {}", *mp, present(mp, 3)?);
+        let mut q = [0i32; 4];
+        let qp = q.as_mut_ptr();
+        target_data_begin(3, &[MapItem::tofrom(qp, 16)])?;
+        fill(3, qp, 4, 5, &[MapItem::alloc(qp, 16)])?;
+        target_exit_data(3, &[MapItem::from(qp, 16)])?;
+        say!("case 24: plain inside host {} present {}", *qp, present(qp, 3)?);
+        target_data_end(3, &[MapItem::tofrom(qp, 16)])?;
+        say!("case 24: plain after host {}", *qp);
+        let x = [1i32; 4];
+        let xp = x.as_ptr();
+        target_enter_data(3, &[MapItem::to(xp, 16)])?;
+        target_data_begin(3, &[MapItem::alloc(xp, 16).hold()])?;
+        target_exit_data(3, &[MapItem::delete(xp, 16)])?;
+        say!("case 25: after delete present {}", present(xp, 3)?);
+        target_data_end(3, &[MapItem::alloc(xp, 16).hold()])?;
+        say!("case 25: after the region present {}", present(xp, 3)?);
+    }
+    Ok(())
+}
+
+/// Cases 26, 29 and 31.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn associate() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let init = omp_get_initial_device()?;
+        let mut h = [1i32; 4];
+        let hp = h.as_mut_ptr();
+        let d = omp_target_alloc(16, 0)?;
+        let mut ok = true;
+        for _ in 0..8 {
+            ok &= omp_target_associate_ptr(vp(hp), d, 16, 0, 0).is_ok();
+            ok &= omp_target_is_present(vp(hp), 0)? && omp_get_mapped_ptr(vp(hp), 0)? == d;
+            ok &= omp_target_disassociate_ptr(vp(hp), 0).is_ok();
+            ok &= !omp_target_is_present(vp(hp), 0)?;
+        }
+        say!("case 26: eight rounds ok {}", i32::from(ok));
+        let zero = [0i32; 4];
+        omp_target_memcpy(d, vp(zero.as_ptr()), 16, 0, 0, 0, init)?;
+        omp_target_associate_ptr(vp(hp), d, 16, 0, 0)?;
+        add(0, hp, 4, 10, &[MapItem::tofrom(hp, 16)])?;
+        say!("case 29: after a tofrom launch host {} device {}", *hp, device_value(hp, 0, 0)?);
+        target_exit_data(0, &[MapItem::delete(hp, 16)])?;
+        say!("case 29: after delete present {}", present(hp, 0)?);
+        target_update(0, UpdateDirection::From, &[UpdateItem::raw(hp, 16)])?;
+        say!("case 29: after update from host {}", *hp);
+        omp_target_disassociate_ptr(vp(hp), 0)?;
+        omp_target_free(d, 0)?;
+        let q = [0i32; 8];
+        let qp = q.as_ptr();
+        say!("case 31: before {}", i32::from(omp_get_mapped_ptr(vp(qp), 0)?.is_null()));
+        target_enter_data(0, &[MapItem::to(qp, 32)])?;
+        let off = omp_get_mapped_ptr(vp(qp.add(4)), 0)? as isize - omp_get_mapped_ptr(vp(qp), 0)? as isize;
+        say!("case 31: offset of q+4 {off}");
+        target_exit_data(0, &[MapItem::delete(qp, 32)])?;
+    }
+    Ok(())
+}
+
+/// Cases 32, 34, 37 and 39-41.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn devices() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let init = omp_get_initial_device()?;
+        let last = omp_get_num_devices()? - 1;
+        say!("case 32: null for 0 bytes {}", i32::from(omp_target_alloc(0, 0)?.is_null()));
+        let p = omp_target_alloc(130 * 4, 0)?;
+        let src: Vec<i32> = (0..128).collect();
+        let mut back = vec![0i32; 128];
+        omp_target_memcpy(p, vp(src.as_ptr()), 512, 4, 0, 0, init)?;
+        omp_target_memcpy(back.as_mut_ptr().cast(), p, 512, 0, 4, init, 0)?;
+        say!("case 34: round trip with offsets equal {}", i32::from(back == src));
+        let q = omp_target_alloc(130 * 4, last)?;
+        omp_target_memcpy(q, p, 520, 0, 0, last, 0)?;
+        omp_target_memcpy(back.as_mut_ptr().cast(), q, 512, 0, 4, init, last)?;
+        say!("case 37: device 0 to {last}: {} {}", back[0], back[127]);
+        omp_target_free(p, 0)?;
+        omp_target_free(q, last)?;
+        let mut h = [0i32; 16];
+        let hp = h.as_mut_ptr();
+        for d in 0..4 {
+            let s = hp.add(d * 4);
+            fill(d as i32, s, 4, d as i32, &[MapItem::from(s, 16)])?;
+        }
+        say!("case 39: {} {} {} {}", h[0], h[5], h[10], h[15]);
+        let x = [1i32; 4];
+        let xp = x.as_ptr();
+        target_enter_data(0, &[MapItem::to(xp, 16)])?;
+        say!(
+            "case 40: present on 0 {} on 1 {} mapped on 1 null {}",
+            present(xp, 0)?,
+            present(xp, 1)?,
+            i32::from(omp_get_mapped_ptr(vp(xp), 1)?.is_null())
+        );
+        target_exit_data(0, &[MapItem::delete(xp, 16)])?;
+        let a = [0i32; 4];
+        let da = omp_target_alloc(16, 0)?;
+        omp_target_associate_ptr(vp(a.as_ptr()), da, 16, 0, 0)?;
+        say!("case 41: associated on 0 {} on 1 {}", present(a.as_ptr(), 0)?, present(a.as_ptr(), 1)?);
+        omp_target_disassociate_ptr(vp(a.as_ptr()), 0)?;
+        omp_target_free(da, 0)?;
+    }
+    Ok(())
+}
+
+/// Cases 42-44: a construct decides its copies over its whole list.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn ordering() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let mut x = 0i32;
+        let xp = &raw mut x;
+        let list = [MapItem::alloc(xp, 4), MapItem::from(xp, 4), MapItem::alloc(xp, 4)];
+        target_data_begin(0, &list)?;
+        fill(0, xp, 1, 222, &[MapItem::alloc(xp, 4).present()])?;
+        target_data_end(0, &list)?;
+        say!("case 42: host {}", *xp);
+        let mut y = 111i32;
+        let yp = &raw mut y;
+        add(
+            0,
+            yp,
+            1,
+            111,
+            &[MapItem::alloc(yp, 4), MapItem::from(yp, 4), MapItem::to(yp, 4), MapItem::alloc(yp, 4)],
+        )?;
+        say!("case 43: host {}", *yp);
+        let mut z = 0i32;
+        let zp = &raw mut z;
+        target_data_begin(0, &[MapItem::alloc(zp, 4)])?;
+        target_enter_data(0, &[MapItem::alloc(zp, 4), MapItem::to(zp, 4)])?;
+        fill(0, zp, 1, 222, &[MapItem::alloc(zp, 4).present()])?;
+        target_exit_data(0, &[MapItem::delete(zp, 4), MapItem::from(zp, 4), MapItem::delete(zp, 4)])?;
+        target_data_end(0, &[MapItem::alloc(zp, 4)])?;
+        say!("case 44: host {}", *zp);
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let family = std::env::args().nth(1).unwrap_or_default();
+    use_runtime(Runtime::builder().gpus(false).host_devices(4).build()?)?;
+    // SAFETY: each family keeps to its contract (see `counts`).
+    unsafe {
+        match family.as_str() {
+            "counts" => counts(),
+            "present_update" => present_update(),
+            "overlap" => overlap(),
+            "hold" => hold(),
+            "associate" => associate(),
+            "devices" => devices(),
+            "ordering" => ordering(),
+            other => {
+                eprintln!(
+                    "unknown family {other:?}; expected one of: counts, present_update, overlap, hold,                      associate, devices, ordering"
+                );
+                std::process::exit(2)
+            }
+        }
+    }
+}
