@@ -131,3 +131,28 @@ fn workers_are_bound_on_this_machine_and_staging_lands_on_the_device_node() {
         }
     }
 }
+
+/// A recorded topology's GPUs are listed with their bus ids and placement even though no
+/// backend can use them (what `info` shows on a machine without a usable GPU).
+#[test]
+fn a_topology_lists_its_gpus_and_numa_distances() {
+    for (xml, name) in [(EIGHT_GPU, "8gpu-2socket"), (POWER8, "power8"), (XEON_K40, "xeon-k40")] {
+        let t = Topology::from_xml(xml, name).expect("topology");
+        let gpus = t.gpus();
+        for g in &gpus {
+            println!("{name}: {} {} {:#06x} -> {}", g.bus_id, g.vendor, g.device_id, g.placement);
+        }
+        assert!(!gpus.is_empty(), "{name}: no GPU found");
+        assert!(
+            gpus.iter().all(|g| g.bus_id.len() == 12 && g.bus_id.as_bytes()[4] == b':'),
+            "{name}: {gpus:?}"
+        );
+        if let Some(d) = t.numa_distances() {
+            println!("{name}: numa distances {:?} {:?}", d.nodes, d.matrix);
+            assert_eq!(d.matrix.len(), d.nodes.len() * d.nodes.len());
+        }
+    }
+    let eight = Topology::from_xml(EIGHT_GPU, "8gpu-2socket").expect("topology").gpus();
+    assert_eq!(eight.len(), 8);
+    assert!(eight.iter().all(|g| g.vendor == "NVIDIA" && g.placement.is_known()), "{eight:?}");
+}

@@ -74,7 +74,7 @@ pub use runtime::memcpy::RectSide;
 pub use runtime::RuntimeBuilder;
 pub use runtime::{Pinned, PoolUsage, Runtime};
 pub use staging::StagingConfig;
-pub use topology::{Placement, PlacementSource, Topology};
+pub use topology::{NumaDistances, Placement, PlacementSource, Topology, TopologyGpu};
 
 /// Single-source kernels: see the `offload_macros` crate docs. `#[offload::kernel]` lives
 /// in the macro namespace, beside the [`kernel`](mod@kernel) module.

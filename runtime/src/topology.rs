@@ -27,6 +27,29 @@ pub enum PlacementSource {
     Unknown(String),
 }
 
+/// A GPU a topology holds (a PCI display or 3D controller), whether or not any backend can
+/// use it: what `info` lists on a machine, or a recorded topology, without a usable device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyGpu {
+    /// PCI bus id, `dddd:bb:dd.f`.
+    pub bus_id: String,
+    /// `NVIDIA`, `AMD`, or the vendor id in hex.
+    pub vendor: String,
+    /// PCI device id.
+    pub device_id: u16,
+    /// The CPUs and NUMA nodes nearest to it.
+    pub placement: Placement,
+}
+
+/// NUMA distances as the topology gives them: node OS indices and the row-major matrix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumaDistances {
+    /// The nodes, in matrix order.
+    pub nodes: Vec<usize>,
+    /// `nodes.len()` rows of `nodes.len()` relative distances (10: local).
+    pub matrix: Vec<u64>,
+}
+
 /// The CPUs and NUMA nodes nearest to a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
@@ -248,6 +271,57 @@ impl Topology {
             return None;
         }
         Some(Placement { cpus, numa_nodes: nodes, source: PlacementSource::Hwloc })
+    }
+
+    /// The GPUs the topology holds, in PCI order (empty without hwloc: sysfs alone does not
+    /// say which PCI devices are GPUs here).
+    pub fn gpus(&self) -> Vec<TopologyGpu> {
+        #[cfg(feature = "hwloc")]
+        if let Some(t) = self.hw.as_ref() {
+            use hwlocality::object::{attributes::ObjectAttributes, types::ObjectType};
+            let mut found: Vec<TopologyGpu> = t
+                .objects_with_type(ObjectType::PCIDevice)
+                .filter_map(|o| match o.attributes() {
+                    // Class 0x0300: VGA controller; 0x0302: 3D controller (compute GPUs).
+                    Some(ObjectAttributes::PCIDevice(p)) if matches!(p.class_id(), 0x0300 | 0x0302) => {
+                        let bus_id = format!(
+                            "{:04x}:{:02x}:{:02x}.{:x}",
+                            p.domain(),
+                            p.bus_id(),
+                            p.bus_device(),
+                            p.function()
+                        );
+                        let vendor = match p.vendor_id() {
+                            0x10de => "NVIDIA".to_string(),
+                            0x1002 => "AMD".to_string(),
+                            v => format!("{v:#06x}"),
+                        };
+                        let placement = self.place_pci(&bus_id);
+                        Some(TopologyGpu { bus_id, vendor, device_id: p.device_id(), placement })
+                    }
+                    _ => None,
+                })
+                .collect();
+            found.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+            return found;
+        }
+        Vec::new()
+    }
+
+    /// The NUMA distance matrix, when the topology has one.
+    pub fn numa_distances(&self) -> Option<NumaDistances> {
+        #[cfg(feature = "hwloc")]
+        if let Some(t) = self.hw.as_ref() {
+            use hwlocality::object::types::ObjectType;
+            let all = t.distances(None).ok()?;
+            let d = all.iter().find(|d| {
+                d.num_objects() > 0
+                    && d.objects().all(|o| o.is_some_and(|o| o.object_type() == ObjectType::NUMANode))
+            })?;
+            let nodes = d.objects().map(|o| o.and_then(|o| o.os_index()).unwrap_or(usize::MAX)).collect();
+            return Some(NumaDistances { nodes, matrix: d.distances().to_vec() });
+        }
+        None
     }
 
     /// Binds the calling thread to `cpus`; returns the binding as read back.
