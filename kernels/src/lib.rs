@@ -105,11 +105,13 @@ pub static FILL_I32: Kernel = Kernel::new("fill_i32")
     .with_host(fill_i32_host);
 
 /// Sets every element of `x` to `v` ([`mod@generated::fill_f32`]).
+#[track_caller]
 pub fn fill_f32(dev: &Device<'_>, v: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
     generated::fill_f32::launch(dev, x.len(), v, x)
 }
 
 /// Sets every element of `x` to `v` ([`mod@generated::fill_i32`]).
+#[track_caller]
 pub fn fill_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
     generated::fill_i32::launch(dev, x.len(), v, x)
 }
@@ -135,6 +137,7 @@ pub static ADD_I32: Kernel = Kernel::new("add_i32")
     .with_host(add_i32_host);
 
 /// Adds `v` to every element of `x` ([`mod@generated::add_i32`]).
+#[track_caller]
 pub fn add_i32(dev: &Device<'_>, v: i32, x: DeviceSlice<'_, i32>) -> Result<()> {
     generated::add_i32::launch(dev, x.len(), v, x)
 }
@@ -160,6 +163,7 @@ pub static SCALE_F32: Kernel = Kernel::new("scale_f32")
     .with_host(scale_f32_host);
 
 /// Multiplies every element of `x` by `a` ([`mod@generated::scale_f32`]).
+#[track_caller]
 pub fn scale(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
     generated::scale_f32::launch(dev, x.len(), a, x)
 }
@@ -186,6 +190,7 @@ pub static SAXPY: Kernel = Kernel::new("saxpy")
     .with_host(saxpy_host);
 
 /// `y += a * x` over `y.len()` elements (`x` at least as long) ([`mod@generated::saxpy`]).
+#[track_caller]
 pub fn saxpy(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>) -> Result<()> {
     check_len(&generated::saxpy::KERNEL, 1, x.len(), y.len())?;
     generated::saxpy::launch(dev, y.len(), a, x, y)
@@ -223,6 +228,7 @@ pub static SUM_F32: Kernel = Kernel::new("sum_f32")
     .with_host(sum_f32_host);
 
 /// Adds the sum of `x` to `out[0]` ([`mod@generated::sum_f32`]).
+#[track_caller]
 pub fn sum(dev: &Device<'_>, x: DeviceSlice<'_, f32>, out: DeviceSlice<'_, f32>) -> Result<()> {
     check_len(&generated::sum_f32::KERNEL, 1, out.len(), 1)?;
     generated::sum_f32::launch(dev, x.len(), x, out)
@@ -264,6 +270,7 @@ pub static BIAS_ACT: Kernel = Kernel::new("bias_act")
 
 /// Adds `bias` to every row of `y` (rows of `bias.len()`), then ReLU when `relu`
 /// ([`mod@generated::bias_act`]).
+#[track_caller]
 pub fn bias_act(
     dev: &Device<'_>,
     y: DeviceSlice<'_, f32>,

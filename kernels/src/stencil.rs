@@ -152,6 +152,7 @@ pub struct JacobiShape {
 
 /// Runs one Jacobi step (see [`JACOBI_STEP`]).
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub fn jacobi_step(
     dev: &Device<'_>,
     shape: JacobiShape,
@@ -270,6 +271,7 @@ pub static STENCIL7_STEP: Kernel =
 
 /// Runs one 3-D step (see [`STENCIL7_STEP`]) over planes `z_start..z_end`.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub fn stencil7_step(
     dev: &Device<'_>,
     nx: usize,

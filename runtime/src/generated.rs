@@ -340,6 +340,7 @@ unsafe impl<A: KernelArgs> KernelArgs for WithReport<'_, A> {
 /// `params` names the kernel's arguments by position. On a GPU the report (48 bytes) is
 /// mapped `tofrom` around the launch, so it shows in traces and transfer counts; host
 /// devices run the (always checked) host twin without one.
+#[track_caller]
 pub fn launch_checked<A: KernelArgs>(
     device: &Device<'_>,
     kernel: &'static Kernel,
@@ -356,7 +357,10 @@ pub fn launch_checked<A: KernelArgs>(
         return device.launch(kernel, n, args);
     }
     let mut report = [0u64; REPORT_WORDS];
-    device.data(crate::map::tofrom(&mut report[..]), |r| device.launch(kernel, n, WithReport(args, r)))?;
+    let at = std::panic::Location::caller();
+    device.data(crate::map::tofrom(&mut report[..]), |r| {
+        device.launch_at(kernel, n, WithReport(args, r), at)
+    })?;
     if report[0] == 0 {
         return Ok(());
     }

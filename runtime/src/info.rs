@@ -16,6 +16,13 @@
 //! Lines go to standard error unless the runtime was built to capture them
 //! ([`crate::RuntimeBuilder::capture_info`]), which is how tests and teaching tools read
 //! them back.
+//!
+//! The same events go to [`tracing`], whatever the bits, whenever a subscriber listens to
+//! target `offload` (JSON, a file, `tracing-chrome`): level `INFO`, the line as the
+//! message, and fields `info` (its bit), `kind` (`construct`, `entry created`, `mapping
+//! exists`, `entry removed`, `copy`, `launch`, `table`, `skipped`, ...), `device`, and where
+//! they apply `host_begin`, `host_bytes`, `device_addr`, `ref_count`, `hold_count`,
+//! `bytes`, `direction`, `kernel`, `n`, `at` (the program's `file:line`).
 
 use std::fmt;
 use std::ops::BitOr;
@@ -102,6 +109,21 @@ impl InfoLog {
     }
 }
 
+/// The fields of a trace event beyond its line (see the module documentation).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct InfoFields<'a> {
+    pub(crate) kind: &'static str,
+    pub(crate) device: Option<usize>,
+    pub(crate) host: Option<crate::error::HostRange>,
+    pub(crate) device_addr: Option<u64>,
+    pub(crate) counts: Option<(u64, u64)>,
+    pub(crate) bytes: Option<usize>,
+    pub(crate) direction: Option<&'static str>,
+    pub(crate) kernel: Option<&'a str>,
+    pub(crate) n: Option<usize>,
+    pub(crate) at: Option<&'a std::panic::Location<'a>>,
+}
+
 /// Where trace lines go.
 #[derive(Debug)]
 pub(crate) enum InfoSink {
@@ -127,10 +149,49 @@ impl Trace {
         self.flags.contains(flag)
     }
 
-    /// Emits a line of kind `flag`.
+    /// Emits a line of kind `flag` (a `tracing` event with only the `info` field).
     pub(crate) fn emit(&self, flag: InfoFlags, line: impl FnOnce() -> String) {
-        if self.on(flag) {
-            self.write(line());
+        self.event(flag, InfoFields::default, line);
+    }
+
+    /// Emits an event of kind `flag`: its line to this runtime's sink when its bits ask for
+    /// it, and the line with `fields` to a `tracing` subscriber listening to `offload`.
+    /// Neither is formatted when nobody wants it.
+    pub(crate) fn event<'a>(
+        &self,
+        flag: InfoFlags,
+        fields: impl FnOnce() -> InfoFields<'a>,
+        line: impl FnOnce() -> String,
+    ) {
+        let mine = self.on(flag);
+        let theirs = tracing::enabled!(target: "offload", tracing::Level::INFO);
+        if !mine && !theirs {
+            return;
+        }
+        let text = line();
+        if theirs {
+            let f = fields();
+            let at = f.at.map(|l| format!("{}:{}", l.file(), l.line()));
+            tracing::info!(
+                target: "offload",
+                info = flag.bits(),
+                kind = f.kind,
+                device = f.device,
+                host_begin = f.host.map(|h| h.begin),
+                host_bytes = f.host.map(|h| h.bytes),
+                device_addr = f.device_addr,
+                ref_count = f.counts.map(|c| c.0),
+                hold_count = f.counts.map(|c| c.1),
+                bytes = f.bytes,
+                direction = f.direction,
+                kernel = f.kernel,
+                n = f.n,
+                at = at.as_deref(),
+                "{text}"
+            );
+        }
+        if mine {
+            self.write(text);
         }
     }
 

@@ -574,3 +574,91 @@ fn construct_lines_say_where_and_what_in_the_order_things_happen() {
         },
     );
 }
+
+/// The trace's events reach a program's own `tracing` subscriber, with fields, whatever
+/// `OFFLOAD_INFO` says (here: nothing).
+#[test]
+fn a_programs_own_tracing_subscriber_gets_the_events_with_fields() {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+    use tracing::field::{Field, Visit};
+
+    type Event = BTreeMap<String, String>;
+    #[derive(Default)]
+    struct Fields(Event);
+    impl Visit for Fields {
+        fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+            self.0.insert(f.name().to_string(), format!("{v:?}"));
+        }
+        fn record_str(&mut self, f: &Field, v: &str) {
+            self.0.insert(f.name().to_string(), v.to_string());
+        }
+    }
+    /// Keeps every `offload` event's fields.
+    struct Collect(Arc<Mutex<Vec<Event>>>);
+    impl tracing::Subscriber for Collect {
+        fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+            m.target() == "offload"
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            let mut f = Fields::default();
+            e.record(&mut f);
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(f.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    on_every_device("tracing subscriber", |rt, dev| {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let gpu = rt.device(dev)?;
+        let mut b = [0i32; 64];
+        let line = tracing::subscriber::with_default(Collect(Arc::clone(&events)), || {
+            let line = line!() + 1;
+            gpu.data(map::tofrom(&mut b), |v| fill_i32(&gpu, 1, v)).map(|()| line)
+        })?;
+        let events = events.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let of = |kind: &str| {
+            events.iter().filter(|e| e.get("kind").map(String::as_str) == Some(kind)).collect::<Vec<_>>()
+        };
+        let begin = (b.as_ptr() as usize).to_string();
+        let me = dev.to_string();
+        // The region's two halves and the kernel's launch, each at the program's line.
+        let construct = of("construct");
+        check!(construct.len() >= 3, "{events:#?}"); // (a checked GPU launch maps its report too)
+        for c in &construct {
+            check_eq!(c.get("at"), Some(&format!("{}:{line}", file!())));
+        }
+        // Those of `b` (a checked GPU launch maps and copies a report of its own too).
+        let of_b = |kind: &str| {
+            of(kind).into_iter().filter(|e| e.get("host_begin") == Some(&begin)).collect::<Vec<_>>()
+        };
+        let created = of_b("entry created");
+        check_eq!(created.len(), 1);
+        for (k, v) in [
+            ("device", &me),
+            ("host_begin", &begin),
+            ("host_bytes", &"256".to_string()),
+            ("ref_count", &"1".to_string()),
+        ] {
+            check_eq!(created[0].get(k), Some(v));
+        }
+        let copies = of_b("copy");
+        check_eq!(copies.len(), 2);
+        check_eq!(copies[0].get("direction"), Some(&"host->device".to_string()));
+        check_eq!(copies[1].get("bytes"), Some(&"256".to_string()));
+        check!(
+            of("launch").iter().any(|e| e.get("kernel").map(String::as_str) == Some("fill_i32")),
+            "{events:#?}"
+        );
+        check!(of_b("entry removed").len() == 1, "{events:#?}");
+        check!(rt.take_info().is_empty(), "OFFLOAD_INFO is off: nothing in the runtime's own sink");
+        check_eq!(b, [1; 64]);
+        assert_clean(rt, dev)
+    });
+}

@@ -470,6 +470,7 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 /// access and waits for the launch to report the first one out of range as
                 /// `Error::KernelFailed` (naming the argument, the index and the view's length).
                 #[allow(clippy::too_many_arguments)]
+                #[track_caller]
                 pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
                     let (n, a) = args(space, #(#param_names),*)?;
                     if n == 0 {

@@ -16,7 +16,7 @@ use crate::data_env::plan::{
 };
 use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
-use crate::info::InfoFlags;
+use crate::info::{InfoFields, InfoFlags};
 use crate::memory_pool::Owner;
 
 /// Device blocks of entries that a launch or copy made without the table's lock is using;
@@ -100,6 +100,19 @@ impl Drop for NewBlocks<'_> {
 }
 
 impl DeviceState {
+    /// Traces entry `e` under `flag` as `what` ("entry created", "mapping exists", ...).
+    fn entry_event(&self, flag: InfoFlags, what: &'static str, e: &Entry) {
+        let fields = || InfoFields {
+            kind: what,
+            device: Some(self.number),
+            host: Some(e.range),
+            device_addr: Some(e.device_addr),
+            counts: Some((e.ref_count, e.hold_count)),
+            ..InfoFields::default()
+        };
+        self.trace.event(flag, fields, || self.entry_line(what, e));
+    }
+
     fn entry_line(&self, what: &str, e: &Entry) -> String {
         format!(
             "device {}: {what} {} -> device {:#x}, ref count {} hold count {}",
@@ -113,7 +126,13 @@ impl DeviceState {
 
     /// Traces a range a construct skips: it has no device counterpart (`OFFLOAD_INFO` 0x40).
     fn trace_absent(&self, construct: &str, range: HostRange) {
-        self.trace.emit(InfoFlags::ABSENT, || {
+        let fields = || InfoFields {
+            kind: "skipped",
+            device: Some(self.number),
+            host: Some(range),
+            ..InfoFields::default()
+        };
+        self.trace.event(InfoFlags::ABSENT, fields, || {
             format!("device {}: {construct}: {range} has no device counterpart; skipped", self.number)
         });
     }
@@ -123,7 +142,10 @@ impl DeviceState {
         if self.trace.on(InfoFlags::DUMP_TABLE) {
             let label =
                 if c.is_region() { format!("{} ({half} half)", c.name()) } else { c.name().to_string() };
-            self.trace.write(format!("after {label}: {}", table.dump(self.number)));
+            let fields = || InfoFields { kind: "table", device: Some(self.number), ..InfoFields::default() };
+            self.trace.event(InfoFlags::DUMP_TABLE, fields, || {
+                format!("after {label}: {}", table.dump(self.number))
+            });
         }
     }
 
@@ -150,7 +172,8 @@ impl DeviceState {
     fn dump_failure(&self, construct: &str, e: &Error) {
         if self.trace.on(InfoFlags::DUMP_TABLE) {
             let table = self.table.lock().dump(self.number);
-            self.trace.write(format!("{construct} failed: {e}; {table}"));
+            let fields = || InfoFields { kind: "failed", device: Some(self.number), ..InfoFields::default() };
+            self.trace.event(InfoFlags::DUMP_TABLE, fields, || format!("{construct} failed: {e}; {table}"));
         }
     }
 
@@ -164,16 +187,22 @@ impl DeviceState {
         {
             let mut table = self.table.lock();
             let alloc = |bytes| blocks.alloc(bytes);
-            let exists = |e: &Entry| {
-                self.trace.emit(InfoFlags::MAPPING_EXISTS, || self.entry_line("mapping exists", e))
-            };
+            let exists = |e: &Entry| self.entry_event(InfoFlags::MAPPING_EXISTS, "mapping exists", e);
             if let Err(e) = plan.build(&mut table, items, self.number, alloc, exists) {
                 return Err(self.undo_enter(table, &plan, e, false));
             }
             // Traced now, before their copies: the entries exist from here on (published
             // with their data below, or undone with a failed construct, which says so).
             for p in plan.planned.iter() {
-                self.trace.emit(InfoFlags::ENTRIES, || {
+                let fields = || InfoFields {
+                    kind: "entry created",
+                    device: Some(self.number),
+                    host: Some(p.range),
+                    device_addr: Some(p.device_addr),
+                    counts: Some((u64::from(p.counts_ref), u64::from(p.counts_hold))),
+                    ..InfoFields::default()
+                };
+                self.trace.event(InfoFlags::ENTRIES, fields, || {
                     format!(
                         "device {}: entry created {} -> device {:#x}, ref count {} hold count {}",
                         self.number,
@@ -273,10 +302,11 @@ impl DeviceState {
                 }
                 if e.device_addr != p.device_addr {
                     let e = &*e;
-                    let line = || {
-                        self.entry_line("entry published meanwhile by another thread, counted instead:", e)
-                    };
-                    self.trace.emit(InfoFlags::ENTRIES, line);
+                    self.entry_event(
+                        InfoFlags::ENTRIES,
+                        "entry published meanwhile by another thread, counted instead:",
+                        e,
+                    );
                 }
             }
         }
@@ -382,7 +412,7 @@ impl DeviceState {
         }
         drop(in_use);
         for (e, _) in &plan.removed {
-            self.trace.emit(InfoFlags::ENTRIES, || self.entry_line("entry removed", e));
+            self.entry_event(InfoFlags::ENTRIES, "entry removed", e);
         }
         let released = self.release_removed(plan.removed.iter().map(|(e, _)| e.clone()));
         if let Err(err) = released {
@@ -466,17 +496,34 @@ impl DeviceState {
         Ok(())
     }
 
+    /// The fields of a copy's trace event.
+    fn copy_fields(&self, direction: &'static str, host: HostRange, device_addr: u64) -> InfoFields<'static> {
+        InfoFields {
+            kind: "copy",
+            device: Some(self.number),
+            host: Some(host),
+            device_addr: Some(device_addr),
+            bytes: Some(host.bytes),
+            direction: Some(direction),
+            ..InfoFields::default()
+        }
+    }
+
     /// Copies `host` to device address `dst`, counting and tracing it.
     ///
     /// # Safety
     /// `host` valid for reads.
     pub(crate) unsafe fn copy_to_device(&self, dst: u64, host: HostRange) -> Result<()> {
-        self.trace.emit(InfoFlags::TRANSFERS, || {
-            format!(
-                "device {}: copy host->device {} bytes, {host} -> device {dst:#x}",
-                self.number, host.bytes
-            )
-        });
+        self.trace.event(
+            InfoFlags::TRANSFERS,
+            || self.copy_fields("host->device", host, dst),
+            || {
+                format!(
+                    "device {}: copy host->device {} bytes, {host} -> device {dst:#x}",
+                    self.number, host.bytes
+                )
+            },
+        );
         // SAFETY: forwarded from the caller.
         unsafe { self.write_host(dst, host)? };
         self.stats.record_to_device(host.bytes);
@@ -488,12 +535,16 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for exclusive writes.
     pub(crate) unsafe fn copy_from_device(&self, host: HostRange, src: u64) -> Result<()> {
-        self.trace.emit(InfoFlags::TRANSFERS, || {
-            format!(
-                "device {}: copy device->host {} bytes, device {src:#x} -> {host}",
-                self.number, host.bytes
-            )
-        });
+        self.trace.event(
+            InfoFlags::TRANSFERS,
+            || self.copy_fields("device->host", host, src),
+            || {
+                format!(
+                    "device {}: copy device->host {} bytes, device {src:#x} -> {host}",
+                    self.number, host.bytes
+                )
+            },
+        );
         // SAFETY: forwarded from the caller.
         unsafe { self.read_host(host, src)? };
         self.stats.record_from_device(host.bytes);

@@ -18,7 +18,7 @@ use crate::copy_crew::CopyCrew;
 use crate::data_env::{Entry, PresentTable};
 use crate::device::{Backend, BackendKind};
 use crate::error::{Error, HostRange, Result};
-use crate::info::{InfoFlags, Trace};
+use crate::info::{InfoFields, InfoFlags, Trace};
 use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelArg};
 use crate::memory_pool::{MemoryPool, Owner};
@@ -211,7 +211,14 @@ impl DeviceState {
     }
 
     pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
-        self.trace.emit(InfoFlags::KERNEL_ARGS, || {
+        let fields = || InfoFields {
+            kind: "launch",
+            device: Some(self.number),
+            kernel: Some(kernel.name()),
+            n: Some(n),
+            ..InfoFields::default()
+        };
+        self.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
             let list: Vec<String> = args
                 .iter()
                 .map(|a| match a {
@@ -222,7 +229,8 @@ impl DeviceState {
                 .collect();
             format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
         });
-        self.trace.emit(InfoFlags::LAUNCH, || match self.backend.launch_geometry(kernel, n) {
+        let geometry = || InfoFields { kind: "launch geometry", ..fields() };
+        self.trace.event(InfoFlags::LAUNCH, geometry, || match self.backend.launch_geometry(kernel, n) {
             Some((grid, block)) => format!(
                 "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads",
                 self.number,

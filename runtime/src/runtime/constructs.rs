@@ -4,7 +4,7 @@
 use std::panic::Location;
 
 use super::*;
-use crate::info::InfoFlags;
+use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,18 +126,20 @@ impl Runtime {
         items: &[(HostRange, bool)],
         at: &'static Location<'static>,
     ) -> Result<()> {
-        if self.inner.trace.on(InfoFlags::KERNEL_ARGS) {
-            let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
+        let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
+        let fields =
+            || InfoFields { kind: "construct", device: Some(device), at: Some(at), ..InfoFields::default() };
+        self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
             let list: Vec<String> =
                 items.iter().map(|(r, p)| format!("{}{r}", if *p { "present, " } else { "" })).collect();
-            self.inner.trace.write(format!(
+            format!(
                 "device {device}: {what} at {}:{} with {} ranges: {}",
                 at.file(),
                 at.line(),
                 items.len(),
                 list.join(" ")
-            ));
-        }
+            )
+        });
         let target = self.target(device)?;
         validate::update_list(device, items)?;
         match target {
@@ -183,7 +185,9 @@ impl Runtime {
         args: &[LaunchArg],
         at: &'static Location<'static>,
     ) -> Result<()> {
-        if self.inner.trace.on(InfoFlags::KERNEL_ARGS) {
+        if self.inner.trace.on(InfoFlags::KERNEL_ARGS)
+            || tracing::enabled!(target: "offload", tracing::Level::INFO)
+        {
             let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
             self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()));
         }
@@ -210,7 +214,9 @@ impl Runtime {
     /// The construct line of the trace (`OFFLOAD_INFO` 0x01, as libomptarget's "Entering
     /// OpenMP data region at ..."): what, where in the program, and the map list.
     fn trace_construct(&self, device: usize, what: &str, at: &Location<'_>, items: &[MapItem], tail: &str) {
-        self.inner.trace.emit(InfoFlags::KERNEL_ARGS, || {
+        let fields =
+            || InfoFields { kind: "construct", device: Some(device), at: Some(at), ..InfoFields::default() };
+        self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
             let list: Vec<String> = items
                 .iter()
                 .map(|i| format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes))
