@@ -22,7 +22,8 @@
 //! message, and fields `info` (its bit), `kind` (`construct`, `entry created`, `mapping
 //! exists`, `entry removed`, `copy`, `launch`, `table`, `skipped`, ...), `device`, and where
 //! they apply `host_begin`, `host_bytes`, `device_addr`, `ref_count`, `hold_count`,
-//! `bytes`, `direction`, `kernel`, `n`, `at` (the program's `file:line`).
+//! `bytes`, `direction`, `staged`, `micros` (a copy's time), `kernel`, `n`, `at` (the
+//! program's `file:line`).
 
 use std::fmt;
 use std::ops::BitOr;
@@ -119,6 +120,8 @@ pub(crate) struct InfoFields<'a> {
     pub(crate) counts: Option<(u64, u64)>,
     pub(crate) bytes: Option<usize>,
     pub(crate) direction: Option<&'static str>,
+    pub(crate) staged: Option<bool>,
+    pub(crate) micros: Option<f64>,
     pub(crate) kernel: Option<&'a str>,
     pub(crate) n: Option<usize>,
     pub(crate) at: Option<&'a std::panic::Location<'a>>,
@@ -184,6 +187,8 @@ impl Trace {
                 hold_count = f.counts.map(|c| c.1),
                 bytes = f.bytes,
                 direction = f.direction,
+                staged = f.staged,
+                micros = f.micros,
                 kernel = f.kernel,
                 n = f.n,
                 at = at.as_deref(),

@@ -579,8 +579,8 @@ fn construct_lines_say_where_and_what_in_the_order_things_happen() {
 /// `OFFLOAD_INFO` says (here: nothing).
 #[test]
 fn a_programs_own_tracing_subscriber_gets_the_events_with_fields() {
+    use std::cell::RefCell;
     use std::collections::BTreeMap;
-    use std::sync::{Arc, Mutex};
     use tracing::field::{Field, Visit};
 
     type Event = BTreeMap<String, String>;
@@ -594,8 +594,13 @@ fn a_programs_own_tracing_subscriber_gets_the_events_with_fields() {
             self.0.insert(f.name().to_string(), v.to_string());
         }
     }
-    /// Keeps every `offload` event's fields.
-    struct Collect(Arc<Mutex<Vec<Event>>>);
+    std::thread_local! {
+        /// The events this thread emitted.
+        static SEEN: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
+    }
+    /// Keeps every `offload` event's fields, per thread. Installed once as the process's
+    /// subscriber (scoped ones miss events while other threads register callsites).
+    struct Collect;
     impl tracing::Subscriber for Collect {
         fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
             m.target() == "offload"
@@ -608,21 +613,23 @@ fn a_programs_own_tracing_subscriber_gets_the_events_with_fields() {
         fn event(&self, e: &tracing::Event<'_>) {
             let mut f = Fields::default();
             e.record(&mut f);
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(f.0);
+            SEEN.with_borrow_mut(|v| v.push(f.0));
         }
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
     }
 
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(Collect);
+    });
     on_every_device("tracing subscriber", |rt, dev| {
-        let events = Arc::new(Mutex::new(Vec::new()));
         let gpu = rt.device(dev)?;
         let mut b = [0i32; 64];
-        let line = tracing::subscriber::with_default(Collect(Arc::clone(&events)), || {
-            let line = line!() + 1;
-            gpu.data(map::tofrom(&mut b), |v| fill_i32(&gpu, 1, v)).map(|()| line)
-        })?;
-        let events = events.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        SEEN.take();
+        let line = line!() + 1;
+        gpu.data(map::tofrom(&mut b), |v| fill_i32(&gpu, 1, v))?;
+        let events = SEEN.take();
         let of = |kind: &str| {
             events.iter().filter(|e| e.get("kind").map(String::as_str) == Some(kind)).collect::<Vec<_>>()
         };

@@ -496,36 +496,15 @@ impl DeviceState {
         Ok(())
     }
 
-    /// The fields of a copy's trace event.
-    fn copy_fields(&self, direction: &'static str, host: HostRange, device_addr: u64) -> InfoFields<'static> {
-        InfoFields {
-            kind: "copy",
-            device: Some(self.number),
-            host: Some(host),
-            device_addr: Some(device_addr),
-            bytes: Some(host.bytes),
-            direction: Some(direction),
-            ..InfoFields::default()
-        }
-    }
-
     /// Copies `host` to device address `dst`, counting and tracing it.
     ///
     /// # Safety
     /// `host` valid for reads.
     pub(crate) unsafe fn copy_to_device(&self, dst: u64, host: HostRange) -> Result<()> {
-        self.trace.event(
-            InfoFlags::TRANSFERS,
-            || self.copy_fields("host->device", host, dst),
-            || {
-                format!(
-                    "device {}: copy host->device {} bytes, {host} -> device {dst:#x}",
-                    self.number, host.bytes
-                )
-            },
-        );
+        let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
-        unsafe { self.write_host(dst, host)? };
+        let staged = unsafe { self.write_host(dst, host)? };
+        self.trace_copy("host->device", host, dst, staged, start.elapsed());
         self.stats.record_to_device(host.bytes);
         Ok(())
     }
@@ -535,19 +514,48 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for exclusive writes.
     pub(crate) unsafe fn copy_from_device(&self, host: HostRange, src: u64) -> Result<()> {
-        self.trace.event(
-            InfoFlags::TRANSFERS,
-            || self.copy_fields("device->host", host, src),
-            || {
-                format!(
-                    "device {}: copy device->host {} bytes, device {src:#x} -> {host}",
-                    self.number, host.bytes
-                )
-            },
-        );
+        let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
-        unsafe { self.read_host(host, src)? };
+        let staged = unsafe { self.read_host(host, src)? };
+        self.trace_copy("device->host", host, src, staged, start.elapsed());
         self.stats.record_from_device(host.bytes);
         Ok(())
+    }
+
+    /// Traces a finished copy (`OFFLOAD_INFO` 0x20): direction, bytes, ranges, staged or
+    /// direct, and how long it took.
+    fn trace_copy(
+        &self,
+        direction: &'static str,
+        host: HostRange,
+        addr: u64,
+        staged: bool,
+        took: std::time::Duration,
+    ) {
+        let how = if staged { "staged" } else { "direct" };
+        let fields = || InfoFields {
+            kind: "copy",
+            device: Some(self.number),
+            host: Some(host),
+            device_addr: Some(addr),
+            bytes: Some(host.bytes),
+            direction: Some(direction),
+            staged: Some(staged),
+            micros: Some(took.as_secs_f64() * 1e6),
+            ..InfoFields::default()
+        };
+        self.trace.event(InfoFlags::TRANSFERS, fields, || {
+            let (from, to) = if direction == "host->device" {
+                (host.to_string(), format!("device {addr:#x}"))
+            } else {
+                (format!("device {addr:#x}"), host.to_string())
+            };
+            format!(
+                "device {}: copy {direction} {} bytes, {from} -> {to} ({how}, {:.1} us)",
+                self.number,
+                host.bytes,
+                took.as_secs_f64() * 1e6
+            )
+        });
     }
 }

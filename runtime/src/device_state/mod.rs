@@ -351,21 +351,18 @@ impl DeviceState {
     }
 
     /// Host->device copy of `host` to `dst`: staged for large pageable ranges, direct
-    /// otherwise.
+    /// otherwise; says whether it was staged.
     ///
     /// # Safety
     /// `host` valid for reads; `dst` device memory of the range's size.
-    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<()> {
+    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<bool> {
         match self.stages(host) {
             Some(ring) => {
-                self.trace.emit(InfoFlags::TRANSFERS, || {
-                    format!("device {}: staged through pinned buffers", self.number)
-                });
                 // SAFETY: forwarded from the caller.
-                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }
+                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }.map(|()| true)
             }
             // SAFETY: forwarded from the caller.
-            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) },
+            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) }.map(|()| false),
         }
     }
 
@@ -373,17 +370,14 @@ impl DeviceState {
     ///
     /// # Safety
     /// `host` valid for exclusive writes; `src` device memory of the range's size.
-    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<()> {
+    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<bool> {
         match self.stages(host) {
             Some(ring) => {
-                self.trace.emit(InfoFlags::TRANSFERS, || {
-                    format!("device {}: staged through pinned buffers", self.number)
-                });
                 // SAFETY: forwarded from the caller.
-                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }
+                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }.map(|()| true)
             }
             // SAFETY: forwarded from the caller.
-            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) },
+            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) }.map(|()| false),
         }
     }
 
