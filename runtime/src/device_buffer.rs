@@ -307,6 +307,7 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
     }
 
     /// `#pragma omp target update to(host)`: the host copy into the buffer.
+    #[track_caller]
     pub fn update_to(&self) -> Result<()> {
         let d = self.buffer.device;
         // SAFETY: the host slice is borrowed by the guard, which `&self` keeps.
@@ -314,6 +315,7 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
     }
 
     /// `#pragma omp target update from(host)`: the buffer's part into the host copy.
+    #[track_caller]
     pub fn update_from(&mut self) -> Result<()> {
         let d = self.buffer.device;
         // SAFETY: the host slice is borrowed exclusively by the guard, which `&mut self`

@@ -139,15 +139,18 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
     }
 
     /// `#pragma omp target update to(x)`: the host copy into `device`'s copy.
+    #[track_caller]
     pub fn update_to(&self, device: &Device<'_>) -> Result<()> {
         self.update(device, UpdateDirection::To)
     }
 
     /// `#pragma omp target update from(x)`: `device`'s copy into the host copy.
+    #[track_caller]
     pub fn update_from(&self, device: &Device<'_>) -> Result<()> {
         self.update(device, UpdateDirection::From)
     }
 
+    #[track_caller]
     fn update(&self, device: &Device<'_>, dir: UpdateDirection) -> Result<()> {
         let host = self.host.lock();
         self.device_copy(device, &host)?;

@@ -18,10 +18,11 @@
 //! them back.
 //!
 //! The same events go to [`tracing`], whatever the bits, whenever a subscriber listens to
-//! target `offload` (JSON, a file, `tracing-chrome`): level `INFO`, the line as the
-//! message, and fields `info` (its bit), `kind` (`construct`, `entry created`, `mapping
-//! exists`, `entry removed`, `copy`, `launch`, `table`, `skipped`, ...), `device`, and where
-//! they apply `host_begin`, `host_bytes`, `device_addr`, `ref_count`, `hold_count`,
+//! target `offload` at level `DEBUG` (JSON, a file, `tracing-chrome`), except table dumps,
+//! which are made only when 0x04 is on: the line as the message, and fields `info` (its
+//! bit), `kind` (`construct`, `entry created`, `mapping exists`, `entry removed`, `copy`,
+//! `launch`, `table`, `skipped`, ...), `device`, and where they apply `host_begin`,
+//! `host_bytes`, `device_addr`, `ref_count`, `hold_count`,
 //! `bytes`, `direction`, `staged`, `micros` (a copy's time), `kernel`, `n`, `at` (the
 //! program's `file:line`).
 
@@ -158,7 +159,8 @@ impl Trace {
     }
 
     /// Emits an event of kind `flag`: its line to this runtime's sink when its bits ask for
-    /// it, and the line with `fields` to a `tracing` subscriber listening to `offload`.
+    /// it, and the line with `fields` to a `tracing` subscriber listening to `offload` at
+    /// `DEBUG`.
     /// Neither is formatted when nobody wants it.
     pub(crate) fn event<'a>(
         &self,
@@ -167,7 +169,7 @@ impl Trace {
         line: impl FnOnce() -> String,
     ) {
         let mine = self.on(flag);
-        let theirs = tracing::enabled!(target: "offload", tracing::Level::INFO);
+        let theirs = tracing::enabled!(target: "offload", tracing::Level::DEBUG);
         if !mine && !theirs {
             return;
         }
@@ -175,7 +177,7 @@ impl Trace {
         if theirs {
             let f = fields();
             let at = f.at.map(|l| format!("{}:{}", l.file(), l.line()));
-            tracing::info!(
+            tracing::debug!(
                 target: "offload",
                 info = flag.bits(),
                 kind = f.kind,

@@ -378,6 +378,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     }
 
     /// A kernel launch, `nowait`.
+    #[track_caller]
     pub fn launch<A: KernelArgs + Send + 'scope>(
         &'scope self,
         device: usize,
@@ -386,8 +387,10 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         args: A,
         after: &[&Task],
     ) -> Result<Task> {
-        let rt = self.rt;
-        self.spawn(device, Lane::Compute, after, false, move |_| rt.device(device)?.launch(kernel, n, args))
+        let (rt, at) = (self.rt, Location::caller());
+        self.spawn(device, Lane::Compute, after, false, move |_| {
+            rt.device(device)?.launch_at(kernel, n, args, at)
+        })
     }
 
     /// Any device work (several kernels, a GEMM, ...) on the compute lane.

@@ -27,13 +27,14 @@ pub enum PlacementSource {
     Unknown(String),
 }
 
-/// A GPU a topology holds (a PCI display or 3D controller), whether or not any backend can
-/// use it: what `info` lists on a machine, or a recorded topology, without a usable device.
+/// A GPU a topology holds (an NVIDIA or AMD PCI display, 3D or other display controller),
+/// whether or not any backend can use it: what `info` lists on a machine, or a recorded
+/// topology, without a usable device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopologyGpu {
     /// PCI bus id, `dddd:bb:dd.f`.
     pub bus_id: String,
-    /// `NVIDIA`, `AMD`, or the vendor id in hex.
+    /// `NVIDIA` or `AMD`.
     pub vendor: String,
     /// PCI device id.
     pub device_id: u16,
@@ -282,8 +283,13 @@ impl Topology {
             let mut found: Vec<TopologyGpu> = t
                 .objects_with_type(ObjectType::PCIDevice)
                 .filter_map(|o| match o.attributes() {
-                    // Class 0x0300: VGA controller; 0x0302: 3D controller (compute GPUs).
-                    Some(ObjectAttributes::PCIDevice(p)) if matches!(p.class_id(), 0x0300 | 0x0302) => {
+                    // Display controllers (0x0300 VGA, 0x0302 3D: NVIDIA's compute GPUs,
+                    // 0x0380 other: AMD Instinct) of the GPU vendors: not a server's
+                    // management-chip VGA.
+                    Some(ObjectAttributes::PCIDevice(p))
+                        if matches!(p.class_id(), 0x0300 | 0x0302 | 0x0380)
+                            && matches!(p.vendor_id(), 0x10de | 0x1002) =>
+                    {
                         let bus_id = format!(
                             "{:04x}:{:02x}:{:02x}.{:x}",
                             p.domain(),
@@ -291,11 +297,7 @@ impl Topology {
                             p.bus_device(),
                             p.function()
                         );
-                        let vendor = match p.vendor_id() {
-                            0x10de => "NVIDIA".to_string(),
-                            0x1002 => "AMD".to_string(),
-                            v => format!("{v:#06x}"),
-                        };
+                        let vendor = if p.vendor_id() == 0x10de { "NVIDIA" } else { "AMD" }.to_string();
                         let placement = self.place_pci(&bus_id);
                         Some(TopologyGpu { bus_id, vendor, device_id: p.device_id(), placement })
                     }

@@ -87,9 +87,9 @@ impl Runtime {
             MapConstruct::EnterData => (Construct::EnterData, true, "target enter data"),
             MapConstruct::ExitData => (Construct::ExitData, false, "target exit data"),
         };
-        self.trace_construct(device, verb, at, items, "");
         let target = self.target(device)?;
         validate::map_list(c, device, items)?;
+        self.trace_construct(device, verb, at, items, "");
         match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) if entering => unsafe { d.map_enter(items, c) },
@@ -126,6 +126,8 @@ impl Runtime {
         items: &[(HostRange, bool)],
         at: &'static Location<'static>,
     ) -> Result<()> {
+        let target = self.target(device)?;
+        validate::update_list(device, items)?;
         let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
         let fields =
             || InfoFields { kind: "construct", device: Some(device), at: Some(at), ..InfoFields::default() };
@@ -140,8 +142,6 @@ impl Runtime {
                 list.join(" ")
             )
         });
-        let target = self.target(device)?;
-        validate::update_list(device, items)?;
         match target {
             // SAFETY: forwarded from the caller.
             Target::Device(d) => unsafe { d.update(items, dir) },
@@ -185,14 +185,14 @@ impl Runtime {
         args: &[LaunchArg],
         at: &'static Location<'static>,
     ) -> Result<()> {
+        let target = self.target(device)?;
+        validate::map_list(Construct::Target, device, maps)?;
         if self.inner.trace.on(InfoFlags::KERNEL_ARGS)
-            || tracing::enabled!(target: "offload", tracing::Level::INFO)
+            || tracing::enabled!(target: "offload", tracing::Level::DEBUG)
         {
             let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
             self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()));
         }
-        let target = self.target(device)?;
-        validate::map_list(Construct::Target, device, maps)?;
         let d = match target {
             Target::Device(d) => d,
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),

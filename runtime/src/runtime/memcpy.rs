@@ -98,6 +98,12 @@ impl Runtime {
         if src == 0 {
             return Err(null("source", src_device));
         }
+        let d = validate::offset(MEMCPY, "destination", dst, dst_offset)?;
+        let s = validate::offset(MEMCPY, "source", src, src_offset)?;
+        self.check_device_range(MEMCPY, "destination", dst_device, d, len)?;
+        self.check_device_range(MEMCPY, "source", src_device, s, len)?;
+        // SAFETY: forwarded from the caller; the device ranges lie in live allocations.
+        unsafe { self.copy_bytes(d, dst_device, s, src_device, len)? };
         self.inner.trace.emit(crate::info::InfoFlags::TRANSFERS, || {
             format!(
                 "omp_target_memcpy {len} bytes, device {src_device} {:#x} -> device {dst_device} {:#x}",
@@ -105,12 +111,7 @@ impl Runtime {
                 dst.wrapping_add(dst_offset as u64)
             )
         });
-        let d = validate::offset(MEMCPY, "destination", dst, dst_offset)?;
-        let s = validate::offset(MEMCPY, "source", src, src_offset)?;
-        self.check_device_range(MEMCPY, "destination", dst_device, d, len)?;
-        self.check_device_range(MEMCPY, "source", src_device, s, len)?;
-        // SAFETY: forwarded from the caller; the device ranges lie in live allocations.
-        unsafe { self.copy_bytes(d, dst_device, s, src_device, len) }
+        Ok(())
     }
 
     /// # Safety
