@@ -221,7 +221,8 @@ fn submit(
 /// thread queued since its last taskwait, then returns the first error among them. Refused
 /// inside a kernel or a task, which the tasks may be waiting for.
 pub fn omp_taskwait() -> Result<()> {
-    let in_kernel = Runtime::global().is_ok_and(|rt| rt.in_kernel());
+    // No runtime yet: no task was queued, and none is started just to look.
+    let in_kernel = Runtime::global_if_started().is_some_and(|rt| rt.in_kernel());
     if running_a_task() || in_kernel {
         return Err(Error::InvalidArgument {
             routine: "omp_taskwait",
@@ -266,7 +267,8 @@ pub unsafe fn omp_target_memcpy_async(
 /// [`super::omp_target_memcpy_rect`]'s; here it is an error.
 ///
 /// # Safety
-/// As [`super::omp_target_memcpy_rect`], the arrays until the task has finished.
+/// As [`super::omp_target_memcpy_rect`]; the two pointers' memory until the task has
+/// finished (the five arrays are copied at the call).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn omp_target_memcpy_rect_async(
     dst: *mut c_void,

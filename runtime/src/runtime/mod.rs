@@ -166,6 +166,11 @@ impl Runtime {
         GLOBAL.get_or_init(Runtime::new).as_ref().map_err(Clone::clone)
     }
 
+    /// The process-wide runtime if it was started (or chosen) already; never starts one.
+    pub(crate) fn global_if_started() -> Option<&'static Runtime> {
+        GLOBAL.get().and_then(|r| r.as_ref().ok())
+    }
+
     /// Makes `self` the process-wide runtime unless one exists already; returns the one in
     /// use.
     pub fn install_global(self) -> Result<&'static Runtime> {
