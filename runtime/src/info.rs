@@ -13,24 +13,31 @@
 //!
 //! `-1` (or any value with every bit set) turns everything on, as with `LIBOMPTARGET_INFO`.
 //!
-//! Lines go to standard error unless the runtime was built to capture them
-//! ([`crate::RuntimeBuilder::capture_info`]), which is how tests and teaching tools read
-//! them back.
+//! The trace is made of [`tracing`] events, target `offload`, level `DEBUG` (reports of
+//! mappings still live at shutdown: `WARN`), each with its line as the message and fields
+//! `info` (its bit; 0 for reports made whatever the bits), `kind` (`construct`,
+//! `entry created`, `mapping exists`, `entry removed`, `copy`, `launch`, `table`,
+//! `skipped`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
+//! `device_addr`, `ref_count`, `hold_count`, `bytes`, `direction`, `staged`, `micros` (a
+//! copy's time), `kernel`, `n`, `at` (the program's `file:line`).
 //!
-//! The same events go to [`tracing`], whatever the bits, whenever a subscriber listens to
-//! target `offload` at level `DEBUG` (JSON, a file, `tracing-chrome`), except table dumps,
-//! which are made only when 0x04 is on: the line as the message, and fields `info` (its
-//! bit), `kind` (`construct`, `entry created`, `mapping exists`, `entry removed`, `copy`,
-//! `launch`, `table`, `skipped`, ...), `device`, and where they apply `host_begin`,
-//! `host_bytes`, `device_addr`, `ref_count`, `hold_count`,
-//! `bytes`, `direction`, `staged`, `micros` (a copy's time), `kernel`, `n`, `at` (the
-//! program's `file:line`).
+//! The `OFFLOAD_INFO` text is one subscriber of those events, an [`InfoLayer`]: every
+//! runtime hands the events its bits ask for to a layer of its own, which writes them to
+//! standard error or, for a runtime built with [`crate::RuntimeBuilder::capture_info`]
+//! (tests, teaching tools), to a capture read back with [`crate::Runtime::take_info`].
+//! A program's own subscriber gets every event whenever it listens, whatever the bits
+//! (table dumps only with 0x04), and may hold an [`InfoLayer`] of its own.
 
 use std::fmt;
 use std::ops::BitOr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
+use tracing::subscriber::Interest;
+use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 /// A set of `OFFLOAD_INFO` bits.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -128,40 +135,208 @@ pub(crate) struct InfoFields<'a> {
     pub(crate) at: Option<&'a std::panic::Location<'a>>,
 }
 
-/// Where trace lines go.
-#[derive(Debug)]
-pub(crate) enum InfoSink {
+/// Where an [`InfoLayer`] writes its lines.
+#[derive(Clone, Debug)]
+enum InfoSink {
     Stderr,
     Capture(InfoLog),
 }
 
-/// The runtime's tracer.
-#[derive(Debug)]
-pub(crate) struct Trace {
+/// The `OFFLOAD_INFO` text output as a [`tracing_subscriber::Layer`]: it writes the line of
+/// each `offload` event whose bit it was given (and every report made whatever the bits)
+/// to standard error, `offload info: ` first, or to a capture.
+///
+/// Every runtime hands its events to a layer of its own, set from `OFFLOAD_INFO`; a
+/// program that wants the same text inside its own subscriber stack adds one beside its
+/// other layers (and leaves `OFFLOAD_INFO` unset, or gets the lines twice):
+///
+/// ```
+/// use offload::{InfoFlags, InfoLayer};
+/// use tracing_subscriber::layer::SubscriberExt;
+///
+/// let (layer, log) = InfoLayer::capture(InfoFlags::ENTRIES | InfoFlags::TRANSFERS);
+/// let subscriber = tracing_subscriber::registry().with(layer);
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::debug!(target: "offload", info = 0x20u32, "device 0: copy host->device, 64 bytes");
+///     tracing::debug!(target: "offload", info = 0x01u32, "device 0: launching k"); // not asked for
+/// });
+/// assert_eq!(log.take(), ["device 0: copy host->device, 64 bytes"]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct InfoLayer {
     flags: InfoFlags,
     sink: InfoSink,
 }
 
+impl InfoLayer {
+    /// A layer writing the lines of `flags` to standard error.
+    pub fn new(flags: InfoFlags) -> Self {
+        Self { flags, sink: InfoSink::Stderr }
+    }
+
+    /// A layer keeping the lines of `flags`, and the handle that reads them.
+    pub fn capture(flags: InfoFlags) -> (Self, InfoLog) {
+        let log = InfoLog::default();
+        (Self { flags, sink: InfoSink::Capture(log.clone()) }, log)
+    }
+
+    /// The bits this layer writes.
+    pub fn flags(&self) -> InfoFlags {
+        self.flags
+    }
+
+    /// Whether a line of bit `info` (0: a report made whatever the bits) is written.
+    fn wants(&self, info: u32) -> bool {
+        info == 0 || self.flags.contains(InfoFlags::from_bits(info))
+    }
+
+    fn write(&self, line: &str) {
+        match &self.sink {
+            InfoSink::Stderr => eprintln!("offload info: {line}"),
+            InfoSink::Capture(log) => log.0.lock().push(line.to_string()),
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for InfoLayer {
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        // `sometimes`, never `always`: a runtime's own layer is registered process-wide and
+        // must not make other subscribers skip their own `enabled` checks. Events and
+        // `enabled!` hints, not spans.
+        if meta.target() == "offload" && !meta.is_span() {
+            Interest::sometimes()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        meta.target() == "offload" && !meta.is_span()
+    }
+
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "offload" {
+            return;
+        }
+        let mut line = LineOf::default();
+        event.record(&mut line);
+        if let (Some(info), Some(text)) = (line.info, line.message) {
+            if self.wants(info) {
+                self.write(&text);
+            }
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::DEBUG)
+    }
+}
+
+/// Reads an event's `info` bit and its line.
+#[derive(Default)]
+struct LineOf {
+    info: Option<u32>,
+    message: Option<String>,
+}
+
+impl Visit for LineOf {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "info" {
+            self.info = u32::try_from(value).ok();
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if field.name() == "info" {
+            self.info = u32::try_from(value).ok();
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = Some(value.to_string());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.message = Some(format!("{value:?}"));
+        }
+    }
+}
+
+/// One `offload` event at `$level` with every field, through `tracing`'s own macro (so that
+/// a program's subscriber sees an ordinary callsite).
+macro_rules! offload_event {
+    ($level:expr, $flag:expr, $f:expr, $at:expr, $text:expr) => {
+        tracing::event!(
+            target: "offload",
+            $level,
+            info = $flag.bits(),
+            kind = $f.kind,
+            device = $f.device,
+            host_begin = $f.host.map(|h| h.begin),
+            host_bytes = $f.host.map(|h| h.bytes),
+            device_addr = $f.device_addr,
+            ref_count = $f.counts.map(|c| c.0),
+            hold_count = $f.counts.map(|c| c.1),
+            bytes = $f.bytes,
+            direction = $f.direction,
+            staged = $f.staged,
+            micros = $f.micros,
+            kernel = $f.kernel,
+            n = $f.n,
+            at = $at.as_deref(),
+            "{}",
+            $text
+        )
+    };
+}
+/// The runtime's tracer: hands each event to the program's subscriber, if one listens, and
+/// to the runtime's own [`InfoLayer`] when `OFFLOAD_INFO` asks for its bit.
+pub(crate) struct Trace {
+    flags: InfoFlags,
+    log: Option<InfoLog>,
+    /// A registry with this runtime's own layer, made only when there is something for it
+    /// to write (while any exists, every `offload` callsite asks the thread's subscriber
+    /// whether it is enabled; without one, `tracing`'s level check alone says no). Events go
+    /// to it as the emitting thread's default for the one event, so that it sees every
+    /// thread's events and nothing of other runtimes.
+    own: Option<Dispatch>,
+}
+
+impl fmt::Debug for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Trace").field("flags", &self.flags).field("captured", &self.log.is_some()).finish()
+    }
+}
+
 impl Trace {
     pub(crate) fn new(flags: InfoFlags, capture: bool) -> Self {
-        let sink = if capture { InfoSink::Capture(InfoLog::default()) } else { InfoSink::Stderr };
-        Self { flags, sink }
+        let (layer, log) = if capture {
+            let (layer, log) = InfoLayer::capture(flags);
+            (layer, Some(log))
+        } else {
+            (InfoLayer::new(flags), None)
+        };
+        let own = (flags != InfoFlags::NONE || capture)
+            .then(|| Dispatch::new(tracing_subscriber::registry().with(layer)));
+        Self { flags, log, own }
     }
 
     /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
     pub(crate) fn on(&self, flag: InfoFlags) -> bool {
-        self.flags.contains(flag)
+        self.own.is_some() && self.flags.contains(flag)
     }
 
-    /// Emits a line of kind `flag` (a `tracing` event with only the `info` field).
+    /// Emits an event of kind `flag` with only its line.
     pub(crate) fn emit(&self, flag: InfoFlags, line: impl FnOnce() -> String) {
         self.event(flag, InfoFields::default, line);
     }
 
-    /// Emits an event of kind `flag`: its line to this runtime's sink when its bits ask for
-    /// it, and the line with `fields` to a `tracing` subscriber listening to `offload` at
-    /// `DEBUG`.
-    /// Neither is formatted when nobody wants it.
+    /// Emits an event of kind `flag`: to the runtime's own layer when its bits ask for it,
+    /// and to the program's subscriber when it listens to `offload` at `DEBUG`.
+    /// Nothing is formatted when nobody wants it.
     pub(crate) fn event<'a>(
         &self,
         flag: InfoFlags,
@@ -169,45 +344,34 @@ impl Trace {
         line: impl FnOnce() -> String,
     ) {
         let mine = self.on(flag);
-        let theirs = tracing::enabled!(target: "offload", tracing::Level::DEBUG);
+        let theirs = tracing::enabled!(target: "offload", Level::DEBUG);
         if !mine && !theirs {
             return;
         }
-        let text = line();
-        if theirs {
-            let f = fields();
-            let at = f.at.map(|l| format!("{}:{}", l.file(), l.line()));
-            tracing::debug!(
-                target: "offload",
-                info = flag.bits(),
-                kind = f.kind,
-                device = f.device,
-                host_begin = f.host.map(|h| h.begin),
-                host_bytes = f.host.map(|h| h.bytes),
-                device_addr = f.device_addr,
-                ref_count = f.counts.map(|c| c.0),
-                hold_count = f.counts.map(|c| c.1),
-                bytes = f.bytes,
-                direction = f.direction,
-                staged = f.staged,
-                micros = f.micros,
-                kernel = f.kernel,
-                n = f.n,
-                at = at.as_deref(),
-                "{text}"
-            );
+        let (f, text) = (fields(), line());
+        let at = f.at.map(|l| format!("{}:{}", l.file(), l.line()));
+        let emit = || offload_event!(Level::DEBUG, flag, f, at, text);
+        // Our own layer first: while it is the process's only dispatcher, `tracing` takes a
+        // callsite's interest from the thread's default when the callsite is first hit.
+        if let Some(own) = self.own.as_ref().filter(|_| mine) {
+            tracing::dispatcher::with_default(own, emit);
         }
-        if mine {
-            self.write(text);
+        if theirs {
+            emit();
         }
     }
 
-    /// Emits a line whatever the flags (table dumps asked for explicitly, leak reports).
-    pub(crate) fn write(&self, line: String) {
-        match &self.sink {
-            InfoSink::Stderr => eprintln!("offload info: {line}"),
-            InfoSink::Capture(log) => log.0.lock().push(line),
+    /// Reports `line` whatever the bits (live mappings at shutdown), at `WARN`: written by
+    /// the runtime's own layer, and given to the program's subscriber.
+    pub(crate) fn report(&self, kind: &'static str, device: usize, text: String) {
+        let f = InfoFields { kind, device: Some(device), ..InfoFields::default() };
+        let at: Option<String> = None;
+        let emit = || offload_event!(Level::WARN, InfoFlags::NONE, f, at, text);
+        match &self.own {
+            Some(own) => tracing::dispatcher::with_default(own, emit),
+            None => InfoLayer::new(InfoFlags::NONE).write(&text),
         }
+        emit();
     }
 
     /// Takes the captured lines (empty when writing to standard error).
@@ -217,10 +381,7 @@ impl Trace {
 
     /// The capture, when lines are captured.
     pub(crate) fn log(&self) -> Option<InfoLog> {
-        match &self.sink {
-            InfoSink::Stderr => None,
-            InfoSink::Capture(log) => Some(log.clone()),
-        }
+        self.log.clone()
     }
 }
 
@@ -248,5 +409,48 @@ mod tests {
         t.emit(InfoFlags::TRANSFERS, || unreachable!("not formatted when off"));
         assert_eq!(t.take(), vec!["a".to_string()]);
         assert!(t.take().is_empty());
+    }
+
+    #[test]
+    fn every_thread_reaches_its_runtimes_own_layer_and_no_other() {
+        let (a, b) = (Trace::new(InfoFlags::ALL, true), Trace::new(InfoFlags::ALL, true));
+        std::thread::scope(|s| {
+            for i in 0..4 {
+                let (a, b) = (&a, &b);
+                s.spawn(move || {
+                    a.emit(InfoFlags::ENTRIES, || format!("a{i}"));
+                    b.emit(InfoFlags::TRANSFERS, || format!("b{i}"));
+                });
+            }
+        });
+        let (mut la, mut lb) = (a.take(), b.take());
+        la.sort();
+        lb.sort();
+        assert_eq!(la, ["a0", "a1", "a2", "a3"]);
+        assert_eq!(lb, ["b0", "b1", "b2", "b3"]);
+    }
+
+    #[test]
+    fn reports_are_written_whatever_the_bits() {
+        let t = Trace::new(InfoFlags::NONE, true);
+        t.emit(InfoFlags::ENTRIES, || unreachable!("not formatted when off"));
+        t.report("live at shutdown", 3, "still live".into());
+        assert_eq!(t.take(), ["still live"]);
+    }
+
+    #[test]
+    fn a_programs_layer_filters_by_its_own_bits_and_sees_the_fields() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let (layer, log) = InfoLayer::capture(InfoFlags::TRANSFERS);
+        assert_eq!(layer.flags(), InfoFlags::TRANSFERS);
+        let t = Trace::new(InfoFlags::NONE, false);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let fields =
+                || InfoFields { kind: "copy", device: Some(1), bytes: Some(64), ..InfoFields::default() };
+            t.event(InfoFlags::TRANSFERS, fields, || "copied 64 bytes".into());
+            t.event(InfoFlags::ENTRIES, InfoFields::default, || "entry created".into());
+            tracing::debug!(target: "elsewhere", info = 0x20u32, "not offload's");
+        });
+        assert_eq!(log.take(), ["copied 64 bytes"]);
     }
 }

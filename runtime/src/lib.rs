@@ -63,7 +63,7 @@ pub use device_global::{DeviceGlobal, GlobalArg};
 pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
-pub use info::{InfoFlags, InfoLog};
+pub use info::{InfoFlags, InfoLayer, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, LaunchArg, Scalar};
 pub use mapped::{HostMut, Mapped};
 pub use mapping::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};

@@ -197,12 +197,12 @@ impl EnterPlan {
         match lookup {
             Lookup::Inside(k) => {
                 let Some(e) = table.get_mut(k) else { return Ok(()) };
-                // Counts as the construct found them.
-                on_exists(e);
                 if first(k) {
                     self.counted.push((k, hold, e.device_addr));
                     increment(e, hold);
                 }
+                // Counts with this construct's increment, as libomptarget reports them.
+                on_exists(e);
                 if it.map_type.copies_in() && it.map_type.always {
                     self.copies.push((it.range, e.translate(it.range.begin), k));
                 }

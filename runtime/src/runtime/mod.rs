@@ -260,12 +260,13 @@ impl Drop for Inner {
         for d in &mut self.devices {
             let table = d.table.lock();
             if table.len() > 0 {
-                self.trace.write(format!(
+                let line = format!(
                     "runtime dropped with {} mapping(s) still live on device {}:\n{}",
                     table.len(),
                     d.number,
                     table.dump(d.number)
-                ));
+                );
+                self.trace.report("live at shutdown", d.number, line);
             }
             let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
             drop(table);
@@ -277,7 +278,8 @@ impl Drop for Inner {
                 ring.release(&*d.backend);
             }
             if let Err(e) = d.pool.release_all(&*d.backend) {
-                self.trace.write(format!("device {}: releasing memory at shutdown failed: {e}", d.number));
+                let line = format!("device {}: releasing memory at shutdown failed: {e}", d.number);
+                self.trace.report("shutdown failed", d.number, line);
             }
         }
         for (p, layout) in self.host_allocs.get_mut().drain() {
