@@ -2,12 +2,14 @@
 //! run the same code: NVIDIA's multi-GPU Jacobi (sine on the left and right columns,
 //! periodic top and bottom, L2 norm of the update) over any number of devices.
 
+use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::ranks::{edge_rows_first, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
-use offload::{DevicePtr, HostBuffer, MapType, Runtime};
+use offload::{DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
 use offload_kernels::generated::jacobi_step as generated_step;
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
 
@@ -67,11 +69,16 @@ impl Default for Args {
 
 /// The initial grid: sine on the left and right columns, zero elsewhere.
 pub fn initial(nx: usize, ny: usize) -> Vec<f32> {
-    let mut a = vec![0f32; nx * ny];
-    for iy in 0..ny {
+    initial_rows(nx, ny, 0..ny)
+}
+
+/// Rows `rows` of the initial grid.
+pub fn initial_rows(nx: usize, ny: usize, rows: Range<usize>) -> Vec<f32> {
+    let mut a = vec![0f32; nx * rows.len()];
+    for (i, iy) in rows.enumerate() {
         let y0 = (2.0 * std::f64::consts::PI * iy as f64 / (ny - 1) as f64).sin() as f32;
-        a[iy * nx] = y0;
-        a[iy * nx + nx - 1] = y0;
+        a[i * nx] = y0;
+        a[i * nx + nx - 1] = y0;
     }
     a
 }
@@ -89,11 +96,25 @@ pub struct Outcome {
 
 /// Runs `args.niter` iterations on `devices` (one host thread each).
 pub fn solve(rt: &Runtime, devices: &[usize], args: &Args) -> Result<Outcome, offload::Error> {
+    solve_slab(rt, devices, args, 0..args.ny, None)
+}
+
+/// Runs `args.niter` iterations on global rows `rows` of the grid (halo rows included)
+/// on `devices`, with `edges` the ranks that hold the other rows (`None`: `rows` is the
+/// whole grid, which wraps on itself); the outcome's grid is the slab, its norm the whole
+/// grid's.
+pub fn solve_slab(
+    rt: &Runtime,
+    devices: &[usize],
+    args: &Args,
+    rows: Range<usize>,
+    edges: Option<&dyn RankEdges>,
+) -> Result<Outcome, offload::Error> {
     let (nx, ny) = (args.nx, args.ny);
-    let part = RowPartition::new(ny, nx, devices.len(), 1)?;
-    let mut a = initial(nx, ny);
+    let part = RowPartition::new(rows.len(), nx, devices.len(), 1)?;
+    let mut a = initial_rows(nx, ny, rows);
     let mut a_new = a.clone();
-    let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new)?;
+    let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new, edges)?;
     let grid = if args.niter % 2 == 0 { a } else { a_new };
     Ok(Outcome { seconds, norm, grid })
 }
@@ -107,6 +128,7 @@ fn run_steps(
     part: RowPartition,
     a: &mut [f32],
     a_new: &mut [f32],
+    ranks: Option<&dyn RankEdges>,
 ) -> Result<(f64, f32), offload::Error> {
     let (nx, parts) = (args.nx, devices.len());
     let grids = [
@@ -114,8 +136,10 @@ fn run_steps(
         DistributedArray::map(rt, devices, a_new, part, MapType::TO)?,
     ];
     let tuned = args.kernel == KernelChoice::Tuned;
-    // Peer stores need every neighbour pair to reach each other directly.
+    // Peer stores need every neighbour pair to reach each other directly, and a step in
+    // one launch (across ranks, edge rows go first, in launches of their own).
     let peer = tuned
+        && ranks.is_none()
         && args.peer_stores
         && (0..parts).all(|p| {
             rt.can_access_peer(devices[(p + 1) % parts], devices[p]).unwrap_or(false)
@@ -153,16 +177,23 @@ fn run_steps(
     // A part that fails stops the others at their next barrier; its error is the run's.
     run_in_lockstep(devices, norms.iter_mut().collect(), |p, norm, barrier| -> Result<(), Stop> {
         let dev = rt.device(devices[p])?;
-        let shape =
-            JacobiShape { nx, iy_start: 1, iy_end: part.owned(p).len() + 1, rows_per_thread: args.rows };
         let push = [pushes(0, p)?, pushes(1, p)?];
-        for iter in 0..args.niter {
+        let edges = ranks.filter(|r| r.has_edges(p, parts));
+        // The part's rows `rows` (1-based, halo row 0) of step `iter`.
+        let step = |dev: &offload::Device<'_>,
+                    iter: usize,
+                    rows: Range<usize>,
+                    norm_view: DeviceSlice<'_, f32>|
+         -> Result<(), offload::Error> {
+            if rows.is_empty() {
+                return Ok(());
+            }
             let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-            let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
-            let norm_view = norm.view(devices[p]);
             if tuned {
+                let shape =
+                    JacobiShape { nx, iy_start: rows.start, iy_end: rows.end, rows_per_thread: args.rows };
                 jacobi_step(
-                    &dev,
+                    dev,
                     shape,
                     grids[src].view(p),
                     grids[dst].view(p),
@@ -170,35 +201,61 @@ fn run_steps(
                     slot,
                     push[dst].0,
                     push[dst].1,
-                )?;
+                )
             } else {
-                let rows = shape.iy_end;
+                let end = part.owned(p).len() + 1;
                 generated_step::launch(
-                    &dev,
-                    (1..rows, 1..nx - 1),
+                    dev,
+                    (rows, 1..nx - 1),
                     nx,
-                    rows,
-                    parts == 1,
+                    end,
+                    parts == 1 && ranks.is_none(),
                     grids[src].view(p),
                     grids[dst].view(p),
                     norm_view.slice(slot..slot + 1)?,
                     norm_view.slice(1 - slot..2 - slot)?,
-                )?;
+                )
+            }
+        };
+        for iter in 0..args.niter {
+            let (dst, slot) = (1 - iter % 2, iter % 2);
+            let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
+            let end = part.owned(p).len() + 1;
+            match edges {
+                None => step(&dev, iter, 1..end, norm.view(devices[p]))?,
+                Some(r) => {
+                    // Rows other ranks wait for first; the rest on the device's compute
+                    // lane while they travel.
+                    let (first, rest) = edge_rows_first(end);
+                    for rows in first {
+                        step(&dev, iter, rows, norm.view(devices[p]))?;
+                    }
+                    let norm_view = norm.view(devices[p]);
+                    rt.nowait(|s| -> Result<(), offload::Error> {
+                        let interior = s.compute(devices[p], &[], |d| step(d, iter, rest, norm_view))?;
+                        let sent = r.exchange(&grids[dst], p);
+                        interior.wait()?;
+                        sent
+                    })??;
+                }
             }
             if want_norm {
                 norm.update_from(devices[p])?;
                 partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
             }
             // The generated kernel stores one device's periodic halos itself.
-            if !peer && (tuned || parts > 1) {
-                grids[dst].send_halos(p, true)?;
+            if !peer && (tuned || parts > 1 || ranks.is_some()) {
+                grids[dst].send_halos(p, ranks.is_none())?;
             }
             // Every halo of this step is written before any device starts the next.
             let leader = barrier.wait()?;
             if leader && want_norm {
-                let total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+                let mut total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+                if let Some(r) = ranks {
+                    total = r.sum(f64::from(total)) as f32;
+                }
                 *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
-                if !args.csv && iter % 100 == 0 {
+                if !args.csv && iter % 100 == 0 && ranks.is_none_or(|r| r.is_root()) {
                     println!("{iter:5}, {:.6}", total.sqrt());
                 }
             }
@@ -240,6 +297,15 @@ pub fn reference(args: &Args) -> Vec<f32> {
         std::mem::swap(&mut a, &mut b);
     }
     a
+}
+
+/// A digest of the interior rows' bits (FNV-1a, 64 bits): equal grids, equal digests, so
+/// runs in different processes can be compared by one line.
+pub fn digest(grid: &[f32], nx: usize, ny: usize) -> u64 {
+    grid[nx..(ny - 1) * nx]
+        .iter()
+        .flat_map(|v| v.to_bits().to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Interior rows only: halo rows are scratch, owned by no device.

@@ -3,6 +3,7 @@
 
 pub mod inference;
 pub mod jacobi;
+pub mod ranks;
 pub mod spin_barrier;
 pub mod stencil3d;
 
@@ -19,6 +20,17 @@ pub fn example_runtime() -> offload::Result<Runtime> {
         return Ok(gpus);
     }
     Runtime::builder().host_devices(2).build()
+}
+
+/// The builder a rank of an MPI job starts from: what the environment says with
+/// `OFFLOAD_HOST_DEVICES` set, else two host devices (which the rank's GPUs replace when it
+/// takes any: `offload::cluster::Cluster::runtime`).
+pub fn example_builder() -> offload::RuntimeBuilder {
+    if std::env::var_os("OFFLOAD_HOST_DEVICES").is_some() {
+        Runtime::builder()
+    } else {
+        Runtime::builder().host_devices(2)
+    }
 }
 
 /// The first `ndev` devices of `rt` (all when `None`), or the initial device when it has

@@ -29,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod config;
 mod copy_crew;
 pub mod data_env;

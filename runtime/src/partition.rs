@@ -186,6 +186,11 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         )
     }
 
+    /// The runtime the array is mapped on.
+    pub fn runtime(&self) -> &'a Runtime {
+        self.rt
+    }
+
     /// The partition.
     pub fn partition(&self) -> &RowPartition {
         &self.part
