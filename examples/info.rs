@@ -3,12 +3,35 @@
 //! `omp_display_env`.
 //!
 //! `cargo run --release -p offload-examples --example info`
+//!
+//! Built with `--features mpi` and started by `mpirun -np N`, each rank takes its GPUs
+//! (`offload::cluster::Cluster::runtime`) and rank 0 prints one placement line per rank.
 
 use offload::Runtime;
 
 fn main() -> Result<(), offload::Error> {
+    #[cfg(feature = "mpi")]
+    {
+        let cluster = offload::cluster::Cluster::init()?;
+        if cluster.size() > 1 {
+            return ranks(&cluster);
+        }
+    }
     let rt = Runtime::new()?;
     print!("{}", report(&rt)?);
+    Ok(())
+}
+
+/// Under `mpirun`: each rank takes its GPUs (or host devices), and rank 0 prints one
+/// placement line per rank, then its own report.
+#[cfg(feature = "mpi")]
+fn ranks(cluster: &offload::cluster::Cluster) -> Result<(), offload::Error> {
+    let ranked = cluster.runtime(Runtime::builder())?;
+    if let Some(lines) = cluster.gather_to_root(&ranked.placement)? {
+        println!("{} ({} ranks; CUDA-aware: {})", cluster.library(), cluster.size(), cluster.cuda_aware());
+        lines.iter().for_each(|l| println!("{l}"));
+        print!("{}", report(&ranked.runtime)?);
+    }
     Ok(())
 }
 

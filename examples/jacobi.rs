@@ -139,21 +139,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// single-process run on its first device, bit for bit.
 #[cfg(feature = "mpi")]
 fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    use offload::partition::RowPartition;
     use offload_examples::jacobi::solve_slab;
-    use offload_examples::ranks::{gather_grid, MpiEdges};
+    use offload_examples::ranks::{gather_grid, MpiEdges, RankRun};
 
-    let ranked = cluster.runtime(offload_examples::example_builder())?;
-    let rt = &ranked.runtime;
-    let devices = example_devices(rt, args.ndev);
-    let placements = cluster.gather_to_root(&ranked.placement)?;
-    let ranks = RowPartition::new(args.ny, args.nx, cluster.size(), 1)?;
-    let rows = ranks.mapped(cluster.rank());
-    let slab = RowPartition::new(rows.len(), args.nx, devices.len(), 1)?;
-    let edges = MpiEdges::new(cluster, rt, &devices, &slab, true)?;
-    if let Some(lines) = &placements {
-        println!("{}", cluster.library());
-        lines.iter().for_each(|l| println!("{l}"));
+    let run = RankRun::start(cluster, args.ny, args.nx, args.ndev)?;
+    let (rt, devices) = (run.runtime(), &run.devices);
+    let edges = MpiEdges::new(cluster, rt, devices, &run.slab, true)?;
+    run.print_placements(cluster);
+    if cluster.is_root() {
         println!(
             "Jacobi relaxation: {} iterations on {} x {} mesh across {} ranks, norm every {} iterations, {} kernel, halos between ranks {}",
             args.niter,
@@ -166,10 +159,9 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
         );
     }
     cluster.barrier();
-    let run = solve_slab(rt, &devices, args, rows, Some(&edges))?;
-    let seconds = cluster.max(run.seconds);
-    let grid = gather_grid(cluster, &ranks, &run.grid)?;
-    let Some(grid) = grid else { return Ok(()) };
+    let out = solve_slab(rt, devices, args, run.rows.clone(), Some(&edges))?;
+    let seconds = cluster.max(out.seconds);
+    let Some(grid) = gather_grid(cluster, &run.ranks, &out.grid)? else { return Ok(()) };
     let small = args.nx * args.ny * args.niter <= 64 << 20;
     let single = (args.check || small).then(|| solve(rt, &devices[..1], args)).transpose()?;
     println!(
@@ -184,11 +176,14 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
             s.seconds / seconds
         ))
     );
-    println!("result: norm {:.6}, grid digest {:#018x}", run.norm, digest(&grid, args.nx, args.ny));
+    if let Some(h) = out.halo {
+        println!("{}", offload_examples::ranks::describe(&h));
+    }
+    println!("result: norm {:.6}, grid digest {:#018x}", out.norm, digest(&grid, args.nx, args.ny));
     if let Some(s) = single {
         let diff = max_diff(&s.grid, &grid, args.nx, args.ny);
         let same = s.grid[args.nx..(args.ny - 1) * args.nx] == grid[args.nx..(args.ny - 1) * args.nx];
-        println!("final norm: single {:.6}, ranks {:.6}; max |ranks - single| = {diff:e}", s.norm, run.norm);
+        println!("final norm: single {:.6}, ranks {:.6}; max |ranks - single| = {diff:e}", s.norm, out.norm);
         if !same {
             return Err("the ranks' grid differs from the single-process one".into());
         }

@@ -10,9 +10,13 @@
 //! ```
 //! Options: `-n N` (cube edge, 256), `-nx/-ny/-nz N`, `-niter N` (100), `-ndev N` (all),
 //! `-planes N` (planes per GPU thread, 16), `-csv`, `-halo peer|memcpy` (peer stores from
-//! the kernel, or `target_memcpy` after it).
+//! the kernel, or `target_memcpy` after it), `-check` (the CPU reference at any size; under
+//! `mpirun`, the single-process run on rank 0's first device).
+//!
+//! Built with `--features mpi` and started by `mpirun -np N`, the planes are split over the
+//! ranks first, each rank's slab over its own devices (see `jacobi.rs`).
 
-use offload_examples::stencil3d::{max_diff, reference, solve, Args};
+use offload_examples::stencil3d::{digest, max_diff, reference, solve, Args};
 use offload_examples::{example_devices, example_runtime};
 
 fn parse() -> Result<Args, String> {
@@ -35,12 +39,13 @@ fn parse() -> Result<Args, String> {
             "-ndev" => a.ndev = Some(num("-ndev")?),
             "-planes" => a.planes = num("-planes")?.max(1),
             "-csv" => a.csv = true,
+            "-check" => a.check = true,
             "-halo" => match it.next().as_deref() {
                 Some("peer") => a.peer_stores = true,
                 Some("memcpy") => a.peer_stores = false,
                 other => return Err(format!("-halo wants peer or memcpy, got {other:?}")),
             },
-            _ => return Err(format!("unknown option {flag:?}; usage: stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy]")),
+            _ => return Err(format!("unknown option {flag:?}; usage: stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy] [-check]")),
         }
     }
     if a.nx < 3 || a.ny < 3 || a.nz < 3 {
@@ -51,6 +56,13 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
+    #[cfg(feature = "mpi")]
+    {
+        let cluster = offload::cluster::Cluster::init()?;
+        if cluster.size() > 1 {
+            return across_ranks(&cluster, &args);
+        }
+    }
     let rt = example_runtime()?;
     let devices = example_devices(&rt, args.ndev);
     if !args.csv {
@@ -61,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (tn, multi) = solve(&rt, &devices, &args)?;
     let diff = max_diff(&single, &multi);
     let small = args.nx * args.ny * args.nz * args.niter <= 64 << 20;
-    let cpu = small.then(|| max_diff(&reference(&args), &single));
+    let cpu = (small || args.check).then(|| max_diff(&reference(&args), &single));
     let n = devices.len();
     // Bytes each step must move at least: read and write every interior point once.
     let gbs = |t: f64| 2.0 * 4.0 * (args.nx * args.ny * args.nz) as f64 * args.niter as f64 / t / 1e9;
@@ -86,8 +98,68 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cpu.map_or(String::new(), |d| format!("; max |single - cpu| = {d:e}"))
         );
     }
+    println!("result: grid digest {:#018x}", digest(&multi));
     if diff != 0.0 || cpu.is_some_and(|d| d > 1e-6) {
         return Err("results differ".into());
+    }
+    Ok(())
+}
+
+/// The run under `mpirun -np N`: the cube's planes split over the ranks, each rank's slab
+/// over its own devices, halo planes between ranks by MPI while the interior updates; rank
+/// 0 prints, and with `-check` (or at small sizes) compares the gathered cube with a
+/// single-process run on its first device, bit for bit.
+#[cfg(feature = "mpi")]
+fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    use offload_examples::ranks::{gather_grid, MpiEdges, RankRun};
+    use offload_examples::stencil3d::solve_slab;
+
+    let plane = args.nx * args.ny;
+    let run = RankRun::start(cluster, args.nz, plane, args.ndev)?;
+    let (rt, devices) = (run.runtime(), &run.devices);
+    let edges = MpiEdges::new(cluster, rt, devices, &run.slab, false)?;
+    run.print_placements(cluster);
+    if cluster.is_root() {
+        println!(
+            "7-point stencil: {} iterations on {} x {} x {} across {} ranks, halos between ranks {}",
+            args.niter,
+            args.nz,
+            args.ny,
+            args.nx,
+            cluster.size(),
+            if edges.direct() { "device to device (CUDA-aware MPI)" } else { "through pinned host buffers" }
+        );
+    }
+    cluster.barrier();
+    let (seconds, slab_grid, halo) = solve_slab(rt, devices, args, run.rows.clone(), Some(&edges))?;
+    let seconds = cluster.max(seconds);
+    let Some(grid) = gather_grid(cluster, &run.ranks, &slab_grid)? else { return Ok(()) };
+    let small = plane * args.nz * args.niter <= 64 << 20;
+    let single = (args.check || small).then(|| solve(rt, &devices[..1], args)).transpose()?;
+    let gbs = |t: f64| 2.0 * 4.0 * (plane * args.nz) as f64 * args.niter as f64 / t / 1e9;
+    println!(
+        "{}x{}x{}: {} ranks x {} devices: {seconds:8.4} s ({:.0} GB/s){}",
+        args.nz,
+        args.ny,
+        args.nx,
+        cluster.size(),
+        devices.len(),
+        gbs(seconds),
+        single.as_ref().map_or(String::new(), |(t1, _)| format!(
+            ", 1 device of rank 0: {t1:8.4} s ({:.0} GB/s), speedup: {:8.2}",
+            gbs(*t1),
+            t1 / seconds
+        ))
+    );
+    if let Some(h) = halo {
+        println!("{}", offload_examples::ranks::describe(&h));
+    }
+    println!("result: grid digest {:#018x}", digest(&grid));
+    if let Some((_, s)) = single {
+        println!("max |ranks - single| = {:e}", max_diff(&s, &grid));
+        if s != grid {
+            return Err("the ranks' cube differs from the single-process one".into());
+        }
     }
     Ok(())
 }

@@ -2,8 +2,10 @@
 # Installs what building and testing offload needs on a fresh Debian/Ubuntu machine:
 # a C toolchain and pkg-config, hwloc and udev headers (topology), and a Rust toolchain
 # (rustup) when cargo is missing. Source it (`. scripts/setup.sh`) to keep cargo on PATH.
+# With `--mpi`, also Open MPI and libclang (bindgen) for feature `mpi`.
 set -euo pipefail
 need=(build-essential pkg-config libhwloc-dev libudev-dev curl ca-certificates)
+if [ "${1:-}" = "--mpi" ]; then need+=(libopenmpi-dev openmpi-bin libclang-dev); fi
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

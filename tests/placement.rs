@@ -156,3 +156,51 @@ fn a_topology_lists_its_gpus_and_numa_distances() {
     assert_eq!(eight.len(), 8);
     assert!(eight.iter().all(|g| g.vendor == "NVIDIA" && g.placement.is_known()), "{eight:?}");
 }
+
+/// Ranks of an MPI job on the recorded 8-GPU machine share its GPUs by bus id: one each
+/// with 8 ranks (ranks 0-3 on socket 0's GPUs, 4-7 on socket 1's), two each with 4, two
+/// ranks per GPU with 16; and a rank whose `CUDA_VISIBLE_DEVICES` gives it one GPU, or
+/// lists them in another order, still takes its own and is placed on that GPU's node.
+#[test]
+fn ranks_take_gpus_by_bus_id_and_land_on_their_sockets() {
+    use offload::cluster::placement::rank_devices;
+    let t = topo(EIGHT_GPU, "8gpu-2socket");
+    let all: Vec<String> = t.gpus().into_iter().map(|g| g.bus_id).collect();
+    assert_eq!(all.len(), 8);
+    let node_of = |bus: &str| t.place_pci(bus).numa_nodes;
+    // Eight ranks, each sees all eight (nvidia-smi's 8-digit domain form for some).
+    let view: Vec<String> = all.iter().map(|b| format!("0000{b}")).collect();
+    let node = vec![view.clone(); 8];
+    for r in 0..8 {
+        let took = rank_devices(&node, r).unwrap();
+        assert_eq!(took, [r]);
+        assert_eq!(node_of(&all[took[0]]), vec![r / 4], "rank {r}");
+    }
+    // Four ranks: two GPUs each, both on the rank's socket.
+    let node = vec![all.clone(); 4];
+    for r in 0..4 {
+        let took = rank_devices(&node, r).unwrap();
+        assert_eq!(took, [2 * r, 2 * r + 1]);
+        assert!(took.iter().all(|&g| node_of(&all[g]) == vec![r / 2]));
+    }
+    // Sixteen ranks: two per GPU.
+    let node = vec![all.clone(); 16];
+    let took: Vec<usize> = (0..16).map(|r| rank_devices(&node, r).unwrap()[0]).collect();
+    assert_eq!(took, (0..16).map(|r| r / 2).collect::<Vec<_>>());
+    // A launcher's per-rank CUDA_VISIBLE_DEVICES: rank r sees only GPU 7 - r, as its device 0.
+    let node: Vec<Vec<String>> = (0..8).map(|r| vec![all[7 - r].clone()]).collect();
+    for r in 0..8 {
+        assert_eq!(rank_devices(&node, r).unwrap(), [0]);
+        assert_eq!(node_of(&node[r][0]), vec![(7 - r) / 4]);
+    }
+    // Every rank sees all eight, but rank 3 through CUDA_DEVICE_ORDER=FASTEST_FIRST-like
+    // numbering (reversed): it takes the fourth GPU by bus id, which is its device 4.
+    let mut reversed = all.clone();
+    reversed.reverse();
+    let mut node = vec![all.clone(); 8];
+    node[3] = reversed.clone();
+    let took = rank_devices(&node, 3).unwrap();
+    assert_eq!(took, [4]);
+    assert_eq!(reversed[4], all[3]);
+    assert_eq!(node_of(&reversed[4]), vec![0]);
+}

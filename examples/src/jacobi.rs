@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::ranks::{edge_rows_first, RankEdges};
+use crate::ranks::{edge_rows_first, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
@@ -92,6 +92,8 @@ pub struct Outcome {
     pub norm: f32,
     /// The final grid.
     pub grid: Vec<f32>,
+    /// Across ranks: where the edge parts' steps went.
+    pub halo: Option<HaloTimes>,
 }
 
 /// Runs `args.niter` iterations on `devices` (one host thread each).
@@ -114,9 +116,10 @@ pub fn solve_slab(
     let part = RowPartition::new(rows.len(), nx, devices.len(), 1)?;
     let mut a = initial_rows(nx, ny, rows);
     let mut a_new = a.clone();
-    let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new, edges)?;
+    let across = edges.map(|edges| Across { edges, clock: HaloClock::default() });
+    let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new, across.as_ref())?;
     let grid = if args.niter % 2 == 0 { a } else { a_new };
-    Ok(Outcome { seconds, norm, grid })
+    Ok(Outcome { seconds, norm, grid, halo: across.and_then(|a| a.clock.per_step()) })
 }
 
 /// Maps both grids, runs the iterations with one host thread per device, gathers the
@@ -128,7 +131,7 @@ fn run_steps(
     part: RowPartition,
     a: &mut [f32],
     a_new: &mut [f32],
-    ranks: Option<&dyn RankEdges>,
+    across: Option<&Across<'_>>,
 ) -> Result<(f64, f32), offload::Error> {
     let (nx, parts) = (args.nx, devices.len());
     let grids = [
@@ -136,6 +139,7 @@ fn run_steps(
         DistributedArray::map(rt, devices, a_new, part, MapType::TO)?,
     ];
     let tuned = args.kernel == KernelChoice::Tuned;
+    let ranks = across.map(|a| a.edges);
     // Peer stores need every neighbour pair to reach each other directly, and a step in
     // one launch (across ranks, edge rows go first, in launches of their own).
     let peer = tuned
@@ -178,7 +182,7 @@ fn run_steps(
     run_in_lockstep(devices, norms.iter_mut().collect(), |p, norm, barrier| -> Result<(), Stop> {
         let dev = rt.device(devices[p])?;
         let push = [pushes(0, p)?, pushes(1, p)?];
-        let edges = ranks.filter(|r| r.has_edges(p, parts));
+        let edges = across.filter(|a| a.edges.has_edges(p, parts));
         // The part's rows `rows` (1-based, halo row 0) of step `iter`.
         let step = |dev: &offload::Device<'_>,
                     iter: usize,
@@ -223,7 +227,7 @@ fn run_steps(
             let end = part.owned(p).len() + 1;
             match edges {
                 None => step(&dev, iter, 1..end, norm.view(devices[p]))?,
-                Some(r) => {
+                Some(a) => {
                     // Rows other ranks wait for first; the rest on the device's compute
                     // lane while they travel.
                     let (first, rest) = edge_rows_first(end);
@@ -231,12 +235,12 @@ fn run_steps(
                         step(&dev, iter, rows, norm.view(devices[p]))?;
                     }
                     let norm_view = norm.view(devices[p]);
-                    rt.nowait(|s| -> Result<(), offload::Error> {
-                        let interior = s.compute(devices[p], &[], |d| step(d, iter, rest, norm_view))?;
-                        let sent = r.exchange(&grids[dst], p);
-                        interior.wait()?;
-                        sent
-                    })??;
+                    a.clock.overlap(
+                        rt,
+                        devices[p],
+                        |d| step(d, iter, rest, norm_view),
+                        || a.edges.exchange(&grids[dst], p),
+                    )?;
                 }
             }
             if want_norm {

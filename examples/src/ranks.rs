@@ -1,9 +1,11 @@
 //! What the solvers need from other processes when a grid is split over MPI ranks: a
 //! [`RankEdges`] says which of a rank's parts hold rows next to another rank, exchanges
 //! them, and sums the norm over ranks. In one process there is none (`None` in the
-//! solvers); with the `mpi` feature, [`MpiEdges`] is one over an `offload::cluster`.
+//! solvers); with the `mpi` feature, `MpiEdges` is one over an `offload::cluster`.
 
 use std::ops::Range;
+use std::sync::Mutex;
+use std::time::Instant;
 
 use offload::partition::DistributedArray;
 use offload::Error;
@@ -30,6 +32,113 @@ pub fn edge_rows_first(end: usize) -> ([Range<usize>; 2], Range<usize>) {
     ([1..2, end - 1..end], 2..end - 1)
 }
 
+/// Where a step's time goes at a rank's edges, per step, averaged over the parts that
+/// exchange: the exchange (device -> pinned -> MPI -> pinned -> device), the interior
+/// update it runs beside, and the two together; what of the exchange the interior does not
+/// hide is `both - interior`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HaloTimes {
+    /// Seconds of the exchange.
+    pub exchange: f64,
+    /// Seconds of the interior update.
+    pub interior: f64,
+    /// Seconds of the two, started together, until both are done.
+    pub both: f64,
+}
+
+impl HaloTimes {
+    /// The exchange's seconds the interior did not hide.
+    pub fn exposed(&self) -> f64 {
+        (self.both - self.interior).max(0.0)
+    }
+
+    /// The share of the exchange hidden behind the interior, 0 to 1.
+    pub fn overlap(&self) -> f64 {
+        if self.exchange <= 0.0 {
+            return 1.0;
+        }
+        (1.0 - self.exposed() / self.exchange).clamp(0.0, 1.0)
+    }
+}
+
+/// A line of rank 0's halo times: "halos between ranks, per step at rank 0's edges: ...".
+pub fn describe(h: &HaloTimes) -> String {
+    format!(
+        "halos between ranks, per step at rank 0's edges: exchange {:.1} us, interior beside it {:.1} us, both {:.1} us; exposed {:.1} us ({:.0}% of the exchange hidden)",
+        h.exchange * 1e6,
+        h.interior * 1e6,
+        h.both * 1e6,
+        h.exposed() * 1e6,
+        h.overlap() * 100.0
+    )
+}
+
+/// A run's ranks beside this one, and the clock of its edge parts' steps.
+pub struct Across<'a> {
+    /// The ranks.
+    pub edges: &'a dyn RankEdges,
+    /// Their exchanges' times.
+    pub clock: HaloClock,
+}
+
+impl std::fmt::Debug for Across<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Across").field("clock", &self.clock).finish_non_exhaustive()
+    }
+}
+
+/// Sums [`HaloTimes`] over steps and parts.
+#[derive(Debug, Default)]
+pub struct HaloClock(Mutex<(HaloTimes, usize)>);
+
+impl HaloClock {
+    /// Runs `interior` on the device's compute lane (through `rt.nowait`) beside
+    /// `exchange` on this thread, and adds their times.
+    pub fn overlap(
+        &self,
+        rt: &offload::Runtime,
+        device: usize,
+        interior: impl FnOnce(&offload::Device<'_>) -> Result<(), Error> + Send,
+        exchange: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let start = Instant::now();
+        let inside = Mutex::new(0.0);
+        let exchanged = rt.nowait(|s| -> Result<f64, Error> {
+            let t = s.compute(device, &[], |d| {
+                let t0 = Instant::now();
+                let r = interior(d);
+                *inside.lock().map_err(|_| poisoned())? = t0.elapsed().as_secs_f64();
+                r
+            })?;
+            let sent = exchange();
+            let took = start.elapsed().as_secs_f64();
+            t.wait()?;
+            sent.map(|()| took)
+        })??;
+        let both = start.elapsed().as_secs_f64();
+        let interior = *inside.lock().map_err(|_| poisoned())?;
+        let mut sum = self.0.lock().map_err(|_| poisoned())?;
+        sum.0.exchange += exchanged;
+        sum.0.interior += interior;
+        sum.0.both += both;
+        sum.1 += 1;
+        Ok(())
+    }
+
+    /// The average per step and part, `None` before any.
+    pub fn per_step(&self) -> Option<HaloTimes> {
+        let (t, n) = *self.0.lock().ok()?;
+        (n > 0).then(|| {
+            let n = n as f64;
+            HaloTimes { exchange: t.exchange / n, interior: t.interior / n, both: t.both / n }
+        })
+    }
+}
+
+fn poisoned() -> Error {
+    Error::InvalidArgument { routine: "HaloClock", what: "a device thread panicked".into() }
+}
+
 #[cfg(feature = "mpi")]
 pub use with_mpi::*;
 
@@ -39,7 +148,7 @@ mod with_mpi {
     use mpi::datatype::PartitionMut;
     use mpi::traits::*;
     use mpi::Count;
-    use offload::cluster::{Cluster, RankHalos};
+    use offload::cluster::{Cluster, RankHalos, RankRuntime};
     use offload::partition::{DistributedArray, RowPartition};
     use offload::{Error, Runtime};
 
@@ -81,6 +190,56 @@ mod with_mpi {
         }
         fn is_root(&self) -> bool {
             self.cluster.is_root()
+        }
+    }
+
+    /// A rank's share of a run over `rows` rows of `row_len` (planes, for the stencil),
+    /// from [`RankRun::start`].
+    #[derive(Debug)]
+    pub struct RankRun {
+        /// The rank's runtime (its GPUs, or host devices) and placement line.
+        pub ranked: RankRuntime,
+        /// The devices it runs on.
+        pub devices: Vec<usize>,
+        /// Every rank's placement line, on rank 0.
+        pub placements: Option<Vec<String>>,
+        /// The rows over the ranks.
+        pub ranks: RowPartition,
+        /// This rank's slab over its devices.
+        pub slab: RowPartition,
+        /// This rank's rows of the whole grid, halos included.
+        pub rows: std::ops::Range<usize>,
+    }
+
+    impl RankRun {
+        /// Takes this rank's devices (`ndev` of them at most) and splits `rows` rows over
+        /// the ranks, then the rank's slab over its devices; every rank must call it.
+        pub fn start(
+            cluster: &Cluster,
+            rows: usize,
+            row_len: usize,
+            ndev: Option<usize>,
+        ) -> Result<Self, Error> {
+            let ranked = cluster.runtime(crate::example_builder())?;
+            let devices = crate::example_devices(&ranked.runtime, ndev);
+            let placements = cluster.gather_to_root(&ranked.placement)?;
+            let ranks = RowPartition::new(rows, row_len, cluster.size(), 1)?;
+            let mine = ranks.mapped(cluster.rank());
+            let slab = RowPartition::new(mine.len(), row_len, devices.len(), 1)?;
+            Ok(Self { ranked, devices, placements, ranks, slab, rows: mine })
+        }
+
+        /// The runtime.
+        pub fn runtime(&self) -> &Runtime {
+            &self.ranked.runtime
+        }
+
+        /// On rank 0: the MPI library and every rank's placement line.
+        pub fn print_placements(&self, cluster: &Cluster) {
+            if let Some(lines) = &self.placements {
+                println!("{}", cluster.library());
+                lines.iter().for_each(|l| println!("{l}"));
+            }
         }
     }
 

@@ -1,8 +1,10 @@
 //! The 3-D 7-point stencil solver of `examples/stencil3d.rs`, as a library so that tests
 //! and benches run the same code.
 
+use std::ops::Range;
 use std::time::Instant;
 
+use crate::ranks::{edge_rows_first, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, MapType, Runtime};
@@ -27,22 +29,41 @@ pub struct Args {
     pub csv: bool,
     /// Halos by peer stores from the kernel (else `target_memcpy` after each step).
     pub peer_stores: bool,
+    /// Always check (against the CPU reference, or across ranks the single-process run).
+    pub check: bool,
 }
 
 impl Default for Args {
     fn default() -> Self {
-        Self { nx: 256, ny: 256, nz: 256, niter: 100, ndev: None, planes: 16, csv: false, peer_stores: true }
+        Self {
+            nx: 256,
+            ny: 256,
+            nz: 256,
+            niter: 100,
+            ndev: None,
+            planes: 16,
+            csv: false,
+            peer_stores: true,
+            check: false,
+        }
     }
 }
 
 /// Zero inside; the `z = 0` face at 1 and the `x = 0` face at 0.5.
 pub fn initial(a: &Args) -> Vec<f32> {
-    let (nx, ny, nz) = (a.nx, a.ny, a.nz);
-    let mut g = vec![0f32; nx * ny * nz];
-    g[..nx * ny].fill(1.0);
-    for z in 1..nz {
-        for y in 0..ny {
-            g[(z * ny + y) * nx] = 0.5;
+    initial_planes(a, 0..a.nz)
+}
+
+/// Planes `planes` of the initial grid.
+pub fn initial_planes(a: &Args, planes: Range<usize>) -> Vec<f32> {
+    let (nx, ny) = (a.nx, a.ny);
+    let mut g = vec![0f32; nx * ny * planes.len()];
+    for (i, z) in planes.enumerate() {
+        let plane = &mut g[i * nx * ny..(i + 1) * nx * ny];
+        if z == 0 {
+            plane.fill(1.0);
+        } else {
+            (0..ny).for_each(|y| plane[y * nx] = 0.5);
         }
     }
     g
@@ -51,11 +72,26 @@ pub fn initial(a: &Args) -> Vec<f32> {
 /// Runs `args.niter` steps on `devices` (one host thread each); returns the loop's
 /// seconds and the final grid.
 pub fn solve(rt: &Runtime, devices: &[usize], args: &Args) -> Result<(f64, Vec<f32>), offload::Error> {
-    let part = RowPartition::new(args.nz, args.nx * args.ny, devices.len(), 1)?;
-    let mut a = initial(args);
+    solve_slab(rt, devices, args, 0..args.nz, None).map(|(t, g, _)| (t, g))
+}
+
+/// Runs `args.niter` steps on global planes `planes` of the cube (halo planes included)
+/// on `devices`, with `edges` the ranks that hold the other planes (`None`: `planes` is
+/// the whole cube); returns the loop's seconds, the slab, and across ranks where the edge
+/// parts' steps went.
+pub fn solve_slab(
+    rt: &Runtime,
+    devices: &[usize],
+    args: &Args,
+    planes: Range<usize>,
+    edges: Option<&dyn RankEdges>,
+) -> Result<(f64, Vec<f32>, Option<HaloTimes>), offload::Error> {
+    let part = RowPartition::new(planes.len(), args.nx * args.ny, devices.len(), 1)?;
+    let mut a = initial_planes(args, planes);
     let mut b = a.clone();
-    let seconds = run_steps(rt, devices, args, part, &mut a, &mut b)?;
-    Ok((seconds, if args.niter % 2 == 0 { a } else { b }))
+    let across = edges.map(|edges| Across { edges, clock: HaloClock::default() });
+    let seconds = run_steps(rt, devices, args, part, &mut a, &mut b, across.as_ref())?;
+    Ok((seconds, if args.niter % 2 == 0 { a } else { b }, across.and_then(|a| a.clock.per_step())))
 }
 
 fn run_steps(
@@ -65,6 +101,7 @@ fn run_steps(
     part: RowPartition,
     a: &mut [f32],
     b: &mut [f32],
+    across: Option<&Across<'_>>,
 ) -> Result<f64, offload::Error> {
     let grids = [
         DistributedArray::map(rt, devices, a, part, MapType::TO)?,
@@ -74,8 +111,11 @@ fn run_steps(
         rt.device(d)?.prepare(&STENCIL7_STEP)?;
     }
     let parts = devices.len();
-    // Peer stores need each neighbour pair to reach each other directly.
+    let ranks = across.map(|a| a.edges);
+    // Peer stores need each neighbour pair to reach each other directly, and a step in
+    // one launch (across ranks, edge planes go first, in launches of their own).
     let peer = args.peer_stores
+        && ranks.is_none()
         && (1..parts).all(|p| {
             rt.can_access_peer(devices[p], devices[p - 1]).unwrap_or(false)
                 && rt.can_access_peer(devices[p - 1], devices[p]).unwrap_or(false)
@@ -101,20 +141,45 @@ fn run_steps(
         let dev = rt.device(devices[p])?;
         let planes = part.owned(p).len();
         let push = [pushes(0, p)?, pushes(1, p)?];
-        for iter in 0..args.niter {
+        let edges = across.filter(|a| a.edges.has_edges(p, parts));
+        // The part's planes `zs` (1-based, halo plane 0) of step `iter`.
+        let step = |dev: &offload::Device<'_>, iter: usize, zs: Range<usize>| -> Result<(), offload::Error> {
+            if zs.is_empty() {
+                return Ok(());
+            }
             let (src, dst) = (iter % 2, 1 - iter % 2);
             stencil7_step(
-                &dev,
+                dev,
                 args.nx,
                 args.ny,
-                1,
-                planes + 1,
+                zs.start,
+                zs.end,
                 args.planes,
                 grids[src].view(p),
                 grids[dst].view(p),
                 push[dst].0,
                 push[dst].1,
-            )?;
+            )
+        };
+        for iter in 0..args.niter {
+            let dst = 1 - iter % 2;
+            match edges {
+                None => step(&dev, iter, 1..planes + 1)?,
+                Some(a) => {
+                    // Planes other ranks wait for first; the rest on the device's compute
+                    // lane while they travel.
+                    let (first, rest) = edge_rows_first(planes + 1);
+                    for zs in first {
+                        step(&dev, iter, zs)?;
+                    }
+                    a.clock.overlap(
+                        rt,
+                        devices[p],
+                        |d| step(d, iter, rest),
+                        || a.edges.exchange(&grids[dst], p),
+                    )?;
+                }
+            }
             // Without peer stores each part sends its own halos as soon as its step is
             // done; the barrier keeps the next step from reading early.
             if !peer {
@@ -150,6 +215,13 @@ pub fn reference(args: &Args) -> Vec<f32> {
         std::mem::swap(&mut a, &mut b);
     }
     a
+}
+
+/// A digest of the cube's bits (FNV-1a, 64 bits), to compare runs in different processes.
+pub fn digest(grid: &[f32]) -> u64 {
+    grid.iter()
+        .flat_map(|v| v.to_bits().to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Largest absolute difference.
