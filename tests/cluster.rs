@@ -46,6 +46,15 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
     assert!(ranked.gpus.is_empty());
     assert!(ranked.placement.starts_with(&format!("rank {r} of {n} on ")), "{}", ranked.placement);
     assert!(ranked.placement.contains("device 1 host device 1"), "{}", ranked.placement);
+    drop(ranked);
+    // With GPUs (every rank of this node sees the same ones, so each takes its share: all of
+    // them shared by the ranks when there are fewer GPUs than ranks).
+    if backends().iter().any(|b| b.name == "gpu") {
+        let ranked = cluster.runtime(Runtime::builder().env(|_| None).host_devices(2)).expect("runtime");
+        let took = ranked.gpus.len();
+        assert!(took >= 1 && ranked.runtime.num_devices() == took, "{}", ranked.placement);
+        assert!(ranked.placement.contains(" bus "), "{}", ranked.placement);
+    }
 
     for backend in backends() {
         let rt = backend.runtime();
@@ -99,7 +108,7 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
                 backend.name
             );
             // An array split another way is refused, not exchanged.
-            let other = RowPartition::new(mine.len(), LEN, 1, 1).expect("partition");
+            let other = RowPartition::new(mine.len(), LEN, 1, 2).expect("partition");
             let mut h2 = vec![0f32; mine.len() * LEN];
             let b = DistributedArray::map(&rt, &devices[..1], &mut h2, other, MapType::TO).expect("map");
             assert!(halos.exchange(&cluster, &b, 0).is_err());

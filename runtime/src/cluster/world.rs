@@ -174,11 +174,16 @@ impl Cluster {
     /// make two ranks take one GPU by mistake or one rank take a GPU it was not given;
     /// `builder` then gets exactly the GPUs this rank took (`available_devices` by UID, no
     /// host devices). The runtime binds each device's workers and staging memory to that
-    /// GPU's NUMA node, as in one process. A rank that sees no GPU gets `builder` as it
-    /// is (host devices). Collective over the node: every rank of it must call it.
+    /// GPU's NUMA node, as in one process. A rank that sees no GPU, or whose `builder`
+    /// turned GPUs off, gets `builder` as it is (host devices). Collective over the node:
+    /// every rank of it must call it.
     pub fn runtime(&self, builder: RuntimeBuilder) -> Result<RankRuntime> {
         // The GPUs this rank can see, by bus id in its device order.
-        let probe = Runtime::builder().host_devices(0).build();
+        let probe = if builder.wants_gpus() {
+            Runtime::builder().host_devices(0).build()
+        } else {
+            Err(Error::InvalidArgument { routine: "Cluster::runtime", what: "GPUs turned off".into() })
+        };
         let (visible, uids): (Vec<String>, Vec<String>) = match &probe {
             Ok(rt) => (0..rt.num_devices())
                 .filter_map(|d| {

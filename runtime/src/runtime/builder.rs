@@ -142,6 +142,11 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether the runtime will look for GPUs.
+    pub(crate) fn wants_gpus(&self) -> bool {
+        self.gpus
+    }
+
     /// Reads environment variables through `lookup` instead of the process environment
     /// (for tests and embedders).
     pub fn env(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
