@@ -143,6 +143,7 @@ impl RuntimeBuilder {
     }
 
     /// Whether the runtime will look for GPUs.
+    #[cfg(feature = "mpi")]
     pub(crate) fn wants_gpus(&self) -> bool {
         self.gpus
     }

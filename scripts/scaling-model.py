@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Scaling estimate for Jacobi and the 3-D stencil across MPI ranks, one rank per GPU.
+
+Per step, on P GPUs in N nodes (1-D slabs: each rank has two neighbours):
+  compute   T_c = T_kernel / share + T_fixed        (share = P for strong scaling, 1 for weak)
+  exchange  T_x = 2 (a_copy + b / B_copy) + a_link + b / B_link   (device -> pinned, MPI,
+            pinned -> device; both edges at once; the link is the network for the ranks at
+            a node's ends, which set the step's pace, shared memory when N = 1)
+  hidden    H   = f * min(T_x, T_c)                 (f: share of the exchange hidden, measured)
+  norm      T_r = ceil(log2 G) a_node + ceil(log2 N) a_net   (Jacobi's allreduce, G GPUs a node)
+  step      T   = T_c + T_x - H + T_r
+  efficiency E  = T_1 / T (weak), T_1 / (P T) (strong), T_1 the one-GPU step.
+
+Measured inputs (nvidia-h200, 1 x H200, 2026-12-01; README "Beyond one node"):
+  Jacobi 16384^2 one-GPU step 716 us (median of three runs), of it the kernel 686 us (ncu);
+  3-D stencil 512^3 one-GPU step 434 us; share of the exchange hidden behind the interior:
+  Jacobi 0.57, stencil 0.75 (medians of three 2-rank runs); a synchronised small copy
+  8.2 us; pinned DMA 37.9 GB/s at 1 MiB (README transfer table).
+Stated inputs (not measured here): one 400 Gb/s NIC per GPU at 40 GB/s effective and
+3 us MPI latency between nodes; shared memory within a node at 20 GB/s and 1 us; the
+stencil's fixed per-step cost taken as Jacobi's 30 us.
+
+`python3 scripts/scaling-model.py` prints the README's tables; `--help` for the knobs.
+"""
+import argparse
+import math
+
+p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+p.add_argument("--net-gbs", type=float, default=40.0, help="network GB/s per GPU")
+p.add_argument("--net-us", type=float, default=3.0, help="MPI latency between nodes, us")
+p.add_argument("--node-gbs", type=float, default=20.0, help="shared-memory GB/s within a node")
+p.add_argument("--node-us", type=float, default=1.0, help="MPI latency within a node, us")
+p.add_argument("--copy-us", type=float, default=8.2, help="device<->pinned copy latency, us")
+p.add_argument("--copy-gbs", type=float, default=37.9, help="device<->pinned copy GB/s")
+a = p.parse_args()
+
+GPUS = [8, 16, 32, 64, 128, 256, 512]
+
+
+def nodes(gpus):
+    """8 GPUs on 4 nodes up to 512 on 64: 2, 4, then 8 GPUs a node."""
+    return max(4, gpus // 8)
+
+
+def step(kernel_us, fixed_us, share, halo_bytes, hidden, gpus, norm_every):
+    n = nodes(gpus)
+    g = gpus // n
+    compute = kernel_us / share + fixed_us
+    link_us, link_gbs = (a.net_us, a.net_gbs) if n > 1 else (a.node_us, a.node_gbs)
+    exchange = 2 * (a.copy_us + halo_bytes / (a.copy_gbs * 1e3)) + link_us + halo_bytes / (link_gbs * 1e3)
+    exposed = exchange - hidden * min(exchange, compute)
+    reduce = 0.0
+    if norm_every:
+        reduce = (math.ceil(math.log2(g)) * a.node_us + math.ceil(math.log2(n)) * a.net_us) / norm_every
+    return n, compute, exchange, exposed, reduce, compute + exposed + reduce
+
+
+def table(title, kernel_us, fixed_us, halo_bytes, hidden, strong, norm_every):
+    print(f"\n{title}\n")
+    print("| GPUs | nodes | compute us | exchange us | exposed us | allreduce us | step us | efficiency | largest loss |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    one = kernel_us + fixed_us
+    for gpus in GPUS:
+        share = gpus if strong else 1
+        hb = halo_bytes
+        n, c, x, e, r, t = step(kernel_us, fixed_us, share, hb, hidden, gpus, norm_every)
+        eff = one / (gpus * t) if strong else one / t
+        losses = {"exposed halo": e, "allreduce": r}
+        if strong:
+            losses["fixed per-step cost"] = fixed_us * (1 - 1 / gpus)
+        worst = max(losses, key=losses.get)
+        print(f"| {gpus} | {n} | {c:.1f} | {x:.1f} | {e:.1f} | {r:.1f} | {t:.1f} | {eff * 100:.1f}% | {worst} |")
+
+
+J_KERNEL, J_FIXED, S_STEP, FIXED = 686.0, 30.0, 434.0, 30.0
+table("Jacobi, weak: 16384 x 16384 per GPU (rows of 64 KiB), norm every step",
+      J_KERNEL, J_FIXED, 16384 * 4, 0.57, False, 1)
+table("Jacobi, weak, norm every 100 steps", J_KERNEL, J_FIXED, 16384 * 4, 0.57, False, 100)
+table("Jacobi, strong: 65536 x 65536 in all (rows of 256 KiB), norm every step",
+      J_KERNEL * 16, J_FIXED, 65536 * 4, 0.57, True, 1)
+table("3-D stencil, weak: 512^3 per GPU (planes of 1 MiB)",
+      S_STEP - FIXED, FIXED, 512 * 512 * 4, 0.75, False, 0)
+table("3-D stencil, strong: 2048^3 in all (planes of 16 MiB)",
+      (S_STEP - FIXED) * 64, FIXED, 2048 * 2048 * 4, 0.75, True, 0)
