@@ -14,7 +14,10 @@ fn main() -> Result<(), offload::Error> {
     {
         let cluster = offload::cluster::Cluster::init()?;
         if cluster.size() > 1 {
-            return ranks(&cluster);
+            return ranks(&cluster).or_else(|e| {
+                eprintln!("rank {}: {e}", cluster.rank());
+                cluster.abort(1)
+            });
         }
     }
     let rt = Runtime::new()?;

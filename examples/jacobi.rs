@@ -65,7 +65,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         let cluster = offload::cluster::Cluster::init()?;
         if cluster.size() > 1 {
-            return across_ranks(&cluster, &args);
+            // A rank that fails alone ends the job: the others would wait for it forever.
+            return across_ranks(&cluster, &args).or_else(|e| {
+                eprintln!("rank {}: {e}", cluster.rank());
+                cluster.abort(1)
+            });
         }
     }
     let rt = example_runtime()?;

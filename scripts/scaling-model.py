@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Scaling estimate for Jacobi and the 3-D stencil across MPI ranks, one rank per GPU.
 
-Per step, on P GPUs in N nodes (1-D slabs: each rank has two neighbours):
-  compute   T_c = T_kernel / share + T_fixed        (share = P for strong scaling, 1 for weak)
-  exchange  T_x = 2 (a_copy + b / B_copy) + a_link + b / B_link   (device -> pinned, MPI,
-            pinned -> device; both edges at once; the link is the network for the ranks at
-            a node's ends, which set the step's pace, shared memory when N = 1)
+Per step, on P GPUs in N nodes (1-D slabs, one rank per GPU: two neighbours each):
+  compute   T_c = T_kernel / share + T_fixed + T_edges   (share = P for strong scaling, 1
+            for weak; T_edges: the two extra launches of the edge rows, 2 x 5 us)
+  exchange  T_x = 4 (a_copy + b / B_copy) + a_link + b / B_link   (device -> pinned and
+            pinned -> device for each of the two ends, one after the other on the rank's
+            one device; MPI for both ends at once; the link is the network for the ranks
+            at a node's ends, which set the step's pace)
   hidden    H   = f * min(T_x, T_c)                 (f: share of the exchange hidden, measured)
   norm      T_r = ceil(log2 G) a_node + ceil(log2 N) a_net   (Jacobi's allreduce, G GPUs a node)
   step      T   = T_c + T_x - H + T_r
@@ -13,12 +15,14 @@ Per step, on P GPUs in N nodes (1-D slabs: each rank has two neighbours):
 
 Measured inputs (nvidia-h200, 1 x H200, 2026-12-01; README "Beyond one node"):
   Jacobi 16384^2 one-GPU step 716 us (median of three runs), of it the kernel 686 us (ncu);
-  3-D stencil 512^3 one-GPU step 434 us; share of the exchange hidden behind the interior:
-  Jacobi 0.57, stencil 0.75 (medians of three 2-rank runs); a synchronised small copy
-  8.2 us; pinned DMA 37.9 GB/s at 1 MiB (README transfer table).
+  3-D stencil 512^3 one-GPU step 434 us; a synchronised small copy 8.2 us; pinned DMA
+  37.9 GB/s at 1 MiB (README transfer table). The share of the exchange hidden behind the
+  interior, Jacobi 0.57 and stencil 0.75, are medians of three 2-rank runs in which the
+  two ranks took turns on one GPU: measured, but not on the machine modelled, so an
+  assumption here.
 Stated inputs (not measured here): one 400 Gb/s NIC per GPU at 40 GB/s effective and
 3 us MPI latency between nodes; shared memory within a node at 20 GB/s and 1 us; the
-stencil's fixed per-step cost taken as Jacobi's 30 us.
+stencil's fixed per-step cost taken as Jacobi's 30 us; 5 us per extra launch.
 
 `python3 scripts/scaling-model.py` prints the README's tables; `--help` for the knobs.
 """
@@ -32,6 +36,7 @@ p.add_argument("--node-gbs", type=float, default=20.0, help="shared-memory GB/s 
 p.add_argument("--node-us", type=float, default=1.0, help="MPI latency within a node, us")
 p.add_argument("--copy-us", type=float, default=8.2, help="device<->pinned copy latency, us")
 p.add_argument("--copy-gbs", type=float, default=37.9, help="device<->pinned copy GB/s")
+p.add_argument("--launch-us", type=float, default=5.0, help="an extra kernel launch, us")
 a = p.parse_args()
 
 GPUS = [8, 16, 32, 64, 128, 256, 512]
@@ -45,9 +50,9 @@ def nodes(gpus):
 def step(kernel_us, fixed_us, share, halo_bytes, hidden, gpus, norm_every):
     n = nodes(gpus)
     g = gpus // n
-    compute = kernel_us / share + fixed_us
+    compute = kernel_us / share + fixed_us + 2 * a.launch_us
     link_us, link_gbs = (a.net_us, a.net_gbs) if n > 1 else (a.node_us, a.node_gbs)
-    exchange = 2 * (a.copy_us + halo_bytes / (a.copy_gbs * 1e3)) + link_us + halo_bytes / (link_gbs * 1e3)
+    exchange = 4 * (a.copy_us + halo_bytes / (a.copy_gbs * 1e3)) + link_us + halo_bytes / (link_gbs * 1e3)
     exposed = exchange - hidden * min(exchange, compute)
     reduce = 0.0
     if norm_every:

@@ -75,20 +75,18 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
             host[last..].fill(-1.0);
             let halos = RankHalos::new(&cluster, &rt, &devices, &slab, periodic).expect("halos");
             let parts = devices.len();
-            assert_eq!(
-                halos.edges_of(0, parts).contains(&Edge::Top),
-                periodic || r > 0,
-                "[{}]",
-                backend.name
-            );
-            assert_eq!(halos.edges_of(parts - 1, parts).contains(&Edge::Bottom), periodic || r + 1 < n);
+            assert_eq!(halos.edges_of(0).contains(&Edge::Top), periodic || r > 0, "[{}]", backend.name);
+            assert_eq!(halos.edges_of(parts - 1).contains(&Edge::Bottom), periodic || r + 1 < n);
             let a = DistributedArray::map(&rt, &devices, &mut host, slab, MapType::TO).expect("map");
+            // The edge parts at once, each from its own thread; then again, both from one.
             std::thread::scope(|s| {
                 for p in 0..parts {
-                    let (a, halos, cluster) = (&a, &halos, &cluster);
-                    s.spawn(move || halos.exchange(cluster, a, p).expect("exchange"));
+                    let (a, halos) = (&a, &halos);
+                    s.spawn(move || halos.exchange(a, p).expect("exchange"));
                 }
             });
+            halos.exchange_all(&a).expect("exchange_all");
+            assert!(halos.exchange(&a, parts).is_err(), "a part past the last is refused");
             let top = device_row(&rt, &a, 0, 0);
             let bottom = device_row(&rt, &a, parts - 1, mine.len() - 1);
             let want_top = match (r, periodic) {
@@ -111,7 +109,7 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
             let other = RowPartition::new(mine.len(), LEN, 1, 2).expect("partition");
             let mut h2 = vec![0f32; mine.len() * LEN];
             let b = DistributedArray::map(&rt, &devices[..1], &mut h2, other, MapType::TO).expect("map");
-            assert!(halos.exchange(&cluster, &b, 0).is_err());
+            assert!(halos.exchange(&b, 0).is_err());
             drop(b);
             a.gather().expect("gather");
         }

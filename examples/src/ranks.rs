@@ -23,8 +23,9 @@ pub trait RankEdges: Sync {
     fn is_root(&self) -> bool;
 }
 
-/// The rows of a part-local step (`1..end`, row 0 and `end` being halos) computed first,
-/// because other ranks wait for them, and the rest, computed while they travel.
+/// The rows of a part-local step (`1..end`, row 0 and `end` being halos of one row, as in
+/// the solvers) computed first, because other ranks wait for them, and the rest, computed
+/// while they travel.
 pub fn edge_rows_first(end: usize) -> ([Range<usize>; 2], Range<usize>) {
     if end <= 3 {
         return ([1..end, end..end], end..end);
@@ -35,7 +36,7 @@ pub fn edge_rows_first(end: usize) -> ([Range<usize>; 2], Range<usize>) {
 /// Where a step's time goes at a rank's edges, per step, averaged over the parts that
 /// exchange: the exchange (device -> pinned -> MPI -> pinned -> device), the interior
 /// update it runs beside, and the two together; what of the exchange the interior does not
-/// hide is `both - interior`.
+/// hide is `both - interior` (which also holds the compute lane's start of the task).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HaloTimes {
     /// Seconds of the exchange.
@@ -179,11 +180,11 @@ mod with_mpi {
     }
 
     impl RankEdges for MpiEdges<'_> {
-        fn has_edges(&self, p: usize, parts: usize) -> bool {
-            !self.halos.edges_of(p, parts).is_empty()
+        fn has_edges(&self, p: usize, _parts: usize) -> bool {
+            !self.halos.edges_of(p).is_empty()
         }
         fn exchange(&self, grid: &DistributedArray<'_, f32>, p: usize) -> Result<(), Error> {
-            self.halos.exchange(self.cluster, grid, p)
+            self.halos.exchange(grid, p)
         }
         fn sum(&self, x: f64) -> f64 {
             self.cluster.sum(x)

@@ -61,15 +61,15 @@ pub const MAX_KERNEL_THREADS: usize = 1024;
 
 /// Where environment values come from (the process environment, or a test's map): the
 /// variable's text, `None` when it is unset, an error when it is set but not UTF-8.
-pub(crate) type EnvLookup = Box<dyn Fn(&'static str) -> Result<Option<String>> + Send + Sync>;
+pub(crate) type EnvLookup = std::sync::Arc<dyn Fn(&'static str) -> Result<Option<String>> + Send + Sync>;
 
 pub(crate) fn process_env() -> EnvLookup {
-    Box::new(|k| env_text(k, std::env::var_os(k)))
+    std::sync::Arc::new(|k| env_text(k, std::env::var_os(k)))
 }
 
 /// A lookup that cannot meet non-UTF-8 text (the builder's `env`).
 pub(crate) fn lookup_from(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> EnvLookup {
-    Box::new(move |k| Ok(lookup(k)))
+    std::sync::Arc::new(move |k| Ok(lookup(k)))
 }
 
 /// The text of variable `var`; a value that is not UTF-8 is an error, not "unset".
@@ -381,7 +381,7 @@ mod tests {
             "OFFLOAD_STAGING",
             "OFFLOAD_TOPOLOGY_XML",
         ] {
-            let bad: EnvLookup = Box::new(move |k| {
+            let bad: EnvLookup = std::sync::Arc::new(move |k| {
                 if k == var {
                     env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff])))
                 } else {
@@ -391,7 +391,8 @@ mod tests {
             let e = Settings::resolve(&bad, &Overrides::default()).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains("UTF-8"), "{e}");
         }
-        let bad: EnvLookup = Box::new(|k| env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff]))));
+        let bad: EnvLookup =
+            std::sync::Arc::new(|k| env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff]))));
         let every = Overrides {
             policy: Some(OffloadPolicy::Default),
             host_devices: Some(1),

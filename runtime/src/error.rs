@@ -283,6 +283,17 @@ pub enum Error {
         message: String,
     },
 
+    /// An MPI call failed or could not be made (feature `mpi`).
+    #[error("MPI rank {rank}: {call}: {message}")]
+    Mpi {
+        /// This process's rank in the world communicator (0 before MPI started).
+        rank: usize,
+        /// The MPI function or the step of the runtime's.
+        call: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+
     /// A driver call failed.
     #[error("device {device}: {call} failed: {message}")]
     Driver {

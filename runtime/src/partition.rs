@@ -28,7 +28,7 @@
 use std::ops::Range;
 
 use crate::data_env::{MapItem, MapType, UpdateDirection};
-use crate::device_state::Target;
+use crate::device_state::{BlocksInUse, Target};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::DeviceSlice;
@@ -265,22 +265,30 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `dst_row` of part `dst`'s, both entries' blocks pinned meanwhile (a view given to a
     /// `nowait` exit can end a part's mapping from another thread).
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        let pinned = |p: usize, row: usize| {
-            let r = self.rows_range(row..row + 1);
-            let not_present =
-                Error::NotPresent { device: self.devices[p], range: r, what: "a distributed array's row" };
-            match self.rt.target(self.devices[p])? {
-                Target::Device(d) => {
-                    d.pinned_translation(r.begin).map(|(a, pin)| (a, Some(pin))).ok_or(not_present)
-                }
-                // On the initial device the "copy" is the host grid itself.
-                Target::Initial => Ok((r.begin as u64, None)),
-            }
-        };
-        let (d, _dst_pin) = pinned(dst, dst_row)?;
-        let (s, _src_pin) = pinned(src, src_row)?;
+        let (d, _dst_pin) = self.pinned_row(dst, dst_row)?;
+        let (s, _src_pin) = self.pinned_row(src, src_row)?;
         // SAFETY: `bytes` are whole rows inside both parts' mapped copies, pinned.
         unsafe { self.rt.target_memcpy(d, s, bytes, 0, 0, self.devices[dst], self.devices[src]) }
+    }
+
+    /// The device address of global row `row` in part `p`'s copy, with the entry's block
+    /// held allocated until the guard drops (on the initial device the "copy" is the host
+    /// grid itself, and there is nothing to hold).
+    pub(crate) fn pinned_row(&self, p: usize, row: usize) -> Result<(u64, Option<BlocksInUse<'a>>)> {
+        let r = self.rows_range(row..row + 1);
+        let not_present =
+            Error::NotPresent { device: self.devices[p], range: r, what: "a distributed array's row" };
+        match self.rt.target(self.devices[p])? {
+            Target::Device(d) => {
+                d.pinned_translation(r.begin).map(|(a, pin)| (a, Some(pin))).ok_or(not_present)
+            }
+            Target::Initial => Ok((r.begin as u64, None)),
+        }
+    }
+
+    /// The devices, part by part.
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
     }
 
     /// Copies every owned row back from its owner (halos never), then unmaps.

@@ -4,7 +4,7 @@
 # .gpu/mpi-kit (or $1), for a GPU machine that has no MPI: launchers, libraries, the MCA
 # and PMIx plugins whose dependencies are in the kit or in glibc (no UCX, libfabric,
 # verbs or OpenSHMEM), help files and an env.sh that points Open MPI at the kit wherever
-# it is copied (`. .gpu/mpi-kit/env.sh; mpirun -np 2 ./prog`). About 10 MB. Needs glibc
+# it is copied (`. .gpu/mpi-kit/env.sh; mpirun -np 2 ./prog`). About 11 MB. Needs glibc
 # 2.36 or later there (libevent uses arc4random).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,8 +74,8 @@ export OMPI_MCA_plm=isolated
 # mpirun binds each rank to ONE core by default when np <= 2 (to socket/NUMA when np > 2), which
 # starves a multi-threaded runtime: do not bind unless the caller chose a policy (== --bind-to none)
 export OMPI_MCA_hwloc_base_binding_policy="${OMPI_MCA_hwloc_base_binding_policy:-none}"
-# Running as root (containers): same as --allow-run-as-root
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Running as root (containers): same as --allow-run-as-root, only when root
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 export PATH="$MPI_KIT/bin:$PATH"
 _ll="$MPI_KIT/lib"

@@ -15,8 +15,9 @@ fi
 . .gpu/mpi-kit/env.sh
 mpi=(mpirun --oversubscribe --bind-to none)
 {
-  echo "== cluster test, 1 rank then 2"; .gpu/mpi/cluster 2>&1 | tail -3
+  echo "== cluster test, 1 rank, then 2, then 3"; .gpu/mpi/cluster 2>&1 | tail -3
   "${mpi[@]}" -np 2 .gpu/mpi/cluster 2>&1 | grep -E "test result|panicked"
+  "${mpi[@]}" -np 3 .gpu/mpi/cluster 2>&1 | grep -E "test result|panicked"
   echo "== info, 2 ranks"; "${mpi[@]}" -np 2 .gpu/mpi/info 2>&1 | head -6
   echo "== correctness: Jacobi 4096^2 x 200, stencil 256^3 x 50, 2 ranks, -check"
   .gpu/mpi/jacobi -nx 4096 -ny 4096 -niter 200 | grep -E "result|final"

@@ -6,8 +6,10 @@
 
 use mpi::datatype::{AsDatatype, Buffer, BufferMut, Collection, Equivalence, Pointer, PointerMut};
 use mpi::request::WaitGuard;
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::cluster::world::Cluster;
 use crate::device::BackendKind;
@@ -38,8 +40,9 @@ struct RawBytes {
 }
 
 // The six impls below rest on this: `ptr..ptr + len` is memory of the exchange that made it
-// (a pinned buffer or a mapped device row), alive and touched by nothing else until the
-// requests on it completed (they are waited for inside the `mpi::request::scope`).
+// (a slot's pinned buffer, held by the slot's lock, or a device row whose block the
+// exchange holds allocated), and the requests on it complete before the exchange returns
+// (they are waited for inside the `mpi::request::scope`).
 // SAFETY: as said above.
 unsafe impl Pointer for RawBytes {
     fn pointer(&self) -> *const std::ffi::c_void {
@@ -70,21 +73,42 @@ unsafe impl Buffer for RawBytes {}
 // SAFETY: as above.
 unsafe impl BufferMut for RawBytes {}
 
+/// The halos' own communicator: a duplicate of the world's, so that no other message (the
+/// program's, another `RankHalos`') can match theirs.
+struct HaloComm(SimpleCommunicator);
+
+// SAFETY: MPI runs with MPI_THREAD_MULTIPLE (`Cluster::init` refuses less), under which
+// point-to-point calls on one communicator may come from any thread at once; only those
+// are made on it (and its free, at drop, when no exchange can be running).
+unsafe impl Sync for HaloComm {}
+// SAFETY: as above; the handle is an MPI object valid on every thread.
+unsafe impl Send for HaloComm {}
+
+/// One end's pinned buffers: this rank's edge rows on their way out, the neighbour's on
+/// their way in. Its lock is held for a whole exchange of the end.
+struct Slot<T: DeviceCopy> {
+    send: HostBuffer<T>,
+    recv: HostBuffer<T>,
+}
+
 /// The halos of one rank's slab of a grid mapped as a [`DistributedArray`]: the array's
 /// first part holds the rows next to the previous rank, its last part those next to the
 /// next rank (with `periodic`, rank 0 and the last rank are neighbours).
 ///
-/// Each edge has a send and a receive buffer of `halo` rows, pinned, allocated on the
-/// edge device's compute lane (bound to its CPUs, so first touched on its NUMA node).
+/// Each end has a send and a receive buffer of `halo` rows, pinned, allocated on the
+/// end device's compute lane (bound to its CPUs, so first touched on its NUMA node).
+/// Exchanges of one `RankHalos` pair with the neighbours' in the order they are made, as
+/// MPI messages do: every rank must exchange its arrays in the same order.
 pub struct RankHalos<T: DeviceCopy> {
+    comm: HaloComm,
     prev: Option<usize>,
     next: Option<usize>,
     bytes: usize,
     part: RowPartition,
-    /// `[top, bottom]`: this rank's edge rows on their way out, the neighbours' on their
-    /// way in.
-    send: [Option<HostBuffer<T>>; 2],
-    recv: [Option<HostBuffer<T>>; 2],
+    devices: Vec<usize>,
+    rt: Runtime,
+    /// `[top, bottom]`; `None` where there is no neighbour, or rows go to MPI directly.
+    slots: [Mutex<Option<Slot<T>>>; 2],
     direct: bool,
 }
 
@@ -94,14 +118,39 @@ impl<T: DeviceCopy> std::fmt::Debug for RankHalos<T> {
             .field("prev", &self.prev)
             .field("next", &self.next)
             .field("bytes", &self.bytes)
+            .field("devices", &self.devices)
             .field("direct", &self.direct)
             .finish()
     }
 }
 
+/// One end of one exchange: the rows sent, the rows received into, the neighbour, the
+/// tags, and what holds the memory (the slot's lock, the device blocks).
+struct Transfer<'s, 'a, T: DeviceCopy> {
+    own: u64,
+    halo: u64,
+    peer: usize,
+    out_tag: i32,
+    in_tag: i32,
+    /// The slot's send and receive buffers (null when direct), written only while
+    /// `_slot` is held.
+    staged: [*mut T; 2],
+    _slot: Option<MutexGuard<'s, Option<Slot<T>>>>,
+    _pins: [Option<crate::device_state::BlocksInUse<'a>>; 2],
+}
+
+impl<T: DeviceCopy> Transfer<'_, '_, T> {
+    /// The pinned buffer's address (`send` or receive).
+    fn staged(&self, send: bool) -> u64 {
+        self.staged[usize::from(!send)] as u64
+    }
+}
+
 impl<T: DeviceCopy> RankHalos<T> {
     /// The halos of this rank's slab of a grid (halo rows included), split by `part` over
-    /// `devices` of `rt`; any array mapped that way can then be exchanged.
+    /// `devices` of `rt`; only arrays mapped that way (same runtime, devices and
+    /// partition) can be exchanged. Collective over the world: every rank makes its
+    /// `RankHalos` in the same order (each has a communicator of its own).
     pub fn new(
         cluster: &Cluster,
         rt: &Runtime,
@@ -114,29 +163,42 @@ impl<T: DeviceCopy> RankHalos<T> {
         if devices.len() != part.parts() {
             return Err(bad(format!("{} devices for {} parts", devices.len(), part.parts())));
         }
-        let rows = part.halo() * part.row_len();
-        let bytes = rows * std::mem::size_of::<T>();
+        let rows = part.halo().checked_mul(part.row_len());
+        let bytes = rows.and_then(|r| r.checked_mul(std::mem::size_of::<T>()));
+        let (Some(rows), Some(bytes)) = (rows, bytes) else {
+            return Err(bad(format!("halos of {} rows of {} overflow", part.halo(), part.row_len())));
+        };
         if Count::try_from(bytes).is_err() {
             return Err(bad(format!("halos of {bytes} bytes exceed an MPI count")));
         }
-        let (prev, next) = match (periodic, size) {
-            (_, 1) if !periodic => (None, None),
-            (true, _) => (Some((rank + size - 1) % size), Some((rank + 1) % size)),
-            (false, _) => (rank.checked_sub(1), (rank + 1 < size).then_some(rank + 1)),
+        let (prev, next) = if periodic {
+            (Some((rank + size - 1) % size), Some((rank + 1) % size))
+        } else {
+            (rank.checked_sub(1), (rank + 1 < size).then_some(rank + 1))
         };
-        let devs = [devices[0], devices[devices.len() - 1]];
+        let ends = [devices[0], devices[devices.len() - 1]];
         let direct = cluster.cuda_aware()
-            && devs.iter().all(|&d| rt.describe(d).is_ok_and(|x| x.kind == BackendKind::Cuda));
-        let wanted = [prev.is_some() && !direct, next.is_some() && !direct];
-        let mut send = [None, None];
-        let mut recv = [None, None];
-        for e in 0..2 {
-            if wanted[e] {
-                send[e] = Some(local_buffer(rt, devs[e], rows)?);
-                recv[e] = Some(local_buffer(rt, devs[e], rows)?);
+            && ends.iter().all(|&d| rt.describe(d).is_ok_and(|x| x.kind == BackendKind::Cuda));
+        let mut slots = [Mutex::new(None), Mutex::new(None)];
+        for (e, neighbour) in [prev, next].into_iter().enumerate() {
+            if neighbour.is_some() && !direct {
+                let send = local_buffer(rt, ends[e], rows)?;
+                let recv = local_buffer(rt, ends[e], rows)?;
+                slots[e] = Mutex::new(Some(Slot { send, recv }));
             }
         }
-        Ok(Self { prev, next, bytes, part: *part, send, recv, direct })
+        let comm = HaloComm(cluster.world().duplicate());
+        Ok(Self {
+            comm,
+            prev,
+            next,
+            bytes,
+            part: *part,
+            devices: devices.to_vec(),
+            rt: rt.clone(),
+            slots,
+            direct,
+        })
     }
 
     /// Whether device rows go to MPI directly (a CUDA-aware MPI said so at run time).
@@ -144,92 +206,139 @@ impl<T: DeviceCopy> RankHalos<T> {
         self.direct
     }
 
-    /// The edges part `p` of `parts` exchanges.
-    pub fn edges_of(&self, p: usize, parts: usize) -> Vec<Edge> {
+    /// The ends part `p` exchanges: `Top` for the first part when there is a previous
+    /// rank, `Bottom` for the last when there is a next one.
+    pub fn edges_of(&self, p: usize) -> Vec<Edge> {
         let mut e = Vec::new();
         if p == 0 && self.prev.is_some() {
             e.push(Edge::Top);
         }
-        if p + 1 == parts && self.next.is_some() {
+        if p + 1 == self.part.parts() && self.next.is_some() {
             e.push(Edge::Bottom);
         }
         e
     }
 
-    /// Exchanges the edges part `p` of `array` holds ([`RankHalos::edges_of`]): its own
-    /// edge rows out to the neighbouring ranks, theirs into its halo rows. Collective
-    /// with the neighbours' matching exchanges; the parts of one rank may exchange at once,
-    /// from their own threads. Returns once the halos are on the device.
-    pub fn exchange(&self, cluster: &Cluster, array: &DistributedArray<'_, T>, p: usize) -> Result<()> {
-        let part = array.partition();
-        if *part != self.part {
+    /// Exchanges the ends part `p` of `array` holds ([`RankHalos::edges_of`]): its own
+    /// edge rows out to the neighbouring ranks, theirs into its halo rows; returns once
+    /// the halos are on the device. Pairs with the neighbours' exchanges of their ends, so
+    /// with two edge parts (several devices) both must exchange at once, each from its
+    /// own thread, or the neighbours wait for each other: [`RankHalos::exchange_all`]
+    /// does both from one thread.
+    pub fn exchange(&self, array: &DistributedArray<'_, T>, p: usize) -> Result<()> {
+        if p >= self.part.parts() {
             return Err(Error::InvalidArgument {
                 routine: "RankHalos::exchange",
-                what: format!("an array split as {part:?}, not as the halos' {:?}", self.part),
+                what: format!("part {p} of an array of {} parts", self.part.parts()),
             });
         }
-        let edges = self.edges_of(p, part.parts());
-        if edges.is_empty() {
-            return Ok(());
+        self.exchange_parts(array, &[p])
+    }
+
+    /// Exchanges every end of `array` from this thread, both posted before either is
+    /// waited for.
+    pub fn exchange_all(&self, array: &DistributedArray<'_, T>) -> Result<()> {
+        self.exchange_parts(array, &[0, self.part.parts() - 1])
+    }
+
+    fn exchange_parts(&self, array: &DistributedArray<'_, T>, parts: &[usize]) -> Result<()> {
+        if *array.partition() != self.part
+            || array.devices() != self.devices
+            || !array.runtime().same_as(&self.rt)
+        {
+            return Err(Error::InvalidArgument {
+                routine: "RankHalos::exchange",
+                what: format!(
+                    "an array split as {:?} on devices {:?}, not as the halos' {:?} on {:?} of their runtime",
+                    array.partition(),
+                    array.devices(),
+                    self.part,
+                    self.devices
+                ),
+            });
         }
-        let (rt, dev, h) = (array.runtime(), array.device(p), part.halo());
-        let own = part.owned(p);
-        // (the rows this rank sends, the halo rows it receives into, the peer, tags, slot)
-        let plan: Vec<(u64, u64, usize, i32, i32, usize)> = edges
-            .iter()
-            .map(|e| -> Result<_> {
-                Ok(match e {
-                    Edge::Top => {
-                        let peer = self.prev.unwrap_or(0);
-                        (array.row_addr(p, own.start)?, array.row_addr(p, own.start - h)?, peer, UP, DOWN, 0)
-                    }
-                    Edge::Bottom => {
-                        let peer = self.next.unwrap_or(0);
-                        (array.row_addr(p, own.end - h)?, array.row_addr(p, own.end)?, peer, DOWN, UP, 1)
-                    }
-                })
-            })
-            .collect::<Result<_>>()?;
-        let host = rt.initial_device();
-        let len = self.bytes as Count;
-        let staged = |slot: usize, send: bool| -> *mut u8 {
-            let b = if send { &self.send[slot] } else { &self.recv[slot] };
-            b.as_ref().map_or(std::ptr::null_mut(), |b| b.as_ptr().cast_mut().cast())
-        };
+        let mut parts = parts.to_vec();
+        parts.dedup();
+        let mut ends =
+            parts.iter().flat_map(|&p| self.edges_of(p).into_iter().map(move |e| (p, e))).collect::<Vec<_>>();
+        // Locks in slot order, so that two threads never hold one each the other wants.
+        ends.sort_by_key(|&(_, e)| e == Edge::Bottom);
+        let h = self.part.halo();
+        let mut plan = Vec::with_capacity(ends.len());
+        for (p, edge) in ends {
+            let own = self.part.owned(p);
+            let (neighbour, slot, out_tag, in_tag, own_row, halo_row) = match edge {
+                Edge::Top => (self.prev, 0, UP, DOWN, own.start, own.start - h),
+                Edge::Bottom => (self.next, 1, DOWN, UP, own.end - h, own.end),
+            };
+            let Some(peer) = neighbour else { continue };
+            let mut slot = (!self.direct).then(|| self.slots[slot].lock());
+            let staged = match slot.as_deref_mut() {
+                Some(Some(s)) => [s.send.as_mut_ptr(), s.recv.as_mut_ptr()],
+                _ => [std::ptr::null_mut(); 2],
+            };
+            // The rows' device blocks stay allocated until the transfer is done (a
+            // `nowait` exit elsewhere could end the mapping meanwhile).
+            let (own, own_pin) = array.pinned_row(p, own_row)?;
+            let (halo, halo_pin) = array.pinned_row(p, halo_row)?;
+            plan.push((
+                p,
+                Transfer {
+                    own,
+                    halo,
+                    peer,
+                    out_tag,
+                    in_tag,
+                    staged,
+                    _slot: slot,
+                    _pins: [own_pin, halo_pin],
+                },
+            ));
+        }
+        let host = self.rt.initial_device();
         if !self.direct {
-            for &(mine, _, _, _, _, slot) in &plan {
-                // SAFETY: `bytes` of the part's own edge rows (mapped for the array's life)
-                // into the slot's pinned send buffer, which only this part's exchange uses.
-                unsafe { rt.target_memcpy(staged(slot, true) as u64, mine, self.bytes, 0, 0, host, dev)? };
+            for (p, t) in &plan {
+                // SAFETY: `bytes` of the part's own edge rows (pinned above) into the slot's
+                // send buffer, whose lock this exchange holds.
+                unsafe {
+                    self.rt.target_memcpy(t.staged(true), t.own, self.bytes, 0, 0, host, self.devices[*p])?
+                };
             }
         }
-        // (into, from) of each edge, alive until every request on them has completed.
+        let len = self.bytes as Count;
         let mut bufs: Vec<(RawBytes, RawBytes)> = plan
             .iter()
-            .map(|&(mine, halo, _, _, _, slot)| {
-                let (out, inn) = if self.direct {
-                    (mine as *mut u8, halo as *mut u8)
-                } else {
-                    (staged(slot, true), staged(slot, false))
-                };
-                (RawBytes { ptr: inn, len }, RawBytes { ptr: out, len })
+            .map(|(_, t)| {
+                let (out, inn) =
+                    if self.direct { (t.own, t.halo) } else { (t.staged(true), t.staged(false)) };
+                (RawBytes { ptr: inn as *mut u8, len }, RawBytes { ptr: out as *mut u8, len })
             })
             .collect();
         // Every receive and send posted before any is waited for (the guards wait when the
         // scope ends), so neighbours exchanging both ways never wait on each other.
         mpi::request::scope(|scope| {
             let mut waits = Vec::with_capacity(2 * plan.len());
-            for ((into, out), &(_, _, peer, out_tag, in_tag, _)) in bufs.iter_mut().zip(&plan) {
-                let neighbour = cluster.world().process_at_rank(peer as i32);
-                waits.push(WaitGuard::from(neighbour.immediate_receive_into_with_tag(scope, into, in_tag)));
-                waits.push(WaitGuard::from(neighbour.immediate_send_with_tag(scope, &*out, out_tag)));
+            for ((into, out), (_, t)) in bufs.iter_mut().zip(&plan) {
+                let neighbour = self.comm.0.process_at_rank(t.peer as i32);
+                waits.push(WaitGuard::from(neighbour.immediate_receive_into_with_tag(scope, into, t.in_tag)));
+                waits.push(WaitGuard::from(neighbour.immediate_send_with_tag(scope, &*out, t.out_tag)));
             }
         });
         if !self.direct {
-            for &(_, halo, _, _, _, slot) in &plan {
-                // SAFETY: the received rows into the part's halo rows, mapped for the
-                // array's life and read by no kernel until this returns.
-                unsafe { rt.target_memcpy(halo, staged(slot, false) as u64, self.bytes, 0, 0, dev, host)? };
+            for (p, t) in &plan {
+                // SAFETY: the received rows (the slot's, locked) into the part's halo rows,
+                // pinned above.
+                unsafe {
+                    self.rt.target_memcpy(
+                        t.halo,
+                        t.staged(false),
+                        self.bytes,
+                        0,
+                        0,
+                        self.devices[*p],
+                        host,
+                    )?
+                };
             }
         }
         Ok(())

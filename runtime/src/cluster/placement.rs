@@ -1,13 +1,14 @@
 //! Which devices a rank takes on its node.
 //!
-//! Every rank on a node says which GPUs it can see, by PCI bus id, in the order of its own
-//! device numbers. Ranks that see the same set (whatever its order: a per-rank
+//! Every rank on a node says which GPUs it can see, by UUID (PCI bus id where the driver
+//! gives none; MIG instances share a bus id), in the order of its own device numbers. Ranks that see the same set (whatever its order: a per-rank
 //! `CUDA_VISIBLE_DEVICES` or `CUDA_DEVICE_ORDER` can renumber it) share it out by their
 //! order on the node: with fewer ranks than GPUs each rank takes a contiguous block of
 //! them, with more ranks than GPUs consecutive ranks share one. A rank that sees a set of
-//! its own (one GPU, say, given to it alone) takes all of it. GPUs are compared by bus id,
-//! never by device number, so that two ranks never take "device 0" meaning two GPUs, or
-//! one GPU meaning two numbers.
+//! its own (one GPU, say, given to it alone) takes all of it; where sets overlap without
+//! being equal, a GPU two sets would both take stays with the ranks that have no other.
+//! GPUs are compared by id, never by device number, so that two ranks never take "device
+//! 0" meaning two GPUs, or one GPU meaning two numbers.
 //!
 //! ```
 //! use offload::cluster::placement::rank_devices;
@@ -40,47 +41,59 @@ pub fn normalize_bus_id(bus_id: &str) -> String {
 }
 
 /// The device numbers (positions in `node[me]`) that node rank `me` takes, given every
-/// node rank's visible GPUs as bus ids in its own device order (see the module
-/// documentation). Empty when the rank sees no GPU (it runs on host devices). An error
-/// when `me` is not a rank of `node` or a rank lists one bus id twice.
+/// node rank's visible GPUs as ids (UUIDs, or PCI bus ids) in its own device order (see
+/// the module documentation). Empty when the rank sees no GPU (it runs on host devices).
+/// An error, the same on every rank, when `me` is not a rank of `node` or any rank lists
+/// one id twice.
 pub fn rank_devices(node: &[Vec<String>], me: usize) -> Result<Vec<usize>> {
     let bad = |what: String| Error::InvalidArgument { routine: "rank_devices", what };
-    let Some(mine) = node.get(me) else {
+    if me >= node.len() {
         return Err(bad(format!("node rank {me} of a node of {} ranks", node.len())));
-    };
-    let set = |v: &[String]| -> Result<Vec<String>> {
+    }
+    // Every rank's set, sorted: the same on every rank, so every rank decides alike.
+    let mut sets = Vec::with_capacity(node.len());
+    for v in node {
         let mut s: Vec<String> = v.iter().map(|b| normalize_bus_id(b)).collect();
         s.sort();
         if let Some(w) = s.windows(2).find(|w| w[0] == w[1]) {
-            return Err(bad(format!("bus id {} is listed twice in {v:?}", w[0])));
+            return Err(bad(format!("GPU {} is listed twice in {v:?}", w[0])));
         }
-        Ok(s)
-    };
-    let my_set = set(mine)?;
-    if my_set.is_empty() {
-        return Ok(Vec::new());
+        sets.push(s);
     }
-    // The ranks that see the same GPUs, in node order, and my place among them.
-    let mut group = 0;
-    let mut index = 0;
-    for (r, v) in node.iter().enumerate() {
-        if set(v)? == my_set {
-            if r == me {
-                index = group;
-            }
-            group += 1;
+    // Each rank's share of its group's set (ranks that see the same set, in node order).
+    let mut taken: Vec<Vec<String>> = Vec::with_capacity(node.len());
+    let mut group_of = Vec::with_capacity(node.len());
+    for (r, set) in sets.iter().enumerate() {
+        let group: Vec<usize> = (0..sets.len()).filter(|&q| sets[q] == *set).collect();
+        let (k, m) = (group.len(), set.len());
+        let index = group.iter().position(|&q| q == r).unwrap_or(0);
+        group_of.push(group[0]);
+        taken.push(match m {
+            0 => Vec::new(),
+            _ if k <= m => set[BlockPartition::new(m, k)?.range(index)].to_vec(),
+            _ => vec![set[index * m / k].clone()],
+        });
+    }
+    // A GPU that ranks of different groups took (views that overlap without being equal)
+    // stays with the holders that have no other, or else with the first holder only.
+    let mut all: Vec<String> = sets.concat();
+    all.sort();
+    all.dedup();
+    for gpu in &all {
+        let holders: Vec<usize> = (0..taken.len()).filter(|&r| taken[r].contains(gpu)).collect();
+        let groups = holders.iter().map(|&r| group_of[r]).collect::<std::collections::BTreeSet<_>>();
+        if groups.len() < 2 {
+            continue;
+        }
+        let alone: Vec<usize> = holders.iter().copied().filter(|&r| taken[r].len() == 1).collect();
+        let keep = if alone.is_empty() { vec![holders[0]] } else { alone };
+        for r in holders.into_iter().filter(|r| !keep.contains(r)) {
+            taken[r].retain(|g| g != gpu);
         }
     }
-    let m = my_set.len();
-    let taken: Vec<&String> = if group <= m {
-        let blocks = BlockPartition::new(m, group)?;
-        my_set[blocks.range(index)].iter().collect()
-    } else {
-        vec![&my_set[index * m / group]]
-    };
-    let normalized: Vec<String> = mine.iter().map(|b| normalize_bus_id(b)).collect();
+    let normalized: Vec<String> = node[me].iter().map(|b| normalize_bus_id(b)).collect();
     let mut ordinals: Vec<usize> =
-        taken.iter().filter_map(|b| normalized.iter().position(|n| n == *b)).collect();
+        taken[me].iter().filter_map(|b| normalized.iter().position(|n| n == b)).collect();
     ordinals.sort_unstable();
     Ok(ordinals)
 }
@@ -137,9 +150,24 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_views_do_not_double_book_a_gpu() {
+        let two = ids(2);
+        // Rank 0 sees both GPUs, rank 1 only the second: one each.
+        let node = vec![two.clone(), vec![two[1].clone()]];
+        assert_eq!(rank_devices(&node, 0).unwrap(), [0]);
+        assert_eq!(rank_devices(&node, 1).unwrap(), [0]);
+        // MIG instances share a bus id but not a UUID: ids are UUIDs where there are any.
+        let mig = vec!["MIG-1111".to_string(), "MIG-2222".to_string()];
+        let node = vec![mig.clone(), mig.clone()];
+        assert_eq!((rank_devices(&node, 0).unwrap(), rank_devices(&node, 1).unwrap()), (vec![0], vec![1]));
+    }
+
+    #[test]
     fn bad_views_are_errors() {
         assert!(rank_devices(&[ids(2)], 1).is_err());
         let twice = vec!["0000:10:00.0".to_string(), "00000000:10:00.0".to_string()];
-        assert!(rank_devices(&[twice], 0).is_err());
+        assert!(rank_devices(std::slice::from_ref(&twice), 0).is_err());
+        // The same error on every rank, whoever listed the id twice.
+        assert!(rank_devices(&[ids(1), twice], 0).is_err());
     }
 }

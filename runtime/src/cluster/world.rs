@@ -18,12 +18,19 @@ use crate::runtime::{Runtime, RuntimeBuilder};
 /// shared-memory split of the world) and what the MPI library can do. Made once per
 /// process by [`Cluster::init`]; MPI is finalized when it is dropped.
 ///
-/// MPI is initialized with `MPI_THREAD_MULTIPLE`, so every method may be called from any
-/// thread (a rank's device threads each exchange their own halos).
+/// MPI is initialized with `MPI_THREAD_MULTIPLE`, so a `Cluster` may be shared by threads
+/// (a rank's device threads exchange their own halos, its leader sums the norm). Its
+/// collectives (sums, gathers, barriers, [`Cluster::runtime`]) run one at a time within a
+/// rank, and, as MPI requires, every rank must make them in the same order: two threads
+/// of a rank making collectives at once pair with the other ranks' in whichever order they
+/// get here.
 pub struct Cluster {
     // Dropped last (fields drop in order): MPI_Finalize after the communicators are freed.
     world: SimpleCommunicator,
     node: SimpleCommunicator,
+    /// Held through each collective, so that a collective of two steps (a gather: lengths,
+    /// then bytes) never interleaves with another of the same rank.
+    collective: parking_lot::Mutex<()>,
     cuda_aware: bool,
     host: String,
     library: String,
@@ -31,8 +38,9 @@ pub struct Cluster {
 }
 
 // SAFETY: MPI was initialized with MPI_THREAD_MULTIPLE (checked in `init`), under which MPI
-// allows concurrent calls on one communicator from any thread; the struct holds nothing
-// else that is shared mutably.
+// allows calls on one communicator from any thread at once; the collectives are serialized
+// by `collective` (their order across ranks is the caller's, as in MPI); the struct holds
+// nothing else that is shared mutably.
 unsafe impl Sync for Cluster {}
 
 impl std::fmt::Debug for Cluster {
@@ -53,14 +61,15 @@ impl std::fmt::Debug for Cluster {
 pub struct RankRuntime {
     /// The runtime, with only this rank's devices.
     pub runtime: Runtime,
-    /// The GPUs this rank took, as bus ids (empty: it runs on host devices).
+    /// The GPUs this rank took, by UUID (bus id where the driver gives none; empty: it runs
+    /// on host devices).
     pub gpus: Vec<String>,
     /// One line saying where the rank runs: host, ranks, devices, NUMA nodes, CPUs.
     pub placement: String,
 }
 
-fn mpi_error(call: &'static str, message: String) -> Error {
-    Error::Driver { device: 0, call, message }
+fn mpi_error(rank: usize, call: &'static str, message: String) -> Error {
+    Error::Mpi { rank, call, message }
 }
 
 impl Cluster {
@@ -72,9 +81,10 @@ impl Cluster {
     /// An error when MPI was initialized already or cannot give `MPI_THREAD_MULTIPLE`.
     pub fn init() -> Result<Self> {
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
-            .ok_or_else(|| mpi_error("MPI_Init_thread", "MPI is initialized already".into()))?;
+            .ok_or_else(|| mpi_error(0, "MPI_Init_thread", "MPI is initialized already".into()))?;
         if threading != mpi::Threading::Multiple {
             return Err(mpi_error(
+                universe.world().rank() as usize,
                 "MPI_Init_thread",
                 format!("the MPI library gives {threading:?} threading; offload needs Multiple (a rank's device threads call MPI concurrently)"),
             ));
@@ -88,6 +98,7 @@ impl Cluster {
         Ok(Self {
             world,
             node,
+            collective: parking_lot::Mutex::new(()),
             cuda_aware: query_cuda_support() == Some(1),
             host,
             library,
@@ -140,13 +151,21 @@ impl Cluster {
         &self.world
     }
 
+    /// Ends the whole job with `code` (`MPI_Abort`): what a rank does when it fails on its
+    /// own, so that the others do not wait for it forever.
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+
     /// Waits for every rank.
     pub fn barrier(&self) {
+        let _one = self.collective.lock();
         self.world.barrier();
     }
 
     /// The sum of every rank's `x` (`MPI_Allreduce`), on every rank.
     pub fn sum(&self, x: f64) -> f64 {
+        let _one = self.collective.lock();
         let mut total = 0.0;
         self.world.all_reduce_into(&x, &mut total, SystemOperation::sum());
         total
@@ -154,23 +173,27 @@ impl Cluster {
 
     /// The largest of every rank's `x`, on every rank.
     pub fn max(&self, x: f64) -> f64 {
+        let _one = self.collective.lock();
         let mut m = 0.0;
         self.world.all_reduce_into(&x, &mut m, SystemOperation::max());
         m
     }
 
-    /// Every rank's `text`, in rank order, on rank 0 (`None` on the others).
+    /// Every rank's `text`, in rank order, on rank 0 (`None` on the others). An error
+    /// (on every rank alike) when the texts together exceed an MPI count.
     pub fn gather_to_root(&self, text: &str) -> Result<Option<Vec<String>>> {
-        gather(&self.world, text, false)
+        let _one = self.collective.lock();
+        gather(&self.world, self.rank(), text, false)
     }
 
     /// Every node rank's `text`, in node order, on every rank of the node.
     fn node_all_gather(&self, text: &str) -> Result<Vec<String>> {
-        Ok(gather(&self.node, text, true)?.unwrap_or_default())
+        let _one = self.collective.lock();
+        Ok(gather(&self.node, self.rank(), text, true)?.unwrap_or_default())
     }
 
-    /// Builds this rank's runtime: the node's ranks share out the GPUs they see by PCI bus
-    /// id ([`rank_devices`]), so a per-rank `CUDA_VISIBLE_DEVICES` or renumbering cannot
+    /// Builds this rank's runtime: the node's ranks share out the GPUs they see by UUID
+    /// ([`rank_devices`]), so a per-rank `CUDA_VISIBLE_DEVICES` or renumbering cannot
     /// make two ranks take one GPU by mistake or one rank take a GPU it was not given;
     /// `builder` then gets exactly the GPUs this rank took (`available_devices` by UID, no
     /// host devices). The runtime binds each device's workers and staging memory to that
@@ -178,29 +201,29 @@ impl Cluster {
     /// turned GPUs off, gets `builder` as it is (host devices). Collective over the node:
     /// every rank of it must call it.
     pub fn runtime(&self, builder: RuntimeBuilder) -> Result<RankRuntime> {
-        // The GPUs this rank can see, by bus id in its device order.
-        let probe = if builder.wants_gpus() {
-            Runtime::builder().host_devices(0).build()
-        } else {
-            Err(Error::InvalidArgument { routine: "Cluster::runtime", what: "GPUs turned off".into() })
-        };
-        let (visible, uids): (Vec<String>, Vec<String>) = match &probe {
-            Ok(rt) => (0..rt.num_devices())
+        // The GPUs this rank can see, by UUID (bus id without one) in its device order; a
+        // failed probe still takes part in the gather (with nothing), then is the error.
+        let probe = builder.wants_gpus().then(|| builder.clone().host_devices(0).build()).transpose();
+        let (ids, uids): (Vec<String>, Vec<String>) = match &probe {
+            Ok(Some(rt)) => (0..rt.num_devices())
                 .filter_map(|d| {
                     let desc = rt.describe(d).ok()?;
-                    Some((normalize_bus_id(desc.pci_bus_id.as_deref()?), rt.device_uid(d).ok()?))
+                    let id =
+                        desc.uuid.clone().or_else(|| desc.pci_bus_id.as_deref().map(normalize_bus_id))?;
+                    Some((id, rt.device_uid(d).ok()?))
                 })
                 .unzip(),
-            Err(_) => (Vec::new(), Vec::new()),
+            _ => (Vec::new(), Vec::new()),
         };
-        drop(probe);
+        let probe = probe.map(drop);
         let views: Vec<Vec<String>> = self
-            .node_all_gather(&visible.join(","))?
+            .node_all_gather(&ids.join(","))?
             .into_iter()
             .map(|s| s.split(',').filter(|b| !b.is_empty()).map(str::to_string).collect())
             .collect();
+        probe?;
         let mine = rank_devices(&views, self.node_rank())?;
-        let gpus: Vec<String> = mine.iter().map(|&i| visible[i].clone()).collect();
+        let gpus: Vec<String> = mine.iter().map(|&i| ids[i].clone()).collect();
         let runtime = if mine.is_empty() {
             builder.build()?
         } else {
@@ -241,48 +264,47 @@ impl Cluster {
     }
 }
 
-/// Gathers every rank's `text` of `comm`: on every rank with `all`, else on rank 0.
-fn gather(comm: &SimpleCommunicator, text: &str, all: bool) -> Result<Option<Vec<String>>> {
+/// Gathers every rank's `text` of `comm`: on every rank with `all`, else on rank 0. The
+/// lengths go to every rank first, so that every rank sees a total that does not fit and
+/// returns the same error before the second step.
+fn gather(comm: &SimpleCommunicator, rank: usize, text: &str, all: bool) -> Result<Option<Vec<String>>> {
     // One byte more than the text (Open MPI refuses a gather of no bytes at all).
     let framed = format!("{text}\n");
     let bytes = framed.as_bytes();
-    let len = Count::try_from(bytes.len()).map_err(|_| {
-        mpi_error("MPI_Gather", format!("{} bytes to gather do not fit a count", bytes.len()))
-    })?;
     let n = comm.size() as usize;
-    let root = comm.process_at_rank(0);
-    let mut lens = vec![0 as Count; n];
-    let receive = all || comm.rank() == 0;
-    if all {
-        comm.all_gather_into(&len, &mut lens[..]);
-    } else if receive {
-        root.gather_into_root(&len, &mut lens[..]);
-    } else {
-        root.gather_into(&len);
+    let mut lens = vec![0u64; n];
+    comm.all_gather_into(&(bytes.len() as u64), &mut lens[..]);
+    let too_large = || {
+        mpi_error(
+            rank,
+            "MPI_Gatherv",
+            format!("{} bytes to gather exceed an MPI count", lens.iter().sum::<u64>()),
+        )
+    };
+    let mut counts = Vec::with_capacity(n);
+    let mut displs = Vec::with_capacity(n);
+    let mut at: Count = 0;
+    for &l in &lens {
+        let l = Count::try_from(l).map_err(|_| too_large())?;
+        counts.push(l);
+        displs.push(at);
+        at = at.checked_add(l).ok_or_else(too_large)?;
     }
-    if !receive {
+    let root = comm.process_at_rank(0);
+    if !all && comm.rank() != 0 {
         root.gather_varcount_into(bytes);
         return Ok(None);
     }
-    let displs: Vec<Count> = lens
-        .iter()
-        .scan(0 as Count, |at, &l| {
-            let d = *at;
-            *at += l;
-            Some(d)
-        })
-        .collect();
-    let total: usize = lens.iter().map(|&l| l as usize).sum();
-    let mut all_bytes = vec![0u8; total];
+    let mut all_bytes = vec![0u8; at as usize];
     {
-        let mut part = PartitionMut::new(&mut all_bytes[..], &lens[..], &displs[..]);
+        let mut part = PartitionMut::new(&mut all_bytes[..], &counts[..], &displs[..]);
         if all {
             comm.all_gather_varcount_into(bytes, &mut part);
         } else {
             root.gather_varcount_into_root(bytes, &mut part);
         }
     }
-    let texts = lens
+    let texts = counts
         .iter()
         .zip(&displs)
         .map(|(&l, &d)| {

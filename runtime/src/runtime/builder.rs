@@ -30,6 +30,7 @@ use crate::worker::DeviceWorker;
 /// assert_eq!(rt.initial_device(), 3);
 /// # Ok::<(), offload::Error>(())
 /// ```
+#[derive(Clone)]
 pub struct RuntimeBuilder {
     over: Overrides,
     env: EnvLookup,
