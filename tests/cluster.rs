@@ -111,6 +111,12 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
             let b = DistributedArray::map(&rt, &devices[..1], &mut h2, other, MapType::TO).expect("map");
             assert!(halos.exchange(&b, 0).is_err());
             drop(b);
+            // So is one split alike but mapped by another runtime.
+            let rt2 = backend.runtime();
+            let mut h3 = vec![0f32; mine.len() * LEN];
+            let c = DistributedArray::map(&rt2, &devices, &mut h3, slab, MapType::TO).expect("map");
+            assert!(halos.exchange(&c, 0).is_err() && halos.exchange_all(&c).is_err());
+            drop(c);
             a.gather().expect("gather");
         }
         assert!(rt.live_mappings().is_empty());
