@@ -11,14 +11,8 @@ use offload::Runtime;
 
 fn main() -> Result<(), offload::Error> {
     #[cfg(feature = "mpi")]
-    {
-        let cluster = offload::cluster::Cluster::init()?;
-        if cluster.size() > 1 {
-            return ranks(&cluster).or_else(|e| {
-                eprintln!("rank {}: {e}", cluster.rank());
-                cluster.abort(1)
-            });
-        }
+    if offload_examples::ranks::run_across_ranks(ranks)? {
+        return Ok(());
     }
     let rt = Runtime::new()?;
     print!("{}", report(&rt)?);

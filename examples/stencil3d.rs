@@ -57,15 +57,8 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     #[cfg(feature = "mpi")]
-    {
-        let cluster = offload::cluster::Cluster::init()?;
-        if cluster.size() > 1 {
-            // A rank that fails alone ends the job: the others would wait for it forever.
-            return across_ranks(&cluster, &args).or_else(|e| {
-                eprintln!("rank {}: {e}", cluster.rank());
-                cluster.abort(1)
-            });
-        }
+    if offload_examples::ranks::run_across_ranks(|c| across_ranks(c, &args))? {
+        return Ok(());
     }
     let rt = example_runtime()?;
     let devices = example_devices(&rt, args.ndev);

@@ -78,17 +78,6 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
             assert_eq!(halos.edges_of(0).contains(&Edge::Top), periodic || r > 0, "[{}]", backend.name);
             assert_eq!(halos.edges_of(parts - 1).contains(&Edge::Bottom), periodic || r + 1 < n);
             let a = DistributedArray::map(&rt, &devices, &mut host, slab, MapType::TO).expect("map");
-            // The edge parts at once, each from its own thread; then again, both from one.
-            std::thread::scope(|s| {
-                for p in 0..parts {
-                    let (a, halos) = (&a, &halos);
-                    s.spawn(move || halos.exchange(a, p).expect("exchange"));
-                }
-            });
-            halos.exchange_all(&a).expect("exchange_all");
-            assert!(halos.exchange(&a, parts).is_err(), "a part past the last is refused");
-            let top = device_row(&rt, &a, 0, 0);
-            let bottom = device_row(&rt, &a, parts - 1, mine.len() - 1);
             let want_top = match (r, periodic) {
                 (0, true) => row(rows - 2),
                 (0, false) => vec![-1.0; LEN],
@@ -99,12 +88,50 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
                 (true, false) => vec![-1.0; LEN],
                 _ => row(mine.end - 1),
             };
-            assert_eq!(
-                (top, bottom),
-                (want_top, want_bottom),
-                "[{}] rank {r} periodic {periodic}",
-                backend.name
-            );
+            let check = |how: &str| {
+                let got = (device_row(&rt, &a, 0, 0), device_row(&rt, &a, parts - 1, mine.len() - 1));
+                assert_eq!(
+                    got,
+                    (want_top.clone(), want_bottom.clone()),
+                    "[{}] rank {r} periodic {periodic}, {how}",
+                    backend.name
+                );
+            };
+            // The edge parts at once, each from its own thread; then again, both from one.
+            std::thread::scope(|s| {
+                for p in 0..parts {
+                    let (a, halos) = (&a, &halos);
+                    s.spawn(move || halos.exchange(a, p).expect("exchange"));
+                }
+            });
+            check("exchange from each part's thread");
+            // exchange_all must write the halos again: spoil the exchanged ones on the device
+            // first (the checks below then see exchange_all's rows).
+            let ends = [(0, 0, Edge::Top), (parts - 1, mine.len() - 1, Edge::Bottom)];
+            for (p, local, edge) in ends {
+                if !halos.edges_of(p).contains(&edge) {
+                    continue;
+                }
+                let spoil = [-2f32; LEN];
+                let dst = a.row_addr(p, local).expect("a mapped row");
+                // SAFETY: one row of part p's mapped copy from `spoil`, LEN floats.
+                unsafe {
+                    rt.target_memcpy(
+                        dst,
+                        spoil.as_ptr() as u64,
+                        LEN * 4,
+                        0,
+                        0,
+                        a.device(p),
+                        rt.initial_device(),
+                    )
+                    .expect("spoil")
+                };
+            }
+            halos.exchange_all(&a).expect("exchange_all");
+            check("exchange_all");
+            assert!(halos.exchange(&a, parts).is_err(), "a part past the last is refused");
+
             // An array split another way is refused, not exchanged.
             let other = RowPartition::new(mine.len(), LEN, 1, 2).expect("partition");
             let mut h2 = vec![0f32; mine.len() * LEN];

@@ -182,7 +182,7 @@ fn run_steps(
     run_in_lockstep(devices, norms.iter_mut().collect(), |p, norm, barrier| -> Result<(), Stop> {
         let dev = rt.device(devices[p])?;
         let push = [pushes(0, p)?, pushes(1, p)?];
-        let edges = across.filter(|a| a.edges.has_edges(p, parts));
+        let edges = across.filter(|a| a.edges.has_edges(p));
         // The part's rows `rows` (1-based, halo row 0) of step `iter`.
         let step = |dev: &offload::Device<'_>,
                     iter: usize,

@@ -12,8 +12,8 @@ use offload::Error;
 
 /// A rank's view of the ranks beside it (see the module documentation).
 pub trait RankEdges: Sync {
-    /// Whether part `p` of `parts` holds rows next to another rank.
-    fn has_edges(&self, p: usize, parts: usize) -> bool;
+    /// Whether part `p` holds rows next to another rank.
+    fn has_edges(&self, p: usize) -> bool;
     /// Exchanges part `p`'s edge rows of `grid` with the neighbouring ranks: its own out,
     /// theirs into its halo rows (collective with the neighbours' matching exchanges).
     fn exchange(&self, grid: &DistributedArray<'_, f32>, p: usize) -> Result<(), Error>;
@@ -180,7 +180,7 @@ mod with_mpi {
     }
 
     impl RankEdges for MpiEdges<'_> {
-        fn has_edges(&self, p: usize, _parts: usize) -> bool {
+        fn has_edges(&self, p: usize) -> bool {
             !self.halos.edges_of(p).is_empty()
         }
         fn exchange(&self, grid: &DistributedArray<'_, f32>, p: usize) -> Result<(), Error> {
@@ -242,6 +242,23 @@ mod with_mpi {
                 lines.iter().for_each(|l| println!("{l}"));
             }
         }
+    }
+
+    /// Under `mpirun` with more than one rank, runs `across` on this rank and says so with
+    /// `true`; as one process (MPI's singleton), runs nothing and gives `false`. A rank
+    /// that fails alone ends the job (`MPI_Abort`): the others would wait for it forever.
+    pub fn run_across_ranks<E: std::fmt::Display>(
+        across: impl FnOnce(&Cluster) -> Result<(), E>,
+    ) -> Result<bool, Error> {
+        let cluster = Cluster::init()?;
+        if cluster.size() == 1 {
+            return Ok(false);
+        }
+        if let Err(e) = across(&cluster) {
+            eprintln!("rank {}: {e}", cluster.rank());
+            cluster.abort(1);
+        }
+        Ok(true)
     }
 
     /// The whole grid on rank 0 (`None` on the others) from every rank's owned rows of

@@ -141,7 +141,7 @@ fn run_steps(
         let dev = rt.device(devices[p])?;
         let planes = part.owned(p).len();
         let push = [pushes(0, p)?, pushes(1, p)?];
-        let edges = across.filter(|a| a.edges.has_edges(p, parts));
+        let edges = across.filter(|a| a.edges.has_edges(p));
         // The part's planes `zs` (1-based, halo plane 0) of step `iter`.
         let step = |dev: &offload::Device<'_>, iter: usize, zs: Range<usize>| -> Result<(), offload::Error> {
             if zs.is_empty() {

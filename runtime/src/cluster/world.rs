@@ -244,8 +244,9 @@ impl Cluster {
             self.node_size()
         );
         for d in 0..rt.num_devices() {
-            let name = rt.describe(d).map(|x| x.name.clone()).unwrap_or_default();
-            let bus = rt.describe(d).ok().and_then(|x| x.pci_bus_id.clone());
+            let desc = rt.describe(d).ok();
+            let name = desc.map_or("", |x| x.name.as_str());
+            let bus = desc.and_then(|x| x.pci_bus_id.as_deref());
             let numa = rt.placement(d).map(|p| format!("{:?}", p.numa_nodes)).unwrap_or_default();
             let cpus = match rt.worker_binding(d) {
                 Ok(Ok(c)) => crate::topology::ranges(&c),
