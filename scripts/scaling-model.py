@@ -14,10 +14,10 @@ Per step, on P GPUs in N nodes (1-D slabs, one rank per GPU: two neighbours each
   efficiency E  = T_1 / T (weak), T_1 / (P T) (strong), T_1 the one-GPU step.
 
 Measured inputs (nvidia-h200, 1 x H200, 2026-12-01; README "Beyond one node"):
-  Jacobi 16384^2 one-GPU step 716 us (median of three runs; 717 us in the final runs), of it the kernel 686 us (ncu);
+  Jacobi 16384^2 one-GPU step 716 us (median of three runs; 714 us in the final runs), of it the kernel 686 us (ncu);
   3-D stencil 512^3 one-GPU step 434 us; a synchronised small copy 8.2 us; pinned DMA
   37.9 GB/s at 1 MiB (README transfer table). The share of the exchange hidden behind the
-  interior, Jacobi 0.45 and stencil 0.77, are medians of three 2-rank runs in which the
+  interior, Jacobi 0.55 and stencil 0.40, are medians of three 2-rank runs in which the
   two ranks took turns on one GPU: measured, but not on the machine modelled, so an
   assumption here.
 Stated inputs (not measured here): one 400 Gb/s NIC per GPU at 40 GB/s effective and
@@ -79,11 +79,11 @@ def table(title, kernel_us, fixed_us, halo_bytes, hidden, strong, norm_every):
 
 J_KERNEL, J_FIXED, S_STEP, FIXED = 686.0, 30.0, 434.0, 30.0
 table("Jacobi, weak: 16384 x 16384 per GPU (rows of 64 KiB), norm every step",
-      J_KERNEL, J_FIXED, 16384 * 4, 0.45, False, 1)
-table("Jacobi, weak, norm every 100 steps", J_KERNEL, J_FIXED, 16384 * 4, 0.45, False, 100)
+      J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 1)
+table("Jacobi, weak, norm every 100 steps", J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 100)
 table("Jacobi, strong: 65536 x 65536 in all (rows of 256 KiB), norm every step",
-      J_KERNEL * 16, J_FIXED, 65536 * 4, 0.45, True, 1)
+      J_KERNEL * 16, J_FIXED, 65536 * 4, 0.55, True, 1)
 table("3-D stencil, weak: 512^3 per GPU (planes of 1 MiB)",
-      S_STEP - FIXED, FIXED, 512 * 512 * 4, 0.77, False, 0)
+      S_STEP - FIXED, FIXED, 512 * 512 * 4, 0.40, False, 0)
 table("3-D stencil, strong: 2048^3 in all (planes of 16 MiB)",
-      (S_STEP - FIXED) * 64, FIXED, 2048 * 2048 * 4, 0.77, True, 0)
+      (S_STEP - FIXED) * 64, FIXED, 2048 * 2048 * 4, 0.40, True, 0)
