@@ -42,6 +42,7 @@ mod generated;
 pub mod index_space;
 pub mod info;
 pub mod kernel;
+pub mod kernel_cache;
 mod latch;
 pub mod mapped;
 pub mod mapping;
