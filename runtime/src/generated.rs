@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::LaunchArg;
-use crate::kernel::{HostLaunch, Kernel};
+use crate::kernel::{HostLaunch, Kernel, KernelScalar, Scalar};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, KernelArgument};
 
 /// Element types of generated kernels' slices: loaded and stored as relaxed atomics.
@@ -350,10 +350,7 @@ pub fn launch_checked<A: KernelArgs>(
 ) -> Result<()> {
     // Host devices and the initial device run the host twin, whose accesses are checked
     // anyway: no report to map.
-    let rt = device.runtime();
-    let host = device.number() == rt.initial_device()
-        || rt.describe(device.number())?.kind == crate::device::BackendKind::Host;
-    if host {
+    if runs_host_twin(device)? {
         return device.launch(kernel, n, args);
     }
     let mut report = [0u64; REPORT_WORDS];
@@ -361,17 +358,254 @@ pub fn launch_checked<A: KernelArgs>(
     device.data(crate::map::tofrom(&mut report[..]), |r| {
         device.launch_at(kernel, n, WithReport(args, r), at)
     })?;
-    if report[0] == 0 {
+    check_report(device, kernel, params, &report)
+}
+
+/// Whether launches on `device` run kernels' host twins (host devices, the initial device).
+fn runs_host_twin(device: &Device<'_>) -> Result<bool> {
+    let rt = device.runtime();
+    Ok(device.number() == rt.initial_device()
+        || rt.describe(device.number())?.kind == crate::device::BackendKind::Host)
+}
+
+/// The error a checked launch's `report` (see [`REPORT_WORDS`]) describes, if any.
+fn check_report(device: &Device<'_>, kernel: &'static Kernel, params: &[&str], report: &[u64]) -> Result<()> {
+    let word = |k: usize| report.get(k).copied().unwrap_or(0);
+    if word(0) == 0 {
         return Ok(());
     }
-    let name = usize::try_from(report[1]).ok().and_then(|k| params.get(k)).copied().unwrap_or("?");
+    let name = usize::try_from(word(1)).ok().and_then(|k| params.get(k)).copied().unwrap_or("?");
     Err(Error::KernelFailed {
         device: device.number(),
         kernel: kernel.name(),
         message: format!(
             "argument `{name}`: index {} is out of range for a view of {} elements (a checked launch: the \
              access was not made; the first of possibly several)",
-            report[2], report[3]
+            word(2),
+            word(3)
+        ),
+    })
+}
+
+/// How a generated kernel's `reduce` launches it: which variant, and where its reduction
+/// variables sit among the launch's arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Reduction<'a> {
+    /// The kernel to run: `NAME::KERNEL`, or `NAME::KERNEL_CHECKED` when `checked`.
+    pub kernel: &'static Kernel,
+    /// Whether `kernel` is the checked variant: a GPU launch of it then takes the address
+    /// of a report as its last argument before `n` (host devices run the twin, checked
+    /// either way, without one).
+    pub checked: bool,
+    /// The kernel's arguments' names, by position after the indices.
+    pub params: &'a [&'a str],
+    /// The launch position of the first argument after the indices' bounds (`2 * dims - 1`).
+    pub first_param: usize,
+    /// Each reduction variable, in declaration order: its launch position (where the
+    /// argument list holds a [`DevicePtr::NULL`](crate::DevicePtr::NULL) placeholder) and its operator's identity.
+    pub partials: &'a [(usize, Scalar)],
+}
+
+/// Bytes of one reduction slot: every reducible type fits, and every slot is 8-byte aligned.
+const SLOT_BYTES: usize = 8;
+
+/// A launch's arguments with the reduction variables' placeholders replaced by the
+/// addresses of their slots, and a checked launch's report appended.
+struct WithPartials<'s, A> {
+    args: A,
+    /// Launch position and slot address of each reduction variable.
+    slots: &'s [(usize, u64)],
+    /// The report's address, for a checked GPU launch.
+    report: Option<u64>,
+}
+
+// SAFETY: forwards `A`'s arguments; the slots and the report are runtime-owned memory of
+// the launching device (host memory on the initial device) that `launch_reduce` keeps
+// alive, and not otherwise accessed, through the launch. Each slot spans `SLOT_BYTES`, the
+// report `REPORT_WORDS` words.
+unsafe impl<A: KernelArgs> KernelArgs for WithPartials<'_, A> {
+    fn launch_args(&self, device: usize, kernel: &Kernel) -> Result<Vec<LaunchArg>> {
+        let mut v = self.args.launch_args(device, kernel)?;
+        for &(pos, addr) in self.slots {
+            match v.get_mut(pos) {
+                Some(a @ LaunchArg::Device(0)) => *a = LaunchArg::Device(addr),
+                _ => {
+                    return Err(Error::KernelArgument {
+                        kernel: kernel.name(),
+                        index: pos,
+                        what: "a reduction variable's place holds no `DevicePtr::NULL` placeholder (an \
+                               argument list not made by the kernel's `reduce`)"
+                            .into(),
+                    })
+                }
+            }
+        }
+        if let Some(r) = self.report {
+            v.push(LaunchArg::Device(r));
+        }
+        Ok(v)
+    }
+    fn shared_views(&self) -> Vec<(usize, HostRange)> {
+        self.args.shared_views()
+    }
+    fn view_extents(&self) -> Vec<Option<usize>> {
+        let mut v = self.args.view_extents();
+        if v.is_empty() {
+            return v;
+        }
+        for &(pos, _) in self.slots {
+            if let Some(e) = v.get_mut(pos) {
+                *e = Some(SLOT_BYTES);
+            }
+        }
+        if self.report.is_some() {
+            v.push(Some(REPORT_WORDS * 8));
+        }
+        v
+    }
+}
+
+/// Device memory from [`Runtime::target_alloc`](crate::Runtime::target_alloc), freed when dropped (on errors and
+/// panics too) or by [`DeviceScratch::free`].
+struct DeviceScratch<'rt> {
+    rt: &'rt crate::Runtime,
+    device: usize,
+    addr: u64,
+}
+
+impl<'rt> DeviceScratch<'rt> {
+    fn alloc(rt: &'rt crate::Runtime, device: usize, bytes: usize) -> Result<Self> {
+        Ok(Self { rt, device, addr: rt.target_alloc(bytes, device)? })
+    }
+
+    /// Frees the memory, reporting a failure.
+    fn free(mut self) -> Result<()> {
+        let addr = std::mem::take(&mut self.addr);
+        // SAFETY: the launch that used the memory has returned; nothing else knows it.
+        unsafe { self.rt.target_free(addr, self.device) }
+    }
+}
+
+impl Drop for DeviceScratch<'_> {
+    fn drop(&mut self) {
+        if self.addr != 0 {
+            // SAFETY: as in `free`: reached when the launch or a copy failed or panicked,
+            // after it returned. A failure to free has nowhere to go here (the error that
+            // brought us here is the one to report).
+            let _ = unsafe { self.rt.target_free(self.addr, self.device) };
+        }
+    }
+}
+
+/// The slot's bits holding `v` (its bytes first, the rest zero).
+fn slot_bits(v: Scalar) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes().0)
+}
+
+/// The value of `like`'s type a slot holding `bits` has.
+fn slot_value(like: Scalar, bits: u64) -> Scalar {
+    let b = bits.to_ne_bytes();
+    let word = [b[0], b[1], b[2], b[3]];
+    match like {
+        Scalar::I32(_) => Scalar::I32(i32::from_ne_bytes(word)),
+        Scalar::U32(_) => Scalar::U32(u32::from_ne_bytes(word)),
+        Scalar::F32(_) => Scalar::F32(f32::from_ne_bytes(word)),
+        Scalar::I64(_) => Scalar::I64(i64::from_ne_bytes(b)),
+        Scalar::U64(_) => Scalar::U64(bits),
+        Scalar::F64(_) => Scalar::F64(f64::from_ne_bytes(b)),
+    }
+}
+
+/// `e` with the kernel argument it names by launch position also named by its name.
+fn name_argument(e: Error, r: &Reduction<'_>) -> Error {
+    match e {
+        Error::KernelArgument { kernel, index, what } => {
+            let name = index.checked_sub(r.first_param).and_then(|k| r.params.get(k));
+            let what = match name {
+                Some(name) => format!("`{name}`: {what}"),
+                None => what,
+            };
+            Error::KernelArgument { kernel, index, what }
+        }
+        e => e,
+    }
+}
+
+/// What a generated kernel's `reduce` runs: `r.kernel` over `n` work items with `args`,
+/// each reduction variable's placeholder replaced by a slot the runtime provides, set to
+/// its operator's identity; returns the reduced values, in declaration order (the
+/// identities when `n` is 0, without a launch).
+///
+/// On an offload device the slots (8 bytes each, and a checked launch's report after
+/// them) are one allocation, written by one copy and read back by one; on the initial
+/// device they are host memory. A checked GPU launch (`r.checked`) reports an access out
+/// of range as [`launch_checked`] does. A launch error naming an argument by position also
+/// names it by name.
+#[track_caller]
+pub fn launch_reduce<A: KernelArgs>(
+    device: &Device<'_>,
+    r: &Reduction<'_>,
+    n: usize,
+    args: A,
+) -> Result<Vec<Scalar>> {
+    if n == 0 {
+        return Ok(r.partials.iter().map(|&(_, id)| id).collect());
+    }
+    let at = std::panic::Location::caller();
+    let rt = device.runtime();
+    let number = device.number();
+    let initial = rt.initial_device();
+    let report = r.checked && !runs_host_twin(device)?;
+    let count = r.partials.len();
+    let words = count + if report { REPORT_WORDS } else { 0 };
+    let mut host: Vec<u64> = r.partials.iter().map(|&(_, id)| slot_bits(id)).collect();
+    host.resize(words, 0);
+    let bytes = words * SLOT_BYTES;
+    let slots_at = |base: u64| -> Vec<(usize, u64)> {
+        r.partials
+            .iter()
+            .zip((0u64..).map(|k| base + k * SLOT_BYTES as u64))
+            .map(|(&(p, _), a)| (p, a))
+            .collect()
+    };
+    let run = || -> Result<()> {
+        if number == initial {
+            // The initial device's memory is host memory: the slots are `host` itself,
+            // which nothing else touches until the launch has returned.
+            let slots = slots_at(host.as_mut_ptr() as u64);
+            return device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: None }, at);
+        }
+        // TODO(lead): replace the allocation, the identities' copy and the read back with
+        // a pooled partial reused across calls, set by an enqueued fill (the identities:
+        // zeros for `+`, the type's extreme for `min`/`max`) and read back by one enqueued
+        // copy: that read becomes the iteration's one synchronisation.
+        let scratch = DeviceScratch::alloc(rt, number, bytes)?;
+        // SAFETY: `host` holds `bytes` bytes; the scratch block is `bytes` of `number`.
+        unsafe { rt.target_memcpy(scratch.addr, host.as_ptr() as u64, bytes, 0, 0, number, initial)? };
+        let slots = slots_at(scratch.addr);
+        let report_at = report.then(|| scratch.addr + (count * SLOT_BYTES) as u64);
+        device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)?;
+        // SAFETY: as above, device to host; `host` is not otherwise borrowed.
+        unsafe { rt.target_memcpy(host.as_mut_ptr() as u64, scratch.addr, bytes, 0, 0, initial, number)? };
+        scratch.free()
+    };
+    run().map_err(|e| name_argument(e, r))?;
+    if report {
+        check_report(device, r.kernel, r.params, &host[count..])?;
+    }
+    Ok(r.partials.iter().zip(&host).map(|(&(_, id), &bits)| slot_value(id, bits)).collect())
+}
+
+/// Reduced value `k` of `values` (from [`launch_reduce`]) as `T`: an error naming `kernel`
+/// if it has another type (not made by the kernel's `reduce`).
+pub fn reduced<T: KernelScalar>(values: &[Scalar], k: usize, kernel: &'static str) -> Result<T> {
+    values.get(k).copied().and_then(T::from_scalar).ok_or_else(|| Error::KernelArgument {
+        kernel,
+        index: k,
+        what: format!(
+            "reduced value {k} is {:?}, not a {} (a reduction list not made by the kernel's `reduce`)",
+            values.get(k),
+            std::any::type_name::<T>()
         ),
     })
 }

@@ -312,6 +312,14 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let mut len_values = Vec::new();
     // Every view with its name and whether the kernel writes it, for the overlap check.
     let mut views = Vec::new();
+    // The same for `reduce`, whose reduction variables are the runtime's slots: a null
+    // `DevicePtr` placeholder each (`launch_reduce` puts the slot's address there), of one
+    // element.
+    let mut red_values = tuple_values.clone();
+    let mut red_checks = Vec::new();
+    let mut red_len_values = Vec::new();
+    let mut red_views = Vec::new();
+    let mut partials = Vec::new();
     for (k, p) in sig.params.iter().enumerate() {
         let pn = &p.name;
         let ps = p.text();
@@ -346,12 +354,39 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 len_values.push(quote!(#pn.len() as u64));
                 checks.push(quote!(::offload::__private::check_reduction(#name_str, #k, #ps, #opt, &#pn)?;));
                 views.push(quote!((#k, #ps, #pn.host_range(), true)));
+                // The launch position of the placeholder, and the operator's identity.
+                let red = quote!(::offload::__private::Reducible);
+                let identity = match op {
+                    RedOp::Add => quote!(<#rt as #red>::ZERO),
+                    RedOp::Min => quote!(<#rt as #red>::MIN_IDENTITY),
+                    RedOp::Max => quote!(<#rt as #red>::MAX_IDENTITY),
+                };
+                let pos = 2 * dims - 1 + k;
+                partials.push(quote!((#pos, <#rt as ::offload::KernelScalar>::into_scalar(#identity))));
+                red_values.push(quote!(::offload::DevicePtr::NULL));
+                red_len_values.push(quote!(1u64));
+                continue;
             }
+        }
+        // Everything but a reduction variable is passed to `reduce` as to `launch`.
+        if let Some(v) = tuple_values.last() {
+            red_values.push(v.clone());
+        }
+        if let ParamKind::Slice { mutable, .. } = p.kind {
+            red_len_values.push(quote!(#pn.len() as u64));
+            if mutable {
+                red_checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
+            }
+            red_views.push(quote!((#k, #ps, #pn.host_range(), #mutable)));
         }
     }
     if views.len() > 1 {
         checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*])?;));
     }
+    if red_views.len() > 1 {
+        red_checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#red_views),*])?;));
+    }
+    red_values.extend(red_len_values);
     let checked = match opts.checked {
         Some(true) => quote!(true),
         Some(false) => quote!(false),
@@ -373,9 +408,65 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
          index space.\n\nArguments declared `&mut [T]` take a writable [`offload::DeviceSlice`] (one that comes \
          from an exclusive borrow); a shared one is an `Error::KernelArgument`. A reduction variable \
          (`&mut T` listed in `reduction(..)`) takes a writable view of at least one element: the launch \
-         combines every iteration's contributions, and element 0's value, into element 0. Views the \
-         kernel writes may not overlap other views of the launch."
+         combines every iteration's contributions, and element 0's value, into element 0 (`reduce`, \
+         generated for kernels with reduction variables, provides them itself and returns their values). \
+         Views the kernel writes may not overlap other views of the launch."
     );
+    let reduce = if reductions.is_empty() {
+        quote!()
+    } else {
+        let reduce_params: Vec<&TokenStream> = sig
+            .params
+            .iter()
+            .zip(&launch_params)
+            .filter(|(p, _)| !matches!(p.kind, ParamKind::Reduction { .. }))
+            .map(|(_, t)| t)
+            .collect();
+        let types: Vec<TokenStream> = reductions.iter().map(|(_, t, _)| t.rust()).collect();
+        let ks: Vec<usize> = (0..reductions.len()).collect();
+        let values = quote!(#(::offload::__private::reduced::<#types>(&__offload_v, #ks, #name_str)?),*);
+        let (ret, value) = if reductions.len() == 1 {
+            (quote!(#(#types)*), values)
+        } else {
+            (quote!((#(#types),*)), quote!((#values)))
+        };
+        let names: Vec<String> =
+            reductions.iter().map(|(n, _, op)| format!("`{}: {n}`", op.text())).collect();
+        let reduce_doc = format!(
+            "Runs the kernel on `device` over `space` as [`launch`] does, with the runtime providing its \
+             reduction variables ({}): each starts at its operator's identity (0 for `+`, the type's largest \
+             value for `min`, its smallest for `max`; infinities for floats), and the reduced values are \
+             returned, in declaration order (a tuple when there are several). The arguments are \
+             [`launch`]'s without the reduction variables. An empty space launches nothing and gives the \
+             identities. On an offload device the values live in one device allocation, set by one copy \
+             and read back by one; on the initial device in host memory. When [`CHECKED`], a GPU launch \
+             checks every access as [`launch`] does (its report is read back with the values).",
+            names.join(", ")
+        );
+        let first = 2 * dims - 1;
+        quote! {
+            #[doc = #reduce_doc]
+            #[allow(clippy::too_many_arguments)]
+            #[track_caller]
+            pub fn reduce<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#reduce_params),*) -> ::offload::Result<#ret> {
+                let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
+                #(#red_checks)*
+                let __offload_v = ::offload::__private::launch_reduce(
+                    device,
+                    &::offload::__private::Reduction {
+                        kernel: if CHECKED { &KERNEL_CHECKED } else { &KERNEL },
+                        checked: CHECKED,
+                        params: __OFFLOAD_PARAMS,
+                        first_param: #first,
+                        partials: &[#(#partials),*],
+                    },
+                    __offload_g.items(),
+                    (#(#red_values,)*),
+                )?;
+                ::core::result::Result::Ok(#value)
+            }
+        }
+    };
     let cuda_lit = LitStr::new(&cuda, Span::call_site());
     let cuda_checked_lit = LitStr::new(&cuda_checked, Span::call_site());
     let parts: Vec<TokenStream> = opts.device_fns.iter().map(device_source_path).collect();
@@ -482,6 +573,8 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                         device.launch(&KERNEL, n, a)
                     }
                 }
+
+                #reduce
             }
         })
 }

@@ -37,7 +37,10 @@
 //!   count and the argument list for `NowaitScope::launch(device, &NAME::KERNEL, n, args,
 //!   after)` (a pipeline's compute stage launches the same way);
 //! * `KERNEL_CHECKED` and `CHECKED`: the bounds-checked variant and whether `launch` runs
-//!   it (see "Checked launches").
+//!   it (see "Checked launches");
+//! * for a kernel with reduction variables, `reduce(&device, space, args...)`: runs it with
+//!   the runtime providing the reduction variables and returns their values (see
+//!   "Reductions").
 //!
 //! Views a launch writes (`&mut [T]`, reduction variables) may not overlap its other views
 //! (`Error::KernelArgument` names both), so the generated C marks its pointers
@@ -75,6 +78,34 @@
 //!     stats::launch(&gpu, x.len(), x, t, p)
 //! })?;
 //! assert_eq!((total[0], peak[0]), (499_500.0, 999.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! `NAME::reduce(&device, space, args...)` returns the reduced values instead: its
+//! arguments are `launch`'s without the reduction variables (which may sit anywhere in the
+//! list), and it gives `Result<T>` for one reduction, `Result<(T1, T2, ..)>` for several, in
+//! declaration order. The runtime provides each variable, set to its operator's identity
+//! (0 for `+`, the type's largest value for `min` and smallest for `max`, infinities for
+//! floats), so the value is that of the items alone; an empty space launches nothing and
+//! gives the identities. On an offload device the variables are one device allocation, set
+//! by one copy and read back by one (the read is where the host waits for the launch); on
+//! the initial device they are host memory. A checked `reduce` (`CHECKED`) checks every
+//! access on GPUs as `launch` does, its report read back with the values. A launch error
+//! about an argument (e.g. a view that is not mapped) names it.
+//!
+//! ```
+//! use offload::{map, Runtime};
+//!
+//! # #[offload::kernel(reduction(+: total), reduction(max: peak))]
+//! # fn stats(i: usize, x: &[f64], total: &mut f64, peak: &mut f64) {
+//! #     *total += x[i];
+//! #     *peak = (*peak).max(x[i]);
+//! # }
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let gpu = rt.device(0)?;
+//! let x: Vec<f64> = (0..1000).map(f64::from).collect();
+//! let (total, peak) = gpu.data(map::to(&x), |x| stats::reduce(&gpu, x.len(), x))?;
+//! assert_eq!((total, peak), (499_500.0, 999.0));
 //! # Ok::<(), offload::Error>(())
 //! ```
 //!

@@ -456,3 +456,58 @@ fn a_slice_has_a_length() {
     ));
     assert!(e.contains("the only method of a slice in the kernel subset is `len()`"), "{e}");
 }
+
+/// The expansion of `#[offload::kernel(attr)] f`, as text without spaces.
+fn expansion(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> String {
+    let out = crate::expand::kernel(attr, f).unwrap_or_else(|e| panic!("{e}"));
+    out.to_string().chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+#[test]
+fn reduce_takes_the_other_arguments_and_returns_the_values() {
+    let e = expansion(
+        quote!(reduction(+: total), reduction(min: lo)),
+        quote!(
+            fn k(i: usize, a: f32, total: &mut f64, x: &[f64], lo: &mut i32) {
+                *total += x[i];
+                *lo = (*lo).min(i as i32);
+            }
+        ),
+    );
+    // The reduction variables are left out, the values come back as a tuple.
+    assert!(
+        e.contains(
+            "pubfnreduce<'__offload_a>(device:&::offload::Device<'_>,space:impl::offload::IndexSpace<1usize>,a:f32,\
+             x:::offload::DeviceSlice<'__offload_a,f64>)->::offload::Result<(f64,i32)>"
+        ),
+        "{e}"
+    );
+    // Each slot's launch position (after the one start) and identity.
+    assert!(e.contains("(2usize,<f64as::offload::KernelScalar>::into_scalar(<f64as::offload::__private::Reducible>::ZERO))"), "{e}");
+    assert!(e.contains("(4usize,<i32as::offload::KernelScalar>::into_scalar(<i32as::offload::__private::Reducible>::MIN_IDENTITY))"), "{e}");
+    // Placeholders where the variables sit; one element each after the slices' lengths.
+    assert!(
+        e.contains("(__offload_g.starts()[0usize]asu64,a,::offload::DevicePtr::NULL,x,::offload::DevicePtr::NULL,1u64,x.len()asu64,1u64,)"),
+        "{e}"
+    );
+    // One reduction: the value itself.
+    let e = expansion(
+        quote!(reduction(max: hi)),
+        quote!(
+            fn k(i: usize, hi: &mut u64) {
+                *hi = (*hi).max(i as u64);
+            }
+        ),
+    );
+    assert!(e.contains("->::offload::Result<u64>"), "{e}");
+    // No reduction: no `reduce`.
+    let e = expansion(
+        quote!(),
+        quote!(
+            fn k(i: usize, y: &mut [f32]) {
+                y[i] = 1.0;
+            }
+        ),
+    );
+    assert!(!e.contains("pubfnreduce"), "{e}");
+}
