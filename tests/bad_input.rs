@@ -69,6 +69,16 @@ macro_rules! expect {
     };
 }
 
+/// What a launch whose kernel fails as it runs reports: its own error when launches wait
+/// (`OFFLOAD_SYNC=1`), else the error of the next synchronising call, which names the
+/// launch (`Error::Queued`); its cause is what the case checks.
+fn reported(rt: &Runtime, d: usize, launched: Result<()>) -> Result<()> {
+    match launched.and_then(|()| rt.synchronize(d)) {
+        Err(Error::Queued { source, .. }) => Err(*source),
+        other => other,
+    }
+}
+
 /// Set-up and clean-up steps inside a case must succeed.
 fn ok<T>(r: Result<T>) -> std::result::Result<T, String> {
     r.map_err(|e| format!("set-up or clean-up failed: {e}"))
@@ -1535,7 +1545,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         let mut x = [0i32; 4];
         let r = ok(c.rt.device(c.dev))?.data(map::tofrom(&mut x), |v| {
             Ok(expect!(
-                c.rt.device(c.dev)?.launch(&FILL_I32, 4, (1.0f32, v)),
+                reported(c.rt, c.dev, c.rt.device(c.dev)?.launch(&FILL_I32, 4, (1.0f32, v))),
                 Error::KernelFailed { kernel: "fill_i32", .. },
                 c.me(),
                 "expected i32, got f32"
@@ -1550,7 +1560,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         let mut x = [0i32; 4];
         let r = ok(c.rt.device(c.dev))?.data(map::tofrom(&mut x), |v| {
             Ok(expect!(
-                c.rt.device(c.dev)?.launch(&FILL_I32, 8, (1i32, v)),
+                reported(c.rt, c.dev, c.rt.device(c.dev)?.launch(&FILL_I32, 8, (1i32, v))),
                 Error::KernelFailed { .. },
                 "wants 8 elements but only 4 are mapped"
             ))
@@ -1562,7 +1572,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             return Ok(Outcome::HostKernelsOnly);
         }
         expect!(
-            ok(c.rt.device(c.dev))?.launch(&FILL_I32, 4, (1i32,)),
+            reported(c.rt, c.dev, ok(c.rt.device(c.dev))?.launch(&FILL_I32, 4, (1i32,))),
             Error::KernelFailed { .. },
             c.me(),
             "reads argument 1 but was given 1"
@@ -2268,7 +2278,15 @@ fn runtime_and_safe_api_refuse_bad_input() {
 #[test]
 fn omp_api_refuses_bad_input() {
     use offload::omp::*;
-    let rt = use_runtime(Runtime::builder().env(|_| None).host_devices(2).build().unwrap()).unwrap();
+    let rt = use_runtime(
+        Runtime::builder()
+            .env(|_| None)
+            .host_devices(2)
+            .synchronous(offload_tests::synchronous())
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
     let cases = omp_cases();
     let mut all = Vec::new();
     for d in 0..omp_get_num_devices().unwrap() {

@@ -254,7 +254,9 @@ fn an_index_out_of_range_fails_the_launch_on_host_devices_naming_kernel_argument
     let x = vec![1.0f32; 8];
     let mut y = vec![0.0f32; 8];
     let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| shifted::launch(&gpu, 8, x, y));
-    match r {
+    // Reported by the region's copy back, which waits for the kernel (or by the launch,
+    // under OFFLOAD_SYNC=1).
+    match r.map_err(offload_tests::cause) {
         Err(Error::KernelFailed { kernel: "shifted", message, .. }) => {
             assert!(message.contains("kernel `shifted` argument `x`: index 8 is out of range"), "{message}")
         }
@@ -263,6 +265,7 @@ fn an_index_out_of_range_fails_the_launch_on_host_devices_naming_kernel_argument
     // The view's length bounds the twin, not the mapping: a part of a mapped array.
     let r =
         gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| shifted::launch(&gpu, 4, x.slice(0..4)?, y));
+    let r = r.map_err(offload_tests::cause);
     assert!(matches!(r, Err(Error::KernelFailed { .. })), "{r:?}");
     assert!(rt.live_mappings().is_empty());
 }
@@ -459,7 +462,7 @@ fn a_checked_launch_reports_an_index_out_of_range_on_every_device() {
         let x = vec![1.0f32; 8];
         let mut y = vec![0.0f32; 8];
         let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| shifted_checked::launch(&gpu, 8, x, y));
-        match r {
+        match r.map_err(offload_tests::cause) {
             Err(Error::KernelFailed { kernel: "shifted_checked", message, .. }) => check!(
                 message.contains("argument `x`: index 8 is out of range for a view of 8 elements"),
                 "{message}"
@@ -483,7 +486,7 @@ fn a_checked_launch_makes_no_store_out_of_range() {
         let gpu = rt.device(d)?;
         let mut all = vec![0u32; 64];
         let r = gpu.data(map::tofrom(&mut all), |v| spread::launch(&gpu, 16, v.slice(0..16)?));
-        match r {
+        match r.map_err(offload_tests::cause) {
             Err(Error::KernelFailed { kernel: "spread", message, .. }) => {
                 check!(
                     message.contains("argument `x`: index") && message.contains("a view of 16 elements"),

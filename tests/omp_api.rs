@@ -18,7 +18,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Installs the global runtime (idempotent) and holds this binary's test lock.
 fn setup() -> Result<(MutexGuard<'static, ()>, &'static Runtime)> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let rt = use_runtime(Runtime::builder().env(|_| None).host_devices(2).build()?)?;
+    let rt = use_runtime(
+        Runtime::builder().env(|_| None).host_devices(2).synchronous(offload_tests::synchronous()).build()?,
+    )?;
     Ok((guard, rt))
 }
 
@@ -399,6 +401,8 @@ fn device_identity_default_device_and_accessibility() -> Result<()> {
         SEEN_DEVICE.store(-2, Ordering::SeqCst);
         // SAFETY: no maps, no arguments.
         unsafe { target(d, &WHERE_AM_I, 8, &[], &[]) }?;
+        // The kernel writes process memory, not its arguments: seen once it has run.
+        rt.synchronize(d as usize)?;
         check_eq!(SEEN_DEVICE.load(Ordering::SeqCst), i64::from(d));
     }
     // The host fallback's kernels run on the initial device.
@@ -626,6 +630,9 @@ fn what_would_wait_for_itself_is_refused() -> Result<()> {
         for dev in [init, host] {
             // SAFETY: the kernel's only argument is a value.
             let r = unsafe { target(dev, &NESTED, 1, &[], &[LaunchArg::Value(Scalar::I32(what))]) };
+            // A host device's kernel runs after the construct returns: its failure is
+            // reported by the next synchronisation, which names it.
+            let r = r.and_then(|()| rt.synchronize(dev as usize));
             if what == 1 || dev == init {
                 let e = fails(r, "nested")?;
                 check!(e.to_string().contains(needle), "device {dev}, case {what}: {e}");

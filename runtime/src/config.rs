@@ -103,6 +103,9 @@ pub(crate) struct Settings {
     pub pool: PoolConfig,
     pub staging: StagingConfig,
     pub topology_xml: Option<PathBuf>,
+    /// `OFFLOAD_SYNC=1`: every construct waits for the work it queued (as
+    /// `CUDA_LAUNCH_BLOCKING` does), so a failure is reported by the construct that caused it.
+    pub synchronous: bool,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -174,6 +177,11 @@ impl Settings {
         if let Some(v) = read("OFFLOAD_STAGING", over.staging.is_some())? {
             staging.enabled = parse_switch("OFFLOAD_STAGING", v)?;
         }
+        let synchronous = match (over.synchronous, read("OFFLOAD_SYNC", over.synchronous.is_some())?) {
+            (Some(on), _) => on,
+            (None, Some(v)) => parse_switch("OFFLOAD_SYNC", v)?,
+            (None, None) => false,
+        };
         let topology_xml = match &over.topology_xml {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
@@ -205,6 +213,7 @@ impl Settings {
             pool,
             staging,
             topology_xml,
+            synchronous,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -275,6 +284,7 @@ pub(crate) struct Overrides {
     pub topology_xml: Option<PathBuf>,
     pub kernel_threads: Option<usize>,
     pub host_memory: Option<usize>,
+    pub synchronous: Option<bool>,
 }
 
 #[cfg(test)]
@@ -379,6 +389,7 @@ mod tests {
             "OFFLOAD_INFO",
             "OFFLOAD_MEMORY_POOL",
             "OFFLOAD_STAGING",
+            "OFFLOAD_SYNC",
             "OFFLOAD_TOPOLOGY_XML",
         ] {
             let bad: EnvLookup = std::sync::Arc::new(move |k| {
@@ -402,6 +413,7 @@ mod tests {
             pool: Some(PoolConfig::default()),
             staging: Some(StagingConfig::default()),
             topology_xml: Some("t.xml".into()),
+            synchronous: Some(false),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();

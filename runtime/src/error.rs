@@ -260,6 +260,39 @@ pub enum Error {
         what: String,
     },
 
+    /// Work that a construct queued failed after the construct had returned (a kernel
+    /// that faulted or reported failure, a copy the driver could not make). It is
+    /// reported once, by the next synchronising call on the device (a copy back to the
+    /// host, a reduction's value, [`Runtime::synchronize`](crate::Runtime::synchronize),
+    /// ...), and names the construct that queued the work and where the program called it.
+    #[error("device {device}: {construct} at {at} failed after it returned: {source}")]
+    Queued {
+        /// Device number.
+        device: usize,
+        /// The construct, with its kernel when it launched one.
+        construct: String,
+        /// The program's `file:line` that called it.
+        at: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A construct refused because work that an earlier construct queued on the device
+    /// failed, and no synchronising call has reported it yet.
+    #[error(
+        "device {device}: not run: {construct} at {at} failed after it returned and is not reported yet \
+         (a synchronising call such as `Runtime::synchronize` reports it)"
+    )]
+    EarlierFailure {
+        /// Device number.
+        device: usize,
+        /// The construct whose queued work failed.
+        construct: String,
+        /// The program's `file:line` that called it.
+        at: String,
+    },
+
     /// A kernel reported failure (host kernels) or faulted (GPU kernels).
     #[error("device {device}: kernel `{kernel}` failed: {message}")]
     KernelFailed {

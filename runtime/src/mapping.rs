@@ -723,7 +723,7 @@ impl<'rt> Device<'rt> {
         c: DeviceSlice<'_, f32>,
     ) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
-        let d = match self.rt.target(self.number)? {
+        let d = match self.rt.settled(self.number)? {
             crate::device_state::Target::Device(d) => d,
             crate::device_state::Target::Initial => {
                 return Err(Error::InvalidArgument {
@@ -773,7 +773,9 @@ impl<'rt> Device<'rt> {
         args: impl FnOnce(L::Views) -> A,
     ) -> Result<()> {
         let at = std::panic::Location::caller();
-        self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
+        // Its kernel's failure, found by its own copies back, is its own error.
+        let origin = crate::device_state::Origin { construct: "target", kernel: Some(kernel.name()), at };
+        self.data(maps, |views| self.launch_at(kernel, n, args(views), at)).map_err(|e| origin.own_failure(e))
     }
 }
 

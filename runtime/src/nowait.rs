@@ -520,7 +520,7 @@ pub(crate) fn copy_lane(rt: &Runtime, dst: usize, src: usize) -> (usize, Lane) {
 }
 
 fn runtime_id(rt: &Runtime) -> usize {
-    Arc::as_ptr(&rt.inner) as usize
+    rt.identity()
 }
 
 /// Waits for every task of `deps` (all of them, so that nothing runs while one is still
@@ -556,7 +556,9 @@ pub(crate) unsafe fn queue_task<'w>(
     work: impl FnOnce(Result<()>) -> Result<()> + Send + 'w,
 ) -> Result<()> {
     let done = Completion { task, device, _pending: pending };
-    let lanes = match rt.device_state(device).and_then(|s| s.lanes()) {
+    // The task comes after the constructs the program made before it: what they queued
+    // on the device is waited for first (tasks run on other queues).
+    let lanes = match rt.device_state(device).and_then(|s| s.settle().and_then(|()| s.lanes())) {
         Ok(lanes) => lanes,
         Err(e) => {
             done.finish(Err(e.clone()));
@@ -573,6 +575,7 @@ pub(crate) unsafe fn queue_task<'w>(
             Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
         } else {
             let outer = RUNNING.replace(Some((rt_id, device, lane)));
+            let _waits = crate::device_state::ConstructsWait::begin();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
             RUNNING.set(outer);
             r.unwrap_or_else(|payload| {

@@ -278,7 +278,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         let r = self.rows_range(row..row + 1);
         let not_present =
             Error::NotPresent { device: self.devices[p], range: r, what: "a distributed array's row" };
-        match self.rt.target(self.devices[p])? {
+        match self.rt.settled(self.devices[p])? {
             Target::Device(d) => {
                 d.pinned_translation(r.begin).map(|(a, pin)| (a, Some(pin))).ok_or(not_present)
             }

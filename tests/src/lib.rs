@@ -37,11 +37,27 @@ impl BackendUnderTest {
 pub const HOST_DEVICES: usize = 2;
 
 fn host_builder() -> RuntimeBuilder {
-    Runtime::builder().env(|_| None).gpus(false).host_devices(HOST_DEVICES).host_device_memory(4 << 30)
+    Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(HOST_DEVICES)
+        .host_device_memory(4 << 30)
+        .synchronous(synchronous())
 }
 
 fn gpu_builder() -> RuntimeBuilder {
-    Runtime::builder().env(|_| None).gpus(true).host_devices(0)
+    Runtime::builder().env(|_| None).gpus(true).host_devices(0).synchronous(synchronous())
+}
+
+/// Whether the suite runs with every construct waiting for its work: `OFFLOAD_SYNC=1` in
+/// the process environment (the one variable the test runtimes take from it, so that the
+/// whole suite can run in both modes). Anything but `1`, `0` or unset fails the case.
+pub fn synchronous() -> bool {
+    match std::env::var("OFFLOAD_SYNC").as_deref() {
+        Err(_) | Ok("0") => false,
+        Ok("1") => true,
+        Ok(other) => panic!("OFFLOAD_SYNC={other:?} is not valid: expected 1 or 0"),
+    }
 }
 
 /// The variable that says how many devices every backend must have (unset: none).
@@ -224,6 +240,16 @@ pub fn device_copy_of<T: offload::DeviceCopy + Default>(
         what: "device_copy_of",
     })?;
     read_device(rt, addr, host.len(), device)
+}
+
+/// The cause of `e`: the error of the work itself when `e` reports, at a synchronising
+/// call, the failure of work an earlier construct queued ([`Error::Queued`]); `e` itself
+/// otherwise. For cases that check what failed whether or not the construct waited.
+pub fn cause(e: Error) -> Error {
+    match e {
+        Error::Queued { source, .. } => *source,
+        e => e,
+    }
 }
 
 /// Asserts that the device has no mapping left and no allocation beyond `expected_live`.

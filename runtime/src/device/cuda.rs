@@ -22,8 +22,8 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
 use super::{
-    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, MemInfo, Place, Platform, Queue,
-    Sgemm,
+    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, Graph, MemInfo, Place, Platform,
+    Queue, RecordedLaunch, Sgemm,
 };
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
@@ -66,6 +66,16 @@ pub(crate) struct CudaDevice {
     /// cuBLAS on the compute stream, made on first use.
     blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
 }
+
+/// A recorded body captured as a CUDA graph; launched by one thread at a time (graphs are
+/// not internally synchronised).
+struct CapturedGraph(Mutex<cudarc::driver::CudaGraph>);
+
+// SAFETY: the graph's handles are used only under the mutex, and the graph keeps its
+// context alive; CUDA allows them to be used from any thread one at a time.
+unsafe impl Send for CapturedGraph {}
+// SAFETY: as above.
+unsafe impl Sync for CapturedGraph {}
 
 fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| Error::Driver { device, call, message: e.to_string() }
@@ -183,6 +193,24 @@ impl CudaDevice {
 
     fn bind(&self) -> Result<()> {
         self.ctx.bind_to_thread().map_err(driver(self.number, "cuCtxSetCurrent"))
+    }
+
+    /// Enqueues `kernel` over `n` items on `stream` (one of this device's).
+    fn launch_on(&self, stream: sys::CUstream, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        let (f, wave) = self.function(kernel)?;
+        self.bind()?;
+        // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
+        let mut storage = super::LaunchParams::new(args, n);
+        let mut params = storage.pointers();
+        let block = kernel.block();
+        let blocks = super::blocks_for(kernel, n, wave);
+        // SAFETY: the parameters match the kernel's signature by the Kernel convention
+        // (arguments in order, then n); pointers are this device's memory, translated
+        // through the present table; the driver copies `storage` at the call.
+        unsafe {
+            result::launch_kernel(f.cu_function(), (blocks, 1, 1), (block, 1, 1), 0, stream, &mut params)
+        }
+        .map_err(driver(self.number, "cuLaunchKernel"))
     }
 
     /// The stream that is queue `q`.
@@ -478,6 +506,11 @@ impl Backend for CudaDevice {
         e.synchronize().map_err(driver(self.number, "cuEventSynchronize"))
     }
 
+    fn event_done(&self, e: &Event) -> Result<bool> {
+        let e = e.get::<CudaEvent>().ok_or_else(|| foreign_event(self.number))?;
+        e.try_is_complete().map_err(driver(self.number, "cuEventQuery"))
+    }
+
     fn sync_queue(&self, q: Queue) -> Result<()> {
         let call = match q {
             Queue::CopyIn => "cuStreamSynchronize (copy-in)",
@@ -528,27 +561,46 @@ impl Backend for CudaDevice {
     }
 
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
-        let (f, wave) = self.function(kernel)?;
-        self.bind()?;
-        // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
-        let mut storage = super::LaunchParams::new(args, n);
-        let mut params = storage.pointers();
-        let block = kernel.block();
-        let blocks = super::blocks_for(kernel, n, wave);
-        // SAFETY: the parameters match the kernel's signature by the Kernel convention
-        // (arguments in order, then n); pointers are this device's memory, translated
-        // through the present table; the driver copies `storage` at the call.
-        unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                (blocks, 1, 1),
-                (block, 1, 1),
-                0,
-                self.stream(q).cu_stream(),
-                &mut params,
-            )
+        self.launch_on(self.stream(q).cu_stream(), kernel, n, args)
+    }
+
+    fn capture_graph(&self, launches: &[RecordedLaunch]) -> Result<Option<Graph>> {
+        // Modules load before the capture (loading is not allowed while capturing).
+        for l in launches {
+            self.function(&l.kernel)?;
         }
-        .map_err(driver(self.number, "cuLaunchKernel"))
+        self.bind()?;
+        // A stream of its own, so that the program's other threads' work on the device's
+        // queues is not captured.
+        let stream = self.ctx.new_stream().map_err(driver(self.number, "cuStreamCreate"))?;
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        stream.begin_capture(mode).map_err(driver(self.number, "cuStreamBeginCapture"))?;
+        let enqueued =
+            launches.iter().try_for_each(|l| self.launch_on(stream.cu_stream(), &l.kernel, l.n, &l.args));
+        // The capture always ends, whatever failed.
+        let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        enqueued?;
+        let graph =
+            ended.map_err(driver(self.number, "cuStreamEndCapture"))?.ok_or_else(|| Error::Driver {
+                device: self.number,
+                call: "cuStreamEndCapture",
+                message: "the capture made no graph".into(),
+            })?;
+        graph.upload().map_err(driver(self.number, "cuGraphUpload"))?;
+        Ok(Some(Graph::new(CapturedGraph(Mutex::new(graph)))))
+    }
+
+    fn enqueue_graph(&self, graph: &Graph) -> Result<()> {
+        let g = graph.get::<CapturedGraph>().ok_or_else(|| Error::InvalidArgument {
+            routine: "replay",
+            what: format!("device {}: the graph was made by a device of another backend", self.number),
+        })?;
+        self.bind()?;
+        let g = g.0.lock();
+        // SAFETY: a live graph of this device's context, launched by one thread at a time
+        // (the lock); on the compute stream, in order with the device's other work.
+        unsafe { result::graph::launch(g.cu_graph_exec(), self.compute.cu_stream()) }
+            .map_err(driver(self.number, "cuGraphLaunch"))
     }
 
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {

@@ -28,20 +28,49 @@ const ALIGN: usize = 256;
 struct Addr(usize);
 
 /// A host device's event: a point in its worker's queue, reached when the worker runs the
-/// job that fires it.
-#[derive(Default)]
+/// job that fires it. It takes the failure that the jobs queued before it left (if any), so
+/// that whoever waits for it learns of exactly the work it covers.
 struct HostEvent {
     /// 0 pending, 1 reached, 2 abandoned (its job was dropped unrun: the worker ended).
-    state: Mutex<u8>,
+    state: Mutex<(u8, Option<Error>)>,
     reached: Condvar,
+    /// The device's slot of unreported failures: a failure this event took and nobody
+    /// waited for goes back there when the event is dropped, so none is lost.
+    device_failed: Arc<Mutex<Option<Error>>>,
+}
+
+impl Drop for HostEvent {
+    fn drop(&mut self) {
+        if let Some(e) = self.state.get_mut().1.take() {
+            self.device_failed.lock().get_or_insert(e);
+        }
+    }
 }
 
 impl HostEvent {
-    fn set(&self, to: u8) {
+    fn new(device_failed: Arc<Mutex<Option<Error>>>) -> Self {
+        Self { state: Mutex::new((0, None)), reached: Condvar::new(), device_failed }
+    }
+
+    fn set(&self, to: u8, failure: Option<Error>) {
         let mut s = self.state.lock();
-        if *s == 0 {
-            *s = to;
+        if s.0 == 0 {
+            *s = (to, failure);
             self.reached.notify_all();
+        }
+    }
+
+    /// `None` while pending; then the failure it carries (taken: reported once), or that
+    /// it was abandoned.
+    fn outcome(&self, block: bool) -> Option<std::result::Result<(), Option<Error>>> {
+        let mut s = self.state.lock();
+        while block && s.0 == 0 {
+            self.reached.wait(&mut s);
+        }
+        match s.0 {
+            0 => None,
+            1 => Some(s.1.take().map_or(Ok(()), |e| Err(Some(e)))),
+            _ => Some(Err(None)),
         }
     }
 }
@@ -52,37 +81,76 @@ struct Firing(Arc<HostEvent>);
 
 impl Drop for Firing {
     fn drop(&mut self) {
-        self.0.set(2);
+        self.0.set(2, None);
     }
 }
 
 /// A host device's own kernel threads, started on its first kernel (a machine with many
 /// cores and several host devices does not start a pool per device up front).
+///
+/// The pool is started by the device's worker thread, which becomes its thread 0 (rayon's
+/// `use_current_thread`): a kernel then runs on the worker itself, with no hand-off to
+/// another thread and back, and its `rayon` loops share the items with the other
+/// `threads - 1` threads. The worker takes part only while it runs a kernel (it waits for
+/// its queue otherwise), so [`KernelPool::get`] must be called on the worker only. Rayon
+/// keeps a few kilobytes of a pool so joined for good (its thread-0 state): one per host
+/// device that ran a kernel.
 pub(crate) struct KernelPool {
     name: String,
     threads: Option<usize>,
-    pool: std::sync::OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
+    /// The pool, and whether the thread that started it is its thread 0.
+    pool: std::sync::OnceLock<std::result::Result<(rayon::ThreadPool, bool), String>>,
+}
+
+thread_local! {
+    /// Whether this thread is running a host device's kernel: tells a worker that is
+    /// thread 0 of its kernel pool inside a kernel from the same worker between jobs.
+    static IN_KERNEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread as running a kernel until dropped.
+struct InKernel(bool);
+
+impl InKernel {
+    fn enter() -> Self {
+        Self(IN_KERNEL.with(|k| k.replace(true)))
+    }
+}
+
+impl Drop for InKernel {
+    fn drop(&mut self) {
+        IN_KERNEL.with(|k| k.set(self.0));
+    }
 }
 
 impl KernelPool {
-    /// A pool named `name` (threads `{name}-k{i}`) of `threads` threads (rayon's default,
-    /// one per CPU, when `None`), not started yet.
+    /// A pool named `name` (threads `{name}-k{i}`) of `threads` threads, the worker that
+    /// starts it included (rayon's default, one per CPU, when `None`), not started yet.
     pub(crate) fn new(name: String, threads: Option<usize>) -> Self {
         Self { name, threads, pool: std::sync::OnceLock::new() }
     }
 
-    /// The pool, started now if it was not.
-    fn get(&self, device: usize) -> Result<&Arc<rayon::ThreadPool>> {
+    /// The pool, started now if it was not, with the calling thread (the device's worker)
+    /// as its thread 0; should that thread already belong to a pool, the pool gets threads
+    /// of its own only.
+    fn get(&self, device: usize) -> Result<&rayon::ThreadPool> {
         self.pool
             .get_or_init(|| {
-                let name = self.name.clone();
-                let mut b = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
-                if let Some(n) = self.threads {
-                    b = b.num_threads(n);
+                let builder = || {
+                    let name = self.name.clone();
+                    let b = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
+                    match self.threads {
+                        Some(n) => b.num_threads(n),
+                        None => b,
+                    }
+                };
+                match builder().use_current_thread().build() {
+                    Ok(p) => Ok((p, true)),
+                    Err(_) => builder().build().map(|p| (p, false)).map_err(|e| e.to_string()),
                 }
-                b.build().map(Arc::new).map_err(|e| e.to_string())
             })
             .as_ref()
+            .map(|(p, _)| p)
             .map_err(|e| Error::Driver {
                 device,
                 call: "start the host device's kernel pool",
@@ -90,9 +158,17 @@ impl KernelPool {
             })
     }
 
-    /// Whether the calling thread is one of the pool's (never, before it started).
+    /// Whether the calling thread runs the pool's work: one of its own threads, or the
+    /// worker that joined it while it runs a kernel (never, before the pool started).
     fn owns_current_thread(&self) -> bool {
-        matches!(self.pool.get(), Some(Ok(p)) if p.current_thread_index().is_some())
+        match self.pool.get() {
+            Some(Ok((p, joined))) => match p.current_thread_index() {
+                Some(0) if *joined => IN_KERNEL.with(|k| k.get()),
+                Some(_) => true,
+                None => false,
+            },
+            _ => false,
+        }
     }
 }
 
@@ -103,7 +179,7 @@ pub(crate) struct HostDevice {
     host_index: usize,
     description: DeviceDescription,
     worker: Option<Arc<DeviceWorker>>,
-    pool: KernelPool,
+    pool: Arc<KernelPool>,
     allocations: Mutex<BTreeMap<u64, usize>>,
     used: AtomicUsize,
     capacity: usize,
@@ -134,7 +210,7 @@ impl HostDevice {
                 uuid: None,
             },
             worker: Some(worker),
-            pool,
+            pool: Arc::new(pool),
             allocations: Mutex::new(BTreeMap::new()),
             used: AtomicUsize::new(0),
             capacity,
@@ -143,9 +219,10 @@ impl HostDevice {
         }
     }
 
-    /// `kernel`'s host twin over `n` items, as a job for the worker. Mapped arguments were
-    /// translated through the present table; raw device pointers (which may name a peer
-    /// host device's memory) are the unsafe caller's contract.
+    /// `kernel`'s host twin over `n` items, as a job for the worker (which runs it itself,
+    /// as thread 0 of the kernel pool). Mapped arguments were translated through the
+    /// present table; raw device pointers (which may name a peer host device's memory) are
+    /// the unsafe caller's contract.
     fn kernel_job(
         &self,
         kernel: &Kernel,
@@ -157,14 +234,31 @@ impl HostDevice {
             kernel: kernel.name(),
             backend: "host",
         })?;
-        let pool = Arc::clone(self.pool.get(self.number)?);
-        let (name, args, number) = (kernel.name(), args.to_vec(), self.number);
-        Ok(move || run_host_kernel(&pool, number, name, f, n, &args))
+        let pool = Arc::clone(&self.pool);
+        // Up to 8 arguments travel inside the job: no allocation of their own.
+        let args: smallvec::SmallVec<[KernelArg; 8]> = args.into();
+        let (name, number) = (kernel.name(), self.number);
+        Ok(move || {
+            let _in = InKernel::enter();
+            run_host_kernel(pool.get(number)?, number, name, f, n, &args)
+        })
     }
 
     /// The failure an enqueued kernel left, if any (taken: reported once).
     fn take_failure(&self) -> Result<()> {
         self.failed.lock().take().map_or(Ok(()), Err)
+    }
+
+    /// Whether event `e` was reached (waiting for it when `block`), with the failure of
+    /// the work it covers.
+    fn event_outcome(&self, e: &Event, block: bool) -> Result<bool> {
+        let e = e.get::<Arc<HostEvent>>().ok_or_else(|| foreign_event(self.number))?;
+        match e.outcome(block) {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err(Some(failure))) => Err(failure),
+            Some(Err(None)) => Err(self.closed()),
+        }
     }
 
     fn closed(&self) -> Error {
@@ -315,23 +409,18 @@ impl Backend for HostDevice {
     }
 
     fn record(&self, _q: Queue) -> Result<Event> {
-        let e = Arc::new(HostEvent::default());
-        let firing = Firing(Arc::clone(&e));
-        self.submit(move || firing.0.set(1))?;
+        let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
+        let (firing, failed) = (Firing(Arc::clone(&e)), Arc::clone(&self.failed));
+        self.submit(move || firing.0.set(1, failed.lock().take()))?;
         Ok(Event::new(e))
     }
 
     fn sync_event(&self, e: &Event) -> Result<()> {
-        let e = e.get::<Arc<HostEvent>>().ok_or_else(|| foreign_event(self.number))?;
-        let mut state = e.state.lock();
-        while *state == 0 {
-            e.reached.wait(&mut state);
-        }
-        if *state == 1 {
-            self.take_failure()
-        } else {
-            Err(self.closed())
-        }
+        self.event_outcome(e, true).map(drop)
+    }
+
+    fn event_done(&self, e: &Event) -> Result<bool> {
+        self.event_outcome(e, false)
     }
 
     fn sync_queue(&self, _q: Queue) -> Result<()> {
@@ -390,7 +479,7 @@ impl Backend for HostDevice {
         for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
             self.check_range(addr, n * 4, "sgemm")?;
         }
-        let (g, pool) = (*g, Arc::clone(self.pool.get(self.number)?));
+        let (g, pool, number) = (*g, Arc::clone(&self.pool), self.number);
         let (a, b, c) = (Addr(a as usize), Addr(b as usize), Addr(c as usize));
         self.submit(move || {
             let (a, b, c) = (a, b, c);
@@ -404,7 +493,11 @@ impl Backend for HostDevice {
                     std::slice::from_raw_parts_mut(c.0 as *mut f32, ec),
                 )
             };
-            host_sgemm(&pool, &g, a, b, cm);
+            // The pool is started on the worker (see `KernelPool`); a failure to start it
+            // is the queue's failure.
+            let pool = pool.get(number).unwrap_or_else(|e| panic!("{e}"));
+            let _in = InKernel::enter();
+            host_sgemm(pool, &g, a, b, cm);
         })
     }
 
@@ -511,7 +604,7 @@ pub(crate) mod tests {
         let foreign = Event::new(7u32);
         assert!(matches!(d.sync_event(&foreign), Err(Error::InvalidArgument { .. })));
         // An event whose job was dropped unrun (its worker ended) does not block forever.
-        let e = Arc::new(HostEvent::default());
+        let e = Arc::new(HostEvent::new(Arc::clone(&d.failed)));
         drop(Firing(Arc::clone(&e)));
         assert!(matches!(d.sync_event(&Event::new(e)), Err(Error::QueueClosed { .. })));
         // Without a worker nothing can be enqueued.
@@ -535,6 +628,69 @@ pub(crate) mod tests {
         d.sync_queue(Queue::Compute).unwrap();
         assert!(d.launch(&FAILS, 4, &[]).is_err());
         d.sync_queue(Queue::CopyIn).unwrap();
+        // An event carries the failures of exactly the work queued before it and after the
+        // previous event: whoever waits for it learns of them, once.
+        let p = d.alloc(64).unwrap();
+        d.enqueue_launch(Queue::Compute, &FAILS, 4, &[]).unwrap();
+        let after_failure = d.record(Queue::Compute).unwrap();
+        d.enqueue_memset(Queue::Compute, p, 0, 64).unwrap();
+        let after_memset = d.record(Queue::Compute).unwrap();
+        assert!(d.sync_event(&after_memset).is_ok());
+        assert!(matches!(d.event_done(&after_failure), Err(Error::KernelFailed { .. })));
+        assert!(d.event_done(&after_failure).unwrap());
+        // One nobody waited for gives its failure back to the device when dropped.
+        d.enqueue_launch(Queue::Compute, &FAILS, 4, &[]).unwrap();
+        drop(d.record(Queue::Compute).unwrap());
+        assert!(d.sync_queue(Queue::Compute).is_err());
+        d.free(p, 64).unwrap();
+    }
+
+    #[test]
+    fn kernels_run_on_the_worker_which_belongs_to_the_device_only_inside_them() {
+        use std::sync::atomic::AtomicPtr;
+        /// The pool of the device under test, for the kernel to ask.
+        static POOL: AtomicPtr<KernelPool> = AtomicPtr::new(std::ptr::null_mut());
+        static SEEN: Mutex<Vec<(Option<String>, bool)>> = Mutex::new(Vec::new());
+        fn look(l: &crate::kernel::HostLaunch<'_>) -> std::result::Result<(), String> {
+            // SAFETY: set below to the device's pool, which outlives the launches.
+            let pool = unsafe { &*POOL.load(Ordering::SeqCst) };
+            let me = (std::thread::current().name().map(String::from), pool.owns_current_thread());
+            SEEN.lock().push(me);
+            // Argument 0: n u32 that only this kernel uses.
+            // SAFETY: as said.
+            let x = unsafe { l.slice_mut::<u32>(0, l.n())? };
+            use rayon::prelude::*;
+            x.par_iter_mut().enumerate().for_each(|(i, v)| *v += i as u32);
+            if l.n() == 3 {
+                panic!("three is too few");
+            }
+            Ok(())
+        }
+        static LOOK: Kernel = Kernel::new("look").with_host(look);
+        let d = device(1 << 20);
+        POOL.store(Arc::as_ptr(&d.pool).cast_mut(), Ordering::SeqCst);
+        let p = d.alloc(4 * 100_000).unwrap();
+        let arg = [KernelArg::Ptr { addr: p, bytes: Some(4 * 100_000) }];
+        d.launch(&LOOK, 100_000, &arg).unwrap();
+        d.enqueue_launch(Queue::Compute, &LOOK, 100_000, &arg).unwrap();
+        d.sync_queue(Queue::Compute).unwrap();
+        let mut back = vec![0u32; 100_000];
+        // SAFETY: `back` holds the 100 000 u32 read.
+        unsafe { d.read(back.as_mut_ptr().cast(), p, 4 * 100_000).unwrap() };
+        assert!(back.iter().enumerate().all(|(i, &v)| v == 2 * i as u32));
+        // Both ran on the worker itself, which counted as the device's inside them only.
+        assert_eq!(*SEEN.lock(), vec![(Some("test-host".to_string()), true); 2]);
+        assert!(!d.run(|| IN_KERNEL.with(|k| k.get())).unwrap());
+        assert!(!d.runs_current_thread());
+        // A panic is the launch's error, naming the kernel, and the worker goes on.
+        let e = d.launch(&LOOK, 3, &arg).unwrap_err();
+        assert!(
+            matches!(&e, Error::KernelFailed { kernel: "look", message, .. } if message.contains("three")),
+            "{e}"
+        );
+        assert!(!d.run(|| IN_KERNEL.with(|k| k.get())).unwrap());
+        d.launch(&LOOK, 1, &arg).unwrap();
+        d.free(p, 4 * 100_000).unwrap();
     }
 
     #[test]

@@ -313,6 +313,39 @@ impl fmt::Debug for Event {
     }
 }
 
+/// A launch as a recording keeps it ([`crate::Recording`]): the kernel, its work items
+/// and its arguments, translated to device addresses when it was recorded.
+#[derive(Clone, Debug)]
+pub(crate) struct RecordedLaunch {
+    pub kernel: Kernel,
+    pub n: usize,
+    pub args: Vec<KernelArg>,
+}
+
+/// A backend's replayable form of a recorded body (a CUDA graph); only the backend that
+/// made it reads it.
+pub(crate) struct Graph(Box<dyn Any + Send + Sync>);
+
+impl Graph {
+    /// Wraps a backend's graph.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn new(g: impl Any + Send + Sync) -> Self {
+        Self(Box::new(g))
+    }
+
+    /// The backend's graph, if it is of type `T`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Graph")
+    }
+}
+
 /// The error for an event that another backend recorded.
 pub(crate) fn foreign_event(device: usize) -> crate::error::Error {
     crate::error::Error::InvalidArgument {
@@ -386,6 +419,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// before it, if the device reports one.
     fn sync_event(&self, e: &Event) -> Result<()>;
 
+    /// Whether `e` (recorded by this device) has completed, without blocking; an error of
+    /// the work before it, if the device reports one (then it has completed).
+    fn event_done(&self, e: &Event) -> Result<bool> {
+        self.sync_event(e).map(|()| true)
+    }
+
     /// Blocks until everything enqueued on `q` has completed.
     fn sync_queue(&self, q: Queue) -> Result<()>;
 
@@ -455,6 +494,21 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// must stay allocated until the queue has passed the kernel. A failure while it runs
     /// is reported by a later synchronisation.
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
+
+    /// Makes `launches` one replayable graph (CUDA: captured on a stream of its own and
+    /// instantiated); `None` when the backend has none (host devices replay the list by
+    /// enqueuing each launch).
+    fn capture_graph(&self, _launches: &[RecordedLaunch]) -> Result<Option<Graph>> {
+        Ok(None)
+    }
+
+    /// Enqueues a graph that [`Backend::capture_graph`] made on the compute queue.
+    fn enqueue_graph(&self, _graph: &Graph) -> Result<()> {
+        Err(crate::error::Error::InvalidArgument {
+            routine: "replay",
+            what: format!("{}: this backend makes no graphs", self.description().name),
+        })
+    }
 
     /// The grid and block (in blocks and threads) a launch of `kernel` over `n` items would
     /// use, for the trace (`OFFLOAD_INFO` 0x10); `None` for devices without them (host

@@ -10,7 +10,8 @@
 
 use std::collections::HashSet;
 
-use super::DeviceState;
+use super::in_flight::SLOT_BYTES;
+use super::{CopyPath, DeviceState, Origin};
 use crate::data_env::plan::{
     increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, Short, SmallSet,
 };
@@ -31,6 +32,17 @@ pub(crate) struct BlocksInUse<'a> {
 impl<'a> BlocksInUse<'a> {
     pub(crate) fn new(device: &'a DeviceState) -> Self {
         Self { device, blocks: Short::new() }
+    }
+
+    /// A guard over blocks pinned elsewhere (a recording's), unpinned when it drops.
+    pub(crate) fn adopt(device: &'a DeviceState, blocks: Short<u64>) -> Self {
+        Self { device, blocks }
+    }
+
+    /// The pinned blocks, handed to the caller, who unpins them when the work using them
+    /// is done ([`DeviceState::queued`]).
+    pub(crate) fn take_blocks(&mut self) -> Short<u64> {
+        std::mem::take(&mut self.blocks)
     }
 
     /// Pins the block of `e` (found in `table`, whose lock the caller holds).
@@ -82,6 +94,12 @@ impl<'a> NewBlocks<'a> {
     /// longer frees it. Constant time: a map list of 100 000 new entries keeps 100 000.
     fn keep(&mut self, addr: u64) {
         self.kept.push(addr);
+    }
+
+    /// Whether `addr` is not a block of this guard's that it will free (linear: for the
+    /// few copies a queued construct makes).
+    fn is_kept(&self, addr: u64) -> bool {
+        self.kept.len() == self.blocks.len() || !self.blocks.contains(&addr) || self.kept.contains(&addr)
     }
 }
 
@@ -153,9 +171,9 @@ impl DeviceState {
     ///
     /// # Safety
     /// Every item's host range must be valid for reads for the duration of the call.
-    pub(crate) unsafe fn map_enter(&self, items: &[MapItem], c: Construct) -> Result<()> {
+    pub(crate) unsafe fn map_enter(&self, items: &[MapItem], c: Construct, origin: Origin) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c) })
+        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c, origin) })
     }
 
     /// Shows the present table with a failed construct's error when table dumps are on
@@ -179,8 +197,11 @@ impl DeviceState {
 
     /// # Safety
     /// As [`DeviceState::map_enter`].
-    unsafe fn enter_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
+    unsafe fn enter_list(&self, items: &[MapItem], c: Construct, origin: Origin) -> Result<()> {
         let mut plan = EnterPlan::default();
+        // Existing entries the copies write (`always`): their memory may be in use by
+        // queued work, which a copy not queued behind it must wait for.
+        let mut existing: SmallSet<usize> = SmallSet::new();
         // Declared before `in_use`, so dropped after it: blocks in use outlive their pins.
         let mut blocks = NewBlocks::new(self);
         let mut in_use = BlocksInUse::new(self);
@@ -218,16 +239,20 @@ impl DeviceState {
             for &(_, _, key) in &plan.copies {
                 if let Some(addr) = table.get(key).map(|e| e.device_addr) {
                     in_use.pin(&mut table, addr);
+                    existing.insert(key);
                 }
             }
         }
         // Copies without the lock.
         let mut done = SmallSet::new();
-        let copied = plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, _)| {
+        let mut slots = Short::new();
+        let copied = plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, key)| {
             // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
-            unsafe { self.copy_to_device(addr, range) }
+            unsafe { self.copy_in(addr, range, existing.contains(&key), &mut slots) }
         });
         if let Err(e) = copied {
+            // Queued copies into the blocks the undo frees must be done first.
+            self.abandon_queued(&slots);
             return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
         if plan.copies.is_empty() && plan.planned.is_empty() && !self.trace.on(InfoFlags::DUMP_TABLE) {
@@ -236,13 +261,66 @@ impl DeviceState {
         }
         let mut table = self.table.lock();
         if let Err(e) = self.publish(&mut table, &plan, &mut blocks) {
-            return Err(self.undo_enter(table, &plan, e, true));
+            drop(table);
+            self.abandon_queued(&slots);
+            return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
         self.dump_after(&table, c, "entry");
-        Ok(())
+        if slots.is_empty() {
+            return Ok(());
+        }
+        // Copies are queued: the blocks they write stay allocated until they are done,
+        // including a block of ours that another thread's publication made spare.
+        for &(_, _, key) in &plan.copies {
+            if let Some(block) = table.get(key).map(|e| e.device_addr) {
+                in_use.pin(&mut table, block);
+            }
+        }
+        if plan.planned.iter().any(|p| !blocks.is_kept(p.device_addr)) {
+            drop(table);
+            self.abandon_queued(&slots);
+            return Ok(());
+        }
+        drop(table);
+        self.queued(origin, in_use, slots)
+    }
+
+    /// Copies `host` to `dst` for a construct: queued from a bounce slot (added to
+    /// `slots`) when the construct may return before it, else waited for, after the work
+    /// queued before it when `existing` (the entry's memory may be in use).
+    ///
+    /// # Safety
+    /// `host` valid for reads; `dst` device memory of its size.
+    unsafe fn copy_in(
+        &self,
+        dst: u64,
+        host: HostRange,
+        existing: bool,
+        slots: &mut Short<usize>,
+    ) -> Result<()> {
+        if self.ordered() {
+            // SAFETY: forwarded from the caller.
+            if let Some(slot) = unsafe { self.queue_to_device(dst, host)? } {
+                slots.push(slot);
+                return Ok(());
+            }
+            if existing {
+                self.settle()?;
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_to_device(dst, host) }
+    }
+
+    /// Waits for copies a failing construct queued, then frees their slots.
+    fn abandon_queued(&self, slots: &[usize]) {
+        if !slots.is_empty() {
+            let _ = self.backend.sync_queue(crate::device::Queue::Compute);
+            self.give_back_slots(slots);
+        }
     }
 
     /// Undoes a failed entry: the counts it moved go back (entries it alone kept alive
@@ -369,6 +447,45 @@ impl DeviceState {
         self.dump_on_error(c.name(), unsafe { self.exit_list(items, c) })
     }
 
+    /// Copies device data back into host ranges, as an exit or `update from` does: each
+    /// waited for before this returns, after the work queued before it. Small copies are
+    /// queued behind that work and waited for together (one wait); large ones, staged, wait
+    /// for it first. Stops at the first failure when `stop` (else copies what it can);
+    /// returns the first failure.
+    ///
+    /// # Safety
+    /// Every host range valid for exclusive writes during the call; each device address
+    /// inside its entry.
+    unsafe fn copy_out(&self, copies: &[PlannedCopy], stop: bool) -> Result<()> {
+        let ordered = self.ordered();
+        let (mut queued, mut first_err) = (false, None);
+        for &(range, addr, _) in copies {
+            let r = if ordered && range.bytes <= SLOT_BYTES {
+                queued = true;
+                // SAFETY: forwarded from the caller; waited for below.
+                unsafe { self.queue_from_device(range, addr) }
+            } else {
+                // SAFETY: forwarded from the caller.
+                (if ordered { self.settle() } else { Ok(()) })
+                    .and_then(|()| unsafe { self.copy_from_device(range, addr) })
+            };
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+                if stop {
+                    break;
+                }
+            }
+        }
+        if queued {
+            // The host reads the ranges next: the queue must have passed the copies, even
+            // after a failure.
+            if let Err(e) = self.settle_queue(true) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// # Safety
     /// As [`DeviceState::map_exit`].
     unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
@@ -395,20 +512,18 @@ impl DeviceState {
         }
         // Without the lock: copies back, then frees.
         let mut first_err = None;
-        for &(range, addr, _) in &plan.copies {
-            // SAFETY: forwarded from the caller; `addr` lies in the entry.
-            if let Err(err) = unsafe { self.copy_from_device(range, addr) } {
-                if !c.is_region() {
-                    // `exit data` is all or nothing: the entries and counts come back.
-                    drop(in_use);
-                    let lost = plan.undo(&mut self.table.lock());
-                    let _ = self.release_removed(lost);
-                    return Err(err);
-                }
-                // A region's end cannot be retried (nothing would end it again): it copies
-                // what it can, its entries leave, and the first failure is its error.
-                first_err.get_or_insert(err);
+        // SAFETY: forwarded from the caller; each address lies in its entry.
+        if let Err(err) = unsafe { self.copy_out(&plan.copies, !c.is_region()) } {
+            if !c.is_region() {
+                // `exit data` is all or nothing: the entries and counts come back.
+                drop(in_use);
+                let lost = plan.undo(&mut self.table.lock());
+                let _ = self.release_removed(lost);
+                return Err(err);
             }
+            // A region's end cannot be retried (nothing would end it again): it copies
+            // what it can, its entries leave, and the first failure is its error.
+            first_err.get_or_insert(err);
         }
         drop(in_use);
         for (e, _) in &plan.removed {
@@ -453,14 +568,24 @@ impl DeviceState {
     ///
     /// # Safety
     /// Host ranges valid for reads (`To`) or for exclusive writes (`From`).
-    pub(crate) unsafe fn update(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
+    pub(crate) unsafe fn update(
+        &self,
+        items: &[(HostRange, bool)],
+        dir: UpdateDirection,
+        origin: Origin,
+    ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        self.dump_on_error("target update", unsafe { self.update_list(items, dir) })
+        self.dump_on_error("target update", unsafe { self.update_list(items, dir, origin) })
     }
 
     /// # Safety
     /// As [`DeviceState::update`].
-    unsafe fn update_list(&self, items: &[(HostRange, bool)], dir: UpdateDirection) -> Result<()> {
+    unsafe fn update_list(
+        &self,
+        items: &[(HostRange, bool)],
+        dir: UpdateDirection,
+        origin: Origin,
+    ) -> Result<()> {
         // The entries copied stay allocated until the copies are done.
         let mut in_use = BlocksInUse::new(self);
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
@@ -479,21 +604,30 @@ impl DeviceState {
                 }
             }
         }
-        for &(range, addr, _) in &found {
-            // SAFETY: forwarded from the caller; the device range lies in the entry, which
-            // the program keeps mapped while it updates it.
-            unsafe {
-                match dir {
-                    UpdateDirection::To => self.copy_to_device(addr, range)?,
-                    UpdateDirection::From => self.copy_from_device(range, addr)?,
+        let mut slots = Short::new();
+        // SAFETY: forwarded from the caller; the device ranges lie in their entries, which
+        // the program keeps mapped while it updates them.
+        let copied = unsafe {
+            match dir {
+                UpdateDirection::To => {
+                    found.iter().try_for_each(|&(range, addr, _)| self.copy_in(addr, range, true, &mut slots))
                 }
+                UpdateDirection::From => self.copy_out(&found, true),
             }
+        };
+        if let Err(e) = copied {
+            self.abandon_queued(&slots);
+            return Err(e);
         }
         let mut table = self.table.lock();
         for &(range, _, key) in &found {
             self.note_copy(&mut table, key, range);
         }
-        Ok(())
+        drop(table);
+        if slots.is_empty() {
+            return Ok(());
+        }
+        self.queued(origin, in_use, slots)
     }
 
     /// Copies `host` to device address `dst`, counting and tracing it.
@@ -504,7 +638,7 @@ impl DeviceState {
         let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
         let staged = unsafe { self.write_host(dst, host)? };
-        self.trace_copy("host->device", host, dst, staged, start.elapsed());
+        self.trace_copy("host->device", host, dst, CopyPath::of(staged), start.elapsed());
         self.stats.record_to_device(host.bytes);
         Ok(())
     }
@@ -517,22 +651,27 @@ impl DeviceState {
         let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
         let staged = unsafe { self.read_host(host, src)? };
-        self.trace_copy("device->host", host, src, staged, start.elapsed());
+        self.trace_copy("device->host", host, src, CopyPath::of(staged), start.elapsed());
         self.stats.record_from_device(host.bytes);
         Ok(())
     }
 
-    /// Traces a finished copy (`OFFLOAD_INFO` 0x20): direction, bytes, ranges, staged or
-    /// direct, and how long it took.
-    fn trace_copy(
+    /// Traces a copy (`OFFLOAD_INFO` 0x20): direction, bytes, ranges, staged, direct or
+    /// queued, and how long it took (a queued copy: to queue it).
+    pub(crate) fn trace_copy(
         &self,
         direction: &'static str,
         host: HostRange,
         addr: u64,
-        staged: bool,
+        path: CopyPath,
         took: std::time::Duration,
     ) {
-        let how = if staged { "staged" } else { "direct" };
+        let staged = path == CopyPath::Staged;
+        let how = match path {
+            CopyPath::Staged => "staged",
+            CopyPath::Direct => "direct",
+            CopyPath::Queued => "queued",
+        };
         let fields = || InfoFields {
             kind: "copy",
             device: Some(self.number),

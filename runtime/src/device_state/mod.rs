@@ -5,8 +5,11 @@
 //! `data_env` plans. `Runtime` holds one per device.
 
 mod constructs;
+mod in_flight;
+pub(crate) mod recorder;
 
 pub(crate) use constructs::BlocksInUse;
+pub(crate) use in_flight::{ConstructsWait, InFlight, Origin};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,6 +100,30 @@ pub(crate) struct DeviceState {
     pub(crate) pinned: Arc<PinnedRanges>,
     /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
     pub(crate) lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
+    /// The work constructs queued and did not wait for, and its unreported failure.
+    pub(crate) in_flight: InFlight,
+}
+
+/// How a host<->device copy was made, for the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyPath {
+    /// Through the staging ring's pinned buffers, waited for.
+    Staged,
+    /// By the driver straight from (or to) the host range, waited for.
+    Direct,
+    /// From a bounce slot, queued behind the device's earlier work, not waited for.
+    Queued,
+}
+
+impl CopyPath {
+    /// A copy that was waited for: staged or direct.
+    pub(crate) fn of(staged: bool) -> Self {
+        if staged {
+            Self::Staged
+        } else {
+            Self::Direct
+        }
+    }
 }
 
 /// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):

@@ -12,7 +12,7 @@ use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Override
 use crate::data_env::PresentTable;
 use crate::device::host::{default_capacity, HostDevice, KernelPool};
 use crate::device::Backend;
-use crate::device_state::{DeviceState, PinnedRanges, TransferCounters};
+use crate::device_state::{DeviceState, InFlight, PinnedRanges, TransferCounters};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::memory_pool::{MemoryPool, PoolConfig};
@@ -107,6 +107,16 @@ impl RuntimeBuilder {
     /// are staged through host memory.
     pub fn peer_access(mut self, on: bool) -> Self {
         self.peer_access = on;
+        self
+    }
+
+    /// Whether every construct waits for the work it queued (`OFFLOAD_SYNC=1`), as
+    /// `CUDA_LAUNCH_BLOCKING` does: for debugging, so that a failing kernel or copy is
+    /// reported by the construct that queued it. By default a construct that leaves
+    /// nothing for the host to see returns once its work is queued (see docs/SEMANTICS.md,
+    /// "Stream-ordered constructs").
+    pub fn synchronous(mut self, on: bool) -> Self {
+        self.over.synchronous = Some(on);
         self
     }
 
@@ -268,6 +278,7 @@ impl RuntimeBuilder {
                 staging: OnceLock::new(),
                 pinned: Arc::clone(&pinned),
                 lanes: OnceLock::new(),
+                in_flight: InFlight::new(settings.synchronous),
             })
             .collect();
         Ok(Runtime {

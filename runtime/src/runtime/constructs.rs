@@ -4,6 +4,8 @@
 use std::panic::Location;
 
 use super::*;
+use crate::device::Queue;
+use crate::device_state::{recorder, Origin};
 use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
@@ -90,12 +92,20 @@ impl Runtime {
         let target = self.target(device)?;
         validate::map_list(c, device, items)?;
         self.trace_construct(device, verb, at, items, "");
-        match target {
+        let d = match target {
+            Target::Device(d) => d,
+            Target::Initial => return Ok(()),
+        };
+        if recorder::recording(self.identity(), device) {
+            return Err(recorder::refused(device, verb));
+        }
+        d.poll()?;
+        if entering {
             // SAFETY: forwarded from the caller.
-            Target::Device(d) if entering => unsafe { d.map_enter(items, c) },
+            unsafe { d.map_enter(items, c, Origin::new(c.name(), at)) }
+        } else {
             // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.map_exit(items, c) },
-            Target::Initial => Ok(()),
+            unsafe { d.map_exit(items, c) }
         }
     }
 
@@ -143,8 +153,14 @@ impl Runtime {
             )
         });
         match target {
-            // SAFETY: forwarded from the caller.
-            Target::Device(d) => unsafe { d.update(items, dir) },
+            Target::Device(_) if recorder::recording(self.identity(), device) => {
+                Err(recorder::refused(device, what))
+            }
+            Target::Device(d) => {
+                d.poll()?;
+                // SAFETY: forwarded from the caller.
+                unsafe { d.update(items, dir, Origin::new("target update", at)) }
+            }
             Target::Initial => Ok(()),
         }
     }
@@ -198,17 +214,49 @@ impl Runtime {
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
         self.check_device_args(d, kernel, args)?;
-        // SAFETY: forwarded from the caller.
-        unsafe { d.map_enter(maps, Construct::Target)? };
-        // Mapped memory the kernel uses stays allocated until it has run (`_in_use`).
-        let launched = d.translate_args(kernel, args).and_then(|(a, _in_use)| {
+        if recorder::recording(self.identity(), device) {
+            if !maps.is_empty() {
+                return Err(recorder::refused(device, "a target region with maps"));
+            }
+            // Kept, not run: translated now, its blocks pinned while the recording lives.
+            let (a, mut in_use) = d.translate_args(kernel, args)?;
             d.trace_launch(kernel, n, &a);
-            d.backend.launch(kernel, n, &a)
+            let launch = crate::device::RecordedLaunch { kernel: *kernel, n, args: a };
+            recorder::push(launch, in_use.take_blocks());
+            return Ok(());
+        }
+        d.poll()?;
+        let origin = Origin { construct: "target", kernel: Some(kernel.name()), at };
+        // SAFETY: forwarded from the caller.
+        unsafe { d.map_enter(maps, Construct::Target, origin)? };
+        // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
+        let launched = d.translate_args(kernel, args).and_then(|(a, in_use)| {
+            d.trace_launch(kernel, n, &a);
+            if d.ordered() {
+                d.backend.enqueue_launch(Queue::Compute, kernel, n, &a)?;
+                d.queued(origin, in_use, Default::default())
+            } else {
+                d.backend.launch(kernel, n, &a)
+            }
         });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
-        let exited = unsafe { d.map_exit(maps, Construct::Target) };
+        let exited = unsafe { d.map_exit(maps, Construct::Target) }.map_err(|e| origin.own_failure(e));
         launched.and(exited)
+    }
+
+    /// Device `device` for a routine that reads, writes or frees device memory outside
+    /// the constructs' queue order: the work queued before it is waited for first (and a
+    /// failure of it reported).
+    pub(crate) fn settled(&self, device: usize) -> Result<Target<'_>> {
+        let t = self.target(device)?;
+        if let Target::Device(d) = &t {
+            if recorder::recording(self.identity(), device) {
+                return Err(recorder::refused(device, "a routine that reads, writes or frees device memory"));
+            }
+            d.settle()?;
+        }
+        Ok(t)
     }
 
     /// The construct line of the trace (`OFFLOAD_INFO` 0x01, as libomptarget's "Entering
@@ -291,10 +339,16 @@ impl Runtime {
         run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
     }
 
-    /// Waits for all work queued on `device`.
+    /// Waits for all work queued on `device`: what constructs queued and did not wait for
+    /// (a failure of it is reported here, naming the construct and where the program
+    /// called it, as [`Error::Queued`]), and what the program enqueued itself on the
+    /// device's queues ([`Runtime::interop`]).
     pub fn synchronize(&self, device: usize) -> Result<()> {
         match self.target(device)? {
-            Target::Device(d) => d.backend.synchronize(),
+            Target::Device(d) => {
+                let settled = d.settle();
+                settled.and(d.backend.synchronize())
+            }
             Target::Initial => Ok(()),
         }
     }

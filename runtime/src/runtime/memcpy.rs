@@ -124,7 +124,7 @@ impl Runtime {
         src_device: usize,
         len: usize,
     ) -> Result<()> {
-        match (self.target(dst_device)?, self.target(src_device)?) {
+        match (self.settled(dst_device)?, self.settled(src_device)?) {
             (Target::Initial, Target::Initial) => {
                 // SAFETY: the caller guarantees both host ranges.
                 unsafe { std::ptr::copy(s as usize as *const u8, d as usize as *mut u8, len) };
@@ -342,7 +342,7 @@ impl Runtime {
         row_bytes: usize,
         rows: usize,
     ) -> Result<bool> {
-        let (dev, dst, src) = match (self.target(dst_device)?, self.target(src_device)?) {
+        let (dev, dst, src) = match (self.settled(dst_device)?, self.settled(src_device)?) {
             (Target::Device(dd), Target::Initial) => (dd, Place::Device(d), Place::Host(s as usize)),
             (Target::Initial, Target::Device(sd)) => (sd, Place::Host(d as usize), Place::Device(s)),
             (Target::Device(dd), Target::Device(sd)) if dd.number == sd.number => {
@@ -380,7 +380,7 @@ impl Runtime {
             });
         }
         self.check_device_range(MEMSET, "pointer", device, ptr, bytes)?;
-        match self.target(device)? {
+        match self.settled(device)? {
             Target::Device(d) => d.backend.memset(ptr, value, bytes),
             // SAFETY: the caller guarantees the host range.
             Target::Initial => unsafe {

@@ -39,7 +39,7 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
-        match self.target(device)? {
+        match self.settled(device)? {
             Target::Device(d) => {
                 // An association into the block would outlive it: refuse, as for a mapping.
                 // The table stays locked until the block has left the live set, so no

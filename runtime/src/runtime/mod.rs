@@ -187,6 +187,11 @@ impl Runtime {
         }
     }
 
+    /// The runtime's identity (its clones share it), for thread-local state keyed by it.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// Whether `other` is this runtime or a clone of it.
     pub(crate) fn same_as(&self, other: &Runtime) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -258,6 +263,11 @@ impl Runtime {
 impl Drop for Inner {
     fn drop(&mut self) {
         for d in &mut self.devices {
+            // Queued work first: it may still use the memory released below.
+            if let Err(e) = d.settle() {
+                let line = format!("device {}: queued work failed and was never reported: {e}", d.number);
+                self.trace.report("shutdown failed", d.number, line);
+            }
             let table = d.table.lock();
             if table.len() > 0 {
                 let line = format!(

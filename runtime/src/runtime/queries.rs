@@ -214,7 +214,10 @@ impl Runtime {
 
     /// Free and total memory of device `device`.
     pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
-        self.device_state(device)?.backend.mem_info()
+        let d = self.device_state(device)?;
+        // Memory that queued work holds is in use until the work is done (see `pool_usage`).
+        let _ = d.finish_queued(false);
+        d.backend.mem_info()
     }
 
     /// Copies made by device `device` so far.
@@ -226,6 +229,9 @@ impl Runtime {
     /// mapping is gone, only `target_alloc` blocks are live.
     pub fn pool_usage(&self, device: usize) -> Result<PoolUsage> {
         let d = self.device_state(device)?;
+        // Memory that queued work holds is counted until the work is done: wait for it (a
+        // failure of it stays for a synchronising call to report).
+        let _ = d.finish_queued(false);
         Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
     }
 

@@ -1,0 +1,387 @@
+//! Work that a device's constructs queued and did not wait for: stream-ordered constructs.
+//!
+//! A construct whose effect the host cannot observe (a launch, a `to` copy, an exit that
+//! copies nothing back) queues its copies and kernel on the device's compute queue, in
+//! program order, and returns. What the queued work needs besides device memory stays
+//! reserved until an event recorded after it has completed: the blocks of the mapped
+//! entries it uses (pinned in the present table, so that an exit removing the entry leaves
+//! the free to the work's retirement) and the [`BounceSlots`] its copies read from (a `to`
+//! source is copied into pinned memory before the construct returns, so the program may
+//! change it at once). The host waits only where it observes device work: a copy into
+//! host memory, a reduction's value, [`crate::Runtime::synchronize`], a routine that
+//! reads or frees device memory ([`DeviceState::settle`]).
+//!
+//! A failure of queued work is found by the next poll or wait, and kept with the
+//! construct that queued it ([`Origin`]): constructs refuse to run
+//! ([`Error::EarlierFailure`]) until a synchronising call reports it ([`Error::Queued`]).
+//! `OFFLOAD_SYNC=1` turns all this off: every construct waits, as before.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::panic::Location;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::{BlocksInUse, DeviceState};
+use crate::data_env::plan::Short;
+use crate::device::{Backend, Event, Queue};
+use crate::error::{Error, HostRange, Result};
+
+/// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.
+pub(crate) const SLOT_BYTES: usize = 64 << 10;
+
+/// Bounce slots per device (2 MiB of pinned memory, made on first use).
+const SLOTS: usize = 32;
+
+/// The construct that queued some work, for the error that reports its failure.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin {
+    /// "target", "target enter data", ...
+    pub construct: &'static str,
+    /// The kernel it launched, if it launched one.
+    pub kernel: Option<&'static str>,
+    /// Where the program called it.
+    pub at: &'static Location<'static>,
+}
+
+impl Origin {
+    /// A construct without a kernel.
+    pub(crate) fn new(construct: &'static str, at: &'static Location<'static>) -> Self {
+        Self { construct, kernel: None, at }
+    }
+
+    /// `e` as the construct itself reports it: the failure of its own queued work, found
+    /// by its own copy back, is its plain error (as if it had waited), not a report of an
+    /// earlier construct's.
+    pub(crate) fn own_failure(&self, e: Error) -> Error {
+        match e {
+            Error::Queued { construct, at, source, .. }
+                if construct == self.construct() && at == self.at() =>
+            {
+                *source
+            }
+            e => e,
+        }
+    }
+
+    fn construct(&self) -> String {
+        match self.kernel {
+            Some(k) => format!("{} (kernel `{k}`)", self.construct),
+            None => self.construct.to_string(),
+        }
+    }
+
+    fn at(&self) -> String {
+        format!("{}:{}", self.at.file(), self.at.line())
+    }
+}
+
+/// One construct's queued work: complete once `event` is.
+struct QueuedOp {
+    event: Event,
+    blocks: Short<u64>,
+    slots: Short<usize>,
+    origin: Origin,
+}
+
+/// Pinned host memory that small `to` copies are staged in before they are queued, cut
+/// into [`SLOTS`] slots of [`SLOT_BYTES`]; a slot is free again when the work that reads it
+/// has completed.
+pub(crate) struct BounceSlots {
+    base: usize,
+    registered: bool,
+    free: Mutex<Vec<usize>>,
+    backend: Arc<dyn Backend>,
+}
+
+impl BounceSlots {
+    fn layout() -> std::alloc::Layout {
+        // 4096-aligned (page-locking works on pages), never zero-sized.
+        std::alloc::Layout::from_size_align(SLOTS * SLOT_BYTES, 4096)
+            .unwrap_or(std::alloc::Layout::new::<u8>())
+    }
+
+    /// Allocates and page-locks the slots; `None` when memory is short.
+    fn new(backend: Arc<dyn Backend>) -> Option<Self> {
+        let layout = Self::layout();
+        // SAFETY: the layout has a non-zero size.
+        let base = unsafe { std::alloc::alloc(layout) };
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: `base` is allocated until `drop`, which unregisters it first.
+        let registered = matches!(unsafe { backend.register_host(base, layout.size()) }, Ok(true));
+        Some(Self { base: base as usize, registered, free: Mutex::new((0..SLOTS).rev().collect()), backend })
+    }
+
+    fn take(&self) -> Option<usize> {
+        self.free.lock().pop()
+    }
+
+    fn give_back(&self, slots: &[usize]) {
+        self.free.lock().extend_from_slice(slots);
+    }
+
+    fn ptr(&self, slot: usize) -> *mut u8 {
+        (self.base + slot * SLOT_BYTES) as *mut u8
+    }
+}
+
+impl Drop for BounceSlots {
+    fn drop(&mut self) {
+        // Dropped with its device state, after the runtime waited for all queued work.
+        if self.registered {
+            // SAFETY: registered in `new`; no copy reads it any more.
+            let _ = unsafe { self.backend.unregister_host(self.base as *mut u8) };
+        }
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base as *mut u8, Self::layout()) };
+    }
+}
+
+// SAFETY: the slots are plain memory owned by this value; each is written by one construct
+// at a time (taken from the free list under its lock) and read by the device's queue.
+unsafe impl Send for BounceSlots {}
+// SAFETY: as above.
+unsafe impl Sync for BounceSlots {}
+
+thread_local! {
+    /// Whether the constructs this thread makes wait for their work (a `nowait` task's).
+    static WAITING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Makes the constructs of the calling thread wait for their work while it lives: a
+/// `nowait` task's, whose completion is what its waiter observes.
+pub(crate) struct ConstructsWait(bool);
+
+impl ConstructsWait {
+    pub(crate) fn begin() -> Self {
+        Self(WAITING.replace(true))
+    }
+}
+
+impl Drop for ConstructsWait {
+    fn drop(&mut self) {
+        WAITING.set(self.0);
+    }
+}
+
+/// A device's queued work and its unreported failure.
+pub(crate) struct InFlight {
+    /// `OFFLOAD_SYNC=1`: constructs wait for their work.
+    synchronous: bool,
+    ops: Mutex<VecDeque<QueuedOp>>,
+    /// Queued ops, read without the lock on every construct.
+    count: AtomicUsize,
+    failure: Mutex<Option<(Origin, Error)>>,
+    bounce: OnceLock<Option<BounceSlots>>,
+}
+
+impl InFlight {
+    /// Nothing queued; `synchronous` from `OFFLOAD_SYNC`.
+    pub(crate) fn new(synchronous: bool) -> Self {
+        Self {
+            synchronous,
+            ops: Mutex::new(VecDeque::new()),
+            count: AtomicUsize::new(0),
+            failure: Mutex::new(None),
+            bounce: OnceLock::new(),
+        }
+    }
+
+    fn note_failure(&self, origin: Origin, e: Error) {
+        self.failure.lock().get_or_insert((origin, e));
+    }
+}
+
+impl DeviceState {
+    /// Whether a construct on this device may return before its work has completed: not
+    /// under `OFFLOAD_SYNC=1`, and not inside a `nowait` task (whose completion the task's
+    /// waiter observes).
+    pub(crate) fn ordered(&self) -> bool {
+        !self.in_flight.synchronous && !WAITING.get()
+    }
+
+    /// Retires the queued work that has completed, without blocking. An error while a
+    /// failure of queued work is unreported: the construct calling it must not run.
+    pub(crate) fn poll(&self) -> Result<()> {
+        if self.in_flight.count.load(Ordering::Acquire) > 0 {
+            let mut done: Short<QueuedOp> = Short::new();
+            {
+                let mut ops = self.in_flight.ops.lock();
+                while let Some(op) = ops.front() {
+                    match self.backend.event_done(&op.event) {
+                        Ok(false) => break,
+                        Ok(true) => {}
+                        Err(e) => self.in_flight.note_failure(op.origin, e),
+                    }
+                    done.extend(ops.pop_front());
+                }
+                self.in_flight.count.store(ops.len(), Ordering::Release);
+            }
+            self.retire(done);
+        }
+        match &*self.in_flight.failure.lock() {
+            None => Ok(()),
+            Some((o, _)) => {
+                Err(Error::EarlierFailure { device: self.number, construct: o.construct(), at: o.at() })
+            }
+        }
+    }
+
+    /// Waits for all work queued on the device's compute queue so far (when `wait_queue`,
+    /// also what was queued after the last construct's event: copies back that the caller
+    /// queued), retires it, and reports an unreported failure of queued work, once, as
+    /// [`Error::Queued`] naming its construct.
+    pub(crate) fn settle_queue(&self, wait_queue: bool) -> Result<()> {
+        let waited = self.finish_queued(wait_queue);
+        if let Some((o, e)) = self.in_flight.failure.lock().take() {
+            return Err(Error::Queued {
+                device: self.number,
+                construct: o.construct(),
+                at: o.at(),
+                source: Box::new(e),
+            });
+        }
+        waited
+    }
+
+    /// Waits for the work queued so far and retires it, keeping a failure of it for a
+    /// synchronising call to report (for queries of the device's state, which report
+    /// nothing); the error of the queue's own wait.
+    pub(crate) fn finish_queued(&self, wait_queue: bool) -> Result<()> {
+        let ops: Vec<QueuedOp> = if self.in_flight.count.load(Ordering::Acquire) > 0 {
+            let mut ops = self.in_flight.ops.lock();
+            self.in_flight.count.store(0, Ordering::Release);
+            ops.drain(..).collect()
+        } else {
+            Vec::new()
+        };
+        let waited =
+            if wait_queue || !ops.is_empty() { self.backend.sync_queue(Queue::Compute) } else { Ok(()) };
+        for op in &ops {
+            // After the queue's wait each event has completed (or reports the failure).
+            let done = match self.backend.event_done(&op.event) {
+                Ok(false) => self.backend.sync_event(&op.event),
+                other => other.map(drop),
+            };
+            if let Err(e) = done {
+                self.in_flight.note_failure(op.origin, e);
+            }
+        }
+        self.retire(ops);
+        waited
+    }
+
+    /// [`DeviceState::settle_queue`] for the constructs' work (events) only.
+    pub(crate) fn settle(&self) -> Result<()> {
+        self.settle_queue(false)
+    }
+
+    /// Records that `origin` queued work on the compute queue that uses `in_use`'s blocks
+    /// and reads `slots`: they stay reserved until an event recorded now has completed.
+    /// When the event cannot be recorded the queue is waited for instead.
+    pub(crate) fn queued(
+        &self,
+        origin: Origin,
+        mut in_use: BlocksInUse<'_>,
+        slots: Short<usize>,
+    ) -> Result<()> {
+        match self.backend.record(Queue::Compute) {
+            Ok(event) => {
+                let blocks = in_use.take_blocks();
+                let op = QueuedOp { event, blocks, slots, origin };
+                let mut ops = self.in_flight.ops.lock();
+                ops.push_back(op);
+                self.in_flight.count.store(ops.len(), Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                let waited = self.backend.sync_queue(Queue::Compute);
+                self.give_back_slots(&slots);
+                drop(in_use);
+                Err(waited.err().unwrap_or(e))
+            }
+        }
+    }
+
+    /// Frees the bounce slots of work that has completed (or was never queued).
+    pub(crate) fn give_back_slots(&self, slots: &[usize]) {
+        if let (false, Some(Some(b))) = (slots.is_empty(), self.in_flight.bounce.get()) {
+            b.give_back(slots);
+        }
+    }
+
+    /// Ends the reservations of completed work: bounce slots back, blocks unpinned (and
+    /// freed when their entry left the table meanwhile).
+    fn retire(&self, ops: impl IntoIterator<Item = QueuedOp>) {
+        let mut gone: Short<crate::data_env::Entry> = Short::new();
+        let mut table = None;
+        for op in ops {
+            self.give_back_slots(&op.slots);
+            if !op.blocks.is_empty() {
+                let t = table.get_or_insert_with(|| self.table.lock());
+                gone.extend(op.blocks.iter().filter_map(|&a| t.unpin(a)));
+            }
+        }
+        drop(table);
+        for e in &gone {
+            let _ = self.release_entry(e);
+        }
+    }
+
+    /// Copies `host` into a bounce slot and queues its copy to `dst` on the compute queue;
+    /// the slot, or `None` (nothing done) when `host` is too large or no slot is free.
+    ///
+    /// # Safety
+    /// `host` valid for reads during the call; `dst` device memory of its size.
+    pub(crate) unsafe fn queue_to_device(&self, dst: u64, host: HostRange) -> Result<Option<usize>> {
+        if host.bytes > SLOT_BYTES {
+            return Ok(None);
+        }
+        let Some(b) = self.in_flight.bounce.get_or_init(|| BounceSlots::new(Arc::clone(&self.backend)))
+        else {
+            return Ok(None);
+        };
+        let slot = match b.take() {
+            Some(s) => s,
+            None => {
+                // Retire what has completed, then try once more.
+                self.poll()?;
+                match b.take() {
+                    Some(s) => s,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let start = std::time::Instant::now();
+        // SAFETY: the caller's range is valid for reads; the slot holds `SLOT_BYTES` and
+        // is this construct's alone until given back.
+        unsafe { std::ptr::copy_nonoverlapping(host.begin as *const u8, b.ptr(slot), host.bytes) };
+        // SAFETY: the slot stays valid and unchanged until the work is retired (it is in
+        // the construct's `QueuedOp`), `dst` is the caller's device range.
+        if let Err(e) = unsafe { self.backend.enqueue_write(Queue::Compute, dst, b.ptr(slot), host.bytes) } {
+            b.give_back(&[slot]);
+            return Err(e);
+        }
+        self.trace_copy("host->device", host, dst, super::CopyPath::Queued, start.elapsed());
+        self.stats.record_to_device(host.bytes);
+        Ok(Some(slot))
+    }
+
+    /// Queues a copy of device address `src` into `host` on the compute queue, behind the
+    /// work queued before it; the caller waits for the queue before `host` is read.
+    ///
+    /// # Safety
+    /// `host` valid for exclusive writes until the caller has waited for the queue.
+    pub(crate) unsafe fn queue_from_device(&self, host: HostRange, src: u64) -> Result<()> {
+        let start = std::time::Instant::now();
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.enqueue_read(Queue::Compute, host.begin as *mut u8, src, host.bytes)? };
+        self.trace_copy("device->host", host, src, super::CopyPath::Queued, start.elapsed());
+        self.stats.record_from_device(host.bytes);
+        Ok(())
+    }
+}

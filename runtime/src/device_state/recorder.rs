@@ -1,0 +1,67 @@
+//! The launches a thread is recording for a device ([`crate::Recording`]): while a
+//! body is recorded, the constructs of that thread on that device consult this instead of
+//! running (launches are kept; everything else is refused).
+
+use std::cell::RefCell;
+
+use crate::data_env::plan::Short;
+use crate::device::RecordedLaunch;
+use crate::error::Error;
+
+/// The recording this thread is making: its runtime (by address), device, launches and
+/// the blocks they pinned.
+struct Active {
+    runtime: usize,
+    device: usize,
+    launches: Vec<RecordedLaunch>,
+    pins: Short<u64>,
+}
+
+thread_local! {
+    static RECORDING: RefCell<Option<Active>> = const { RefCell::new(None) };
+}
+
+/// Whether this thread is recording for device `device` of the runtime whose identity is
+/// `runtime`.
+pub(crate) fn recording(runtime: usize, device: usize) -> bool {
+    RECORDING.with_borrow(|r| r.as_ref().is_some_and(|a| a.runtime == runtime && a.device == device))
+}
+
+/// Starts recording on this thread; `false` when it records already.
+pub(crate) fn start(runtime: usize, device: usize) -> bool {
+    RECORDING.with_borrow_mut(|r| {
+        if r.is_some() {
+            return false;
+        }
+        *r = Some(Active { runtime, device, launches: Vec::new(), pins: Short::new() });
+        true
+    })
+}
+
+/// Ends this thread's recording: its launches and the blocks they pinned.
+pub(crate) fn finish() -> Option<(Vec<RecordedLaunch>, Short<u64>)> {
+    RECORDING.with_borrow_mut(Option::take).map(|a| (a.launches, a.pins))
+}
+
+/// The error for a construct that a recorded body cannot hold.
+pub(crate) fn refused(device: usize, what: &str) -> Error {
+    Error::InvalidArgument {
+        routine: "Device::record",
+        what: format!(
+            "device {device}: {what} inside a recorded body; only launches can be recorded (maps, updates, \
+             copies back, reductions and checked launches synchronise or change the present table, which a \
+             replay cannot repeat): make them outside the body"
+        ),
+    }
+}
+
+/// Adds a launch, its arguments translated and their blocks pinned, to this thread's
+/// recording.
+pub(crate) fn push(launch: RecordedLaunch, pins: Short<u64>) {
+    RECORDING.with_borrow_mut(|r| {
+        if let Some(a) = r.as_mut() {
+            a.launches.push(launch);
+            a.pins.extend(pins);
+        }
+    });
+}

@@ -1,0 +1,329 @@
+//! Stream-ordered constructs: a construct whose effect the host cannot observe returns
+//! once its work is queued, and nothing the program can observe differs (docs/SEMANTICS.md,
+//! "Stream-ordered constructs"). Every case runs on every backend present, in the mode the
+//! suite runs in (`OFFLOAD_SYNC=1` or not); the failure cases also build a runtime of
+//! each mode explicitly.
+
+use std::time::Duration;
+
+use offload::{map, Error, HostLaunch, Kernel, MapItem, MapType};
+use offload_tests::{check, check_eq, on_every_backend, on_every_device, synchronous};
+
+fn spin(l: &HostLaunch<'_>) -> Result<(), String> {
+    std::thread::sleep(Duration::from_millis(l.scalar::<u64>(0)?));
+    Ok(())
+}
+
+/// Keeps the device's queue busy for about `ms` milliseconds, so that work queued after it
+/// runs after the host has gone on.
+static SPIN: Kernel = Kernel::new("spin_ms").with_host(spin).with_cuda(
+    r#"extern "C" __global__ void spin_ms(unsigned long long ms, unsigned long long n) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            long long start = clock64();
+            while (clock64() - start < (long long)ms * 2000000ll) { }
+        } }"#,
+);
+
+fn copy(l: &HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: argument 0 (input) and 1 (output) are distinct mapped ranges of n u32.
+    let (x, y) = unsafe { (l.slice::<u32>(0, l.n())?, l.slice_mut::<u32>(1, l.n())?) };
+    y.copy_from_slice(x);
+    Ok(())
+}
+
+/// `y = x`.
+static COPY: Kernel = Kernel::new("copy_u32").with_host(copy).with_cuda(
+    r#"extern "C" __global__ void copy_u32(const unsigned* x, unsigned* y, unsigned long long n) {
+        unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        if (i < n) y[i] = x[i]; }"#,
+);
+
+fn add_one(l: &HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: argument 0 is a mapped range of at least one u32.
+    let x = unsafe { l.slice_mut::<u32>(0, 1)? };
+    x[0] += 1;
+    Ok(())
+}
+
+/// `x[0] += 1`.
+static ADD_ONE: Kernel = Kernel::new("add_one_u32").with_host(add_one).with_cuda(
+    r#"extern "C" __global__ void add_one_u32(unsigned* x, unsigned long long n) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) x[0] += 1u; }"#,
+);
+
+fn fail(_: &HostLaunch<'_>) -> Result<(), String> {
+    Err("the kernel says no".into())
+}
+
+/// Fails when it runs (host devices only: a GPU kernel that faults would end the process's
+/// context for every later case).
+static FAIL: Kernel = Kernel::new("always_fails").with_host(fail);
+
+#[test]
+fn a_to_source_changed_after_its_construct_returned_is_not_seen() {
+    on_every_device("to source changed after return", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 1000;
+        let mut x = vec![1u32; n];
+        let mut y = vec![0u32; n];
+        // Through the safe API: the host copy of a `to_mut` map changed at once.
+        gpu.launch(&SPIN, 1, (50u64,))?;
+        let mut m = gpu.enter_data(map::to_mut(&mut x))?;
+        let xv = m.views();
+        m.host_mut(&xv)?.fill(2);
+        gpu.data(map::from(&mut y), |yv| gpu.launch(&COPY, n, (xv, yv)))?;
+        m.exit()?;
+        check!(
+            y.iter().all(|&v| v == 1),
+            "the device saw a host write made after its `to` map: {:?}",
+            &y[..4]
+        );
+        // Through the C-shaped routines, as a port writes it.
+        let (mut a, mut b) = (vec![7u32; n], vec![0u32; n]);
+        let items = [MapItem::to(a.as_ptr(), n * 4), MapItem::raw(b.as_mut_ptr(), n * 4, MapType::ALLOC)];
+        let exits =
+            [MapItem::raw(a.as_mut_ptr(), n * 4, MapType::RELEASE), MapItem::from(b.as_mut_ptr(), n * 4)];
+        gpu.launch(&SPIN, 1, (50u64,))?;
+        // SAFETY: both vectors outlive the exit below and are not otherwise used meanwhile
+        // (`a` is written by the host only after the construct returned).
+        unsafe { rt.enter_data(d, &items)? };
+        a.fill(8);
+        let args = [offload::LaunchArg::mapped(a.as_ptr()), offload::LaunchArg::mapped(b.as_ptr())];
+        // SAFETY: both arguments are mapped ranges of `n` u32 on device `d`.
+        unsafe { rt.target_launch(d, &COPY, n, &[], &args)? };
+        // SAFETY: as above.
+        unsafe { rt.exit_data(d, &exits)? };
+        check!(
+            b.iter().all(|&v| v == 7),
+            "the device saw a host write made after `enter data`: {:?}",
+            &b[..4]
+        );
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_reduction_variable_mapped_each_iteration_round_trips() {
+    on_every_device("tofrom per iteration", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut count = [0u32; 1];
+        for i in 0..200u32 {
+            gpu.data(map::tofrom(&mut count[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)))?;
+            check_eq!(count[0], i + 1);
+        }
+        // `update to` between launches is ordered with them, and `update from` waits.
+        let mut m = gpu.enter_data(map::to_mut(&mut count[..]))?;
+        let c = m.views();
+        for i in 0..50u32 {
+            m.host_mut(&c)?[0] = 1000 * i;
+            m.update_to(&c)?;
+            gpu.launch(&ADD_ONE, 1, (c,))?;
+            gpu.launch(&ADD_ONE, 1, (c,))?;
+            m.update_from(&c)?;
+            check_eq!(m.host_mut(&c)?[0], 1000 * i + 2);
+        }
+        m.exit()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn an_exit_does_not_free_memory_a_queued_kernel_uses() {
+    on_every_device("exit under a queued kernel", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 4096;
+        let x: Vec<u32> = (0..n as u32).collect();
+        let mut y = vec![0u32; n];
+        let out = gpu.enter_data(map::from(&mut y))?;
+        let yv = out.views();
+        for _ in 0..20 {
+            gpu.launch(&SPIN, 1, (2u64,))?;
+            // `x` is mapped, used by a queued kernel and unmapped at once; new maps that
+            // may reuse its memory follow.
+            gpu.data(map::to(&x), |xv| gpu.launch(&COPY, n, (xv, yv)))?;
+            let junk = vec![u32::MAX; n];
+            gpu.data(map::to(&junk), |_| Ok(()))?;
+        }
+        out.exit()?;
+        check!(y == x, "y differs from x");
+        Ok(())
+    });
+}
+
+/// The failure of a queued kernel, on host devices (see [`FAIL`]), in the mode asked for.
+fn failing_kernel_case(sync: bool) {
+    on_every_backend(
+        if sync { "failure, synchronous" } else { "failure, queued" },
+        1,
+        |b| b.synchronous(sync),
+        |rt| {
+            let Some(d) = (0..rt.num_devices())
+                .find(|&d| rt.describe(d).map(|x| x.kind == offload::BackendKind::Host).unwrap_or(false))
+            else {
+                println!("SKIP failing kernel: no host device in this runtime (GPU kernels that fail end the context)");
+                return Ok(());
+            };
+            let gpu = rt.device(d)?;
+            let line = line!() + 1;
+            let launched = gpu.launch(&FAIL, 16, ());
+            if sync {
+                check!(
+                    matches!(&launched, Err(Error::KernelFailed { kernel: "always_fails", .. })),
+                    "a synchronous launch reports its own failure: {launched:?}"
+                );
+                return Ok(());
+            }
+            check!(launched.is_ok(), "a queued launch returns before its kernel runs: {launched:?}");
+            let at = format!("{}:{line}", file!());
+            // Later constructs refuse to run until the failure is reported...
+            std::thread::sleep(Duration::from_millis(20));
+            let mut one = [0u32; 1];
+            let refused = gpu.data(map::tofrom(&mut one[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)));
+            check!(rt.live_mappings().is_empty(), "a refused construct maps nothing");
+            match &refused {
+                Err(Error::EarlierFailure { construct, at: where_, .. }) => {
+                    check!(construct.contains("always_fails") && *where_ == at, "{refused:?}")
+                }
+                other => check!(false, "expected EarlierFailure naming {at}, got {other:?}"),
+            }
+            // ...and the next synchronising call reports it, once, naming the construct.
+            match rt.synchronize(d) {
+                Err(Error::Queued { construct, at: where_, source, .. }) => {
+                    check!(construct.contains("target") && construct.contains("always_fails"), "{construct}");
+                    check_eq!(where_, at);
+                    check!(matches!(*source, Error::KernelFailed { kernel: "always_fails", .. }), "{source}");
+                }
+                other => check!(false, "expected Queued naming {at}, got {other:?}"),
+            }
+            rt.synchronize(d)?;
+            // A copy back is a synchronising call too.
+            gpu.launch(&FAIL, 16, ())?;
+            let r = gpu.data(map::from(&mut one[..]), |_| Ok(()));
+            check!(matches!(r, Err(Error::EarlierFailure { .. }) | Err(Error::Queued { .. })), "{r:?}");
+            rt.synchronize(d).ok();
+            let mut count = [5u32; 1];
+            gpu.data(map::tofrom(&mut count[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)))?;
+            check_eq!(count[0], 6);
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_failing_queued_kernel_is_reported_at_the_next_synchronisation_with_its_location() {
+    failing_kernel_case(false);
+}
+
+#[test]
+fn under_offload_sync_a_failing_kernel_fails_its_own_launch() {
+    failing_kernel_case(true);
+}
+
+#[test]
+fn the_suite_mode_is_the_runtime_mode() {
+    // What `OFFLOAD_SYNC` says is what the suite's runtimes do: a launch of a slow kernel
+    // returns at once when queued, after it when synchronous.
+    on_every_device("mode", |rt, d| {
+        let gpu = rt.device(d)?;
+        let start = std::time::Instant::now();
+        gpu.launch(&SPIN, 1, (200u64,))?;
+        let took = start.elapsed();
+        rt.synchronize(d)?;
+        if synchronous() {
+            check!(took >= Duration::from_millis(150), "a synchronous launch returned after {took:?}");
+        } else {
+            check!(took < Duration::from_millis(150), "a queued launch waited {took:?}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_recorded_body_replays_its_launches_in_order() {
+    on_every_device("record and replay", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut count = [0u32; 1];
+        let n = 2048;
+        let (mut a, mut b) = ((0..n as u32).collect::<Vec<_>>(), vec![0u32; n]);
+        gpu.data((map::tofrom(&mut count[..]), map::tofrom(&mut a), map::tofrom(&mut b)), |(c, a, b)| {
+            let three = gpu.record(|g| {
+                for _ in 0..3 {
+                    g.launch(&ADD_ONE, 1, (c,))?;
+                }
+                Ok(())
+            })?;
+            check_eq!(three.launches(), 3);
+            check_eq!(three.device(), d);
+            let gpu_backend = rt.describe(d)?.kind != offload::BackendKind::Host;
+            check_eq!(three.is_graph(), gpu_backend);
+            // Recording ran nothing (else the count below would be 303).
+            for _ in 0..100 {
+                three.replay()?;
+            }
+            // The double-buffered pattern: two recordings replayed in turn.
+            let even = gpu.record(|g| g.launch(&COPY, n, (a, b)))?;
+            let odd = gpu.record(|g| g.launch(&COPY, n, (b, a)))?;
+            for _ in 0..10 {
+                even.replay()?;
+                odd.replay()?;
+            }
+            Ok(())
+        })?;
+        check_eq!(count[0], 300);
+        check!(a.iter().zip(&b).enumerate().all(|(i, (&x, &y))| x == i as u32 && y == i as u32), "a, b");
+        check!(rt.live_mappings().is_empty());
+        offload_tests::assert_clean(rt, d)
+    });
+}
+
+#[test]
+fn a_recorded_body_holds_only_launches() {
+    on_every_device("record refusals", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x = vec![1u32; 16];
+        let mut y = vec![0u32; 16];
+        let refused = |r: offload::Result<offload::Recording<'_>>, what: &str| -> offload::Result<()> {
+            match r {
+                Err(Error::InvalidArgument { routine: "Device::record", what: w }) => {
+                    check!(w.contains("only launches can be recorded"), "{what}: {w}");
+                    Ok(())
+                }
+                other => {
+                    check!(false, "{what}: expected a refusal, got {:?}", other.map(|r| r.launches()));
+                    Ok(())
+                }
+            }
+        };
+        refused(gpu.record(|g| g.data(map::to(&x), |_| Ok(()))), "a map")?;
+        let mut m = gpu.enter_data(map::to_mut(&mut y))?;
+        let yv = m.views();
+        refused(gpu.record(|_| m.update_to(&yv)), "an update")?;
+        refused(gpu.record(|g| g.record(|_| Ok(())).map(drop)), "a nested recording")?;
+        let p = rt.target_alloc(64, d)?;
+        // SAFETY: `p` holds 64 bytes of device `d`.
+        refused(gpu.record(|_| unsafe { rt.target_memset(p, 0, 64, d) }), "a memset")?;
+        let body = gpu.record(|g| g.launch(&ADD_ONE, 1, (yv,)))?;
+        refused(gpu.record(|_| body.replay()), "a replay")?;
+        // A panicking body ends the recording: the next one works.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = gpu.record(|g| -> offload::Result<()> {
+                g.launch(&ADD_ONE, 1, (yv,))?;
+                panic!("body gave up")
+            });
+        }));
+        check!(caught.is_err());
+        body.replay()?;
+        m.update_from(&yv)?;
+        check_eq!(m.host_mut(&yv)?[0], 1);
+        // The recording outlives the mapping: its memory stays until it is dropped.
+        m.exit()?;
+        body.replay()?;
+        drop(body);
+        // SAFETY: allocated above, no work uses it.
+        unsafe { rt.target_free(p, d)? };
+        rt.synchronize(d)?;
+        offload_tests::assert_clean(rt, d)
+    });
+}
