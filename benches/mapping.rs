@@ -105,6 +105,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = b.wall(&format!("target_1_present_arg/{d}"), Budget::FAST, || {
                 // SAFETY: `x` is mapped (entered above), the kernel touches its 1024 floats.
                 unsafe { rt.target_launch(d, &INC, 1024, black_box(&tofrom), &args) }.expect("launch");
+                // The launch is queued (docs/SEMANTICS.md R11): the row keeps its wait.
+                rt.synchronize(d).expect("sync");
             });
             table.push((
                 "target region, 1 present argument (launch + sync)".into(),

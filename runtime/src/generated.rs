@@ -465,38 +465,6 @@ unsafe impl<A: KernelArgs> KernelArgs for WithPartials<'_, A> {
     }
 }
 
-/// Device memory from [`Runtime::target_alloc`](crate::Runtime::target_alloc), freed when dropped (on errors and
-/// panics too) or by [`DeviceScratch::free`].
-struct DeviceScratch<'rt> {
-    rt: &'rt crate::Runtime,
-    device: usize,
-    addr: u64,
-}
-
-impl<'rt> DeviceScratch<'rt> {
-    fn alloc(rt: &'rt crate::Runtime, device: usize, bytes: usize) -> Result<Self> {
-        Ok(Self { rt, device, addr: rt.target_alloc(bytes, device)? })
-    }
-
-    /// Frees the memory, reporting a failure.
-    fn free(mut self) -> Result<()> {
-        let addr = std::mem::take(&mut self.addr);
-        // SAFETY: the launch that used the memory has returned; nothing else knows it.
-        unsafe { self.rt.target_free(addr, self.device) }
-    }
-}
-
-impl Drop for DeviceScratch<'_> {
-    fn drop(&mut self) {
-        if self.addr != 0 {
-            // SAFETY: as in `free`: reached when the launch or a copy failed or panicked,
-            // after it returned. A failure to free has nowhere to go here (the error that
-            // brought us here is the one to report).
-            let _ = unsafe { self.rt.target_free(self.addr, self.device) };
-        }
-    }
-}
-
 /// The slot's bits holding `v` (its bytes first, the rest zero).
 fn slot_bits(v: Scalar) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes().0)
@@ -575,19 +543,24 @@ pub fn launch_reduce<A: KernelArgs>(
             let slots = slots_at(host.as_mut_ptr() as u64);
             return device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: None }, at);
         }
-        // TODO(lead): replace the allocation, the identities' copy and the read back with
-        // a pooled partial reused across calls, set by an enqueued fill (the identities:
-        // zeros for `+`, the type's extreme for `min`/`max`) and read back by one enqueued
-        // copy: that read becomes the iteration's one synchronisation.
-        let scratch = DeviceScratch::alloc(rt, number, bytes)?;
-        // SAFETY: `host` holds `bytes` bytes; the scratch block is `bytes` of `number`.
-        unsafe { rt.target_memcpy(scratch.addr, host.as_ptr() as u64, bytes, 0, 0, number, initial)? };
-        let slots = slots_at(scratch.addr);
-        let report_at = report.then(|| scratch.addr + (count * SLOT_BYTES) as u64);
-        device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)?;
-        // SAFETY: as above, device to host; `host` is not otherwise borrowed.
-        unsafe { rt.target_memcpy(host.as_mut_ptr() as u64, scratch.addr, bytes, 0, 0, initial, number)? };
-        scratch.free()
+        // The partials: set by a queued copy, read back by one queued copy behind the
+        // kernel, the call's one wait.
+        let d = rt.device_state(number)?;
+        let origin = crate::device_state::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
+        let mut bytes_of: Vec<u8> = host.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        debug_assert_eq!(bytes_of.len(), bytes);
+        d.with_partials(&mut bytes_of, |base| {
+            let slots = slots_at(base);
+            let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);
+            device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)
+        })
+        .map_err(|e| origin.own_failure(e))?;
+        for (w, b) in host.iter_mut().zip(bytes_of.chunks_exact(8)) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(b);
+            *w = u64::from_ne_bytes(word);
+        }
+        Ok(())
     };
     run().map_err(|e| name_argument(e, r))?;
     if report {

@@ -65,6 +65,40 @@ pub(crate) struct CudaDevice {
     peers: Mutex<Vec<usize>>,
     /// cuBLAS on the compute stream, made on first use.
     blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
+    /// Events for reuse ([`PooledEvent`]).
+    events: EventPool,
+}
+
+/// Events (without timing) kept for reuse: constructs record one per queued piece of work,
+/// and creating and destroying one each time costs more than recording it.
+type EventPool = Arc<Mutex<Vec<CudaEvent>>>;
+
+/// Most events a device keeps for reuse.
+const POOLED_EVENTS: usize = 256;
+
+/// An event of a device's pool, back to the pool when dropped (re-recording a completed
+/// or pending event is allowed: a wait on it then waits for its latest record).
+struct PooledEvent {
+    event: Option<CudaEvent>,
+    pool: EventPool,
+}
+
+impl PooledEvent {
+    fn get(&self) -> Result<&CudaEvent> {
+        self.event.as_ref().ok_or_else(|| Error::InvalidArgument {
+            routine: "event wait",
+            what: "the event was given back to its pool".into(),
+        })
+    }
+}
+
+impl Drop for PooledEvent {
+    fn drop(&mut self) {
+        let mut pool = self.pool.lock();
+        if pool.len() < POOLED_EVENTS {
+            pool.extend(self.event.take());
+        }
+    }
 }
 
 /// A recorded body captured as a CUDA graph; launched by one thread at a time (graphs are
@@ -188,6 +222,7 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             peers: Mutex::new(Vec::new()),
             blas: OnceLock::new(),
+            events: EventPool::default(),
         })
     }
 
@@ -496,19 +531,27 @@ impl Backend for CudaDevice {
 
     fn record(&self, q: Queue) -> Result<Event> {
         self.bind()?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        let e = self.stream(q).record_event(flags).map_err(driver(self.number, "cuEventRecord"))?;
-        Ok(Event::new(e))
+        let reused = self.events.lock().pop();
+        let event = match reused {
+            Some(e) => e,
+            None => {
+                let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+                self.ctx.new_event(flags).map_err(driver(self.number, "cuEventCreate"))?
+            }
+        };
+        let pooled = PooledEvent { event: Some(event), pool: Arc::clone(&self.events) };
+        pooled.get()?.record(self.stream(q)).map_err(driver(self.number, "cuEventRecord"))?;
+        Ok(Event::new(pooled))
     }
 
     fn sync_event(&self, e: &Event) -> Result<()> {
-        let e = e.get::<CudaEvent>().ok_or_else(|| foreign_event(self.number))?;
-        e.synchronize().map_err(driver(self.number, "cuEventSynchronize"))
+        let e = e.get::<PooledEvent>().ok_or_else(|| foreign_event(self.number))?;
+        e.get()?.synchronize().map_err(driver(self.number, "cuEventSynchronize"))
     }
 
     fn event_done(&self, e: &Event) -> Result<bool> {
-        let e = e.get::<CudaEvent>().ok_or_else(|| foreign_event(self.number))?;
-        e.try_is_complete().map_err(driver(self.number, "cuEventQuery"))
+        let e = e.get::<PooledEvent>().ok_or_else(|| foreign_event(self.number))?;
+        e.get()?.try_is_complete().map_err(driver(self.number, "cuEventQuery"))
     }
 
     fn sync_queue(&self, q: Queue) -> Result<()> {

@@ -6,6 +6,7 @@
 
 mod constructs;
 mod in_flight;
+mod partials;
 pub(crate) mod recorder;
 
 pub(crate) use constructs::BlocksInUse;
