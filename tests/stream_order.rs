@@ -51,6 +51,12 @@ static ADD_ONE: Kernel = Kernel::new("add_one_u32").with_host(add_one).with_cuda
         if (blockIdx.x == 0 && threadIdx.x == 0) x[0] += 1u; }"#,
 );
 
+/// `s += x[i]`.
+#[offload::kernel(reduction(+: s))]
+fn total(i: usize, x: &[u32], s: &mut u32) {
+    *s += x[i];
+}
+
 fn fail(_: &HostLaunch<'_>) -> Result<(), String> {
     Err("the kernel says no".into())
 }
@@ -202,6 +208,25 @@ fn failing_kernel_case(sync: bool) {
             let r = gpu.data(map::from(&mut one[..]), |_| Ok(()));
             check!(matches!(r, Err(Error::EarlierFailure { .. }) | Err(Error::Queued { .. })), "{r:?}");
             rt.synchronize(d).ok();
+            // Exits are never refused: the mappings whose host memory is about to be freed
+            // end, and the failure is reported by the exit (it waits for its copy back).
+            let mut v = vec![1u32; 64];
+            let m = gpu.enter_data(map::tofrom(&mut v))?;
+            gpu.launch(&FAIL, 16, ())?;
+            std::thread::sleep(Duration::from_millis(20));
+            let r = m.exit();
+            check!(matches!(&r, Err(Error::Queued { .. })), "exit after a failure: {r:?}");
+            check!(rt.live_mappings().is_empty(), "an exit after a failure left {:?}", rt.live_mappings());
+            let r = gpu.data(map::tofrom(&mut v), |_| gpu.launch(&FAIL, 16, ()));
+            check!(matches!(r.map_err(offload_tests::cause), Err(Error::KernelFailed { .. })), "region");
+            check!(rt.live_mappings().is_empty());
+            // A buffer dropped after a failure frees its memory; the failure is not lost.
+            let buf = offload::DeviceBuffer::<u32>::new(&gpu, 64)?;
+            gpu.launch(&FAIL, 16, ())?;
+            std::thread::sleep(Duration::from_millis(20));
+            drop(buf);
+            check!(matches!(rt.synchronize(d), Err(Error::Queued { .. })), "the failure was lost");
+            check_eq!(rt.pool_usage(d)?.live_allocations, 0);
             let mut count = [5u32; 1];
             gpu.data(map::tofrom(&mut count[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)))?;
             check_eq!(count[0], 6);
@@ -304,6 +329,17 @@ fn a_recorded_body_holds_only_launches() {
         let p = rt.target_alloc(64, d)?;
         // SAFETY: `p` holds 64 bytes of device `d`.
         refused(gpu.record(|_| unsafe { rt.target_memset(p, 0, 64, d) }), "a memset")?;
+        // Device memory that nothing would keep allocated for the replays (finding: a
+        // dropped buffer's block reused under a replay), and a reduction's value.
+        let buf = offload::DeviceBuffer::<u32>::new(&gpu, 1)?;
+        refused(gpu.record(|g| g.launch(&ADD_ONE, 1, (&buf,))), "a DeviceBuffer argument")?;
+        drop(buf);
+        let xs = vec![1u32; 8];
+        gpu.data(map::to(&xs), |xv| {
+            refused(gpu.record(|g| total::reduce(g, 8, xv).map(drop)), "a reduce")?;
+            check_eq!(total::reduce(&gpu, 8, xv)?, 8);
+            Ok(())
+        })?;
         let body = gpu.record(|g| g.launch(&ADD_ONE, 1, (yv,)))?;
         refused(gpu.record(|_| body.replay()), "a replay")?;
         // A panicking body ends the recording: the next one works.

@@ -544,7 +544,11 @@ pub fn launch_reduce<A: KernelArgs>(
             return device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: None }, at);
         }
         // The partials: set by a queued copy, read back by one queued copy behind the
-        // kernel, the call's one wait.
+        // kernel, the call's one wait. Not inside a recorded body: a replay could not
+        // return the value.
+        if crate::device_state::recorder::recording(rt.identity(), number) {
+            return Err(crate::device_state::recorder::refused(number, "a reduction's `reduce`"));
+        }
         let d = rt.device_state(number)?;
         let origin = crate::device_state::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
         let mut bytes_of: Vec<u8> = host.iter().flat_map(|w| w.to_ne_bytes()).collect();

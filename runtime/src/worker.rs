@@ -6,12 +6,21 @@
 //! [`DeviceWorker::run`] hands the panic back to the waiting caller, where it resumes; a
 //! job given to [`DeviceWorker::submit`] must report its own failures (`nowait` tasks catch
 //! their panics), and a panic that escapes one anyway is dropped.
+//!
+//! Hand-offs are cheap when work comes in bursts (a loop of launches): an idle worker
+//! polls its queue for [`SPIN`] before it sleeps, and [`DeviceWorker::run`]'s caller polls
+//! for the result for as long before it sleeps, so a short job costs no wake-up of a
+//! sleeping thread either way. The result comes back through a slot on the caller's stack
+//! ([`Handback`]), not a channel made per call.
 
+use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 
 use crate::topology::Topology;
 
@@ -42,7 +51,7 @@ impl DeviceWorker {
         let (bound_tx, bound_rx) = bounded(1);
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             let _ = bound_tx.send(topology.bind_current_thread(&cpus).map_err(|e| e.to_string()));
-            for job in rx {
+            while let Some(job) = next_job(&rx) {
                 // The job's owner learns of a panic (see the module documentation).
                 let _ = catch_unwind(AssertUnwindSafe(job));
             }
@@ -57,19 +66,17 @@ impl DeviceWorker {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, WorkerGone> {
-        let (tx, rx) = bounded(1);
-        self.queue
-            .as_ref()
-            .ok_or(WorkerGone)?
-            .send(Box::new(move || {
-                // The caller waits on `rx`, so the receiver is alive.
-                let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
-            }))
+        let queue = self.queue.as_ref().ok_or(WorkerGone)?;
+        let slot = Handback::new();
+        let filler = Filler(&slot);
+        // A job refused by the channel is dropped here, abandoning the slot.
+        queue
+            .send(Box::new(move || filler.fill(catch_unwind(AssertUnwindSafe(f)))))
             .map_err(|_| WorkerGone)?;
-        match rx.recv() {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(panic)) => resume_unwind(panic),
-            Err(_) => Err(WorkerGone),
+        match slot.wait() {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(panic)) => resume_unwind(panic),
+            None => Err(WorkerGone),
         }
     }
 
@@ -82,6 +89,115 @@ impl DeviceWorker {
     /// topology is not this machine's), or why binding failed.
     pub(crate) fn binding(&self) -> Result<&[usize], &str> {
         self.binding.as_deref().map_err(String::as_str)
+    }
+}
+
+/// How long an idle worker polls its queue, and a caller of [`DeviceWorker::run`] its
+/// result, before sleeping: longer than a short job and the caller's turn-around between
+/// two launches, short enough that an idle device costs nothing to speak of.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Polls `ready` for [`SPIN`] (a few busy rounds, then yielding the CPU, which matters on
+/// a machine with fewer cores than busy threads) and gives its first `Some`.
+fn spin<R>(mut ready: impl FnMut() -> Option<R>) -> Option<R> {
+    for _ in 0..64 {
+        if let Some(r) = ready() {
+            return Some(r);
+        }
+        std::hint::spin_loop();
+    }
+    let start = Instant::now();
+    while start.elapsed() < SPIN {
+        if let Some(r) = ready() {
+            return Some(r);
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// The worker's next job: polled for a while, then waited for; `None` once every sender is
+/// gone and the queue is drained.
+fn next_job(rx: &Receiver<Job>) -> Option<Job> {
+    let polled = spin(|| match rx.try_recv() {
+        Ok(job) => Some(Some(job)),
+        Err(TryRecvError::Disconnected) => Some(None),
+        Err(TryRecvError::Empty) => None,
+    });
+    match polled {
+        Some(job) => job,
+        None => rx.recv().ok(),
+    }
+}
+
+const PENDING: u8 = 0;
+const FILLED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// A one-shot slot for a job's result, on the stack of the thread that waits for it: the
+/// job fills it through a [`Filler`] (or abandons it, when the job is dropped unrun) and
+/// wakes the waiter, which polls for a while before it parks.
+struct Handback<T> {
+    state: AtomicU8,
+    value: UnsafeCell<Option<T>>,
+    waiter: Thread,
+}
+
+impl<T> Handback<T> {
+    /// An empty slot that the calling thread will wait on.
+    fn new() -> Self {
+        Self { state: AtomicU8::new(PENDING), value: UnsafeCell::new(None), waiter: std::thread::current() }
+    }
+
+    /// Waits until the slot is filled (`Some`) or abandoned (`None`). Only the thread that
+    /// made the slot may wait: its [`Filler`] unparks that thread.
+    fn wait(&self) -> Option<T> {
+        let done = || (self.state.load(Ordering::Acquire) != PENDING).then_some(());
+        if spin(done).is_none() {
+            while done().is_none() {
+                std::thread::park();
+            }
+        }
+        // SAFETY: the state is no longer pending, so the filler has written the value (or
+        // abandoned it) before its release store, and touches the slot no more.
+        unsafe { (*self.value.get()).take() }
+    }
+}
+
+/// The job's end of a [`Handback`]: fills it once, or abandons it when dropped unfilled.
+///
+/// The slot lives on the waiter's stack: the waiter must not return before the slot is
+/// filled or abandoned, which [`Handback::wait`] ensures; a filler must therefore be made
+/// only for a slot that will be waited on, and is sent to the thread that fills it.
+struct Filler<T>(*const Handback<T>);
+
+// SAFETY: the filler only writes a `T` into the slot (moved to the waiter's thread) and
+// wakes the waiter; the slot outlives it (see the type's documentation).
+unsafe impl<T: Send> Send for Filler<T> {}
+
+impl<T> Filler<T> {
+    /// Hands `value` to the waiter.
+    fn fill(self, value: T) {
+        // SAFETY: the slot is alive (the waiter waits for the state to change) and nothing
+        // else touches the value while it is pending.
+        unsafe { *(*self.0).value.get() = Some(value) };
+        self.finish(FILLED);
+        std::mem::forget(self);
+    }
+
+    fn finish(&self, state: u8) {
+        // SAFETY: the slot is alive until the store below; the waiter's thread handle is
+        // cloned first, since the slot may be gone as soon as the state changes.
+        let waiter = unsafe { (*self.0).waiter.clone() };
+        // SAFETY: as above.
+        unsafe { (*self.0).state.store(state, Ordering::Release) };
+        waiter.unpark();
+    }
+}
+
+impl<T> Drop for Filler<T> {
+    fn drop(&mut self) {
+        self.finish(ABANDONED);
     }
 }
 
@@ -141,5 +257,60 @@ mod tests {
         // A submitted job has no caller to resume in; its panic must not end the worker.
         w.submit(Box::new(|| panic!("submitted job panicked"))).unwrap();
         assert_eq!(w.run(|| 7), Ok(7));
+    }
+
+    #[test]
+    fn a_handback_is_filled_from_another_thread_or_abandoned() {
+        // Filled after the waiter has given up polling and parked.
+        let slot = Handback::new();
+        let filler = Filler(&slot);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(SPIN * 4);
+            filler.fill(vec![1, 2, 3]);
+        });
+        assert_eq!(slot.wait(), Some(vec![1, 2, 3]));
+        t.join().unwrap();
+        // Dropped unfilled (a job dropped unrun): the waiter learns it.
+        let slot = Handback::<u32>::new();
+        let filler = Filler(&slot);
+        std::thread::spawn(move || drop(filler)).join().unwrap();
+        assert_eq!(slot.wait(), None);
+    }
+
+    #[test]
+    fn concurrent_callers_get_their_own_results_and_a_sleeping_worker_wakes() {
+        let topo = Arc::new(Topology::system());
+        let w = Arc::new(DeviceWorker::spawn("test-worker".into(), topo, Vec::new()).unwrap());
+        let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let callers: Vec<_> = (0..4u64)
+            .map(|c| {
+                let (w, log) = (Arc::clone(&w), Arc::clone(&log));
+                std::thread::spawn(move || {
+                    for i in 0..500u64 {
+                        let l = Arc::clone(&log);
+                        assert_eq!(
+                            w.run(move || {
+                                l.lock().push((c, i));
+                                c * 1000 + i
+                            }),
+                            Ok(c * 1000 + i)
+                        );
+                        if i % 100 == 0 {
+                            // Long enough for the worker to stop polling and sleep.
+                            std::thread::sleep(SPIN * 4);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+        // Each caller's jobs ran in its order.
+        let log = log.lock();
+        for c in 0..4 {
+            let mine: Vec<u64> = log.iter().filter(|(k, _)| *k == c).map(|(_, i)| *i).collect();
+            assert_eq!(mine, (0..500).collect::<Vec<_>>());
+        }
     }
 }

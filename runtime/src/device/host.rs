@@ -2,8 +2,9 @@
 //!
 //! Each host device has memory of its own (separate allocations, so a value written on the
 //! host is not seen by the device until it is copied), one worker thread that runs the
-//! device's work in order, and kernels that are Rust functions run on a shared `rayon`
-//! pool. Every semantic of the data environment can therefore be observed without a GPU.
+//! device's work in order, and kernels that are Rust functions run on a `rayon` pool of
+//! its own, whose thread 0 is the worker itself (see [`KernelPool`]). Every semantic of the
+//! data environment can therefore be observed without a GPU.
 
 use std::alloc::Layout;
 use std::any::Any;

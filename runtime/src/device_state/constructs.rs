@@ -67,6 +67,32 @@ impl Drop for BlocksInUse<'_> {
     }
 }
 
+/// Bounce slots whose copies a construct queued and has not yet handed to its
+/// [`DeviceState::queued`] record: given back when dropped (on a failure or an unwind),
+/// after the queue has passed the copies.
+struct QueuedSlots<'a>(&'a DeviceState, Short<usize>);
+
+impl Drop for QueuedSlots<'_> {
+    fn drop(&mut self) {
+        if !self.1.is_empty() {
+            let _ = self.0.backend.sync_queue(crate::device::Queue::Compute);
+            self.0.give_back_slots(&self.1);
+        }
+    }
+}
+
+/// Waits for the device's compute queue when dropped armed (`.1`): an unwinding construct
+/// whose queued copies still write into its caller's host memory waits for them first.
+struct WaitOnUnwind<'a>(&'a DeviceState, bool);
+
+impl Drop for WaitOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            let _ = self.0.backend.sync_queue(crate::device::Queue::Compute);
+        }
+    }
+}
+
 /// Device blocks a construct allocated for the entries it creates: each is freed when the
 /// guard drops unless it was handed to the present table ([`NewBlocks::keep`]), so a
 /// construct that fails, returns early or unwinds leaks none.
@@ -245,14 +271,14 @@ impl DeviceState {
         }
         // Copies without the lock.
         let mut done = SmallSet::new();
-        let mut slots = Short::new();
+        let mut slots = QueuedSlots(self, Short::new());
         let copied = plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, key)| {
             // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
-            unsafe { self.copy_in(addr, range, existing.contains(&key), &mut slots) }
+            unsafe { self.copy_in(addr, range, existing.contains(&key), &mut slots.1) }
         });
         if let Err(e) = copied {
             // Queued copies into the blocks the undo frees must be done first.
-            self.abandon_queued(&slots);
+            drop(slots);
             return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
         if plan.copies.is_empty() && plan.planned.is_empty() && !self.trace.on(InfoFlags::DUMP_TABLE) {
@@ -262,14 +288,14 @@ impl DeviceState {
         let mut table = self.table.lock();
         if let Err(e) = self.publish(&mut table, &plan, &mut blocks) {
             drop(table);
-            self.abandon_queued(&slots);
+            drop(slots);
             return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
         self.dump_after(&table, c, "entry");
-        if slots.is_empty() {
+        if slots.1.is_empty() {
             return Ok(());
         }
         // Copies are queued: the blocks they write stay allocated until they are done,
@@ -281,11 +307,11 @@ impl DeviceState {
         }
         if plan.planned.iter().any(|p| !blocks.is_kept(p.device_addr)) {
             drop(table);
-            self.abandon_queued(&slots);
+            drop(slots);
             return Ok(());
         }
         drop(table);
-        self.queued(origin, in_use, slots)
+        self.queued(origin, in_use, std::mem::take(&mut slots.1))
     }
 
     /// Copies `host` to `dst` for a construct: queued from a bounce slot (added to
@@ -313,14 +339,6 @@ impl DeviceState {
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.copy_to_device(dst, host) }
-    }
-
-    /// Waits for copies a failing construct queued, then frees their slots.
-    fn abandon_queued(&self, slots: &[usize]) {
-        if !slots.is_empty() {
-            let _ = self.backend.sync_queue(crate::device::Queue::Compute);
-            self.give_back_slots(slots);
-        }
     }
 
     /// Undoes a failed entry: the counts it moved go back (entries it alone kept alive
@@ -450,24 +468,36 @@ impl DeviceState {
     /// Copies device data back into host ranges, as an exit or `update from` does: each
     /// waited for before this returns, after the work queued before it. Small copies are
     /// queued behind that work and waited for together (one wait); large ones, staged, wait
-    /// for it first. Stops at the first failure when `stop` (else copies what it can);
-    /// returns the first failure.
+    /// for it first. Stops at the first failure when `stop` (else copies what it can).
+    /// Gives the copies' first failure, and apart from it the failure of earlier queued
+    /// work that its waits reported (the copies were made: the construct goes on, and
+    /// returns that report at its end).
     ///
     /// # Safety
     /// Every host range valid for exclusive writes during the call; each device address
     /// inside its entry.
-    unsafe fn copy_out(&self, copies: &[PlannedCopy], stop: bool) -> Result<()> {
+    unsafe fn copy_out(&self, copies: &[PlannedCopy], stop: bool) -> (Result<()>, Option<Error>) {
         let ordered = self.ordered();
-        let (mut queued, mut first_err) = (false, None);
+        let (mut first_err, mut reported) = (None, None);
+        // Until the wait below, queued copies write into the caller's ranges: an unwind
+        // must not hand them back before the queue has passed them.
+        let mut pending = WaitOnUnwind(self, false);
+        let mut report = |r: Result<()>| match r {
+            Err(e @ (Error::Queued { .. } | Error::EarlierFailure { .. })) => {
+                reported.get_or_insert(e);
+                Ok(())
+            }
+            other => other,
+        };
         for &(range, addr, _) in copies {
             let r = if ordered && range.bytes <= SLOT_BYTES {
-                queued = true;
+                pending.1 = true;
                 // SAFETY: forwarded from the caller; waited for below.
                 unsafe { self.queue_from_device(range, addr) }
             } else {
+                let waited = if ordered { report(self.settle()) } else { Ok(()) };
                 // SAFETY: forwarded from the caller.
-                (if ordered { self.settle() } else { Ok(()) })
-                    .and_then(|()| unsafe { self.copy_from_device(range, addr) })
+                waited.and_then(|()| unsafe { self.copy_from_device(range, addr) })
             };
             if let Err(e) = r {
                 first_err.get_or_insert(e);
@@ -476,14 +506,15 @@ impl DeviceState {
                 }
             }
         }
-        if queued {
+        if pending.1 {
             // The host reads the ranges next: the queue must have passed the copies, even
             // after a failure.
-            if let Err(e) = self.settle_queue(true) {
+            if let Err(e) = report(self.settle_queue(true)) {
                 first_err.get_or_insert(e);
             }
+            pending.1 = false;
         }
-        first_err.map_or(Ok(()), Err)
+        (first_err.map_or(Ok(()), Err), reported)
     }
 
     /// # Safety
@@ -513,13 +544,19 @@ impl DeviceState {
         // Without the lock: copies back, then frees.
         let mut first_err = None;
         // SAFETY: forwarded from the caller; each address lies in its entry.
-        if let Err(err) = unsafe { self.copy_out(&plan.copies, !c.is_region()) } {
+        let (copied, reported) = unsafe { self.copy_out(&plan.copies, !c.is_region()) };
+        if let Some(e) = reported {
+            first_err.get_or_insert(e);
+        }
+        if let Err(err) = copied {
             if !c.is_region() {
                 // `exit data` is all or nothing: the entries and counts come back.
                 drop(in_use);
                 let lost = plan.undo(&mut self.table.lock());
                 let _ = self.release_removed(lost);
-                return Err(err);
+                // A failure of earlier queued work that the wait reported comes first (on
+                // a GPU it is the likely cause of the copy's).
+                return Err(first_err.unwrap_or(err));
             }
             // A region's end cannot be retried (nothing would end it again): it copies
             // what it can, its entries leave, and the first failure is its error.
@@ -551,6 +588,19 @@ impl DeviceState {
         if entries.peek().is_none() {
             return Ok(());
         }
+        // The host side ends now: no queued work touches a mapping's host memory, and
+        // the program may free it as soon as the construct returns. Only the device block
+        // may have to outlive queued work.
+        let entries = entries.map(|mut e| {
+            if e.registered {
+                self.pinned.remove(e.range.begin);
+                // SAFETY: registered by `note_copy`; every copy from or into the range was
+                // waited for by its construct.
+                let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+                e.registered = false;
+            }
+            e
+        });
         let now: Short<Entry> = {
             let mut table = self.table.lock();
             entries.filter_map(|e| table.retire(e)).collect()
@@ -604,19 +654,22 @@ impl DeviceState {
                 }
             }
         }
-        let mut slots = Short::new();
+        let mut slots = QueuedSlots(self, Short::new());
         // SAFETY: forwarded from the caller; the device ranges lie in their entries, which
         // the program keeps mapped while it updates them.
         let copied = unsafe {
             match dir {
-                UpdateDirection::To => {
-                    found.iter().try_for_each(|&(range, addr, _)| self.copy_in(addr, range, true, &mut slots))
-                }
-                UpdateDirection::From => self.copy_out(&found, true),
+                UpdateDirection::To => found
+                    .iter()
+                    .try_for_each(|&(range, addr, _)| self.copy_in(addr, range, true, &mut slots.1)),
+                UpdateDirection::From => match self.copy_out(&found, true) {
+                    (Ok(()), Some(reported)) => Err(reported),
+                    (copied, _) => copied,
+                },
             }
         };
         if let Err(e) = copied {
-            self.abandon_queued(&slots);
+            drop(slots);
             return Err(e);
         }
         let mut table = self.table.lock();
@@ -624,10 +677,10 @@ impl DeviceState {
             self.note_copy(&mut table, key, range);
         }
         drop(table);
-        if slots.is_empty() {
+        if slots.1.is_empty() {
             return Ok(());
         }
-        self.queued(origin, in_use, slots)
+        self.queued(origin, in_use, std::mem::take(&mut slots.1))
     }
 
     /// Copies `host` to device address `dst`, counting and tracing it.

@@ -177,6 +177,9 @@ pub(crate) struct InFlight {
     count: AtomicUsize,
     failure: Mutex<Option<(Origin, Error)>>,
     bounce: OnceLock<Option<BounceSlots>>,
+    /// Held through a wait for queued work: a second waiter waits for the first's work
+    /// too, rather than seeing the queue drained before that work has completed.
+    waiting: Mutex<()>,
 }
 
 impl InFlight {
@@ -188,6 +191,7 @@ impl InFlight {
             count: AtomicUsize::new(0),
             failure: Mutex::new(None),
             bounce: OnceLock::new(),
+            waiting: Mutex::new(()),
         }
     }
 
@@ -207,6 +211,18 @@ impl DeviceState {
     /// Retires the queued work that has completed, without blocking. An error while a
     /// failure of queued work is unreported: the construct calling it must not run.
     pub(crate) fn poll(&self) -> Result<()> {
+        self.poll_quietly();
+        match &*self.in_flight.failure.lock() {
+            None => Ok(()),
+            Some((o, _)) => {
+                Err(Error::EarlierFailure { device: self.number, construct: o.construct(), at: o.at() })
+            }
+        }
+    }
+
+    /// Retires the queued work that has completed, without blocking, keeping a failure of
+    /// it for a synchronising call to report.
+    pub(crate) fn poll_quietly(&self) {
         if self.in_flight.count.load(Ordering::Acquire) > 0 {
             let mut done: Short<QueuedOp> = Short::new();
             {
@@ -222,12 +238,6 @@ impl DeviceState {
                 self.in_flight.count.store(ops.len(), Ordering::Release);
             }
             self.retire(done);
-        }
-        match &*self.in_flight.failure.lock() {
-            None => Ok(()),
-            Some((o, _)) => {
-                Err(Error::EarlierFailure { device: self.number, construct: o.construct(), at: o.at() })
-            }
         }
     }
 
@@ -252,6 +262,13 @@ impl DeviceState {
     /// synchronising call to report (for queries of the device's state, which report
     /// nothing); the error of the queue's own wait.
     pub(crate) fn finish_queued(&self, wait_queue: bool) -> Result<()> {
+        // The fast path reads the count without the lock: nothing queued, nobody waiting.
+        if !wait_queue && self.in_flight.count.load(Ordering::Acquire) == 0 {
+            if let Some(_idle) = self.in_flight.waiting.try_lock() {
+                return Ok(());
+            }
+        }
+        let _waiting = self.in_flight.waiting.lock();
         let ops: Vec<QueuedOp> = if self.in_flight.count.load(Ordering::Acquire) > 0 {
             let mut ops = self.in_flight.ops.lock();
             self.in_flight.count.store(0, Ordering::Release);

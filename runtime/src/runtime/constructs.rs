@@ -99,11 +99,15 @@ impl Runtime {
         if recorder::recording(self.identity(), device) {
             return Err(recorder::refused(device, verb));
         }
-        d.poll()?;
         if entering {
+            d.poll()?;
             // SAFETY: forwarded from the caller.
             unsafe { d.map_enter(items, c, Origin::new(c.name(), at)) }
         } else {
+            // An exit always runs, even while a failure of queued work is unreported: it
+            // ends mappings whose host memory the program is about to free (a guard's
+            // drop, a region's end). It reports that failure itself (its copies back wait).
+            d.poll_quietly();
             // SAFETY: forwarded from the caller.
             unsafe { d.map_exit(items, c) }
         }
@@ -218,6 +222,18 @@ impl Runtime {
             if !maps.is_empty() {
                 return Err(recorder::refused(device, "a target region with maps"));
             }
+            // A raw device address (a DeviceBuffer, target_alloc memory) has no pin that
+            // would keep it allocated for the recording's replays: refused.
+            if let Some(index) = args.iter().position(|a| matches!(a, LaunchArg::Device(p) if *p != 0)) {
+                return Err(recorder::refused(
+                    device,
+                    &format!(
+                        "argument {index} of kernel `{}`: a device pointer (DeviceBuffer, target_alloc memory) \
+                         nothing keeps allocated for the replays; pass views of mapped data",
+                        kernel.name()
+                    ),
+                ));
+            }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
             let (a, mut in_use) = d.translate_args(kernel, args)?;
             d.trace_launch(kernel, n, &a);
@@ -248,6 +264,20 @@ impl Runtime {
     /// Device `device` for a routine that reads, writes or frees device memory outside
     /// the constructs' queue order: the work queued before it is waited for first (and a
     /// failure of it reported).
+    /// As [`Runtime::settled`], for routines that free memory: the queued work is waited
+    /// for but a failure of it is kept for a synchronising call to report (a free must
+    /// happen whatever it was, and its caller may have nowhere to report it).
+    pub(crate) fn waited(&self, device: usize) -> Result<Target<'_>> {
+        let t = self.target(device)?;
+        if let Target::Device(d) = &t {
+            if recorder::recording(self.identity(), device) {
+                return Err(recorder::refused(device, "a routine that frees device memory"));
+            }
+            let _ = d.finish_queued(false);
+        }
+        Ok(t)
+    }
+
     pub(crate) fn settled(&self, device: usize) -> Result<Target<'_>> {
         let t = self.target(device)?;
         if let Target::Device(d) = &t {

@@ -39,7 +39,9 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
-        match self.settled(device)? {
+        // Waited for, not reported: a free goes on whatever the queued work did (a failure
+        // of it stays for a synchronising call), so that nothing leaks.
+        match self.waited(device)? {
             Target::Device(d) => {
                 // An association into the block would outlive it: refuse, as for a mapping.
                 // The table stays locked until the block has left the live set, so no
