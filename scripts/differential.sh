@@ -18,14 +18,10 @@ declare -A known=(
   ["overlap|case 23: after zero-length present release 0"]="case 23: after zero-length present release 1|open: libomptarget 19 takes a zero-length release inside a mapped range as a release of the enclosing entry (it leaves); offload moves no count for a zero-length section (R6) - to be decided"
 )
 
-sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
-# clang-tools-19 holds clang-linker-wrapper, which offloading links through.
-if ! command -v clang-19 >/dev/null 2>&1 || [ ! -e /usr/lib/llvm-19/lib/libomptarget.so ] ||
-  [ ! -x /usr/lib/llvm-19/bin/clang-linker-wrapper ]; then
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang-19 clang-tools-19 libomp-19-dev >/dev/null
-fi
-lib=/usr/lib/llvm-19/lib
+# shellcheck source=scripts/llvm19.sh
+. scripts/llvm19.sh
+install_llvm19
+lib=$LLVM19_LIB
 cargo build -q -p offload-examples --example differential
 twin=target/debug/examples/differential
 work=$(mktemp -d)
