@@ -240,6 +240,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// previous part's bottom halo, its last owned rows to the next part's top halo. Parts
     /// can send concurrently (each from its own thread), since every send writes a
     /// different halo.
+    #[track_caller]
     pub fn send_halos(&self, p: usize, periodic: bool) -> Result<()> {
         let (parts, h, len) = (self.part.parts(), self.part.halo, self.part.row_len);
         if h == 0 {
@@ -264,7 +265,29 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// Copies `bytes` from global row `src_row` of part `src`'s copy to global row
     /// `dst_row` of part `dst`'s, both entries' blocks pinned meanwhile (a view given to a
     /// `nowait` exit can end a part's mapping from another thread).
+    #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
+        if self.devices[dst] == self.devices[src] {
+            if let Target::Device(dev) = self.rt.target(self.devices[dst])? {
+                if dev.ordered() {
+                    // Within one device: queued behind the kernels that wrote the rows, as
+                    // a launch is (docs/SEMANTICS.md R11); the rows' blocks stay pinned
+                    // until the copy has run.
+                    let row = |p: usize, row: usize| {
+                        let r = self.rows_range(row..row + 1);
+                        dev.pinned_translation(r.begin).ok_or(Error::NotPresent {
+                            device: self.devices[p],
+                            range: r,
+                            what: "a distributed array's row",
+                        })
+                    };
+                    let (d, dst_pin) = row(dst, dst_row)?;
+                    let (s, src_pin) = row(src, src_row)?;
+                    let at = std::panic::Location::caller();
+                    return dev.queue_copy_within(d, s, bytes, [dst_pin, src_pin], at);
+                }
+            }
+        }
         let (d, _dst_pin) = self.pinned_row(dst, dst_row)?;
         let (s, _src_pin) = self.pinned_row(src, src_row)?;
         // SAFETY: `bytes` are whole rows inside both parts' mapped copies, pinned.

@@ -168,6 +168,17 @@ impl Drop for ConstructsWait {
     }
 }
 
+/// What [`DeviceState::finish_queued`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// The compute queue, whatever is on it (copies back queued after the last event).
+    Queue,
+    /// The constructs' queued work (their events).
+    Events,
+    /// Nothing: the caller has waited for the whole device.
+    Done,
+}
+
 /// A device's queued work and its unreported failure.
 pub(crate) struct InFlight {
     /// `OFFLOAD_SYNC=1`: constructs wait for their work.
@@ -176,6 +187,8 @@ pub(crate) struct InFlight {
     /// Queued ops, read without the lock on every construct.
     count: AtomicUsize,
     failure: Mutex<Option<(Origin, Error)>>,
+    /// Whether `failure` holds one, read without its lock on every construct.
+    failed: std::sync::atomic::AtomicBool,
     bounce: OnceLock<Option<BounceSlots>>,
     /// Held through a wait for queued work: a second waiter waits for the first's work
     /// too, rather than seeing the queue drained before that work has completed.
@@ -190,6 +203,7 @@ impl InFlight {
             ops: Mutex::new(VecDeque::new()),
             count: AtomicUsize::new(0),
             failure: Mutex::new(None),
+            failed: std::sync::atomic::AtomicBool::new(false),
             bounce: OnceLock::new(),
             waiting: Mutex::new(()),
         }
@@ -197,6 +211,17 @@ impl InFlight {
 
     fn note_failure(&self, origin: Origin, e: Error) {
         self.failure.lock().get_or_insert((origin, e));
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// The unreported failure, taken (reported once).
+    fn take_failure(&self) -> Option<(Origin, Error)> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut f = self.failure.lock();
+        self.failed.store(false, Ordering::Release);
+        f.take()
     }
 }
 
@@ -212,6 +237,9 @@ impl DeviceState {
     /// failure of queued work is unreported: the construct calling it must not run.
     pub(crate) fn poll(&self) -> Result<()> {
         self.poll_quietly();
+        if !self.in_flight.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.in_flight.failure.lock() {
             None => Ok(()),
             Some((o, _)) => {
@@ -246,8 +274,13 @@ impl DeviceState {
     /// queued), retires it, and reports an unreported failure of queued work, once, as
     /// [`Error::Queued`] naming its construct.
     pub(crate) fn settle_queue(&self, wait_queue: bool) -> Result<()> {
-        let waited = self.finish_queued(wait_queue);
-        if let Some((o, e)) = self.in_flight.failure.lock().take() {
+        let waited = self.finish_queued(if wait_queue { Wait::Queue } else { Wait::Events });
+        self.report(waited)
+    }
+
+    /// `waited`, unless a failure of queued work is unreported: that, taken.
+    pub(crate) fn report(&self, waited: Result<()>) -> Result<()> {
+        if let Some((o, e)) = self.in_flight.take_failure() {
             return Err(Error::Queued {
                 device: self.number,
                 construct: o.construct(),
@@ -261,9 +294,9 @@ impl DeviceState {
     /// Waits for the work queued so far and retires it, keeping a failure of it for a
     /// synchronising call to report (for queries of the device's state, which report
     /// nothing); the error of the queue's own wait.
-    pub(crate) fn finish_queued(&self, wait_queue: bool) -> Result<()> {
+    pub(crate) fn finish_queued(&self, wait: Wait) -> Result<()> {
         // The fast path reads the count without the lock: nothing queued, nobody waiting.
-        if !wait_queue && self.in_flight.count.load(Ordering::Acquire) == 0 {
+        if wait != Wait::Queue && self.in_flight.count.load(Ordering::Acquire) == 0 {
             if let Some(_idle) = self.in_flight.waiting.try_lock() {
                 return Ok(());
             }
@@ -276,8 +309,11 @@ impl DeviceState {
         } else {
             Vec::new()
         };
-        let waited =
-            if wait_queue || !ops.is_empty() { self.backend.sync_queue(Queue::Compute) } else { Ok(()) };
+        let waited = match wait {
+            Wait::Queue => self.backend.sync_queue(Queue::Compute),
+            Wait::Events if !ops.is_empty() => self.backend.sync_queue(Queue::Compute),
+            Wait::Events | Wait::Done => Ok(()),
+        };
         for op in &ops {
             // After the queue's wait each event has completed (or reports the failure).
             let done = match self.backend.event_done(&op.event) {
@@ -386,6 +422,29 @@ impl DeviceState {
         self.trace_copy("host->device", host, dst, super::CopyPath::Queued, start.elapsed());
         self.stats.record_to_device(host.bytes);
         Ok(Some(slot))
+    }
+
+    /// Queues a copy of `bytes` between two places of this device's memory on the compute
+    /// queue, behind the work queued before it; `pins` hold the blocks of both sides
+    /// until it has run.
+    pub(crate) fn queue_copy_within(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+        pins: [BlocksInUse<'_>; 2],
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        self.poll()?;
+        self.backend.enqueue_copy(Queue::Compute, dst, src, bytes)?;
+        let [mut a, mut b] = pins;
+        let mut blocks = a.take_blocks();
+        blocks.extend(b.take_blocks());
+        self.queued(
+            Origin::new("omp_target_memcpy (within the device)", at),
+            BlocksInUse::adopt(self, blocks),
+            Short::new(),
+        )
     }
 
     /// Queues a copy of device address `src` into `host` on the compute queue, behind the

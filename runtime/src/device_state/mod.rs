@@ -10,7 +10,7 @@ mod partials;
 pub(crate) mod recorder;
 
 pub(crate) use constructs::BlocksInUse;
-pub(crate) use in_flight::{ConstructsWait, InFlight, Origin};
+pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, Wait};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

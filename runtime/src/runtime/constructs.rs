@@ -5,7 +5,7 @@ use std::panic::Location;
 
 use super::*;
 use crate::device::Queue;
-use crate::device_state::{recorder, Origin};
+use crate::device_state::{recorder, Origin, Wait};
 use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
@@ -217,7 +217,7 @@ impl Runtime {
             Target::Device(d) => d,
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
-        self.check_device_args(d, kernel, args)?;
+        let reaches_peer = self.check_device_args(d, kernel, args)?;
         if recorder::recording(self.identity(), device) {
             if !maps.is_empty() {
                 return Err(recorder::refused(device, "a target region with maps"));
@@ -248,7 +248,9 @@ impl Runtime {
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
         let launched = d.translate_args(kernel, args).and_then(|(a, in_use)| {
             d.trace_launch(kernel, n, &a);
-            if d.ordered() {
+            // A kernel that writes another device's memory (peer access) is seen there by
+            // work no construct on this device orders: it waits, as OpenMP's target does.
+            if d.ordered() && !reaches_peer {
                 d.backend.enqueue_launch(Queue::Compute, kernel, n, &a)?;
                 d.queued(origin, in_use, Default::default())
             } else {
@@ -273,7 +275,7 @@ impl Runtime {
             if recorder::recording(self.identity(), device) {
                 return Err(recorder::refused(device, "a routine that frees device memory"));
             }
-            let _ = d.finish_queued(false);
+            let _ = d.finish_queued(Wait::Events);
         }
         Ok(t)
     }
@@ -311,20 +313,25 @@ impl Runtime {
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live
     /// allocation of `d`, or of a device whose memory `d` reaches by peer access (halo
-    /// exchanges pass a neighbour's rows).
-    fn check_device_args(&self, d: &DeviceState, kernel: &Kernel, args: &[LaunchArg]) -> Result<()> {
+    /// exchanges pass a neighbour's rows); whether one is another device's. Those devices'
+    /// queued work is waited for first: the kernel may overwrite what it still reads.
+    fn check_device_args(&self, d: &DeviceState, kernel: &Kernel, args: &[LaunchArg]) -> Result<bool> {
+        let mut reaches_peer = false;
         for (index, a) in args.iter().enumerate() {
             let LaunchArg::Device(p) = *a else { continue };
             if p == 0 || d.pool.extent(p).is_some() {
                 continue;
             }
-            let on_peer = self.inner.peer_access
-                && self.inner.devices.iter().any(|q| {
-                    q.number != d.number
-                        && d.backend.can_access_peer(&*q.backend)
-                        && q.pool.extent(p).is_some()
-                });
-            if !on_peer {
+            let peer = self.inner.devices.iter().find(|q| {
+                self.inner.peer_access
+                    && q.number != d.number
+                    && d.backend.can_access_peer(&*q.backend)
+                    && q.pool.extent(p).is_some()
+            });
+            if let Some(q) = peer {
+                let _ = q.finish_queued(Wait::Events);
+                reaches_peer = true;
+            } else {
                 return Err(Error::KernelArgument {
                     kernel: kernel.name(),
                     index,
@@ -336,7 +343,7 @@ impl Runtime {
                 });
             }
         }
-        Ok(())
+        Ok(reaches_peer)
     }
 
     /// Runs `kernel` on the initial device; `extents[i]`, where given, is how many bytes
@@ -376,8 +383,14 @@ impl Runtime {
     pub fn synchronize(&self, device: usize) -> Result<()> {
         match self.target(device)? {
             Target::Device(d) => {
-                let settled = d.settle();
-                settled.and(d.backend.synchronize())
+                // One wait for the whole device, then what the constructs queued is known
+                // complete: retired, its failure reported.
+                if recorder::recording(self.identity(), device) {
+                    return Err(recorder::refused(device, "synchronize"));
+                }
+                let synced = d.backend.synchronize();
+                let finished = d.finish_queued(Wait::Done);
+                d.report(synced.and(finished))
             }
             Target::Initial => Ok(()),
         }
