@@ -63,8 +63,11 @@ fn child_launches_a_kernel_on_the_first_cuda_device() {
 
 /// The counts a child printed, by name.
 fn count(out: &str, name: &str) -> u64 {
-    let line =
-        out.lines().find(|l| l.starts_with("cache: ")).unwrap_or_else(|| panic!("no counts in:\n{out}"));
+    // The line may follow the test harness's own `test name ... ` on the same line.
+    let line = out
+        .lines()
+        .find_map(|l| l.find("cache: ").map(|at| &l[at..]))
+        .unwrap_or_else(|| panic!("no counts in:\n{out}"));
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
         .and_then(|v| v.parse().ok())

@@ -252,6 +252,8 @@ fn the_suite_mode_is_the_runtime_mode() {
     // returns at once when queued, after it when synchronous.
     on_every_device("mode", |rt, d| {
         let gpu = rt.device(d)?;
+        // Compiled first (a GPU's first launch compiles the kernel).
+        gpu.prepare(&SPIN)?;
         let start = std::time::Instant::now();
         gpu.launch(&SPIN, 1, (200u64,))?;
         let took = start.elapsed();
