@@ -383,24 +383,28 @@ fn case_50_pool_off_gives_the_same_results() {
 fn case_50_pool_on_gives_the_same_results_and_keeps_blocks() {
     // Constructs wait here: a block that queued work still uses is freed when the work is
     // done, so how many blocks a run takes from the cache depends on timing otherwise.
-    on_every_device_with("case 50 (pool on)", |b| b.synchronous(true), |rt, dev| {
-        check_eq!(workload(rt, dev)?, workload_expected());
-        // The pool kept freed blocks for reuse (which is what the pool-off run must not do).
-        let usage = rt.pool_usage(dev)?;
-        check!(usage.cached_bytes > 0, "{usage:?}");
-        let host = rt.describe(dev)?.kind == BackendKind::Host;
-        let free = rt.mem_info(dev)?.free;
-        if host {
-            check_eq!(rt.mem_info(dev)?.total - free, usage.cached_bytes);
-        }
-        // A second run reuses the cached blocks instead of allocating more.
-        check_eq!(workload(rt, dev)?, workload_expected());
-        check_eq!(rt.pool_usage(dev)?.cached_bytes, usage.cached_bytes);
-        if host {
-            check_eq!(rt.mem_info(dev)?.free, free);
-        }
-        assert_clean(rt, dev)
-    });
+    on_every_device_with(
+        "case 50 (pool on)",
+        |b| b.synchronous(true),
+        |rt, dev| {
+            check_eq!(workload(rt, dev)?, workload_expected());
+            // The pool kept freed blocks for reuse (which is what the pool-off run must not do).
+            let usage = rt.pool_usage(dev)?;
+            check!(usage.cached_bytes > 0, "{usage:?}");
+            let host = rt.describe(dev)?.kind == BackendKind::Host;
+            let free = rt.mem_info(dev)?.free;
+            if host {
+                check_eq!(rt.mem_info(dev)?.total - free, usage.cached_bytes);
+            }
+            // A second run reuses the cached blocks instead of allocating more.
+            check_eq!(workload(rt, dev)?, workload_expected());
+            check_eq!(rt.pool_usage(dev)?.cached_bytes, usage.cached_bytes);
+            if host {
+                check_eq!(rt.mem_info(dev)?.free, free);
+            }
+            assert_clean(rt, dev)
+        },
+    );
 }
 
 #[test]
