@@ -477,6 +477,9 @@ impl DeviceState {
     /// Every host range valid for exclusive writes during the call; each device address
     /// inside its entry.
     unsafe fn copy_out(&self, copies: &[PlannedCopy], stop: bool) -> (Result<()>, Option<Error>) {
+        if copies.is_empty() {
+            return (Ok(()), None);
+        }
         let ordered = self.ordered();
         let (mut first_err, mut reported) = (None, None);
         // Until the wait below, queued copies write into the caller's ranges: an unwind

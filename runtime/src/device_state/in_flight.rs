@@ -235,11 +235,17 @@ impl DeviceState {
 
     /// Retires the queued work that has completed, without blocking. An error while a
     /// failure of queued work is unreported: the construct calling it must not run.
+    #[inline]
     pub(crate) fn poll(&self) -> Result<()> {
         self.poll_quietly();
         if !self.in_flight.failed.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.refusal()
+    }
+
+    #[cold]
+    fn refusal(&self) -> Result<()> {
         match &*self.in_flight.failure.lock() {
             None => Ok(()),
             Some((o, _)) => {
@@ -250,8 +256,17 @@ impl DeviceState {
 
     /// Retires the queued work that has completed, without blocking, keeping a failure of
     /// it for a synchronising call to report.
+    #[inline]
     pub(crate) fn poll_quietly(&self) {
         if self.in_flight.count.load(Ordering::Acquire) > 0 {
+            self.retire_completed();
+        }
+    }
+
+    /// Retires the queued work, oldest first, up to the first not yet complete.
+    #[inline(never)]
+    fn retire_completed(&self) {
+        {
             let mut done: Short<QueuedOp> = Short::new();
             {
                 let mut ops = self.in_flight.ops.lock();
