@@ -49,6 +49,8 @@ fn size_name(b: usize) -> String {
 fn runtime_copy(rt: &Runtime, dev: usize, host: &mut [u8], dir: UpdateDirection) {
     // SAFETY: `host` is borrowed mutably for the call; it is mapped on `dev`.
     unsafe { rt.update(dev, dir, &[(HostRange::of(host), false)]) }.expect("update");
+    // A small `update to` is queued (docs/SEMANTICS.md R11): the row times the copy done.
+    rt.synchronize(dev).expect("synchronize");
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
