@@ -365,3 +365,35 @@ fn a_recorded_body_holds_only_launches() {
         offload_tests::assert_clean(rt, d)
     });
 }
+
+#[test]
+fn a_queued_read_sees_the_work_before_it_and_not_after() {
+    on_every_device("queued read", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut count = [0u32; 1];
+        let late = offload::HostBuffer::<u32>::new(rt, 1)?;
+        let late = gpu.data(map::tofrom(&mut count[..]), |c| {
+            gpu.launch(&ADD_ONE, 1, (c,))?;
+            let read = late.read_queued(c)?;
+            // Queued after the read: not in what it gives.
+            gpu.launch(&SPIN, 1, (20u64,))?;
+            gpu.launch(&ADD_ONE, 1, (c,))?;
+            let late = read.wait()?;
+            check_eq!(late[0], 1);
+            // Dropped unwaited: the drop waits, nothing is left queued into the buffer.
+            drop(late.read_queued(c)?);
+            offload::HostBuffer::<u32>::new(rt, 1)
+        })?;
+        check_eq!(count[0], 2);
+        // A view longer than the buffer, and one not mapped, are refused.
+        let big = vec![0u32; 4];
+        let r = gpu.data(map::to(&big), |v| late.read_queued(v).map(drop));
+        check!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+        let small = [0u32; 1];
+        let view = gpu.data(map::to(&small[..]), Ok)?;
+        let late = offload::HostBuffer::<u32>::new(rt, 1)?;
+        let r = late.read_queued(view);
+        check!(matches!(r, Err(Error::NotPresent { .. })), "{:?}", r.map(drop));
+        offload_tests::assert_clean(rt, d)
+    });
+}

@@ -165,7 +165,12 @@ fn run_steps(
         })
     };
     let mut norms = Vec::with_capacity(parts);
+    // Where each part's norms are read to, one step late: the copy of step i's norm is
+    // queued behind step i's kernel and waited for after step i + 1 is queued, so the
+    // device never waits for the host.
+    let mut lates = Vec::with_capacity(parts);
     for &d in devices {
+        lates.push(HostBuffer::<f32>::new(rt, 2)?);
         let n = HostBuffer::<f32>::new(rt, 2)?;
         n.enter(d, MapType::TO)?;
         let generated =
@@ -179,8 +184,25 @@ fn run_steps(
     let norm_out = Mutex::new(0f32);
     let start = Instant::now();
     // A part that fails stops the others at their next barrier; its error is the run's.
-    run_in_lockstep(devices, norms.iter_mut().collect(), |p, norm, barrier| -> Result<(), Stop> {
+    let states: Vec<_> = norms.iter_mut().zip(lates).collect();
+    run_in_lockstep(devices, states, |p, (norm, late), barrier| -> Result<(), Stop> {
         let dev = rt.device(devices[p])?;
+        // The step whose norm is being read, and its read (which holds `late` meanwhile).
+        let mut late = Some(late);
+        let mut reading: Option<(usize, offload::QueuedRead<f32>)> = None;
+        // The leader's half: step `iter`'s norm, summed over the parts (and ranks).
+        let sum = |iter: usize| -> Result<(), Stop> {
+            let slot = iter % 2;
+            let mut total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+            if let Some(r) = ranks {
+                total = r.sum(f64::from(total)) as f32;
+            }
+            *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
+            if !args.csv && iter % 100 == 0 && ranks.is_none_or(|r| r.is_root()) {
+                println!("{iter:5}, {:.6}", total.sqrt());
+            }
+            Ok(())
+        };
         let push = [pushes(0, p)?, pushes(1, p)?];
         let edges = across.filter(|a| a.edges.has_edges(p));
         // The part's rows `rows` (1-based, halo row 0) of step `iter`.
@@ -222,7 +244,7 @@ fn run_steps(
             }
         };
         for iter in 0..args.niter {
-            let (dst, slot) = (1 - iter % 2, iter % 2);
+            let dst = 1 - iter % 2;
             let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
             let end = part.owned(p).len() + 1;
             match edges {
@@ -243,9 +265,16 @@ fn run_steps(
                     )?;
                 }
             }
-            if want_norm {
-                norm.update_from(devices[p])?;
-                partial.lock().map_err(|_| poisoned())?[p][slot] = norm[slot];
+            // The step before's norm: its copy ran before this step's kernel.
+            let read = reading.take();
+            let before = read.as_ref().map(|(it, _)| *it);
+            if let Some((it, r)) = read {
+                let buf = r.wait()?;
+                partial.lock().map_err(|_| poisoned())?[p][it % 2] = buf[it % 2];
+                late = Some(buf);
+            }
+            if let (true, Some(buf)) = (want_norm, late.take()) {
+                reading = Some((iter, buf.read_queued(norm.shared_view(devices[p]))?));
             }
             // The generated kernel stores one device's periodic halos itself.
             if !peer && (tuned || parts > 1 || ranks.is_some()) {
@@ -253,19 +282,26 @@ fn run_steps(
             }
             // Every halo of this step is written before any device starts the next.
             let leader = barrier.wait()?;
-            if leader && want_norm {
-                let mut total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
-                if let Some(r) = ranks {
-                    total = r.sum(f64::from(total)) as f32;
-                }
-                *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
-                if !args.csv && iter % 100 == 0 && ranks.is_none_or(|r| r.is_root()) {
-                    println!("{iter:5}, {:.6}", total.sqrt());
-                }
+            if let (true, Some(it)) = (leader, before) {
+                sum(it)?;
             }
+        }
+        // The last step's norm.
+        let last = reading.as_ref().map(|(it, _)| *it);
+        if let Some((it, r)) = reading.take() {
+            partial.lock().map_err(|_| poisoned())?[p][it % 2] = r.wait()?[it % 2];
+        }
+        drop(late);
+        if let (true, Some(it)) = (barrier.wait()?, last) {
+            sum(it)?;
         }
         Ok(())
     })?;
+    // Launches return once queued (docs/SEMANTICS.md R11): the clock stops when the
+    // devices have run them.
+    for &d in devices {
+        rt.synchronize(d)?;
+    }
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;
     // After an even number of steps the newest values are back in the first grid.

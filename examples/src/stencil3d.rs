@@ -189,6 +189,11 @@ fn run_steps(
         }
         Ok(())
     })?;
+    // Launches return once queued (docs/SEMANTICS.md R11): the clock stops when the
+    // devices have run them.
+    for &d in devices {
+        rt.synchronize(d)?;
+    }
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;
     let (newest, other) = if args.niter % 2 == 0 { (g0, g1) } else { (g1, g0) };

@@ -69,7 +69,9 @@ pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
 pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, LaunchArg, Scalar};
 pub use mapped::{HostMut, Mapped};
-pub use mapping::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList};
+pub use mapping::{
+    BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead,
+};
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
 pub use recording::Recording;

@@ -889,6 +889,67 @@ impl<T: DeviceCopy> HostBuffer<T> {
         unsafe { self.rt.update(device, UpdateDirection::From, &[(HostRange::of(self), false)]) }
     }
 
+    /// Copies what `src` (a view of data mapped on its device) holds on the device into the
+    /// start of this buffer, queued behind the work already queued there, and returns
+    /// without waiting; [`QueuedRead::wait`] waits and hands the buffer back. For a value
+    /// the host reads one iteration late while the next iteration's kernels are already
+    /// queued (a delayed norm): the device is never idle waiting for the host. The buffer
+    /// travels with the read (no borrow spans the iterations).
+    ///
+    /// ```
+    /// use offload::{map, HostBuffer, Runtime};
+    /// let rt = Runtime::builder().host_devices(1).build()?;
+    /// let gpu = rt.device(0)?;
+    /// let data = vec![7u32; 4];
+    /// let last = HostBuffer::<u32>::new(&rt, 4)?;
+    /// let last = gpu.data(map::to(&data), |v| {
+    ///     let read = last.read_queued(v)?;      // queued: later launches could go here
+    ///     read.wait()
+    /// })?;
+    /// assert_eq!(&last[..], &[7, 7, 7, 7]);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    ///
+    /// Errors (the buffer is then dropped): `src` longer than the buffer, or not mapped on
+    /// its device. On the initial device the copy is made at once.
+    #[track_caller]
+    pub fn read_queued(self, src: DeviceSlice<'_, T>) -> Result<QueuedRead<T>> {
+        let (device, range) = (src.device(), src.host_range());
+        if src.len() > self.len {
+            return Err(Error::InvalidArgument {
+                routine: "HostBuffer::read_queued",
+                what: format!(
+                    "a view of {} elements into a buffer of {}; expected at most {}",
+                    src.len(),
+                    self.len,
+                    self.len
+                ),
+            });
+        }
+        let rt = self.rt.clone();
+        let d = match rt.target(device)? {
+            crate::device_state::Target::Initial => {
+                // The view is host memory itself (a map on the initial device maps nothing).
+                // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`, and
+                // the buffer holds at least as many; they are distinct allocations.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(range.begin as *const T, self.ptr.as_ptr(), src.len())
+                };
+                return Ok(QueuedRead { rt, device, buf: Some(self), pending: None });
+            }
+            crate::device_state::Target::Device(d) => d,
+        };
+        let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
+            device,
+            range,
+            what: "the view given to HostBuffer::read_queued",
+        })?;
+        // SAFETY: the buffer is borrowed exclusively by the result until the read has been
+        // waited for (by `wait` or its drop); `range.bytes` fit in it (checked above).
+        let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins)? };
+        Ok(QueuedRead { rt, device, buf: Some(self), pending: Some(pending) })
+    }
+
     /// Whether a GPU driver page-locked the buffer.
     pub fn is_pinned(&self) -> bool {
         self.pinned_by.is_some()
@@ -933,6 +994,50 @@ impl<T: DeviceCopy> DerefMut for HostBuffer<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as in `deref`, borrowed exclusively.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// A copy into a [`HostBuffer`] queued by [`HostBuffer::read_queued`]: it holds the buffer
+/// until [`QueuedRead::wait`] (or the drop, which waits too) has seen the copy done.
+#[must_use = "the copy is only known done once waited for"]
+pub struct QueuedRead<T: DeviceCopy> {
+    rt: Runtime,
+    device: usize,
+    buf: Option<HostBuffer<T>>,
+    pending: Option<crate::device_state::PendingRead>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for QueuedRead<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuedRead")
+            .field("device", &self.device)
+            .field("done", &self.pending.is_none())
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> QueuedRead<T> {
+    /// Waits for the copy (and for the work queued before it: a synchronising call, which
+    /// reports a failure of that work) and hands the buffer back (dropped on an error).
+    pub fn wait(mut self) -> Result<HostBuffer<T>> {
+        self.finish()?;
+        self.buf.take().ok_or(Error::InvalidArgument {
+            routine: "QueuedRead::wait",
+            what: "the buffer was already handed back".into(),
+        })
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let Some(mut p) = self.pending.take() else { return Ok(()) };
+        let d = self.rt.device_state(self.device)?;
+        p.wait(d)
+    }
+}
+
+impl<T: DeviceCopy> Drop for QueuedRead<T> {
+    fn drop(&mut self) {
+        // The copy still writes into the buffer: waited for before the borrow ends.
+        let _ = self.finish();
     }
 }
 

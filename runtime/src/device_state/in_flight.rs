@@ -179,6 +179,25 @@ pub(crate) enum Wait {
     Done,
 }
 
+/// A copy into host memory that [`DeviceState::queue_read`] queued: done once its event
+/// is; the device block it reads stays pinned until then.
+pub(crate) struct PendingRead {
+    event: Option<Event>,
+    blocks: Short<u64>,
+}
+
+impl PendingRead {
+    /// Waits for the copy (and the work queued before it), unpins the block, and reports a
+    /// failure of queued work as a synchronising call does. Idempotent.
+    pub(crate) fn wait(&mut self, device: &DeviceState) -> Result<()> {
+        let Some(event) = self.event.take() else { return Ok(()) };
+        let waited = device.backend.sync_event(&event);
+        drop(BlocksInUse::adopt(device, std::mem::take(&mut self.blocks)));
+        device.poll_quietly();
+        device.report(waited)
+    }
+}
+
 /// A device's queued work and its unreported failure.
 pub(crate) struct InFlight {
     /// `OFFLOAD_SYNC=1`: constructs wait for their work.
@@ -460,6 +479,35 @@ impl DeviceState {
             BlocksInUse::adopt(self, blocks),
             Short::new(),
         )
+    }
+
+    /// Queues a copy of `bytes` at device address `src` (in the block `pins` holds) into host
+    /// memory at `dst` on the compute queue, behind the work queued before it, and records
+    /// the point after it: [`PendingRead::wait`] waits for it.
+    ///
+    /// # Safety
+    /// `dst` valid for `bytes` of writes, and not otherwise accessed, until the read has
+    /// been waited for.
+    pub(crate) unsafe fn queue_read(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+        mut pins: BlocksInUse<'_>,
+    ) -> Result<PendingRead> {
+        self.poll()?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.enqueue_read(Queue::Compute, dst, src, bytes)? };
+        let event = match self.backend.record(Queue::Compute) {
+            Ok(e) => e,
+            Err(e) => {
+                // Nothing to wait for later: wait now, then give the memory back.
+                let _ = self.backend.sync_queue(Queue::Compute);
+                return Err(e);
+            }
+        };
+        self.stats.record_from_device(bytes);
+        Ok(PendingRead { event: Some(event), blocks: pins.take_blocks() })
     }
 
     /// Queues a copy of device address `src` into `host` on the compute queue, behind the

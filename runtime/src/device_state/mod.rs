@@ -10,7 +10,7 @@ mod partials;
 pub(crate) mod recorder;
 
 pub(crate) use constructs::BlocksInUse;
-pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, Wait};
+pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, PendingRead, Wait};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -233,6 +233,20 @@ impl DeviceState {
         let mut in_use = BlocksInUse::new(self);
         let mut table = self.table.lock();
         let (addr, block) = table.containing(host).map(|e| (e.translate(host), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        drop(table);
+        Some((addr, in_use))
+    }
+
+    /// The device address of all of host range `r` (inside one entry), with that entry's
+    /// block pinned while the guard lives.
+    pub(crate) fn pinned_range(&self, r: HostRange) -> Option<(u64, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let (addr, block) = table
+            .containing(r.begin)
+            .filter(|e| e.range.contains(&r))
+            .map(|e| (e.translate(r.begin), e.device_addr))?;
         in_use.pin(&mut table, block);
         drop(table);
         Some((addr, in_use))
