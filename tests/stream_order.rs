@@ -227,6 +227,14 @@ fn failing_kernel_case(sync: bool) {
             drop(buf);
             check!(matches!(rt.synchronize(d), Err(Error::Queued { .. })), "the failure was lost");
             check_eq!(rt.pool_usage(d)?.live_allocations, 0);
+            // A queued read dropped unwaited after a failure does not swallow it either.
+            gpu.launch(&FAIL, 16, ())?;
+            let late = offload::HostBuffer::<u32>::new(rt, 1)?;
+            let xs = [0u32; 1];
+            let r = gpu.data(map::to(&xs[..]), |v| late.read_queued(v).map(drop));
+            let reported = matches!(r, Err(Error::Queued { .. }))
+                || matches!(rt.synchronize(d), Err(Error::Queued { .. }));
+            check!(reported, "a dropped queued read lost the failure: {r:?}");
             let mut count = [5u32; 1];
             gpu.data(map::tofrom(&mut count[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)))?;
             check_eq!(count[0], 6);
@@ -344,6 +352,8 @@ fn a_recorded_body_holds_only_launches() {
         })?;
         let body = gpu.record(|g| g.launch(&ADD_ONE, 1, (yv,)))?;
         refused(gpu.record(|_| body.replay()), "a replay")?;
+        let late = offload::HostBuffer::<u32>::new(rt, 16)?;
+        refused(gpu.record(|_| late.read_queued(yv).map(drop)), "a queued read")?;
         // A panicking body ends the recording: the next one works.
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = gpu.record(|g| -> offload::Result<()> {

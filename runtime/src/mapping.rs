@@ -939,14 +939,19 @@ impl<T: DeviceCopy> HostBuffer<T> {
             }
             crate::device_state::Target::Device(d) => d,
         };
+        if crate::device_state::recorder::recording(rt.identity(), device) {
+            return Err(crate::device_state::recorder::refused(device, "HostBuffer::read_queued"));
+        }
         let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
             device,
             range,
             what: "the view given to HostBuffer::read_queued",
         })?;
-        // SAFETY: the buffer is borrowed exclusively by the result until the read has been
-        // waited for (by `wait` or its drop); `range.bytes` fit in it (checked above).
-        let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins)? };
+        let origin =
+            crate::device_state::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
+        // SAFETY: the buffer is held by the result until the read has been waited for (by
+        // `wait` or its drop); `range.bytes` fit in it (checked above).
+        let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins, origin)? };
         Ok(QueuedRead { rt, device, buf: Some(self), pending: Some(pending) })
     }
 
@@ -1036,8 +1041,11 @@ impl<T: DeviceCopy> QueuedRead<T> {
 
 impl<T: DeviceCopy> Drop for QueuedRead<T> {
     fn drop(&mut self) {
-        // The copy still writes into the buffer: waited for before the borrow ends.
-        let _ = self.finish();
+        // The copy still writes into the buffer: waited for before the buffer goes. A
+        // failure stays for the next synchronising call (nowhere to report it here).
+        if let (Some(mut p), Ok(d)) = (self.pending.take(), self.rt.device_state(self.device)) {
+            let _ = p.wait_quietly(d);
+        }
     }
 }
 

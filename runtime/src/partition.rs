@@ -267,7 +267,8 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `nowait` exit can end a part's mapping from another thread).
     #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        if self.devices[dst] == self.devices[src] {
+        let recording = crate::device_state::recorder::recording(self.rt.identity(), self.devices[dst]);
+        if self.devices[dst] == self.devices[src] && !recording {
             if let Target::Device(dev) = self.rt.target(self.devices[dst])? {
                 if dev.ordered() {
                     // Within one device: queued behind the kernels that wrote the rows, as

@@ -183,18 +183,28 @@ pub(crate) enum Wait {
 /// is; the device block it reads stays pinned until then.
 pub(crate) struct PendingRead {
     event: Option<Event>,
-    blocks: Short<u64>,
+    origin: Origin,
 }
 
 impl PendingRead {
-    /// Waits for the copy (and the work queued before it), unpins the block, and reports a
-    /// failure of queued work as a synchronising call does. Idempotent.
+    /// Waits for the copy (and the work queued before it) and reports a failure of queued
+    /// work as a synchronising call does. Idempotent.
     pub(crate) fn wait(&mut self, device: &DeviceState) -> Result<()> {
+        let waited = self.wait_quietly(device);
+        device.report(waited.map(drop))
+    }
+
+    /// Waits for the copy and retires what has completed; a failure is kept for a
+    /// synchronising call to report (for a drop, which has nowhere to report it).
+    pub(crate) fn wait_quietly(&mut self, device: &DeviceState) -> Result<()> {
         let Some(event) = self.event.take() else { return Ok(()) };
         let waited = device.backend.sync_event(&event);
-        drop(BlocksInUse::adopt(device, std::mem::take(&mut self.blocks)));
         device.poll_quietly();
-        device.report(waited)
+        if let Err(e) = &waited {
+            device.in_flight.note_failure(self.origin, e.clone());
+            return Ok(());
+        }
+        waited
     }
 }
 
@@ -493,21 +503,26 @@ impl DeviceState {
         dst: *mut u8,
         src: u64,
         bytes: usize,
-        mut pins: BlocksInUse<'_>,
+        pins: BlocksInUse<'_>,
+        origin: Origin,
     ) -> Result<PendingRead> {
         self.poll()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.backend.enqueue_read(Queue::Compute, dst, src, bytes)? };
+        // Queued work like any other (routines that wait for the queued work wait for it;
+        // the block stays pinned until it has run) ...
+        self.queued(origin, pins, Short::new())?;
+        // ... with a point of its own for the caller to wait for.
         let event = match self.backend.record(Queue::Compute) {
             Ok(e) => e,
             Err(e) => {
                 // Nothing to wait for later: wait now, then give the memory back.
-                let _ = self.backend.sync_queue(Queue::Compute);
-                return Err(e);
+                let waited = self.backend.sync_queue(Queue::Compute);
+                return Err(waited.err().unwrap_or(e));
             }
         };
         self.stats.record_from_device(bytes);
-        Ok(PendingRead { event: Some(event), blocks: pins.take_blocks() })
+        Ok(PendingRead { event: Some(event), origin })
     }
 
     /// Queues a copy of device address `src` into `host` on the compute queue, behind the
