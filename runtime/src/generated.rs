@@ -528,7 +528,7 @@ pub fn launch_reduce<A: KernelArgs>(
     let words = count + if report { REPORT_WORDS } else { 0 };
     let mut host: Vec<u64> = r.partials.iter().map(|&(_, id)| slot_bits(id)).collect();
     host.resize(words, 0);
-    let bytes = words * SLOT_BYTES;
+
     let slots_at = |base: u64| -> Vec<(usize, u64)> {
         r.partials
             .iter()
@@ -551,20 +551,12 @@ pub fn launch_reduce<A: KernelArgs>(
         }
         let d = rt.device_state(number)?;
         let origin = crate::device_state::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
-        let mut bytes_of: Vec<u8> = host.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        debug_assert_eq!(bytes_of.len(), bytes);
-        d.with_partials(&mut bytes_of, |base| {
+        d.with_partials(&mut host, |base| {
             let slots = slots_at(base);
             let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);
             device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)
         })
-        .map_err(|e| origin.own_failure(e))?;
-        for (w, b) in host.iter_mut().zip(bytes_of.chunks_exact(8)) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(b);
-            *w = u64::from_ne_bytes(word);
-        }
-        Ok(())
+        .map_err(|e| origin.own_failure(e))
     };
     run().map_err(|e| name_argument(e, r))?;
     if report {

@@ -1044,7 +1044,7 @@ impl<T: DeviceCopy> Drop for QueuedRead<T> {
         // The copy still writes into the buffer: waited for before the buffer goes. A
         // failure stays for the next synchronising call (nowhere to report it here).
         if let (Some(mut p), Ok(d)) = (self.pending.take(), self.rt.device_state(self.device)) {
-            let _ = p.wait_quietly(d);
+            p.wait_quietly(d);
         }
     }
 }

@@ -190,21 +190,18 @@ impl PendingRead {
     /// Waits for the copy (and the work queued before it) and reports a failure of queued
     /// work as a synchronising call does. Idempotent.
     pub(crate) fn wait(&mut self, device: &DeviceState) -> Result<()> {
-        let waited = self.wait_quietly(device);
-        device.report(waited.map(drop))
+        self.wait_quietly(device);
+        device.report(Ok(()))
     }
 
     /// Waits for the copy and retires what has completed; a failure is kept for a
     /// synchronising call to report (for a drop, which has nowhere to report it).
-    pub(crate) fn wait_quietly(&mut self, device: &DeviceState) -> Result<()> {
-        let Some(event) = self.event.take() else { return Ok(()) };
-        let waited = device.backend.sync_event(&event);
-        device.poll_quietly();
-        if let Err(e) = &waited {
-            device.in_flight.note_failure(self.origin, e.clone());
-            return Ok(());
+    pub(crate) fn wait_quietly(&mut self, device: &DeviceState) {
+        let Some(event) = self.event.take() else { return };
+        if let Err(e) = device.backend.sync_event(&event) {
+            device.in_flight.note_failure(self.origin, e);
         }
-        waited
+        device.poll_quietly();
     }
 }
 
@@ -295,22 +292,20 @@ impl DeviceState {
     /// Retires the queued work, oldest first, up to the first not yet complete.
     #[inline(never)]
     fn retire_completed(&self) {
+        let mut done: Short<QueuedOp> = Short::new();
         {
-            let mut done: Short<QueuedOp> = Short::new();
-            {
-                let mut ops = self.in_flight.ops.lock();
-                while let Some(op) = ops.front() {
-                    match self.backend.event_done(&op.event) {
-                        Ok(false) => break,
-                        Ok(true) => {}
-                        Err(e) => self.in_flight.note_failure(op.origin, e),
-                    }
-                    done.extend(ops.pop_front());
+            let mut ops = self.in_flight.ops.lock();
+            while let Some(op) = ops.front() {
+                match self.backend.event_done(&op.event) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => self.in_flight.note_failure(op.origin, e),
                 }
-                self.in_flight.count.store(ops.len(), Ordering::Release);
+                done.extend(ops.pop_front());
             }
-            self.retire(done);
+            self.in_flight.count.store(ops.len(), Ordering::Release);
         }
+        self.retire(done);
     }
 
     /// Waits for all work queued on the device's compute queue so far (when `wait_queue`,
@@ -508,7 +503,7 @@ impl DeviceState {
     ) -> Result<PendingRead> {
         self.poll()?;
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.enqueue_read(Queue::Compute, dst, src, bytes)? };
+        unsafe { self.queue_from_device(HostRange::new(dst as usize, bytes), src)? };
         // Queued work like any other (routines that wait for the queued work wait for it;
         // the block stays pinned until it has run) ...
         self.queued(origin, pins, Short::new())?;
@@ -521,7 +516,6 @@ impl DeviceState {
                 return Err(waited.err().unwrap_or(e));
             }
         };
-        self.stats.record_from_device(bytes);
         Ok(PendingRead { event: Some(event), origin })
     }
 

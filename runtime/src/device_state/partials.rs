@@ -28,13 +28,12 @@ impl Drop for Partials<'_> {
 }
 
 impl DeviceState {
-    /// Runs `launch` with `values.len()` bytes of device memory (from the pool), at the
-    /// address it is given, set to `values` first; then copies them back into `values`,
-    /// waiting once for all of it (and for the work queued before it, whose failure it
-    /// reports).
+    /// Runs `launch` with device memory for `values` (from the pool), at the address it is
+    /// given, set to `values` first; then copies it back into `values`, waiting once for
+    /// all of it (and for the work queued before it, whose failure it reports).
     pub(crate) fn with_partials(
         &self,
-        values: &mut [u8],
+        values: &mut [u64],
         launch: impl FnOnce(u64) -> Result<()>,
     ) -> Result<()> {
         let host = HostRange::of(values);
@@ -44,7 +43,7 @@ impl DeviceState {
         match unsafe { self.queue_to_device(addr, host)? } {
             Some(slot) => p.slots.push(slot),
             // SAFETY: as above; the block is new to this call, used by no queued work.
-            None => unsafe { self.backend.write(addr, values.as_ptr(), host.bytes)? },
+            None => unsafe { self.backend.write(addr, values.as_ptr().cast(), host.bytes)? },
         }
         let launched = launch(addr);
         // SAFETY: `values` is borrowed exclusively until the queue has passed the copy

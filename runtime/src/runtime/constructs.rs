@@ -96,9 +96,7 @@ impl Runtime {
             Target::Device(d) => d,
             Target::Initial => return Ok(()),
         };
-        if recorder::recording(self.identity(), device) {
-            return Err(recorder::refused(device, verb));
-        }
+        self.not_recording(device, verb)?;
         if entering {
             d.poll()?;
             // SAFETY: forwarded from the caller.
@@ -157,10 +155,8 @@ impl Runtime {
             )
         });
         match target {
-            Target::Device(_) if recorder::recording(self.identity(), device) => {
-                Err(recorder::refused(device, what))
-            }
             Target::Device(d) => {
+                self.not_recording(device, what)?;
                 d.poll()?;
                 // SAFETY: forwarded from the caller.
                 unsafe { d.update(items, dir, Origin::new("target update", at)) }
@@ -265,30 +261,37 @@ impl Runtime {
 
     /// Device `device` for a routine that reads, writes or frees device memory outside
     /// the constructs' queue order: the work queued before it is waited for first (and a
-    /// failure of it reported).
+    /// failure of it reported). Refused inside a recorded body.
+    pub(crate) fn settled(&self, device: usize) -> Result<Target<'_>> {
+        self.after_queued(device, true)
+    }
+
     /// As [`Runtime::settled`], for routines that free memory: the queued work is waited
     /// for but a failure of it is kept for a synchronising call to report (a free must
     /// happen whatever it was, and its caller may have nowhere to report it).
     pub(crate) fn waited(&self, device: usize) -> Result<Target<'_>> {
+        self.after_queued(device, false)
+    }
+
+    fn after_queued(&self, device: usize, report: bool) -> Result<Target<'_>> {
         let t = self.target(device)?;
         if let Target::Device(d) = &t {
-            if recorder::recording(self.identity(), device) {
-                return Err(recorder::refused(device, "a routine that frees device memory"));
+            self.not_recording(device, "a routine that reads, writes or frees device memory")?;
+            if report {
+                d.settle()?;
+            } else {
+                let _ = d.finish_queued(Wait::Events);
             }
-            let _ = d.finish_queued(Wait::Events);
         }
         Ok(t)
     }
 
-    pub(crate) fn settled(&self, device: usize) -> Result<Target<'_>> {
-        let t = self.target(device)?;
-        if let Target::Device(d) = &t {
-            if recorder::recording(self.identity(), device) {
-                return Err(recorder::refused(device, "a routine that reads, writes or frees device memory"));
-            }
-            d.settle()?;
+    /// An error when this thread is recording a body for `device` (`what` is refused there).
+    fn not_recording(&self, device: usize, what: &str) -> Result<()> {
+        if recorder::recording(self.identity(), device) {
+            return Err(recorder::refused(device, what));
         }
-        Ok(t)
+        Ok(())
     }
 
     /// The construct line of the trace (`OFFLOAD_INFO` 0x01, as libomptarget's "Entering
@@ -385,9 +388,7 @@ impl Runtime {
             Target::Device(d) => {
                 // One wait for the whole device, then what the constructs queued is known
                 // complete: retired, its failure reported.
-                if recorder::recording(self.identity(), device) {
-                    return Err(recorder::refused(device, "synchronize"));
-                }
+                self.not_recording(device, "synchronize")?;
                 let synced = d.backend.synchronize();
                 let finished = d.finish_queued(Wait::Done);
                 d.report(synced.and(finished))
