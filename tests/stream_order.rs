@@ -407,3 +407,24 @@ fn a_queued_read_sees_the_work_before_it_and_not_after() {
         offload_tests::assert_clean(rt, d)
     });
 }
+
+#[test]
+fn more_small_copies_than_bounce_slots_still_copy_what_the_host_had() {
+    // 40 items of one construct: the first take the device's 32 bounce slots, the rest are
+    // copied at once; either way a host write right after the construct is not seen.
+    on_every_device("more copies than slots", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut x: Vec<u32> = (0..40 * 4).collect();
+        let enter: Vec<MapItem> = x.chunks(4).map(|c| MapItem::to(c.as_ptr(), 16)).collect();
+        gpu.launch(&SPIN, 1, (20u64,))?;
+        // SAFETY: `x` outlives the mappings (exited below) and is written only between the
+        // constructs.
+        unsafe { rt.enter_data(d, &enter)? };
+        x.iter_mut().for_each(|v| *v = u32::MAX);
+        let exit: Vec<MapItem> = x.chunks_mut(4).map(|c| MapItem::from(c.as_mut_ptr(), 16)).collect();
+        // SAFETY: as above.
+        unsafe { rt.exit_data(d, &exit)? };
+        check!(x.iter().enumerate().all(|(i, &v)| v == i as u32), "{:?}", &x[..8]);
+        offload_tests::assert_clean(rt, d)
+    });
+}
