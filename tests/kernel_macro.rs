@@ -183,7 +183,7 @@ fn lerp(a: f32, b: f32, t: f32) -> f32 {
     a + d * t
 }
 
-#[offload::kernel(device_fns = [lerp(f32, f32, f32) -> f32])]
+#[offload::kernel]
 fn blend(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
     y[i] = lerp(x[i], y[i], t);
 }
@@ -204,19 +204,19 @@ fn a_kernel_calls_a_device_function() {
 }
 
 /// Ease-in interpolation: a device function calling another.
-#[offload::device(device_fns = [lerp(f32, f32, f32) -> f32])]
+#[offload::device]
 fn ease(a: f32, b: f32, t: f32) -> f32 {
     lerp(a, b, t * t)
 }
 
 /// Lists only `ease`; its source brings `lerp`'s.
-#[offload::kernel(device_fns = [ease(f32, f32, f32) -> f32])]
+#[offload::kernel]
 fn eased(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
     y[i] = ease(x[i], y[i], t);
 }
 
 /// Lists both: the guards keep one definition of `lerp`.
-#[offload::kernel(device_fns = [lerp(f32, f32, f32) -> f32, ease(f32, f32, f32) -> f32])]
+#[offload::kernel]
 fn eased_both(i: usize, t: f32, x: &[f32], y: &mut [f32]) {
     y[i] = ease(x[i], y[i], t) + lerp(x[i], y[i], 0.0);
 }

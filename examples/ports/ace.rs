@@ -43,13 +43,13 @@ fn an(phix: f64, phiy: f64, phiz: f64, epsilon: f64) -> f64 {
 }
 
 /// `Wn`.
-#[offload::device(device_fns = [an(f64, f64, f64, f64) -> f64])]
+#[offload::device]
 fn wn(phix: f64, phiy: f64, phiz: f64, epsilon: f64, w0: f64) -> f64 {
     w0 * an(phix, phiy, phiz, epsilon)
 }
 
 /// `taun`.
-#[offload::device(device_fns = [an(f64, f64, f64, f64) -> f64])]
+#[offload::device]
 fn taun(phix: f64, phiy: f64, phiz: f64, epsilon: f64, tau0: f64) -> f64 {
     let a: f64 = an(phix, phiy, phiz, epsilon);
     tau0 * (a * a)
@@ -72,7 +72,7 @@ fn d_func(l: f64, m: f64, n: f64) -> f64 {
 /// `calculateForce`: over the whole grid, zero on its faces. `f` holds `Fx`, `Fy` and
 /// `Fz` one after the other (the original's three arrays; one argument here, for the
 /// limit above).
-#[offload::kernel(dims = 3, device_fns = [wn(f64, f64, f64, f64, f64) -> f64, d_func(f64, f64, f64) -> f64])]
+#[offload::kernel(dims = 3)]
 fn calculate_force(ix: usize, iy: usize, iz: usize, n: usize, k: &[f64], phi: &[f64], f: &mut [f64]) {
     let c0: usize = (ix * n + iy) * n + iz;
     let vol: usize = n * n * n;
@@ -97,7 +97,7 @@ fn calculate_force(ix: usize, iy: usize, iz: usize, n: usize, k: &[f64], phi: &[
 }
 
 /// `allenCahn`: the new phase on the interior.
-#[offload::kernel(dims = 3, device_fns = [taun(f64, f64, f64, f64, f64) -> f64, d_fphi(f64, f64, f64) -> f64])]
+#[offload::kernel(dims = 3)]
 #[allow(clippy::too_many_arguments)]
 fn allen_cahn(
     ix: usize,

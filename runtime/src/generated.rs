@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::LaunchArg;
-use crate::kernel::{HostLaunch, Kernel, KernelScalar, Scalar};
+use crate::kernel::{HostLaunch, Kernel, KernelScalar, KernelStruct, Scalar};
 use crate::mapping::{Device, DeviceSlice, KernelArgs, KernelArgument};
 
 /// Element types of generated kernels' slices: loaded and stored as relaxed atomics.
@@ -65,21 +65,63 @@ element! {
     usize => AtomicUsize, usize, |x| x, |b| b;
 }
 
-/// A slice argument of a generated host twin, shared by all its iterations.
+// SAFETY: a kernel struct has no padding and a size that is a multiple of 4 (its
+// `KernelStruct` contract); its words are loaded and stored one `AtomicU32` at a time.
+unsafe impl<T: KernelStruct> Element for T {
+    type Atomic = AtomicU32;
+    #[inline]
+    unsafe fn load(p: *const Self) -> Self {
+        let mut out = std::mem::MaybeUninit::<T>::uninit();
+        let dst = out.as_mut_ptr().cast::<u32>();
+        for k in 0..std::mem::size_of::<T>() / 4 {
+            // SAFETY: word `k` of the element, aligned (the caller's contract), accessed atomically.
+            let w = unsafe { AtomicU32::from_ptr((p as *mut u32).add(k)) }.load(Ordering::Relaxed);
+            // SAFETY: word `k` of `out`.
+            unsafe { dst.add(k).write_unaligned(w) };
+        }
+        // SAFETY: every byte was written; every bit pattern of a DeviceCopy type is valid.
+        unsafe { out.assume_init() }
+    }
+    #[inline]
+    unsafe fn store(p: *const Self, v: Self) {
+        let src = (&v as *const T).cast::<u32>();
+        for k in 0..std::mem::size_of::<T>() / 4 {
+            // SAFETY: word `k` of `v`, initialized (no padding).
+            let w = unsafe { src.add(k).read_unaligned() };
+            // SAFETY: as in `load`; the caller's pointer is valid for writes.
+            unsafe { AtomicU32::from_ptr((p as *mut u32).add(k)) }.store(w, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A view argument of a generated host twin (or a sub-slice of one), shared by all its
+/// iterations.
 #[derive(Debug)]
-pub struct SharedSlice<T> {
+pub struct SharedSlice<'a, T> {
     ptr: *const T,
     len: usize,
     kernel: &'static str,
     name: &'static str,
+    /// The stores of a checked twin, by element of the argument's whole view.
+    log: Option<&'a StoreLog>,
+    /// Where this view starts in the argument's whole view.
+    base: usize,
 }
 
-// SAFETY: every access to the elements is atomic (see `Element`).
-unsafe impl<T: Element> Sync for SharedSlice<T> {}
-// SAFETY: as for `Sync`; the slice owns nothing.
-unsafe impl<T: Element> Send for SharedSlice<T> {}
+impl<T> Clone for SharedSlice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
 
-impl<T: Element> SharedSlice<T> {
+impl<T> Copy for SharedSlice<'_, T> {}
+
+// SAFETY: every access to the elements is atomic (see `Element`); the log is `Sync`.
+unsafe impl<T: Element> Sync for SharedSlice<'_, T> {}
+// SAFETY: as for `Sync`; the slice owns nothing.
+unsafe impl<T: Element> Send for SharedSlice<'_, T> {}
+
+impl<'a, T: Element> SharedSlice<'a, T> {
     /// Argument `ptr_index` of the launch (a device range) as `len_index`'s count of `T`.
     /// Fails unless the runtime knows the range's extent and it holds that many elements,
     /// and unless it is aligned for atomic access.
@@ -111,7 +153,15 @@ impl<T: Element> SharedSlice<T> {
                 "kernel `{kernel}` argument `{name}`: {ptr:p} is not aligned for atomic access"
             ));
         }
-        Ok(Self { ptr, len, kernel, name })
+        Ok(Self { ptr, len, kernel, name, log: None, base: 0 })
+    }
+
+    /// The same view, its stores recorded in `log` (a checked twin's).
+    pub fn logged<'b>(self, log: &'b StoreLog) -> SharedSlice<'b, T>
+    where
+        'a: 'b,
+    {
+        SharedSlice { log: log.on().then_some(log), ..self }
     }
 
     /// Elements in the slice.
@@ -133,6 +183,20 @@ impl<T: Element> SharedSlice<T> {
         )
     }
 
+    /// Elements `start..end` (`&x[start..end]`); panics (failing the launch) naming the
+    /// kernel and the argument when the range is not inside the view.
+    pub fn sub(&self, start: usize, end: usize) -> Self {
+        if start > end || end > self.len {
+            panic!(
+                "kernel `{}` argument `{}`: the sub-slice {start}..{end} is out of range for a view of {} elements",
+                self.kernel, self.name, self.len
+            )
+        }
+        // SAFETY: `start <= len`, inside (or one past) the launch's range.
+        let ptr = unsafe { self.ptr.add(start) };
+        Self { ptr, len: end - start, base: self.base + start, ..*self }
+    }
+
     /// Element `i`; panics (the launch then fails with [`Error::KernelFailed`]) naming the
     /// kernel, the argument and the index when `i` is out of range.
     #[inline]
@@ -145,15 +209,73 @@ impl<T: Element> SharedSlice<T> {
         unsafe { T::load(self.ptr.add(i)) }
     }
 
-    /// Stores `v` at element `i`; panics as [`SharedSlice::get`].
+    /// Stores `v` at element `i`; panics as [`SharedSlice::get`], and in a checked twin
+    /// when another iteration stored to the element.
     #[inline]
     pub fn set(&self, i: usize, v: T) {
         if i >= self.len {
             self.out_of_range(i)
         }
+        if let Some(log) = self.log {
+            log.record(self.base + i, self.kernel, self.name);
+        }
         // SAFETY: as in `get`; the launch's ranges are device memory it may write.
         unsafe { T::store(self.ptr.add(i), v) }
     }
+}
+
+/// Views longer than this are not logged by checked twins (the log takes 4 bytes an
+/// element).
+pub const STORE_LOG_LIMIT: usize = 1 << 24;
+
+/// Which work item stored to each element of a `&mut` view, in a checked host twin: a
+/// second item storing to an element fails the launch (iterations must write distinct
+/// elements). Reads of elements another item writes are not caught.
+#[derive(Debug)]
+pub struct StoreLog {
+    /// Item + 1 (truncated to 32 bits) per element; 0 for none.
+    owners: Vec<AtomicU32>,
+}
+
+impl StoreLog {
+    /// A log of `len` elements when `on` and `len` is at most [`STORE_LOG_LIMIT`]; an
+    /// inactive one otherwise.
+    pub fn new(on: bool, len: usize) -> Self {
+        let owners = if on && len <= STORE_LOG_LIMIT {
+            (0..len).map(|_| AtomicU32::new(0)).collect()
+        } else {
+            Vec::new()
+        };
+        Self { owners }
+    }
+
+    fn on(&self) -> bool {
+        !self.owners.is_empty()
+    }
+
+    fn record(&self, element: usize, kernel: &str, name: &str) {
+        let Some(slot) = self.owners.get(element) else { return };
+        let me = (CURRENT_ITEM.with(|c| c.get()) as u32).wrapping_add(1);
+        let before = slot.swap(me, Ordering::Relaxed);
+        if before != 0 && before != me {
+            panic!(
+                "kernel `{kernel}` argument `{name}`: work items {} and {} both store element {element} (a checked \
+                 launch; iterations must write distinct elements, as in OpenMP's `parallel for`)",
+                before - 1,
+                me - 1
+            )
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT_ITEM: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Says which work item this thread runs (a checked twin's [`StoreLog`] reads it).
+#[inline]
+pub fn set_item(t: usize) {
+    CURRENT_ITEM.with(|c| c.set(t));
 }
 
 /// Scalar argument `k` (passed as `u64`) as a `usize`.
@@ -397,10 +519,11 @@ pub struct Reduction<'a> {
     /// of a report as its last argument before `n` (host devices run the twin, checked
     /// either way, without one).
     pub checked: bool,
-    /// The kernel's arguments' names, by position after the indices.
+    /// The kernel's arguments' names, in order.
     pub params: &'a [&'a str],
-    /// The launch position of the first argument after the indices' bounds (`2 * dims - 1`).
-    pub first_param: usize,
+    /// Each argument's launch position (after the indices' bounds, a struct taking its
+    /// words).
+    pub positions: &'a [usize],
     /// Each reduction variable, in declaration order: its launch position (where the
     /// argument list holds a [`DevicePtr::NULL`](crate::DevicePtr::NULL) placeholder) and its operator's identity.
     pub partials: &'a [(usize, Scalar)],
@@ -488,7 +611,7 @@ fn slot_value(like: Scalar, bits: u64) -> Scalar {
 fn name_argument(e: Error, r: &Reduction<'_>) -> Error {
     match e {
         Error::KernelArgument { kernel, index, what } => {
-            let name = index.checked_sub(r.first_param).and_then(|k| r.params.get(k));
+            let name = r.positions.iter().position(|&p| p == index).and_then(|k| r.params.get(k));
             let what = match name {
                 Some(name) => format!("`{name}`: {what}"),
                 None => what,
@@ -579,41 +702,291 @@ pub fn reduced<T: KernelScalar>(values: &[Scalar], k: usize, kernel: &'static st
     })
 }
 
+/// A piece of a generated kernel's source: text, or a constant's declaration that rustc
+/// wrote at compile time.
+#[derive(Clone, Copy, Debug)]
+pub enum SourcePart {
+    /// Text as it is.
+    Text(&'static str),
+    /// A constant's C declaration (see [`c_const`]).
+    Const(CConst),
+}
+
+/// Bytes of a [`CConst`]'s text at most.
+const CCONST_BYTES: usize = 192;
+
+/// The C declaration of a constant: `const TYPE NAME = VALUE;`, the value written as its
+/// bits (so a float is exactly Rust's).
+#[derive(Clone, Copy, Debug)]
+pub struct CConst {
+    bytes: [u8; CCONST_BYTES],
+    len: usize,
+}
+
+/// The kernel language's scalar types, as constants in C.
+pub trait KernelConst: Copy {
+    /// The C type.
+    const C_TYPE: &'static str;
+    /// How the value's bits are written: 0 an integer, 1 an `f32`, 2 an `f64`, 3 a `bool`.
+    const KIND: u8;
+}
+
+macro_rules! kernel_const {
+    ($($t:ty => $c:literal, $k:literal;)*) => {$(
+        impl KernelConst for $t {
+            const C_TYPE: &'static str = $c;
+            const KIND: u8 = $k;
+        }
+    )*};
+}
+kernel_const! {
+    f32 => "float", 1;
+    f64 => "double", 2;
+    i32 => "int", 0;
+    u32 => "unsigned int", 0;
+    i64 => "long long", 0;
+    u64 => "unsigned long long", 0;
+    usize => "unsigned long long", 0;
+    bool => "bool", 3;
+}
+
+/// Reinterprets a value of at most 8 bytes as bits, at compile time.
+#[repr(C)]
+union Pun<T: Copy> {
+    value: T,
+    bytes: [u8; 8],
+}
+
+const fn push(out: &mut [u8; CCONST_BYTES], at: &mut usize, s: &[u8]) {
+    let mut i = 0;
+    while i < s.len() {
+        assert!(
+            *at < CCONST_BYTES,
+            "c_const: the declaration is too long (a constant's name of ~150 bytes?)"
+        );
+        out[*at] = s[i];
+        *at += 1;
+        i += 1;
+    }
+}
+
+/// `const TYPE name = VALUE;` for constant `value` of a kernel body, at compile time.
+pub const fn c_const<T: KernelConst>(name: &str, value: T) -> CConst {
+    assert!(std::mem::size_of::<T>() <= 8, "c_const: a scalar of at most 8 bytes");
+    let mut pun = Pun { bytes: [0; 8] };
+    pun.value = value;
+    // SAFETY: every byte of the union was written (zeros, then the value over its first
+    // bytes); a byte array accepts any.
+    let bits = u64::from_ne_bytes(unsafe { pun.bytes });
+    let mut out = [0u8; CCONST_BYTES];
+    let mut at = 0;
+    push(&mut out, &mut at, b"const ");
+    push(&mut out, &mut at, T::C_TYPE.as_bytes());
+    push(&mut out, &mut at, b" ");
+    push(&mut out, &mut at, name.as_bytes());
+    push(&mut out, &mut at, b" = ");
+    let (head, digits, tail): (&[u8], usize, &[u8]) = match T::KIND {
+        1 => (b"__int_as_float(0x", 8, b"u)"),
+        2 => (b"__longlong_as_double(0x", 16, b"ull)"),
+        3 => (if bits & 0xff != 0 { b"true" } else { b"false" }, 0, b""),
+        _ => (b"(", 0, b""),
+    };
+    push(&mut out, &mut at, head);
+    if T::KIND == 0 {
+        push(&mut out, &mut at, T::C_TYPE.as_bytes());
+        push(&mut out, &mut at, b") 0x");
+    }
+    let n = if T::KIND == 0 { 2 * std::mem::size_of::<T>() } else { digits };
+    let mut k = n;
+    while k > 0 {
+        k -= 1;
+        let nibble = ((bits >> (4 * k)) & 0xf) as u8;
+        let c = if nibble < 10 { b'0' + nibble } else { b'a' + nibble - 10 };
+        push(&mut out, &mut at, &[c]);
+    }
+    if T::KIND == 0 {
+        push(&mut out, &mut at, b"ull");
+    }
+    push(&mut out, &mut at, tail);
+    push(&mut out, &mut at, b";\n");
+    CConst { bytes: out, len: at }
+}
+
 /// The total length of `parts`.
-pub const fn concat_len(parts: &[&str]) -> usize {
+pub const fn source_len(parts: &[SourcePart]) -> usize {
     let mut n = 0;
     let mut i = 0;
     while i < parts.len() {
-        n += parts[i].len();
+        n += match parts[i] {
+            SourcePart::Text(t) => t.len(),
+            SourcePart::Const(c) => c.len,
+        };
         i += 1;
     }
     n
 }
 
-/// `parts` one after the other (`N` must be [`concat_len`] of them), at compile time.
-pub const fn concat<const N: usize>(parts: &[&str]) -> [u8; N] {
+/// `parts` one after the other (`N` must be [`source_len`] of them), at compile time.
+pub const fn source_bytes<const N: usize>(parts: &[SourcePart]) -> [u8; N] {
     let mut out = [0u8; N];
     let mut at = 0;
     let mut i = 0;
     while i < parts.len() {
-        let b = parts[i].as_bytes();
+        let (b, len): (&[u8], usize) = match &parts[i] {
+            SourcePart::Text(t) => (t.as_bytes(), t.len()),
+            SourcePart::Const(c) => (&c.bytes, c.len),
+        };
         let mut j = 0;
-        while j < b.len() {
+        while j < len {
             out[at] = b[j];
             at += 1;
             j += 1;
         }
         i += 1;
     }
-    assert!(at == N, "concat: N is not the parts' total length");
+    assert!(at == N, "source_bytes: N is not the parts' total length");
     out
 }
 
-/// `bytes` (a [`concat`] of strings) as a `str`.
+/// `bytes` (a [`source_bytes`] of strings) as a `str`.
 pub const fn utf8(bytes: &[u8]) -> &str {
     match std::str::from_utf8(bytes) {
         Ok(s) => s,
-        Err(_) => panic!("concat of strings is not UTF-8"),
+        Err(_) => panic!("generated source is not UTF-8"),
+    }
+}
+
+/// The argument block's positions a struct takes: its words (8 bytes each when it is
+/// 8-aligned, else 4), so C lays it out where the runtime puts it.
+pub const fn words<T: KernelStruct>() -> usize {
+    std::mem::size_of::<T>() / word_bytes::<T>()
+}
+
+const fn word_bytes<T>() -> usize {
+    if std::mem::align_of::<T>() >= 8 {
+        8
+    } else {
+        4
+    }
+}
+
+/// Fails to compile unless `T` may be a field of a `#[derive(offload::DeviceCopy)]` struct.
+pub const fn assert_kernel_field<T: Element>() {}
+
+/// Struct argument `k` (its [`words`] from position `k`) of a host launch.
+pub fn struct_arg<T: KernelStruct>(l: &HostLaunch<'_>, k: usize) -> std::result::Result<T, String> {
+    let mut out = std::mem::MaybeUninit::<T>::uninit();
+    let dst = out.as_mut_ptr().cast::<u8>();
+    let w = word_bytes::<T>();
+    for i in 0..words::<T>() {
+        let bytes = if w == 8 {
+            l.scalar::<u64>(k + i)?.to_ne_bytes().to_vec()
+        } else {
+            l.scalar::<u32>(k + i)?.to_ne_bytes().to_vec()
+        };
+        // SAFETY: word `i` of `out`, `w` bytes inside it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(i * w), w) };
+    }
+    // SAFETY: every byte was written (no padding); every bit pattern of a DeviceCopy type is
+    // valid.
+    Ok(unsafe { out.assume_init() })
+}
+
+/// Builds a generated kernel's argument list in the kernel's order, with each view's
+/// extent and shared borrow: for a launch on a device, or only to describe the views.
+#[derive(Debug)]
+pub struct ArgCollector<'k> {
+    launch: Option<(usize, &'k Kernel)>,
+    args: Vec<LaunchArg>,
+    extents: Vec<Option<usize>>,
+    shared: Vec<(usize, HostRange)>,
+}
+
+impl<'k> ArgCollector<'k> {
+    /// For a launch of `kernel` on `device` (views are checked against it).
+    pub fn launching(device: usize, kernel: &'k Kernel) -> Self {
+        Self { launch: Some((device, kernel)), args: Vec::new(), extents: Vec::new(), shared: Vec::new() }
+    }
+
+    /// To describe the views (their extents and shared borrows) only.
+    pub fn describing() -> ArgCollector<'static> {
+        ArgCollector { launch: None, args: Vec::new(), extents: Vec::new(), shared: Vec::new() }
+    }
+
+    fn push(&mut self, a: LaunchArg, extent: Option<usize>) {
+        self.args.push(a);
+        self.extents.push(extent);
+    }
+
+    /// A `usize` (an index bound, a length, a `usize` argument), as `u64`.
+    pub fn index(&mut self, v: u64) {
+        self.push(LaunchArg::Value(Scalar::U64(v)), None);
+    }
+
+    /// A scalar argument.
+    pub fn scalar<T: KernelScalar>(&mut self, v: T) {
+        self.push(LaunchArg::Value(v.into_scalar()), None);
+    }
+
+    /// A `bool` argument, as `u32`.
+    pub fn flag(&mut self, v: bool) {
+        self.push(LaunchArg::Value(Scalar::U32(u32::from(v))), None);
+    }
+
+    /// A struct by value, as its [`words`].
+    pub fn words<T: KernelStruct>(&mut self, v: &T) {
+        // SAFETY: a kernel struct has no padding: its bytes are initialized.
+        let bytes =
+            unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) };
+        if word_bytes::<T>() == 8 {
+            for c in bytes.chunks_exact(8) {
+                self.push(
+                    LaunchArg::Value(Scalar::U64(u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))),
+                    None,
+                );
+            }
+        } else {
+            for c in bytes.chunks_exact(4) {
+                self.push(
+                    LaunchArg::Value(Scalar::U32(u32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// A view.
+    pub fn view<T>(&mut self, v: &DeviceSlice<'_, T>) -> Result<()> {
+        let at = self.args.len();
+        let arg = match self.launch {
+            Some((device, kernel)) => v.launch_arg(device, at, kernel)?,
+            None => LaunchArg::Device(0),
+        };
+        if !v.is_writable() {
+            self.shared.push((at, v.host_range()));
+        }
+        self.push(arg, Some(v.host_range().bytes));
+        Ok(())
+    }
+
+    /// A place the runtime fills with memory of its own (a `reduce`'s slot).
+    pub fn runtime_slot(&mut self) {
+        self.push(LaunchArg::Device(0), None);
+    }
+
+    /// The arguments.
+    pub fn into_args(self) -> Vec<LaunchArg> {
+        self.args
+    }
+
+    /// Each argument's view extent, by position.
+    pub fn into_extents(self) -> Vec<Option<usize>> {
+        self.extents
+    }
+
+    /// The views of shared borrows, by position.
+    pub fn into_shared(self) -> Vec<(usize, HostRange)> {
+        self.shared
     }
 }
 
@@ -622,13 +995,24 @@ mod tests {
     use super::*;
     use crate::kernel::{KernelArg, Scalar};
 
-    const PARTS: &[&str] = &["__device__ ", "float f();", "ü"];
-    const BYTES: [u8; concat_len(PARTS)] = concat(PARTS);
+    const PARTS: &[SourcePart] = &[
+        SourcePart::Text("__device__ "),
+        SourcePart::Const(c_const("DT", 0.5f32)),
+        SourcePart::Const(c_const("N", -2i32)),
+        SourcePart::Const(c_const("B", true)),
+        SourcePart::Const(c_const("X", 1.0f64)),
+        SourcePart::Text("ü"),
+    ];
+    const BYTES: [u8; source_len(PARTS)] = source_bytes(PARTS);
 
     #[test]
-    fn strings_concatenate_at_compile_time() {
+    fn sources_and_constants_concatenate_at_compile_time() {
         const S: &str = utf8(&BYTES);
-        assert_eq!(S, "__device__ float f();ü");
+        assert_eq!(
+            S,
+            "__device__ const float DT = __int_as_float(0x3f000000u);\nconst int N = (int) 0xfffffffeull;\n\
+             const bool B = true;\nconst double X = __longlong_as_double(0x3ff0000000000000ull);\nü"
+        );
     }
 
     #[test]

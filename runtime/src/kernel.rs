@@ -35,7 +35,8 @@ pub const DEFAULT_BLOCK: u32 = 256;
 /// A kernel that can run on every backend it has an implementation for.
 ///
 /// GPU backends append the work-item count `n` (as `unsigned long long`) as the last
-/// argument of the CUDA C function, and launch `ceil(n / block)` blocks of `block` threads
+/// argument of the CUDA C function, pass the arguments as one block laid out as C lays out
+/// the function's parameters (each at its natural alignment; at most 4 KiB), and launch `ceil(n / block)` blocks of `block` threads
 /// (at most one full wave of the device for a [grid-stride](Kernel::with_grid_stride)
 /// kernel).
 #[derive(Clone, Copy)]
@@ -43,16 +44,27 @@ pub struct Kernel {
     name: &'static str,
     symbol: &'static str,
     cuda: Option<&'static str>,
+    hip: Option<&'static str>,
     host: Option<HostKernelFn>,
     block: u32,
     grid_stride: bool,
+    thread_map: Option<&'static str>,
 }
 
 impl Kernel {
     /// A kernel named `name` with no implementations yet. For CUDA the name is the
     /// `extern "C" __global__` function's name.
     pub const fn new(name: &'static str) -> Self {
-        Self { name, symbol: name, cuda: None, host: None, block: DEFAULT_BLOCK, grid_stride: false }
+        Self {
+            name,
+            symbol: name,
+            cuda: None,
+            hip: None,
+            host: None,
+            block: DEFAULT_BLOCK,
+            grid_stride: false,
+            thread_map: None,
+        }
     }
 
     /// A kernel from CUDA C source text known only at run time (read from a file, built
@@ -75,6 +87,20 @@ impl Kernel {
     /// Adds the CUDA C source (compiled at run time for the device's architecture).
     pub const fn with_cuda(mut self, source: &'static str) -> Self {
         self.cuda = Some(source);
+        self
+    }
+
+    /// Adds the HIP C source for AMD GPUs. Without one, the HIP backend compiles the CUDA
+    /// source with the CUDA spellings it uses (`__shfl_*_sync`) renamed to HIP's.
+    pub const fn with_hip(mut self, source: &'static str) -> Self {
+        self.hip = Some(source);
+        self
+    }
+
+    /// Says how the kernel's indices are mapped to GPU threads (the launch trace shows it;
+    /// `#[offload::kernel]` writes it).
+    pub const fn with_thread_map(mut self, note: &'static str) -> Self {
+        self.thread_map = Some(note);
         self
     }
 
@@ -117,6 +143,16 @@ impl Kernel {
         self.cuda
     }
 
+    /// The HIP C source, if it has one of its own.
+    pub const fn hip_source(&self) -> Option<&'static str> {
+        self.hip
+    }
+
+    /// How the kernel's indices are mapped to GPU threads, when it says.
+    pub const fn thread_map(&self) -> Option<&'static str> {
+        self.thread_map
+    }
+
     /// The host implementation, if it has one.
     pub const fn host_fn(&self) -> Option<HostKernelFn> {
         self.host
@@ -143,10 +179,12 @@ impl fmt::Debug for Kernel {
         f.debug_struct("Kernel")
             .field("name", &self.name)
             .field("cuda", &self.cuda.is_some())
+            .field("hip", &self.hip.is_some())
             .field("host", &self.host.is_some())
             .field("symbol", &self.symbol)
             .field("block", &self.block)
             .field("grid_stride", &self.grid_stride)
+            .field("thread_map", &self.thread_map)
             .finish()
     }
 }
@@ -259,6 +297,29 @@ macro_rules! device_copy {
 device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// A `#[repr(C)]` struct that generated kernels take by value and as the element of views:
+/// `#[derive(offload::DeviceCopy)]` implements it (with [`DeviceCopy`]).
+///
+/// ```
+/// #[derive(Clone, Copy, offload::DeviceCopy)]
+/// #[repr(C)]
+/// struct Particle {
+///     x: f32,
+///     v: f32,
+/// }
+/// use offload::KernelStruct;
+/// assert!(Particle::C_SOURCE.contains("struct Particle {"));
+/// ```
+///
+/// # Safety
+/// `C_SOURCE` must define (guarded by `#ifndef`) a C struct of the type's name with the
+/// same layout: the same fields, of the same sizes, at the same offsets; the type has no
+/// padding, and its size is a multiple of 4 bytes.
+pub unsafe trait KernelStruct: DeviceCopy {
+    /// The C definition (with those of the structs it holds, first).
+    const C_SOURCE: &'static str;
+}
 
 /// Runs host kernel `f` (named `kernel`) over `n` work items on `pool`, for `device`: its
 /// error, or its panic with the panic's message, becomes [`Error::KernelFailed`]. A panic

@@ -67,7 +67,7 @@ pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
-pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, LaunchArg, Scalar};
+pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelStruct, LaunchArg, Scalar};
 pub use mapped::{HostMut, Mapped};
 pub use mapping::{
     BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead,
@@ -84,7 +84,7 @@ pub use topology::{NumaDistances, Placement, PlacementSource, Topology, Topology
 
 /// Single-source kernels: see the `offload_macros` crate docs. `#[offload::kernel]` lives
 /// in the macro namespace, beside the [`kernel`](mod@kernel) module.
-pub use offload_macros::{device, kernel};
+pub use offload_macros::{device, kernel, DeviceCopy};
 
 /// What generated kernels call; not a stable API.
 #[doc(hidden)]

@@ -1,36 +1,35 @@
-//! What the attributes expand to.
+//! What the attributes expand to: the item as written, and beside it the generated code
+//! (a module for a kernel; a twin and a source constant for a device function), assembled
+//! from the signature's slots and the emitters' output.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use syn::{ItemFn, LitStr};
+use syn::ItemFn;
 
-use crate::types::{device_sig, kernel_sig, DeviceFnDecl, KernelOptions, ParamKind, RedOp, Ty};
+use crate::access::{thread_map, ThreadMap};
+use crate::emit_c::{self, Dialect, Part};
+use crate::emit_host::{twin_name, RustEmitter};
+use crate::ir::{Body, VarId};
+use crate::lower::{is_reserved, Lowerer, Mode};
+use crate::options::{KernelOptions, DEFAULT_ROWS};
+use crate::signature::{device_sig, kernel_sig, Elem, KernelSig, ParamKind, Ret, Slot};
+use crate::ty::{RedOp, Ty};
 
-/// The hidden constant holding device function `name`'s CUDA C source.
-pub fn device_source_const(name: &syn::Ident) -> syn::Ident {
-    format_ident!("__OFFLOAD_CUDA_{}", name)
-}
-
-/// The path, from inside a kernel's module, of the source constant of `d`.
-fn device_source_path(d: &DeviceFnDecl) -> TokenStream {
-    let mut path = d.path.clone();
-    if let Some(last) = path.segments.last_mut() {
-        last.ident = device_source_const(&last.ident);
-    }
-    outer_path(&path)
-}
+/// The driver's limit on a launch's parameters, in bytes.
+pub const PARAM_LIMIT: usize = 4096;
 
 /// `path`, written in a kernel's parent module, as seen from inside the kernel's module.
 pub fn outer_path(path: &syn::Path) -> TokenStream {
     let path = path.clone();
+    let first = path.segments.first().map(|s| s.ident.to_string());
     let absolute = path.leading_colon.is_some()
-        || path
-            .segments
-            .first()
-            .is_some_and(|s| s.ident == "crate" || s.ident == "super" || s.ident == "self");
-    if absolute && path.segments.first().is_some_and(|s| s.ident == "self") {
+        || matches!(
+            first.as_deref(),
+            Some("crate" | "super" | "self" | "std" | "core" | "alloc" | "offload")
+        );
+    if first.as_deref() == Some("self") && path.leading_colon.is_none() {
         // `self::` from the kernel's module is the kernel's parent.
         let rest: Vec<_> = path.segments.iter().skip(1).collect();
         return quote!(super::#(#rest)::*);
@@ -42,154 +41,421 @@ pub fn outer_path(path: &syn::Path) -> TokenStream {
     }
 }
 
-/// `#[offload::device]`.
-pub fn device(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let opts: KernelOptions = syn::parse2(attr)?;
-    if opts.dims.is_some() || !opts.reductions.is_empty() || opts.checked.is_some() || opts.rows.is_some() {
-        return Err(syn::Error::new(
-            Span::call_site(),
-            "offload::device: the only option is `device_fns = [g(T, ..) -> R, ..]` (the device functions it calls)",
-        ));
+/// The hidden constant holding device function `name`'s C source.
+pub fn device_source_const(name: &syn::Ident) -> syn::Ident {
+    use syn::ext::IdentExt;
+    format_ident!("__OFFLOAD_DEVICE_FN_{}", name.unraw())
+}
+
+/// `parts` as a `&'static str` expression, with `items` holding the constants it needs
+/// (a literal when the macro wrote it all; a compile-time concatenation otherwise).
+pub fn source_expr_pub(
+    parts: &[Part],
+    prefix: &str,
+    nested: bool,
+    items: &mut Vec<TokenStream>,
+) -> TokenStream {
+    source_expr(parts, prefix, nested, items)
+}
+
+fn source_expr(parts: &[Part], prefix: &str, nested: bool, items: &mut Vec<TokenStream>) -> TokenStream {
+    // Adjacent text merged.
+    let mut merged: Vec<Part> = Vec::new();
+    for p in parts {
+        match (merged.last_mut(), p) {
+            (Some(Part::Text(a)), Part::Text(b)) => a.push_str(b),
+            _ => merged.push(p.clone()),
+        }
     }
-    let f: ItemFn = syn::parse2(item)?;
-    let (params, ret) = device_sig(&f)?;
-    if crate::cuda::is_reserved(&f.sig.ident.to_string()) {
-        return Err(syn::Error::new_spanned(
-            &f.sig.ident,
-            "offload::device: this name is reserved in CUDA C; rename the function",
-        ));
+    let path = |p: &syn::Path| if nested { outer_path(p) } else { quote!(#p) };
+    if let [Part::Text(t)] = merged.as_slice() {
+        return quote!(#t);
     }
-    let src = crate::cuda::device_source(&f, &params, ret, &opts.device_fns)?;
-    let konst = device_source_const(&f.sig.ident);
-    let vis = &f.vis;
-    let lit = LitStr::new(&src, Span::call_site());
-    if opts.device_fns.is_empty() {
-        return Ok(quote! {
-            #f
-            #[doc(hidden)]
-            #[allow(non_upper_case_globals)]
-            #vis const #konst: &str = #lit;
-        });
-    }
-    // The callees' sources first (each guarded, so a kernel that lists both gets one copy),
-    // joined at compile time; rustc checks each listed signature against the function.
-    let parts: Vec<TokenStream> = opts
-        .device_fns
+    let sp = quote!(::offload::__private::SourcePart);
+    let tokens: Vec<TokenStream> = merged
         .iter()
-        .map(|d| {
-            let mut path = d.path.clone();
-            if let Some(last) = path.segments.last_mut() {
-                last.ident = device_source_const(&last.ident);
+        .map(|p| match p {
+            Part::Text(t) => quote!(#sp::Text(#t)),
+            Part::Const { name, path: c } => {
+                let c = path(c);
+                quote!(#sp::Const(::offload::__private::c_const(#name, #c)))
             }
-            quote!(#path)
+            Part::Struct(s) => {
+                let t = path(&s.path);
+                quote!(#sp::Text(<#t as ::offload::KernelStruct>::C_SOURCE))
+            }
+            Part::DeviceFn(f) => {
+                let mut f = f.clone();
+                if let Some(last) = f.segments.last_mut() {
+                    last.ident = device_source_const(&last.ident);
+                }
+                let f = path(&f);
+                quote!(#sp::Text(#f))
+            }
         })
         .collect();
-    let checks = opts.device_fns.iter().map(|d| {
-        let path = &d.path;
-        let params = &d.param_types;
-        let ret = d.ret_type.as_ref().map(|t| quote!(-> #t));
-        quote!(let _: fn(#(#params),*) #ret = #path;)
+    let parts_name = format_ident!("__OFFLOAD_{}_PARTS", prefix);
+    let len_name = format_ident!("__OFFLOAD_{}_LEN", prefix);
+    let bytes_name = format_ident!("__OFFLOAD_{}_BYTES", prefix);
+    items.push(quote! {
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        const #parts_name: &[#sp] = &[#(#tokens),*];
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        const #len_name: usize = ::offload::__private::source_len(#parts_name);
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        const #bytes_name: [u8; #len_name] = ::offload::__private::source_bytes::<#len_name>(#parts_name);
     });
-    let parts_name = format_ident!("__OFFLOAD_PARTS_{}", f.sig.ident);
-    let len_name = format_ident!("__OFFLOAD_LEN_{}", f.sig.ident);
-    let bytes_name = format_ident!("__OFFLOAD_BYTES_{}", f.sig.ident);
+    quote!(::offload::__private::utf8(&#bytes_name))
+}
+
+/// `#[offload::device]`.
+pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let f: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => return e.into_compile_error(),
+    };
+    match device_impl(attr, &f) {
+        Ok(t) => t,
+        Err(e) => {
+            let e = e.into_compile_error();
+            quote!(#f #e)
+        }
+    }
+}
+
+fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
+    if !attr.is_empty() {
+        return Err(syn::Error::new_spanned(
+            attr,
+            "offload::device takes no options (device functions it calls are found by name)",
+        ));
+    }
+    let (params, ret) = device_sig(f)?;
+    let name = f.sig.ident.to_string();
+    if is_reserved(&name) {
+        return Err(syn::Error::new_spanned(
+            &f.sig.ident,
+            "offload::device: this name is reserved in C; rename the function",
+        ));
+    }
+    let mut lower = Lowerer::new(Mode::Device(ret.clone()));
+    lower.reserve(&name);
+    let param_vars = lower.params(&params);
+    let stmts = lower.stmts(&f.block.stmts, true)?;
+    let body = lower.finish(stmts);
+    let parts = emit_c::device_source(&name, &params, &param_vars, &ret, &body);
+    let mut items = Vec::new();
+    let src = source_expr(&parts, &format!("DEVICE_FN_{name}"), false, &mut items);
+    let konst = device_source_const(&f.sig.ident);
+    let vis = &f.vis;
+
+    // The twin: the same function over the twins' views.
+    let emit = RustEmitter { body: &body, nested: false };
+    let twin = twin_name(&f.sig.ident);
+    let twin_params: Vec<TokenStream> = params
+        .iter()
+        .map(|p| {
+            let n = &p.name;
+            match &p.kind {
+                ParamKind::Scalar(t) => {
+                    let t = t.rust();
+                    quote!(#n: #t)
+                }
+                ParamKind::Struct(s) => {
+                    let path = &s.path;
+                    quote!(#n: #path)
+                }
+                ParamKind::View { elem, .. } => {
+                    let t = match elem {
+                        Elem::Scalar(t) => t.rust(),
+                        Elem::Struct(s) => {
+                            let path = &s.path;
+                            quote!(#path)
+                        }
+                    };
+                    quote!(#n: ::offload::__private::SharedSlice<'_, #t>)
+                }
+                ParamKind::Reduction { .. } => unreachable!("device functions have no reductions"),
+            }
+        })
+        .collect();
+    let ret_tokens = match &ret {
+        Ret::Unit => quote!(),
+        Ret::Scalar(t) => {
+            let t = t.rust();
+            quote!(-> #t)
+        }
+        Ret::Struct(s) => {
+            let path = &s.path;
+            quote!(-> #path)
+        }
+    };
+    let twin_body = emit.stmts(&body.stmts);
     Ok(quote! {
         #f
         #[doc(hidden)]
-        #[allow(non_upper_case_globals)]
-        const #parts_name: &[&str] = &[#(#parts,)* #lit];
+        #[allow(unused, unused_parens, clippy::all, non_snake_case)]
+        #vis fn #twin(#(#twin_params),*) #ret_tokens { #twin_body }
+        #(#items)*
         #[doc(hidden)]
         #[allow(non_upper_case_globals)]
-        const #len_name: usize = ::offload::__private::concat_len(#parts_name);
-        #[doc(hidden)]
-        #[allow(non_upper_case_globals)]
-        const #bytes_name: [u8; #len_name] = ::offload::__private::concat::<#len_name>(#parts_name);
-        #[doc(hidden)]
-        #[allow(non_upper_case_globals)]
-        #vis const #konst: &str = {
-            #[allow(unused)]
-            fn __offload_signatures() { #(#checks)* }
-            ::offload::__private::utf8(&#bytes_name)
-        };
+        #vis const #konst: &str = #src;
     })
 }
 
 /// `#[offload::kernel]`.
-pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let f: ItemFn = match syn::parse2(item) {
+        Ok(f) => f,
+        Err(e) => return e.into_compile_error(),
+    };
+    match kernel_impl(attr, &f) {
+        Ok(t) => t,
+        // The item as written stays, so rustc reports nothing else about it.
+        Err(e) => {
+            let e = e.into_compile_error();
+            quote!(#[allow(dead_code)] #f #e)
+        }
+    }
+}
+
+/// A kernel, lowered: its signature, body and variables.
+struct Lowered {
+    sig: KernelSig,
+    body: Body,
+    index_vars: Vec<VarId>,
+    param_vars: Vec<VarId>,
+    map: ThreadMap,
+}
+
+fn kernel_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
+    let (opts, k, rows) = lower_kernel(attr, f)?;
+    generate(f, &opts, &k, rows)
+}
+
+/// A kernel's options, lowered body and strip length.
+fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lowered, u32)> {
     let opts: KernelOptions = syn::parse2(attr)?;
-    let f: ItemFn = syn::parse2(item)?;
-    let sig = kernel_sig(&f, opts.dims, &opts.reductions)?;
+    let sig = kernel_sig(f, &opts)?;
     let rows = match opts.rows {
         Some((_, span)) if sig.indices.len() == 1 => {
             return Err(syn::Error::new(span, "offload::kernel: rows applies to 2-D and 3-D kernels"))
         }
         Some((r, _)) => r,
-        None => crate::types::DEFAULT_ROWS,
+        None => DEFAULT_ROWS,
     };
-    if crate::cuda::is_reserved(&sig.name.to_string()) || sig.name.to_string().starts_with("__") {
+    if is_reserved(&sig.name.to_string()) {
         return Err(syn::Error::new_spanned(
             &sig.name,
-            "offload::kernel: this name is reserved in CUDA C; rename the kernel",
+            "offload::kernel: this name is reserved in C; rename the kernel",
         ));
     }
-    let mut seen = HashSet::new();
-    for d in &opts.device_fns {
-        if !seen.insert(d.name()) {
-            return Err(syn::Error::new_spanned(
-                &d.path,
-                "offload::kernel: device functions are listed once, with distinct names",
-            ));
-        }
-    }
-    let cuda = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, false, rows)?;
-    let cuda_checked = crate::cuda::kernel_source(&sig, &f.block, &opts.device_fns, true, rows)?;
-    let symbol_checked = crate::cuda::symbol(&sig, true);
-    let block = crate::cuda::BLOCK;
+    let mut lower = Lowerer::new(Mode::Kernel);
+    lower.reserve(&sig.name.to_string());
+    let param_vars = lower.params(&sig.params);
+    let index_vars = lower.indices(&sig.indices);
+    let stmts = lower.stmts(&f.block.stmts, false)?;
+    let body = lower.finish(stmts);
+    let names: Vec<String> = sig.indices.iter().map(|i| i.to_string()).collect();
+    let map = thread_map(&body, &names);
+    let k = Lowered { sig, body, index_vars, param_vars, map };
+    Ok((opts, k, rows))
+}
 
+/// Kernel `f`'s source for `dialect` (checked or not) with placeholders for what rustc
+/// fills in, and its thread mapping; or the compile error.
+#[cfg(test)]
+pub fn kernel_c(
+    attr: TokenStream,
+    f: TokenStream,
+    checked: bool,
+    dialect: Dialect,
+) -> Result<(String, ThreadMap), String> {
+    let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
+    let (_, k, rows) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
+    let parts =
+        emit_c::kernel_source(&k.sig, &k.body, &k.index_vars, &k.param_vars, checked, rows, &k.map, dialect);
+    Ok((emit_c::joined(&parts), k.map))
+}
+
+/// Device function `f`'s source with placeholders, or the compile error.
+#[cfg(test)]
+pub fn device_c(f: TokenStream) -> Result<String, String> {
+    let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
+    let (params, ret) = device_sig(&f).map_err(|e| e.to_string())?;
+    let mut lower = Lowerer::new(Mode::Device(ret.clone()));
+    let param_vars = lower.params(&params);
+    let stmts = lower.stmts(&f.block.stmts, true).map_err(|e| e.to_string())?;
+    let body = lower.finish(stmts);
+    Ok(emit_c::joined(&emit_c::device_source(&f.sig.ident.to_string(), &params, &param_vars, &ret, &body)))
+}
+
+fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Result<TokenStream> {
+    let sig = &k.sig;
     let name = &sig.name;
     let name_str = name.to_string();
     let vis = &f.vis;
     let dims = sig.indices.len();
     let host_fn = format_ident!("__offload_host_{}", name);
+    let mut items = Vec::new();
+    let mut sources = Vec::new();
+    for (dialect, checked, tag) in [
+        (Dialect::Cuda, false, "CUDA"),
+        (Dialect::Cuda, true, "CUDA_CHECKED"),
+        (Dialect::Hip, false, "HIP"),
+        (Dialect::Hip, true, "HIP_CHECKED"),
+    ] {
+        let parts =
+            emit_c::kernel_source(sig, &k.body, &k.index_vars, &k.param_vars, checked, rows, &k.map, dialect);
+        sources.push(source_expr(&parts, tag, true, &mut items));
+    }
+    let [cuda, cuda_checked, hip, hip_checked] = <[TokenStream; 4]>::try_from(sources).expect("four sources");
+    let symbol_checked = emit_c::symbol(sig, true);
+    let block = emit_c::BLOCK;
+    let note = &k.map.note;
+
+    // ---- the argument block: its positions, and its size ----
+    let slots = sig.slots(false);
+    let positions = sig.positions(&slots);
+    let mut param_pos: HashMap<usize, TokenStream> = HashMap::new();
+    let mut len_pos: HashMap<usize, TokenStream> = HashMap::new();
+    for (s, pos) in slots.iter().zip(&positions) {
+        match s {
+            Slot::Param(i, _) => {
+                param_pos.insert(*i, pos.clone());
+            }
+            Slot::ViewLen(i, _) => {
+                len_pos.insert(*i, pos.clone());
+            }
+            _ => {}
+        }
+    }
+    let mut fixed_bytes = 8 * (2 * dims - 1) + 8 + 8; // bounds, n, a checked launch's report
+    let mut struct_sizes = Vec::new();
+    for p in &sig.params {
+        match &p.kind {
+            ParamKind::Scalar(Ty::F32 | Ty::I32 | Ty::U32 | Ty::Bool) => fixed_bytes += 8, // with padding, at worst
+            ParamKind::Scalar(_) => fixed_bytes += 8,
+            ParamKind::View { .. } | ParamKind::Reduction { .. } => fixed_bytes += 16,
+            ParamKind::Struct(s) => {
+                let path = outer_path(&s.path);
+                struct_sizes.push(quote!(::core::mem::size_of::<#path>() + 8));
+            }
+        }
+    }
+    if struct_sizes.is_empty() && fixed_bytes > PARAM_LIMIT {
+        return Err(syn::Error::new_spanned(
+            &f.sig,
+            format!(
+                "offload::kernel: the kernel's argument block would take {fixed_bytes} bytes (each scalar 8 with \
+                 padding, each view 16 with its length); the driver's limit is {PARAM_LIMIT}: pass fewer arguments, or \
+                 gather scalars into a `#[derive(offload::DeviceCopy)]` struct"
+            ),
+        ));
+    }
+    let limit_msg = format!(
+        "offload::kernel: the arguments of `{name_str}` take more than {PARAM_LIMIT} bytes (the driver's limit): pass \
+         fewer arguments or smaller structs"
+    );
+    let size_check = (!struct_sizes.is_empty()).then(|| {
+        quote!(
+            const _: () = ::core::assert!(#fixed_bytes #(+ #struct_sizes)* <= #PARAM_LIMIT, #limit_msg);
+        )
+    });
 
     // ---- the host twin ----
+    let emit = RustEmitter { body: &k.body, nested: true };
     let mut reads = Vec::new();
-    // Positions: the starts, the inner lengths, the arguments, then the slices' lengths.
-    let first = 2 * dims - 1;
-    let mut len_pos = first + sig.params.len();
-    let mut slices = HashSet::new();
-    for (pos, p) in (first..).zip(&sig.params) {
-        let pn = &p.name;
-        let ps = p.text();
-        reads.push(match p.kind {
-            ParamKind::Scalar(Ty::Usize) => {
-                quote!(let #pn: usize = ::offload::__private::index_arg(__offload_l, #pos)?;)
+    let starts: Vec<syn::Ident> = (0..dims).map(|d| format_ident!("__offload_s{}", d)).collect();
+    for (s, pos) in slots.iter().zip(&positions) {
+        reads.push(match s {
+            Slot::Start(d) => {
+                let v = format_ident!("__offload_s{}", d);
+                quote!(let #v: usize = ::offload::__private::index_arg(__offload_l, #pos)?;)
             }
-            ParamKind::Scalar(Ty::Bool) => {
-                quote!(let #pn: bool = ::offload::__private::bool_arg(__offload_l, #pos)?;)
+            Slot::InnerLen(d) => {
+                let v = format_ident!("__offload_l{}", d);
+                quote!(let #v: usize = ::offload::__private::index_arg(__offload_l, #pos)?;)
             }
-            ParamKind::Scalar(t) => {
-                let rt = t.rust();
-                quote!(let #pn: #rt = __offload_l.scalar::<#rt>(#pos)?;)
+            Slot::Param(i, p) => {
+                let pn = &p.name;
+                let ps = p.text();
+                match &p.kind {
+                    ParamKind::Scalar(Ty::Usize) => quote!(let #pn: usize = ::offload::__private::index_arg(__offload_l, #pos)?;),
+                    ParamKind::Scalar(Ty::Bool) => quote!(let #pn: bool = ::offload::__private::bool_arg(__offload_l, #pos)?;),
+                    ParamKind::Scalar(t) => {
+                        let rt = t.rust();
+                        quote!(let #pn: #rt = __offload_l.scalar::<#rt>(#pos)?;)
+                    }
+                    ParamKind::Struct(st) => {
+                        let path = outer_path(&st.path);
+                        quote!(let #pn: #path = ::offload::__private::struct_arg::<#path>(__offload_l, #pos)?;)
+                    }
+                    ParamKind::View { elem, mutable } => {
+                        let rt = elem.rust_inner();
+                        let lp = &len_pos[i];
+                        let log = format_ident!("__offload_log_{}", p.name);
+                        let logged = mutable.then(|| {
+                            quote!(
+                                let #log = ::offload::__private::StoreLog::new(__OFFLOAD_CHECK, #pn.len());
+                                let #pn = #pn.logged(&#log);
+                            )
+                        });
+                        quote!(
+                            let #pn = ::offload::__private::SharedSlice::<#rt>::new(__offload_l, #name_str, #ps, #pos, #lp)?;
+                            #logged
+                        )
+                    }
+                    ParamKind::Reduction { ty, .. } => {
+                        let rt = ty.rust();
+                        let lp = &len_pos[i];
+                        let target = format_ident!("__offload_red_{}", p.name);
+                        quote!(let #target = ::offload::__private::SharedSlice::<#rt>::new(__offload_l, #name_str, #ps, #pos, #lp)?;)
+                    }
+                }
             }
-            ParamKind::Slice { elem, .. } => {
-                slices.insert(pn.to_string());
-                let rt = elem.rust();
-                let r = quote!(let #pn = ::offload::__private::SharedSlice::<#rt>::new(
-                    __offload_l, #name_str, #ps, #pos, #len_pos)?;);
-                len_pos += 1;
-                r
-            }
-            ParamKind::Reduction { ty, .. } => {
-                let rt = ty.rust();
-                let target = format_ident!("__offload_red_{}", pn);
-                let r = quote!(let #target = ::offload::__private::SharedSlice::<#rt>::new(
-                    __offload_l, #name_str, #ps, #pos, #len_pos)?;);
-                len_pos += 1;
-                r
-            }
+            Slot::ViewLen(..) | Slot::Report => quote!(),
         });
     }
+    let idx: Vec<&syn::Ident> = sig.indices.iter().collect();
+    let len_of = |d: usize| format_ident!("__offload_l{}", d);
+    let order = &k.map.order;
+    let decode = match dims {
+        1 => {
+            let i = idx[0];
+            quote!(let #i: usize = __offload_s0 + __offload_t;)
+        }
+        2 => {
+            let (a, b) = (order[0], order[1]);
+            let (ia, ib, sa, sb, lb) = (idx[a], idx[b], &starts[a], &starts[b], len_of(b));
+            quote!(
+                let #ia: usize = #sa + __offload_t / #lb;
+                let #ib: usize = #sb + __offload_t % #lb;
+            )
+        }
+        _ => {
+            let (a, b, c) = (order[0], order[1], order[2]);
+            let (ia, ib, ic) = (idx[a], idx[b], idx[c]);
+            let (sa, sb, sc) = (&starts[a], &starts[b], &starts[c]);
+            let (lb, lc) = (len_of(b), len_of(c));
+            quote!(
+                let #ia: usize = #sa + __offload_t / (#lb * #lc);
+                let #ib: usize = #sb + (__offload_t / #lc) % #lb;
+                let #ic: usize = #sc + __offload_t % #lc;
+            )
+        }
+    };
+    let inner_lens: Vec<syn::Ident> = (1..dims).map(len_of).collect();
+    let l0 = (dims > 1).then(|| {
+        quote!(
+            let __offload_inner: usize = 1 #(* #inner_lens)*;
+            let __offload_l0: usize = if __offload_inner == 0 { 0 } else { __offload_l.n() / __offload_inner };
+        )
+    });
+    let body_stmts = emit.stmts(&k.body.stmts);
     let reductions: Vec<(&syn::Ident, Ty, RedOp)> = sig
         .params
         .iter()
@@ -198,36 +464,15 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             _ => None,
         })
         .collect();
-    let idx = &sig.indices;
-    let starts: Vec<_> = (0..dims).map(|k| format_ident!("__offload_s{}", k)).collect();
-    let lens: Vec<_> = (1..dims).map(|k| format_ident!("__offload_l{}", k)).collect();
-    let start_pos: Vec<usize> = (0..dims).collect();
-    let len_read_pos: Vec<usize> = (dims..2 * dims - 1).collect();
-    let decode = match dims {
-        1 => quote!(let #(#idx)*: usize = __offload_s0 + __offload_t;),
-        2 => {
-            let (i, j) = (&idx[0], &idx[1]);
-            quote!(
-                let #i: usize = __offload_s0 + __offload_t / __offload_l1;
-                let #j: usize = __offload_s1 + __offload_t % __offload_l1;
-            )
-        }
-        _ => {
-            let (i, j, k) = (&idx[0], &idx[1], &idx[2]);
-            quote!(
-                let #i: usize = __offload_s0 + __offload_t / (__offload_l1 * __offload_l2);
-                let #j: usize = __offload_s1 + (__offload_t / __offload_l2) % __offload_l1;
-                let #k: usize = __offload_s2 + __offload_t % __offload_l2;
-            )
-        }
-    };
-    let body = crate::host::host_body(&f.block, &slices, &opts.device_fns);
-    let stmts = &body.stmts;
+    let mark = quote!(if __OFFLOAD_CHECK {
+        ::offload::__private::set_item(__offload_t);
+    });
     let host_loop = if reductions.is_empty() {
         quote! {
             ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
+                #mark
                 #decode
-                #(#stmts)*
+                #body_stmts
             });
         }
     } else {
@@ -265,8 +510,9 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                     {
                         #(let #names: &mut #types = &mut __offload_acc.#ks;)*
                         let mut __offload_item = || {
+                            #mark
                             #decode
-                            #(#stmts)*
+                            #body_stmts
                         };
                         __offload_item();
                     }
@@ -277,131 +523,124 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             #(#targets.set(0, #combine(#targets.get(0), __offload_total.#ks));)*
         }
     };
-    let fn_checks = opts.device_fns.iter().map(|d| {
-        let path = outer_path(&d.path);
-        let params = &d.param_types;
-        let ret = d.ret_type.as_ref().map(|t| quote!(-> #t));
-        quote!(let _: fn(#(#params),*) #ret = #path;)
-    });
 
     // ---- the launcher ----
     let lt = quote!('__offload_a);
+    let field_type = |kind: &ParamKind| -> TokenStream {
+        match kind {
+            ParamKind::Scalar(t) => t.rust(),
+            ParamKind::Struct(s) => outer_path(&s.path),
+            ParamKind::View { elem, .. } => {
+                let t = elem.rust_inner();
+                quote!(::offload::DeviceSlice<#lt, #t>)
+            }
+            ParamKind::Reduction { ty, .. } => {
+                let t = ty.rust();
+                quote!(::offload::DeviceSlice<#lt, #t>)
+            }
+        }
+    };
     let launch_params: Vec<TokenStream> = sig
         .params
         .iter()
         .map(|p| {
-            let pn = &p.name;
+            let (n, t) = (&p.name, field_type(&p.kind));
+            quote!(#n: #t)
+        })
+        .collect();
+    let fields: Vec<TokenStream> = sig
+        .params
+        .iter()
+        .map(|p| {
+            let (n, t) = (&p.name, field_type(&p.kind));
             match p.kind {
-                ParamKind::Scalar(t) => {
-                    let rt = t.rust();
-                    quote!(#pn: #rt)
-                }
-                ParamKind::Slice { elem: t, .. } | ParamKind::Reduction { ty: t, .. } => {
-                    let rt = t.rust();
-                    quote!(#pn: ::offload::DeviceSlice<#lt, #rt>)
-                }
+                // `None`: the runtime's slot (a `reduce`).
+                ParamKind::Reduction { .. } => quote!(#n: ::core::option::Option<#t>),
+                _ => quote!(#n: #t),
             }
         })
         .collect();
-    let param_names: Vec<_> = sig.params.iter().map(|p| &p.name).collect();
-    let mut tuple_types: Vec<TokenStream> = vec![quote!(u64); 2 * dims - 1];
-    let mut tuple_values: Vec<TokenStream> =
-        (0..dims).map(|k| quote!(__offload_g.starts()[#k] as u64)).collect();
-    tuple_values.extend((1..dims).map(|k| quote!(__offload_g.lens()[#k] as u64)));
+    let param_names: Vec<&syn::Ident> = sig.params.iter().map(|p| &p.name).collect();
+    let mut visits = Vec::new();
+    for s in &slots {
+        visits.push(match s {
+            Slot::Start(d) => quote!(__offload_c.index(self.__offload_bounds[#d]);),
+            Slot::InnerLen(d) => {
+                let at = dims + d - 1;
+                quote!(__offload_c.index(self.__offload_bounds[#at]);)
+            }
+            Slot::Param(_, p) => {
+                let n = &p.name;
+                match p.kind {
+                    ParamKind::Scalar(Ty::Usize) => quote!(__offload_c.index(self.#n as u64);),
+                    ParamKind::Scalar(Ty::Bool) => quote!(__offload_c.flag(self.#n);),
+                    ParamKind::Scalar(_) => quote!(__offload_c.scalar(self.#n);),
+                    ParamKind::Struct(_) => quote!(__offload_c.words(&self.#n);),
+                    ParamKind::View { .. } => quote!(__offload_c.view(&self.#n)?;),
+                    ParamKind::Reduction { .. } => quote!(match &self.#n {
+                        ::core::option::Option::Some(v) => __offload_c.view(v)?,
+                        ::core::option::Option::None => __offload_c.runtime_slot(),
+                    }),
+                }
+            }
+            Slot::ViewLen(_, p) => {
+                let n = &p.name;
+                match p.kind {
+                    ParamKind::Reduction { .. } => {
+                        quote!(__offload_c.index(self.#n.as_ref().map_or(1, |v| v.len()) as u64);)
+                    }
+                    _ => quote!(__offload_c.index(self.#n.len() as u64);),
+                }
+            }
+            Slot::Report => quote!(),
+        });
+    }
     let mut checks = Vec::new();
-    let mut len_values = Vec::new();
-    // Every view with its name and whether the kernel writes it, for the overlap check.
     let mut views = Vec::new();
-    // The same for `reduce`, whose reduction variables are the runtime's slots: a null
-    // `DevicePtr` placeholder each (`launch_reduce` puts the slot's address there), of one
-    // element.
-    let mut red_values = tuple_values.clone();
-    let mut red_checks = Vec::new();
-    let mut red_len_values = Vec::new();
-    let mut red_views = Vec::new();
-    let mut partials = Vec::new();
     for (k, p) in sig.params.iter().enumerate() {
-        let pn = &p.name;
-        let ps = p.text();
+        let (pn, ps) = (&p.name, p.text());
         match p.kind {
-            ParamKind::Scalar(Ty::Usize) => {
-                tuple_types.push(quote!(u64));
-                tuple_values.push(quote!(#pn as u64));
-            }
-            ParamKind::Scalar(Ty::Bool) => {
-                tuple_types.push(quote!(u32));
-                tuple_values.push(quote!(u32::from(#pn)));
-            }
-            ParamKind::Scalar(t) => {
-                tuple_types.push(t.rust());
-                tuple_values.push(quote!(#pn));
-            }
-            ParamKind::Slice { elem, mutable } => {
-                let rt = elem.rust();
-                tuple_types.push(quote!(::offload::DeviceSlice<#lt, #rt>));
-                tuple_values.push(quote!(#pn));
-                len_values.push(quote!(#pn.len() as u64));
+            ParamKind::View { mutable, .. } => {
                 if mutable {
                     checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
                 }
-                views.push(quote!((#k, #ps, #pn.host_range(), #mutable)));
+                views.push(quote!(::core::option::Option::Some((#k, #ps, #pn.host_range(), #mutable))));
             }
-            ParamKind::Reduction { ty, op } => {
-                let rt = ty.rust();
+            ParamKind::Reduction { op, .. } => {
                 let opt = op.text();
-                tuple_types.push(quote!(::offload::DeviceSlice<#lt, #rt>));
-                tuple_values.push(quote!(#pn));
-                len_values.push(quote!(#pn.len() as u64));
-                checks.push(quote!(::offload::__private::check_reduction(#name_str, #k, #ps, #opt, &#pn)?;));
-                views.push(quote!((#k, #ps, #pn.host_range(), true)));
-                // The launch position of the placeholder, and the operator's identity.
-                let red = quote!(::offload::__private::Reducible);
-                let identity = match op {
-                    RedOp::Add => quote!(<#rt as #red>::ZERO),
-                    RedOp::Min => quote!(<#rt as #red>::MIN_IDENTITY),
-                    RedOp::Max => quote!(<#rt as #red>::MAX_IDENTITY),
-                };
-                let pos = 2 * dims - 1 + k;
-                partials.push(quote!((#pos, <#rt as ::offload::KernelScalar>::into_scalar(#identity))));
-                red_values.push(quote!(::offload::DevicePtr::NULL));
-                red_len_values.push(quote!(1u64));
-                continue;
+                checks.push(quote!(if let ::core::option::Option::Some(v) = &#pn {
+                    ::offload::__private::check_reduction(#name_str, #k, #ps, #opt, v)?;
+                }));
+                views.push(quote!(#pn.as_ref().map(|v| (#k, #ps, v.host_range(), true))));
             }
-        }
-        // Everything but a reduction variable is passed to `reduce` as to `launch`.
-        if let Some(v) = tuple_values.last() {
-            red_values.push(v.clone());
-        }
-        if let ParamKind::Slice { mutable, .. } = p.kind {
-            red_len_values.push(quote!(#pn.len() as u64));
-            if mutable {
-                red_checks.push(quote!(::offload::__private::check_writable(#name_str, #k, #ps, &#pn)?;));
-            }
-            red_views.push(quote!((#k, #ps, #pn.host_range(), #mutable)));
+            _ => {}
         }
     }
     if views.len() > 1 {
-        checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*])?;));
+        checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*].into_iter().flatten().collect::<::std::vec::Vec<_>>())?;));
     }
-    if red_views.len() > 1 {
-        red_checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#red_views),*])?;));
-    }
-    red_values.extend(red_len_values);
     let checked = match opts.checked {
         Some(true) => quote!(true),
         Some(false) => quote!(false),
         None => quote!(::core::cfg!(debug_assertions)),
     };
     let param_strs: Vec<String> = sig.params.iter().map(|p| p.text()).collect();
-    tuple_types.extend(len_values.iter().map(|_| quote!(u64)));
-    tuple_values.extend(len_values);
-    if tuple_types.len() > 16 {
-        return Err(syn::Error::new_spanned(
-            &f.sig,
-            "offload::kernel: too many arguments: the indices' bounds, the arguments and one length per slice \
-             must be at most 16",
-        ));
-    }
+    let param_positions: Vec<&TokenStream> = (0..sig.params.len()).map(|i| &param_pos[&i]).collect();
+    let nb = 2 * dims - 1;
+    let bounds: Vec<TokenStream> = (0..dims)
+        .map(|d| quote!(__offload_g.starts()[#d] as u64))
+        .chain((1..dims).map(|d| quote!(__offload_g.lens()[#d] as u64)))
+        .collect();
+    // A reduction variable given to `launch` is the field's `Some`.
+    let rebind: Vec<TokenStream> = sig
+        .params
+        .iter()
+        .filter(|p| matches!(p.kind, ParamKind::Reduction { .. }))
+        .map(|p| {
+            let n = &p.name;
+            quote!(let #n = ::core::option::Option::Some(#n);)
+        })
+        .collect();
 
     let doc = format!(
         "The generated launcher and kernel of `fn {name}` (`#[offload::kernel]`), over a {dims}-D \
@@ -410,7 +649,7 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
          (`&mut T` listed in `reduction(..)`) takes a writable view of at least one element: the launch \
          combines every iteration's contributions, and element 0's value, into element 0 (`reduce`, \
          generated for kernels with reduction variables, provides them itself and returns their values). \
-         Views the kernel writes may not overlap other views of the launch."
+         Views the kernel writes may not overlap other views of the launch.\n\nThread mapping on GPUs: {note}."
     );
     let reduce = if reductions.is_empty() {
         quote!()
@@ -443,138 +682,194 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
              checks every access as [`launch`] does (its report is read back with the values).",
             names.join(", ")
         );
-        let first = 2 * dims - 1;
+        let partials: Vec<TokenStream> = sig
+            .params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p.kind {
+                ParamKind::Reduction { ty, op } => {
+                    let rt = ty.rust();
+                    let red = quote!(::offload::__private::Reducible);
+                    let identity = match op {
+                        RedOp::Add => quote!(<#rt as #red>::ZERO),
+                        RedOp::Min => quote!(<#rt as #red>::MIN_IDENTITY),
+                        RedOp::Max => quote!(<#rt as #red>::MAX_IDENTITY),
+                    };
+                    let pos = &param_pos[&i];
+                    Some(quote!((#pos, <#rt as ::offload::KernelScalar>::into_scalar(#identity))))
+                }
+                _ => None,
+            })
+            .collect();
+        let reduce_fields: Vec<TokenStream> = sig
+            .params
+            .iter()
+            .map(|p| {
+                let n = &p.name;
+                match p.kind {
+                    ParamKind::Reduction { .. } => quote!(#n: ::core::option::Option::None),
+                    _ => quote!(#n: #n),
+                }
+            })
+            .collect();
+        let reduce_checks: Vec<&TokenStream> = checks.iter().collect();
+        let reduce_bindings: Vec<TokenStream> = sig
+            .params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamKind::Reduction { .. }))
+            .map(|p| {
+                let n = &p.name;
+                let t = field_type(&p.kind);
+                quote!(let #n: ::core::option::Option<#t> = ::core::option::Option::None;)
+            })
+            .collect();
         quote! {
             #[doc = #reduce_doc]
             #[allow(clippy::too_many_arguments)]
             #[track_caller]
             pub fn reduce<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#reduce_params),*) -> ::offload::Result<#ret> {
                 let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
-                #(#red_checks)*
+                #(#reduce_bindings)*
+                #(#reduce_checks)*
                 let __offload_v = ::offload::__private::launch_reduce(
                     device,
                     &::offload::__private::Reduction {
                         kernel: if CHECKED { &KERNEL_CHECKED } else { &KERNEL },
                         checked: CHECKED,
                         params: __OFFLOAD_PARAMS,
-                        first_param: #first,
+                        positions: __OFFLOAD_POSITIONS,
                         partials: &[#(#partials),*],
                     },
                     __offload_g.items(),
-                    (#(#red_values,)*),
+                    Args { __offload_bounds: [#(#bounds),*], #(#reduce_fields,)* __offload_life: ::core::marker::PhantomData },
                 )?;
                 ::core::result::Result::Ok(#value)
             }
         }
     };
-    let cuda_lit = LitStr::new(&cuda, Span::call_site());
-    let cuda_checked_lit = LitStr::new(&cuda_checked, Span::call_site());
-    let parts: Vec<TokenStream> = opts.device_fns.iter().map(device_source_path).collect();
 
     Ok(quote! {
-            #[allow(dead_code)]
-            #f
+        #[allow(dead_code)]
+        #f
 
-            #[doc = #doc]
-            #[allow(dead_code, clippy::all)]
-            #vis mod #name {
-    #[doc(hidden)]
-                #[allow(unused, clippy::all, non_snake_case)]
-                fn #host_fn(__offload_l: &::offload::HostLaunch<'_>) -> ::core::result::Result<(), ::std::string::String> {
-                    #(#fn_checks)*
-                    #(let #starts: usize = ::offload::__private::index_arg(__offload_l, #start_pos)?;)*
-                    #(let #lens: usize = ::offload::__private::index_arg(__offload_l, #len_read_pos)?;)*
-                    #(#reads)*
-                    #host_loop
+        #[doc = #doc]
+        #[allow(dead_code, clippy::all)]
+        #vis mod #name {
+            #[doc(hidden)]
+            #[allow(unused, unused_parens, unused_braces, clippy::all, non_snake_case)]
+            fn #host_fn<const __OFFLOAD_CHECK: bool>(__offload_l: &::offload::HostLaunch<'_>) -> ::core::result::Result<(), ::std::string::String> {
+                #(#reads)*
+                #l0
+                #host_loop
+                ::core::result::Result::Ok(())
+            }
+
+            #(#items)*
+            #size_check
+
+            /// The kernel: its CUDA C and HIP C sources and its host twin.
+            pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
+                .with_cuda(#cuda)
+                .with_hip(#hip)
+                .with_host(#host_fn::<false>)
+                .with_block(#block)
+                .with_grid_stride()
+                .with_thread_map(#note);
+
+            /// The bounds-checked variant of [`KERNEL`]: on GPUs every element access is
+            /// checked against its view's length, and the first out of range is reported
+            /// (and not made) after the launch. Its last argument before `n` is the
+            /// address of a report of 6 `u64`. Its host twin also catches two iterations
+            /// storing to one element of a `&mut` view (of at most 2^24 elements).
+            pub static KERNEL_CHECKED: ::offload::Kernel = ::offload::Kernel::new(#name_str)
+                .with_symbol(#symbol_checked)
+                .with_cuda(#cuda_checked)
+                .with_hip(#hip_checked)
+                .with_host(#host_fn::<true>)
+                .with_block(#block)
+                .with_grid_stride()
+                .with_thread_map(#note);
+
+            /// Whether [`launch`] runs [`KERNEL_CHECKED`]: the kernel's `checked` option, or
+            /// else whether the crate is built with debug assertions.
+            pub const CHECKED: bool = #checked;
+
+            const __OFFLOAD_PARAMS: &[&str] = &[#(#param_strs),*];
+            const __OFFLOAD_POSITIONS: &[usize] = &[#(#param_positions),*];
+
+            /// A launch's arguments in the kernel's order, made by [`args`] only (so the
+            /// bounds and lengths it carries are those of its views).
+            #[derive(Clone, Copy)]
+            pub struct Args<#lt> {
+                __offload_bounds: [u64; #nb],
+                #(#fields,)*
+                __offload_life: ::core::marker::PhantomData<&#lt ()>,
+            }
+
+            impl Args<'_> {
+                fn visit(&self, __offload_c: &mut ::offload::__private::ArgCollector<'_>) -> ::offload::Result<()> {
+                    #(#visits)*
                     ::core::result::Result::Ok(())
                 }
-
-                const __OFFLOAD_PARTS: &[&str] = &[#(#parts,)* #cuda_lit];
-                const __OFFLOAD_LEN: usize = ::offload::__private::concat_len(__OFFLOAD_PARTS);
-                const __OFFLOAD_BYTES: [u8; __OFFLOAD_LEN] = ::offload::__private::concat::<__OFFLOAD_LEN>(__OFFLOAD_PARTS);
-                const __OFFLOAD_PARTS_CHECKED: &[&str] = &[#(#parts,)* #cuda_checked_lit];
-                const __OFFLOAD_LEN_CHECKED: usize = ::offload::__private::concat_len(__OFFLOAD_PARTS_CHECKED);
-                const __OFFLOAD_BYTES_CHECKED: [u8; __OFFLOAD_LEN_CHECKED] =
-                    ::offload::__private::concat::<__OFFLOAD_LEN_CHECKED>(__OFFLOAD_PARTS_CHECKED);
-
-                /// The kernel: its CUDA C source (with the device functions it calls) and its host twin.
-                pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
-                    .with_cuda(::offload::__private::utf8(&__OFFLOAD_BYTES))
-                    .with_host(#host_fn)
-                    .with_block(#block)
-                    .with_grid_stride();
-
-                /// The bounds-checked variant of [`KERNEL`]: on GPUs every element access is
-                /// checked against its view's length, and the first out of range is reported
-                /// (and not made) after the launch. Its last argument before `n` is the
-                /// address of a report of 6 `u64`. The host twin is checked either way.
-                pub static KERNEL_CHECKED: ::offload::Kernel = ::offload::Kernel::new(#name_str)
-                    .with_symbol(#symbol_checked)
-                    .with_cuda(::offload::__private::utf8(&__OFFLOAD_BYTES_CHECKED))
-                    .with_host(#host_fn)
-                    .with_block(#block)
-                    .with_grid_stride();
-
-                /// Whether [`launch`] runs [`KERNEL_CHECKED`]: the kernel's `checked` option, or
-                /// else whether the crate is built with debug assertions.
-                pub const CHECKED: bool = #checked;
-
-                const __OFFLOAD_PARAMS: &[&str] = &[#(#param_strs),*];
-
-                /// A launch's arguments in the kernel's order, made by [`args`] only (so the
-                /// bounds and lengths it carries are those of its views).
-                #[derive(Clone, Copy)]
-                pub struct Args<#lt>((#(#tuple_types,)*), ::core::marker::PhantomData<&#lt ()>);
-
-                impl ::core::fmt::Debug for Args<'_> {
-                    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                        f.debug_struct(::core::concat!(#name_str, "::Args")).finish_non_exhaustive()
-                    }
-                }
-
-                // SAFETY: the arguments are the checked views and scalars `args` made.
-                unsafe impl ::offload::KernelArgs for Args<'_> {
-                    fn launch_args(&self, device: usize, kernel: &::offload::Kernel) -> ::offload::Result<::std::vec::Vec<::offload::LaunchArg>> {
-                        ::offload::KernelArgs::launch_args(&self.0, device, kernel)
-                    }
-                    fn shared_views(&self) -> ::std::vec::Vec<(usize, ::offload::HostRange)> {
-                        ::offload::KernelArgs::shared_views(&self.0)
-                    }
-                    fn view_extents(&self) -> ::std::vec::Vec<::core::option::Option<usize>> {
-                        ::offload::KernelArgs::view_extents(&self.0)
-                    }
-                }
-
-                /// The number of work items of `space` and the launch's arguments, for
-                /// `NowaitScope::launch(device, &KERNEL, n, args, after)`. Checks what
-                /// [`launch`] checks before it runs; `n` may be 0 (a launch of it does nothing).
-                /// Such launches run [`KERNEL`], whose GPU accesses are not bounds-checked.
-                #[allow(clippy::too_many_arguments)]
-                pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
-                    let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
-                    #(#checks)*
-                    ::core::result::Result::Ok((__offload_g.items(), Args((#(#tuple_values,)*), ::core::marker::PhantomData)))
-                }
-
-                /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty
-                /// space launches nothing. When [`CHECKED`], a GPU launch checks every element
-                /// access and waits for the launch to report the first one out of range as
-                /// `Error::KernelFailed` (naming the argument, the index and the view's length).
-                #[allow(clippy::too_many_arguments)]
-                #[track_caller]
-                pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
-                    let (n, a) = args(space, #(#param_names),*)?;
-                    if n == 0 {
-                        return ::core::result::Result::Ok(());
-                    }
-                    if CHECKED {
-                        ::offload::__private::launch_checked(device, &KERNEL_CHECKED, n, a, __OFFLOAD_PARAMS)
-                    } else {
-                        device.launch(&KERNEL, n, a)
-                    }
-                }
-
-                #reduce
             }
-        })
+
+            impl ::core::fmt::Debug for Args<'_> {
+                fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                    f.debug_struct(::core::concat!(#name_str, "::Args")).finish_non_exhaustive()
+                }
+            }
+
+            // SAFETY: the collector reports every view's launch argument, extent and shared
+            // borrow itself, in the order of the kernel's parameters.
+            unsafe impl ::offload::KernelArgs for Args<'_> {
+                fn launch_args(&self, device: usize, kernel: &::offload::Kernel) -> ::offload::Result<::std::vec::Vec<::offload::LaunchArg>> {
+                    let mut c = ::offload::__private::ArgCollector::launching(device, kernel);
+                    self.visit(&mut c)?;
+                    ::core::result::Result::Ok(c.into_args())
+                }
+                fn shared_views(&self) -> ::std::vec::Vec<(usize, ::offload::HostRange)> {
+                    let mut c = ::offload::__private::ArgCollector::describing();
+                    let _ = self.visit(&mut c);
+                    c.into_shared()
+                }
+                fn view_extents(&self) -> ::std::vec::Vec<::core::option::Option<usize>> {
+                    let mut c = ::offload::__private::ArgCollector::describing();
+                    let _ = self.visit(&mut c);
+                    c.into_extents()
+                }
+            }
+
+            /// The number of work items of `space` and the launch's arguments, for
+            /// `NowaitScope::launch(device, &KERNEL, n, args, after)`. Checks what
+            /// [`launch`] checks before it runs; `n` may be 0 (a launch of it does nothing).
+            /// Such launches run [`KERNEL`], whose GPU accesses are not bounds-checked.
+            #[allow(clippy::too_many_arguments)]
+            pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
+                let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
+                #(#rebind)*
+                #(#checks)*
+                ::core::result::Result::Ok((__offload_g.items(), Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
+            }
+
+            /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty
+            /// space launches nothing. When [`CHECKED`], a GPU launch checks every element
+            /// access and waits for the launch to report the first one out of range as
+            /// `Error::KernelFailed` (naming the argument, the index and the view's length).
+            #[allow(clippy::too_many_arguments)]
+            #[track_caller]
+            pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
+                let (n, a) = args(space, #(#param_names),*)?;
+                if n == 0 {
+                    return ::core::result::Result::Ok(());
+                }
+                if CHECKED {
+                    ::offload::__private::launch_checked(device, &KERNEL_CHECKED, n, a, __OFFLOAD_PARAMS)
+                } else {
+                    device.launch(&KERNEL, n, a)
+                }
+            }
+
+            #reduce
+        }
+    })
 }

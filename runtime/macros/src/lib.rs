@@ -193,21 +193,35 @@
 
 use proc_macro::TokenStream;
 
-mod cuda;
+mod access;
+mod derive;
+mod emit_c;
+mod emit_host;
 mod expand;
-mod host;
-mod types;
+mod ir;
+mod lower;
+mod options;
+mod signature;
+mod ty;
 
 /// Makes a loop body a kernel for every backend: see the crate docs.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    expand::kernel(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+    expand::kernel(attr.into(), item.into()).into()
 }
 
-/// Makes a scalar function callable from kernels: see the crate docs.
+/// Makes a function callable from kernels (and from other device functions): see the
+/// crate docs.
 #[proc_macro_attribute]
 pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
-    expand::device(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+    expand::device(attr.into(), item.into()).into()
+}
+
+/// Makes a `#[repr(C)]` struct of the kernel language's scalars (and of such structs) a
+/// kernel parameter by value and the element of views: see the crate docs.
+#[proc_macro_derive(DeviceCopy)]
+pub fn derive_device_copy(item: TokenStream) -> TokenStream {
+    derive::device_copy(item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! The translator: Rust tokens in, CUDA C text (or a compile error) out.
+//! The compiler: Rust tokens in, C text (or a compile error) out, and what it expands to.
 
 use quote::quote;
 
-use crate::cuda::kernel_source;
-use crate::types::{kernel_sig, KernelOptions};
+use crate::emit_c::Dialect;
+use crate::expand::{device_c, kernel_c};
 
 fn cuda(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> Result<String, String> {
     source(attr, f, false)
@@ -14,11 +14,7 @@ fn source(
     f: proc_macro2::TokenStream,
     checked: bool,
 ) -> Result<String, String> {
-    let opts: KernelOptions = syn::parse2(attr).map_err(|e| e.to_string())?;
-    let f: syn::ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
-    let sig = kernel_sig(&f, opts.dims, &opts.reductions).map_err(|e| e.to_string())?;
-    let rows = opts.rows.map_or(crate::types::DEFAULT_ROWS, |(r, _)| r);
-    kernel_source(&sig, &f.block, &opts.device_fns, checked, rows).map_err(|e| e.to_string())
+    kernel_c(attr, f, checked, Dialect::Cuda).map(|(c, _)| c)
 }
 
 fn ok(f: proc_macro2::TokenStream) -> String {
@@ -26,7 +22,7 @@ fn ok(f: proc_macro2::TokenStream) -> String {
 }
 
 fn fails(f: proc_macro2::TokenStream) -> String {
-    cuda(quote!(), f).expect_err("not in the subset")
+    cuda(quote!(), f).expect_err("not in the kernel language")
 }
 
 #[test]
@@ -60,7 +56,10 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     .unwrap();
     assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
     assert!(c.contains("const unsigned int __offload_rows = 4u;"), "{c}");
-    assert!(c.contains("const unsigned long long __offload_l0 = __offload_n / __offload_inner;"), "{c}");
+    assert!(
+        c.contains("const unsigned long long __offload_l0 = offload_div(__offload_n, __offload_l1);"),
+        "{c}"
+    );
     assert!(
         c.contains("i = __offload_s0 + __offload_q0;") && c.contains("j = __offload_s1 + __offload_w;"),
         "{c}"
@@ -78,19 +77,23 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     );
     assert_eq!(c.matches("u[((i * nx) + j)] = 0.0;").count(), 2, "the body in both loops: {c}");
     assert!(c.contains("u[((i * nx) + j)] = 0.0;"), "{c}");
-    let c = ok(quote!(
-        fn k(a: usize, b: usize, c: usize, u: &mut [u32]) {
-            u[a + b + c] = 1;
-        }
-    ));
+    let c = cuda(
+        quote!(dims = 3),
+        quote!(
+            fn k(a: usize, b: usize, c: usize, u: &mut [u32]) {
+                u[a * 100 + b * 10 + c] = 1;
+            }
+        ),
+    )
+    .unwrap();
     assert!(
         c.contains("b = __offload_s1 + __offload_r1;") && c.contains("c = __offload_s2 + __offload_r2;"),
         "{c}"
     );
-    assert!(c.contains("__offload_r1 = __offload_w / __offload_l2;"), "{c}");
-    assert!(c.contains("__offload_inner = __offload_l1 * __offload_l2;"), "{c}");
+    assert!(c.contains("__offload_r1 = offload_div(__offload_w, __offload_l2);"), "{c}");
+    assert!(c.contains("__offload_l0 = offload_div(__offload_n, __offload_l1 * __offload_l2);"), "{c}");
     let c = cuda(
-        quote!(rows = 16),
+        quote!(dims = 2, rows = 16),
         quote!(
             fn k(a: usize, b: usize, u: &mut [u32]) {
                 if a > b {
@@ -155,7 +158,7 @@ fn control_flow_lets_and_float_methods() {
         "const float h = 0.5f;",
         "for (unsigned int q = 0u, q_end = n; q < q_end; ++q) {",
         "if (((q % 2u) == 0u)) {",
-        "s += fmaf(sqrtf((((float) q))), h, 1.0f);",
+        "s += fmaf(sqrtf(((float) q)), h, 1.0f);",
         "long long w = 3ll;",
         "while ((w > 0ll)) {",
         "goto __offload_next;",
@@ -188,15 +191,16 @@ fn shadowing_gets_fresh_c_names() {
 }
 
 #[test]
-fn device_function_calls_need_a_listed_signature() {
-    let f = quote!(
+fn device_functions_are_called_by_name() {
+    let c = ok(quote!(
         fn k(i: usize, y: &mut [f32]) {
-            y[i] = lerp(y[i], 1.0, 0.5);
+            let v = lerp(y[i], 1.0, 0.5);
+            y[i] = v * 2.0;
         }
-    );
-    let c = cuda(quote!(device_fns = [lerp(f32, f32, f32) -> f32]), f.clone()).unwrap();
-    assert!(c.contains("y[i] = lerp(y[i], 1.0f, 0.5f);"), "{c}");
-    assert!(fails(f).contains("not in the kernel subset: calls are to `#[offload::device]` functions"));
+    ));
+    assert!(c.contains("<device fn lerp>"), "the callee's source is included: {c}");
+    assert!(c.contains("const auto v = lerp(y[i], 1.0, 0.5);"), "{c}");
+    assert!(c.contains("y[i] = (v * ((offload_plain<decltype(v)>) 2.0));"), "{c}");
 }
 
 #[test]
@@ -209,7 +213,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     y[i] = f(1.0);
                 }
             ),
-            "closures are not in the kernel subset",
+            "closures are not in the kernel language",
         ),
         (
             quote!(
@@ -217,7 +221,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     let v = Vec::new();
                 }
             ),
-            "not in the kernel subset",
+            "not in the kernel language",
         ),
         (
             quote!(
@@ -225,7 +229,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     y[i] = y[i].signum();
                 }
             ),
-            "the method `signum` is not in the kernel subset",
+            "the method `signum` is not in the kernel language",
         ),
         (
             quote!(
@@ -233,15 +237,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     println!("{}", i);
                 }
             ),
-            "macros are not in the kernel subset",
-        ),
-        (
-            quote!(
-                fn k(i: usize, y: &mut [f32]) {
-                    y[i] = GLOBAL;
-                }
-            ),
-            "references to items outside the kernel",
+            "macros are not in the kernel language",
         ),
         (
             quote!(
@@ -274,7 +270,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
             quote!(
                 fn k(i: usize, y: &mut Vec<f32>) {}
             ),
-            "this parameter type is not in the kernel subset",
+            "this parameter type is not in the kernel language",
         ),
         (
             quote!(
@@ -286,7 +282,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
             quote!(
                 fn k(i: usize, mut a: f32, y: &mut [f32]) {}
             ),
-            "`mut` parameters are not in the kernel subset",
+            "`mut` parameters are not in the kernel language",
         ),
         (
             quote!(
@@ -296,7 +292,7 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     };
                 }
             ),
-            "`match` is not in the kernel subset",
+            "`match` is not in the kernel language",
         ),
     ] {
         let e = fails(f);
@@ -305,8 +301,8 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
 }
 
 #[test]
-fn device_functions_return_their_tail_and_take_scalars_only() {
-    let f: syn::ItemFn = syn::parse2(quote!(
+fn device_functions_return_their_tail_and_take_views() {
+    let c = device_c(quote!(
         fn relu(x: f64, on: bool) -> f64 {
             if !on {
                 return x;
@@ -315,18 +311,21 @@ fn device_functions_return_their_tail_and_take_scalars_only() {
         }
     ))
     .unwrap();
-    let (params, ret) = crate::types::device_sig(&f).unwrap();
-    let c = crate::cuda::device_source(&f, &params, ret, &[]).unwrap();
     assert!(c.contains("__device__ double relu(double x, bool on) {"), "{c}");
     assert!(c.contains("return x;") && c.contains("return fmax(x, 0.0);"), "{c}");
-    let f: syn::ItemFn = syn::parse2(quote!(
-        fn g(x: &[f32]) -> f32 {
-            x[0]
+    let c = device_c(quote!(
+        fn laplacian(u: &[f32], c: usize, nx: usize) -> f32 {
+            u[c - 1] + u[c + 1] + u[c - nx] + u[c + nx] - 4.0 * u[c]
         }
     ))
     .unwrap();
-    let e = crate::types::device_sig(&f).unwrap_err().to_string();
-    assert!(e.contains("device functions: they take scalars"), "{e}");
+    assert!(c.contains("__device__ float laplacian(offload_view<const float> u, unsigned long long c, unsigned long long nx) {"), "{c}");
+    assert!(c.contains("u[(c - 1ull)]"), "{c}");
+    let e = device_c(quote!(
+        fn g(x: &mut f32) {}
+    ))
+    .unwrap_err();
+    assert!(e.contains("`&mut T` parameters are not in the kernel language"), "{e}");
 }
 
 #[test]
@@ -454,60 +453,184 @@ fn a_slice_has_a_length() {
             x.fill(0.0);
         }
     ));
-    assert!(e.contains("the only method of a slice in the kernel subset is `len()`"), "{e}");
-}
-
-/// The expansion of `#[offload::kernel(attr)] f`, as text without spaces.
-fn expansion(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> String {
-    let out = crate::expand::kernel(attr, f).unwrap_or_else(|e| panic!("{e}"));
-    out.to_string().chars().filter(|c| !c.is_whitespace()).collect()
+    assert!(e.contains("the only method of a view in the kernel language is `len()`"), "{e}");
 }
 
 #[test]
-fn reduce_takes_the_other_arguments_and_returns_the_values() {
-    let e = expansion(
-        quote!(reduction(+: total), reduction(min: lo)),
-        quote!(
-            fn k(i: usize, a: f32, total: &mut f64, x: &[f64], lo: &mut i32) {
-                *total += x[i];
-                *lo = (*lo).min(i as i32);
-            }
-        ),
-    );
-    // The reduction variables are left out, the values come back as a tuple.
+fn leading_usize_parameters_are_indices_only_when_dims_says_or_there_is_one() {
+    // One leading `usize`: a 1-D kernel.
+    assert!(ok(quote!(
+        fn k(i: usize, x: &mut [f32]) {
+            x[i] = 1.0;
+        }
+    ))
+    .contains("const unsigned long long i = __offload_s0 + __offload_t;"));
+    // Two without `dims`: ambiguous (a 1-D kernel with a `usize` argument, or 2-D?).
+    let e = fails(quote!(
+        fn k(i: usize, n: usize, x: &mut [f32]) {
+            x[i] = 1.0;
+        }
+    ));
     assert!(
-        e.contains(
-            "pubfnreduce<'__offload_a>(device:&::offload::Device<'_>,space:impl::offload::IndexSpace<1usize>,a:f32,\
-             x:::offload::DeviceSlice<'__offload_a,f64>)->::offload::Result<(f64,i32)>"
-        ),
+        e.contains("`i`, `n` are `usize`: say how many are indices with `#[offload::kernel(dims = N)]`"),
         "{e}"
     );
-    // Each slot's launch position (after the one start) and identity.
-    assert!(e.contains("(2usize,<f64as::offload::KernelScalar>::into_scalar(<f64as::offload::__private::Reducible>::ZERO))"), "{e}");
-    assert!(e.contains("(4usize,<i32as::offload::KernelScalar>::into_scalar(<i32as::offload::__private::Reducible>::MIN_IDENTITY))"), "{e}");
-    // Placeholders where the variables sit; one element each after the slices' lengths.
-    assert!(
-        e.contains("(__offload_g.starts()[0usize]asu64,a,::offload::DevicePtr::NULL,x,::offload::DevicePtr::NULL,1u64,x.len()asu64,1u64,)"),
-        "{e}"
-    );
-    // One reduction: the value itself.
-    let e = expansion(
-        quote!(reduction(max: hi)),
+    let e = cuda(
+        quote!(dims = 3),
         quote!(
-            fn k(i: usize, hi: &mut u64) {
-                *hi = (*hi).max(i as u64);
+            fn k(i: usize, j: usize, x: &mut [f32]) {}
+        ),
+    )
+    .unwrap_err();
+    assert!(e.contains("`dims = 3` but the kernel has 2 leading `usize` parameters"), "{e}");
+}
+
+#[test]
+fn the_unit_stride_index_is_the_fastest_thread_dimension() {
+    // OpenMP's `collapse(2)` order with the unit-stride index outermost (the Jacobi port).
+    let f = quote!(
+        fn step(i: usize, j: usize, n: usize, a: &[f32], b: &mut [f32]) {
+            let c = i + j * n;
+            b[c] = 0.25f32 * (a[c - 1] + a[c + 1] + a[i + (j - 1) * n] + a[i + (j + 1) * n]);
+        }
+    );
+    let (c, map) = kernel_c(quote!(dims = 2), f, false, Dialect::Cuda).unwrap();
+    assert_eq!(map.order, vec![1, 0], "{map:?}");
+    assert!(
+        map.note.contains("consecutive threads take consecutive `i`") && map.note.contains("strip of `j`"),
+        "{map:?}"
+    );
+    assert!(c.contains("const unsigned long long i = __offload_s0 + __offload_w;"), "{c}");
+    assert!(c.contains("const unsigned long long j = __offload_s1 + __offload_q0;"), "{c}");
+    assert!(c.contains("(__offload_l1 + __offload_rows - 1) / __offload_rows * __offload_inner"), "{c}");
+    // The C order stays where the last index has unit stride, or none has.
+    for f in [
+        quote!(
+            fn step(i: usize, j: usize, n: usize, b: &mut [f32]) {
+                b[i * n + j] = 1.0;
             }
         ),
+        quote!(
+            fn step(i: usize, j: usize, n: usize, b: &mut [f32]) {
+                b[0] = 1.0;
+            }
+        ),
+    ] {
+        let (_, map) = kernel_c(quote!(dims = 2), f, false, Dialect::Cuda).unwrap();
+        assert_eq!(map.order, vec![0, 1], "{map:?}");
+    }
+    // 3-D: `x` outermost in the signature, unit stride.
+    let (_, map) = kernel_c(
+        quote!(dims = 3),
+        quote!(
+            fn k(x: usize, y: usize, z: usize, nx: usize, ny: usize, u: &mut [f64]) {
+                u[x + nx * (y + ny * z)] = 0.0;
+            }
+        ),
+        false,
+        Dialect::Cuda,
+    )
+    .unwrap();
+    assert_eq!(map.order, vec![1, 2, 0], "{map:?}");
+}
+
+#[test]
+fn constants_builtins_and_new_methods() {
+    let c = ok(quote!(
+        fn k(i: usize, x: &mut [f64]) {
+            x[i] = x[i] * DT + params::SCALE + f64::EPSILON;
+            x[i] = x[i].tanh().max(f64::NEG_INFINITY) + std::f64::consts::PI;
+        }
+    ));
+    assert!(c.contains("const <DT> DT = <value>;"), "{c}");
+    assert!(c.contains("const <params :: SCALE> SCALE = <value>;"), "{c}");
+    assert!(c.contains("__longlong_as_double(0x3cb0000000000000ull)"), "EPSILON: {c}");
+    assert!(c.contains("fmax(tanh(x[i]), __longlong_as_double(0xfff0000000000000ull))"), "{c}");
+    assert!(c.contains("__longlong_as_double(0x400921fb54442d18ull)"), "PI: {c}");
+    let c = ok(quote!(
+        fn k(i: usize, x: &mut [f32]) {
+            x[i] = x[i].clamp(0.0, 1.0) + f32::MAX + (i as f32).recip();
+        }
+    ));
+    assert!(c.contains("offload_clamp(x[i], 0.0f, 1.0f)"), "{c}");
+    assert!(c.contains("__int_as_float(0x7f7fffffu)"), "{c}");
+    assert!(c.contains("(1.0f / ((float) i))"), "{c}");
+}
+
+#[test]
+fn sub_slices_are_views() {
+    let c = ok(quote!(
+        fn k(i: usize, n: u32, a: &[f32], b: &mut [f32]) {
+            let row = &a[i * 4..i * 4 + 4];
+            b[i] = row[0] + sum(&a[..4]) + sum(row) + row.len() as f32;
+        }
+    ));
+    assert!(
+        c.contains("const auto row = offload_sub(offload_view<const float>(a, __offload_len_a, 1u, nullptr), (i * 4ull), ((i * 4ull) + 4ull));"),
+        "{c}"
     );
-    assert!(e.contains("->::offload::Result<u64>"), "{e}");
-    // No reduction: no `reduce`.
-    let e = expansion(
+    assert!(c.contains("row[0ull]") && c.contains("row.len"), "{c}");
+    assert!(
+        c.contains(
+            "sum(offload_sub(offload_view<const float>(a, __offload_len_a, 1u, nullptr), 0ull, 4ull))"
+        ),
+        "{c}"
+    );
+    let (c, _) = kernel_c(
         quote!(),
         quote!(
-            fn k(i: usize, y: &mut [f32]) {
-                y[i] = 1.0;
+            fn k(i: usize, a: &[f32], b: &mut [f32]) {
+                b[i] = sum(a);
             }
         ),
+        true,
+        Dialect::Cuda,
+    )
+    .unwrap();
+    assert!(
+        c.contains("sum(offload_view<const float>(a, __offload_len_a, 0u, __offload_err))"),
+        "checked: {c}"
     );
-    assert!(!e.contains("pubfnreduce"), "{e}");
+    let e = fails(quote!(
+        fn k(i: usize, a: &[f32], b: &mut [f32]) {
+            let s = &mut a[0..2];
+        }
+    ));
+    assert!(e.contains("a `&mut` sub-slice is taken of a `&mut` view"), "{e}");
+}
+
+#[test]
+fn structs_are_parameters_and_elements() {
+    let c = ok(quote!(
+        fn k(i: usize, p: Params, ps: &mut [geom::Particle]) {
+            ps[i].x = ps[i].x + p.dt * ps[i].v;
+        }
+    ));
+    assert!(c.contains("<struct Params>") && c.contains("<struct Particle>"), "{c}");
+    assert!(c.contains("Params p, Particle* __restrict__ ps"), "{c}");
+    assert!(c.contains("ps[i].x = (ps[i].x + (p.dt * ps[i].v));"), "{c}");
+    let e = fails(quote!(
+        fn k(i: usize, p: Params, y: &mut [f32]) {
+            y[i] = p[0];
+        }
+    ));
+    assert!(e.contains("indexing is for views"), "{e}");
+}
+
+#[test]
+fn hip_differs_only_in_its_header() {
+    let f = quote!(
+        fn k(i: usize, x: &[f32], s: &mut f32) {
+            *s += x[i];
+        }
+    );
+    let (cuda, _) = kernel_c(quote!(reduction(+: s)), f.clone(), false, Dialect::Cuda).unwrap();
+    let (hip, _) = kernel_c(quote!(reduction(+: s)), f, false, Dialect::Hip).unwrap();
+    assert!(
+        cuda.contains("__shfl_down_sync(0xffffffffu, (v), (o))")
+            && !cuda.contains("__shfl_down((v), (o), 32)")
+    );
+    assert!(hip.contains("__shfl_down((v), (o), 32)") && !hip.contains("__shfl_down_sync"));
+    let strip = |s: &str| s.lines().skip(3).collect::<Vec<_>>().join("\n");
+    assert_eq!(strip(&cuda), strip(&hip));
 }

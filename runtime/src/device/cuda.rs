@@ -234,17 +234,38 @@ impl CudaDevice {
     fn launch_on(&self, stream: sys::CUstream, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let (f, wave) = self.function(kernel)?;
         self.bind()?;
-        // Every argument's bytes, then a pointer to each: what cuLaunchKernel reads.
-        let mut storage = super::LaunchParams::new(args, n);
-        let mut params = storage.pointers();
+        // The arguments as one block, as C lays out the function's parameters.
+        let mut params = super::LaunchParams::new(self.number, kernel, args, n)?;
+        let mut size = params.size();
+        let mut extra: [*mut std::ffi::c_void; 5] = [
+            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut std::ffi::c_void,
+            params.block(),
+            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut std::ffi::c_void,
+            (&mut size as *mut usize).cast(),
+            std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
+        ];
         let block = kernel.block();
         let blocks = super::blocks_for(kernel, n, wave);
-        // SAFETY: the parameters match the kernel's signature by the Kernel convention
-        // (arguments in order, then n); pointers are this device's memory, translated
-        // through the present table; the driver copies `storage` at the call.
+        // SAFETY: the block matches the kernel's signature by the Kernel convention
+        // (arguments in order at C's alignment, then n); pointers are this device's memory,
+        // translated through the present table; the driver copies the block at the call,
+        // while `params` and `size` live.
         unsafe {
-            result::launch_kernel(f.cu_function(), (blocks, 1, 1), (block, 1, 1), 0, stream, &mut params)
+            sys::cuLaunchKernel(
+                f.cu_function(),
+                blocks,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream,
+                std::ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
         }
+        .result()
         .map_err(driver(self.number, "cuLaunchKernel"))
     }
 

@@ -277,7 +277,10 @@ impl HipDevice {
         if let Some(f) = self.functions.lock().get(&key) {
             return Ok(*f);
         }
-        let code = compile(self.number, kernel.name(), &hip_source(src), &self.arch)?;
+        let code = match kernel.hip_source() {
+            Some(hip) => compile(self.number, kernel.name(), hip, &self.arch)?,
+            None => compile(self.number, kernel.name(), &hip_source(src), &self.arch)?,
+        };
         self.select()?;
         let mut module: hip::hipModule_t = std::ptr::null_mut();
         // SAFETY: `code` is a complete code object from hiprtc; it outlives the call.
@@ -461,12 +464,22 @@ impl Backend for HipDevice {
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.select()?;
-        let mut storage = super::LaunchParams::new(args, n);
-        let mut params = storage.pointers();
+        let mut params = super::LaunchParams::new(self.number, kernel, args, n)?;
+        let mut size = params.size();
+        // HIP_LAUNCH_PARAM_BUFFER_POINTER, the block, HIP_LAUNCH_PARAM_BUFFER_SIZE, its
+        // size, HIP_LAUNCH_PARAM_END (hip_runtime_api.h's values).
+        let mut extra: [*mut std::ffi::c_void; 5] = [
+            1usize as *mut std::ffi::c_void,
+            params.block(),
+            2usize as *mut std::ffi::c_void,
+            (&mut size as *mut usize).cast(),
+            3usize as *mut std::ffi::c_void,
+        ];
         let block = kernel.block();
         let blocks = super::blocks_for(kernel, n, self.resident_threads / block.max(1));
-        // SAFETY: parameters follow the Kernel convention (arguments, then n); pointers are
-        // this device's memory; HIP copies `storage` at the call.
+        // SAFETY: the block follows the Kernel convention (arguments at C's alignment, then
+        // n); pointers are this device's memory; HIP copies the block at the call, while
+        // `params` and `size` live.
         let r = unsafe {
             hip::hipModuleLaunchKernel(
                 f.0,
@@ -478,8 +491,8 @@ impl Backend for HipDevice {
                 1,
                 0,
                 self.queue(q),
-                params.as_mut_ptr(),
                 std::ptr::null_mut(),
+                extra.as_mut_ptr(),
             )
         };
         check(self.number, "hipModuleLaunchKernel", r)

@@ -274,9 +274,10 @@ impl DeviceState {
         let geometry = || InfoFields { kind: "launch geometry", ..fields() };
         self.trace.event(InfoFlags::LAUNCH, geometry, || match self.backend.launch_geometry(kernel, n) {
             Some((grid, block)) => format!(
-                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads",
+                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads{}",
                 self.number,
-                kernel.name()
+                kernel.name(),
+                kernel.thread_map().map(|m| format!("; {m}")).unwrap_or_default()
             ),
             None => format!(
                 "device {}: launch `{}` n={n}: on the device's kernel threads",

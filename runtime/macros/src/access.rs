@@ -1,0 +1,197 @@
+//! The access analysis: which index of a 2-D or 3-D kernel walks its views with unit
+//! stride, so that index can be the fastest-varying GPU thread dimension (neighbouring
+//! threads then read neighbouring elements: coalesced loads), whatever its position in the
+//! signature.
+
+use crate::ir::{Body, Expr, ExprKind, Place, Role, Stmt};
+
+/// How a kernel's indices are mapped to GPU threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadMap {
+    /// The dimensions from the strip dimension (walked `rows` at a time by one thread) to
+    /// the fastest-varying one (consecutive threads).
+    pub order: Vec<usize>,
+    /// What was chosen and why, for the launch trace.
+    pub note: String,
+}
+
+/// An additive term of an index expression.
+enum Term {
+    /// Index `k` itself (stride 1).
+    Unit(usize),
+    /// Anything else, with the indices it involves.
+    Other(Vec<usize>),
+}
+
+/// Additive terms of `e`, looking through casts, parentheses and immutable locals.
+fn terms(e: &Expr, body: &Body, depth: usize, out: &mut Vec<Term>) {
+    use syn::BinOp;
+    match &e.kind {
+        ExprKind::Binary(BinOp::Add(_) | BinOp::Sub(_), a, b) => {
+            terms(a, body, depth, out);
+            terms(b, body, depth, out);
+        }
+        ExprKind::Cast(a, _) => terms(a, body, depth, out),
+        ExprKind::Var(v) => match (&body.vars[*v].role, &body.vars[*v].init) {
+            (Role::Index(k), _) => out.push(Term::Unit(*k)),
+            (Role::Local, Some(init)) if depth < 8 => terms(init, body, depth + 1, out),
+            _ => out.push(Term::Other(Vec::new())),
+        },
+        _ => {
+            let mut idx = Vec::new();
+            involved(e, body, depth, &mut idx);
+            out.push(Term::Other(idx));
+        }
+    }
+}
+
+/// The indices expression `e` involves.
+fn involved(e: &Expr, body: &Body, depth: usize, out: &mut Vec<usize>) {
+    let mut visit = |x: &Expr| involved(x, body, depth, out);
+    match &e.kind {
+        ExprKind::Var(v) => match (&body.vars[*v].role, &body.vars[*v].init) {
+            (Role::Index(k), _) => out.push(*k),
+            (Role::Local, Some(init)) if depth < 8 => involved(init, body, depth + 1, out),
+            _ => {}
+        },
+        ExprKind::Load { index, .. } => visit(index),
+        ExprKind::Field { base, .. } => visit(base),
+        ExprKind::Sub { start, end, .. } => {
+            visit(start);
+            visit(end);
+        }
+        ExprKind::Neg(a) | ExprKind::Not(a) | ExprKind::Cast(a, _) => visit(a),
+        ExprKind::Binary(_, a, b) => {
+            visit(a);
+            visit(b);
+        }
+        ExprKind::Select(c, a, b) => {
+            visit(c);
+            visit(a);
+            visit(b);
+        }
+        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(visit),
+        _ => {}
+    }
+}
+
+/// The index with unit stride in element index `e`, if exactly one has it and appears in
+/// no other term.
+fn unit_index(e: &Expr, body: &Body) -> Option<usize> {
+    let mut ts = Vec::new();
+    terms(e, body, 0, &mut ts);
+    let units: Vec<usize> =
+        ts.iter().filter_map(|t| if let Term::Unit(k) = t { Some(*k) } else { None }).collect();
+    let strided: Vec<usize> =
+        ts.iter().flat_map(|t| if let Term::Other(v) = t { v.clone() } else { Vec::new() }).collect();
+    let mut candidates: Vec<usize> = units.into_iter().filter(|k| !strided.contains(k)).collect();
+    candidates.dedup();
+    match candidates.as_slice() {
+        [k] => Some(*k),
+        _ => None,
+    }
+}
+
+/// Every element index of `stmts` (loads and stores), in order.
+fn element_indices<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Expr>) {
+    fn expr<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+        match &e.kind {
+            ExprKind::Load { index, .. } => {
+                out.push(index);
+                expr(index, out);
+            }
+            ExprKind::Field { base, .. } => expr(base, out),
+            ExprKind::Sub { start, end, .. } => {
+                expr(start, out);
+                expr(end, out);
+            }
+            ExprKind::Neg(a) | ExprKind::Not(a) | ExprKind::Cast(a, _) => expr(a, out),
+            ExprKind::Binary(_, a, b) => {
+                expr(a, out);
+                expr(b, out);
+            }
+            ExprKind::Select(c, a, b) => {
+                expr(c, out);
+                expr(a, out);
+                expr(b, out);
+            }
+            ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| expr(a, out)),
+            _ => {}
+        }
+    }
+    fn place<'a>(p: &'a Place, out: &mut Vec<&'a Expr>) {
+        match p {
+            Place::Var(_) => {}
+            Place::Elem { index, .. } => {
+                out.push(index);
+                expr(index, out);
+            }
+            Place::Field { base, .. } => place(base, out),
+        }
+    }
+    for s in stmts {
+        match s {
+            Stmt::Let { init, .. } => expr(init, out),
+            Stmt::Assign { place: p, value, .. } => {
+                place(p, out);
+                expr(value, out);
+            }
+            Stmt::Reduce { value, .. } | Stmt::Expr(value) => expr(value, out),
+            Stmt::Return(v, _) => v.iter().for_each(|v| expr(v, out)),
+            Stmt::If { cond, then, els } => {
+                expr(cond, out);
+                element_indices(then, out);
+                if let Some(e) = els {
+                    element_indices(e, out);
+                }
+            }
+            Stmt::For { start, end, body, .. } => {
+                expr(start, out);
+                expr(end, out);
+                element_indices(body, out);
+            }
+            Stmt::While { cond, body } => {
+                expr(cond, out);
+                element_indices(body, out);
+            }
+            Stmt::Loop(b) | Stmt::Block(b) => element_indices(b, out),
+            Stmt::Break | Stmt::Continue => {}
+        }
+    }
+}
+
+/// The thread mapping of a kernel over `names` (its indices): the index with unit stride
+/// in most element accesses is the fastest-varying thread dimension (the last index when
+/// none has, or on a tie with it); the others keep their order.
+pub fn thread_map(body: &Body, names: &[String]) -> ThreadMap {
+    let d = names.len();
+    let default: Vec<usize> = (0..d).collect();
+    if d == 1 {
+        return ThreadMap {
+            order: default,
+            note: format!("1-D: consecutive threads take consecutive `{}`", names[0]),
+        };
+    }
+    let mut indices = Vec::new();
+    element_indices(&body.stmts, &mut indices);
+    let mut votes = vec![0usize; d];
+    for e in &indices {
+        if let Some(k) = unit_index(e, body) {
+            votes[k] += 1;
+        }
+    }
+    let best = (0..d).max_by_key(|&k| (votes[k], k == d - 1)).unwrap_or(d - 1);
+    let fast = if votes[best] > votes[d - 1] { best } else { d - 1 };
+    let mut order: Vec<usize> = (0..d).filter(|&k| k != fast).collect();
+    order.push(fast);
+    let why = if votes[fast] == 0 {
+        "no index has unit stride in an element access: the last index".to_string()
+    } else {
+        format!("unit stride in {} of {} element accesses", votes[fast], indices.len())
+    };
+    let note = format!(
+        "consecutive threads take consecutive `{}` ({why}); each thread walks a strip of `{}`",
+        names[fast], names[order[0]]
+    );
+    ThreadMap { order, note }
+}

@@ -1,0 +1,117 @@
+//! `#[derive(offload::DeviceCopy)]`: a `#[repr(C)]` struct of the kernel language's
+//! scalars (and of such structs) as a kernel parameter and a view's element.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::ext::IdentExt;
+use syn::{Data, DeriveInput, Fields};
+
+use crate::emit_c::Part;
+use crate::signature::struct_type;
+use crate::ty::{scalar_type, Ty};
+
+pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
+    let d: DeriveInput = syn::parse2(item)?;
+    let name = &d.ident;
+    let c_name = name.unraw().to_string();
+    if !d.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &d.generics,
+            "DeviceCopy: generic structs are not supported: name the types",
+        ));
+    }
+    let repr_c = d.attrs.iter().any(|a| {
+        a.path().is_ident("repr")
+            && a.parse_args_with(syn::punctuated::Punctuated::<syn::Ident, syn::Token![,]>::parse_terminated)
+                .is_ok_and(|l| l.iter().any(|i| i == "C"))
+    });
+    if !repr_c {
+        return Err(syn::Error::new_spanned(
+            name,
+            "DeviceCopy: the struct must be `#[repr(C)]` (the GPU's C code lays it out as C does)",
+        ));
+    }
+    let Data::Struct(s) = &d.data else {
+        return Err(syn::Error::new_spanned(
+            name,
+            "DeviceCopy: only structs (with named fields) can be derived",
+        ));
+    };
+    let Fields::Named(fields) = &s.fields else {
+        return Err(syn::Error::new_spanned(&s.fields, "DeviceCopy: the struct's fields are named"));
+    };
+    if crate::lower::is_reserved(&c_name) {
+        return Err(syn::Error::new_spanned(
+            name,
+            "DeviceCopy: this name is reserved in C; rename the struct",
+        ));
+    }
+    let mut parts = Vec::new();
+    let mut decls = Vec::new();
+    let mut types = Vec::new();
+    for f in &fields.named {
+        let fname = f.ident.as_ref().expect("named").unraw().to_string();
+        if crate::lower::is_reserved(&fname) {
+            return Err(syn::Error::new_spanned(
+                &f.ident,
+                "DeviceCopy: this field name is reserved in C; rename it",
+            ));
+        }
+        let ty = &f.ty;
+        let c = match (scalar_type(ty), struct_type(ty)) {
+            (Some(Ty::Bool), _) => {
+                return Err(syn::Error::new_spanned(
+                    ty,
+                    "DeviceCopy: a `bool` field is not supported (not every byte is a bool): use u32",
+                ))
+            }
+            (Some(t), _) => t.c().to_string(),
+            (None, Some(st)) => {
+                parts.push(Part::Struct(st.clone()));
+                st.c_name
+            }
+            _ => {
+                return Err(syn::Error::new_spanned(
+                    ty,
+                    "DeviceCopy: this field type is not supported: f32, f64, i32, u32, i64, u64, usize or another \
+                     `#[derive(offload::DeviceCopy)]` struct",
+                ))
+            }
+        };
+        decls.push(format!("    {c} {fname};\n"));
+        types.push(ty.clone());
+    }
+    parts.push(Part::Text(format!(
+        "#ifndef OFFLOAD_STRUCT_{c_name}\n#define OFFLOAD_STRUCT_{c_name}\nstruct {c_name} {{\n{}}};\n#endif\n",
+        decls.concat()
+    )));
+    let mut items = Vec::new();
+    let src = crate::expand::source_expr_pub(&parts, &format!("STRUCT_{c_name}"), false, &mut items);
+    let msg = format!(
+        "DeviceCopy: `{c_name}` has padding between or after its fields (reorder them, largest first, or add explicit \
+         fields): padding bytes would be copied to the device unset"
+    );
+    let assert_fields = types.iter().map(|t| quote!(::offload::__private::assert_kernel_field::<#t>();));
+    Ok(quote! {
+        const _: () = {
+            #(#items)*
+            // SAFETY: a `#[repr(C)]` struct of fields that are DeviceCopy (every bit pattern
+            // valid, no pointers), with no padding (asserted below): every bit pattern of it
+            // is valid too.
+            unsafe impl ::offload::DeviceCopy for #name {}
+            // SAFETY: `C_SOURCE` declares the same fields, of the same C types, in the same
+            // order, in a C struct: the layouts agree.
+            unsafe impl ::offload::KernelStruct for #name {
+                const C_SOURCE: &'static str = #src;
+            }
+            #[allow(clippy::all)]
+            const _: () = {
+                #(#assert_fields)*
+                ::core::assert!(
+                    ::core::mem::size_of::<#name>() == 0 #(+ ::core::mem::size_of::<#types>())*,
+                    #msg
+                );
+            };
+        };
+    })
+}

@@ -1,0 +1,681 @@
+//! The C emitter: a lowered body to the CUDA C or HIP C of a kernel or device function.
+//! The two dialects differ only in the header before the prelude; the code is the same.
+//!
+//! What the macro cannot write itself is left as a [`Part`] for rustc to fill in at
+//! compile time: constants' values, structs' definitions, device functions' sources.
+
+use std::fmt::Write;
+
+use syn::BinOp;
+
+use crate::access::ThreadMap;
+use crate::ir::{Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, VarId, ViewRepr};
+use crate::lower::view_repr;
+use crate::signature::{Elem, KernelSig, ParamKind, Ret, Slot, StructTy};
+use crate::ty::{RedOp, Ty};
+
+/// The helpers every generated source starts with.
+pub const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// GPU languages the emitter writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Cuda,
+    Hip,
+}
+
+impl Dialect {
+    /// The header before the prelude: the dialect's warp shuffle.
+    pub fn header(self) -> &'static str {
+        match self {
+            Dialect::Cuda => "#ifndef offload_shfl_down\n#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\n#endif\n",
+            // 32-lane groups on 64-lane wavefronts: each wavefront acts as two CUDA warps.
+            Dialect::Hip => "#ifndef offload_shfl_down\n#define offload_shfl_down(v, o) __shfl_down((v), (o), 32)\n#endif\n",
+        }
+    }
+}
+
+/// A piece of generated source.
+#[derive(Clone, Debug)]
+pub enum Part {
+    Text(String),
+    /// `const T name = value;` for the constant item at `path` (written in the body's
+    /// module), its type and value rustc's.
+    Const {
+        name: String,
+        path: syn::Path,
+    },
+    /// A struct's C definition (and those of the structs it holds).
+    Struct(StructTy),
+    /// An `#[offload::device]` function's source, at `path` (written in the body's module).
+    DeviceFn(syn::Path),
+}
+
+/// Threads per block of generated kernels (whole warps, as the reductions need).
+pub const BLOCK: u32 = 256;
+
+/// The C name of the kernel function: the kernel's name, with a suffix for the checked
+/// variant.
+pub fn symbol(sig: &KernelSig, checked: bool) -> String {
+    use syn::ext::IdentExt;
+    let name = sig.name.unraw().to_string();
+    if checked {
+        format!("{name}__offload_checked")
+    } else {
+        name
+    }
+}
+
+struct Emitter<'a> {
+    body: &'a Body,
+    out: String,
+    depth: usize,
+    kernel: bool,
+    /// Element accesses of bare views go through `offload_at` (a checked launch).
+    checked: bool,
+    /// What `return;` jumps to in a kernel.
+    label: &'static str,
+}
+
+fn int_lit(digits: &str, t: Ty) -> String {
+    match t {
+        Ty::I32 => digits.to_string(),
+        Ty::U32 => format!("{digits}u"),
+        Ty::I64 => format!("{digits}ll"),
+        Ty::U64 | Ty::Usize => format!("{digits}ull"),
+        Ty::F32 => format!("{digits}.0f"),
+        Ty::F64 => format!("{digits}.0"),
+        Ty::Bool => digits.to_string(),
+    }
+}
+
+fn float_lit(digits: &str, t: Ty) -> String {
+    let d = if digits.contains(['.', 'e', 'E']) { digits.to_string() } else { format!("{digits}.0") };
+    if t == Ty::F32 {
+        format!("{d}f")
+    } else {
+        d
+    }
+}
+
+fn op_text(op: &BinOp) -> &'static str {
+    use BinOp::*;
+    match op {
+        Add(_) | AddAssign(_) => "+",
+        Sub(_) | SubAssign(_) => "-",
+        Mul(_) | MulAssign(_) => "*",
+        Div(_) | DivAssign(_) => "/",
+        Rem(_) | RemAssign(_) => "%",
+        BitAnd(_) | BitAndAssign(_) => "&",
+        BitOr(_) | BitOrAssign(_) => "|",
+        BitXor(_) | BitXorAssign(_) => "^",
+        Shl(_) | ShlAssign(_) => "<<",
+        Shr(_) | ShrAssign(_) => ">>",
+        And(_) => "&&",
+        Or(_) => "||",
+        Eq(_) => "==",
+        Lt(_) => "<",
+        Le(_) => "<=",
+        Ne(_) => "!=",
+        Ge(_) => ">=",
+        Gt(_) => ">",
+        _ => "?",
+    }
+}
+
+impl Emitter<'_> {
+    fn line(&mut self, text: &str) {
+        for _ in 0..self.depth {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn c(&self, v: VarId) -> &str {
+        &self.body.vars[v].c
+    }
+
+    fn repr(&self, v: VarId) -> ViewRepr {
+        view_repr(&self.body.vars[v], self.kernel)
+    }
+
+    /// The C type of `t` for a declaration (`auto` where rustc alone knows it).
+    fn decl_type(&self, t: &Type) -> String {
+        match t {
+            Type::Scalar(t) => t.c().to_string(),
+            Type::Struct(s) => s.c_name.clone(),
+            _ => "auto".to_string(),
+        }
+    }
+
+    fn view_elem(&self, v: VarId) -> (Elem, bool) {
+        match &self.body.vars[v].ty {
+            Type::View { elem, mutable } => (elem.clone(), *mutable),
+            _ => unreachable!("a view"),
+        }
+    }
+
+    /// The argument number a bare view reports in a checked launch.
+    fn arg_of(&self, v: VarId) -> usize {
+        match self.body.vars[v].role {
+            Role::Param(k) => k,
+            _ => 0,
+        }
+    }
+
+    /// Element `index` of view `v`, as an lvalue.
+    fn element(&self, v: VarId, index: &Expr) -> String {
+        let i = self.expr(index);
+        let c = self.c(v);
+        match self.repr(v) {
+            ViewRepr::Bare if self.checked => {
+                format!("(*offload_at({c}, {i}, __offload_len_{c}, {}u, __offload_err))", self.arg_of(v))
+            }
+            ViewRepr::Bare | ViewRepr::Boxed => format!("{c}[{i}]"),
+        }
+    }
+
+    /// View `v` as an `offload_view` value.
+    fn view_value(&self, v: VarId) -> String {
+        let c = self.c(v);
+        match self.repr(v) {
+            ViewRepr::Boxed => c.to_string(),
+            ViewRepr::Bare => {
+                let (elem, mutable) = self.view_elem(v);
+                let konst = if mutable { "" } else { "const " };
+                let err = if self.checked { "__offload_err" } else { "nullptr" };
+                format!(
+                    "offload_view<{konst}{}>({c}, __offload_len_{c}, {}u, {err})",
+                    elem.c(),
+                    self.arg_of(v)
+                )
+            }
+        }
+    }
+
+    fn place(&self, p: &Place) -> String {
+        match p {
+            Place::Var(v) => self.c(*v).to_string(),
+            Place::Elem { view, index } => self.element(*view, index),
+            Place::Field { base, field } => format!("{}.{}", self.place(base), unraw(field)),
+        }
+    }
+
+    fn expr(&self, e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Lit(l) => self.lit(l, &e.ty),
+            ExprKind::Var(v) => self.c(*v).to_string(),
+            ExprKind::Load { view, index } => self.element(*view, index),
+            ExprKind::Field { base, field } => format!("{}.{}", self.expr(base), unraw(field)),
+            ExprKind::Len(v) => match self.repr(*v) {
+                ViewRepr::Bare => format!("__offload_len_{}", self.c(*v)),
+                ViewRepr::Boxed => format!("{}.len", self.c(*v)),
+            },
+            ExprKind::ViewOf(v) => self.view_value(*v),
+            ExprKind::Sub { view, start, end } => {
+                format!("offload_sub({}, {}, {})", self.view_value(*view), self.expr(start), self.expr(end))
+            }
+            ExprKind::Neg(a) => format!("(-{})", self.expr(a)),
+            ExprKind::Not(a) => match &a.ty {
+                Type::Scalar(Ty::Bool) => format!("(!{})", self.expr(a)),
+                Type::Scalar(_) | Type::IntLit => format!("(~{})", self.expr(a)),
+                _ => format!("offload_not({})", self.expr(a)),
+            },
+            ExprKind::Binary(op, a, b) => {
+                let (l, r) = (self.expr(a), self.expr(b));
+                if matches!(op, BinOp::Rem(_)) {
+                    match &e.ty {
+                        Type::Scalar(Ty::F32) => return format!("fmodf({l}, {r})"),
+                        Type::Scalar(Ty::F64) | Type::FloatLit => return format!("fmod({l}, {r})"),
+                        Type::Opaque(_) => return format!("offload_rem({l}, {r})"),
+                        _ => {}
+                    }
+                }
+                format!("({l} {} {r})", op_text(op))
+            }
+            ExprKind::Cast(a, t) => format!("(({}) {})", t.c(), self.expr(a)),
+            ExprKind::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
+            ExprKind::Math(m, args) => self.math(*m, &e.ty, args),
+            ExprKind::Call { path, args } => {
+                let name = unraw(&path.segments.last().expect("a path has a segment").ident);
+                let args: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+                format!("{name}({})", args.join(", "))
+            }
+            ExprKind::Builtin { c, .. } => c.clone(),
+        }
+    }
+
+    fn lit(&self, l: &Lit, ty: &Type) -> String {
+        match (l, ty) {
+            (Lit::Bool(b), _) => b.to_string(),
+            (Lit::Int(d), Type::Scalar(t)) => int_lit(d, *t),
+            (Lit::Float(d), Type::Scalar(t)) => float_lit(d, *t),
+            (Lit::Int(d), Type::IntLit) => d.clone(),
+            (Lit::Int(d), Type::Opaque(of)) => format!("((offload_plain<decltype({})>) {d})", self.expr(of)),
+            (Lit::Float(d), Type::Opaque(of)) => {
+                format!("((offload_plain<decltype({})>) {})", self.expr(of), float_lit(d, Ty::F64))
+            }
+            (Lit::Float(d), _) => float_lit(d, Ty::F64),
+            (Lit::Int(d), _) => d.clone(),
+        }
+    }
+
+    fn math(&self, m: Math, ty: &Type, args: &[Expr]) -> String {
+        let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
+        let recv = &a[0];
+        match (m, ty) {
+            (Math::Int(name, _), Type::Scalar(t)) => match name {
+                "min" | "max" => format!("offload_{name}({recv}, {})", a[1]),
+                "clamp" => format!("offload_clamp({recv}, {}, {})", a[1], a[2]),
+                "abs" if *t == Ty::I32 => format!("abs({recv})"),
+                _ => format!("llabs({recv})"),
+            },
+            (Math::Float(name, _), Type::Scalar(t)) if t.is_float() => {
+                let f = if *t == Ty::F32 { "f" } else { "" };
+                match name {
+                    "ln" => format!("log{f}({recv})"),
+                    "abs" => format!("fabs{f}({recv})"),
+                    "min" => format!("fmin{f}({recv}, {})", a[1]),
+                    "max" => format!("fmax{f}({recv}, {})", a[1]),
+                    "powf" => format!("pow{f}({recv}, {})", a[1]),
+                    "powi" => format!("pow{f}({recv}, ({}) {})", t.c(), a[1]),
+                    "mul_add" => format!("fma{f}({recv}, {}, {})", a[1], a[2]),
+                    "atan2" | "hypot" => format!("{name}{f}({recv}, {})", a[1]),
+                    "recip" => format!("({} / {recv})", float_lit("1", *t)),
+                    "clamp" => format!("offload_clamp({recv}, {}, {})", a[1], a[2]),
+                    other => format!("{other}{f}({recv})"),
+                }
+            }
+            (Math::Float(name, _) | Math::Int(name, _), _) => format!("offload_m_{name}({})", a.join(", ")),
+        }
+    }
+
+    // ---- statements -------------------------------------------------------------------
+
+    fn block(&mut self, b: &[Stmt]) {
+        self.depth += 1;
+        for s in b {
+            self.stmt(s);
+        }
+        self.depth -= 1;
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Let { var, init } => {
+                let v = &self.body.vars[*var];
+                let value = self.expr(init);
+                let ty = self.decl_type(&v.ty);
+                let konst = if v.mutable { "" } else { "const " };
+                let c = v.c.clone();
+                self.line(&format!("{konst}{ty} {c} = {value};"));
+            }
+            Stmt::Assign { place, op, value, .. } => {
+                let p = self.place(place);
+                let v = self.expr(value);
+                let line = match op {
+                    None => format!("{p} = {v};"),
+                    Some(BinOp::RemAssign(_)) => match &value.ty {
+                        Type::Scalar(Ty::F32) => format!("{p} = fmodf({p}, {v});"),
+                        Type::Scalar(Ty::F64) => format!("{p} = fmod({p}, {v});"),
+                        Type::Scalar(_) => format!("{p} %= {v};"),
+                        _ => format!("{p} = offload_rem({p}, {v});"),
+                    },
+                    Some(op) => format!("{p} {}= {v};", op_text(op)),
+                };
+                self.line(&line);
+            }
+            Stmt::Reduce { var, value, .. } => {
+                let c = self.c(*var).to_string();
+                let v = self.expr(value);
+                let line = match self.body.vars[*var].role {
+                    Role::Reduction(RedOp::Add) => format!("{c} += {v};"),
+                    Role::Reduction(op) => format!("{c} = {}({c}, {v});", op.c_functor()),
+                    _ => unreachable!("a reduction variable"),
+                };
+                self.line(&line);
+            }
+            Stmt::Expr(e) => {
+                let v = self.expr(e);
+                self.line(&format!("{v};"));
+            }
+            Stmt::If { cond, then, els } => {
+                let c = self.expr(cond);
+                self.line(&format!("if ({c}) {{"));
+                self.block(then);
+                match els {
+                    None => self.line("}"),
+                    Some(b) => {
+                        self.line("} else {");
+                        self.block(b);
+                        self.line("}");
+                    }
+                }
+            }
+            Stmt::For { var, start, end, inclusive, end_c, body } => {
+                let v = self.body.vars[*var].clone();
+                let t = self.decl_type(&v.ty);
+                let (a, b) = (self.expr(start), self.expr(end));
+                let cmp = if *inclusive { "<=" } else { "<" };
+                self.line(&format!(
+                    "for ({t} {c} = {a}, {end_c} = {b}; {c} {cmp} {end_c}; ++{c}) {{",
+                    c = v.c
+                ));
+                self.block(body);
+                self.line("}");
+            }
+            Stmt::While { cond, body } => {
+                let c = self.expr(cond);
+                self.line(&format!("while ({c}) {{"));
+                self.block(body);
+                self.line("}");
+            }
+            Stmt::Loop(body) => {
+                self.line("while (true) {");
+                self.block(body);
+                self.line("}");
+            }
+            Stmt::Break => self.line("break;"),
+            Stmt::Continue => self.line("continue;"),
+            Stmt::Return(v, _) => match (self.kernel, v) {
+                (true, _) => {
+                    let l = format!("goto {};", self.label);
+                    self.line(&l);
+                }
+                (false, None) => self.line("return;"),
+                (false, Some(v)) => {
+                    let v = self.expr(v);
+                    self.line(&format!("return {v};"));
+                }
+            },
+            Stmt::Block(b) => {
+                self.line("{");
+                self.block(b);
+                self.line("}");
+            }
+        }
+    }
+}
+
+fn unraw(id: &syn::Ident) -> String {
+    use syn::ext::IdentExt;
+    id.unraw().to_string()
+}
+
+/// The body's statements as C at indentation `depth`.
+fn body_text(body: &Body, kernel: bool, checked: bool, depth: usize, label: &'static str) -> String {
+    let mut e = Emitter { body, out: String::new(), depth, kernel, checked, label };
+    for s in &body.stmts {
+        e.stmt(s);
+    }
+    e.out
+}
+
+/// The parts declaring the constants `body` reads, at indentation `depth`.
+fn const_parts(body: &Body, depth: usize) -> Vec<Part> {
+    let pad = "    ".repeat(depth);
+    let mut parts = Vec::new();
+    for &v in &body.consts {
+        let var = &body.vars[v];
+        if let Role::Const(path) = &var.role {
+            parts.push(Part::Text(pad.clone()));
+            parts.push(Part::Const { name: var.c.clone(), path: path.clone() });
+        }
+    }
+    parts
+}
+
+/// The C type of a parameter (a kernel's bare view is a pointer).
+fn param_decl(kind: &ParamKind, c: &str, kernel: bool) -> String {
+    match kind {
+        ParamKind::Scalar(Ty::Bool) if kernel => format!("unsigned int __offload_b_{c}"),
+        ParamKind::Scalar(t) => format!("{} {c}", t.c()),
+        ParamKind::Struct(s) => format!("{} {c}", s.c_name),
+        ParamKind::View { elem, mutable } if kernel => {
+            let konst = if *mutable { "" } else { "const " };
+            format!("{konst}{}* __restrict__ {c}", elem.c())
+        }
+        ParamKind::View { elem, mutable } => {
+            let konst = if *mutable { "" } else { "const " };
+            format!("offload_view<{konst}{}> {c}", elem.c())
+        }
+        ParamKind::Reduction { ty, .. } => format!("{}* __restrict__ __offload_red_{c}", ty.c()),
+    }
+}
+
+/// The structs a signature names.
+fn structs_of<'a>(params: impl Iterator<Item = &'a ParamKind>) -> Vec<StructTy> {
+    let mut out: Vec<StructTy> = Vec::new();
+    for k in params {
+        let s = match k {
+            ParamKind::Struct(s) | ParamKind::View { elem: Elem::Struct(s), .. } => s,
+            _ => continue,
+        };
+        if !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
+/// The parts every source of `body` needs before its own text: the structs, the device
+/// functions.
+fn dependencies(body: &Body, structs: Vec<StructTy>) -> Vec<Part> {
+    let mut parts: Vec<Part> = structs.into_iter().map(Part::Struct).collect();
+    parts.extend(body.calls.iter().cloned().map(Part::DeviceFn));
+    parts
+}
+
+/// The source of kernel `sig` with lowered `body` (its variables `index_vars` and
+/// `param_vars`), `extern "C"` under [`symbol`]: its parameters are the argument block's
+/// [`Slot`]s, then the runtime's work-item count.
+///
+/// The work items are walked with a grid stride (the launch is at most one wave of
+/// blocks). In 2-D and 3-D a thread takes a point of the inner dimensions (in `map`'s
+/// order: its last index is the fastest-varying thread dimension) and a strip of `rows`
+/// consecutive indices of `map`'s first dimension at a time (one division per strip).
+#[allow(clippy::too_many_arguments)]
+pub fn kernel_source(
+    sig: &KernelSig,
+    body: &Body,
+    index_vars: &[VarId],
+    param_vars: &[VarId],
+    checked: bool,
+    rows: u32,
+    map: &ThreadMap,
+    dialect: Dialect,
+) -> Vec<Part> {
+    const ULL: &str = "unsigned long long";
+    let d = sig.indices.len();
+    let mut decls = Vec::new();
+    let mut lines = Vec::new();
+    let mut reductions = Vec::new();
+    for slot in sig.slots(checked) {
+        match slot {
+            Slot::Start(k) => decls.push(format!("{ULL} __offload_s{k}")),
+            Slot::InnerLen(k) => decls.push(format!("{ULL} __offload_l{k}")),
+            Slot::Param(k, p) => {
+                let v = &body.vars[param_vars[k]];
+                decls.push(param_decl(&p.kind, &v.c, true));
+                match &p.kind {
+                    ParamKind::Scalar(Ty::Bool) => {
+                        lines.push(format!("const bool {c} = __offload_b_{c} != 0u;", c = v.c))
+                    }
+                    ParamKind::Reduction { ty, op } => {
+                        lines.push(format!("{} {} = {};", ty.c(), v.c, op.c_identity(*ty)));
+                        reductions.push((v.c.clone(), *ty, *op));
+                    }
+                    _ => {}
+                }
+            }
+            Slot::ViewLen(k, p) => {
+                let c = &body.vars[param_vars[k]].c;
+                match p.kind {
+                    ParamKind::Reduction { .. } => decls.push(format!("{ULL} __offload_len_red_{c}")),
+                    _ => decls.push(format!("{ULL} __offload_len_{c}")),
+                }
+            }
+            Slot::Report => decls.push(format!("{ULL}* __restrict__ __offload_err")),
+        }
+    }
+    decls.push(format!("{ULL} __offload_n"));
+    let idx: Vec<&str> = index_vars.iter().map(|&v| body.vars[v].c.as_str()).collect();
+
+    let mut parts = vec![Part::Text(dialect.header().to_string()), Part::Text(PRELUDE.to_string())];
+    parts.extend(dependencies(body, structs_of(sig.params.iter().map(|p| &p.kind))));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({}) {{",
+        symbol(sig, checked),
+        decls.join(", ")
+    );
+    parts.push(Part::Text(std::mem::take(&mut s)));
+    parts.extend(const_parts(body, 1));
+    for l in lines {
+        let _ = writeln!(s, "    {l}");
+    }
+    let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
+    let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");
+    if d == 1 {
+        s.push_str("    for (; __offload_t < __offload_n; __offload_t += __offload_stride) {\n        {\n");
+        let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_t;", idx[0]);
+        s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
+        s.push_str("        }\n");
+        if body.returns {
+            s.push_str("        __offload_next:;\n");
+        }
+        s.push_str("    }\n");
+    } else {
+        // A work unit is one point of the inner dimensions and a strip of `rows`
+        // consecutive indices of the strip dimension, walked in order by one thread: a
+        // whole strip is an unrolled loop of constant length, so values one point loads
+        // (its neighbours along the strip, read through `const __restrict__` pointers)
+        // are reused by the next from registers.
+        let order = &map.order;
+        let len = |k: usize| format!("__offload_l{k}");
+        let inner: Vec<String> = (1..d).map(len).collect();
+        let _ = writeln!(s, "    const unsigned int __offload_rows = {rows}u;");
+        let _ =
+            writeln!(s, "    const {ULL} __offload_l0 = offload_div(__offload_n, {});", inner.join(" * "));
+        let (strip_dim, rest) = (order[0], &order[1..]);
+        let rest_len: Vec<String> = rest.iter().map(|&k| len(k)).collect();
+        let _ = writeln!(s, "    const {ULL} __offload_inner = {};", rest_len.join(" * "));
+        let _ = writeln!(
+            s,
+            "    const {ULL} __offload_units = ({} + __offload_rows - 1) / __offload_rows * __offload_inner;",
+            len(strip_dim)
+        );
+        s.push_str("    for (; __offload_t < __offload_units; __offload_t += __offload_stride) {\n");
+        let _ =
+            writeln!(s, "        const {ULL} __offload_strip = offload_div(__offload_t, __offload_inner);");
+        let _ =
+            writeln!(s, "        const {ULL} __offload_w = __offload_t - __offload_strip * __offload_inner;");
+        let mut decode = Vec::new();
+        if rest.len() == 1 {
+            decode.push(format!("const {ULL} {} = __offload_s{} + __offload_w", idx[rest[0]], rest[0]));
+        } else {
+            let (mid, fast) = (rest[0], rest[1]);
+            let _ =
+                writeln!(s, "        const {ULL} __offload_r1 = offload_div(__offload_w, {});", len(fast));
+            let _ =
+                writeln!(s, "        const {ULL} __offload_r2 = __offload_w - __offload_r1 * {};", len(fast));
+            decode.push(format!("const {ULL} {} = __offload_s{mid} + __offload_r1", idx[mid]));
+            decode.push(format!("const {ULL} {} = __offload_s{fast} + __offload_r2", idx[fast]));
+        }
+        decode.insert(0, format!("const {ULL} {} = __offload_s{strip_dim} + __offload_q0", idx[strip_dim]));
+        let _ = writeln!(s, "        const {ULL} __offload_first = __offload_strip * __offload_rows;");
+        let strip_len = len(strip_dim);
+        let item = |s: &mut String, label: &'static str| {
+            s.push_str("                {\n");
+            for l in &decode {
+                let _ = writeln!(s, "                    {l};");
+            }
+            s.push_str(&body_text(body, true, checked, 5, label));
+            s.push_str("                }\n");
+            if body.returns {
+                let _ = writeln!(s, "                {label}:;");
+            }
+        };
+        let _ = writeln!(s, "        if (__offload_first + __offload_rows <= {strip_len}) {{");
+        s.push_str("            #pragma unroll\n");
+        s.push_str("            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows; ++__offload_k) {\n");
+        let _ = writeln!(s, "                const {ULL} __offload_q0 = __offload_first + __offload_k;");
+        item(&mut s, "__offload_next");
+        // The partial strip: a plain loop (unrolling it would only cost registers).
+        s.push_str("            }\n        } else {\n            #pragma unroll 1\n");
+        let _ = writeln!(
+            s,
+            "            for ({ULL} __offload_q0 = __offload_first; __offload_q0 < {strip_len}; ++__offload_q0) {{"
+        );
+        item(&mut s, "__offload_next_tail");
+        s.push_str("            }\n        }\n    }\n");
+    }
+    for (c, ty, op) in reductions {
+        let _ = writeln!(
+            s,
+            "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
+            ty.c(),
+            op.c_identity(ty),
+            op.c_functor()
+        );
+    }
+    s.push_str("}\n");
+    parts.push(Part::Text(s));
+    parts
+}
+
+/// The source of `#[offload::device]` function `name` with `params` (their variables
+/// `param_vars`), returning `ret`: a `__device__` function of the same name, guarded so
+/// that a kernel reaching it through several callers gets one definition. The prelude is
+/// the kernel's.
+pub fn device_source(
+    name: &str,
+    params: &[crate::signature::Param],
+    param_vars: &[VarId],
+    ret: &Ret,
+    body: &Body,
+) -> Vec<Part> {
+    let mut parts = dependencies(
+        body,
+        structs_of(
+            params.iter().map(|p| &p.kind).chain(
+                match ret {
+                    Ret::Struct(s) => Some(ParamKind::Struct(s.clone())),
+                    _ => None,
+                }
+                .as_ref(),
+            ),
+        ),
+    );
+    let decls: Vec<String> =
+        params.iter().zip(param_vars).map(|(p, &v)| param_decl(&p.kind, &body.vars[v].c, false)).collect();
+    let r = match ret {
+        Ret::Unit => "void".to_string(),
+        Ret::Scalar(t) => t.c().to_string(),
+        Ret::Struct(s) => s.c_name.clone(),
+    };
+    parts.push(Part::Text(format!(
+        "#ifndef OFFLOAD_DEVICE_FN_{name}\n#define OFFLOAD_DEVICE_FN_{name}\n__device__ {r} {name}({}) {{\n",
+        decls.join(", ")
+    )));
+    parts.extend(const_parts(body, 1));
+    parts.push(Part::Text(format!("{}}}\n#endif\n", body_text(body, false, false, 1, ""))));
+    parts
+}
+
+/// `parts` as one string, with placeholders for what rustc fills in (for tests).
+#[cfg(test)]
+pub fn joined(parts: &[Part]) -> String {
+    use quote::ToTokens;
+    parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => t.clone(),
+            Part::Const { name, path } => format!("const <{}> {name} = <value>;\n", path.to_token_stream()),
+            Part::Struct(s) => format!("<struct {}>\n", s.c_name),
+            Part::DeviceFn(p) => format!("<device fn {}>\n", p.to_token_stream()),
+        })
+        .collect()
+}

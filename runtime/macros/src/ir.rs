@@ -1,0 +1,223 @@
+//! The typed intermediate form of a kernel or device function body: what the emitters
+//! (C for CUDA and HIP, Rust for the host twin) and the access analysis read. Built and
+//! checked once by `lower`.
+
+use proc_macro2::Span;
+use syn::Ident;
+
+use crate::signature::{Elem, StructTy};
+use crate::ty::{RedOp, Ty};
+
+/// The type of an expression.
+#[derive(Clone, Debug)]
+pub enum Type {
+    Scalar(Ty),
+    /// An unsuffixed literal whose context decided no type (C: `int` / `double`; rustc
+    /// infers it in the twin).
+    IntLit,
+    FloatLit,
+    /// A value the macro cannot see the type of (a module constant, a struct field, a
+    /// device function's result): rustc knows it, and C names it `decltype(expr)`.
+    Opaque(Box<Expr>),
+    Struct(StructTy),
+    View {
+        elem: Elem,
+        mutable: bool,
+    },
+    Unit,
+}
+
+impl Type {
+    pub fn scalar(&self) -> Option<Ty> {
+        match self {
+            Type::Scalar(t) => Some(*t),
+            _ => None,
+        }
+    }
+
+    pub fn is_lit(&self) -> bool {
+        matches!(self, Type::IntLit | Type::FloatLit)
+    }
+
+    pub fn is_unit(&self) -> bool {
+        matches!(self, Type::Unit)
+    }
+}
+
+/// A variable's index in [`Body::vars`].
+pub type VarId = usize;
+
+/// What a variable is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Role {
+    /// A `let` (or `for`) binding.
+    Local,
+    /// Index variable `k` of the kernel.
+    Index(usize),
+    /// Parameter `k` of the kernel or device function.
+    Param(usize),
+    /// A kernel's reduction variable (its C name is the thread's partial).
+    Reduction(RedOp),
+    /// A constant item outside the body, at this path (as written in the body's module).
+    Const(syn::Path),
+    /// A `const` item inside the body.
+    BodyConst,
+}
+
+#[derive(Clone, Debug)]
+pub struct Var {
+    pub rust: Ident,
+    pub c: String,
+    pub ty: Type,
+    pub mutable: bool,
+    pub role: Role,
+    /// An immutable local's value (for the access analysis).
+    pub init: Option<Expr>,
+}
+
+/// How a view is reached in C: a kernel's view parameter is a bare pointer with a length
+/// parameter beside it; any other (a device function's parameter, a sub-slice local) is an
+/// `offload_view` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewRepr {
+    Bare,
+    Boxed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+/// Math functions, as Rust methods (`x.sqrt()`) or associated functions (`f32::max(a, b)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Math {
+    /// Rust method name, and arity besides the receiver.
+    Float(&'static str, usize),
+    /// Integer `min`, `max`, `abs`.
+    Int(&'static str, usize),
+}
+
+#[derive(Clone, Debug)]
+pub enum Lit {
+    /// Decimal digits.
+    Int(String),
+    /// Digits as Rust wrote them (with a `.` or exponent).
+    Float(String),
+    Bool(bool),
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Lit(Lit),
+    Var(VarId),
+    /// `view[index]`.
+    Load {
+        view: VarId,
+        index: Box<Expr>,
+    },
+    /// `base.field` of a struct value.
+    Field {
+        base: Box<Expr>,
+        field: Ident,
+    },
+    /// `view.len()`.
+    Len(VarId),
+    /// A whole view as a value (an argument of a device function).
+    ViewOf(VarId),
+    /// `&view[start..end]` (or `..=`), a view.
+    Sub {
+        view: VarId,
+        start: Box<Expr>,
+        end: Box<Expr>,
+    },
+    Neg(Box<Expr>),
+    /// `!e`: logical for `bool`, bitwise for integers.
+    Not(Box<Expr>),
+    Binary(syn::BinOp, Box<Expr>, Box<Expr>),
+    Cast(Box<Expr>, Ty),
+    /// `if c { a } else { b }` as a value.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// A math method on a receiver (`args[0]`) of the expression's type.
+    Math(Math, Vec<Expr>),
+    /// A call of an `#[offload::device]` function.
+    Call {
+        path: syn::Path,
+        args: Vec<Expr>,
+    },
+    /// An associated constant of a scalar type (`f32::EPSILON`): its C text and Rust path.
+    Builtin {
+        c: String,
+        rust: syn::Path,
+    },
+}
+
+/// A place a value is stored to.
+#[derive(Clone, Debug)]
+pub enum Place {
+    Var(VarId),
+    Elem { view: VarId, index: Expr },
+    Field { base: Box<Place>, field: Ident },
+}
+
+#[derive(Clone, Debug)]
+pub enum Stmt {
+    Let {
+        var: VarId,
+        init: Expr,
+    },
+    /// `place = value`, or `place op= value`.
+    Assign {
+        place: Place,
+        op: Option<syn::BinOp>,
+        value: Expr,
+        span: Span,
+    },
+    /// A reduction variable's update: `*r += v`, `*r = (*r).min(v)`.
+    Reduce {
+        var: VarId,
+        value: Expr,
+        span: Span,
+    },
+    Expr(Expr),
+    If {
+        cond: Expr,
+        then: Block,
+        els: Option<Block>,
+    },
+    For {
+        var: VarId,
+        start: Expr,
+        end: Expr,
+        inclusive: bool,
+        end_c: String,
+        body: Block,
+    },
+    While {
+        cond: Expr,
+        body: Block,
+    },
+    Loop(Block),
+    Break,
+    Continue,
+    /// In a kernel `return;` ends the iteration; in a device function it returns.
+    Return(Option<Expr>, Span),
+    Block(Block),
+}
+
+pub type Block = Vec<Stmt>;
+
+/// A lowered body: its statements and every variable they name.
+#[derive(Clone, Debug)]
+pub struct Body {
+    pub vars: Vec<Var>,
+    pub stmts: Block,
+    /// Whether a kernel body has `return;` (the C emitter then places a label).
+    pub returns: bool,
+    /// Constants outside the body it reads, by variable.
+    pub consts: Vec<VarId>,
+    /// Device functions it calls (paths as written).
+    pub calls: Vec<syn::Path>,
+}
