@@ -217,6 +217,82 @@ fn jacobi_kernels(
     Ok(())
 }
 
+/// The Jacobi port's step (`examples/ports/jacobi.rs`) as OpenMP writes it: `collapse(2)`
+/// over `i` (outer) and `j` (inner), `i` the unit-stride index.
+#[offload::kernel(dims = 2, reduction(+: error))]
+fn port_omp_order(i: usize, j: usize, n: usize, f_old: &[f32], f: &mut [f32], error: &mut f32) {
+    let t: f32 = 0.25f32
+        * (f_old[(i - 1) + j * n] + f_old[(i + 1) + j * n] + f_old[i + (j - 1) * n] + f_old[i + (j + 1) * n]);
+    let df: f32 = t - f_old[i + j * n];
+    f[i + j * n] = t;
+    *error += df * df;
+}
+
+/// The same step written in the coalesced order (`j` outer, `i` inner).
+#[offload::kernel(dims = 2, reduction(+: error))]
+fn port_c_order(j: usize, i: usize, n: usize, f_old: &[f32], f: &mut [f32], error: &mut f32) {
+    let t: f32 = 0.25f32
+        * (f_old[(i - 1) + j * n] + f_old[(i + 1) + j * n] + f_old[i + (j - 1) * n] + f_old[i + (j + 1) * n]);
+    let df: f32 = t - f_old[i + j * n];
+    f[i + j * n] = t;
+    *error += df * df;
+}
+
+/// GPU time of the Jacobi port's step in OpenMP's loop order and in the coalesced order
+/// (the generator maps the unit-stride index to consecutive threads in both).
+fn loop_orders(
+    bench: &mut Bench,
+    ctx: &Arc<CudaContext>,
+    arch: &'static str,
+    sms: u32,
+    s: &Arc<CudaStream>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let side = env("PORT_N", 4096);
+    let n = side as u64;
+    let grid: Vec<f32> = (0..side * side).map(|k| (k % 97) as f32 * 0.01).collect();
+    let (fa, mut fb) = (s.clone_htod(&grid)?, s.clone_htod(&grid)?);
+    let mut err = s.alloc_zeros::<f32>(1)?;
+    println!(
+        "\nThe Jacobi port's step {side} x {side}, GPU time by CUDA events, median of criterion's samples\n"
+    );
+    println!("| kernel | thread mapping | ms per step |\n|---|---|---|");
+    let (one, inner, items, len, elen) = (1u64, n - 2, (n - 2) * (n - 2), n * n, 1u64);
+    let mut times = Vec::new();
+    for (what, k) in
+        [("OpenMP order (i, j)", &port_omp_order::KERNEL), ("coalesced order (j, i)", &port_c_order::KERNEL)]
+    {
+        let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), ..Default::default() };
+        let src = k.cuda_source().ok_or("no source")?;
+        let f =
+            ctx.load_module(cudarc::nvrtc::compile_ptx_with_opts(src, opts)?)?.load_function(k.symbol())?;
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
+        let cfg =
+            LaunchConfig { grid_dim: (sms * per_sm, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the generated layout: s0, s1, l1, n, f_old, f, error, their three lengths,
+        // the item count; the grids hold n * n floats, the error one.
+        let ms = event_ms(bench, &format!("port/{what}"), s, || unsafe {
+            s.launch_builder(&f)
+                .arg(&one)
+                .arg(&one)
+                .arg(&inner)
+                .arg(&n)
+                .arg(&fa)
+                .arg(&mut fb)
+                .arg(&mut err)
+                .arg(&len)
+                .arg(&len)
+                .arg(&elen)
+                .arg(&items)
+                .launch(cfg)
+                .expect("launch");
+        })?;
+        println!("| {what} | {} | {ms:.4} |", k.thread_map().unwrap_or("?"));
+        times.push(ms);
+    }
+    println!("\nOpenMP order / coalesced order: {:.3}", times[0] / times[1]);
+    Ok(())
+}
+
 /// The Jacobi update and its norm, nothing else.
 #[offload::kernel(dims = 2, reduction(+: norm), rows = 4)]
 fn plain_jacobi(iy: usize, ix: usize, nx: usize, a: &[f32], a_new: &mut [f32], norm: &mut f32) {
@@ -348,6 +424,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // ---- The Jacobi step kernels alone, by events ----
     jacobi_kernels(&mut bench, &ctx, arch, sms, &s)?;
+    loop_orders(&mut bench, &ctx, arch, sms, &s)?;
 
     // ---- Through the runtime: launch + synchronize ----
     println!(

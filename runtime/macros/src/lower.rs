@@ -431,8 +431,10 @@ impl Lowerer {
             }
             SynExpr::ForLoop(f) => {
                 self.no_label(&f.label)?;
-                let Pat::Ident(p) = &*f.pat else {
-                    return err(&f.pat, "patterns are not in the kernel language: `for x in a..b`");
+                let name = match &*f.pat {
+                    Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
+                    Pat::Wild(w) => Ident::new("__offload_k", w.underscore_token.span),
+                    _ => return err(&f.pat, "patterns are not in the kernel language: `for x in a..b`"),
                 };
                 let SynExpr::Range(r) = &*f.expr else {
                     return err(
@@ -444,11 +446,14 @@ impl Lowerer {
                     return err(r, "open ranges are not in the kernel language: write both bounds");
                 };
                 let (start, end) = self.operands(a, b, None)?;
-                let t = match start.ty.scalar().or(end.ty.scalar()) {
-                    Some(t) => t,
-                    None if matches!(start.ty, Type::Opaque(_)) || matches!(end.ty, Type::Opaque(_)) => {
-                        return err(r, "annotate the bounds' type here (`0usize..N as usize`): the loop variable's type must be known")
+                let opaque = matches!(start.ty, Type::Opaque(_)) || matches!(end.ty, Type::Opaque(_));
+                let ty = match start.ty.scalar().or(end.ty.scalar()) {
+                    Some(t) if !t.is_int() => {
+                        return err(r, "ranges of this type are not in the kernel language: loop over integers")
                     }
+                    Some(t) => Type::Scalar(t),
+                    // A constant's type, C's `auto` (both bounds have it).
+                    None if opaque => Type::Unit,
                     None => {
                         return err(
                             r,
@@ -456,11 +461,11 @@ impl Lowerer {
                         )
                     }
                 };
-                if !t.is_int() {
-                    return err(r, "ranges of this type are not in the kernel language: loop over integers");
-                }
                 self.scopes.push(HashMap::new());
-                let var = self.declare(&p.ident, Type::Scalar(t), false, Role::Local, None);
+                let var = self.declare(&name, ty, false, Role::Local, None);
+                if opaque && self.vars[var].ty.is_unit() {
+                    self.vars[var].ty = Type::Opaque(Box::new(ex(ExprKind::Var(var), Type::Unit, r.span())));
+                }
                 let end_c = self.fresh(&format!("{}_end", self.vars[var].c));
                 let body = self.block(&f.body);
                 self.scopes.pop();

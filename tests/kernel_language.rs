@@ -1,0 +1,388 @@
+//! The kernel language of `#[offload::kernel]` beyond loops over slices, on every device of
+//! every backend: any number of arguments, module constants and the float types'
+//! constants, device functions that take views (and sub-slices), `DeviceCopy` structs by
+//! value and as elements, kernels written in OpenMP's loop order, and what a checked host
+//! twin catches. Each result is compared with the same Rust function called on the host.
+
+use offload::{map, Error};
+use offload_tests::{cause, check, check_eq, on_every_device};
+
+/// Twenty arguments (and 2 bounds, 10 lengths): past any tuple's arity.
+#[offload::kernel]
+#[allow(clippy::too_many_arguments)]
+fn twenty(
+    i: usize,
+    a0: f32,
+    a1: f32,
+    a2: f64,
+    a3: i32,
+    a4: u32,
+    a5: i64,
+    a6: u64,
+    a7: usize,
+    a8: bool,
+    a9: f32,
+    x0: &[f32],
+    x1: &[f64],
+    x2: &[i32],
+    x3: &[u32],
+    x4: &[i64],
+    x5: &[u64],
+    x6: &[usize],
+    x7: &[f32],
+    x8: &[f32],
+    y: &mut [f64],
+) {
+    let s: f64 =
+        (a0 + a1 + a9) as f64 + a2 + (a3 as f64) + (a4 as f64) + (a5 as f64) + (a6 as f64) + (a7 as f64);
+    let t: f64 = x0[i] as f64
+        + x1[i]
+        + x2[i] as f64
+        + x3[i] as f64
+        + x4[i] as f64
+        + x5[i] as f64
+        + x6[i] as f64
+        + x7[i] as f64
+        + x8[i] as f64;
+    y[i] = if a8 { s + t } else { s - t };
+}
+
+#[test]
+fn a_kernel_of_twenty_arguments() {
+    on_every_device("20 arguments", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 1000;
+        let f32s: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let f64s: Vec<f64> = (0..n).map(|i| 2.0 * i as f64).collect();
+        let i32s: Vec<i32> = (0..n).map(|i| -(i as i32)).collect();
+        let u32s: Vec<u32> = (0..n).map(|i| i as u32 * 3).collect();
+        let i64s: Vec<i64> = (0..n).map(|i| i as i64 - 7).collect();
+        let u64s: Vec<u64> = (0..n).map(|i| i as u64 + 9).collect();
+        let usizes: Vec<usize> = (0..n).map(|i| i % 13).collect();
+        let (g1, g2) = (vec![0.5f32; n], vec![0.25f32; n]);
+        let mut y = vec![0.0f64; n];
+        let mut want = vec![0.0f64; n];
+        for i in 0..n {
+            twenty(
+                i, 1.5, 2.5, 3.0, -4, 5, -6, 7, 8, true, 0.5, &f32s, &f64s, &i32s, &u32s, &i64s, &u64s,
+                &usizes, &g1, &g2, &mut want,
+            );
+        }
+        let maps = (
+            (map::to(&f32s), map::to(&f64s), map::to(&i32s), map::to(&u32s), map::to(&i64s)),
+            (map::to(&u64s), map::to(&usizes), map::to(&g1), map::to(&g2), map::from(&mut y)),
+        );
+        gpu.data(maps, |((x0, x1, x2, x3, x4), (x5, x6, x7, x8, y))| {
+            twenty::launch(
+                &gpu, n, 1.5, 2.5, 3.0, -4, 5, -6, 7, 8, true, 0.5, x0, x1, x2, x3, x4, x5, x6, x7, x8, y,
+            )
+        })?;
+        check_eq!(y, want);
+        Ok(())
+    });
+}
+
+/// A module constant, read by kernels (a value rustc computes is exact in C too).
+const DT: f64 = 1e-3;
+const STEPS: u32 = 3;
+const FLAG: bool = true;
+const SCALE: f32 = 1.0 / 3.0;
+
+mod physics {
+    /// A constant in another module.
+    pub const GRAVITY: f64 = -9.81;
+}
+
+#[offload::kernel]
+fn integrate(i: usize, v: &[f64], x: &mut [f64], f: &mut [f32]) {
+    let mut p = x[i];
+    for _ in 0..STEPS {
+        p += DT * v[i] + DT * DT * physics::GRAVITY;
+    }
+    x[i] = if FLAG { p } else { 0.0 };
+    f[i] = (i as f32) * SCALE + f32::EPSILON - f32::MIN_POSITIVE + (i as f32).tanh() + std::f32::consts::PI;
+}
+
+#[test]
+fn module_constants_and_the_float_types_constants() {
+    on_every_device("constants", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 500;
+        let v: Vec<f64> = (0..n).map(|i| i as f64 * 0.1).collect();
+        let mut x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let mut f = vec![0.0f32; n];
+        let (mut wx, mut wf) = (x.clone(), f.clone());
+        for i in 0..n {
+            integrate(i, &v, &mut wx, &mut wf);
+        }
+        gpu.data((map::to(&v), map::tofrom(&mut x), map::from(&mut f)), |(v, x, f)| {
+            integrate::launch(&gpu, n, v, x, f)
+        })?;
+        check_eq!(x, wx);
+        // tanh may differ in the last bit between libm and CUDA's.
+        check!(f.iter().zip(&wf).all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)), "{f:?} vs {wf:?}");
+        Ok(())
+    });
+}
+
+/// A C `declare target` function that takes an array.
+#[offload::device]
+fn laplacian(u: &[f32], c: usize, nx: usize) -> f32 {
+    u[c - 1] + u[c + 1] + u[c - nx] + u[c + nx] - 4.0 * u[c]
+}
+
+/// Sums a view.
+#[offload::device]
+fn total(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for k in 0..x.len() {
+        s += x[k];
+    }
+    s
+}
+
+/// Writes through a view, and calls another device function.
+#[offload::device]
+fn store_scaled(out: &mut [f32], k: usize, v: f32) {
+    out[k] = v * total(&out[k..k]).max(1.0);
+}
+
+#[offload::kernel(dims = 2)]
+fn diffuse(iy: usize, ix: usize, nx: usize, u: &[f32], rows: &[f32], out: &mut [f32]) {
+    let c = iy * nx + ix;
+    let row = &rows[iy * 4..iy * 4 + 4];
+    let l = laplacian(u, c, nx);
+    out[c] = u[c] + 0.1 * l + total(row) + total(&rows[..=1]);
+}
+
+#[test]
+fn device_functions_take_views_and_sub_slices() {
+    on_every_device("device functions over views", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (nx, ny) = (34, 20);
+        let u: Vec<f32> = (0..nx * ny).map(|i| ((i * 7) % 11) as f32).collect();
+        let rows: Vec<f32> = (0..ny * 4).map(|i| i as f32 * 0.5).collect();
+        let mut out = vec![0.0f32; nx * ny];
+        let mut want = out.clone();
+        for iy in 1..ny - 1 {
+            for ix in 1..nx - 1 {
+                diffuse(iy, ix, nx, &u, &rows, &mut want);
+            }
+        }
+        gpu.data((map::to(&u), map::to(&rows), map::tofrom(&mut out)), |(u, rows, out)| {
+            diffuse::launch(&gpu, (1..ny - 1, 1..nx - 1), nx, u, rows, out)
+        })?;
+        check_eq!(out, want);
+        Ok(())
+    });
+}
+
+#[offload::kernel(dims = 1)]
+fn scatter(i: usize, n: usize, x: &[f32], out: &mut [f32]) {
+    store_scaled(out, i, x[i] + n as f32);
+}
+
+#[test]
+fn a_device_function_writes_through_a_view() {
+    on_every_device("device function stores", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let mut out = vec![0.0f32; 100];
+        gpu.data((map::to(&x), map::from(&mut out)), |(x, o)| scatter::launch(&gpu, 100, 1, x, o))?;
+        check!(out.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0), "{out:?}");
+        Ok(())
+    });
+}
+
+#[offload::kernel]
+fn sub_slice_out_of_range(i: usize, x: &[f32], y: &mut [f32]) {
+    let s = &x[i..i + 2];
+    y[i] = s[0] + s[1];
+}
+
+#[test]
+fn a_sub_slice_past_its_view_fails_the_launch_naming_it() {
+    on_every_device("sub-slice out of range", |rt, d| {
+        let gpu = rt.device(d)?;
+        if !sub_slice_out_of_range::CHECKED && rt.describe(d)?.kind != offload::BackendKind::Host {
+            return Ok(()); // unchecked GPU launches do not check (documented)
+        }
+        let x = vec![1.0f32; 10];
+        let mut y = vec![0.0f32; 10];
+        let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
+            sub_slice_out_of_range::launch(&gpu, 10, x, y)
+        });
+        match r.map_err(cause) {
+            Err(Error::KernelFailed { message, .. }) => {
+                check!(
+                    message.contains("`x`") && (message.contains("9..11") || message.contains("index 11")),
+                    "{message}"
+                )
+            }
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
+        Ok(())
+    });
+}
+
+/// A parameter block, by value.
+#[derive(Clone, Copy, Debug, PartialEq, offload::DeviceCopy)]
+#[repr(C)]
+struct Params {
+    dt: f64,
+    damping: f32,
+    steps: u32,
+}
+
+/// A vector inside a struct.
+#[derive(Clone, Copy, Debug, PartialEq, Default, offload::DeviceCopy)]
+#[repr(C)]
+struct Vec2 {
+    x: f32,
+    y: f32,
+}
+
+/// An element of views: a struct of structs.
+#[derive(Clone, Copy, Debug, PartialEq, Default, offload::DeviceCopy)]
+#[repr(C)]
+struct Particle {
+    pos: Vec2,
+    vel: Vec2,
+    mass: f32,
+    id: u32,
+}
+
+#[offload::device]
+fn kinetic(p: Particle) -> f32 {
+    0.5 * p.mass * (p.vel.x * p.vel.x + p.vel.y * p.vel.y)
+}
+
+#[offload::kernel]
+fn advance(i: usize, p: Params, ps: &mut [Particle], energy: &mut [f32]) {
+    let mut q = ps[i];
+    for _ in 0..p.steps {
+        q.pos.x += (p.dt as f32) * q.vel.x;
+        q.pos.y += (p.dt as f32) * q.vel.y;
+        q.vel.y = q.vel.y * p.damping;
+    }
+    ps[i] = q;
+    ps[i].id = ps[i].id + 1000;
+    energy[i] = kinetic(ps[i]);
+}
+
+#[test]
+fn structs_are_parameters_by_value_and_elements_of_views() {
+    on_every_device("structs", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 300;
+        let params = Params { dt: 0.5, damping: 0.9, steps: 4 };
+        let mut ps: Vec<Particle> = (0..n)
+            .map(|i| Particle {
+                pos: Vec2 { x: i as f32, y: 0.0 },
+                vel: Vec2 { x: 1.0, y: i as f32 * 0.1 },
+                mass: 2.0,
+                id: i as u32,
+            })
+            .collect();
+        let mut energy = vec![0.0f32; n];
+        let (mut want, mut we) = (ps.clone(), energy.clone());
+        for i in 0..n {
+            advance(i, params, &mut want, &mut we);
+        }
+        gpu.data((map::tofrom(&mut ps), map::from(&mut energy)), |(ps, e)| {
+            advance::launch(&gpu, n, params, ps, e)
+        })?;
+        check_eq!(ps, want);
+        check_eq!(energy, we);
+        Ok(())
+    });
+}
+
+/// The Jacobi port's step as OpenMP writes it: `collapse(2)` over `i` (outer) and `j`
+/// (inner), with `i` the unit-stride index; and the same with the loops swapped.
+#[offload::kernel(dims = 2)]
+fn omp_order(i: usize, j: usize, n: usize, f_old: &[f32], f: &mut [f32]) {
+    f[i + j * n] = 0.25f32
+        * (f_old[(i - 1) + j * n] + f_old[(i + 1) + j * n] + f_old[i + (j - 1) * n] + f_old[i + (j + 1) * n]);
+}
+
+#[offload::kernel(dims = 2)]
+fn c_order(j: usize, i: usize, n: usize, f_old: &[f32], f: &mut [f32]) {
+    f[i + j * n] = 0.25f32
+        * (f_old[(i - 1) + j * n] + f_old[(i + 1) + j * n] + f_old[i + (j - 1) * n] + f_old[i + (j + 1) * n]);
+}
+
+#[test]
+fn a_kernel_in_openmp_loop_order_gives_the_same_results() {
+    // The unit-stride index is the fastest thread dimension whatever its position.
+    assert!(omp_order::KERNEL.thread_map().is_some_and(|m| m.contains("consecutive `i`")));
+    assert!(c_order::KERNEL.thread_map().is_some_and(|m| m.contains("consecutive `i`")));
+    on_every_device("OpenMP loop order", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 67;
+        let f_old: Vec<f32> = (0..n * n).map(|k| ((k * 31) % 17) as f32).collect();
+        let (mut a, mut b) = (vec![0.0f32; n * n], vec![0.0f32; n * n]);
+        let mut want = a.clone();
+        for i in 1..n - 1 {
+            for j in 1..n - 1 {
+                omp_order(i, j, n, &f_old, &mut want);
+            }
+        }
+        gpu.data((map::to(&f_old), map::tofrom(&mut a), map::tofrom(&mut b)), |(f_old, a, b)| {
+            omp_order::launch(&gpu, (1..n - 1, 1..n - 1), n, f_old, a)?;
+            c_order::launch(&gpu, (1..n - 1, 1..n - 1), n, f_old, b)
+        })?;
+        check_eq!(a, want);
+        check_eq!(b, want);
+        Ok(())
+    });
+}
+
+/// Every item stores to element 0: two iterations writing one element.
+#[offload::kernel(checked = true)]
+fn racy(i: usize, x: &mut [u32]) {
+    x[0] = i as u32;
+}
+
+#[test]
+fn a_checked_host_twin_catches_two_iterations_storing_one_element() {
+    on_every_device("store log", |rt, d| {
+        if rt.describe(d)?.kind != offload::BackendKind::Host {
+            return Ok(()); // GPUs do not log stores (documented)
+        }
+        let gpu = rt.device(d)?;
+        let mut x = vec![0u32; 4];
+        let r = gpu.data(map::tofrom(&mut x), |x| racy::launch(&gpu, 64, x));
+        match r.map_err(cause) {
+            Err(Error::KernelFailed { message, .. }) => {
+                check!(message.contains("both store element 0") && message.contains("`x`"), "{message}")
+            }
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
+        // One item storing once: fine.
+        gpu.data(map::tofrom(&mut x), |x| racy::launch(&gpu, 1, x))?;
+        Ok(())
+    });
+}
+
+#[test]
+fn every_kernel_of_this_file_compiles_with_nvrtc() {
+    offload_tests::compile_with_nvrtc(
+        "kernel language",
+        &[
+            &twenty::KERNEL,
+            &twenty::KERNEL_CHECKED,
+            &integrate::KERNEL,
+            &diffuse::KERNEL,
+            &diffuse::KERNEL_CHECKED,
+            &scatter::KERNEL,
+            &scatter::KERNEL_CHECKED,
+            &sub_slice_out_of_range::KERNEL_CHECKED,
+            &advance::KERNEL,
+            &advance::KERNEL_CHECKED,
+            &omp_order::KERNEL,
+            &c_order::KERNEL,
+            &racy::KERNEL_CHECKED,
+        ],
+    );
+}
