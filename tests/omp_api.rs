@@ -212,6 +212,66 @@ fn target_data_region_and_launch() -> Result<()> {
     all_clean(rt)
 }
 
+/// A line-by-line port's kernel: `#pragma omp target teams distribute parallel for
+/// map(to: x[0:n]) map(tofrom: y[0:n]) reduction(+: s)` over `y[i] += a * x[i]`.
+#[offload::kernel(reduction(+: s))]
+fn ported_saxpy(i: usize, a: f32, x: &[f32], y: &mut [f32], s: &mut f32) {
+    y[i] += a * x[i];
+    *s += x[i];
+}
+
+/// A 2-D kernel: its space is not the OpenMP shape's `n`.
+#[offload::kernel(dims = 2)]
+fn ported_2d(i: usize, j: usize, y: &mut [f32]) {
+    y[i + j] = 0.0;
+}
+
+#[test]
+fn target_launches_a_generated_kernel_with_the_c_shaped_arguments() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let mut all = devices()?;
+    all.push(omp_get_initial_device()?);
+    for dev in all {
+        let n = 1000;
+        let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut y = vec![1.0f32; n];
+        let mut s = [0.5f32];
+        let maps = [
+            MapItem::to(x.as_ptr(), 4 * n),
+            MapItem::tofrom(y.as_mut_ptr(), 4 * n),
+            MapItem::tofrom(s.as_mut_ptr(), 4),
+        ];
+        // One argument per parameter, as C passes them: the runtime adds the start and the
+        // views' lengths.
+        let args = [
+            LaunchArg::Value(Scalar::F32(2.0)),
+            LaunchArg::mapped(x.as_ptr()),
+            LaunchArg::mapped(y.as_ptr()),
+            LaunchArg::mapped(s.as_ptr()),
+        ];
+        // SAFETY: the maps name live vectors of the sizes given; nothing else touches them.
+        unsafe { target(dev, &ported_saxpy::KERNEL, n, &maps, &args) }?;
+        check!(y.iter().enumerate().all(|(i, &v)| v == 1.0 + 2.0 * i as f32), "device {dev}: {:?}", &y[..4]);
+        check_eq!(s[0], 0.5 + (n * (n - 1) / 2) as f32);
+        // A list that is not one argument per parameter is refused, naming the count.
+        let short = [LaunchArg::Value(Scalar::F32(2.0)), LaunchArg::mapped(x.as_ptr())];
+        // SAFETY: refused before running.
+        let e = fails(unsafe { target(dev, &ported_saxpy::KERNEL, n, &maps, &short) }, "too few arguments")?;
+        check!(
+            matches!(&e, Error::KernelArgument { what, .. } if what.contains("takes 4 arguments, got 2")),
+            "{e:?}"
+        );
+        let args2 = [LaunchArg::mapped(y.as_ptr())];
+        // SAFETY: refused before running.
+        let e = fails(unsafe { target(dev, &ported_2d::KERNEL, n, &maps, &args2) }, "a 2-D kernel")?;
+        check!(
+            matches!(&e, Error::KernelArgument { what, .. } if what.contains("2-D generated kernel")),
+            "{e:?}"
+        );
+    }
+    all_clean(rt)
+}
+
 #[test]
 fn associate_and_disassociate() -> Result<()> {
     let (_g, rt) = setup()?;

@@ -49,6 +49,34 @@ pub struct Kernel {
     block: u32,
     grid_stride: bool,
     thread_map: Option<&'static str>,
+    shape: Option<&'static KernelShape>,
+}
+
+/// How a generated kernel's parameters sit in its argument block, so that a launch in the
+/// OpenMP shape ([`crate::omp::target`], [`crate::Runtime::target_launch`]), which gives one
+/// argument per parameter, can add what the runtime owes the kernel: the index space's
+/// start and each view's length (from its mapped extent). `#[offload::kernel]` writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    /// Dimensions of the index space (launches in the OpenMP shape take 1-D kernels).
+    pub dims: usize,
+    /// The parameters, in order.
+    pub params: &'static [ShapeParam],
+}
+
+/// A parameter of a [`KernelShape`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapeParam {
+    /// A scalar, passed as it is.
+    Value,
+    /// A view (or a reduction variable's one-element view) of elements of this many
+    /// bytes: a pointer, its length added after the parameters.
+    View {
+        /// Bytes per element.
+        elem_bytes: usize,
+    },
+    /// A struct by value (not expressible in the OpenMP shape).
+    Struct,
 }
 
 impl Kernel {
@@ -64,6 +92,7 @@ impl Kernel {
             block: DEFAULT_BLOCK,
             grid_stride: false,
             thread_map: None,
+            shape: None,
         }
     }
 
@@ -101,6 +130,13 @@ impl Kernel {
     /// `#[offload::kernel]` writes it).
     pub const fn with_thread_map(mut self, note: &'static str) -> Self {
         self.thread_map = Some(note);
+        self
+    }
+
+    /// Says how a generated kernel's parameters sit in its argument block (see
+    /// [`KernelShape`]).
+    pub const fn with_shape(mut self, shape: &'static KernelShape) -> Self {
+        self.shape = Some(shape);
         self
     }
 
@@ -151,6 +187,11 @@ impl Kernel {
     /// How the kernel's indices are mapped to GPU threads, when it says.
     pub const fn thread_map(&self) -> Option<&'static str> {
         self.thread_map
+    }
+
+    /// A generated kernel's parameter shape, when it says.
+    pub const fn shape(&self) -> Option<&'static KernelShape> {
+        self.shape
     }
 
     /// The host implementation, if it has one.
@@ -297,6 +338,74 @@ macro_rules! device_copy {
 device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// `args`, one per parameter of `kernel` (translated, in the OpenMP shape), as the full
+/// argument block of a kernel with a [`KernelShape`]: the space's start (0), the
+/// arguments, each view's length (its extent in elements). Kernels without a shape take
+/// `args` as they are.
+pub(crate) fn expand_c_shaped(
+    kernel: &Kernel,
+    device: usize,
+    args: Vec<KernelArg>,
+) -> crate::Result<Vec<KernelArg>> {
+    let Some(shape) = kernel.shape() else { return Ok(args) };
+    let fail =
+        |index: usize, what: String| crate::Error::KernelArgument { kernel: kernel.name(), index, what };
+    if shape.dims != 1 {
+        return Err(fail(
+            0,
+            format!(
+                "a {}-D generated kernel takes its index space from its launcher (`{}::launch`), not from a launch in the \
+                 OpenMP shape's `n`",
+                shape.dims,
+                kernel.name()
+            ),
+        ));
+    }
+    if args.len() != shape.params.len() {
+        return Err(fail(
+            args.len().min(shape.params.len()),
+            format!("device {device}: the kernel takes {} arguments, got {}", shape.params.len(), args.len()),
+        ));
+    }
+    let mut full = vec![KernelArg::Scalar(Scalar::U64(0))];
+    let mut lens = Vec::new();
+    for (k, (a, p)) in args.iter().zip(shape.params).enumerate() {
+        match (p, a) {
+            (ShapeParam::Value, KernelArg::Scalar(_)) => {}
+            (ShapeParam::View { elem_bytes }, KernelArg::Ptr { bytes: Some(b), .. }) => {
+                lens.push(KernelArg::Scalar(Scalar::U64((b / (*elem_bytes).max(1)) as u64)));
+            }
+            (ShapeParam::View { .. }, KernelArg::Ptr { bytes: None, addr }) => {
+                return Err(fail(
+                    k,
+                    format!(
+                        "device {device}: the extent of {addr:#x} is unknown (not inside a mapped range or a \
+                         target_alloc block): a generated kernel's views need their lengths"
+                    ),
+                ))
+            }
+            (ShapeParam::Struct, _) => {
+                return Err(fail(
+                    k,
+                    format!(
+                        "a struct by value is not expressible in the OpenMP shape: use `{}::launch`",
+                        kernel.name()
+                    ),
+                ))
+            }
+            (ShapeParam::Value, KernelArg::Ptr { .. }) => {
+                return Err(fail(k, format!("device {device}: a scalar parameter was given a pointer")))
+            }
+            (ShapeParam::View { .. }, KernelArg::Scalar(_)) => {
+                return Err(fail(k, format!("device {device}: a view parameter was given a value")))
+            }
+        }
+        full.push(*a);
+    }
+    full.extend(lens);
+    Ok(full)
+}
 
 /// A `#[repr(C)]` struct that generated kernels take by value and as the element of views:
 /// `#[derive(offload::DeviceCopy)]` implements it (with [`DeviceCopy`]).

@@ -67,7 +67,10 @@ pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
-pub use kernel::{DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelStruct, LaunchArg, Scalar};
+pub use kernel::{
+    DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, Scalar,
+    ShapeParam,
+};
 pub use mapped::{HostMut, Mapped};
 pub use mapping::{
     BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead,

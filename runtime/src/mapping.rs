@@ -709,7 +709,17 @@ impl<'rt> Device<'rt> {
         }
         // SAFETY: no map list; mapped arguments are translated through the present table
         // (device memory of the right extent).
-        unsafe { self.rt.target_launch_at(self.number, kernel, n, &[], &launch_args, at) }
+        unsafe {
+            self.rt.target_launch_at(
+                self.number,
+                kernel,
+                n,
+                &[],
+                &launch_args,
+                crate::runtime::ArgShape::Full,
+                at,
+            )
+        }
     }
 
     /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on

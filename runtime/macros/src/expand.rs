@@ -631,6 +631,25 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         .map(|d| quote!(__offload_g.starts()[#d] as u64))
         .chain((1..dims).map(|d| quote!(__offload_g.lens()[#d] as u64)))
         .collect();
+    let shape_params: Vec<TokenStream> = sig
+        .params
+        .iter()
+        .map(|p| {
+            let sp = quote!(::offload::ShapeParam);
+            match &p.kind {
+                ParamKind::Scalar(_) => quote!(#sp::Value),
+                ParamKind::Struct(_) => quote!(#sp::Struct),
+                ParamKind::View { elem, .. } => {
+                    let t = elem.rust_inner();
+                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>() })
+                }
+                ParamKind::Reduction { ty, .. } => {
+                    let t = ty.rust();
+                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>() })
+                }
+            }
+        })
+        .collect();
     // A reduction variable given to `launch` is the field's `Some`.
     let rebind: Vec<TokenStream> = sig
         .params
@@ -767,14 +786,19 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             #(#items)*
             #size_check
 
-            /// The kernel: its CUDA C and HIP C sources and its host twin.
+            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #dims, params: &[#(#shape_params),*] };
+
+            /// The kernel: its CUDA C and HIP C sources and its host twin. Launched in the
+            /// OpenMP shape (`offload::omp::target`, one argument per parameter), the runtime
+            /// adds its start and its views' lengths.
             pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
                 .with_cuda(#cuda)
                 .with_hip(#hip)
                 .with_host(#host_fn::<false>)
                 .with_block(#block)
                 .with_grid_stride()
-                .with_thread_map(#note);
+                .with_thread_map(#note)
+                .with_shape(&__OFFLOAD_SHAPE);
 
             /// The bounds-checked variant of [`KERNEL`]: on GPUs every element access is
             /// checked against its view's length, and the first out of range is reported

@@ -400,6 +400,6 @@ pub unsafe fn target_nowait(
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.
     submit(rt, d, Lane::Compute, depend, move || unsafe {
-        rt.target_launch_at(d, kernel, n, &maps, &args, at)
+        rt.target_launch_at(d, kernel, n, &maps, &args, crate::runtime::ArgShape::OpenMp, at)
     })
 }

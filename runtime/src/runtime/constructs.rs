@@ -21,6 +21,17 @@ pub(crate) enum MapConstruct {
     ExitData,
 }
 
+/// How a launch's arguments are given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArgShape {
+    /// Every value of the kernel's argument block (a generated kernel's launcher, a
+    /// hand-written kernel).
+    Full,
+    /// One per parameter, as OpenMP's `target` passes them: a generated kernel's hidden
+    /// values (see [`crate::kernel::KernelShape`]) are added by the runtime.
+    OpenMp,
+}
+
 impl Runtime {
     // ---- map constructs ------------------------------------------------------------
 
@@ -185,7 +196,7 @@ impl Runtime {
         args: &[LaunchArg],
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.target_launch_at(device, kernel, n, maps, args, Location::caller()) }
+        unsafe { self.target_launch_at(device, kernel, n, maps, args, ArgShape::OpenMp, Location::caller()) }
     }
 
     /// [`Runtime::target_launch`] as called from `at`.
@@ -199,9 +210,11 @@ impl Runtime {
         n: usize,
         maps: &[MapItem],
         args: &[LaunchArg],
+        shape: ArgShape,
         at: &'static Location<'static>,
     ) -> Result<()> {
         let target = self.target(device)?;
+        let c_shaped = shape == ArgShape::OpenMp && kernel.shape().is_some();
         validate::map_list(Construct::Target, device, maps)?;
         if self.inner.trace.on(InfoFlags::KERNEL_ARGS)
             || tracing::enabled!(target: "offload", tracing::Level::DEBUG)
@@ -211,6 +224,21 @@ impl Runtime {
         }
         let d = match target {
             Target::Device(d) => d,
+            Target::Initial if c_shaped => {
+                // Host memory: each view's extent is what the map list says of it.
+                let extents: Vec<Option<usize>> = args
+                    .iter()
+                    .map(|a| match *a {
+                        LaunchArg::Mapped(h) => maps
+                            .iter()
+                            .map(|m| m.range)
+                            .find(|r| r.begin <= h && h < r.end())
+                            .map(|r| r.end() - h),
+                        _ => None,
+                    })
+                    .collect();
+                return self.run_on_host_shaped(kernel, n, args, &extents, true);
+            }
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
         let reaches_peer = self.check_device_args(d, kernel, args)?;
@@ -232,6 +260,7 @@ impl Runtime {
             }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
             let (a, mut in_use) = d.translate_args(kernel, args)?;
+            let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             let launch = crate::device::RecordedLaunch { kernel: *kernel, n, args: a };
             recorder::push(launch, in_use.take_blocks());
@@ -243,6 +272,7 @@ impl Runtime {
         unsafe { d.map_enter(maps, Construct::Target, origin)? };
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
         let launched = d.translate_args(kernel, args).and_then(|(a, in_use)| {
+            let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             // A kernel that writes another device's memory (peer access) is seen there by
             // work no construct on this device orders: it waits, as OpenMP's target does.
@@ -358,6 +388,18 @@ impl Runtime {
         args: &[LaunchArg],
         extents: &[Option<usize>],
     ) -> Result<()> {
+        self.run_on_host_shaped(kernel, n, args, extents, false)
+    }
+
+    /// [`Runtime::run_on_host`], the arguments in the OpenMP shape when `c_shaped`.
+    fn run_on_host_shaped(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        args: &[LaunchArg],
+        extents: &[Option<usize>],
+        c_shaped: bool,
+    ) -> Result<()> {
         let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
             device: self.initial_device(),
             kernel: kernel.name(),
@@ -375,6 +417,11 @@ impl Runtime {
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();
+        let args = if c_shaped {
+            crate::kernel::expand_c_shaped(kernel, self.initial_device(), args)?
+        } else {
+            args
+        };
         let _hold = self.hold_initial_device(true, kernel.name())?;
         run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
     }

@@ -5,6 +5,7 @@
 
 mod builder;
 mod constructs;
+pub(crate) use constructs::ArgShape;
 pub mod memcpy;
 mod memory;
 mod queries;
