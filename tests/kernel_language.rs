@@ -365,6 +365,128 @@ fn a_checked_host_twin_catches_two_iterations_storing_one_element() {
     });
 }
 
+/// Each team reverses its block of 64 elements through a team-local array: a thread reads
+/// what another wrote, which only the barrier makes safe.
+#[offload::kernel(teams = 64)]
+fn reverse_blocks(team: usize, thread: usize, x: &[u32], y: &mut [u32]) {
+    let mut tile: [u32; 64] = offload::team_local();
+    tile[thread] = x[team * 64 + thread];
+    offload::barrier();
+    y[team * 64 + thread] = tile[63 - thread];
+}
+
+/// A 3-point stencil over a team's block with its halo in team-local memory, over several
+/// passes (barriers inside a loop of uniform trip count), and a per-team sum (a tree in
+/// team-local memory, thread 0 storing).
+#[offload::kernel(teams = 32)]
+fn smooth_blocks(team: usize, thread: usize, passes: u32, x: &[f32], y: &mut [f32], sums: &mut [f32]) {
+    let mut tile: [f32; 34] = offload::team_local();
+    let mut partial: [f32; 32] = offload::team_local();
+    let g = team * 32 + thread;
+    let mut v = x[g];
+    for _ in 0..passes {
+        tile[thread + 1] = v;
+        if thread == 0 {
+            tile[0] = if g > 0 { x[g - 1] } else { 0.0 };
+        }
+        if thread == 31 {
+            tile[33] = if g + 1 < x.len() { x[g + 1] } else { 0.0 };
+        }
+        offload::barrier();
+        v = (tile[thread] + tile[thread + 1] + tile[thread + 2]) / 3.0;
+        offload::barrier();
+    }
+    y[g] = v;
+    partial[thread] = v;
+    offload::barrier();
+    for s in 0..5u32 {
+        let width = 16usize >> s;
+        if thread < width {
+            partial[thread] = partial[thread] + partial[thread + width];
+        }
+        offload::barrier();
+    }
+    if thread == 0 {
+        sums[team] = partial[0];
+    }
+}
+
+#[test]
+fn teams_kernels_share_team_local_arrays_across_a_barrier() {
+    on_every_device("teams", |rt, d| {
+        let gpu = rt.device(d)?;
+        let teams = 40;
+        let x: Vec<u32> = (0..teams * 64).map(|i| i as u32).collect();
+        let mut y = vec![0u32; teams * 64];
+        gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| reverse_blocks::launch(&gpu, teams, x, y))?;
+        let want: Vec<u32> = (0..teams * 64).map(|i| ((i / 64) * 64 + 63 - i % 64) as u32).collect();
+        check_eq!(y, want);
+        // A sub-range of teams launches only those.
+        let mut z = vec![0u32; teams * 64];
+        gpu.data((map::to(&x), map::tofrom(&mut z)), |(x, z)| reverse_blocks::launch(&gpu, 2..4, x, z))?;
+        check!(z.iter().enumerate().all(|(i, &v)| if (128..256).contains(&i) {
+            v == want[i]
+        } else {
+            v == 0
+        }));
+
+        // The stencil and the sums against a host computation of the same passes.
+        let n = teams * 32;
+        let x: Vec<f32> = (0..n).map(|i| ((i * 13) % 7) as f32).collect();
+        let (mut y, mut sums) = (vec![0.0f32; n], vec![0.0f32; teams]);
+        gpu.data((map::to(&x), map::from(&mut y), map::from(&mut sums)), |(x, y, s)| {
+            smooth_blocks::launch(&gpu, teams, 3, x, y, s)
+        })?;
+        let mut want = vec![0.0f32; n];
+        for t in 0..teams {
+            let mut v: Vec<f32> = x[t * 32..t * 32 + 32].to_vec();
+            let left = if t > 0 { x[t * 32 - 1] } else { 0.0 };
+            let right = if t + 1 < teams { x[t * 32 + 32] } else { 0.0 };
+            for _ in 0..3 {
+                let mut tile = vec![left];
+                tile.extend_from_slice(&v);
+                tile.push(right);
+                v = (0..32).map(|k| (tile[k] + tile[k + 1] + tile[k + 2]) / 3.0).collect();
+            }
+            want[t * 32..t * 32 + 32].copy_from_slice(&v);
+        }
+        check!(y.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-5), "{:?} vs {:?}", &y[..8], &want[..8]);
+        for t in 0..teams {
+            let s: f32 = want[t * 32..t * 32 + 32].iter().sum();
+            check!((sums[t] - s).abs() <= 1e-3 * s.abs().max(1.0), "team {t}: {} vs {s}", sums[t]);
+        }
+        Ok(())
+    });
+}
+
+/// A thread that fails stops its whole team (the others are not left at the barrier).
+#[offload::kernel(teams = 16, checked = true)]
+fn failing_team(team: usize, thread: usize, y: &mut [u32]) {
+    let mut tile: [u32; 16] = offload::team_local();
+    tile[thread] = thread as u32;
+    offload::barrier();
+    y[team * 16 + thread + if thread == 5 { 1000 } else { 0 }] = tile[15 - thread];
+}
+
+#[test]
+fn a_failing_thread_fails_its_teams_launch_without_hanging() {
+    on_every_device("failing team", |rt, d| {
+        if !failing_team::CHECKED && rt.describe(d)?.kind != offload::BackendKind::Host {
+            return Ok(());
+        }
+        let gpu = rt.device(d)?;
+        let mut y = vec![0u32; 64];
+        let r = gpu.data(map::tofrom(&mut y), |y| failing_team::launch(&gpu, 4, y));
+        match r.map_err(cause) {
+            Err(Error::KernelFailed { message, .. }) => {
+                check!(message.contains("`y`") && message.contains("out of range"), "{message}")
+            }
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn every_kernel_of_this_file_compiles_with_nvrtc() {
     offload_tests::compile_with_nvrtc(
@@ -383,6 +505,10 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &omp_order::KERNEL,
             &c_order::KERNEL,
             &racy::KERNEL_CHECKED,
+            &reverse_blocks::KERNEL,
+            &reverse_blocks::KERNEL_CHECKED,
+            &smooth_blocks::KERNEL,
+            &failing_team::KERNEL_CHECKED,
         ],
     );
 }

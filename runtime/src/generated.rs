@@ -156,6 +156,12 @@ impl<'a, T: Element> SharedSlice<'a, T> {
         Ok(Self { ptr, len, kernel, name, log: None, base: 0 })
     }
 
+    /// A teams kernel's team-local array, over `buf` (the twin's, one per team at a time):
+    /// shared by the team's threads through atomic accesses, as the exclusive borrow allows.
+    pub fn team_local(buf: &'a mut [T], kernel: &'static str, name: &'static str) -> Self {
+        Self { ptr: buf.as_mut_ptr(), len: buf.len(), kernel, name, log: None, base: 0 }
+    }
+
     /// The same view, its stores recorded in `log` (a checked twin's).
     pub fn logged<'b>(self, log: &'b StoreLog) -> SharedSlice<'b, T>
     where
@@ -276,6 +282,99 @@ thread_local! {
 #[inline]
 pub fn set_item(t: usize) {
     CURRENT_ITEM.with(|c| c.set(t));
+}
+
+/// The barrier of a teams kernel's host twin: the team's threads wait for each other, as
+/// `__syncthreads()` makes a GPU block's. A thread that fails (panics) breaks it: the
+/// others stop waiting and fail too, so a failed team never hangs.
+#[derive(Debug)]
+pub struct TeamBarrier {
+    threads: usize,
+    state: std::sync::Mutex<BarrierState>,
+    turned: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct BarrierState {
+    waiting: usize,
+    generation: u64,
+    broken: bool,
+}
+
+/// The message of a thread that stopped because another of its team failed.
+const TEAM_BROKEN: &str = "another thread of the team failed";
+
+impl TeamBarrier {
+    /// A barrier for `threads` threads.
+    pub fn new(threads: usize) -> Self {
+        Self { threads, state: Default::default(), turned: std::sync::Condvar::new() }
+    }
+
+    /// Waits until every thread of the team has reached the barrier (`offload::barrier()`).
+    pub fn wait(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.broken {
+            panic!("{TEAM_BROKEN}");
+        }
+        s.waiting += 1;
+        if s.waiting == self.threads {
+            s.waiting = 0;
+            s.generation += 1;
+            self.turned.notify_all();
+            return;
+        }
+        let generation = s.generation;
+        while s.generation == generation && !s.broken {
+            s = self.turned.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if s.broken {
+            panic!("{TEAM_BROKEN}");
+        }
+    }
+
+    fn break_it(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.broken = true;
+        self.turned.notify_all();
+    }
+}
+
+/// Runs `body(thread)` on `threads` threads at once (a teams kernel's twin runs a team's
+/// threads so, that its barrier means what `__syncthreads()` means); the first failure is
+/// resumed here once every thread has stopped.
+pub fn run_team(threads: usize, barrier: &TeamBarrier, body: impl Fn(usize) + Sync) {
+    let failure = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let body = &body;
+                s.spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(t)));
+                    if r.is_err() {
+                        barrier.break_it();
+                    }
+                    r
+                })
+            })
+            .collect();
+        let mut first: Option<Box<dyn std::any::Any + Send>> = None;
+        for h in handles {
+            let payload = match h.join() {
+                Ok(Ok(())) => continue,
+                Ok(Err(p)) | Err(p) => p,
+            };
+            let secondary = crate::error::panic_message(&*payload) == TEAM_BROKEN;
+            if first.is_none()
+                || (!secondary
+                    && first.as_deref().is_some_and(|f| crate::error::panic_message(f) == TEAM_BROKEN))
+            {
+                first = Some(payload);
+            }
+        }
+        first
+    });
+    if let Some(p) = failure {
+        std::panic::resume_unwind(p);
+    }
 }
 
 /// Scalar argument `k` (passed as `u64`) as a `usize`.

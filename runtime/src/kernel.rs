@@ -339,6 +339,21 @@ device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
+/// A team-local array of a teams kernel (`#[offload::kernel(teams = THREADS)]`), written
+/// `let mut tile: [f32; N] = offload::team_local();` at the top of its body: one array per
+/// team, shared by its threads (`__shared__` on GPUs, uninitialized there: write before
+/// reading, and read what another thread wrote after an [`barrier`]). Called as ordinary
+/// Rust (the function as written), it is an array of zeros.
+pub fn team_local<T: Copy + Default, const N: usize>() -> [T; N] {
+    [T::default(); N]
+}
+
+/// The barrier of a teams kernel: every thread of the team waits until all have reached
+/// it (`__syncthreads()` on GPUs). It must be reached by all of them: not inside an `if`,
+/// a `while`, a `loop`, or a `for` whose bounds depend on the thread (the macro refuses
+/// those). Called as ordinary Rust, it does nothing.
+pub fn barrier() {}
+
 /// `args`, one per parameter of `kernel` (translated, in the OpenMP shape), as the full
 /// argument block of a kernel with a [`KernelShape`]: the space's start (0), the
 /// arguments, each view's length (its extent in elements). Kernels without a shape take
@@ -352,12 +367,16 @@ pub(crate) fn expand_c_shaped(
     let fail =
         |index: usize, what: String| crate::Error::KernelArgument { kernel: kernel.name(), index, what };
     if shape.dims != 1 {
+        let what = if shape.dims == 0 {
+            "a teams kernel".to_string()
+        } else {
+            format!("a {}-D generated kernel", shape.dims)
+        };
         return Err(fail(
             0,
             format!(
-                "a {}-D generated kernel takes its index space from its launcher (`{}::launch`), not from a launch in the \
-                 OpenMP shape's `n`",
-                shape.dims,
+                "{what} takes its index space from its launcher (`{}::launch`), not from a launch in the OpenMP \
+                 shape's `n`",
                 kernel.name()
             ),
         ));

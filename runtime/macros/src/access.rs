@@ -155,7 +155,7 @@ fn element_indices<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Expr>) {
                 element_indices(body, out);
             }
             Stmt::Loop(b) | Stmt::Block(b) => element_indices(b, out),
-            Stmt::Break | Stmt::Continue => {}
+            Stmt::Break | Stmt::Continue | Stmt::Barrier => {}
         }
     }
 }

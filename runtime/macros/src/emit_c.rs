@@ -156,10 +156,23 @@ impl Emitter<'_> {
         }
     }
 
-    /// The argument number a bare view reports in a checked launch.
+    /// The argument number a view reports in a checked launch: a parameter's position, a
+    /// team-local array's after the parameters'.
     fn arg_of(&self, v: VarId) -> usize {
         match self.body.vars[v].role {
             Role::Param(k) => k,
+            Role::TeamLocal(_) => {
+                let params = self.body.vars.iter().filter(|x| matches!(x.role, Role::Param(_))).count();
+                params + self.body.vars[..v].iter().filter(|x| matches!(x.role, Role::TeamLocal(_))).count()
+            }
+            _ => 0,
+        }
+    }
+
+    /// A team-local array's length.
+    fn array_len(&self, v: VarId) -> u64 {
+        match self.body.vars[v].role {
+            Role::TeamLocal(n) => n,
             _ => 0,
         }
     }
@@ -172,26 +185,29 @@ impl Emitter<'_> {
             ViewRepr::Bare if self.checked => {
                 format!("(*offload_at({c}, {i}, __offload_len_{c}, {}u, __offload_err))", self.arg_of(v))
             }
-            ViewRepr::Bare | ViewRepr::Boxed => format!("{c}[{i}]"),
+            ViewRepr::Array if self.checked => {
+                format!(
+                    "(*offload_at({c}, {i}, {}ull, {}u, __offload_err))",
+                    self.array_len(v),
+                    self.arg_of(v)
+                )
+            }
+            ViewRepr::Bare | ViewRepr::Boxed | ViewRepr::Array => format!("{c}[{i}]"),
         }
     }
 
     /// View `v` as an `offload_view` value.
     fn view_value(&self, v: VarId) -> String {
         let c = self.c(v);
-        match self.repr(v) {
-            ViewRepr::Boxed => c.to_string(),
-            ViewRepr::Bare => {
-                let (elem, mutable) = self.view_elem(v);
-                let konst = if mutable { "" } else { "const " };
-                let err = if self.checked { "__offload_err" } else { "nullptr" };
-                format!(
-                    "offload_view<{konst}{}>({c}, __offload_len_{c}, {}u, {err})",
-                    elem.c(),
-                    self.arg_of(v)
-                )
-            }
-        }
+        let len = match self.repr(v) {
+            ViewRepr::Boxed => return c.to_string(),
+            ViewRepr::Array => format!("{}ull", self.array_len(v)),
+            ViewRepr::Bare => format!("__offload_len_{c}"),
+        };
+        let (elem, mutable) = self.view_elem(v);
+        let konst = if mutable { "" } else { "const " };
+        let err = if self.checked { "__offload_err" } else { "nullptr" };
+        format!("offload_view<{konst}{}>({c}, {len}, {}u, {err})", elem.c(), self.arg_of(v))
     }
 
     fn place(&self, p: &Place) -> String {
@@ -210,6 +226,7 @@ impl Emitter<'_> {
             ExprKind::Field { base, field } => format!("{}.{}", self.expr(base), unraw(field)),
             ExprKind::Len(v) => match self.repr(*v) {
                 ViewRepr::Bare => format!("__offload_len_{}", self.c(*v)),
+                ViewRepr::Array => format!("{}ull", self.array_len(*v)),
                 ViewRepr::Boxed => format!("{}.len", self.c(*v)),
             },
             ExprKind::ViewOf(v) => self.view_value(*v),
@@ -376,6 +393,7 @@ impl Emitter<'_> {
                 self.block(body);
                 self.line("}");
             }
+            Stmt::Barrier => self.line("__syncthreads();"),
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
             Stmt::Return(v, _) => match (self.kernel, v) {
@@ -488,6 +506,7 @@ pub fn kernel_source(
 ) -> Vec<Part> {
     const ULL: &str = "unsigned long long";
     let d = sig.indices.len();
+    let block = sig.teams.unwrap_or(BLOCK);
     let mut decls = Vec::new();
     let mut lines = Vec::new();
     let mut reductions = Vec::new();
@@ -527,7 +546,7 @@ pub fn kernel_source(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}({}) {{",
+        "extern \"C\" __global__ void __launch_bounds__({block}) {}({}) {{",
         symbol(sig, checked),
         decls.join(", ")
     );
@@ -535,6 +554,23 @@ pub fn kernel_source(
     parts.extend(const_parts(body, 1));
     for l in lines {
         let _ = writeln!(s, "    {l}");
+    }
+    if let Some(t) = sig.teams {
+        // One team per block, the blocks looping over the teams (a uniform trip count per
+        // block, so every barrier is reached by all of a team's threads).
+        for v in &body.vars {
+            if let (Role::TeamLocal(n), Type::View { elem, .. }) = (&v.role, &v.ty) {
+                let _ = writeln!(s, "    __shared__ {} {}[{n}];", elem.c(), v.c);
+            }
+        }
+        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / {t}ull;");
+        s.push_str("    for (unsigned long long __offload_q = blockIdx.x; __offload_q < __offload_teams; __offload_q += gridDim.x) {\n        {\n");
+        let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_q;", idx[0]);
+        let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);
+        s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
+        s.push_str("        }\n        __syncthreads();\n    }\n}\n");
+        parts.push(Part::Text(s));
+        return parts;
     }
     let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
     let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");

@@ -234,6 +234,7 @@ impl RustEmitter<'_> {
                 let b = self.stmts(b);
                 quote!(loop { #b })
             }
+            Stmt::Barrier => quote!(__offload_barrier.wait();),
             Stmt::Break => quote!(break;),
             Stmt::Continue => quote!(continue;),
             Stmt::Return(None, span) => quote_spanned!(*span=> return;),

@@ -241,7 +241,7 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     let opts: KernelOptions = syn::parse2(attr)?;
     let sig = kernel_sig(f, &opts)?;
     let rows = match opts.rows {
-        Some((_, span)) if sig.indices.len() == 1 => {
+        Some((_, span)) if sig.indices.len() == 1 || sig.teams.is_some() => {
             return Err(syn::Error::new(span, "offload::kernel: rows applies to 2-D and 3-D kernels"))
         }
         Some((r, _)) => r,
@@ -254,13 +254,22 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
         ));
     }
     let mut lower = Lowerer::new(Mode::Kernel);
+    if sig.teams.is_some() {
+        lower.set_teams();
+    }
     lower.reserve(&sig.name.to_string());
     let param_vars = lower.params(&sig.params);
     let index_vars = lower.indices(&sig.indices);
     let stmts = lower.stmts(&f.block.stmts, false)?;
     let body = lower.finish(stmts);
     let names: Vec<String> = sig.indices.iter().map(|i| i.to_string()).collect();
-    let map = thread_map(&body, &names);
+    let map = match sig.teams {
+        Some(t) => ThreadMap {
+            order: vec![0, 1],
+            note: format!("teams of {t} threads: a block per team, `{}` = threadIdx.x", names[1]),
+        },
+        None => thread_map(&body, &names),
+    };
     let k = Lowered { sig, body, index_vars, param_vars, map };
     Ok((opts, k, rows))
 }
@@ -298,7 +307,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let name = &sig.name;
     let name_str = name.to_string();
     let vis = &f.vis;
-    let dims = sig.indices.len();
+    let dims = sig.space_dims();
     let host_fn = format_ident!("__offload_host_{}", name);
     let mut items = Vec::new();
     let mut sources = Vec::new();
@@ -314,7 +323,22 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     }
     let [cuda, cuda_checked, hip, hip_checked] = <[TokenStream; 4]>::try_from(sources).expect("four sources");
     let symbol_checked = emit_c::symbol(sig, true);
-    let block = emit_c::BLOCK;
+    let block = sig.teams.unwrap_or(emit_c::BLOCK);
+    // A teams launch runs `block` work items per team.
+    let per_item = sig.teams.map_or(1usize, |t| t as usize);
+    // Team-local arrays: their names (a checked launch's report names them after the
+    // parameters), element types and lengths.
+    let team_locals: Vec<(&syn::Ident, TokenStream, u64)> = k
+        .body
+        .vars
+        .iter()
+        .filter_map(|v| match (&v.role, &v.ty) {
+            (crate::ir::Role::TeamLocal(n), crate::ir::Type::View { elem, .. }) => {
+                Some((&v.rust, elem.rust_inner(), *n))
+            }
+            _ => None,
+        })
+        .collect();
     let note = &k.map.note;
 
     // ---- the argument block: its positions, and its size ----
@@ -423,7 +447,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let idx: Vec<&syn::Ident> = sig.indices.iter().collect();
     let len_of = |d: usize| format_ident!("__offload_l{}", d);
     let order = &k.map.order;
-    let decode = match dims {
+    let decode = match sig.indices.len() {
+        _ if sig.teams.is_some() => quote!(),
         1 => {
             let i = idx[0];
             quote!(let #i: usize = __offload_s0 + __offload_t;)
@@ -449,13 +474,36 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         }
     };
     let inner_lens: Vec<syn::Ident> = (1..dims).map(len_of).collect();
-    let l0 = (dims > 1).then(|| {
+    let l0 = (dims > 1 && sig.teams.is_none()).then(|| {
         quote!(
             let __offload_inner: usize = 1 #(* #inner_lens)*;
             let __offload_l0: usize = if __offload_inner == 0 { 0 } else { __offload_l.n() / __offload_inner };
         )
     });
     let body_stmts = emit.stmts(&k.body.stmts);
+    let teams_loop = sig.teams.map(|t| {
+        let t = t as usize;
+        let (team, thread) = (idx[0], idx[1]);
+        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, _, _)| format_ident!("__offload_tl_{}", n)).collect();
+        let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, _, _)| *n).collect();
+        let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, _)| t).collect();
+        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n)| *n as usize).collect();
+        quote! {
+            let __offload_teams: usize = __offload_l.n() / #t;
+            #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
+            #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
+            let __offload_barrier = ::offload::__private::TeamBarrier::new(#t);
+            ::offload::__private::run_team(#t, &__offload_barrier, |__offload_thread: usize| {
+                for __offload_q in 0..__offload_teams {
+                    let #team: usize = __offload_s0 + __offload_q;
+                    let #thread: usize = __offload_thread;
+                    { #body_stmts }
+                    __offload_barrier.wait();
+                }
+            });
+        }
+    });
     let reductions: Vec<(&syn::Ident, Ty, RedOp)> = sig
         .params
         .iter()
@@ -467,7 +515,9 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let mark = quote!(if __OFFLOAD_CHECK {
         ::offload::__private::set_item(__offload_t);
     });
-    let host_loop = if reductions.is_empty() {
+    let host_loop = if let Some(teams) = teams_loop {
+        teams
+    } else if reductions.is_empty() {
         quote! {
             ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
                 #mark
@@ -624,13 +674,20 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         Some(false) => quote!(false),
         None => quote!(::core::cfg!(debug_assertions)),
     };
-    let param_strs: Vec<String> = sig.params.iter().map(|p| p.text()).collect();
+    let param_strs: Vec<String> = sig
+        .params
+        .iter()
+        .map(|p| p.text())
+        .chain(team_locals.iter().map(|(n, _, _)| n.to_string()))
+        .collect();
     let param_positions: Vec<&TokenStream> = (0..sig.params.len()).map(|i| &param_pos[&i]).collect();
     let nb = 2 * dims - 1;
     let bounds: Vec<TokenStream> = (0..dims)
         .map(|d| quote!(__offload_g.starts()[#d] as u64))
         .chain((1..dims).map(|d| quote!(__offload_g.lens()[#d] as u64)))
         .collect();
+    // A teams kernel's space is not the OpenMP shape's `n` either.
+    let shape_dims = if sig.teams.is_some() { 0 } else { dims };
     let shape_params: Vec<TokenStream> = sig
         .params
         .iter()
@@ -759,7 +816,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                         positions: __OFFLOAD_POSITIONS,
                         partials: &[#(#partials),*],
                     },
-                    __offload_g.items(),
+                    __offload_g.items() * #per_item,
                     Args { __offload_bounds: [#(#bounds),*], #(#reduce_fields,)* __offload_life: ::core::marker::PhantomData },
                 )?;
                 ::core::result::Result::Ok(#value)
@@ -786,7 +843,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             #(#items)*
             #size_check
 
-            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #dims, params: &[#(#shape_params),*] };
+            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #shape_dims, params: &[#(#shape_params),*] };
 
             /// The kernel: its CUDA C and HIP C sources and its host twin. Launched in the
             /// OpenMP shape (`offload::omp::target`, one argument per parameter), the runtime
@@ -872,7 +929,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
                 #(#rebind)*
                 #(#checks)*
-                ::core::result::Result::Ok((__offload_g.items(), Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
+                ::core::result::Result::Ok((__offload_g.items() * #per_item, Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
             }
 
             /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty

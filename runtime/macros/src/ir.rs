@@ -62,6 +62,8 @@ pub enum Role {
     Const(syn::Path),
     /// A `const` item inside the body.
     BodyConst,
+    /// A teams kernel's team-local array of this many elements (`__shared__` on GPUs).
+    TeamLocal(u64),
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +84,8 @@ pub struct Var {
 pub enum ViewRepr {
     Bare,
     Boxed,
+    /// A team-local array: its length is a constant.
+    Array,
 }
 
 #[derive(Clone, Debug)]
@@ -204,6 +208,8 @@ pub enum Stmt {
     Continue,
     /// In a kernel `return;` ends the iteration; in a device function it returns.
     Return(Option<Expr>, Span),
+    /// `offload::barrier()`: every thread of the team waits for the others.
+    Barrier,
     Block(Block),
 }
 

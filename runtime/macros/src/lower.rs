@@ -197,6 +197,11 @@ fn float_method_list() -> String {
 }
 
 pub struct Lowerer {
+    /// A teams kernel (barriers and team-local arrays allowed).
+    teams: bool,
+    /// Nesting depth of branches and loops threads may take differently (a barrier there
+    /// would not be reached by every thread of the team).
+    divergent: usize,
     vars: Vec<Var>,
     scopes: Vec<HashMap<String, VarId>>,
     used: HashSet<String>,
@@ -218,6 +223,8 @@ fn ex(kind: ExprKind, ty: Type, span: Span) -> Expr {
 impl Lowerer {
     pub fn new(mode: Mode) -> Self {
         Self {
+            teams: false,
+            divergent: 0,
             vars: Vec::new(),
             scopes: vec![HashMap::new()],
             used: RESERVED.iter().map(|s| s.to_string()).collect(),
@@ -226,6 +233,11 @@ impl Lowerer {
             consts: Vec::new(),
             calls: Vec::new(),
         }
+    }
+
+    /// Lowers a teams kernel: `offload::barrier()` and team-local arrays are allowed.
+    pub fn set_teams(&mut self) {
+        self.teams = true;
     }
 
     /// Keeps `name` out of the C names given to variables (a function's own name).
@@ -358,7 +370,51 @@ impl Lowerer {
         }
     }
 
+    /// `let mut tile: [T; N] = offload::team_local();`, if `l` is one.
+    fn team_local(&mut self, l: &syn::Local) -> Option<syn::Result<()>> {
+        let Pat::Type(pt) = &l.pat else { return None };
+        let syn::Type::Array(arr) = &*pt.ty else { return None };
+        let init = l.init.as_ref()?;
+        let SynExpr::Call(c) = &*init.expr else { return None };
+        let SynExpr::Path(p) = &*c.func else { return None };
+        if !p.path.segments.last().is_some_and(|s| s.ident == "team_local") {
+            return None;
+        }
+        Some((|| {
+            if !self.teams {
+                return err(
+                    l,
+                    "team-local arrays are in teams kernels only (`#[offload::kernel(teams = THREADS)]`)",
+                );
+            }
+            if self.scopes.len() != 1 {
+                return err(l, "a team-local array is declared at the top of the kernel's body");
+            }
+            let Pat::Ident(id) = &*pt.pat else { return err(&pt.pat, "bind one name") };
+            if id.mutability.is_none() {
+                return err(id, "a team-local array is `let mut`: the team's threads write it");
+            }
+            let Some(elem) = scalar_type(&arr.elem).filter(|t| *t != Ty::Bool) else {
+                return err(&arr.elem, "a team-local array holds f32, f64, i32, u32, i64, u64 or usize");
+            };
+            let len: u64 = match &arr.len {
+                SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => n.base10_parse()?,
+                other => return err(other, "a team-local array's length is an integer literal"),
+            };
+            if !c.args.is_empty() {
+                return err(c, "`offload::team_local()` takes no arguments");
+            }
+            let ty = Type::View { elem: Elem::Scalar(elem), mutable: true };
+            let v = self.declare(&id.ident, ty, false, Role::TeamLocal(len), None);
+            self.vars[v].mutable = false;
+            Ok(())
+        })())
+    }
+
     fn local(&mut self, l: &syn::Local, out: &mut Block) -> syn::Result<()> {
+        if let Some(r) = self.team_local(l) {
+            return r;
+        }
         let (ident, mutable, annotated) = match &l.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
                 (&p.ident, p.mutability.is_some(), None)
@@ -415,6 +471,20 @@ impl Lowerer {
         Ok(())
     }
 
+    /// Whether `e` depends on a teams kernel's thread index (through locals too).
+    fn on_thread(&self, e: &Expr) -> bool {
+        let mut found = false;
+        visit_vars(e, &mut |v| {
+            found |= match (&self.vars[v].role, &self.vars[v].init) {
+                (Role::Index(1), _) => self.teams,
+                (Role::Local, Some(init)) => self.on_thread(init),
+                (Role::Local, None) => self.teams, // a `let mut` may hold anything
+                _ => false,
+            }
+        });
+        found
+    }
+
     fn no_label(&self, label: &Option<impl quote::ToTokens>) -> syn::Result<()> {
         match label {
             Some(l) => err(l, "labels are not in the kernel language"),
@@ -467,7 +537,10 @@ impl Lowerer {
                     self.vars[var].ty = Type::Opaque(Box::new(ex(ExprKind::Var(var), Type::Unit, r.span())));
                 }
                 let end_c = self.fresh(&format!("{}_end", self.vars[var].c));
+                let thread_bound = self.on_thread(&start) || self.on_thread(&end);
+                self.divergent += usize::from(thread_bound);
                 let body = self.block(&f.body);
+                self.divergent -= usize::from(thread_bound);
                 self.scopes.pop();
                 out.push(Stmt::For {
                     var,
@@ -485,14 +558,18 @@ impl Lowerer {
                     return err(l, "`while let` is not in the kernel language");
                 }
                 let cond = self.value(&w.cond, Some(&Type::Scalar(Ty::Bool)))?;
-                let body = self.block(&w.body)?;
-                out.push(Stmt::While { cond, body });
+                self.divergent += 1;
+                let body = self.block(&w.body);
+                self.divergent -= 1;
+                out.push(Stmt::While { cond, body: body? });
                 Ok(())
             }
             SynExpr::Loop(l) => {
                 self.no_label(&l.label)?;
-                let body = self.block(&l.body)?;
-                out.push(Stmt::Loop(body));
+                self.divergent += 1;
+                let body = self.block(&l.body);
+                self.divergent -= 1;
+                out.push(Stmt::Loop(body?));
                 Ok(())
             }
             SynExpr::Block(b) => {
@@ -513,6 +590,29 @@ impl Lowerer {
                 }
                 out.push(Stmt::Break);
                 Ok(())
+            }
+            SynExpr::Call(c) if is_offload_fn(&c.func, "barrier") => {
+                if !self.teams {
+                    return err(
+                        c,
+                        "a barrier is in a teams kernel only (`#[offload::kernel(teams = THREADS)]`)",
+                    );
+                }
+                if self.divergent > 0 {
+                    return err(
+                        c,
+                        "a barrier is reached by every thread of the team: not inside `if`, `while`, `loop` or a `for` \
+                         whose bounds depend on the thread",
+                    );
+                }
+                if !c.args.is_empty() {
+                    return err(c, "`offload::barrier()` takes no arguments");
+                }
+                out.push(Stmt::Barrier);
+                Ok(())
+            }
+            SynExpr::Return(r) if self.teams => {
+                err(r, "`return` is not in teams kernels: every thread reaches the team's barriers; use `if`")
             }
             SynExpr::Return(r) => {
                 let s = match (self.mode.clone(), &r.expr) {
@@ -577,14 +677,19 @@ impl Lowerer {
             return err(l, "`if let` is not in the kernel language");
         }
         let cond = self.value(&i.cond, Some(&Type::Scalar(Ty::Bool)))?;
-        let then = self.block(&i.then_branch)?;
-        let els = match i.else_branch.as_ref().map(|(_, e)| &**e) {
-            None => None,
-            Some(SynExpr::If(next)) => Some(vec![self.if_stmt(next)?]),
-            Some(SynExpr::Block(b)) => Some(self.block(&b.block)?),
-            Some(other) => return err(other, "this `else` is not in the kernel language"),
-        };
-        Ok(Stmt::If { cond, then, els })
+        self.divergent += 1;
+        let r = (|| {
+            let then = self.block(&i.then_branch)?;
+            let els = match i.else_branch.as_ref().map(|(_, e)| &**e) {
+                None => None,
+                Some(SynExpr::If(next)) => Some(vec![self.if_stmt(next)?]),
+                Some(SynExpr::Block(b)) => Some(self.block(&b.block)?),
+                Some(other) => return err(other, "this `else` is not in the kernel language"),
+            };
+            Ok(Stmt::If { cond, then, els })
+        })();
+        self.divergent -= 1;
+        r
     }
 
     // ---- places -----------------------------------------------------------------------
@@ -1114,6 +1219,13 @@ impl Lowerer {
             }
         }
         let _ = want;
+        if is_offload_fn(&c.func, "team_local") || is_offload_fn(&c.func, "barrier") {
+            return err(
+                c,
+                "`offload::team_local()` initializes a `let mut x: [T; N]` at the top of a teams kernel; \
+                 `offload::barrier()` is a statement of one",
+            );
+        }
         // `Type::function(..)`: an associated function of a type (not a device function).
         let segs = &p.path.segments;
         if segs
@@ -1144,8 +1256,48 @@ impl Lowerer {
 /// How a view variable is reached in C (see [`ViewRepr`]).
 pub fn view_repr(v: &Var, kernel: bool) -> ViewRepr {
     match v.role {
+        Role::TeamLocal(_) => ViewRepr::Array,
         Role::Param(_) if kernel => ViewRepr::Bare,
         _ => ViewRepr::Boxed,
+    }
+}
+
+/// Whether `f` names `offload::NAME` (or `NAME` imported from it: any path ending in it
+/// whose first segment is `offload`, or the bare name).
+fn is_offload_fn(f: &SynExpr, name: &str) -> bool {
+    let SynExpr::Path(p) = f else { return false };
+    let segs = &p.path.segments;
+    segs.last().is_some_and(|s| s.ident == name) && (segs.len() == 1 || segs[0].ident == "offload")
+}
+
+/// Calls `f` with every variable `e` reads.
+fn visit_vars(e: &Expr, f: &mut impl FnMut(VarId)) {
+    match &e.kind {
+        ExprKind::Var(v) | ExprKind::Len(v) | ExprKind::ViewOf(v) => f(*v),
+        ExprKind::Load { view, index } => {
+            f(*view);
+            visit_vars(index, f);
+        }
+        ExprKind::Sub { view, start, end } => {
+            f(*view);
+            visit_vars(start, f);
+            visit_vars(end, f);
+        }
+        ExprKind::Field { base, .. }
+        | ExprKind::Neg(base)
+        | ExprKind::Not(base)
+        | ExprKind::Cast(base, _) => visit_vars(base, f),
+        ExprKind::Binary(_, a, b) => {
+            visit_vars(a, f);
+            visit_vars(b, f);
+        }
+        ExprKind::Select(c, a, b) => {
+            visit_vars(c, f);
+            visit_vars(a, f);
+            visit_vars(b, f);
+        }
+        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| visit_vars(a, f)),
+        ExprKind::Lit(_) | ExprKind::Builtin { .. } => {}
     }
 }
 

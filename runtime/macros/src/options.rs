@@ -17,6 +17,8 @@ pub struct KernelOptions {
     pub checked: Option<bool>,
     /// Outer indices one GPU thread walks in a row (2-D and 3-D), and where it was given.
     pub rows: Option<(u32, Span)>,
+    /// A teams kernel's threads per team, and where it was given.
+    pub teams: Option<(u32, Span)>,
 }
 
 /// Outer indices a GPU thread of a 2-D or 3-D kernel walks unless `rows = N` says.
@@ -88,6 +90,17 @@ impl Parse for KernelOptions {
                         return Err(syn::Error::new_spanned(n, "offload::kernel: rows is 1 to 64"));
                     }
                     o.rows = Some((r, n.span()));
+                }
+                "teams" => {
+                    let n: syn::LitInt = input.parse()?;
+                    let t: u32 = n.base10_parse()?;
+                    if !(1..=1024).contains(&t) {
+                        return Err(syn::Error::new_spanned(
+                            n,
+                            "offload::kernel: a team has 1 to 1024 threads",
+                        ));
+                    }
+                    o.teams = Some((t, n.span()));
                 }
                 "dims" => {
                     let n: syn::LitInt = input.parse()?;

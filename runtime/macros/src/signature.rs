@@ -87,6 +87,9 @@ pub struct KernelSig {
     pub name: Ident,
     pub indices: Vec<Ident>,
     pub params: Vec<Param>,
+    /// A teams kernel's threads per team (its indices are the team and the thread; its
+    /// space is the teams').
+    pub teams: Option<u32>,
 }
 
 /// One value of a launch's argument block, in order (the runtime appends the work-item
@@ -106,10 +109,19 @@ pub enum Slot<'a> {
 }
 
 impl KernelSig {
+    /// Dimensions of the launch's index space (a teams kernel's is its teams).
+    pub fn space_dims(&self) -> usize {
+        if self.teams.is_some() {
+            1
+        } else {
+            self.indices.len()
+        }
+    }
+
     /// The argument block's values in order: the indices' starts, the inner lengths, the
     /// parameters, each view's length, then (checked) the report.
     pub fn slots(&self, checked: bool) -> Vec<Slot<'_>> {
-        let d = self.indices.len();
+        let d = self.space_dims();
         let mut v: Vec<Slot<'_>> = (0..d).map(Slot::Start).collect();
         v.extend((1..d).map(Slot::InnerLen));
         v.extend(self.params.iter().enumerate().map(|(k, p)| Slot::Param(k, p)));
@@ -252,8 +264,25 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
     }
     let typed: Vec<(&Ident, &Type)> = f.sig.inputs.iter().map(param_name).collect::<syn::Result<_>>()?;
     let leading = typed.iter().take_while(|(_, t)| scalar_type(t) == Some(Ty::Usize)).count();
-    let dims = match opts.dims {
-        Some((d, span)) => {
+    let dims = match (opts.teams, opts.dims) {
+        (Some(_), Some((_, span))) => {
+            return Err(syn::Error::new(
+                span,
+                "offload::kernel: a teams kernel's indices are its team and its thread: leave out `dims`",
+            ))
+        }
+        (Some(_), None) if !opts.reductions.is_empty() => {
+            return err(&f.sig, "reductions are not in teams kernels: combine in team-local memory and store")
+        }
+        (Some(_), None) if leading < 2 => {
+            return err(
+                &f.sig,
+                "a teams kernel's first parameters are its team and its thread, each `usize` (e.g. `fn k(team: usize, \
+                 thread: usize, x: &mut [f32])`)",
+            )
+        }
+        (Some(_), None) => 2,
+        (None, Some((d, span))) => {
             if leading < d {
                 return Err(syn::Error::new(
                     span,
@@ -265,14 +294,14 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
             }
             d
         }
-        None if leading == 1 => 1,
-        None if leading == 0 => {
+        (None, None) if leading == 1 => 1,
+        (None, None) if leading == 0 => {
             return err(
                 &f.sig,
                 "a kernel's first parameters are its 1, 2 or 3 indices, each `usize` (e.g. `fn k(i: usize, x: &mut [f32])`)",
             )
         }
-        None => {
+        (None, None) => {
             let names: Vec<String> = typed.iter().take(leading).map(|(n, _)| format!("`{n}`")).collect();
             return err(
                 &f.sig,
@@ -321,7 +350,7 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
             return err(r, "this reduction variable is not an argument of the kernel");
         }
     }
-    Ok(KernelSig { name: f.sig.ident.clone(), indices, params })
+    Ok(KernelSig { name: f.sig.ident.clone(), indices, params, teams: opts.teams.map(|(t, _)| t) })
 }
 
 /// What a device function returns.

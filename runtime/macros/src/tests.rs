@@ -634,3 +634,104 @@ fn hip_differs_only_in_its_header() {
     let strip = |s: &str| s.lines().skip(3).collect::<Vec<_>>().join("\n");
     assert_eq!(strip(&cuda), strip(&hip));
 }
+
+#[test]
+fn teams_kernels_have_team_local_arrays_and_barriers() {
+    let (c, map) = kernel_c(
+        quote!(teams = 128),
+        quote!(
+            fn reverse(team: usize, thread: usize, x: &[f32], y: &mut [f32]) {
+                let mut tile: [f32; 128] = offload::team_local();
+                tile[thread] = x[team * 128 + thread];
+                offload::barrier();
+                y[team * 128 + thread] = tile[127 - thread];
+            }
+        ),
+        false,
+        Dialect::Cuda,
+    )
+    .unwrap();
+    assert!(map.note.contains("teams of 128 threads"), "{map:?}");
+    assert!(
+        c.contains(
+            "__launch_bounds__(128) reverse(unsigned long long __offload_s0, const float* __restrict__ x"
+        ),
+        "{c}"
+    );
+    assert!(c.contains("__shared__ float tile[128];"), "{c}");
+    assert!(c.contains("const unsigned long long team = __offload_s0 + __offload_q;"), "{c}");
+    assert!(c.contains("const unsigned long long thread = threadIdx.x;"), "{c}");
+    assert!(c.contains("tile[thread] = x[((team * 128ull) + thread)];"), "{c}");
+    let kernel = &c[c.find("extern \"C\"").unwrap()..];
+    assert_eq!(kernel.matches("__syncthreads();").count(), 2, "the body's and the team's end: {kernel}");
+    let (c, _) = kernel_c(
+        quote!(teams = 128),
+        quote!(
+            fn reverse(team: usize, thread: usize, y: &mut [f32]) {
+                let mut tile: [f32; 128] = offload::team_local();
+                tile[thread] = 1.0;
+                y[team] = tile[0];
+            }
+        ),
+        true,
+        Dialect::Cuda,
+    )
+    .unwrap();
+    assert!(
+        c.contains("(*offload_at(tile, thread, 128ull, 1u, __offload_err))"),
+        "team-local arrays named after the parameters: {c}"
+    );
+
+    // What is refused, and why.
+    let teams = |body: proc_macro2::TokenStream| {
+        cuda(quote!(teams = 64), quote!(fn k(team: usize, thread: usize, y: &mut [f32]) { #body }))
+            .unwrap_err()
+    };
+    let e = teams(quote!(if thread == 0 {
+        offload::barrier();
+    }));
+    assert!(e.contains("a barrier is reached by every thread of the team"), "{e}");
+    let e = teams(quote!(for k in 0..thread {
+        offload::barrier();
+    }));
+    assert!(e.contains("a barrier is reached by every thread"), "{e}");
+    assert!(cuda(
+        quote!(teams = 64),
+        quote!(
+            fn k(team: usize, thread: usize, n: u32, y: &mut [f32]) {
+                for k in 0..n {
+                    offload::barrier();
+                }
+            }
+        )
+    )
+    .is_ok());
+    let e = teams(quote!(return;));
+    assert!(e.contains("`return` is not in teams kernels"), "{e}");
+    let e = teams(quote!(if true {
+        let mut t: [f32; 4] = offload::team_local();
+    }));
+    assert!(e.contains("declared at the top of the kernel's body"), "{e}");
+    let e = fails(quote!(
+        fn k(i: usize, y: &mut [f32]) {
+            offload::barrier();
+        }
+    ));
+    assert!(e.contains("a barrier is in a teams kernel only"), "{e}");
+    let e = cuda(
+        quote!(teams = 64, dims = 2),
+        quote!(
+            fn k(team: usize, thread: usize) {}
+        ),
+    )
+    .unwrap_err();
+    assert!(e.contains("leave out `dims`"), "{e}");
+    let e = cuda(
+        quote!(teams = 64),
+        quote!(
+            fn k(team: usize, y: &mut [f32]) {}
+        ),
+    )
+    .unwrap_err();
+    assert!(e.contains("its team and its thread"), "{e}");
+}
