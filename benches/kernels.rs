@@ -214,6 +214,45 @@ fn jacobi_kernels(
         "| generated, no halo stores or norm reset (rows = 4) | {} blocks ({per_sm} per SM) | {ms:.4} |",
         cfg.grid_dim.0
     );
+    // The teams form (`generated::jacobi_teams`): 256 columns x 16 rows a team.
+    let k = &generated::jacobi_teams::KERNEL;
+    let f = compile(k.cuda_source().ok_or("no source")?, k.symbol())?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
+    let (strip, col_blocks) = (16u64, (nx - 2).div_ceil(256));
+    let teams = col_blocks * (ny - 2).div_ceil(strip);
+    let cfg = LaunchConfig {
+        grid_dim: ((teams as u32).min(sms * per_sm), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (s0, team_items) = (0u64, teams * 256);
+    // SAFETY: the generated layout: s0, nx, iy_start, iy_end, strip_rows, col_blocks, wrap,
+    // a, a_new, norm, next_norm, their four lengths, n (teams x 256).
+    let ms = event_ms(bench, "jacobi_step/teams", s, || unsafe {
+        s.launch_builder(&f)
+            .arg(&s0)
+            .arg(&nx)
+            .arg(&one)
+            .arg(&end)
+            .arg(&strip)
+            .arg(&col_blocks)
+            .arg(&wrap)
+            .arg(&da)
+            .arg(&mut db)
+            .arg(&mut norm)
+            .arg(&mut next)
+            .arg(&len)
+            .arg(&len)
+            .arg(&two)
+            .arg(&two)
+            .arg(&team_items)
+            .launch(cfg)
+            .expect("launch");
+    })?;
+    println!(
+        "| teams (256 columns x 16 rows a team) | {} blocks ({per_sm} per SM) | {ms:.4} |",
+        cfg.grid_dim.0
+    );
     Ok(())
 }
 
@@ -475,18 +514,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args(KernelChoice::Tuned).niter
     );
     println!("| solver | generated | hand-written | ratio |\n|---|---|---|---|");
-    let (mut tg, mut th) = (Vec::new(), Vec::new());
+    let (mut tg, mut th, mut tt) = (Vec::new(), Vec::new(), Vec::new());
     let mut grids = Vec::new();
+    let mut teams_grid = None;
     for _ in 0..runs {
         let g = jacobi::solve(&rt, &[0], &args(KernelChoice::Generated))?;
         let h = jacobi::solve(&rt, &[0], &args(KernelChoice::Tuned))?;
+        let t = jacobi::solve(&rt, &[0], &jacobi::Args { rows: 16, ..args(KernelChoice::Teams) })?;
         tg.push(g.seconds);
         th.push(h.seconds);
+        tt.push(t.seconds);
+        teams_grid.get_or_insert(t);
         grids.push((g, h));
     }
     let (g, h) = &grids[0];
     if jacobi::max_diff(&g.grid, &h.grid, side, side) != 0.0 {
         return Err("Jacobi: the generated and hand-written grids differ".into());
+    }
+    let teams = teams_grid.ok_or("no teams run")?;
+    if jacobi::max_diff(&teams.grid, &h.grid, side, side) != 0.0 {
+        return Err("Jacobi: the teams and hand-written grids differ".into());
     }
     println!(
         "| Jacobi, s (final norm {:.6} / {:.6})        | {:>10.4} s | {:>10.4} s | {:>6.3} |",
@@ -494,7 +541,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         h.norm,
         offload_benches::median(tg.clone()),
         offload_benches::median(th.clone()),
-        offload_benches::median(th) / offload_benches::median(tg)
+        offload_benches::median(th.clone()) / offload_benches::median(tg)
+    );
+    println!(
+        "| Jacobi teams kernel, s (final norm {:.6})     | {:>10.4} s | {:>10.4} s | {:>6.3} |",
+        teams.norm,
+        offload_benches::median(tt.clone()),
+        offload_benches::median(th.clone()),
+        offload_benches::median(th) / offload_benches::median(tt)
     );
     println!("\nratio: generated / hand-written for GB/s, hand-written / generated for seconds (1 = equal, > 1 = generated faster)");
     Ok(())

@@ -11,7 +11,7 @@
 //! Options: `-niter N` (1000), `-nccheck N` (norm every N iterations, 1), `-nx N`, `-ny N`
 //! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 16),
 //! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it),
-//! `-kernel generated|tuned` (the `#[offload::kernel]` step, or the hand-written one: tuned,
+//! `-kernel generated|teams|tuned` (the `#[offload::kernel]` step, its teams form, or the hand-written one: tuned,
 //! the default), `-check`
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
@@ -39,7 +39,8 @@ fn parse() -> Result<Args, String> {
             "-kernel" => match it.next().as_deref() {
                 Some("generated") => a.kernel = KernelChoice::Generated,
                 Some("tuned") => a.kernel = KernelChoice::Tuned,
-                other => return Err(format!("-kernel wants generated or tuned, got {other:?}")),
+                Some("teams") => a.kernel = KernelChoice::Teams,
+                other => return Err(format!("-kernel wants generated, teams or tuned, got {other:?}")),
             },
             "-halo" => match it.next().as_deref() {
                 Some("peer") => a.peer_stores = true,
@@ -48,7 +49,7 @@ fn parse() -> Result<Args, String> {
             },
             _ => {
                 return Err(format!(
-                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|tuned] [-check]"
+                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-check]"
                 ))
             }
         }
@@ -75,8 +76,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.ny,
             args.nx,
             args.nccheck,
-            if args.kernel == KernelChoice::Tuned { "tuned" } else { "generated" },
-            if args.kernel == KernelChoice::Generated {
+            kernel_name(args.kernel),
+            if args.kernel != KernelChoice::Tuned {
                 "in-kernel (1 device) / target_memcpy"
             } else if args.peer_stores {
                 "peer-store"
@@ -102,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.csv {
         println!(
             "offload-{}, {}, {}, {}, {}, {n}, {t1:.6}, {tn:.6}",
-            if args.kernel == KernelChoice::Tuned { "tuned" } else { "generated" },
+            kernel_name(args.kernel),
             args.nx,
             args.ny,
             args.niter,
@@ -151,7 +152,7 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
             args.nx,
             cluster.size(),
             args.nccheck,
-            if args.kernel == KernelChoice::Tuned { "tuned" } else { "generated" },
+            kernel_name(args.kernel),
             if edges.direct() { "device to device (CUDA-aware MPI)" } else { "through pinned host buffers" }
         );
     }
@@ -186,4 +187,13 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// The name `-kernel` takes for `k`.
+fn kernel_name(k: KernelChoice) -> &'static str {
+    match k {
+        KernelChoice::Generated => "generated",
+        KernelChoice::Teams => "teams",
+        KernelChoice::Tuned => "tuned",
+    }
 }

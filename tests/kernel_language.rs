@@ -131,8 +131,9 @@ fn laplacian(u: &[f32], c: usize, nx: usize) -> f32 {
     u[c - 1] + u[c + 1] + u[c - nx] + u[c + nx] - 4.0 * u[c]
 }
 
-/// Sums a view.
+/// Sums a view (kernels have no iterators: an index loop).
 #[offload::device]
+#[allow(clippy::needless_range_loop)]
 fn total(x: &[f32]) -> f32 {
     let mut s = 0.0f32;
     for k in 0..x.len() {
@@ -263,10 +264,10 @@ fn advance(i: usize, p: Params, ps: &mut [Particle], energy: &mut [f32]) {
     for _ in 0..p.steps {
         q.pos.x += (p.dt as f32) * q.vel.x;
         q.pos.y += (p.dt as f32) * q.vel.y;
-        q.vel.y = q.vel.y * p.damping;
+        q.vel.y *= p.damping;
     }
     ps[i] = q;
-    ps[i].id = ps[i].id + 1000;
+    ps[i].id += 1000;
     energy[i] = kinetic(ps[i]);
 }
 
@@ -402,7 +403,7 @@ fn smooth_blocks(team: usize, thread: usize, passes: u32, x: &[f32], y: &mut [f3
     for s in 0..5u32 {
         let width = 16usize >> s;
         if thread < width {
-            partial[thread] = partial[thread] + partial[thread + width];
+            partial[thread] += partial[thread + width];
         }
         offload::barrier();
     }

@@ -10,7 +10,7 @@ use crate::ranks::{edge_rows_first, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
-use offload_kernels::generated::jacobi_step as generated_step;
+use offload_kernels::generated::{jacobi_step as generated_step, jacobi_teams, JACOBI_TEAM_COLUMNS};
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
 
 /// Which Jacobi kernel a run uses.
@@ -20,6 +20,10 @@ pub enum KernelChoice {
     /// one thread per point; on one device it stores the periodic halo rows itself, across
     /// devices the halos go by `target_memcpy` after each step.
     Generated,
+    /// `offload_kernels::generated::jacobi_teams`, a teams kernel written with
+    /// `#[offload::kernel(teams = 256)]`: the hand-written kernel's shape (a strip of rows per
+    /// thread) with the row's neighbours in team-local memory; halos as `Generated`.
+    Teams,
     /// `offload_kernels::stencil::JACOBI_STEP`, hand-written CUDA C: a strip of rows per
     /// thread with neighbours in registers, halos by peer stores (or `-halo memcpy`).
     Tuned,
@@ -173,8 +177,12 @@ fn run_steps(
         lates.push(HostBuffer::<f32>::new(rt, 2)?);
         let n = HostBuffer::<f32>::new(rt, 2)?;
         n.enter(d, MapType::TO)?;
-        let generated =
-            if generated_step::CHECKED { &generated_step::KERNEL_CHECKED } else { &generated_step::KERNEL };
+        let generated = match (args.kernel, generated_step::CHECKED) {
+            (KernelChoice::Teams, true) => &jacobi_teams::KERNEL_CHECKED,
+            (KernelChoice::Teams, false) => &jacobi_teams::KERNEL,
+            (_, true) => &generated_step::KERNEL_CHECKED,
+            (_, false) => &generated_step::KERNEL,
+        };
         rt.device(d)?.prepare(if tuned { &JACOBI_STEP } else { generated })?;
         norms.push(n);
     }
@@ -227,6 +235,24 @@ fn run_steps(
                     slot,
                     push[dst].0,
                     push[dst].1,
+                )
+            } else if args.kernel == KernelChoice::Teams {
+                let end = part.owned(p).len() + 1;
+                let strip = args.rows.max(1);
+                let col_blocks = (nx - 2).div_ceil(JACOBI_TEAM_COLUMNS);
+                jacobi_teams::launch(
+                    dev,
+                    col_blocks * rows.len().div_ceil(strip),
+                    nx,
+                    rows.start,
+                    rows.end,
+                    strip,
+                    col_blocks,
+                    parts == 1 && ranks.is_none() && rows.start == 1 && rows.end == end,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view.slice(slot..slot + 1)?,
+                    norm_view.slice(1 - slot..2 - slot)?,
                 )
             } else {
                 let end = part.owned(p).len() + 1;

@@ -101,6 +101,77 @@ pub fn jacobi_step(
     *norm += r * r;
 }
 
+/// Columns of a [`jacobi_teams`] team.
+pub const JACOBI_TEAM_COLUMNS: usize = 256;
+
+/// One Jacobi step as a teams kernel (`#pragma omp target teams` + `parallel`), in the
+/// shape of the hand-written kernel: a team takes [`JACOBI_TEAM_COLUMNS`] interior columns
+/// (block `team % col_blocks`) of a strip of `strip_rows` rows (strip
+/// `team / col_blocks`); each thread walks its column down the strip with the rows above
+/// and below in registers, and reads its left and right neighbours from the team's copy of
+/// the row in team-local memory (two buffers, so one barrier a row). `a_new`, `norm`,
+/// `next_norm` and `wrap` as in [`jacobi_step`]. Launched over
+/// `col_blocks * ceil((iy_end - iy_start) / strip_rows)` teams.
+#[offload::kernel(teams = 256, reduction(+: norm))]
+#[allow(clippy::too_many_arguments)]
+pub fn jacobi_teams(
+    team: usize,
+    thread: usize,
+    nx: usize,
+    iy_start: usize,
+    iy_end: usize,
+    strip_rows: usize,
+    col_blocks: usize,
+    wrap: bool,
+    a: &[f32],
+    a_new: &mut [f32],
+    norm: &mut f32,
+    next_norm: &mut [f32],
+) {
+    let mut row: [f32; 516] = offload::team_local();
+    let ix = 1 + (team % col_blocks) * 256 + thread;
+    let active = ix < nx - 1;
+    // Threads past the last column shadow it (their loads stay in the grid).
+    let x = if active { ix } else { nx - 2 };
+    let iy0 = iy_start + (team / col_blocks) * strip_rows;
+    let iy1 = (iy0 + strip_rows).min(iy_end);
+    let mut up = a[(iy0 - 1) * nx + x];
+    let mut center = a[iy0 * nx + x];
+    for iy in iy0..iy1 {
+        let buf = ((iy - iy0) % 2) * 258;
+        if active {
+            row[buf + thread + 1] = center;
+            if thread == 0 {
+                row[buf] = a[iy * nx + x - 1];
+            }
+            if thread == 255 || ix == nx - 2 {
+                row[buf + thread + 2] = a[iy * nx + x + 1];
+            }
+        }
+        offload::barrier();
+        let down = a[(iy + 1) * nx + x];
+        if active {
+            let v = 0.25f32 * (row[buf + thread + 2] + row[buf + thread] + down + up);
+            a_new[iy * nx + x] = v;
+            if wrap {
+                if iy == 1 {
+                    a_new[iy_end * nx + x] = v;
+                }
+                if iy == iy_end - 1 {
+                    a_new[x] = v;
+                }
+            }
+            let r = v - center;
+            *norm += r * r;
+        }
+        up = center;
+        center = down;
+    }
+    if team == 0 && thread == 0 {
+        next_norm[0] = 0.0;
+    }
+}
+
 /// One 7-point step at interior point `(z, y, x)` of a grid of planes `ny x nx`: the
 /// average of the six neighbours (in the tuned kernel's order).
 #[offload::kernel(dims = 3)]
@@ -112,7 +183,7 @@ pub fn stencil7_step(z: usize, y: usize, x: usize, ny: usize, nx: usize, a: &[f3
 }
 
 /// Every generated kernel of this module, both variants (plain and bounds-checked).
-pub fn all() -> [&'static offload::Kernel; 18] {
+pub fn all() -> [&'static offload::Kernel; 20] {
     [
         &fill_f32::KERNEL,
         &fill_i32::KERNEL,
@@ -122,6 +193,7 @@ pub fn all() -> [&'static offload::Kernel; 18] {
         &sum_f32::KERNEL,
         &bias_act::KERNEL,
         &jacobi_step::KERNEL,
+        &jacobi_teams::KERNEL,
         &stencil7_step::KERNEL,
         &fill_f32::KERNEL_CHECKED,
         &fill_i32::KERNEL_CHECKED,
@@ -131,6 +203,7 @@ pub fn all() -> [&'static offload::Kernel; 18] {
         &sum_f32::KERNEL_CHECKED,
         &bias_act::KERNEL_CHECKED,
         &jacobi_step::KERNEL_CHECKED,
+        &jacobi_teams::KERNEL_CHECKED,
         &stencil7_step::KERNEL_CHECKED,
     ]
 }

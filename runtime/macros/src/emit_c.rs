@@ -568,7 +568,17 @@ pub fn kernel_source(
         let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_q;", idx[0]);
         let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);
         s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
-        s.push_str("        }\n        __syncthreads();\n    }\n}\n");
+        s.push_str("        }\n        __syncthreads();\n    }\n");
+        for (c, ty, op) in reductions {
+            let _ = writeln!(
+                s,
+                "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
+                ty.c(),
+                op.c_identity(ty),
+                op.c_functor()
+            );
+        }
+        s.push_str("}\n");
         parts.push(Part::Text(s));
         return parts;
     }

@@ -481,29 +481,6 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         )
     });
     let body_stmts = emit.stmts(&k.body.stmts);
-    let teams_loop = sig.teams.map(|t| {
-        let t = t as usize;
-        let (team, thread) = (idx[0], idx[1]);
-        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, _, _)| format_ident!("__offload_tl_{}", n)).collect();
-        let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, _, _)| *n).collect();
-        let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, _)| t).collect();
-        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n)| *n as usize).collect();
-        quote! {
-            let __offload_teams: usize = __offload_l.n() / #t;
-            #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
-            #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
-            let __offload_barrier = ::offload::__private::TeamBarrier::new(#t);
-            ::offload::__private::run_team(#t, &__offload_barrier, |__offload_thread: usize| {
-                for __offload_q in 0..__offload_teams {
-                    let #team: usize = __offload_s0 + __offload_q;
-                    let #thread: usize = __offload_thread;
-                    { #body_stmts }
-                    __offload_barrier.wait();
-                }
-            });
-        }
-    });
     let reductions: Vec<(&syn::Ident, Ty, RedOp)> = sig
         .params
         .iter()
@@ -514,6 +491,69 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         .collect();
     let mark = quote!(if __OFFLOAD_CHECK {
         ::offload::__private::set_item(__offload_t);
+    });
+    let red = quote!(::offload::__private::Reducible);
+    let red_types: Vec<TokenStream> = reductions.iter().map(|(_, t, _)| t.rust()).collect();
+    let red_names: Vec<&syn::Ident> = reductions.iter().map(|(n, _, _)| *n).collect();
+    let red_targets: Vec<syn::Ident> =
+        red_names.iter().map(|n| format_ident!("__offload_red_{}", n)).collect();
+    let red_ks: Vec<syn::Index> = (0..reductions.len()).map(syn::Index::from).collect();
+    let red_identity: Vec<TokenStream> = reductions
+        .iter()
+        .map(|(_, t, op)| {
+            let t = t.rust();
+            match op {
+                RedOp::Add => quote!(<#t as #red>::ZERO),
+                RedOp::Min => quote!(<#t as #red>::MIN_IDENTITY),
+                RedOp::Max => quote!(<#t as #red>::MAX_IDENTITY),
+            }
+        })
+        .collect();
+    let red_combine: Vec<TokenStream> = reductions
+        .iter()
+        .map(|(_, _, op)| match op {
+            RedOp::Add => quote!(#red::add),
+            RedOp::Min => quote!(#red::min),
+            RedOp::Max => quote!(#red::max),
+        })
+        .collect();
+    let teams_loop = sig.teams.map(|t| {
+        let t = t as usize;
+        let (team, thread) = (idx[0], idx[1]);
+        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, _, _)| format_ident!("__offload_tl_{}", n)).collect();
+        let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, _, _)| *n).collect();
+        let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, _)| t).collect();
+        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n)| *n as usize).collect();
+        let (rt, rn, rk, ri, rc, rtg) = (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
+        quote! {
+            let __offload_teams: usize = __offload_l.n() / #t;
+            #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
+            #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
+            let __offload_barrier = ::offload::__private::TeamBarrier::new(#t);
+            // Each thread's reduction partials, combined in thread order after the team.
+            let __offload_parts: ::std::sync::Mutex<::std::vec::Vec<(usize, (#(#rt,)*))>> =
+                ::std::sync::Mutex::new(::std::vec::Vec::new());
+            ::offload::__private::run_team(#t, &__offload_barrier, |__offload_thread: usize| {
+                let mut __offload_acc: (#(#rt,)*) = (#(#ri,)*);
+                {
+                    #(let #rn: &mut #rt = &mut __offload_acc.#rk;)*
+                    for __offload_q in 0..__offload_teams {
+                        let #team: usize = __offload_s0 + __offload_q;
+                        let #thread: usize = __offload_thread;
+                        { #body_stmts }
+                        __offload_barrier.wait();
+                    }
+                }
+                __offload_parts.lock().unwrap_or_else(|e| e.into_inner()).push((__offload_thread, __offload_acc));
+            });
+            let mut __offload_parts = __offload_parts.into_inner().unwrap_or_else(|e| e.into_inner());
+            __offload_parts.sort_by_key(|p| p.0);
+            let __offload_total: (#(#rt,)*) = __offload_parts
+                .into_iter()
+                .fold((#(#ri,)*), |__offload_a, (_, __offload_b)| (#(#rc(__offload_a.#rk, __offload_b.#rk),)*));
+            #(#rtg.set(0, #rc(#rtg.get(0), __offload_total.#rk));)*
+        }
     });
     let host_loop = if let Some(teams) = teams_loop {
         teams

@@ -377,7 +377,7 @@ impl Lowerer {
         let init = l.init.as_ref()?;
         let SynExpr::Call(c) = &*init.expr else { return None };
         let SynExpr::Path(p) = &*c.func else { return None };
-        if !p.path.segments.last().is_some_and(|s| s.ident == "team_local") {
+        if p.path.segments.last().is_none_or(|s| s.ident != "team_local") {
             return None;
         }
         Some((|| {

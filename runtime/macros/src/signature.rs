@@ -271,8 +271,11 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
                 "offload::kernel: a teams kernel's indices are its team and its thread: leave out `dims`",
             ))
         }
-        (Some(_), None) if !opts.reductions.is_empty() => {
-            return err(&f.sig, "reductions are not in teams kernels: combine in team-local memory and store")
+        (Some((t, span)), None) if !opts.reductions.is_empty() && t % 32 != 0 => {
+            return Err(syn::Error::new(
+                span,
+                "offload::kernel: a teams kernel with reductions has whole warps: THREADS a multiple of 32",
+            ))
         }
         (Some(_), None) if leading < 2 => {
             return err(

@@ -203,6 +203,7 @@ impl Runtime {
     ///
     /// # Safety
     /// As [`Runtime::target_launch`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn target_launch_at(
         &self,
         device: usize,
