@@ -345,6 +345,12 @@ fn racy(i: usize, x: &mut [u32]) {
     x[0] = i as u32;
 }
 
+/// Every thread of a team stores to the team's element.
+#[offload::kernel(teams = 8, checked = true)]
+fn racy_team(team: usize, thread: usize, y: &mut [u32]) {
+    y[team] = thread as u32;
+}
+
 #[test]
 fn a_checked_host_twin_catches_two_iterations_storing_one_element() {
     on_every_device("store log", |rt, d| {
@@ -362,6 +368,14 @@ fn a_checked_host_twin_catches_two_iterations_storing_one_element() {
         }
         // One item storing once: fine.
         gpu.data(map::tofrom(&mut x), |x| racy::launch(&gpu, 1, x))?;
+        // A team's threads are work items too.
+        let r = gpu.data(map::tofrom(&mut x), |x| racy_team::launch(&gpu, 2, x));
+        match r.map_err(cause) {
+            Err(Error::KernelFailed { message, .. }) => {
+                check!(message.contains("both store element"), "{message}")
+            }
+            other => check!(false, "expected KernelFailed, got {other:?}"),
+        }
         Ok(())
     });
 }

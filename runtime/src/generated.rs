@@ -472,7 +472,7 @@ pub fn check_writable<T>(
         index,
         what: format!(
             "`{name}` is declared `&mut [{}]` but the view {} is not writable: it comes from a shared \
-             borrow (map it with map::from or map::tofrom, or use a HostBuffer's view)",
+             borrow (map it with map::from, map::tofrom, map::to_mut or map::alloc_mut, or use a HostBuffer's view)",
             std::any::type_name::<T>(),
             view.host_range()
         ),

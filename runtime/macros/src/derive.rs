@@ -81,12 +81,19 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
         decls.push(format!("    {c} {fname};\n"));
         types.push(ty.clone());
     }
+    // Guarded by name and content: one struct reached twice is defined once; two structs
+    // of one name (from different modules) are both defined, which C refuses, loudly.
+    let body = decls.concat();
+    let guard = format!("OFFLOAD_STRUCT_{c_name}_{:016x}", crate::emit_c::fingerprint(&body));
     parts.push(Part::Text(format!(
-        "#ifndef OFFLOAD_STRUCT_{c_name}\n#define OFFLOAD_STRUCT_{c_name}\nstruct {c_name} {{\n{}}};\n#endif\n",
-        decls.concat()
+        "#ifndef {guard}\n#define {guard}\nstruct {c_name} {{\n{body}}};\n#endif\n"
     )));
     let mut items = Vec::new();
     let src = crate::expand::source_expr_pub(&parts, &format!("STRUCT_{c_name}"), false, &mut items);
+    let too_big = format!(
+        "DeviceCopy: `{c_name}` is larger than 512 bytes (a checked launch's out-of-range accesses go to a scratch of \
+         that size): pass a view of it instead"
+    );
     let msg = format!(
         "DeviceCopy: `{c_name}` has padding between or after its fields (reorder them, largest first, or add explicit \
          fields): padding bytes would be copied to the device unset"
@@ -111,6 +118,7 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
                     ::core::mem::size_of::<#name>() == 0 #(+ ::core::mem::size_of::<#types>())*,
                     #msg
                 );
+                ::core::assert!(::core::mem::size_of::<#name>() <= 512, #too_big);
             };
         };
     })

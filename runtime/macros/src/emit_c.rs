@@ -702,13 +702,21 @@ pub fn device_source(
         Ret::Scalar(t) => t.c().to_string(),
         Ret::Struct(s) => s.c_name.clone(),
     };
-    parts.push(Part::Text(format!(
-        "#ifndef OFFLOAD_DEVICE_FN_{name}\n#define OFFLOAD_DEVICE_FN_{name}\n__device__ {r} {name}({}) {{\n",
-        decls.join(", ")
-    )));
+    // Guarded by name and content: a function reached through several callers is defined
+    // once; two functions of one name (from different modules) are both defined, which C
+    // refuses (or, with other parameter types, overloads), never one silently for the other.
+    let text = body_text(body, false, false, 1, "");
+    let head = format!("__device__ {r} {name}({})", decls.join(", "));
+    let guard = format!("OFFLOAD_DEVICE_FN_{name}_{:016x}", fingerprint(&format!("{head}{text}")));
+    parts.push(Part::Text(format!("#ifndef {guard}\n#define {guard}\n{head} {{\n")));
     parts.extend(const_parts(body, 1));
-    parts.push(Part::Text(format!("{}}}\n#endif\n", body_text(body, false, false, 1, ""))));
+    parts.push(Part::Text(format!("{text}}}\n#endif\n")));
     parts
+}
+
+/// A 64-bit FNV-1a hash of `text` (a stable name for generated definitions' guards).
+pub fn fingerprint(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// `parts` as one string, with placeholders for what rustc fills in (for tests).

@@ -539,6 +539,9 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 {
                     #(let #rn: &mut #rt = &mut __offload_acc.#rk;)*
                     for __offload_q in 0..__offload_teams {
+                        if __OFFLOAD_CHECK {
+                            ::offload::__private::set_item(__offload_q * #t + __offload_thread);
+                        }
                         let #team: usize = __offload_s0 + __offload_q;
                         let #thread: usize = __offload_thread;
                         { #body_stmts }

@@ -112,8 +112,8 @@ impl Parse for KernelOptions {
                 }
                 _ => return Err(syn::Error::new_spanned(
                     key,
-                    "offload::kernel: unknown option; expected `dims = N`, `reduction(+: x, ..)` (or min, \
-                         max), `checked = true|false` or `rows = N`",
+                    "offload::kernel: unknown option; expected `dims = N`, `teams = THREADS`, `reduction(+: x, \
+                     ..)` (or min, max), `checked = true|false` or `rows = N`",
                 )),
             }
             if !input.is_empty() {

@@ -4,13 +4,16 @@
 #define OFFLOAD_GENERATED_PRELUDE
 template <typename T> __device__ __forceinline__ T offload_min(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ __forceinline__ T offload_max(T a, T b) { return a < b ? b : a; }
-// Element i of a view of len elements, or (out of range) a scratch word of the error
-// report, whose first word records the first violation: 1, argument, index, length.
+// Where out-of-range accesses of a checked launch go: scratch as large as any element
+// (DeviceCopy structs are at most 512 bytes); what is stored there is never read as data.
+__device__ unsigned long long offload_scratch[64];
+// Element i of a view of len elements, or (out of range) the scratch; the report's first
+// word records the first violation: 1, argument, index, length.
 template <typename T> __device__ __forceinline__ T* offload_at(T* p, unsigned long long i,
         unsigned long long len, unsigned int arg, unsigned long long* err) {
     if (i < len) return p + i;
     if (atomicCAS(err, 0ull, 1ull) == 0ull) { err[1] = arg; err[2] = i; err[3] = len; }
-    return (T*)(err + 4);
+    return (T*)offload_scratch;
 }
 struct offload_op_add {
     template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
