@@ -144,6 +144,8 @@ fn jacobi_kernels(
         ("generated, rows = 1", var(1, 0), 0),
         ("generated, rows = 2", var(2, 0), 0),
         ("generated, rows = 8", var(8, 0), 0),
+        ("generated, rows = 16", var(16, 0), 0),
+        ("generated, rows = 16, a block per 256 strips", var(16, 0), full(16)),
         ("generated, rows = 2, >= 8 blocks/SM", var(2, 8), 0),
         ("generated, rows = 4, >= 6 blocks/SM", var(4, 6), 0),
         ("generated, rows = 8, >= 5 blocks/SM", var(8, 5), 0),
@@ -214,45 +216,43 @@ fn jacobi_kernels(
         "| generated, no halo stores or norm reset (rows = 4) | {} blocks ({per_sm} per SM) | {ms:.4} |",
         cfg.grid_dim.0
     );
-    // The teams form (`generated::jacobi_teams`): 256 columns x 16 rows a team.
+    // The teams form (`generated::jacobi_teams`): 256 columns x `strip` rows a team, one
+    // wave of blocks looping over the teams, or one block per team.
     let k = &generated::jacobi_teams::KERNEL;
     let f = compile(k.cuda_source().ok_or("no source")?, k.symbol())?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
-    let (strip, col_blocks) = (16u64, (nx - 2).div_ceil(256));
-    let teams = col_blocks * (ny - 2).div_ceil(strip);
-    let cfg = LaunchConfig {
-        grid_dim: ((teams as u32).min(sms * per_sm), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let (s0, team_items) = (0u64, teams * 256);
-    // SAFETY: the generated layout: s0, nx, iy_start, iy_end, strip_rows, col_blocks, wrap,
-    // a, a_new, norm, next_norm, their four lengths, n (teams x 256).
-    let ms = event_ms(bench, "jacobi_step/teams", s, || unsafe {
-        s.launch_builder(&f)
-            .arg(&s0)
-            .arg(&nx)
-            .arg(&one)
-            .arg(&end)
-            .arg(&strip)
-            .arg(&col_blocks)
-            .arg(&wrap)
-            .arg(&da)
-            .arg(&mut db)
-            .arg(&mut norm)
-            .arg(&mut next)
-            .arg(&len)
-            .arg(&len)
-            .arg(&two)
-            .arg(&two)
-            .arg(&team_items)
-            .launch(cfg)
-            .expect("launch");
-    })?;
-    println!(
-        "| teams (256 columns x 16 rows a team) | {} blocks ({per_sm} per SM) | {ms:.4} |",
-        cfg.grid_dim.0
-    );
+    let col_blocks = (nx - 2).div_ceil(256);
+    for (strip, one_per_team) in [(16u64, false), (16, true), (32, false), (32, true), (8, true)] {
+        let teams = col_blocks * (ny - 2).div_ceil(strip);
+        let blocks = if one_per_team { teams as u32 } else { (teams as u32).min(sms * per_sm) };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (s0, team_items) = (0u64, teams * 256);
+        // SAFETY: the generated layout: s0, nx, iy_start, iy_end, strip_rows, col_blocks,
+        // wrap, a, a_new, norm, next_norm, their four lengths, n (teams x 256).
+        let ms = event_ms(bench, &format!("jacobi_step/teams/{strip}/{one_per_team}"), s, || unsafe {
+            s.launch_builder(&f)
+                .arg(&s0)
+                .arg(&nx)
+                .arg(&one)
+                .arg(&end)
+                .arg(&strip)
+                .arg(&col_blocks)
+                .arg(&wrap)
+                .arg(&da)
+                .arg(&mut db)
+                .arg(&mut norm)
+                .arg(&mut next)
+                .arg(&len)
+                .arg(&len)
+                .arg(&two)
+                .arg(&two)
+                .arg(&team_items)
+                .launch(cfg)
+                .expect("launch");
+        })?;
+        let grid = if one_per_team { "a block per team" } else { "one wave" };
+        println!("| teams (256 columns x {strip} rows a team), {grid} | {blocks} blocks ({per_sm} per SM) | {ms:.4} |");
+    }
     Ok(())
 }
 

@@ -217,7 +217,7 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
         // The item as written stays, so rustc reports nothing else about it.
         Err(e) => {
             let e = e.into_compile_error();
-            quote!(#[allow(dead_code)] #f #e)
+            quote!(#[allow(dead_code, unused)] #f #e)
         }
     }
 }
@@ -324,6 +324,9 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let [cuda, cuda_checked, hip, hip_checked] = <[TokenStream; 4]>::try_from(sources).expect("four sources");
     let symbol_checked = emit_c::symbol(sig, true);
     let block = sig.teams.unwrap_or(emit_c::BLOCK);
+    // A teams kernel gets a block per team (its blocks loop over the teams all the same):
+    // on the H200 the Jacobi teams step took 0.90 ms so, 0.99 ms in one wave of blocks.
+    let grid_stride = sig.teams.is_none().then(|| quote!(.with_grid_stride()));
     // A teams launch runs `block` work items per team.
     let per_item = sig.teams.map_or(1usize, |t| t as usize);
     // Team-local arrays: their names (a checked launch's report names them after the
@@ -896,7 +899,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 .with_hip(#hip)
                 .with_host(#host_fn::<false>)
                 .with_block(#block)
-                .with_grid_stride()
+                #grid_stride
                 .with_thread_map(#note)
                 .with_shape(&__OFFLOAD_SHAPE);
 
@@ -911,7 +914,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 .with_hip(#hip_checked)
                 .with_host(#host_fn::<true>)
                 .with_block(#block)
-                .with_grid_stride()
+                #grid_stride
                 .with_thread_map(#note);
 
             /// Whether [`launch`] runs [`KERNEL_CHECKED`]: the kernel's `checked` option, or
