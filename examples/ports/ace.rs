@@ -65,8 +65,8 @@ fn d_func(l: f64, m: f64, n: f64) -> f64 {
     0.0f64
 }
 
-/// The model's constants reach the kernels as one slice `k` (a kernel takes at most 16
-/// values, the indices' bounds and the slices' lengths included), in the order of
+/// The model's constants reach the kernels as one slice `k` (written when a kernel took at
+/// most 16 values; module `const` items would do now), in the order of
 /// [`Params::constants`]: `k[0..3]` dx, dy, dz; `k[3]` dt; `k[4]` delta; `k[5]` epsilon;
 /// `k[6]` W0; `k[7]` tau0; `k[8]` lambda; `k[9]` D.
 /// `calculateForce`: over the whole grid, zero on its faces. `f` holds `Fx`, `Fy` and

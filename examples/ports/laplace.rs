@@ -25,8 +25,8 @@ const OMEGA: f32 = 1.85;
 
 /// The red half-sweep: the original's first target region (`row` in `1..=NUM/2` outer,
 /// `col` in `1..=NUM` inner). `coef` holds the original's `aP`, `aW`, `aE`, `aS`, `aN` and
-/// `b` one after the other: with six arrays apart the kernel would take 23 values, over
-/// the 16 a kernel may have (the indices' bounds and the slices' lengths count).
+/// `b` one after the other (written when a kernel took at most 16 values; six arrays apart,
+/// 23 values, are fine now).
 #[offload::kernel(dims = 2)]
 #[allow(clippy::too_many_arguments)]
 fn red_kernel(
