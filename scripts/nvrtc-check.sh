@@ -25,6 +25,7 @@ export OFFLOAD_NVRTC_REQUIRED=1
 cargo test -p offload-kernels --test nvrtc -- --nocapture
 # The kernels `#[offload::kernel]` generates in the tests.
 cargo test -p offload-tests --test kernel_macro every_generated_kernel_compiles_with_nvrtc -- --nocapture
+cargo test -p offload-tests --test kernel_language every_kernel_of_this_file_compiles_with_nvrtc -- --nocapture
 cargo test -p offload-tests --test kernel_reduce every_reduction_kernel_compiles_with_nvrtc -- --nocapture
 cargo test -p offload-tests --test reduce every_reduce_kernel_compiles_with_nvrtc -- --nocapture
 # NVRTC straight to a cubin (the kernel cache's entries) for a real architecture.

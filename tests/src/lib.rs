@@ -301,10 +301,11 @@ pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()>
     }
 }
 
-/// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90` and fails naming
-/// every kernel that does not compile (with its source). Without `libnvrtc` it says so and
-/// returns, unless `OFFLOAD_NVRTC_REQUIRED=1` (as `scripts/nvrtc-check.sh` sets), when it
-/// fails instead.
+/// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90`, and its HIP source
+/// (where it has one of its own) with the HIP shuffle it uses spelled in CUDA (no hiprtc
+/// here: this checks everything but HIP's own headers), and fails naming every kernel that
+/// does not compile (with its source). Without `libnvrtc` it says so and returns, unless
+/// `OFFLOAD_NVRTC_REQUIRED=1` (as `scripts/nvrtc-check.sh` sets), when it fails instead.
 pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
     let required = std::env::var("OFFLOAD_NVRTC_REQUIRED").is_ok_and(|v| v == "1");
     if !offload::device::nvrtc_present() {
@@ -313,15 +314,28 @@ pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
         return;
     }
     let mut failures = Vec::new();
+    let mut hip = 0;
     for k in kernels {
-        for arch in ["sm_80", "sm_90"] {
-            if let Err(e) = offload::device::compile_cuda(k, arch) {
-                failures.push(format!("`{}` for {arch}: {e}\n{}", k.symbol(), k.cuda_source().unwrap_or("")));
+        let as_hip = k.hip_source().map(|h| {
+            let src = format!("#define __shfl_down(v, o, w) __shfl_down_sync(0xffffffffu, v, o, w)\n{h}");
+            offload::Kernel::new(k.name()).with_symbol(k.symbol()).with_cuda(Box::leak(src.into_boxed_str()))
+        });
+        hip += usize::from(as_hip.is_some());
+        for (kernel, dialect) in [(Some(**k), "CUDA"), (as_hip, "HIP")] {
+            let Some(kernel) = kernel else { continue };
+            for arch in ["sm_80", "sm_90"] {
+                if let Err(e) = offload::device::compile_cuda(&kernel, arch) {
+                    failures.push(format!(
+                        "`{}` ({dialect}) for {arch}: {e}\n{}",
+                        k.symbol(),
+                        kernel.cuda_source().unwrap_or("")
+                    ));
+                }
             }
         }
     }
     assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
-    println!("nvrtc: {} {what} compiled for sm_80 and sm_90", kernels.len());
+    println!("nvrtc: {} {what} compiled for sm_80 and sm_90 ({hip} HIP sources too)", kernels.len());
 }
 
 #[cfg(test)]
