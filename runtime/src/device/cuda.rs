@@ -337,6 +337,11 @@ impl CudaDevice {
             Err(e) => return Err(driver(self.number, "cuModuleLoadData")(e)),
         };
         let f = module.load_function(kernel.symbol()).map_err(driver(self.number, "cuModuleGetFunction"))?;
+        // Loaded now, not at its first launch (CUDA's lazy loading), so that the launch after
+        // `prepare` only queues: a lazy load can wait for the device's running work. A
+        // failure here only leaves the load to the launch, which reports what is wrong.
+        // SAFETY: a live function handle of this context's module.
+        let _ = unsafe { sys::cuFuncLoad(f.cu_function()) };
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(kernel.block(), 0, None)
             .map_err(driver(self.number, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
