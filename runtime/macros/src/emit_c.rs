@@ -603,8 +603,7 @@ pub fn kernel_source(
         let len = |k: usize| format!("__offload_l{k}");
         let inner: Vec<String> = (1..d).map(len).collect();
         let _ = writeln!(s, "    const unsigned int __offload_rows = {rows}u;");
-        let _ =
-            writeln!(s, "    const {ULL} __offload_l0 = offload_div(__offload_n, {});", inner.join(" * "));
+        let _ = writeln!(s, "    const {ULL} __offload_l0 = __offload_n / ({});", inner.join(" * "));
         let (strip_dim, rest) = (order[0], &order[1..]);
         let rest_len: Vec<String> = rest.iter().map(|&k| len(k)).collect();
         let _ = writeln!(s, "    const {ULL} __offload_inner = {};", rest_len.join(" * "));
@@ -614,8 +613,7 @@ pub fn kernel_source(
             len(strip_dim)
         );
         s.push_str("    for (; __offload_t < __offload_units; __offload_t += __offload_stride) {\n");
-        let _ =
-            writeln!(s, "        const {ULL} __offload_strip = offload_div(__offload_t, __offload_inner);");
+        let _ = writeln!(s, "        const {ULL} __offload_strip = __offload_t / __offload_inner;");
         let _ =
             writeln!(s, "        const {ULL} __offload_w = __offload_t - __offload_strip * __offload_inner;");
         let mut decode = Vec::new();
@@ -623,8 +621,7 @@ pub fn kernel_source(
             decode.push(format!("const {ULL} {} = __offload_s{} + __offload_w", idx[rest[0]], rest[0]));
         } else {
             let (mid, fast) = (rest[0], rest[1]);
-            let _ =
-                writeln!(s, "        const {ULL} __offload_r1 = offload_div(__offload_w, {});", len(fast));
+            let _ = writeln!(s, "        const {ULL} __offload_r1 = __offload_w / {};", len(fast));
             let _ =
                 writeln!(s, "        const {ULL} __offload_r2 = __offload_w - __offload_r1 * {};", len(fast));
             decode.push(format!("const {ULL} {} = __offload_s{mid} + __offload_r1", idx[mid]));

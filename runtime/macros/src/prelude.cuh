@@ -148,8 +148,4 @@ template <typename T> __device__ __forceinline__ T offload_m_recip(T x) { return
 __device__ __forceinline__ float offload_m_mul_add(float x, float a, float b) { return fmaf(x, a, b); }
 __device__ __forceinline__ double offload_m_mul_add(double x, double a, double b) { return fma(x, a, b); }
 template <typename T> __device__ __forceinline__ T offload_m_powi(T x, int n) { return offload_m_powf(x, (T)n); }
-// a / b and a % b in 32 bits when both fit (a 64-bit division is a long sequence).
-__device__ __forceinline__ unsigned long long offload_div(unsigned long long a, unsigned long long b) {
-    return ((a | b) >> 32) == 0ull ? (unsigned long long)((unsigned int)a / (unsigned int)b) : a / b;
-}
 #endif

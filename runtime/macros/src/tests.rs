@@ -56,10 +56,7 @@ fn two_and_three_dimensions_decode_the_linear_index() {
     .unwrap();
     assert!(c.contains("__offload_s0, unsigned long long __offload_s1, unsigned long long __offload_l1, unsigned long long nx"), "{c}");
     assert!(c.contains("const unsigned int __offload_rows = 4u;"), "{c}");
-    assert!(
-        c.contains("const unsigned long long __offload_l0 = offload_div(__offload_n, __offload_l1);"),
-        "{c}"
-    );
+    assert!(c.contains("const unsigned long long __offload_l0 = __offload_n / (__offload_l1);"), "{c}");
     assert!(
         c.contains("i = __offload_s0 + __offload_q0;") && c.contains("j = __offload_s1 + __offload_w;"),
         "{c}"
@@ -90,8 +87,8 @@ fn two_and_three_dimensions_decode_the_linear_index() {
         c.contains("b = __offload_s1 + __offload_r1;") && c.contains("c = __offload_s2 + __offload_r2;"),
         "{c}"
     );
-    assert!(c.contains("__offload_r1 = offload_div(__offload_w, __offload_l2);"), "{c}");
-    assert!(c.contains("__offload_l0 = offload_div(__offload_n, __offload_l1 * __offload_l2);"), "{c}");
+    assert!(c.contains("__offload_r1 = __offload_w / __offload_l2;"), "{c}");
+    assert!(c.contains("__offload_l0 = __offload_n / (__offload_l1 * __offload_l2);"), "{c}");
     let c = cuda(
         quote!(dims = 2, rows = 16),
         quote!(
