@@ -339,6 +339,50 @@ device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
+/// The float types, for [`erf`] and [`erfc`] (CUDA has them, Rust's standard library not on
+/// stable).
+pub trait ErrorFunction: Copy {
+    /// The error function.
+    fn error_function(self) -> Self;
+    /// The complementary error function.
+    fn complementary_error_function(self) -> Self;
+}
+
+impl ErrorFunction for f64 {
+    fn error_function(self) -> Self {
+        libm::erf(self)
+    }
+    fn complementary_error_function(self) -> Self {
+        libm::erfc(self)
+    }
+}
+
+impl ErrorFunction for f32 {
+    fn error_function(self) -> Self {
+        libm::erff(self)
+    }
+    fn complementary_error_function(self) -> Self {
+        libm::erfcf(self)
+    }
+}
+
+/// The error function of `x`, in kernels and out: CUDA's `erf`/`erff` on GPUs (2 ulp at
+/// most in `f64`), `libm`'s on host devices and as ordinary Rust.
+///
+/// ```
+/// assert!((offload::erf(1.0f64) - 0.842_700_792_949_714_9).abs() < 1e-15);
+/// assert!((offload::erfc(0.5f32) - 0.479_500_12).abs() < 1e-6);
+/// ```
+pub fn erf<T: ErrorFunction>(x: T) -> T {
+    x.error_function()
+}
+
+/// The complementary error function of `x`, `1 - erf(x)` without its cancellation (as
+/// [`erf`]: CUDA's `erfc`/`erfcf` on GPUs, `libm`'s elsewhere).
+pub fn erfc<T: ErrorFunction>(x: T) -> T {
+    x.complementary_error_function()
+}
+
 /// A team-local array of a teams kernel (`#[offload::kernel(teams = THREADS)]`), written
 /// `let mut tile: [f32; N] = offload::team_local();` at the top of its body: one array per
 /// team, shared by its threads (`__shared__` on GPUs, uninitialized there: write before

@@ -67,7 +67,7 @@ pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
-pub use kernel::{barrier, team_local};
+pub use kernel::{barrier, erf, erfc, team_local, ErrorFunction};
 pub use kernel::{
     DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, Scalar,
     ShapeParam,

@@ -569,19 +569,27 @@ pub fn kernel_source(
         let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);
         s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
         s.push_str("        }\n        __syncthreads();\n    }\n");
-        for (c, ty, op) in reductions {
-            let _ = writeln!(
-                s,
-                "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
-                ty.c(),
-                op.c_identity(ty),
-                op.c_functor()
-            );
-        }
-        s.push_str("}\n");
-        parts.push(Part::Text(s));
-        return parts;
+    } else {
+        loop_nest(&mut s, body, &idx, d, rows, map, checked);
     }
+    for (c, ty, op) in reductions {
+        let _ = writeln!(
+            s,
+            "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
+            ty.c(),
+            op.c_identity(ty),
+            op.c_functor()
+        );
+    }
+    s.push_str("}\n");
+    parts.push(Part::Text(s));
+    parts
+}
+
+/// The grid-stride loop of a 1-D, 2-D or 3-D kernel over its work items, the body in it
+/// (see [`kernel_source`]).
+fn loop_nest(s: &mut String, body: &Body, idx: &[&str], d: usize, rows: u32, map: &ThreadMap, checked: bool) {
+    const ULL: &str = "unsigned long long";
     let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
     let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");
     if d == 1 {
@@ -645,28 +653,16 @@ pub fn kernel_source(
         s.push_str("            #pragma unroll\n");
         s.push_str("            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows; ++__offload_k) {\n");
         let _ = writeln!(s, "                const {ULL} __offload_q0 = __offload_first + __offload_k;");
-        item(&mut s, "__offload_next");
+        item(s, "__offload_next");
         // The partial strip: a plain loop (unrolling it would only cost registers).
         s.push_str("            }\n        } else {\n            #pragma unroll 1\n");
         let _ = writeln!(
             s,
             "            for ({ULL} __offload_q0 = __offload_first; __offload_q0 < {strip_len}; ++__offload_q0) {{"
         );
-        item(&mut s, "__offload_next_tail");
+        item(s, "__offload_next_tail");
         s.push_str("            }\n        }\n    }\n");
     }
-    for (c, ty, op) in reductions {
-        let _ = writeln!(
-            s,
-            "    offload_reduce<{}>({c}, {}, __offload_red_{c}, {});",
-            ty.c(),
-            op.c_identity(ty),
-            op.c_functor()
-        );
-    }
-    s.push_str("}\n");
-    parts.push(Part::Text(s));
-    parts
 }
 
 /// The source of `#[offload::device]` function `name` with `params` (their variables

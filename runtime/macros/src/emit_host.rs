@@ -109,6 +109,9 @@ impl RustEmitter<'_> {
                     Math::Float(n, _) | Math::Int(n, _) => format_ident!("{}", n, span = s),
                 };
                 let recv = self.expr(&args[0]);
+                if name == "erf" || name == "erfc" {
+                    return quote_spanned!(s=> ::offload::#name(#recv));
+                }
                 let rest: Vec<TokenStream> = args[1..].iter().map(|a| self.expr(a)).collect();
                 quote_spanned!(s=> #recv.#name(#(#rest),*))
             }

@@ -198,7 +198,9 @@ fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
         #f
         #[doc(hidden)]
         #[allow(unused, unused_parens, clippy::all, non_snake_case)]
-        #vis fn #twin(#(#twin_params),*) #ret_tokens { #twin_body }
+        #vis fn #twin(#(#twin_params),*) #ret_tokens {
+            #twin_body
+        }
         #(#items)*
         #[doc(hidden)]
         #[allow(non_upper_case_globals)]
@@ -574,30 +576,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     } else {
         // Each rayon task folds its items into its own partials (the body sees them as
         // its `&mut` arguments); the partials are then combined, and into the views.
-        let red = quote!(::offload::__private::Reducible);
-        let types: Vec<TokenStream> = reductions.iter().map(|(_, t, _)| t.rust()).collect();
-        let names: Vec<&syn::Ident> = reductions.iter().map(|(n, _, _)| *n).collect();
-        let targets: Vec<syn::Ident> = names.iter().map(|n| format_ident!("__offload_red_{}", n)).collect();
-        let ks: Vec<syn::Index> = (0..reductions.len()).map(syn::Index::from).collect();
-        let identity: Vec<TokenStream> = reductions
-            .iter()
-            .map(|(_, t, op)| {
-                let t = t.rust();
-                match op {
-                    RedOp::Add => quote!(<#t as #red>::ZERO),
-                    RedOp::Min => quote!(<#t as #red>::MIN_IDENTITY),
-                    RedOp::Max => quote!(<#t as #red>::MAX_IDENTITY),
-                }
-            })
-            .collect();
-        let combine: Vec<TokenStream> = reductions
-            .iter()
-            .map(|(_, _, op)| match op {
-                RedOp::Add => quote!(#red::add),
-                RedOp::Min => quote!(#red::min),
-                RedOp::Max => quote!(#red::max),
-            })
-            .collect();
+        let (types, names, targets, ks, identity, combine) =
+            (&red_types, &red_names, &red_targets, &red_ks, &red_identity, &red_combine);
         quote! {
             let __offload_total: (#(#types,)*) = ::offload::__private::par_reduce(
                 __offload_l.n(),

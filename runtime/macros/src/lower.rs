@@ -137,6 +137,8 @@ pub const RESERVED: &[&str] = &[
     "truncf",
     "erf",
     "erff",
+    "erfc",
+    "erfcf",
     "fmod",
     "fmodf",
     "NULL",
@@ -1219,6 +1221,21 @@ impl Lowerer {
             }
         }
         let _ = want;
+        // `offload::erf(x)`, `offload::erfc(x)`: CUDA's functions Rust's std lacks.
+        for name in ["erf", "erfc"] {
+            if is_offload_fn(&c.func, name) && p.path.segments.len() > 1 {
+                let [x] = &c.args.iter().collect::<Vec<_>>()[..] else {
+                    return err(c, format!("`offload::{name}` takes one argument"));
+                };
+                let recv = self.value(x, want)?;
+                if !matches!(recv.ty, Type::Scalar(Ty::F32 | Ty::F64) | Type::Opaque(_)) {
+                    return err(x, format!("`offload::{name}` takes an f32 or an f64"));
+                }
+                let ty = recv.ty.clone();
+                let m = if name == "erf" { Math::Float("erf", 0) } else { Math::Float("erfc", 0) };
+                return Ok(ex(ExprKind::Math(m, vec![recv]), ty, span));
+            }
+        }
         if is_offload_fn(&c.func, "team_local") || is_offload_fn(&c.func, "barrier") {
             return err(
                 c,
@@ -1359,8 +1376,9 @@ fn builtin_const(path: &syn::Path, span: Span) -> Option<Expr> {
     };
     let t = Ty::from_name(ty)?;
     let c = match t {
-        Ty::F32 => float_const(name).map(|v| format!("__int_as_float(0x{:08x}u)", (v as f32).to_bits()))?,
-        Ty::F64 => float_const(name).map(|v| format!("__longlong_as_double(0x{:016x}ull)", v.to_bits()))?,
+        // Rust's own constants' bits, so C's value is exactly Rust's.
+        Ty::F32 => f32_const(name).map(|v| format!("__int_as_float(0x{:08x}u)", v.to_bits()))?,
+        Ty::F64 => f64_const(name).map(|v| format!("__longlong_as_double(0x{:016x}ull)", v.to_bits()))?,
         _ => {
             let (min, max): (i128, i128) = match t {
                 Ty::I32 => (i32::MIN.into(), i32::MAX.into()),
@@ -1389,11 +1407,6 @@ fn builtin_const(path: &syn::Path, span: Span) -> Option<Expr> {
             )
         }
     };
-    // An f32 value must round to f32 bits exactly as Rust's constant does.
-    let c = match (t, name) {
-        (Ty::F32, n) => f32_const(n).map(|v| format!("__int_as_float(0x{:08x}u)", v.to_bits())).unwrap_or(c),
-        _ => c,
-    };
     Some(ex(ExprKind::Builtin { c, rust: path.clone() }, Type::Scalar(t), span))
 }
 
@@ -1404,61 +1417,39 @@ fn bits(t: Ty) -> u32 {
     }
 }
 
-fn float_const(name: &str) -> Option<f64> {
-    use std::f64::consts as c;
-    Some(match name {
-        "MAX" => f64::MAX,
-        "MIN" => f64::MIN,
-        "MIN_POSITIVE" => f64::MIN_POSITIVE,
-        "EPSILON" => f64::EPSILON,
-        "INFINITY" => f64::INFINITY,
-        "NEG_INFINITY" => f64::NEG_INFINITY,
-        "NAN" => f64::NAN,
-        "PI" => c::PI,
-        "TAU" => c::TAU,
-        "E" => c::E,
-        "SQRT_2" => c::SQRT_2,
-        "LN_2" => c::LN_2,
-        "LN_10" => c::LN_10,
-        "FRAC_PI_2" => c::FRAC_PI_2,
-        "FRAC_PI_4" => c::FRAC_PI_4,
-        "FRAC_1_PI" => c::FRAC_1_PI,
-        "FRAC_2_PI" => c::FRAC_2_PI,
-        "FRAC_1_SQRT_2" => c::FRAC_1_SQRT_2,
-        "FRAC_2_SQRT_PI" => c::FRAC_2_SQRT_PI,
-        "LOG2_E" => c::LOG2_E,
-        "LOG10_E" => c::LOG10_E,
-        _ => return None,
-    })
+/// `f64_const` and `f32_const`: the named associated constant of the float type.
+macro_rules! float_consts {
+    ($($f:ident: $t:ident),*) => {$(
+        fn $f(name: &str) -> Option<$t> {
+            use std::$t::consts as c;
+            Some(match name {
+                "MAX" => $t::MAX,
+                "MIN" => $t::MIN,
+                "MIN_POSITIVE" => $t::MIN_POSITIVE,
+                "EPSILON" => $t::EPSILON,
+                "INFINITY" => $t::INFINITY,
+                "NEG_INFINITY" => $t::NEG_INFINITY,
+                "NAN" => $t::NAN,
+                "PI" => c::PI,
+                "TAU" => c::TAU,
+                "E" => c::E,
+                "SQRT_2" => c::SQRT_2,
+                "LN_2" => c::LN_2,
+                "LN_10" => c::LN_10,
+                "FRAC_PI_2" => c::FRAC_PI_2,
+                "FRAC_PI_4" => c::FRAC_PI_4,
+                "FRAC_1_PI" => c::FRAC_1_PI,
+                "FRAC_2_PI" => c::FRAC_2_PI,
+                "FRAC_1_SQRT_2" => c::FRAC_1_SQRT_2,
+                "FRAC_2_SQRT_PI" => c::FRAC_2_SQRT_PI,
+                "LOG2_E" => c::LOG2_E,
+                "LOG10_E" => c::LOG10_E,
+                _ => return None,
+            })
+        }
+    )*};
 }
-
-fn f32_const(name: &str) -> Option<f32> {
-    use std::f32::consts as c;
-    Some(match name {
-        "MAX" => f32::MAX,
-        "MIN" => f32::MIN,
-        "MIN_POSITIVE" => f32::MIN_POSITIVE,
-        "EPSILON" => f32::EPSILON,
-        "INFINITY" => f32::INFINITY,
-        "NEG_INFINITY" => f32::NEG_INFINITY,
-        "NAN" => f32::NAN,
-        "PI" => c::PI,
-        "TAU" => c::TAU,
-        "E" => c::E,
-        "SQRT_2" => c::SQRT_2,
-        "LN_2" => c::LN_2,
-        "LN_10" => c::LN_10,
-        "FRAC_PI_2" => c::FRAC_PI_2,
-        "FRAC_PI_4" => c::FRAC_PI_4,
-        "FRAC_1_PI" => c::FRAC_1_PI,
-        "FRAC_2_PI" => c::FRAC_2_PI,
-        "FRAC_1_SQRT_2" => c::FRAC_1_SQRT_2,
-        "FRAC_2_SQRT_PI" => c::FRAC_2_SQRT_PI,
-        "LOG2_E" => c::LOG2_E,
-        "LOG10_E" => c::LOG10_E,
-        _ => return None,
-    })
-}
+float_consts!(f64_const: f64, f32_const: f32);
 
 /// The error for any use of a reduction variable but its update.
 fn reduction_misuse<T>(at: impl quote::ToTokens, op: RedOp) -> syn::Result<T> {

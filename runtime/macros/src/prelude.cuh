@@ -132,6 +132,7 @@ OFFLOAD_MATH1(asin, asinf, asin) OFFLOAD_MATH1(acos, acosf, acos) OFFLOAD_MATH1(
 OFFLOAD_MATH1(sinh, sinhf, sinh) OFFLOAD_MATH1(cosh, coshf, cosh) OFFLOAD_MATH1(tanh, tanhf, tanh)
 OFFLOAD_MATH1(cbrt, cbrtf, cbrt) OFFLOAD_MATH1(floor, floorf, floor) OFFLOAD_MATH1(ceil, ceilf, ceil)
 OFFLOAD_MATH1(round, roundf, round) OFFLOAD_MATH1(trunc, truncf, trunc)
+OFFLOAD_MATH1(erf, erff, erf) OFFLOAD_MATH1(erfc, erfcf, erfc)
 OFFLOAD_MATH2(powf, powf, pow) OFFLOAD_MATH2(atan2, atan2f, atan2) OFFLOAD_MATH2(hypot, hypotf, hypot)
 __device__ __forceinline__ float offload_m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double offload_m_abs(double x) { return fabs(x); }
