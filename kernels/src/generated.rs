@@ -101,7 +101,7 @@ pub fn jacobi_step(
     *norm += r * r;
 }
 
-/// Columns of a [`jacobi_teams`] team.
+/// Columns of a [`jacobi_teams()`] team.
 pub const JACOBI_TEAM_COLUMNS: usize = 256;
 
 /// One Jacobi step as a teams kernel (`#pragma omp target teams` + `parallel`), in the
@@ -110,7 +110,7 @@ pub const JACOBI_TEAM_COLUMNS: usize = 256;
 /// `team / col_blocks`); each thread walks its column down the strip with the rows above
 /// and below in registers, and reads its left and right neighbours from the team's copy of
 /// the row in team-local memory (two buffers, so one barrier a row). `a_new`, `norm`,
-/// `next_norm` and `wrap` as in [`jacobi_step`]. Launched over
+/// `next_norm` and `wrap` as in [`jacobi_step()`]. Launched over
 /// `col_blocks * ceil((iy_end - iy_start) / strip_rows)` teams.
 #[offload::kernel(teams = 256, reduction(+: norm))]
 #[allow(clippy::too_many_arguments)]

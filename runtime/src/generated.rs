@@ -1136,6 +1136,65 @@ mod tests {
         assert_eq!(v, [1.0, 2.0, 4.0]);
     }
 
+    /// A kernel struct of 4- and 8-byte fields, no padding (what the derive checks).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct P {
+        a: f32,
+        b: u32,
+        c: f64,
+    }
+    // SAFETY: plain numbers, every bit pattern valid, no padding (16 bytes).
+    unsafe impl crate::DeviceCopy for P {}
+    // SAFETY: the C definition has the same fields in the same order.
+    unsafe impl KernelStruct for P {
+        const C_SOURCE: &'static str = "struct P { float a; unsigned int b; double c; };";
+    }
+
+    #[test]
+    fn structs_are_elements_and_arguments_word_by_word() {
+        let mut buf = [P { a: 1.5, b: 7, c: -2.25 }; 3];
+        {
+            let s = SharedSlice::team_local(&mut buf[..], "k", "ps");
+            let mut e = s.get(1);
+            e.c = 9.0;
+            s.set(2, e);
+            assert_eq!(s.sub(1, 3).get(1), P { a: 1.5, b: 7, c: 9.0 });
+        }
+        assert_eq!(buf[2].c, 9.0);
+        // By value: 8-byte words (the struct is 8-aligned), read back by the twin.
+        let mut c = ArgCollector::describing();
+        c.words(&buf[2]);
+        let args: Vec<KernelArg> = c
+            .into_args()
+            .into_iter()
+            .map(|a| match a {
+                LaunchArg::Value(s) => KernelArg::Scalar(s),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(args.len(), words::<P>());
+        assert_eq!(words::<P>(), 2);
+        let l = HostLaunch::new("k", 1, &args);
+        assert_eq!(struct_arg::<P>(&l, 0), Ok(buf[2]));
+    }
+
+    #[test]
+    fn a_store_log_names_two_items_storing_one_element() {
+        let mut v = [0u32; 4];
+        let log = StoreLog::new(true, 4);
+        let s = SharedSlice::team_local(&mut v[..], "k", "x").logged(&log);
+        set_item(3);
+        s.set(1, 5);
+        s.set(1, 6); // the same item again: fine
+        set_item(8);
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.set(1, 7))).unwrap_err();
+        let msg = crate::error::panic_message(&*e);
+        assert!(msg.contains("work items 3 and 8 both store element 1"), "{msg}");
+        // Past the limit, or off, nothing is logged.
+        assert!(!StoreLog::new(false, 4).on() && !StoreLog::new(true, STORE_LOG_LIMIT + 1).on());
+    }
+
     #[test]
     fn an_unknown_extent_is_refused() {
         let mut v = [0u64; 2];
