@@ -732,3 +732,13 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
     .unwrap_err();
     assert!(e.contains("its team and its thread"), "{e}");
 }
+
+#[test]
+fn erf_is_cudas() {
+    let c = ok(quote!(
+        fn k(i: usize, f: &mut [f32]) {
+            f[i] += offload::erf(i as f32 * 0.01) + offload::erfc(i as f64 * 0.001) as f32;
+        }
+    ));
+    assert!(c.contains("erff((((float) i) * 0.01f))") && c.contains("erfc((((double) i) * 0.001))"), "{c}");
+}
