@@ -9,8 +9,7 @@ use std::fmt::Write;
 use syn::BinOp;
 
 use crate::access::ThreadMap;
-use crate::ir::{Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, VarId, ViewRepr};
-use crate::lower::view_repr;
+use crate::ir::{view_repr, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, VarId, ViewRepr};
 use crate::signature::{Elem, KernelSig, ParamKind, Ret, Slot, StructTy};
 use crate::ty::{RedOp, Ty};
 

@@ -33,7 +33,7 @@ pub fn twin_name(name: &syn::Ident) -> syn::Ident {
 impl RustEmitter<'_> {
     fn path(&self, p: &syn::Path) -> TokenStream {
         if self.nested {
-            crate::expand::outer_path(p)
+            crate::signature::outer_path(p)
         } else {
             quote!(#p)
         }
@@ -134,7 +134,7 @@ impl RustEmitter<'_> {
             fields.insert(0, field.clone());
             root = base;
         }
-        let binop = op.and_then(crate::lower::compound);
+        let binop = op.and_then(crate::ir::compound);
         match root {
             Place::Var(v) => {
                 let x = self.var(*v, span);

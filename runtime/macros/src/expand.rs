@@ -14,32 +14,11 @@ use crate::emit_host::{twin_name, RustEmitter};
 use crate::ir::{Body, VarId};
 use crate::lower::{is_reserved, Lowerer, Mode};
 use crate::options::{KernelOptions, DEFAULT_ROWS};
-use crate::signature::{device_sig, kernel_sig, Elem, KernelSig, ParamKind, Ret, Slot};
+use crate::signature::{device_sig, kernel_sig, outer_path, Elem, KernelSig, ParamKind, Ret, Slot};
 use crate::ty::{RedOp, Ty};
 
 /// The driver's limit on a launch's parameters, in bytes.
 pub const PARAM_LIMIT: usize = 4096;
-
-/// `path`, written in a kernel's parent module, as seen from inside the kernel's module.
-pub fn outer_path(path: &syn::Path) -> TokenStream {
-    let path = path.clone();
-    let first = path.segments.first().map(|s| s.ident.to_string());
-    let absolute = path.leading_colon.is_some()
-        || matches!(
-            first.as_deref(),
-            Some("crate" | "super" | "self" | "std" | "core" | "alloc" | "offload")
-        );
-    if first.as_deref() == Some("self") && path.leading_colon.is_none() {
-        // `self::` from the kernel's module is the kernel's parent.
-        let rest: Vec<_> = path.segments.iter().skip(1).collect();
-        return quote!(super::#(#rest)::*);
-    }
-    if absolute {
-        quote!(#path)
-    } else {
-        quote!(super::#path)
-    }
-}
 
 /// The hidden constant holding device function `name`'s C source.
 pub fn device_source_const(name: &syn::Ident) -> syn::Ident {

@@ -227,3 +227,30 @@ pub struct Body {
     /// Device functions it calls (paths as written).
     pub calls: Vec<syn::Path>,
 }
+
+/// How a view variable is reached in C (see [`ViewRepr`]).
+pub fn view_repr(v: &Var, kernel: bool) -> ViewRepr {
+    match v.role {
+        Role::TeamLocal(_) => ViewRepr::Array,
+        Role::Param(_) if kernel => ViewRepr::Bare,
+        _ => ViewRepr::Boxed,
+    }
+}
+
+/// The operator of compound assignment `op`, if it is one.
+pub fn compound(op: &syn::BinOp) -> Option<syn::BinOp> {
+    use syn::BinOp::*;
+    Some(match op {
+        AddAssign(_) => syn::parse_quote!(+),
+        SubAssign(_) => syn::parse_quote!(-),
+        MulAssign(_) => syn::parse_quote!(*),
+        DivAssign(_) => syn::parse_quote!(/),
+        RemAssign(_) => syn::parse_quote!(%),
+        BitAndAssign(_) => syn::parse_quote!(&),
+        BitOrAssign(_) => syn::parse_quote!(|),
+        BitXorAssign(_) => syn::parse_quote!(^),
+        ShlAssign(_) => syn::parse_quote!(<<),
+        ShrAssign(_) => syn::parse_quote!(>>),
+        _ => return None,
+    })
+}

@@ -8,7 +8,7 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr as SynExpr, Ident, Pat, RangeLimits, Stmt as SynStmt, UnOp};
 
-use crate::ir::{Block, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, Var, VarId, ViewRepr};
+use crate::ir::{compound, Block, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, Var, VarId};
 use crate::signature::{err, struct_type, Elem, Param, ParamKind, Ret};
 use crate::ty::{scalar_type, RedOp, Ty};
 
@@ -1270,15 +1270,6 @@ impl Lowerer {
     }
 }
 
-/// How a view variable is reached in C (see [`ViewRepr`]).
-pub fn view_repr(v: &Var, kernel: bool) -> ViewRepr {
-    match v.role {
-        Role::TeamLocal(_) => ViewRepr::Array,
-        Role::Param(_) if kernel => ViewRepr::Bare,
-        _ => ViewRepr::Boxed,
-    }
-}
-
 /// Whether `f` names `offload::NAME` (or `NAME` imported from it: any path ending in it
 /// whose first segment is `offload`, or the bare name).
 fn is_offload_fn(f: &SynExpr, name: &str) -> bool {
@@ -1316,24 +1307,6 @@ fn visit_vars(e: &Expr, f: &mut impl FnMut(VarId)) {
         ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| visit_vars(a, f)),
         ExprKind::Lit(_) | ExprKind::Builtin { .. } => {}
     }
-}
-
-/// The operator of compound assignment `op`, if it is one.
-pub fn compound(op: &BinOp) -> Option<BinOp> {
-    use BinOp::*;
-    Some(match op {
-        AddAssign(_) => syn::parse_quote!(+),
-        SubAssign(_) => syn::parse_quote!(-),
-        MulAssign(_) => syn::parse_quote!(*),
-        DivAssign(_) => syn::parse_quote!(/),
-        RemAssign(_) => syn::parse_quote!(%),
-        BitAndAssign(_) => syn::parse_quote!(&),
-        BitOrAssign(_) => syn::parse_quote!(|),
-        BitXorAssign(_) => syn::parse_quote!(^),
-        ShlAssign(_) => syn::parse_quote!(<<),
-        ShrAssign(_) => syn::parse_quote!(>>),
-        _ => return None,
-    })
 }
 
 /// The type of `a op b`: the known one of the two.

@@ -45,7 +45,7 @@ impl Elem {
     pub fn rust_inner(&self) -> TokenStream {
         match self {
             Elem::Scalar(t) => t.rust(),
-            Elem::Struct(s) => crate::expand::outer_path(&s.path),
+            Elem::Struct(s) => outer_path(&s.path),
         }
     }
 }
@@ -148,7 +148,7 @@ impl KernelSig {
             out.push(if widths.is_empty() { quote!(#fixed) } else { quote!((#fixed #(+ #widths)*)) });
             match s {
                 Slot::Param(_, Param { kind: ParamKind::Struct(st), .. }) => {
-                    let path = crate::expand::outer_path(&st.path);
+                    let path = outer_path(&st.path);
                     widths.push(quote!(::offload::__private::words::<#path>()));
                 }
                 _ => fixed += 1,
@@ -397,4 +397,25 @@ pub fn device_sig(f: &ItemFn) -> syn::Result<(Vec<Param>, Ret)> {
         },
     };
     Ok((params, ret))
+}
+
+/// `path`, written in a kernel's parent module, as seen from inside the kernel's module.
+pub fn outer_path(path: &syn::Path) -> TokenStream {
+    let path = path.clone();
+    let first = path.segments.first().map(|s| s.ident.to_string());
+    let absolute = path.leading_colon.is_some()
+        || matches!(
+            first.as_deref(),
+            Some("crate" | "super" | "self" | "std" | "core" | "alloc" | "offload")
+        );
+    if first.as_deref() == Some("self") && path.leading_colon.is_none() {
+        // `self::` from the kernel's module is the kernel's parent.
+        let rest: Vec<_> = path.segments.iter().skip(1).collect();
+        return quote!(super::#(#rest)::*);
+    }
+    if absolute {
+        quote!(#path)
+    } else {
+        quote!(super::#path)
+    }
 }
