@@ -238,9 +238,9 @@ impl CudaDevice {
         let mut params = super::LaunchParams::new(self.number, kernel, args, n)?;
         let mut size = params.size();
         let mut extra: [*mut std::ffi::c_void; 5] = [
-            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut std::ffi::c_void,
+            std::ptr::without_provenance_mut(sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize),
             params.block(),
-            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut std::ffi::c_void,
+            std::ptr::without_provenance_mut(sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize),
             (&mut size as *mut usize).cast(),
             std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
         ];

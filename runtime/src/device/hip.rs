@@ -469,11 +469,11 @@ impl Backend for HipDevice {
         // HIP_LAUNCH_PARAM_BUFFER_POINTER, the block, HIP_LAUNCH_PARAM_BUFFER_SIZE, its
         // size, HIP_LAUNCH_PARAM_END (hip_runtime_api.h's values).
         let mut extra: [*mut std::ffi::c_void; 5] = [
-            1usize as *mut std::ffi::c_void,
+            std::ptr::without_provenance_mut(1),
             params.block(),
-            2usize as *mut std::ffi::c_void,
+            std::ptr::without_provenance_mut(2),
             (&mut size as *mut usize).cast(),
-            3usize as *mut std::ffi::c_void,
+            std::ptr::without_provenance_mut(3),
         ];
         let block = kernel.block();
         let blocks = super::blocks_for(kernel, n, self.resident_threads / block.max(1));
