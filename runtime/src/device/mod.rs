@@ -6,6 +6,8 @@
 //! backend: `host` (always compiled: separate memory, an in-order queue, kernels as Rust
 //! functions on a `rayon` pool) and `cuda` (cargo feature `cuda`, on by default).
 
+pub mod faults;
+pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "hip")]
@@ -647,6 +649,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 
     /// For peer copies between devices of the same backend.
+    /// What an injected-fault wrapper saw and failed ([`faults`]); `None` for real devices.
+    fn fault_counts(&self) -> Option<FaultCounts> {
+        None
+    }
+
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -37,6 +37,7 @@ pub struct RuntimeBuilder {
     capture_info: bool,
     peer_access: bool,
     gpus: bool,
+    faults: Option<crate::device::FaultPlan>,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -52,6 +53,7 @@ impl Default for RuntimeBuilder {
             env: process_env(),
             capture_info: false,
             peer_access: true,
+            faults: None,
             gpus: true,
         }
     }
@@ -117,6 +119,14 @@ impl RuntimeBuilder {
     /// "Stream-ordered constructs").
     pub fn synchronous(mut self, on: bool) -> Self {
         self.over.synchronous = Some(on);
+        self
+    }
+
+    /// Test-only: each host device fails operations as `plan` says (see
+    /// [`crate::device::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
+    #[doc(hidden)]
+    pub fn inject_faults(mut self, plan: crate::device::FaultPlan) -> Self {
+        self.faults = Some(plan);
         self
     }
 
@@ -225,7 +235,15 @@ impl RuntimeBuilder {
                     KernelPool::new(format!("offload-host{i}"), self.over.kernel_threads),
                     self.peer_access,
                 );
-                devices.push((Box::new(d), p, w));
+                let d: Box<dyn Backend> = match &self.faults {
+                    Some(plan) => Box::new(crate::device::faults::Faulty::new(
+                        Box::new(d),
+                        number,
+                        Arc::new(crate::device::FaultInjector::new(plan.clone())),
+                    )),
+                    None => Box::new(d),
+                };
+                devices.push((d, p, w));
             }
             report
                 .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));

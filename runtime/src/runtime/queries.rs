@@ -152,6 +152,13 @@ impl Runtime {
         Ok(self.device_state(device)?.backend.description())
     }
 
+    /// Test-only: what device `device` saw and failed on purpose, when the runtime was built
+    /// with `RuntimeBuilder::inject_faults` (`None` for a device without injected faults).
+    #[doc(hidden)]
+    pub fn fault_counts(&self, device: usize) -> Result<Option<crate::device::FaultCounts>> {
+        Ok(self.device_state(device)?.backend.fault_counts())
+    }
+
     /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
     /// borrowed). Pinning costs about 64 ms per GiB once (on the H200 machines), so it pays
     /// for buffers copied more than a few times; see the transfer table in docs/FIGURES.md.

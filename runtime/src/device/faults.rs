@@ -1,0 +1,342 @@
+//! Injected faults: a device whose operations fail on purpose, so that tests can prove
+//! what the runtime does when a device fails mid-construct (a copy after the entry was
+//! made, a launch, an allocation halfway through a map list, a pin, an event's wait).
+//!
+//! `Faulty` wraps any backend and, before delegating an operation, asks the
+//! [`FaultInjector`] whether this one fails: the `n`-th of a kind ([`FaultPlan::fail_nth`]),
+//! or each with a probability from a seed ([`FaultPlan::random`]). A failed operation does
+//! nothing and returns the error a driver would: `Error::OutOfMemory` for an allocation,
+//! `Error::Driver` naming the call for the others. Test-only: `RuntimeBuilder::inject_faults`
+//! (hidden) wraps a runtime's host devices.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{
+    Backend, Copy2d, DeviceDescription, Event, Graph, Interop, MemInfo, Queue, RecordedLaunch, Sgemm,
+};
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, KernelArg};
+
+/// The kinds of device operation a [`FaultPlan`] can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// A device allocation (fails as out of memory).
+    Alloc,
+    /// A host-to-device copy.
+    CopyIn,
+    /// A device-to-host copy.
+    CopyOut,
+    /// A fill (`memset`) of device memory.
+    Fill,
+    /// A kernel launch.
+    Launch,
+    /// Pinning (page-locking) host memory.
+    Pin,
+    /// Waiting for an event or a queue.
+    EventSync,
+}
+
+impl FaultKind {
+    /// Every kind, in order.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Alloc,
+        FaultKind::CopyIn,
+        FaultKind::CopyOut,
+        FaultKind::Fill,
+        FaultKind::Launch,
+        FaultKind::Pin,
+        FaultKind::EventSync,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The driver call a failure of this kind names.
+    fn call(self) -> &'static str {
+        match self {
+            FaultKind::Alloc => "alloc (injected)",
+            FaultKind::CopyIn => "copy to device (injected)",
+            FaultKind::CopyOut => "copy from device (injected)",
+            FaultKind::Fill => "memset (injected)",
+            FaultKind::Launch => "launch (injected)",
+            FaultKind::Pin => "register host memory (injected)",
+            FaultKind::EventSync => "event synchronize (injected)",
+        }
+    }
+}
+
+/// Which operations of a device fail.
+///
+/// ```
+/// use offload::device::{FaultKind, FaultPlan};
+/// // The third host-to-device copy fails; then one launch in ten, from seed 7.
+/// let plan = FaultPlan::default().fail_nth(FaultKind::CopyIn, 3).random(7, 0.1, &[FaultKind::Launch]);
+/// assert_eq!(plan.nth(), &[(FaultKind::CopyIn, 3)]);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultPlan {
+    nth: Vec<(FaultKind, u64)>,
+    random: Option<(u64, f64, Vec<FaultKind>)>,
+}
+
+impl FaultPlan {
+    /// Fails the `n`-th operation (counting from 1) of `kind` on each wrapped device.
+    pub fn fail_nth(mut self, kind: FaultKind, n: u64) -> Self {
+        self.nth.push((kind, n));
+        self
+    }
+
+    /// Fails each operation of the kinds in `kinds` with probability `p` (0 to 1), from a
+    /// generator seeded with `seed` (each device's stream of decisions is the same run to
+    /// run for the same sequence of operations).
+    pub fn random(mut self, seed: u64, p: f64, kinds: &[FaultKind]) -> Self {
+        self.random = Some((seed, p.clamp(0.0, 1.0), kinds.to_vec()));
+        self
+    }
+
+    /// The `n`-th operations the plan fails.
+    pub fn nth(&self) -> &[(FaultKind, u64)] {
+        &self.nth
+    }
+}
+
+/// What a wrapped device saw and failed, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Operations of each kind ([`FaultKind::ALL`]'s order) asked of the device.
+    pub seen: [u64; 7],
+    /// Operations of each kind failed on purpose.
+    pub injected: [u64; 7],
+}
+
+/// Decides, operation by operation, which fail (one per wrapped device).
+#[derive(Debug)]
+pub struct FaultInjector {
+    plan: FaultPlan,
+    seen: [AtomicU64; 7],
+    injected: [AtomicU64; 7],
+    /// The random plan's generator state (xorshift64*).
+    rng: Mutex<u64>,
+}
+
+impl FaultInjector {
+    /// An injector following `plan`.
+    pub fn new(plan: FaultPlan) -> Self {
+        let seed = plan.random.as_ref().map_or(1, |(s, _, _)| *s) | 1;
+        Self { plan, seen: Default::default(), injected: Default::default(), rng: Mutex::new(seed) }
+    }
+
+    /// Counts an operation of `kind`; whether it fails.
+    pub fn fails(&self, kind: FaultKind) -> bool {
+        let n = self.seen[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
+        let mut fail = self.plan.nth.iter().any(|&(k, m)| k == kind && m == n);
+        if let Some((_, p, kinds)) = &self.plan.random {
+            if kinds.contains(&kind) {
+                let mut s = self.rng.lock();
+                *s ^= *s >> 12;
+                *s ^= *s << 25;
+                *s ^= *s >> 27;
+                let r = s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+                fail |= (r as f64) / ((1u64 << 53) as f64) < *p;
+            }
+        }
+        if fail {
+            self.injected[kind.index()].fetch_add(1, Ordering::Relaxed);
+        }
+        fail
+    }
+
+    /// What the device saw and failed so far.
+    pub fn counts(&self) -> FaultCounts {
+        let load = |a: &[AtomicU64; 7]| std::array::from_fn(|k| a[k].load(Ordering::Relaxed));
+        FaultCounts { seen: load(&self.seen), injected: load(&self.injected) }
+    }
+}
+
+/// A backend whose operations fail as its [`FaultInjector`] decides.
+pub(crate) struct Faulty {
+    inner: Box<dyn Backend>,
+    injector: Arc<FaultInjector>,
+    number: usize,
+}
+
+impl Faulty {
+    /// `inner` (device `number`), failing as `injector` decides.
+    pub(crate) fn new(inner: Box<dyn Backend>, number: usize, injector: Arc<FaultInjector>) -> Self {
+        Self { inner, injector, number }
+    }
+
+    /// An error if this operation of `kind` fails.
+    fn check(&self, kind: FaultKind) -> Result<()> {
+        if !self.injector.fails(kind) {
+            return Ok(());
+        }
+        let n = self.injector.counts().seen[kind.index()];
+        Err(Error::Driver {
+            device: self.number,
+            call: kind.call(),
+            message: format!("an injected fault: operation {n} of its kind"),
+        })
+    }
+}
+
+impl Backend for Faulty {
+    fn description(&self) -> &DeviceDescription {
+        self.inner.description()
+    }
+    fn uid(&self) -> String {
+        self.inner.uid()
+    }
+    fn renumber(&mut self, number: usize) {
+        self.number = number;
+        self.inner.renumber(number);
+    }
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        if self.injector.fails(FaultKind::Alloc) {
+            let total = self.inner.mem_info().map_or(0, |m| m.total);
+            return Err(Error::OutOfMemory { device: self.number, requested: bytes, free: 0, total });
+        }
+        self.inner.alloc(bytes)
+    }
+    fn free(&self, addr: u64, bytes: usize) -> Result<()> {
+        self.inner.free(addr, bytes)
+    }
+    unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.check(FaultKind::CopyIn)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.enqueue_write(q, dst, src, bytes) }
+    }
+    unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        self.check(FaultKind::CopyOut)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.enqueue_read(q, dst, src, bytes) }
+    }
+    fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.inner.enqueue_copy(q, dst, src, bytes)
+    }
+    fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.check(FaultKind::Fill)?;
+        self.inner.enqueue_memset(q, dst, value, bytes)
+    }
+    fn record(&self, q: Queue) -> Result<Event> {
+        self.inner.record(q)
+    }
+    fn sync_event(&self, e: &Event) -> Result<()> {
+        // The wait happens either way (the work is not abandoned); its failure is reported.
+        let waited = self.inner.sync_event(e);
+        self.check(FaultKind::EventSync).and(waited)
+    }
+    fn event_done(&self, e: &Event) -> Result<bool> {
+        self.inner.event_done(e)
+    }
+    fn sync_queue(&self, q: Queue) -> Result<()> {
+        let waited = self.inner.sync_queue(q);
+        self.check(FaultKind::EventSync).and(waited)
+    }
+    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
+        self.check(FaultKind::CopyIn)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.write(dst, src, bytes) }
+    }
+    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
+        self.check(FaultKind::CopyOut)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.read(dst, src, bytes) }
+    }
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.inner.copy(dst, src, bytes)
+    }
+    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.check(FaultKind::Fill)?;
+        self.inner.memset(dst, value, bytes)
+    }
+    fn can_access_peer(&self, src: &dyn Backend) -> bool {
+        self.inner.can_access_peer(src)
+    }
+    fn enqueue_copy_from_peer(
+        &self,
+        q: Queue,
+        dst: u64,
+        src: &dyn Backend,
+        src_addr: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        self.inner.enqueue_copy_from_peer(q, dst, src, src_addr, bytes)
+    }
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        self.inner.copy_from_peer(dst, src, src_addr, bytes)
+    }
+    fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        self.inner.prepare(kernel)
+    }
+    fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        self.check(FaultKind::Launch)?;
+        self.inner.enqueue_launch(q, kernel, n, args)
+    }
+    fn capture_graph(&self, launches: &[RecordedLaunch]) -> Result<Option<Graph>> {
+        self.inner.capture_graph(launches)
+    }
+    fn enqueue_graph(&self, graph: &Graph) -> Result<()> {
+        self.check(FaultKind::Launch)?;
+        self.inner.enqueue_graph(graph)
+    }
+    fn launch_geometry(&self, kernel: &Kernel, n: usize) -> Option<(u32, u32)> {
+        self.inner.launch_geometry(kernel, n)
+    }
+    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        self.check(FaultKind::Launch)?;
+        self.inner.launch(kernel, n, args)
+    }
+    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+        self.check(FaultKind::Launch)?;
+        self.inner.enqueue_sgemm(g, a, b, c)
+    }
+    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+        self.check(FaultKind::Launch)?;
+        self.inner.sgemm(g, a, b, c)
+    }
+    fn synchronize(&self) -> Result<()> {
+        let waited = self.inner.synchronize();
+        self.check(FaultKind::EventSync).and(waited)
+    }
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.inner.mem_info()
+    }
+    fn interop(&self) -> Option<Interop> {
+        self.inner.interop()
+    }
+    fn runs_current_thread(&self) -> bool {
+        self.inner.runs_current_thread()
+    }
+    fn wants_staging(&self) -> bool {
+        self.inner.wants_staging()
+    }
+    unsafe fn enqueue_copy_2d(&self, q: Queue, c: &Copy2d) -> Result<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.enqueue_copy_2d(q, c) }
+    }
+    unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.copy_2d(c) }
+    }
+    unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+        self.check(FaultKind::Pin)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.register_host(ptr, bytes) }
+    }
+    unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.inner.unregister_host(ptr) }
+    }
+    fn fault_counts(&self) -> Option<FaultCounts> {
+        Some(self.injector.counts())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self.inner.as_any()
+    }
+}

@@ -1,0 +1,116 @@
+//! The fault-injecting device (`RuntimeBuilder::inject_faults`): host devices whose chosen
+//! operations fail as a driver's would, and what the runtime does then. Each case checks
+//! the error names what failed, that nothing is left mapped or allocated, and that the
+//! device still works for the next construct.
+
+use offload::device::{FaultKind, FaultPlan};
+use offload::{map, Error, Runtime};
+use offload_tests::{assert_clean, cause, check, check_eq};
+
+fn faulty(plan: FaultPlan, synchronous: bool) -> offload::Result<Runtime> {
+    Runtime::builder().env(|_| None).host_devices(1).synchronous(synchronous).inject_faults(plan).build()
+}
+
+/// The device works after a failure: a round trip gives back what went in.
+fn still_works(rt: &Runtime) -> offload::Result<()> {
+    let gpu = rt.device(0)?;
+    let mut x: Vec<u32> = (0..1000).collect();
+    gpu.data(map::tofrom(&mut x), |_| Ok(()))?;
+    check!(x.iter().enumerate().all(|(i, &v)| v == i as u32), "the round trip after a failure");
+    assert_clean(rt, 0)
+}
+
+#[test]
+fn an_allocation_failing_halfway_through_a_map_list_leaves_nothing_mapped() -> offload::Result<()> {
+    let rt = faulty(FaultPlan::default().fail_nth(FaultKind::Alloc, 2), true)?;
+    let gpu = rt.device(0)?;
+    let (a, mut b) = (vec![1.0f32; 4096], vec![2.0f32; 4096]);
+    let e =
+        gpu.data((map::to(&a), map::tofrom(&mut b)), |_| Ok(())).expect_err("the second allocation fails");
+    check!(matches!(cause(e.clone()), Error::OutOfMemory { device: 0, .. }), "{e:?}");
+    assert_clean(&rt, 0)?;
+    check_eq!(rt.fault_counts(0)?.map(|c| c.injected[0]), Some(1));
+    still_works(&rt)
+}
+
+#[test]
+fn a_failing_copy_in_leaves_no_entry() -> offload::Result<()> {
+    let rt = faulty(FaultPlan::default().fail_nth(FaultKind::CopyIn, 1), true)?;
+    let gpu = rt.device(0)?;
+    let a = vec![3u32; 1 << 16];
+    let e = gpu.enter_data(map::to(&a)).map(drop).expect_err("the copy fails");
+    check!(
+        matches!(cause(e.clone()), Error::Driver { device: 0, call, .. } if call.contains("copy to device")),
+        "{e:?}"
+    );
+    check!(rt.live_mappings().is_empty(), "no entry stays: {:?}", rt.live_mappings());
+    assert_clean(&rt, 0)?;
+    still_works(&rt)
+}
+
+#[test]
+fn a_failing_copy_out_still_ends_the_mapping() -> offload::Result<()> {
+    let rt = faulty(FaultPlan::default().fail_nth(FaultKind::CopyOut, 1), true)?;
+    let gpu = rt.device(0)?;
+    let mut b = vec![5u32; 1 << 16];
+    let e = gpu.data(map::from(&mut b), |_| Ok(())).expect_err("the copy back fails");
+    check!(
+        matches!(cause(e.clone()), Error::Driver { call, .. } if call.contains("copy from device")),
+        "{e:?}"
+    );
+    assert_clean(&rt, 0)?;
+    still_works(&rt)
+}
+
+#[offload::kernel]
+fn twice(i: usize, x: &mut [u32]) {
+    x[i] *= 2;
+}
+
+#[test]
+fn a_failing_launch_is_the_launchs_error_when_synchronous_and_the_next_synchronisations_when_queued(
+) -> offload::Result<()> {
+    for synchronous in [true, false] {
+        let rt = faulty(FaultPlan::default().fail_nth(FaultKind::Launch, 1), synchronous)?;
+        let gpu = rt.device(0)?;
+        let mut x = vec![1u32; 100];
+        let e = gpu.data(map::tofrom(&mut x), |x| twice::launch(&gpu, 100, x)).expect_err("the launch fails");
+        check!(
+            matches!(cause(e.clone()), Error::Driver { call, .. } if call.contains("launch")),
+            "synchronous {synchronous}: {e:?}"
+        );
+        check!(x.iter().all(|&v| v == 1), "nothing ran");
+        assert_clean(&rt, 0)?;
+        // The next launch runs.
+        gpu.data(map::tofrom(&mut x), |x| twice::launch(&gpu, 100, x))?;
+        check!(x.iter().all(|&v| v == 2));
+        still_works(&rt)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn random_faults_follow_their_seed_and_probability() -> offload::Result<()> {
+    let run = |seed: u64| -> offload::Result<([u64; 7], [u64; 7])> {
+        let rt =
+            faulty(FaultPlan::default().random(seed, 0.25, &[FaultKind::CopyIn, FaultKind::CopyOut]), true)?;
+        let gpu = rt.device(0)?;
+        let mut x = vec![7u8; 256];
+        for _ in 0..200 {
+            let _ = gpu.data(map::tofrom(&mut x), |_| Ok(()));
+        }
+        assert_clean(&rt, 0)?;
+        let c = rt
+            .fault_counts(0)?
+            .ok_or_else(|| Error::InvalidArgument { routine: "test", what: "no counts".into() })?;
+        Ok((c.seen, c.injected))
+    };
+    let (seen, injected) = run(42)?;
+    check_eq!(run(42)?, (seen, injected));
+    let (copies, failed) = (seen[1] + seen[2], injected[1] + injected[2]);
+    check!(copies >= 200, "{seen:?}");
+    let rate = failed as f64 / copies as f64;
+    check!((0.15..0.35).contains(&rate), "about a quarter fail: {failed} of {copies}");
+    check_eq!(injected[0] + injected[3] + injected[4] + injected[5] + injected[6], 0);
+    Ok(())
+}
