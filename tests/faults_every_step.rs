@@ -1,0 +1,149 @@
+//! Every step fails once (issue 25, item 2, for a first set of constructs): each construct
+//! is run once to count the device operations it makes, then again once for every `k` and
+//! every kind of operation with the `k`-th of that kind failing. After each run: the
+//! construct either fails with an error that says the failure was injected, or (a failure
+//! the runtime may survive, such as a pin) succeeds with the right results; once the
+//! device is synchronised nothing is mapped or allocated, and the device runs the next
+//! construct right. Synchronous and queued (stream-ordered) runs both.
+
+use offload::device::{FaultKind, FaultPlan};
+use offload::{map, Runtime};
+use offload_tests::{assert_clean, check};
+
+fn faulty(plan: FaultPlan, synchronous: bool) -> offload::Result<Runtime> {
+    Runtime::builder().env(|_| None).host_devices(1).synchronous(synchronous).inject_faults(plan).build()
+}
+
+/// A construct: runs on `rt`'s device 0 and checks its own results when it succeeds.
+type Construct = fn(&Runtime) -> offload::Result<()>;
+
+#[offload::kernel]
+fn add_one(i: usize, x: &mut [u32]) {
+    x[i] += 1;
+}
+
+#[offload::kernel(reduction(+: total))]
+fn total_of(i: usize, x: &[u32], total: &mut u64) {
+    *total += x[i] as u64;
+}
+
+/// `target data map(to: a) map(tofrom: b)` around a launch.
+fn data_region_with_a_launch(rt: &Runtime) -> offload::Result<()> {
+    let gpu = rt.device(0)?;
+    let a = vec![1u32; 5000];
+    let mut b = vec![10u32; 5000];
+    gpu.data((map::to(&a), map::tofrom(&mut b)), |(_, b)| add_one::launch(&gpu, 5000, b))?;
+    rt.synchronize(0)?;
+    check!(b.iter().all(|&v| v == 11), "b after the region");
+    Ok(())
+}
+
+/// `target enter data`, `update to`, a launch, `update from`, `target exit data`.
+fn enter_update_exit(rt: &Runtime) -> offload::Result<()> {
+    let gpu = rt.device(0)?;
+    let mut x = vec![3u32; 3000];
+    let mut m = gpu.enter_data(map::to_mut(&mut x))?;
+    let v = m.views();
+    m.host_mut(&v)?.fill(4);
+    m.update_to(&v)?;
+    add_one::launch(&gpu, 3000, v)?;
+    m.update_from(&v)?;
+    m.exit()?;
+    rt.synchronize(0)?;
+    check!(x.iter().all(|&e| e == 5), "x after the updates");
+    Ok(())
+}
+
+/// A reduction's `reduce` (its slots set by one copy, read back by one).
+fn a_reduce(rt: &Runtime) -> offload::Result<()> {
+    let gpu = rt.device(0)?;
+    let x: Vec<u32> = (0..4000).collect();
+    let total = gpu.data(map::to(&x), |x| total_of::reduce(&gpu, 4000, x))?;
+    rt.synchronize(0)?;
+    check!(total == 4000 * 3999 / 2, "total {total}");
+    Ok(())
+}
+
+/// Nested regions: an inner `data` over what the outer mapped (reference counts).
+fn nested_regions(rt: &Runtime) -> offload::Result<()> {
+    let gpu = rt.device(0)?;
+    let mut x = vec![1u32; 2048];
+    let mut y = vec![2u32; 1024];
+    gpu.data(map::tofrom(&mut x), |xv| {
+        gpu.data(map::tofrom(&mut y), |yv| {
+            add_one::launch(&gpu, 2048, xv)?;
+            add_one::launch(&gpu, 1024, yv)
+        })
+    })?;
+    rt.synchronize(0)?;
+    check!(x.iter().all(|&v| v == 2) && y.iter().all(|&v| v == 3), "x and y after the regions");
+    Ok(())
+}
+
+/// Runs `construct` with each of its device operations failing once, in turn.
+fn every_step_fails_once(name: &str, construct: Construct) -> offload::Result<()> {
+    for synchronous in [true, false] {
+        let rt = faulty(FaultPlan::default(), synchronous)?;
+        construct(&rt)?;
+        assert_clean(&rt, 0)?;
+        let seen = rt.fault_counts(0)?.map(|c| c.seen).unwrap_or_default();
+        let mut failures = 0;
+        for (k, kind) in FaultKind::ALL.into_iter().enumerate() {
+            for n in 1..=seen[k] {
+                let rt = faulty(FaultPlan::default().fail_nth(kind, n), synchronous)?;
+                let r = construct(&rt);
+                // What is queued is finished (and a failure of it taken) before looking.
+                let synced = rt.synchronize(0);
+                match (&r, kind) {
+                    (Err(e), _) => {
+                        failures += 1;
+                        check!(
+                            format!("{e}").contains("injected") || format!("{e}").contains("out of memory"),
+                            "{name} ({kind:?} {n}, synchronous {synchronous}): the error does not say what failed: {e}"
+                        );
+                    }
+                    // Pinning is an optimisation the runtime may do without.
+                    (Ok(()), FaultKind::Pin) => {}
+                    (Ok(()), _) => check!(
+                        synced.is_err(),
+                        "{name}: {kind:?} operation {n} failed (synchronous {synchronous}) and nothing reported it"
+                    ),
+                }
+                assert_clean(&rt, 0)?;
+                // The device runs the construct right afterwards (its own checks).
+                construct(&rt).map_err(|e| offload::Error::InvalidArgument {
+                    routine: "every_step_fails_once",
+                    what: format!("{name}: after {kind:?} operation {n} failed, the next run failed: {e}"),
+                })?;
+                assert_clean(&rt, 0)?;
+            }
+        }
+        check!(failures > 0, "{name}: no failure was injected ({seen:?})");
+        let runs: u64 = seen.iter().sum();
+        println!(
+            "{name} (synchronous {synchronous}): operations by kind {seen:?} (alloc, copy in, copy out, fill, launch, \
+             pin, event wait); {runs} runs with one failing, {failures} failed, every one left the device clean"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn a_data_region_with_a_launch_survives_every_failure() -> offload::Result<()> {
+    every_step_fails_once("data region", data_region_with_a_launch)
+}
+
+#[test]
+fn enter_update_and_exit_survive_every_failure() -> offload::Result<()> {
+    every_step_fails_once("enter/update/exit", enter_update_exit)
+}
+
+#[test]
+fn a_reduce_survives_every_failure() -> offload::Result<()> {
+    every_step_fails_once("reduce", a_reduce)
+}
+
+#[test]
+fn nested_regions_survive_every_failure() -> offload::Result<()> {
+    every_step_fails_once("nested regions", nested_regions)
+}
