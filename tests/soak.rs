@@ -1,0 +1,135 @@
+//! A soak under threads (issue 25, item 4, first form): 16 threads on 3 host devices (and
+//! every GPU present) mapping, launching, updating and unmapping their own arrays and one
+//! array they all map at once (reference counting under contention), for a fixed number of
+//! operations, checking every result as they go; then every device's table is empty and its
+//! pool holds nothing. `soak_long` (ignored: `cargo test -p offload-tests --test soak --
+//! --ignored`) runs 20 times as many operations.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use offload::{map, Runtime};
+use offload_tests::{assert_clean, check};
+
+#[offload::kernel]
+fn bump(i: usize, by: u32, x: &mut [u32]) {
+    x[i] += by;
+}
+
+#[offload::kernel(reduction(+: total))]
+fn sum_of(i: usize, x: &[u32], total: &mut u64) {
+    *total += x[i] as u64;
+}
+
+/// A small deterministic generator (xorshift64*), one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `threads` threads, `ops` operations each, over every device of `rt`.
+fn soak(rt: &Runtime, threads: usize, ops: usize) -> offload::Result<u64> {
+    let devices = rt.num_devices();
+    let shared: Vec<u32> = (0..50_000).map(|i| i % 97).collect();
+    let shared_sum: u64 = shared.iter().map(|&v| v as u64).sum();
+    let done = AtomicU64::new(0);
+    std::thread::scope(|s| -> offload::Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (shared, done) = (&shared, &done);
+                s.spawn(move || -> offload::Result<()> {
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1));
+                    let mut own: Vec<u32> = vec![t as u32; 1000 + 37 * t];
+                    let mut expect = t as u32;
+                    for _ in 0..ops {
+                        let gpu = rt.device(rng.below(devices as u64) as usize)?;
+                        let by = 1 + rng.below(5) as u32;
+                        match rng.below(4) {
+                            // A data region around a launch.
+                            0 => {
+                                let n = own.len();
+                                gpu.data(map::tofrom(&mut own), |x| bump::launch(&gpu, n, by, x))?;
+                                expect += by;
+                            }
+                            // Enter, update to, launch, update from, exit.
+                            1 => {
+                                let n = own.len();
+                                let mut m = gpu.enter_data(map::to_mut(&mut own))?;
+                                let v = m.views();
+                                m.host_mut(&v)?.fill(expect + 1);
+                                m.update_to(&v)?;
+                                bump::launch(&gpu, n, by, v)?;
+                                m.update_from(&v)?;
+                                m.exit()?;
+                                expect += 1 + by;
+                            }
+                            // The array every thread maps: a reduction over it.
+                            2 => {
+                                let total =
+                                    gpu.data(map::to(shared), |x| sum_of::reduce(&gpu, shared.len(), x))?;
+                                check!(total == shared_sum, "thread {t}: shared sum {total} != {shared_sum}");
+                            }
+                            // The shared array mapped around a launch on the thread's own.
+                            _ => {
+                                let n = own.len();
+                                gpu.data((map::to(shared), map::tofrom(&mut own)), |(_, x)| {
+                                    bump::launch(&gpu, n, by, x)
+                                })?;
+                                expect += by;
+                            }
+                        }
+                        check!(own.iter().all(|&v| v == expect), "thread {t}: {} != {expect}", own[0]);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| offload::Error::InvalidArgument {
+                routine: "soak",
+                what: "a thread panicked".into(),
+            })??;
+        }
+        Ok(())
+    })?;
+    for d in 0..devices {
+        rt.synchronize(d)?;
+        assert_clean(rt, d)?;
+    }
+    Ok(done.load(Ordering::Relaxed))
+}
+
+fn runtime() -> offload::Result<Runtime> {
+    Runtime::builder().host_devices(3).synchronous(offload_tests::synchronous()).build()
+}
+
+#[test]
+fn sixteen_threads_on_every_device_lose_nothing() -> offload::Result<()> {
+    let rt = runtime()?;
+    let ops = soak(&rt, 16, 400)?;
+    check!(ops == 16 * 400, "{ops} operations");
+    println!(
+        "soak: 16 threads x 400 operations on {} devices, every result right, nothing left",
+        rt.num_devices()
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "long: about 20 times the normal run"]
+fn soak_long() -> offload::Result<()> {
+    let rt = runtime()?;
+    let ops = soak(&rt, 16, 8000)?;
+    println!("soak: {ops} operations on {} devices, every result right, nothing left", rt.num_devices());
+    Ok(())
+}
