@@ -7,9 +7,7 @@ use offload::device::{FaultKind, FaultPlan};
 use offload::{map, Error, Runtime};
 use offload_tests::{assert_clean, cause, check, check_eq};
 
-fn faulty(plan: FaultPlan, synchronous: bool) -> offload::Result<Runtime> {
-    Runtime::builder().env(|_| None).host_devices(1).synchronous(synchronous).inject_faults(plan).build()
-}
+use offload_tests::faulty_runtime as faulty;
 
 /// The device works after a failure: a round trip gives back what went in.
 fn still_works(rt: &Runtime) -> offload::Result<()> {

@@ -10,9 +10,7 @@ use offload::device::{FaultKind, FaultPlan};
 use offload::{map, Runtime};
 use offload_tests::{assert_clean, check};
 
-fn faulty(plan: FaultPlan, synchronous: bool) -> offload::Result<Runtime> {
-    Runtime::builder().env(|_| None).host_devices(1).synchronous(synchronous).inject_faults(plan).build()
-}
+use offload_tests::faulty_runtime as faulty;
 
 /// A construct: runs on `rt`'s device 0 and checks its own results when it succeeds.
 type Construct = fn(&Runtime) -> offload::Result<()>;

@@ -508,10 +508,11 @@ pub fn check_reduction<T>(
 /// An error if a view that kernel `kernel` writes overlaps another of its views: a launch's
 /// views are distinct memory (the generated code may assume so, as C's `restrict`). Each
 /// view comes with its argument's position, its name and whether the kernel writes it; the
-/// error names the position of the written one.
-pub fn check_disjoint(kernel: &'static str, views: &[(usize, &str, HostRange, bool)]) -> Result<()> {
-    for (i, &(ka, a, ra, wa)) in views.iter().enumerate() {
-        for &(kb, b, rb, wb) in &views[i + 1..] {
+/// error names the position of the written one. `None` stands for a reduction variable the
+/// runtime provides (a `reduce`: no view of the program's).
+pub fn check_disjoint(kernel: &'static str, views: &[Option<(usize, &str, HostRange, bool)>]) -> Result<()> {
+    for (i, (ka, a, ra, wa)) in views.iter().enumerate().filter_map(|(i, v)| Some((i, (*v)?))) {
+        for &(kb, b, rb, wb) in views[i + 1..].iter().flatten() {
             let overlap = ra.bytes > 0 && rb.bytes > 0 && ra.begin < rb.end() && rb.begin < ra.end();
             if overlap && (wa || wb) {
                 let (written, index) = if wa { (a, ka) } else { (b, kb) };

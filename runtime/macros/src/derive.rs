@@ -89,7 +89,7 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
         "#ifndef {guard}\n#define {guard}\nstruct {c_name} {{\n{body}}};\n#endif\n"
     )));
     let mut items = Vec::new();
-    let src = crate::expand::source_expr_pub(&parts, &format!("STRUCT_{c_name}"), false, &mut items);
+    let src = crate::expand::source_expr(&parts, &format!("STRUCT_{c_name}"), false, &mut items);
     let too_big = format!(
         "DeviceCopy: `{c_name}` is larger than 512 bytes (a checked launch's out-of-range accesses go to a scratch of \
          that size): pass a view of it instead"

@@ -28,16 +28,7 @@ pub fn device_source_const(name: &syn::Ident) -> syn::Ident {
 
 /// `parts` as a `&'static str` expression, with `items` holding the constants it needs
 /// (a literal when the macro wrote it all; a compile-time concatenation otherwise).
-pub fn source_expr_pub(
-    parts: &[Part],
-    prefix: &str,
-    nested: bool,
-    items: &mut Vec<TokenStream>,
-) -> TokenStream {
-    source_expr(parts, prefix, nested, items)
-}
-
-fn source_expr(parts: &[Part], prefix: &str, nested: bool, items: &mut Vec<TokenStream>) -> TokenStream {
+pub fn source_expr(parts: &[Part], prefix: &str, nested: bool, items: &mut Vec<TokenStream>) -> TokenStream {
     // Adjacent text merged.
     let mut merged: Vec<Part> = Vec::new();
     for p in parts {
@@ -90,19 +81,25 @@ fn source_expr(parts: &[Part], prefix: &str, nested: bool, items: &mut Vec<Token
     quote!(::offload::__private::utf8(&#bytes_name))
 }
 
-/// `#[offload::device]`.
-pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let f: ItemFn = match syn::parse2(item.clone()) {
+/// `item` with the expansion `expand` makes of it; on an error the item as written stays,
+/// with the error beside it, so that rustc reports nothing else about it.
+fn expand_item(item: TokenStream, expand: impl FnOnce(&ItemFn) -> syn::Result<TokenStream>) -> TokenStream {
+    let f: ItemFn = match syn::parse2(item) {
         Ok(f) => f,
         Err(e) => return e.into_compile_error(),
     };
-    match device_impl(attr, &f) {
+    match expand(&f) {
         Ok(t) => t,
         Err(e) => {
             let e = e.into_compile_error();
-            quote!(#f #e)
+            quote!(#[allow(dead_code, unused)] #f #e)
         }
     }
+}
+
+/// `#[offload::device]`.
+pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand_item(item, |f| device_impl(attr, f))
 }
 
 fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
@@ -189,18 +186,7 @@ fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
 
 /// `#[offload::kernel]`.
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let f: ItemFn = match syn::parse2(item) {
-        Ok(f) => f,
-        Err(e) => return e.into_compile_error(),
-    };
-    match kernel_impl(attr, &f) {
-        Ok(t) => t,
-        // The item as written stays, so rustc reports nothing else about it.
-        Err(e) => {
-            let e = e.into_compile_error();
-            quote!(#[allow(dead_code, unused)] #f #e)
-        }
-    }
+    expand_item(item, |f| kernel_impl(attr, f))
 }
 
 /// A kernel, lowered: its signature, body and variables.
@@ -672,7 +658,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         }
     }
     if views.len() > 1 {
-        checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*].into_iter().flatten().collect::<::std::vec::Vec<_>>())?;));
+        checks.push(quote!(::offload::__private::check_disjoint(#name_str, &[#(#views),*])?;));
     }
     let checked = match opts.checked {
         Some(true) => quote!(true),
