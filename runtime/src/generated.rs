@@ -377,6 +377,16 @@ pub fn run_team(threads: usize, barrier: &TeamBarrier, body: impl Fn(usize) + Sy
     }
 }
 
+/// The work items of a launch over `points` of its space, `per_point` each (a teams
+/// kernel's threads per team, else 1): an error naming `kernel` when the count overflows.
+pub fn work_items(kernel: &'static str, points: usize, per_point: usize) -> Result<usize> {
+    points.checked_mul(per_point).ok_or_else(|| Error::KernelArgument {
+        kernel,
+        index: 0,
+        what: format!("{points} teams of {per_point} threads: more work items than a usize holds"),
+    })
+}
+
 /// Scalar argument `k` (passed as `u64`) as a `usize`.
 pub fn index_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<usize, String> {
     let v: u64 = l.scalar(k)?;

@@ -807,7 +807,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                         positions: __OFFLOAD_POSITIONS,
                         partials: &[#(#partials),*],
                     },
-                    __offload_g.items() * #per_item,
+                    ::offload::__private::work_items(#name_str, __offload_g.items(), #per_item)?,
                     Args { __offload_bounds: [#(#bounds),*], #(#reduce_fields,)* __offload_life: ::core::marker::PhantomData },
                 )?;
                 ::core::result::Result::Ok(#value)
@@ -920,7 +920,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
                 #(#rebind)*
                 #(#checks)*
-                ::core::result::Result::Ok((__offload_g.items() * #per_item, Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
+                ::core::result::Result::Ok((::offload::__private::work_items(#name_str, __offload_g.items(), #per_item)?, Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
             }
 
             /// Runs the kernel on `device` over `space` (see `offload::IndexSpace`); an empty
