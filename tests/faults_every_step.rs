@@ -1,16 +1,12 @@
-//! Every step fails once (issue 25, item 2, for a first set of constructs): each construct
-//! is run once to count the device operations it makes, then again once for every `k` and
-//! every kind of operation with the `k`-th of that kind failing. After each run: the
-//! construct either fails with an error that says the failure was injected, or (a failure
-//! the runtime may survive, such as a pin) succeeds with the right results; once the
-//! device is synchronised nothing is mapped or allocated, and the device runs the next
-//! construct right. Synchronous and queued (stream-ordered) runs both.
+//! Every step fails once (issue 25, item 2) for the constructs in their safe forms: a data
+//! region with a launch, enter/update/exit, a reduction's `reduce` and nested regions, each
+//! run once per device operation it makes with that operation failing, synchronous and
+//! queued, through [`offload_tests::every_step`] (which checks what each failure left).
+//! The conformance cases and the other suites run the same way with
+//! `OFFLOAD_TEST_FAULTS=1` (scripts/test.sh).
 
-use offload::device::{FaultKind, FaultPlan};
 use offload::{map, Runtime};
-use offload_tests::{assert_clean, check};
-
-use offload_tests::faulty_runtime as faulty;
+use offload_tests::check;
 
 /// A construct: runs on `rt`'s device 0 and checks its own results when it succeeds.
 type Construct = fn(&Runtime) -> offload::Result<()>;
@@ -78,51 +74,11 @@ fn nested_regions(rt: &Runtime) -> offload::Result<()> {
     Ok(())
 }
 
-/// Runs `construct` with each of its device operations failing once, in turn.
+/// Runs `construct` with each of its device operations failing once, in turn (the
+/// shared harness, [`offload_tests::every_step`]), and checks that failures were injected.
 fn every_step_fails_once(name: &str, construct: Construct) -> offload::Result<()> {
-    for synchronous in [true, false] {
-        let rt = faulty(FaultPlan::default(), synchronous)?;
-        construct(&rt)?;
-        assert_clean(&rt, 0)?;
-        let seen = rt.fault_counts(0)?.map(|c| c.seen).unwrap_or_default();
-        let mut failures = 0;
-        for (k, kind) in FaultKind::ALL.into_iter().enumerate() {
-            for n in 1..=seen[k] {
-                let rt = faulty(FaultPlan::default().fail_nth(kind, n), synchronous)?;
-                let r = construct(&rt);
-                // What is queued is finished (and a failure of it taken) before looking.
-                let synced = rt.synchronize(0);
-                match (&r, kind) {
-                    (Err(e), _) => {
-                        failures += 1;
-                        check!(
-                            format!("{e}").contains("injected") || format!("{e}").contains("out of memory"),
-                            "{name} ({kind:?} {n}, synchronous {synchronous}): the error does not say what failed: {e}"
-                        );
-                    }
-                    // Pinning is an optimisation the runtime may do without.
-                    (Ok(()), FaultKind::Pin) => {}
-                    (Ok(()), _) => check!(
-                        synced.is_err(),
-                        "{name}: {kind:?} operation {n} failed (synchronous {synchronous}) and nothing reported it"
-                    ),
-                }
-                assert_clean(&rt, 0)?;
-                // The device runs the construct right afterwards (its own checks).
-                construct(&rt).map_err(|e| offload::Error::InvalidArgument {
-                    routine: "every_step_fails_once",
-                    what: format!("{name}: after {kind:?} operation {n} failed, the next run failed: {e}"),
-                })?;
-                assert_clean(&rt, 0)?;
-            }
-        }
-        check!(failures > 0, "{name}: no failure was injected ({seen:?})");
-        let runs: u64 = seen.iter().sum();
-        println!(
-            "{name} (synchronous {synchronous}): operations by kind {seen:?} (alloc, copy in, copy out, fill, launch, \
-             pin, event wait); {runs} runs with one failing, {failures} failed, every one left the device clean"
-        );
-    }
+    let sweep = offload_tests::every_step::every_step_fails_once(name, |b| b, construct)?;
+    check!(sweep.failed > 0, "{name}: no failure was injected ({sweep:?})");
     Ok(())
 }
 

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use offload::device::{FaultKind, FaultPlan};
 use offload::{LaunchArg, MapItem, MapKind, MapType, Result, Runtime, Scalar, UpdateDirection};
 use offload_tests::{backends, read_device};
 use proptest::prelude::*;
@@ -24,8 +25,24 @@ use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 const ARENA: usize = 64;
 /// Most operations in one sequence.
 const STEPS: usize = 100;
-/// Operations the normal run makes per backend.
+/// Operations the normal run makes per backend, and again with faults on host devices.
 const OPERATIONS: u64 = 100_000;
+
+/// A device operation that fails during a step: the `nth` operation of `kind` the step's
+/// device makes from the step's start (an allocation fails with the one after it, so that
+/// the pool's retry after giving back its cached blocks fails too).
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    kind: FaultKind,
+    nth: u64,
+}
+
+/// One step: an operation, and the device operation that fails during it (fault runs).
+#[derive(Clone, Debug)]
+struct Step {
+    op: Op,
+    fault: Option<Fault>,
+}
 
 /// A range of the host array, in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,6 +139,51 @@ fn op(devices: usize) -> impl Strategy<Value = Op> {
         1 => (dev.clone(), span()).prop_map(|(dev, span)| Op::Associate { dev, span }),
         1 => (dev, 0..ARENA).prop_map(|(dev, at)| Op::Disassociate { dev, at }),
     ]
+}
+
+/// Steps of [`op`], half of them with a fault when `faults`: an operation of a kind the
+/// step may make (the others would not fail).
+fn step(devices: usize, faults: bool) -> impl Strategy<Value = Step> {
+    // Mostly the first operation of the kind: most steps make one.
+    let nth = prop_oneof![3 => Just(1u64), 1 => Just(2u64)];
+    let fault = prop::option::weighted(if faults { 0.5 } else { 0.0 }, (any::<u8>(), nth));
+    (op(devices), fault).prop_map(|(op, fault)| {
+        let fault = fault.map(|(pick, nth)| {
+            let kinds = kinds_of(&op);
+            Fault { kind: kinds[pick as usize % kinds.len()], nth }
+        });
+        Step { op, fault }
+    })
+}
+
+/// The kinds of device operation a step may make whose failure the step itself reports
+/// (an event's wait is left out: it may be a later construct's, or a query's).
+fn kinds_of(op: &Op) -> &'static [FaultKind] {
+    use FaultKind::*;
+    match op {
+        Op::Enter { .. } | Op::Begin { .. } => &[Alloc, CopyIn],
+        Op::Exit { .. } | Op::End { .. } => &[CopyOut],
+        Op::Update { to: true, .. } => &[CopyIn],
+        Op::Update { to: false, .. } => &[CopyOut],
+        Op::DeviceWrite { .. } => &[Launch],
+        Op::Associate { .. } => &[Alloc, Fill],
+        Op::HostWrite { .. } | Op::Disassociate { .. } => &[CopyIn],
+    }
+}
+
+/// The device a step's fault is armed on: the op's device (a host write has none).
+fn device_of(op: &Op) -> Option<usize> {
+    match op {
+        Op::Enter { dev, .. }
+        | Op::Exit { dev, .. }
+        | Op::Begin { dev, .. }
+        | Op::End { dev }
+        | Op::Update { dev, .. }
+        | Op::DeviceWrite { dev, .. }
+        | Op::Associate { dev, .. }
+        | Op::Disassociate { dev, .. } => Some(*dev),
+        Op::HostWrite { .. } => None,
+    }
 }
 
 /// A value the model knows, or `None` for bytes nobody wrote (fresh device memory, and
@@ -305,6 +367,33 @@ impl Model {
         Ok(())
     }
 
+    /// The state after a construct failed on a device operation, from the state before it
+    /// (`self`) and the one its success would have given: what R9 says a failure leaves.
+    /// Every construct but a region's end is all or nothing, so its tables and counts are
+    /// as before; a region's end cannot be undone, so its entries leave as on success.
+    /// Data a copy or kernel may have written part of is unknown.
+    fn after_failure(&self, succeeded: &Model, region_end: bool) -> Model {
+        let mut m = if region_end { succeeded.clone() } else { self.clone() };
+        for (i, cell) in m.host.iter_mut().enumerate() {
+            if self.host[i] != succeeded.host[i] {
+                *cell = None;
+            }
+        }
+        for (dev, table) in m.tables.iter_mut().enumerate() {
+            for (k, e) in table.iter_mut() {
+                let (Some(b), Some(s)) = (self.tables[dev].get(k), succeeded.tables[dev].get(k)) else {
+                    continue;
+                };
+                for (j, cell) in e.data.iter_mut().enumerate() {
+                    if b.data.get(j) != s.data.get(j) {
+                        *cell = None;
+                    }
+                }
+            }
+        }
+        m
+    }
+
     fn update(&mut self, dev: usize, to: bool, s: Span, present: bool) -> std::result::Result<(), ()> {
         let t = &mut self.tables[dev];
         match lookup(t, s) {
@@ -404,9 +493,17 @@ impl<'rt> Harness<'rt> {
             Op::Associate { dev, span } => {
                 let at = self.base().wrapping_add(span.start) as usize;
                 let bytes = span.len * 4;
-                let block = rt.target_alloc(bytes.max(4), *dev)?;
+                // A failed allocation or fill (fault runs) fails the step.
+                let block = match rt.target_alloc(bytes.max(4), *dev) {
+                    Ok(block) => block,
+                    Err(e) => return Ok(Some(Err(e))),
+                };
                 // SAFETY: the block holds at least `bytes` bytes.
-                unsafe { rt.target_memset(block, 0, bytes.max(4), *dev)? };
+                if let Err(e) = unsafe { rt.target_memset(block, 0, bytes.max(4), *dev) } {
+                    // SAFETY: never associated; nothing uses it.
+                    unsafe { rt.target_free(block, *dev)? };
+                    return Ok(Some(Err(e)));
+                }
                 // SAFETY: the block stays allocated until it is disassociated and freed.
                 let r = unsafe { rt.associate_ptr(at, block, bytes, 0, *dev) };
                 if r.is_ok() {
@@ -520,16 +617,19 @@ impl<'rt> Harness<'rt> {
 }
 
 static DONE: AtomicU64 = AtomicU64::new(0);
+/// Steps whose armed fault fired.
+static FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs one sequence against a fresh model; a divergence fails the case with the step.
-fn run_sequence(rt: &Runtime, ops: &[Op]) -> std::result::Result<(), TestCaseError> {
+fn run_sequence(rt: &Runtime, steps: &[Step]) -> std::result::Result<(), TestCaseError> {
     let mut h = Harness::new(rt);
     let mut model = Model::new(rt.num_devices(), &h.host);
     // A panic (in the runtime or the model) fails the case like a divergence, after the
     // clean-up, so that the next case starts from an empty table.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        for (step, op) in ops.iter().enumerate() {
+        for (step, Step { op, fault }) in steps.iter().enumerate() {
             let before = model.clone();
+            let region_end = matches!(op, Op::End { dev } if !h.regions[*dev].is_empty());
             let predicted = match op {
                 Op::Enter { dev, items } | Op::Begin { dev, items } => model.enter(*dev, items),
                 Op::Exit { dev, items } => model.exit(*dev, items, false),
@@ -574,18 +674,47 @@ fn run_sequence(rt: &Runtime, ops: &[Op]) -> std::result::Result<(), TestCaseErr
                     }
                 }
             };
-            let r = h.apply(op, &before).map_err(|e| format!("step {step} {op:?}: harness failed: {e}"))?;
-            DONE.fetch_add(1, Ordering::Relaxed);
-            if let Some(r) = r {
-                if r.is_ok() != predicted.is_ok() {
-                    return Err(format!(
-                        "step {step} {op:?}: the runtime returned {r:?}, the model {predicted:?}"
-                    ));
+            // The step's fault, armed on its device for the step alone.
+            let armed = fault.zip(device_of(op));
+            let injected = |dev: usize, kind: FaultKind| {
+                rt.fault_counts(dev).map(|c| c.map_or(0, |c| c.injected[kind as usize])).unwrap_or(0)
+            };
+            let injected_before = armed.map(|(f, dev)| injected(dev, f.kind));
+            if let Some((f, dev)) = armed {
+                rt.arm_fault(dev, f.kind, f.nth).map_err(|e| e.to_string())?;
+                if f.kind == FaultKind::Alloc {
+                    rt.arm_fault(dev, f.kind, f.nth + 1).map_err(|e| e.to_string())?;
                 }
             }
-            if predicted.is_err() {
-                // All or nothing: a failed construct changed nothing.
-                model = before;
+            let r = h.apply(op, &before);
+            let fired = match armed {
+                Some((f, dev)) => {
+                    rt.disarm_faults(dev).map_err(|e| e.to_string())?;
+                    injected(dev, f.kind) > injected_before.unwrap_or(0)
+                }
+                None => false,
+            };
+            let r = r.map_err(|e| format!("step {step} {op:?}: harness failed: {e}"))?;
+            DONE.fetch_add(1, Ordering::Relaxed);
+            if fired {
+                FAILED.fetch_add(1, Ordering::Relaxed);
+                // The construct fails, and leaves what R9 says.
+                if let Some(Ok(())) = r {
+                    return Err(format!("step {step} {op:?} with {fault:?}: the runtime succeeded"));
+                }
+                model = before.after_failure(&model, region_end);
+            } else {
+                if let Some(r) = r {
+                    if r.is_ok() != predicted.is_ok() {
+                        return Err(format!(
+                            "step {step} {op:?}: the runtime returned {r:?}, the model {predicted:?}"
+                        ));
+                    }
+                }
+                if predicted.is_err() {
+                    // All or nothing: a failed construct changed nothing.
+                    model = before;
+                }
             }
             h.compare(&model).map_err(|e| format!("step {step} {op:?}: {e}"))?;
         }
@@ -609,11 +738,14 @@ fn run_sequence(rt: &Runtime, ops: &[Op]) -> std::result::Result<(), TestCaseErr
 }
 
 /// Runs `operations` operations in sequences of [`STEPS`] on every backend present (host
-/// backends with three devices).
-fn check_against_the_model(operations: u64) {
-    for b in backends() {
+/// backends with three devices); with `faults`, on three host devices whose operations
+/// fail where the steps say (a third of the steps).
+fn check_against_the_model(operations: u64, faults: bool) {
+    let backends = if faults { backends().into_iter().take(1).collect() } else { backends() };
+    for b in backends {
         let build = || {
             let builder = if b.name == "host" { b.builder().host_devices(3) } else { b.builder() };
+            let builder = if faults { builder.inject_faults(FaultPlan::default()) } else { builder };
             builder.build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name))
         };
         // One runtime for all cases, cleaned after each; a failed case may leave it dirty
@@ -627,9 +759,9 @@ fn check_against_the_model(operations: u64) {
         // STEPS / 2 on average: enough cases for `operations` with a wide margin.
         let cases = (operations * 22 / 10).div_ceil(STEPS as u64) as u32;
         let config = Config { cases, failure_persistence: None, ..Config::default() };
-        let start = DONE.load(Ordering::Relaxed);
-        let strategy = prop::collection::vec(op(devices), 1..=STEPS);
-        let case = |ops: Vec<Op>| {
+        let (start, failed_start) = (DONE.load(Ordering::Relaxed), FAILED.load(Ordering::Relaxed));
+        let strategy = prop::collection::vec(step(devices, faults), 1..=STEPS);
+        let case = |ops: Vec<Step>| {
             let r = run_sequence(&rt.borrow(), &ops);
             if r.is_err() {
                 *rt.borrow_mut() = build();
@@ -650,20 +782,36 @@ fn check_against_the_model(operations: u64) {
             Err(e) => panic!("[{}] {e}", b.name),
         }
         let done = DONE.load(Ordering::Relaxed) - start;
+        let failed = FAILED.load(Ordering::Relaxed) - failed_start;
         assert!(done >= operations, "[{}] only {done} operations ran", b.name);
-        println!("[{}] {done} operations on {devices} devices agree with the model", b.name);
+        assert!(!faults || failed >= operations / 50, "[{}] only {failed} steps failed", b.name);
+        println!(
+            "[{}] {done} operations on {devices} devices ({failed} with a device operation failing) agree with the model",
+            b.name
+        );
     }
 }
 
 #[test]
 fn one_hundred_thousand_operations() {
-    check_against_the_model(OPERATIONS);
+    check_against_the_model(OPERATIONS, false);
+}
+
+#[test]
+fn one_hundred_thousand_operations_with_faults() {
+    check_against_the_model(OPERATIONS, true);
 }
 
 #[test]
 #[ignore = "long: a million operations (run with --release --ignored)"]
 fn one_million_operations() {
-    check_against_the_model(10 * OPERATIONS);
+    check_against_the_model(10 * OPERATIONS, false);
+}
+
+#[test]
+#[ignore = "long: a million operations with faults (run with --release --ignored)"]
+fn one_million_operations_with_faults() {
+    check_against_the_model(10 * OPERATIONS, true);
 }
 
 #[test]

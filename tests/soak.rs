@@ -1,18 +1,26 @@
-//! A soak under threads (issue 25, item 4, first form): 16 threads on 3 host devices (and
-//! every GPU present) mapping, launching, updating and unmapping their own arrays and one
-//! array they all map at once (reference counting under contention), for a fixed number of
-//! operations, checking every result as they go; then every device's table is empty and its
-//! pool holds nothing. `soak_long` (ignored: `cargo test -p offload-tests --test soak --
-//! --ignored`) runs 20 times as many operations.
+//! A soak under threads (issue 25, item 4): 16 threads on 3 host devices (and every GPU
+//! present) mapping, launching, updating and unmapping their own arrays (disjoint ranges)
+//! and one array they all map at once, whole and in nested parts (overlapping ranges,
+//! reference counting under contention), in regions, enter/exit pairs, `nowait` scopes and
+//! pipelines, for a fixed number of operations, checking every result as they go; then
+//! every device's table is empty and its pool holds nothing. `soak_long` (ignored: `cargo
+//! test -p offload-tests --release --test soak -- --ignored`) runs 20 times as many
+//! operations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use offload::pipeline::Pipeline;
 use offload::{map, Runtime};
 use offload_tests::{assert_clean, check};
 
 #[offload::kernel]
 fn bump(i: usize, by: u32, x: &mut [u32]) {
     x[i] += by;
+}
+
+#[offload::kernel]
+fn twice(i: usize, x: &[u32], y: &mut [u32]) {
+    y[i] = 2 * x[i];
 }
 
 #[offload::kernel(reduction(+: total))]
@@ -53,7 +61,7 @@ fn soak(rt: &Runtime, threads: usize, ops: usize) -> offload::Result<u64> {
                     for _ in 0..ops {
                         let gpu = rt.device(rng.below(devices as u64) as usize)?;
                         let by = 1 + rng.below(5) as u32;
-                        match rng.below(4) {
+                        match rng.below(7) {
                             // A data region around a launch.
                             0 => {
                                 let n = own.len();
@@ -77,6 +85,46 @@ fn soak(rt: &Runtime, threads: usize, ops: usize) -> offload::Result<u64> {
                                 let total =
                                     gpu.data(map::to(shared), |x| sum_of::reduce(&gpu, shared.len(), x))?;
                                 check!(total == shared_sum, "thread {t}: shared sum {total} != {shared_sum}");
+                            }
+                            // A part of the shared array, mapped inside a region that maps it
+                            // whole (nested, overlapping other threads' parts).
+                            3 => {
+                                let a = rng.below(shared.len() as u64 / 2) as usize;
+                                let b = a + 1 + rng.below((shared.len() - a - 1) as u64) as usize;
+                                let part = &shared[a..b];
+                                let want: u64 = part.iter().map(|&v| v as u64).sum();
+                                let total = gpu.data(map::to(shared), |_| {
+                                    gpu.data(map::to(part), |x| sum_of::reduce(&gpu, part.len(), x))
+                                })?;
+                                check!(
+                                    total == want,
+                                    "thread {t}: sum of shared[{a}..{b}] {total} != {want}"
+                                );
+                            }
+                            // A `nowait` scope: enter, launch and exit as dependent tasks.
+                            4 => {
+                                let (d, n) = (gpu.number(), own.len());
+                                rt.nowait(|s| -> offload::Result<()> {
+                                    let (entered, x) = s.enter(d, map::tofrom(&mut own), &[])?;
+                                    let (items, args) = bump::args(n, by, x)?;
+                                    let k = s.launch(d, &bump::KERNEL, items, args, &[&entered])?;
+                                    s.exit(d, x, &[&k])?;
+                                    Ok(())
+                                })??;
+                                expect += by;
+                            }
+                            // A pipeline over every device: batches of the thread's array.
+                            5 => {
+                                let all: Vec<usize> = (0..devices).collect();
+                                let inputs: Vec<&[u32]> = own.chunks(250).collect();
+                                let mut out: Vec<Vec<u32>> =
+                                    inputs.iter().map(|c| vec![0; c.len()]).collect();
+                                let p = Pipeline::new(rt, &all, 2)?;
+                                p.run(&inputs, &mut out, |dev, _, x, y| twice::launch(dev, x.len(), x, y))?;
+                                check!(
+                                    out.iter().flatten().all(|&v| v == 2 * expect),
+                                    "thread {t}: a pipeline's batch is wrong"
+                                );
                             }
                             // The shared array mapped around a launch on the thread's own.
                             _ => {

@@ -278,6 +278,24 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A device operation of a construct failed while the construct ran (an allocation, a
+    /// copy, a launch the driver refused): names the construct and where the program
+    /// called it, with the device's failure as its source. What the construct changed is
+    /// undone as docs/SEMANTICS.md's R9 says. Validation errors (a range not present, ...)
+    /// are returned as they are: they name what was wrong already.
+    #[error("device {device}: {construct} at {at} failed: {source}")]
+    Construct {
+        /// Device number.
+        device: usize,
+        /// The construct, with its kernel when it launches one.
+        construct: String,
+        /// The program's `file:line` that called it.
+        at: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A construct refused because work that an earlier construct queued on the device
     /// failed, and no synchronising call has reported it yet.
     #[error(
@@ -363,6 +381,34 @@ pub enum Error {
         /// What happened.
         why: &'static str,
     },
+}
+
+impl Error {
+    /// The failure beneath the construct that reports it: the source of an
+    /// [`Error::Construct`], [`Error::Queued`] or [`Error::Batch`] (repeatedly), else the
+    /// error itself.
+    ///
+    /// ```
+    /// use offload::Error;
+    /// let oom = Error::OutOfMemory { device: 0, requested: 64, free: 0, total: 0 };
+    /// let e = Error::Construct {
+    ///     device: 0,
+    ///     construct: "target enter data".into(),
+    ///     at: "main.rs:7".into(),
+    ///     source: Box::new(oom.clone()),
+    /// };
+    /// assert!(e.to_string().starts_with("device 0: target enter data at main.rs:7 failed: "));
+    /// assert!(matches!(e.cause(), Error::OutOfMemory { requested: 64, .. }));
+    /// assert!(matches!(oom.cause(), Error::OutOfMemory { .. }));
+    /// ```
+    pub fn cause(&self) -> &Error {
+        match self {
+            Error::Construct { source, .. } | Error::Queued { source, .. } | Error::Batch { source, .. } => {
+                source.cause()
+            }
+            e => e,
+        }
+    }
 }
 
 impl fmt::Debug for Error {

@@ -789,7 +789,7 @@ pub fn launch_reduce<A: KernelArgs>(
             let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);
             device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)
         })
-        .map_err(|e| origin.own_failure(e))
+        .map_err(|e| origin.failed(number, e))
     };
     run().map_err(|e| name_argument(e, r))?;
     if report {

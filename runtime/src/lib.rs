@@ -63,6 +63,8 @@ pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem
 pub use device::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
 pub use device_buffer::{Association, DeviceBuffer};
 pub use device_global::{DeviceGlobal, GlobalArg};
+#[doc(hidden)]
+pub use device_state::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
 pub use device_state::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;

@@ -257,6 +257,11 @@ impl MemoryPool {
     pub(crate) fn live_count(&self) -> usize {
         self.state.lock().live.len()
     }
+
+    /// Number of live allocations made for `owner`.
+    pub(crate) fn live_count_of(&self, owner: Owner) -> usize {
+        self.state.lock().live.values().filter(|b| b.owner == owner).count()
+    }
 }
 
 #[cfg(test)]

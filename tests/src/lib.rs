@@ -36,6 +36,8 @@ impl BackendUnderTest {
 /// Host devices in every test runtime.
 pub const HOST_DEVICES: usize = 2;
 
+pub mod every_step;
+
 fn host_builder() -> RuntimeBuilder {
     Runtime::builder()
         .env(|_| None)
@@ -148,6 +150,12 @@ pub fn on_every_device_with(
     configure: impl Fn(RuntimeBuilder) -> RuntimeBuilder,
     case: impl Fn(&Runtime, usize) -> Result<()>,
 ) {
+    if every_step::faults_mode() {
+        // Device 0 only: the host devices are alike, and faults are injected on each.
+        let r = every_step::every_step_fails_once(what, &configure, |rt| case(rt, 0));
+        run_case(what, "host", Some(0), r.map(drop));
+        return;
+    }
     for b in backends() {
         let rt = configure(b.builder()).build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name));
         if rt.num_devices() == 0 {
@@ -167,6 +175,15 @@ pub fn on_every_backend(
     configure: impl Fn(RuntimeBuilder) -> RuntimeBuilder,
     case: impl Fn(&Runtime) -> Result<()>,
 ) {
+    if every_step::faults_mode() {
+        let devices = configure(host_builder()).build().map(|rt| rt.num_devices()).unwrap_or(0);
+        if devices < min_devices {
+            println!("SKIP {what}: needs {min_devices} devices, the fault runs have {devices}");
+            return;
+        }
+        run_case(what, "host", None, every_step::every_step_fails_once(what, &configure, &case).map(drop));
+        return;
+    }
     for b in backends() {
         let rt = configure(b.builder()).build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name));
         if rt.num_devices() < min_devices {
@@ -242,14 +259,11 @@ pub fn device_copy_of<T: offload::DeviceCopy + Default>(
     read_device(rt, addr, host.len(), device)
 }
 
-/// The cause of `e`: the error of the work itself when `e` reports, at a synchronising
-/// call, the failure of work an earlier construct queued ([`Error::Queued`]); `e` itself
-/// otherwise. For cases that check what failed whether or not the construct waited.
+/// The cause of `e` ([`Error::cause`]): the device's own failure beneath the construct
+/// that reports it, whether the construct waited for it ([`Error::Construct`]) or a later
+/// synchronising call found it ([`Error::Queued`]). For cases that check what failed.
 pub fn cause(e: Error) -> Error {
-    match e {
-        Error::Queued { source, .. } => *source,
-        e => e,
-    }
+    e.cause().clone()
 }
 
 /// Asserts that the device has no mapping left and no allocation beyond `expected_live`.

@@ -189,6 +189,11 @@ impl PresentTable {
         }
     }
 
+    /// Entries that have left the table whose blocks queued work still uses.
+    pub(crate) fn retired_count(&self) -> usize {
+        self.in_use.values().filter(|b| b.retired.is_some()).count()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

@@ -82,6 +82,7 @@ impl FaultKind {
 pub struct FaultPlan {
     nth: Vec<(FaultKind, u64)>,
     random: Option<(u64, f64, Vec<FaultKind>)>,
+    device: Option<usize>,
 }
 
 impl FaultPlan {
@@ -99,9 +100,25 @@ impl FaultPlan {
         self
     }
 
+    /// Fails operations on host device `device` alone (the others count theirs and fail
+    /// none); without it every wrapped device follows the plan.
+    pub fn on_device(mut self, device: usize) -> Self {
+        self.device = Some(device);
+        self
+    }
+
     /// The `n`-th operations the plan fails.
     pub fn nth(&self) -> &[(FaultKind, u64)] {
         &self.nth
+    }
+
+    /// The plan as host device `device` follows it: itself, or no faults when the plan is
+    /// for another device.
+    pub fn for_device(&self, device: usize) -> FaultPlan {
+        match self.device {
+            Some(d) if d != device => FaultPlan::default(),
+            _ => self.clone(),
+        }
     }
 }
 
@@ -118,6 +135,8 @@ pub struct FaultCounts {
 #[derive(Debug)]
 pub struct FaultInjector {
     plan: FaultPlan,
+    /// Operations armed while running: (kind, the `seen` count that fails).
+    armed: Mutex<Vec<(FaultKind, u64)>>,
     seen: [AtomicU64; 7],
     injected: [AtomicU64; 7],
     /// The random plan's generator state (xorshift64*).
@@ -128,13 +147,38 @@ impl FaultInjector {
     /// An injector following `plan`.
     pub fn new(plan: FaultPlan) -> Self {
         let seed = plan.random.as_ref().map_or(1, |(s, _, _)| *s) | 1;
-        Self { plan, seen: Default::default(), injected: Default::default(), rng: Mutex::new(seed) }
+        Self {
+            plan,
+            armed: Mutex::new(Vec::new()),
+            seen: Default::default(),
+            injected: Default::default(),
+            rng: Mutex::new(seed),
+        }
+    }
+
+    /// Fails the `k`-th operation of `kind` (counting from 1) from now on, besides what the
+    /// plan fails; [`FaultInjector::disarm`] takes back what has not fired.
+    pub fn arm(&self, kind: FaultKind, k: u64) {
+        let at = self.seen[kind.index()].load(Ordering::Relaxed) + k;
+        self.armed.lock().push((kind, at));
+    }
+
+    /// Takes back every armed failure that has not fired.
+    pub fn disarm(&self) {
+        self.armed.lock().clear();
     }
 
     /// Counts an operation of `kind`; whether it fails.
     pub fn fails(&self, kind: FaultKind) -> bool {
         let n = self.seen[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
         let mut fail = self.plan.nth.iter().any(|&(k, m)| k == kind && m == n);
+        {
+            let mut armed = self.armed.lock();
+            if let Some(i) = armed.iter().position(|&(k, m)| k == kind && m == n) {
+                armed.swap_remove(i);
+                fail = true;
+            }
+        }
         if let Some((_, p, kinds)) = &self.plan.random {
             if kinds.contains(&kind) {
                 let mut s = self.rng.lock();
@@ -333,8 +377,8 @@ impl Backend for Faulty {
         // SAFETY: forwarded from the caller.
         unsafe { self.inner.unregister_host(ptr) }
     }
-    fn fault_counts(&self) -> Option<FaultCounts> {
-        Some(self.injector.counts())
+    fn fault_injector(&self) -> Option<&FaultInjector> {
+        Some(&self.injector)
     }
     fn as_any(&self) -> &dyn Any {
         self.inner.as_any()

@@ -648,12 +648,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
-    /// For peer copies between devices of the same backend.
-    /// What an injected-fault wrapper saw and failed ([`faults`]); `None` for real devices.
-    fn fault_counts(&self) -> Option<FaultCounts> {
+    /// The injector of a fault-injecting wrapper ([`faults`]); `None` for real devices.
+    fn fault_injector(&self) -> Option<&FaultInjector> {
         None
     }
 
+    /// For peer copies between devices of the same backend.
     fn as_any(&self) -> &dyn Any;
 }
 

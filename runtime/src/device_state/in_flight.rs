@@ -66,6 +66,18 @@ impl Origin {
         }
     }
 
+    /// `e` as this construct returns it on `device`: its own queued failure as its plain
+    /// error ([`Origin::own_failure`]), and a device's failure (a driver call, an
+    /// allocation) inside [`Error::Construct`], which names the construct and its caller.
+    pub(crate) fn failed(&self, device: usize, e: Error) -> Error {
+        match self.own_failure(e) {
+            e @ (Error::Driver { .. } | Error::OutOfMemory { .. }) => {
+                Error::Construct { device, construct: self.construct(), at: self.at(), source: Box::new(e) }
+            }
+            e => e,
+        }
+    }
+
     fn construct(&self) -> String {
         match self.kernel {
             Some(k) => format!("{} (kernel `{k}`)", self.construct),
@@ -348,11 +360,17 @@ impl DeviceState {
         } else {
             Vec::new()
         };
-        let waited = match wait {
+        let mut waited = match wait {
             Wait::Queue => self.backend.sync_queue(Queue::Compute),
             Wait::Events if !ops.is_empty() => self.backend.sync_queue(Queue::Compute),
             Wait::Events | Wait::Done => Ok(()),
         };
+        // A failed wait for constructs' work is theirs to report (a query that waits, such
+        // as `pool_usage`, reports nothing): kept with the last of them, taken once.
+        if let (Err(e), Some(op)) = (&waited, ops.last()) {
+            self.in_flight.note_failure(op.origin, e.clone());
+            waited = Ok(());
+        }
         for op in &ops {
             // After the queue's wait each event has completed (or reports the failure).
             let done = match self.backend.event_done(&op.event) {

@@ -4,6 +4,7 @@
 //! staged host copies, its lanes; and (`constructs`) the execution of the map lists that
 //! `data_env` plans. `Runtime` holds one per device.
 
+pub(crate) mod audit;
 mod constructs;
 mod in_flight;
 mod partials;
@@ -103,6 +104,8 @@ pub(crate) struct DeviceState {
     pub(crate) lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
     /// The work constructs queued and did not wait for, and its unreported failure.
     pub(crate) in_flight: InFlight,
+    /// Failed constructs and what they left (fault tests only).
+    pub(crate) audit: Option<audit::ConstructAudit>,
 }
 
 /// How a host<->device copy was made, for the trace.
@@ -148,6 +151,10 @@ impl PinnedRanges {
     }
     pub(crate) fn contains(&self, r: HostRange) -> bool {
         self.pinned_by(r).is_some()
+    }
+    /// Every page-locked range, in address order.
+    pub(crate) fn ranges(&self) -> Vec<HostRange> {
+        self.0.read().iter().map(|(&b, &(n, _))| HostRange::new(b, n)).collect()
     }
 }
 

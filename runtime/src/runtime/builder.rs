@@ -239,7 +239,7 @@ impl RuntimeBuilder {
                     Some(plan) => Box::new(crate::device::faults::Faulty::new(
                         Box::new(d),
                         number,
-                        Arc::new(crate::device::FaultInjector::new(plan.clone())),
+                        Arc::new(crate::device::FaultInjector::new(plan.for_device(number))),
                     )),
                     None => Box::new(d),
                 };
@@ -297,6 +297,7 @@ impl RuntimeBuilder {
                 pinned: Arc::clone(&pinned),
                 lanes: OnceLock::new(),
                 in_flight: InFlight::new(settings.synchronous),
+                audit: self.faults.is_some().then(Default::default),
             })
             .collect();
         Ok(Runtime {

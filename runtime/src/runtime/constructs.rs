@@ -5,7 +5,8 @@ use std::panic::Location;
 
 use super::*;
 use crate::device::Queue;
-use crate::device_state::{recorder, Origin, Wait};
+use crate::device_state::audit::AuditRule;
+use crate::device_state::{recorder, DeviceState, Origin, Wait};
 use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
@@ -108,18 +109,24 @@ impl Runtime {
             Target::Initial => return Ok(()),
         };
         self.not_recording(device, verb)?;
-        if entering {
-            d.poll()?;
-            // SAFETY: forwarded from the caller.
-            unsafe { d.map_enter(items, c, Origin::new(c.name(), at)) }
-        } else {
-            // An exit always runs, even while a failure of queued work is unreported: it
-            // ends mappings whose host memory the program is about to free (a guard's
-            // drop, a region's end). It reports that failure itself (its copies back wait).
-            d.poll_quietly();
-            // SAFETY: forwarded from the caller.
-            unsafe { d.map_exit(items, c) }
-        }
+        let origin = Origin::new(verb, at);
+        let rule = if which == MapConstruct::DataEnd { AuditRule::RegionEnd } else { AuditRule::Unchanged };
+        d.audited(verb, rule, || {
+            let r = if entering {
+                d.poll()?;
+                // SAFETY: forwarded from the caller.
+                unsafe { d.map_enter(items, c, origin) }
+            } else {
+                // An exit always runs, even while a failure of queued work is unreported:
+                // it ends mappings whose host memory the program is about to free (a
+                // guard's drop, a region's end). It reports that failure itself (its copies
+                // back wait).
+                d.poll_quietly();
+                // SAFETY: forwarded from the caller.
+                unsafe { d.map_exit(items, c) }
+            };
+            r.map_err(|e| origin.failed(device, e))
+        })
     }
 
     /// `#pragma omp target update to(...)` / `from(...)`; each range with its `present`
@@ -168,9 +175,12 @@ impl Runtime {
         match target {
             Target::Device(d) => {
                 self.not_recording(device, what)?;
-                d.poll()?;
-                // SAFETY: forwarded from the caller.
-                unsafe { d.update(items, dir, Origin::new("target update", at)) }
+                let origin = Origin::new(what, at);
+                d.audited(what, AuditRule::Unchanged, || {
+                    d.poll()?;
+                    // SAFETY: forwarded from the caller.
+                    unsafe { d.update(items, dir, origin) }.map_err(|e| origin.failed(device, e))
+                })
             }
             Target::Initial => Ok(()),
         }
@@ -267,10 +277,33 @@ impl Runtime {
             recorder::push(launch, in_use.take_blocks());
             return Ok(());
         }
+        d.audited("target", AuditRule::Unchanged, || {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.target_on(d, kernel, n, maps, args, c_shaped, reaches_peer, at) }
+        })
+    }
+
+    /// The device half of [`Runtime::target_launch_at`]: maps, launches, unmaps.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_launch`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn target_on(
+        &self,
+        d: &DeviceState,
+        kernel: &Kernel,
+        n: usize,
+        maps: &[MapItem],
+        args: &[LaunchArg],
+        c_shaped: bool,
+        reaches_peer: bool,
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        let device = d.number;
         d.poll()?;
         let origin = Origin { construct: "target", kernel: Some(kernel.name()), at };
         // SAFETY: forwarded from the caller.
-        unsafe { d.map_enter(maps, Construct::Target, origin)? };
+        unsafe { d.map_enter(maps, Construct::Target, origin) }.map_err(|e| origin.failed(device, e))?;
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
         let launched = d.translate_args(kernel, args).and_then(|(a, in_use)| {
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
@@ -286,8 +319,8 @@ impl Runtime {
         });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
-        let exited = unsafe { d.map_exit(maps, Construct::Target) }.map_err(|e| origin.own_failure(e));
-        launched.and(exited)
+        let exited = unsafe { d.map_exit(maps, Construct::Target) };
+        launched.and(exited).map_err(|e| origin.failed(device, e))
     }
 
     /// Device `device` for a routine that reads, writes or frees device memory outside

@@ -156,7 +156,32 @@ impl Runtime {
     /// with `RuntimeBuilder::inject_faults` (`None` for a device without injected faults).
     #[doc(hidden)]
     pub fn fault_counts(&self, device: usize) -> Result<Option<crate::device::FaultCounts>> {
-        Ok(self.device_state(device)?.backend.fault_counts())
+        Ok(self.device_state(device)?.backend.fault_injector().map(|i| i.counts()))
+    }
+
+    /// Test-only: fails the `k`-th operation of `kind` on device `device` from now on
+    /// ([`crate::device::FaultInjector::arm`]); `false` for a device without injected
+    /// faults. `disarm_faults` takes back what has not fired.
+    #[doc(hidden)]
+    pub fn arm_fault(&self, device: usize, kind: crate::device::FaultKind, k: u64) -> Result<bool> {
+        let injector = self.device_state(device)?.backend.fault_injector();
+        injector.iter().for_each(|i| i.arm(kind, k));
+        Ok(injector.is_some())
+    }
+
+    /// Test-only: takes back device `device`'s armed faults that have not fired.
+    #[doc(hidden)]
+    pub fn disarm_faults(&self, device: usize) -> Result<()> {
+        self.device_state(device)?.backend.fault_injector().iter().for_each(|i| i.disarm());
+        Ok(())
+    }
+
+    /// Test-only: the constructs that failed on device `device` since the last call, each
+    /// with the device before and after it ([`crate::FailedConstruct::check`] says whether
+    /// it left what it must); empty unless built with `RuntimeBuilder::inject_faults`.
+    #[doc(hidden)]
+    pub fn failed_constructs(&self, device: usize) -> Result<Vec<crate::FailedConstruct>> {
+        Ok(self.device_state(device)?.audit.as_ref().map(|a| a.take()).unwrap_or_default())
     }
 
     /// Page-locks `data` in place for as long as the returned guard lives (the slice stays

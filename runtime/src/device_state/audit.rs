@@ -1,0 +1,158 @@
+//! What a failed construct left behind, recorded for the fault tests (test-only: on for a
+//! runtime built with `RuntimeBuilder::inject_faults`).
+//!
+//! Before each construct on an audited device the runtime takes a [`DeviceSnapshot`] (the
+//! present table with every count, the memory pool's live blocks, the pinned host ranges);
+//! when the construct fails with its own error it takes another, and keeps both as a
+//! [`FailedConstruct`]. [`FailedConstruct::check`] then says whether the failure left the
+//! device as docs/SEMANTICS.md's R9 says it must. The snapshots are of the whole device,
+//! so they mean something only while one thread uses it (the fault tests' cases).
+
+use parking_lot::Mutex;
+
+use super::DeviceState;
+use crate::data_env::Entry;
+use crate::error::{Error, HostRange};
+use crate::memory_pool::Owner;
+
+/// One device's state as a construct sees it, for comparing before and after a failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceSnapshot {
+    /// Every entry: host range, reference count (0 for associated ones), hold count,
+    /// whether associated; in host-address order.
+    pub entries: Vec<(HostRange, u64, u64, bool)>,
+    /// Live blocks of the memory pool that hold mapped data and that no queued work still
+    /// holds (a block whose entry has left the table while a queued kernel or copy uses it
+    /// is freed when the work ends, not counted here). `target_alloc` blocks are not
+    /// counted: other threads may make and free them meanwhile.
+    pub live_blocks: usize,
+    /// Host ranges the runtime has page-locked, in address order.
+    pub pinned: Vec<HostRange>,
+}
+
+/// What a failed construct must leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditRule {
+    /// All or nothing (every construct that enters, `exit data`, `update`, a launch with
+    /// its maps): the device exactly as before.
+    Unchanged,
+    /// A region's end, which cannot be undone: it ends its mappings anyway, so entries
+    /// may leave and counts fall, but nothing is added, no count rises, and every block
+    /// and pinned range that stays belongs to what stays.
+    RegionEnd,
+}
+
+/// A construct that failed on an audited device, with the device before and after it.
+#[derive(Clone, Debug)]
+pub struct FailedConstruct {
+    /// Device number.
+    pub device: usize,
+    /// The construct ("target enter data", "target (kernel `k`)", ...).
+    pub construct: &'static str,
+    /// What it must have left.
+    pub rule: AuditRule,
+    /// Its error.
+    pub error: Error,
+    /// The device when it began.
+    pub before: DeviceSnapshot,
+    /// The device when it returned.
+    pub after: DeviceSnapshot,
+}
+
+impl FailedConstruct {
+    /// Whether the failure left the device as [`FailedConstruct::rule`] says: `Err` says
+    /// what differs.
+    pub fn check(&self) -> Result<(), String> {
+        let (b, a) = (&self.before, &self.after);
+        let fail = |what: String| {
+            Err(format!(
+                "device {}: {} failed ({}) and {what}\n  before: {b:?}\n  after:  {a:?}",
+                self.device, self.construct, self.error
+            ))
+        };
+        match self.rule {
+            AuditRule::Unchanged if a != b => fail("did not leave the device as it was".into()),
+            AuditRule::Unchanged => Ok(()),
+            AuditRule::RegionEnd => {
+                for e in &a.entries {
+                    let Some(was) = b.entries.iter().find(|w| w.0 == e.0) else {
+                        return fail(format!("added an entry for {}", e.0));
+                    };
+                    if e.1 > was.1 || e.2 > was.2 || e.3 != was.3 {
+                        return fail(format!("raised the counts of {}", e.0));
+                    }
+                }
+                // Each entry that left took its block with it; nothing else was allocated.
+                let gone = b.entries.len() - a.entries.len();
+                if a.live_blocks + gone != b.live_blocks {
+                    return fail(format!(
+                        "{} entries left but the pool went from {} to {} live blocks",
+                        gone, b.live_blocks, a.live_blocks
+                    ));
+                }
+                match a.pinned.iter().find(|p| !b.pinned.contains(p)) {
+                    Some(p) => fail(format!("pinned {p}")),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The failed constructs of one device.
+#[derive(Debug, Default)]
+pub(crate) struct ConstructAudit(Mutex<Vec<FailedConstruct>>);
+
+impl ConstructAudit {
+    /// Every failed construct so far, taking them.
+    pub(crate) fn take(&self) -> Vec<FailedConstruct> {
+        std::mem::take(&mut self.0.lock())
+    }
+}
+
+impl DeviceState {
+    /// The device as [`DeviceSnapshot`] describes it.
+    pub(crate) fn snapshot(&self) -> DeviceSnapshot {
+        let (entries, held) = {
+            let t = self.table.lock();
+            let entries = t
+                .entries()
+                .map(|e: &Entry| {
+                    (e.range, if e.associated { 0 } else { e.ref_count }, e.hold_count, e.associated)
+                })
+                .collect();
+            (entries, t.retired_count())
+        };
+        let live_blocks = self.pool.live_count_of(Owner::Mapping).saturating_sub(held);
+        let pinned = self.pinned.ranges();
+        DeviceSnapshot { entries, live_blocks, pinned }
+    }
+
+    /// Runs `construct`; on an audited device, a failure of its own (not a report of
+    /// earlier queued work's) is recorded with the device before and after it.
+    pub(crate) fn audited<R>(
+        &self,
+        name: &'static str,
+        rule: AuditRule,
+        construct: impl FnOnce() -> crate::error::Result<R>,
+    ) -> crate::error::Result<R> {
+        let Some(audit) = &self.audit else { return construct() };
+        let before = self.snapshot();
+        let r = construct();
+        if let Err(e) = &r {
+            if !matches!(e, Error::Queued { .. } | Error::EarlierFailure { .. }) {
+                let after = self.snapshot();
+                let record = FailedConstruct {
+                    device: self.number,
+                    construct: name,
+                    rule,
+                    error: e.clone(),
+                    before,
+                    after,
+                };
+                audit.0.lock().push(record);
+            }
+        }
+        r
+    }
+}
