@@ -233,6 +233,8 @@ fn a_global_whose_host_copy_the_program_mapped_is_refused() {
         |b| b,
         |rt| {
             let dev = rt.device(0)?;
+            // The host copy as the case expects it, whatever an earlier run left there.
+            *MAPPED.host() = [1; 4];
             let host = MAPPED.host();
             // SAFETY: the host copy is locked while it is read (entering only reads).
             unsafe { rt.enter_data(0, &[MapItem::to(host.as_ptr(), 4)])? };

@@ -112,3 +112,45 @@ fn random_faults_follow_their_seed_and_probability() -> offload::Result<()> {
     check_eq!(injected[0] + injected[3] + injected[4] + injected[5] + injected[6], 0);
     Ok(())
 }
+
+/// Out of memory made real on every backend (the H200 included) by a pool limit: a map list
+/// whose second item does not fit fails whole (the first item's entry and block are gone),
+/// a `target_alloc` past the limit fails, kept blocks are given back to make room, and once
+/// memory is freed the same maps succeed.
+#[test]
+fn a_pool_limit_runs_every_backend_out_of_memory_and_leaves_nothing() {
+    const LIMIT: usize = 1 << 20;
+    let limited = |b: offload::RuntimeBuilder| {
+        b.memory_pool(offload::PoolConfig { limit: LIMIT, ..Default::default() })
+    };
+    offload_tests::on_every_device_with("pool limit", limited, |rt, dev| {
+        let gpu = rt.device(dev)?;
+        let mut held = vec![1u32; (LIMIT / 2) / 4];
+        let (a, mut b) = (vec![2u32; (LIMIT / 4) / 4], vec![3u32; (LIMIT / 2) / 4]);
+        let m = gpu.enter_data(map::tofrom(&mut held))?;
+        let live = rt.pool_usage(dev)?.live_allocations;
+        // Half held: a quarter fits, the half after it does not.
+        let e = gpu.data((map::to(&a), map::tofrom(&mut b)), |_| Ok(())).expect_err("past the limit");
+        check!(
+            matches!(e.cause(), Error::OutOfMemory { device, total, .. } if *device == dev && *total == LIMIT),
+            "{e:?}"
+        );
+        check!(matches!(e, Error::Construct { .. }), "the error names the construct: {e}");
+        check_eq!(rt.live_mappings().len(), 1);
+        check_eq!(rt.pool_usage(dev)?.live_allocations, live);
+        let e = rt.target_alloc(LIMIT, dev).expect_err("past the limit");
+        check!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
+        // With the held array unmapped (its block kept by the pool), three quarters fit once
+        // the kept block is given back to make room; then both maps of before.
+        m.exit()?;
+        let mut big = vec![4u32; (3 * LIMIT / 4) / 4];
+        gpu.data(map::tofrom(&mut big), |_| Ok(()))?;
+        check_eq!(rt.pool_usage(dev)?.cached_bytes, 3 * LIMIT / 4);
+        gpu.data((map::to(&a), map::tofrom(&mut b)), |_| Ok(()))?;
+        check!(
+            held.iter().all(|&v| v == 1) && b.iter().all(|&v| v == 3) && big.iter().all(|&v| v == 4),
+            "data after the round trips"
+        );
+        assert_clean(rt, dev)
+    });
+}

@@ -224,7 +224,7 @@ impl Settings {
         const KIB4: usize = 4096;
         const GIB: usize = 1 << 30;
         let (p, s) = (&self.pool, &self.staging);
-        let checks: [(&'static str, usize, bool, &'static str); 9] = [
+        let checks: [(&'static str, usize, bool, &'static str); 10] = [
             (
                 "RuntimeBuilder::host_devices",
                 self.host_devices,
@@ -244,6 +244,7 @@ impl Settings {
                 "at least 4096 bytes",
             ),
             ("PoolConfig::max_block", p.max_block, p.max_block <= 1 << 40, "0..=1 TiB (2^40 bytes)"),
+            ("PoolConfig::limit", p.limit, p.limit >= KIB4, "at least 4096 bytes"),
             (
                 "StagingConfig::chunk",
                 s.chunk,
@@ -433,7 +434,7 @@ mod tests {
             host_devices: Some(MAX_HOST_DEVICES),
             kernel_threads: Some(1),
             host_memory: Some(4096),
-            pool: Some(PoolConfig { max_block: 1 << 40, keep: 0, enabled: true }),
+            pool: Some(PoolConfig { max_block: 1 << 40, keep: 0, enabled: true, limit: usize::MAX }),
             staging: Some(StagingConfig {
                 chunk: 4096,
                 depth: 2,

@@ -45,8 +45,11 @@ enum Ending {
     RegionEnd,
 }
 
-/// A mapping of borrowed slices on one device that ends when dropped (errors are then
-/// lost: [`Mapped::exit`] returns them). See the [module documentation](self).
+/// A mapping of borrowed slices on one device that ends when dropped. [`Mapped::exit`]
+/// returns the end's error; a drop cannot, so it keeps it for the device's next
+/// synchronising call ([`crate::Runtime::synchronize`], a copy back, ...) to report as
+/// [`crate::Error::Queued`], and the constructs before that are refused. See the [module
+/// documentation](self).
 #[must_use = "dropping the guard ends the mapping at once"]
 pub struct Mapped<'d, 'a, L: MapList<'a>> {
     device: Device<'d>,
@@ -222,8 +225,18 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 
 impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
     fn drop(&mut self) {
-        // The error, if any, is lost: `exit` returns it.
-        let _ = self.end();
+        // A drop cannot return the error (`exit` does): it is kept for the device's next
+        // synchronising call to report, so that a failed copy back is never silent.
+        if let Err(e) = self.end() {
+            let construct = match self.ending {
+                Ending::RegionEnd => "exiting target data (a guard's drop)",
+                Ending::ExitData => "target exit data (a guard's drop)",
+            };
+            let rt = self.device.runtime();
+            if let Ok(d) = rt.device_state(self.device.number()) {
+                d.keep_failure(crate::device_state::Origin::new(construct, self.at), e);
+            }
+        }
     }
 }
 

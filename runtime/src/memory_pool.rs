@@ -27,11 +27,17 @@ pub struct PoolConfig {
     pub max_block: usize,
     /// Most bytes of free blocks kept per device.
     pub keep: usize,
+    /// Most bytes of device memory the runtime holds on each device, in live and kept
+    /// blocks (at least 4096; `usize::MAX`, the default: as much as the device has). An
+    /// allocation past it first gives back the kept blocks, then fails as the device would
+    /// ([`Error::OutOfMemory`] with the limit as the total), so that a program, or a test
+    /// of its out-of-memory paths, can run as if the device were smaller.
+    pub limit: usize,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { enabled: true, max_block: 256 << 20, keep: 1 << 30 }
+        Self { enabled: true, max_block: 256 << 20, keep: 1 << 30, limit: usize::MAX }
     }
 }
 
@@ -68,11 +74,16 @@ struct PoolState {
     live: BTreeMap<u64, Block>,
     free: HashMap<usize, Vec<u64>>,
     cached: usize,
+    /// Bytes allocated from the device: live and cached blocks' capacities, and those
+    /// being allocated (reserved before the driver call, against [`PoolConfig::limit`]).
+    held: usize,
 }
 
 /// One device's pool. See the module documentation.
 pub(crate) struct MemoryPool {
     config: PoolConfig,
+    /// The device's number, for errors.
+    device: usize,
     state: Mutex<PoolState>,
 }
 
@@ -95,8 +106,8 @@ pub(crate) fn size_class(bytes: usize) -> Option<usize> {
 }
 
 impl MemoryPool {
-    pub(crate) fn new(config: PoolConfig) -> Self {
-        Self { config, state: Mutex::new(PoolState::default()) }
+    pub(crate) fn new(config: PoolConfig, device: usize) -> Self {
+        Self { config, device, state: Mutex::new(PoolState::default()) }
     }
 
     fn class_of(&self, bytes: usize) -> Option<usize> {
@@ -115,15 +126,47 @@ impl MemoryPool {
             }
         }
         let capacity = class.unwrap_or(bytes);
+        self.reserve(backend, bytes, capacity)?;
         let addr = match backend.alloc(capacity) {
             Err(Error::OutOfMemory { .. }) if self.state.lock().cached > 0 => {
                 self.trim(backend)?;
-                backend.alloc(capacity)?
+                backend.alloc(capacity)
             }
-            r => r?,
+            r => r,
         };
-        self.state.lock().live.insert(addr, Block { bytes, capacity, owner });
-        Ok(addr)
+        let mut s = self.state.lock();
+        match addr {
+            Ok(addr) => {
+                s.live.insert(addr, Block { bytes, capacity, owner });
+                Ok(addr)
+            }
+            Err(e) => {
+                s.held -= capacity;
+                Err(e)
+            }
+        }
+    }
+
+    /// Counts `capacity` more bytes held, within [`PoolConfig::limit`]: past it, the kept
+    /// blocks go back to the device first, and then it is out of memory.
+    fn reserve(&self, backend: &dyn Backend, bytes: usize, capacity: usize) -> Result<()> {
+        let limit = self.config.limit;
+        let mut trimmed = false;
+        loop {
+            {
+                let mut s = self.state.lock();
+                if s.held.checked_add(capacity).is_some_and(|h| h <= limit) {
+                    s.held += capacity;
+                    return Ok(());
+                }
+                if trimmed || s.cached == 0 {
+                    let free = limit.saturating_sub(s.held);
+                    return Err(Error::OutOfMemory { device: self.device, requested: bytes, free, total: limit });
+                }
+            }
+            self.trim(backend)?;
+            trimmed = true;
+        }
     }
 
     /// Frees an allocation that [`MemoryPool::alloc`] made for `owner`; returns the bytes it
@@ -177,6 +220,7 @@ impl MemoryPool {
             s.free.entry(block.capacity).or_default().push(addr);
             return Ok(block.bytes);
         }
+        s.held -= block.capacity;
         drop(s);
         backend.free(addr, block.capacity)?;
         Ok(block.bytes)
@@ -233,6 +277,7 @@ impl MemoryPool {
     pub(crate) fn trim(&self, backend: &dyn Backend) -> Result<()> {
         let blocks: Vec<(usize, u64)> = {
             let mut s = self.state.lock();
+            s.held -= s.cached;
             s.cached = 0;
             s.free.drain().flat_map(|(c, v)| v.into_iter().map(move |a| (c, a))).collect()
         };
@@ -241,7 +286,12 @@ impl MemoryPool {
 
     /// Frees everything, live or cached (at runtime shutdown).
     pub(crate) fn release_all(&self, backend: &dyn Backend) -> Result<()> {
-        let live: Vec<(u64, Block)> = std::mem::take(&mut self.state.lock().live).into_iter().collect();
+        let live: Vec<(u64, Block)> = {
+            let mut s = self.state.lock();
+            let live = std::mem::take(&mut s.live);
+            s.held = s.cached;
+            live.into_iter().collect()
+        };
         for (a, b) in live {
             backend.free(a, b.capacity)?;
         }
@@ -366,7 +416,7 @@ mod tests {
     #[test]
     fn freed_blocks_are_reused_by_size_class() {
         let d = device(1 << 20);
-        let p = MemoryPool::new(PoolConfig::default());
+        let p = MemoryPool::new(PoolConfig::default(), 0);
         let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert_eq!(p.extent(a), Some(1000));
         assert_eq!(p.extent(a + 10), Some(990));
@@ -390,9 +440,35 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_gives_back_kept_blocks_then_runs_out_of_memory() {
+        let d = device(1 << 20);
+        let p = MemoryPool::new(PoolConfig { limit: 8192, ..PoolConfig::default() }, 3);
+        let a = p.alloc(&d, 4096, Owner::User).unwrap();
+        let b = p.alloc(&d, 2048, Owner::Mapping).unwrap();
+        // 6144 of 8192 held: 4096 more is past the limit, and nothing is kept to give back.
+        let e = p.alloc(&d, 4096, Owner::User).unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfMemory { device: 3, requested: 4096, free: 2048, total: 8192 }),
+            "{e:?}"
+        );
+        assert_eq!(p.live_count(), 2, "a failed allocation leaves nothing");
+        // A kept block is given back to make room.
+        p.free(&d, 0, b, Owner::Mapping).unwrap();
+        assert_eq!(p.cached_bytes(), 2048);
+        let c = p.alloc(&d, 4096, Owner::User).unwrap();
+        assert_eq!((p.cached_bytes(), p.live_count()), (0, 2));
+        assert!(p.alloc(&d, 1, Owner::User).is_err(), "8192 of 8192 held");
+        p.free(&d, 0, a, Owner::User).unwrap();
+        p.free(&d, 0, c, Owner::User).unwrap();
+        assert!(p.alloc(&d, 8192, Owner::User).is_ok(), "what was freed counts again");
+        p.release_all(&d).unwrap();
+        assert_eq!(d.mem_info().unwrap().free, 1 << 20);
+    }
+
+    #[test]
     fn ranges_are_checked_against_live_blocks_at_their_asked_size() {
         let d = device(1 << 20);
-        let p = MemoryPool::new(PoolConfig::default());
+        let p = MemoryPool::new(PoolConfig::default(), 0);
         let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert!(p.check_range(0, "t", a, 1000).is_ok());
         assert!(p.check_range(0, "t", a + 999, 1).is_ok());
@@ -412,7 +488,7 @@ mod tests {
 
     #[test]
     fn huge_sizes_are_not_pooled() {
-        let p = MemoryPool::new(PoolConfig { max_block: usize::MAX, ..PoolConfig::default() });
+        let p = MemoryPool::new(PoolConfig { max_block: usize::MAX, ..PoolConfig::default() }, 0);
         assert_eq!(p.class_of(usize::MAX), None);
         assert_eq!(p.class_of(1000), Some(1024));
     }
@@ -441,7 +517,7 @@ mod tests {
     #[test]
     fn disabled_pool_returns_every_block() {
         let d = device(1 << 20);
-        let p = MemoryPool::new(PoolConfig { enabled: false, ..PoolConfig::default() });
+        let p = MemoryPool::new(PoolConfig { enabled: false, ..PoolConfig::default() }, 0);
         let a = p.alloc(&d, 1000, Owner::User).unwrap();
         assert_eq!(d.mem_info().unwrap().free, (1 << 20) - 1000);
         p.free(&d, 0, a, Owner::User).unwrap();
@@ -452,7 +528,7 @@ mod tests {
     #[test]
     fn cached_blocks_are_released_when_the_device_is_full() {
         let d = device(4096);
-        let p = MemoryPool::new(PoolConfig::default());
+        let p = MemoryPool::new(PoolConfig::default(), 0);
         let a = p.alloc(&d, 2048, Owner::User).unwrap();
         p.free(&d, 0, a, Owner::User).unwrap();
         // 2048 cached + 4096 asked > capacity: the pool must give its cache back first.

@@ -5,8 +5,11 @@
 //! present table with every count, the memory pool's live blocks, the pinned host ranges);
 //! when the construct fails with its own error it takes another, and keeps both as a
 //! [`FailedConstruct`]. [`FailedConstruct::check`] then says whether the failure left the
-//! device as docs/SEMANTICS.md's R9 says it must. The snapshots are of the whole device,
-//! so they mean something only while one thread uses it (the fault tests' cases).
+//! device as docs/SEMANTICS.md's R9 says it must. The snapshots are of the whole device, so
+//! of a construct that ran beside another on the device (threads, a pipeline's lanes) only
+//! the error is checked ([`AuditRule::Concurrent`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -40,6 +43,9 @@ pub enum AuditRule {
     /// may leave and counts fall, but nothing is added, no count rises, and every block
     /// and pinned range that stays belongs to what stays.
     RegionEnd,
+    /// None that the snapshots can show: the construct ran beside another on the device
+    /// (threads, a pipeline's lanes), whose changes they show too. Recorded for its error.
+    Concurrent,
 }
 
 /// A construct that failed on an audited device, with the device before and after it.
@@ -72,7 +78,7 @@ impl FailedConstruct {
         };
         match self.rule {
             AuditRule::Unchanged if a != b => fail("did not leave the device as it was".into()),
-            AuditRule::Unchanged => Ok(()),
+            AuditRule::Unchanged | AuditRule::Concurrent => Ok(()),
             AuditRule::RegionEnd => {
                 for e in &a.entries {
                     let Some(was) = b.entries.iter().find(|w| w.0 == e.0) else {
@@ -101,12 +107,19 @@ impl FailedConstruct {
 
 /// The failed constructs of one device.
 #[derive(Debug, Default)]
-pub(crate) struct ConstructAudit(Mutex<Vec<FailedConstruct>>);
+pub(crate) struct ConstructAudit {
+    failed: Mutex<Vec<FailedConstruct>>,
+    /// Constructs running now, and constructs begun so far: a construct that ran beside
+    /// another (threads, a pipeline's lanes) is recorded as [`AuditRule::Concurrent`],
+    /// since the snapshots show the other's changes too.
+    running: AtomicUsize,
+    begun: AtomicU64,
+}
 
 impl ConstructAudit {
     /// Every failed construct so far, taking them.
     pub(crate) fn take(&self) -> Vec<FailedConstruct> {
-        std::mem::take(&mut self.0.lock())
+        std::mem::take(&mut self.failed.lock())
     }
 }
 
@@ -137,20 +150,19 @@ impl DeviceState {
         construct: impl FnOnce() -> crate::error::Result<R>,
     ) -> crate::error::Result<R> {
         let Some(audit) = &self.audit else { return construct() };
+        let alone = audit.running.fetch_add(1, Ordering::SeqCst) == 0;
+        let ticket = audit.begun.fetch_add(1, Ordering::SeqCst) + 1;
         let before = self.snapshot();
         let r = construct();
-        if let Err(e) = &r {
+        let after = r.as_ref().err().map(|_| self.snapshot());
+        let alone = alone && audit.begun.load(Ordering::SeqCst) == ticket;
+        audit.running.fetch_sub(1, Ordering::SeqCst);
+        let rule = if alone { rule } else { AuditRule::Concurrent };
+        if let (Err(e), Some(after)) = (&r, after) {
             if !matches!(e, Error::Queued { .. } | Error::EarlierFailure { .. }) {
-                let after = self.snapshot();
-                let record = FailedConstruct {
-                    device: self.number,
-                    construct: name,
-                    rule,
-                    error: e.clone(),
-                    before,
-                    after,
-                };
-                audit.0.lock().push(record);
+                let record =
+                    FailedConstruct { device: self.number, construct: name, rule, error: e.clone(), before, after };
+                audit.failed.lock().push(record);
             }
         }
         r

@@ -390,6 +390,19 @@ impl DeviceState {
         self.settle_queue(false)
     }
 
+    /// Keeps the failure `e` of `origin`, which could not return it (a guard's drop), for
+    /// the device's next synchronising call to report, as a failure of queued work is; the
+    /// constructs after it are refused until then ([`Error::EarlierFailure`]).
+    pub(crate) fn keep_failure(&self, origin: Origin, e: Error) {
+        let e = match e {
+            // A report of earlier queued work's failure, taken by this construct: kept as
+            // that work's, where it came from.
+            Error::Queued { source, .. } => *source,
+            e => e,
+        };
+        self.in_flight.note_failure(origin, e);
+    }
+
     /// Records that `origin` queued work on the compute queue that uses `in_use`'s blocks
     /// and reads `slots`: they stay reserved until an event recorded now has completed.
     /// When the event cannot be recorded the queue is waited for instead.

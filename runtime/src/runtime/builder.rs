@@ -285,7 +285,7 @@ impl RuntimeBuilder {
             .map(|(number, (backend, placement, worker))| DeviceState {
                 number,
                 backend: Arc::from(backend),
-                pool: MemoryPool::new(settings.pool),
+                pool: MemoryPool::new(settings.pool, number),
                 table: Mutex::new(PresentTable::default()),
                 stats: TransferCounters::default(),
                 trace: Arc::clone(&trace),
