@@ -53,6 +53,8 @@ pub mod partition;
 pub mod pipeline;
 pub mod recording;
 mod runtime;
+#[cfg(test)]
+mod soak;
 mod staging;
 pub mod topology;
 mod validate;

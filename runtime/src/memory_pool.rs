@@ -161,7 +161,12 @@ impl MemoryPool {
                 }
                 if trimmed || s.cached == 0 {
                     let free = limit.saturating_sub(s.held);
-                    return Err(Error::OutOfMemory { device: self.device, requested: bytes, free, total: limit });
+                    return Err(Error::OutOfMemory {
+                        device: self.device,
+                        requested: bytes,
+                        free,
+                        total: limit,
+                    });
                 }
             }
             self.trim(backend)?;

@@ -10,12 +10,34 @@
 #                                        # tests; the bad-input tests once per test, since
 #                                        # the omp one uses the process-wide runtime, which
 #                                        # lives until exit
+#   scripts/gpu/reliability.sh faults    # issue 25: the soak (normal and long), the pool
+#                                        # limit's out-of-memory cases and the fault tests,
+#                                        # queued and OFFLOAD_SYNC=1, then the soak and the
+#                                        # out-of-memory cases under memcheck (leak check on)
 # Logs go under $OUT (at most 8 files come back, so each step writes one).
 cd "$(dirname "$0")/../.."
 set -o pipefail
 export OFFLOAD_REQUIRE_DEVICES=1
 nvidia-smi -L
-if [ "${1:-tests}" = tests ]; then
+if [ "${1:-tests}" = faults ]; then
+for sync in 0 1; do
+  echo "== OFFLOAD_SYNC=$sync"
+  for t in soak faults faults_every_step; do
+    OFFLOAD_SYNC=$sync timeout 120 .gpu/tests/tests--test-$t --nocapture > /tmp/$t.log 2>&1
+    echo "$t: exit $? | $(grep -E '^test result' /tmp/$t.log | tail -1)"
+    grep -hE "soak:|panicked" /tmp/$t.log | head -5
+    { echo "#### $t"; cat /tmp/$t.log; } >> "$OUT/faults-sync$sync.log"
+  done
+done
+echo "== soak_long (queued)"
+timeout 150 .gpu/tests/tests--test-soak --ignored --nocapture soak_long > "$OUT/soak-long.log" 2>&1
+echo "soak_long: exit $? | $(grep -E '^test result|soak:' "$OUT/soak-long.log" | tr '\n' ' ')"
+echo "== compute-sanitizer memcheck: the soak and the pool limit's out-of-memory cases"
+for t in soak faults; do
+  timeout 140 compute-sanitizer --tool memcheck --leak-check full .gpu/tests/tests--test-$t > "$OUT/memcheck-$t.log" 2>&1
+  echo "$t: exit $? | $(grep -E '^test result' "$OUT/memcheck-$t.log" | tail -1) | $(grep -E 'LEAK SUMMARY|ERROR SUMMARY' "$OUT/memcheck-$t.log" | tr '\n' ' ')"
+done
+elif [ "${1:-tests}" = tests ]; then
 echo "== tests (OFFLOAD_REQUIRE_DEVICES=1)"
 pass=0; fail=0
 for t in .gpu/tests/*; do

@@ -73,17 +73,34 @@ fn injected(e: &Error) -> bool {
         || matches!(e.cause(), Error::OutOfMemory { .. } | Error::EarlierFailure { .. })
 }
 
-/// Checks the failed constructs every device recorded; how many there were, and whether
-/// one failed on an injected fault.
-fn audit(rt: &Runtime, what: &str) -> Result<(u64, bool)> {
-    let (mut n, mut any) = (0, false);
+/// What the failed constructs of a run were.
+#[derive(Clone, Copy, Debug, Default)]
+struct Audit {
+    /// Failed constructs whose state was checked.
+    checked: u64,
+    /// Failed constructs, checked or not.
+    failed: u64,
+    /// Whether one reported an injected fault.
+    injected: bool,
+}
+
+/// Checks the failed constructs every device recorded.
+fn audit(rt: &Runtime, what: &str) -> Result<Audit> {
+    let mut a = Audit::default();
     for d in 0..rt.num_devices() {
         for f in rt.failed_constructs(d)? {
-            // Of one that ran beside another, only its error says anything.
-            n += u64::from(f.rule != offload::AuditRule::Concurrent);
-            any |= injected(&f.error);
+            a.failed += 1;
+            // Of one that ran beside another, or reported earlier work's failure, only its
+            // error says anything.
+            a.checked +=
+                u64::from(!matches!(f.rule, offload::AuditRule::Concurrent | offload::AuditRule::Reported));
+            a.injected |= injected(&f.error);
             f.check().map_err(|e| fail(format!("{what}: {e}")))?;
-            if injected(&f.error) && !matches!(f.error, Error::Construct { .. } | Error::Queued { .. }) {
+            let names_itself = matches!(
+                f.error,
+                Error::Construct { .. } | Error::Queued { .. } | Error::EarlierFailure { .. }
+            );
+            if injected(&f.error) && !names_itself {
                 return Err(fail(format!(
                     "{what}: {} failed on an injected fault without naming itself: {}",
                     f.construct, f.error
@@ -91,7 +108,7 @@ fn audit(rt: &Runtime, what: &str) -> Result<(u64, bool)> {
             }
         }
     }
-    Ok((n, any))
+    Ok(a)
 }
 
 /// Deletes every mapping the aborted case left, then checks that each device maps,
@@ -162,8 +179,8 @@ pub fn every_step_fails_once(
         for d in 0..rt.num_devices() {
             rt.synchronize(d)?;
         }
-        let (baseline, _) = audit(&rt, what)?;
-        let mut sweep = Sweep { constructs: baseline, ..Sweep::default() };
+        let baseline = audit(&rt, what)?;
+        let mut sweep = Sweep { constructs: baseline.checked, ..Sweep::default() };
         let seen: Vec<[u64; 7]> = (0..rt.num_devices())
             .map(|d| rt.fault_counts(d).map(|c| c.map(|c| c.seen).unwrap_or_default()))
             .collect::<Result<_>>()?;
@@ -176,8 +193,8 @@ pub fn every_step_fails_once(
                     let r = case(&rt);
                     let synced: Vec<Result<()>> = (0..rt.num_devices()).map(|d| rt.synchronize(d)).collect();
                     let fired = rt.fault_counts(dev)?.map_or(0, |c| c.injected[k]);
-                    let (constructs, any_injected) = audit(&rt, &at)?;
-                    sweep.constructs += constructs;
+                    let run = audit(&rt, &at)?;
+                    sweep.constructs += run.checked;
                     if fired == 0 {
                         // This run made fewer operations of the kind (a case whose work
                         // depends on timing): nothing failed, nothing to check.
@@ -190,7 +207,7 @@ pub fn every_step_fails_once(
                         // The case stopped at the failure, or a check of its own failed
                         // after a construct reported it (a case that expects an error of
                         // another kind): either way the fault was reported.
-                        Err(e) if injected(e) || any_injected => sweep.failed += 1,
+                        Err(e) if injected(e) || run.injected => sweep.failed += 1,
                         // A survived allocation changed what the pool caches, and a survived
                         // pin what is pinned, which a case may check.
                         Err(_) if matches!(kind, FaultKind::Pin | FaultKind::Alloc) => sweep.survived += 1,
@@ -206,7 +223,7 @@ pub fn every_step_fails_once(
                         // A construct reported it, and the case, which expects errors, took it
                         // for one; or a case whose constructs fail on purpose (its first error
                         // is the one it expects, and a later copy's failure is not returned).
-                        Ok(()) if any_injected || baseline > 0 => sweep.failed += 1,
+                        Ok(()) if run.injected || baseline.failed > 0 => sweep.failed += 1,
                         Ok(()) => {
                             return Err(fail(format!("{at}: the case succeeded and nothing reported it")))
                         }

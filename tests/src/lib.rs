@@ -318,7 +318,13 @@ pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()>
 /// A runtime of one host device failing operations as `plan` says (the fault-injection
 /// tests'), synchronous (every construct waits) or queued.
 pub fn faulty_runtime(plan: offload::device::FaultPlan, synchronous: bool) -> Result<Runtime> {
-    Runtime::builder().env(|_| None).host_devices(1).synchronous(synchronous).inject_faults(plan).build()
+    Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(1)
+        .synchronous(synchronous)
+        .inject_faults(plan)
+        .build()
 }
 
 /// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90`, and its HIP source

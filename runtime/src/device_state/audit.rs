@@ -46,6 +46,10 @@ pub enum AuditRule {
     /// None that the snapshots can show: the construct ran beside another on the device
     /// (threads, a pipeline's lanes), whose changes they show too. Recorded for its error.
     Concurrent,
+    /// None: the error reports earlier queued work's failure ([`Error::Queued`]) or refuses
+    /// the construct for it ([`Error::EarlierFailure`]); the construct itself ran, or did
+    /// nothing. Recorded for its error.
+    Reported,
 }
 
 /// A construct that failed on an audited device, with the device before and after it.
@@ -78,7 +82,7 @@ impl FailedConstruct {
         };
         match self.rule {
             AuditRule::Unchanged if a != b => fail("did not leave the device as it was".into()),
-            AuditRule::Unchanged | AuditRule::Concurrent => Ok(()),
+            AuditRule::Unchanged | AuditRule::Concurrent | AuditRule::Reported => Ok(()),
             AuditRule::RegionEnd => {
                 for e in &a.entries {
                     let Some(was) = b.entries.iter().find(|w| w.0 == e.0) else {
@@ -141,8 +145,8 @@ impl DeviceState {
         DeviceSnapshot { entries, live_blocks, pinned }
     }
 
-    /// Runs `construct`; on an audited device, a failure of its own (not a report of
-    /// earlier queued work's) is recorded with the device before and after it.
+    /// Runs `construct`; on an audited device, its failure is recorded with the device
+    /// before and after it.
     pub(crate) fn audited<R>(
         &self,
         name: &'static str,
@@ -157,13 +161,21 @@ impl DeviceState {
         let after = r.as_ref().err().map(|_| self.snapshot());
         let alone = alone && audit.begun.load(Ordering::SeqCst) == ticket;
         audit.running.fetch_sub(1, Ordering::SeqCst);
-        let rule = if alone { rule } else { AuditRule::Concurrent };
         if let (Err(e), Some(after)) = (&r, after) {
-            if !matches!(e, Error::Queued { .. } | Error::EarlierFailure { .. }) {
-                let record =
-                    FailedConstruct { device: self.number, construct: name, rule, error: e.clone(), before, after };
-                audit.failed.lock().push(record);
-            }
+            let rule = match e {
+                Error::Queued { .. } | Error::EarlierFailure { .. } => AuditRule::Reported,
+                _ if !alone => AuditRule::Concurrent,
+                _ => rule,
+            };
+            let record = FailedConstruct {
+                device: self.number,
+                construct: name,
+                rule,
+                error: e.clone(),
+                before,
+                after,
+            };
+            audit.failed.lock().push(record);
         }
         r
     }

@@ -72,6 +72,21 @@ impl Drop for BlocksInUse<'_> {
 /// after the queue has passed the copies.
 struct QueuedSlots<'a>(&'a DeviceState, Short<usize>);
 
+impl QueuedSlots<'_> {
+    /// For a construct that succeeds without handing the slots on: waits for the queue to
+    /// pass their copies and gives them back. The construct's entries are published, so a
+    /// failure of the wait is kept for the next synchronising call to report.
+    fn finish(mut self, origin: Origin) {
+        let slots = std::mem::take(&mut self.1);
+        if !slots.is_empty() {
+            if let Err(e) = self.0.backend.sync_queue(crate::device::Queue::Compute) {
+                self.0.keep_failure(origin, e);
+            }
+            self.0.give_back_slots(&slots);
+        }
+    }
+}
+
 impl Drop for QueuedSlots<'_> {
     fn drop(&mut self) {
         if !self.1.is_empty() {
@@ -307,7 +322,7 @@ impl DeviceState {
         }
         if plan.planned.iter().any(|p| !blocks.is_kept(p.device_addr)) {
             drop(table);
-            drop(slots);
+            slots.finish(origin);
             return Ok(());
         }
         drop(table);
@@ -665,9 +680,11 @@ impl DeviceState {
                 UpdateDirection::To => found
                     .iter()
                     .try_for_each(|&(range, addr, _)| self.copy_in(addr, range, true, &mut slots.1)),
+                // A failure of earlier queued work that the wait took is reported first,
+                // as an exit does (on a GPU it is the likely cause of the copy's).
                 UpdateDirection::From => match self.copy_out(&found, true) {
-                    (Ok(()), Some(reported)) => Err(reported),
-                    (copied, _) => copied,
+                    (_, Some(reported)) => Err(reported),
+                    (copied, None) => copied,
                 },
             }
         };
