@@ -146,7 +146,8 @@ fn op(devices: usize) -> impl Strategy<Value = Op> {
 fn step(devices: usize, faults: bool) -> impl Strategy<Value = Step> {
     // Mostly the first operation of the kind: most steps make one.
     let nth = prop_oneof![3 => Just(1u64), 1 => Just(2u64)];
-    let fault = prop::option::weighted(if faults { 0.5 } else { 0.0 }, (any::<u8>(), nth));
+    let fault =
+        if faults { prop::option::weighted(0.5, (any::<u8>(), nth)).boxed() } else { Just(None).boxed() };
     (op(devices), fault).prop_map(|(op, fault)| {
         let fault = fault.map(|(pick, nth)| {
             let kinds = kinds_of(&op);
