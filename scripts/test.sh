@@ -8,7 +8,9 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 # Every step fails once (docs/RELIABILITY.md): the conformance cases and the construct
 # suites again on host devices, each case run once per device operation it makes with that
-# operation failing, synchronous and queued, checking what every failure left.
+# operation failing, synchronous and queued, checking what every failure left. Each case
+# prints what it failed (`--nocapture`): the figures in docs/RELIABILITY.md come from here.
 OFFLOAD_TEST_FAULTS=1 cargo test -p offload-tests --test conformance --test nowait --test clauses \
   --test reduce --test guards --test devices --test bad_input --test unwind --test kernel_reduce \
-  --test kernel_macro --test kernel_language --test ready_kernels --test concurrency --test stream_order
+  --test kernel_macro --test kernel_language --test ready_kernels --test concurrency --test stream_order \
+  -- --nocapture
