@@ -226,7 +226,8 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
     fn drop(&mut self) {
         // A drop cannot return the error (`exit` does): it is kept for the device's next
-        // synchronising call to report, so that a failed copy back is never silent.
+        // synchronising call to report (or, when a failure is pending already, that one is
+        // reported), so that a failed copy back is not silent.
         if let Err(e) = self.end() {
             let construct = match self.ending {
                 Ending::RegionEnd => "exiting target data (a guard's drop)",

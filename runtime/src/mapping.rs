@@ -785,7 +785,8 @@ impl<'rt> Device<'rt> {
         let at = std::panic::Location::caller();
         // Its kernel's failure, found by its own copies back, is its own error.
         let origin = crate::device_state::Origin { construct: "target", kernel: Some(kernel.name()), at };
-        self.data(maps, |views| self.launch_at(kernel, n, args(views), at)).map_err(|e| origin.own_failure(e))
+        self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
+            .map_err(|e| origin.failed(self.number, e))
     }
 }
 

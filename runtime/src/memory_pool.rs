@@ -128,9 +128,9 @@ impl MemoryPool {
         let capacity = class.unwrap_or(bytes);
         self.reserve(backend, bytes, capacity)?;
         let addr = match backend.alloc(capacity) {
+            // A failed trim fails the allocation too (its reservation given back below).
             Err(Error::OutOfMemory { .. }) if self.state.lock().cached > 0 => {
-                self.trim(backend)?;
-                backend.alloc(capacity)
+                self.trim(backend).and_then(|()| backend.alloc(capacity))
             }
             r => r,
         };

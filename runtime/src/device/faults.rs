@@ -101,7 +101,8 @@ impl FaultPlan {
     }
 
     /// Fails operations on host device `device` alone (the others count theirs and fail
-    /// none); without it every wrapped device follows the plan.
+    /// none); without it every wrapped device follows the plan. `device` is the number the
+    /// device has when the runtime starts, before `OMP_AVAILABLE_DEVICES` renumbers.
     pub fn on_device(mut self, device: usize) -> Self {
         self.device = Some(device);
         self
@@ -159,7 +160,8 @@ impl FaultInjector {
     /// Fails the `k`-th operation of `kind` (counting from 1) from now on, besides what the
     /// plan fails; [`FaultInjector::disarm`] takes back what has not fired.
     pub fn arm(&self, kind: FaultKind, k: u64) {
-        let at = self.seen[kind.index()].load(Ordering::Relaxed) + k;
+        // The next one at the soonest (0 would name one already made).
+        let at = self.seen[kind.index()].load(Ordering::Relaxed) + k.max(1);
         self.armed.lock().push((kind, at));
     }
 

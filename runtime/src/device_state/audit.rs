@@ -6,10 +6,13 @@
 //! when the construct fails with its own error it takes another, and keeps both as a
 //! [`FailedConstruct`]. [`FailedConstruct::check`] then says whether the failure left the
 //! device as docs/SEMANTICS.md's R9 says it must. The snapshots are of the whole device, so
-//! of a construct that ran beside another on the device (threads, a pipeline's lanes) only
-//! the error is checked ([`AuditRule::Concurrent`]).
+//! of a construct that ran beside another (threads, a pipeline's lanes) only the error is
+//! checked ([`AuditRule::Concurrent`]). Routines that are not constructs (queries,
+//! `target_free`) are not counted: a case that runs them on other threads while a
+//! construct fails may see its snapshot move.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -109,18 +112,30 @@ impl FailedConstruct {
     }
 }
 
-/// The failed constructs of one device.
+/// Constructs running now on any device of a runtime, and constructs begun so far: a
+/// construct that ran beside another (threads, a pipeline's lanes, another device's, which
+/// may pin host memory every device shares) is recorded as [`AuditRule::Concurrent`],
+/// since the snapshots show the other's changes too.
 #[derive(Debug, Default)]
-pub(crate) struct ConstructAudit {
-    failed: Mutex<Vec<FailedConstruct>>,
-    /// Constructs running now, and constructs begun so far: a construct that ran beside
-    /// another (threads, a pipeline's lanes) is recorded as [`AuditRule::Concurrent`],
-    /// since the snapshots show the other's changes too.
+pub(crate) struct AuditActivity {
     running: AtomicUsize,
     begun: AtomicU64,
 }
 
+/// The failed constructs of one device.
+#[derive(Debug)]
+pub(crate) struct ConstructAudit {
+    failed: Mutex<Vec<FailedConstruct>>,
+    /// The runtime's, shared by its devices.
+    activity: Arc<AuditActivity>,
+}
+
 impl ConstructAudit {
+    /// An audit of one device of the runtime whose constructs `activity` counts.
+    pub(crate) fn new(activity: Arc<AuditActivity>) -> Self {
+        Self { failed: Mutex::new(Vec::new()), activity }
+    }
+
     /// Every failed construct so far, taking them.
     pub(crate) fn take(&self) -> Vec<FailedConstruct> {
         std::mem::take(&mut self.failed.lock())
@@ -154,13 +169,14 @@ impl DeviceState {
         construct: impl FnOnce() -> crate::error::Result<R>,
     ) -> crate::error::Result<R> {
         let Some(audit) = &self.audit else { return construct() };
-        let alone = audit.running.fetch_add(1, Ordering::SeqCst) == 0;
-        let ticket = audit.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let activity = &audit.activity;
+        let alone = activity.running.fetch_add(1, Ordering::SeqCst) == 0;
+        let ticket = activity.begun.fetch_add(1, Ordering::SeqCst) + 1;
         let before = self.snapshot();
         let r = construct();
         let after = r.as_ref().err().map(|_| self.snapshot());
-        let alone = alone && audit.begun.load(Ordering::SeqCst) == ticket;
-        audit.running.fetch_sub(1, Ordering::SeqCst);
+        let alone = alone && activity.begun.load(Ordering::SeqCst) == ticket;
+        activity.running.fetch_sub(1, Ordering::SeqCst);
         if let (Err(e), Some(after)) = (&r, after) {
             let rule = match e {
                 Error::Queued { .. } | Error::EarlierFailure { .. } => AuditRule::Reported,

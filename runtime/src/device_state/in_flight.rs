@@ -343,9 +343,21 @@ impl DeviceState {
     }
 
     /// Waits for the work queued so far and retires it, keeping a failure of it for a
-    /// synchronising call to report (for queries of the device's state, which report
-    /// nothing); the error of the queue's own wait.
+    /// synchronising call to report; the error of the queue's own wait (the caller's: the
+    /// queue may hold copies it queued after the last construct's event).
     pub(crate) fn finish_queued(&self, wait: Wait) -> Result<()> {
+        self.finish_queued_as(wait, false)
+    }
+
+    /// [`DeviceState::finish_queued`] for a caller with nowhere to report (a query of the
+    /// device's state, a routine that waits before it frees): a failed wait of the queue
+    /// is kept too, as the failure of the last construct's work, unless the work's events
+    /// gave one first.
+    pub(crate) fn finish_queued_quietly(&self, wait: Wait) {
+        let _ = self.finish_queued_as(wait, true);
+    }
+
+    fn finish_queued_as(&self, wait: Wait, keep: bool) -> Result<()> {
         // The fast path reads the count without the lock: nothing queued, nobody waiting.
         if wait != Wait::Queue && self.in_flight.count.load(Ordering::Acquire) == 0 {
             if let Some(_idle) = self.in_flight.waiting.try_lock() {
@@ -360,17 +372,11 @@ impl DeviceState {
         } else {
             Vec::new()
         };
-        let mut waited = match wait {
+        let waited = match wait {
             Wait::Queue => self.backend.sync_queue(Queue::Compute),
             Wait::Events if !ops.is_empty() => self.backend.sync_queue(Queue::Compute),
             Wait::Events | Wait::Done => Ok(()),
         };
-        // A failed wait for constructs' work is theirs to report (a query that waits, such
-        // as `pool_usage`, reports nothing): kept with the last of them, taken once.
-        if let (Err(e), Some(op)) = (&waited, ops.last()) {
-            self.in_flight.note_failure(op.origin, e.clone());
-            waited = Ok(());
-        }
         for op in &ops {
             // After the queue's wait each event has completed (or reports the failure).
             let done = match self.backend.event_done(&op.event) {
@@ -379,6 +385,12 @@ impl DeviceState {
             };
             if let Err(e) = done {
                 self.in_flight.note_failure(op.origin, e);
+            }
+        }
+        if keep {
+            if let (Err(e), Some(op)) = (&waited, ops.last()) {
+                // Kept only when the events gave no failure (the first is kept).
+                self.in_flight.note_failure(op.origin, e.clone());
             }
         }
         self.retire(ops);
@@ -394,12 +406,10 @@ impl DeviceState {
     /// the device's next synchronising call to report, as a failure of queued work is; the
     /// constructs after it are refused until then ([`Error::EarlierFailure`]).
     pub(crate) fn keep_failure(&self, origin: Origin, e: Error) {
-        let e = match e {
-            // A report of earlier queued work's failure, taken by this construct: kept as
-            // that work's, where it came from.
-            Error::Queued { source, .. } => *source,
-            e => e,
-        };
+        // Kept whole: a report of earlier queued work's failure that this construct took
+        // still names that work's construct and place ([`Error::cause`] reaches its root).
+        // While another failure is unreported, that one is reported first, and this one
+        // is not kept (as for queued work, the first failure stands for the others).
         self.in_flight.note_failure(origin, e);
     }
 

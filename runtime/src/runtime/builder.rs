@@ -12,6 +12,7 @@ use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Override
 use crate::data_env::PresentTable;
 use crate::device::host::{default_capacity, HostDevice, KernelPool};
 use crate::device::Backend;
+use crate::device_state::audit::{AuditActivity, ConstructAudit};
 use crate::device_state::{DeviceState, InFlight, PinnedRanges, TransferCounters};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
@@ -279,6 +280,7 @@ impl RuntimeBuilder {
             }
         }
         let pinned = Arc::new(PinnedRanges::default());
+        let activity = self.faults.is_some().then(|| Arc::new(AuditActivity::default()));
         let devices = devices
             .into_iter()
             .enumerate()
@@ -297,7 +299,7 @@ impl RuntimeBuilder {
                 pinned: Arc::clone(&pinned),
                 lanes: OnceLock::new(),
                 in_flight: InFlight::new(settings.synchronous),
-                audit: self.faults.is_some().then(Default::default),
+                audit: activity.as_ref().map(|a| ConstructAudit::new(Arc::clone(a))),
             })
             .collect();
         Ok(Runtime {

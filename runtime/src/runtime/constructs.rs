@@ -344,7 +344,7 @@ impl Runtime {
             if report {
                 d.settle()?;
             } else {
-                let _ = d.finish_queued(Wait::Events);
+                d.finish_queued_quietly(Wait::Events);
             }
         }
         Ok(t)
@@ -396,7 +396,7 @@ impl Runtime {
                     && q.pool.extent(p).is_some()
             });
             if let Some(q) = peer {
-                let _ = q.finish_queued(Wait::Events);
+                q.finish_queued_quietly(Wait::Events);
                 reaches_peer = true;
             } else {
                 return Err(Error::KernelArgument {

@@ -248,7 +248,7 @@ impl Runtime {
     pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
         let d = self.device_state(device)?;
         // Memory that queued work holds is in use until the work is done (see `pool_usage`).
-        let _ = d.finish_queued(crate::device_state::Wait::Events);
+        d.finish_queued_quietly(crate::device_state::Wait::Events);
         d.backend.mem_info()
     }
 
@@ -263,7 +263,7 @@ impl Runtime {
         let d = self.device_state(device)?;
         // Memory that queued work holds is counted until the work is done: wait for it (a
         // failure of it stays for a synchronising call to report).
-        let _ = d.finish_queued(crate::device_state::Wait::Events);
+        d.finish_queued_quietly(crate::device_state::Wait::Events);
         Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
     }
 
