@@ -60,7 +60,8 @@ pub enum AuditRule {
 pub struct FailedConstruct {
     /// Device number.
     pub device: usize,
-    /// The construct ("target enter data", "target (kernel `k`)", ...).
+    /// The construct ("target enter data", "target", ...), or "a synchronising call" for a
+    /// report of queued work's failure.
     pub construct: &'static str,
     /// What it must have left.
     pub rule: AuditRule,
@@ -158,6 +159,24 @@ impl DeviceState {
         let live_blocks = self.pool.live_count_of(Owner::Mapping).saturating_sub(held);
         let pinned = self.pinned.ranges();
         DeviceSnapshot { entries, live_blocks, pinned }
+    }
+
+    /// On an audited device, records a failure of queued work that a synchronising call
+    /// (a construct's wait, a reduction's, `synchronize`) reports, as [`AuditRule::Reported`]:
+    /// the fault tests learn that the failure reached the program, whoever called.
+    pub(crate) fn audit_report(&self, e: &Error) {
+        if let Some(audit) = &self.audit {
+            let now = self.snapshot();
+            let record = FailedConstruct {
+                device: self.number,
+                construct: "a synchronising call",
+                rule: AuditRule::Reported,
+                error: e.clone(),
+                before: now.clone(),
+                after: now,
+            };
+            audit.failed.lock().push(record);
+        }
     }
 
     /// Runs `construct`; on an audited device, its failure is recorded with the device

@@ -332,12 +332,14 @@ impl DeviceState {
     /// `waited`, unless a failure of queued work is unreported: that, taken.
     pub(crate) fn report(&self, waited: Result<()>) -> Result<()> {
         if let Some((o, e)) = self.in_flight.take_failure() {
-            return Err(Error::Queued {
+            let e = Error::Queued {
                 device: self.number,
                 construct: o.construct(),
                 at: o.at(),
                 source: Box::new(e),
-            });
+            };
+            self.audit_report(&e);
+            return Err(e);
         }
         waited
     }
