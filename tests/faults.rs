@@ -154,3 +154,22 @@ fn a_pool_limit_runs_every_backend_out_of_memory_and_leaves_nothing() {
         assert_clean(rt, dev)
     });
 }
+
+/// A guard dropped without `exit` whose copy back fails: the drop cannot return the error,
+/// so the device keeps it, refuses the next construct, and the next synchronising call
+/// reports it, naming the guard's drop; then the device works again.
+#[test]
+fn a_guards_drop_keeps_its_failure_for_the_next_synchronisation() -> offload::Result<()> {
+    let rt = faulty(FaultPlan::default().fail_nth(FaultKind::CopyOut, 1), true)?;
+    let gpu = rt.device(0)?;
+    let mut x = vec![1u32; 256];
+    drop(gpu.enter_data(map::tofrom(&mut x))?);
+    check!(rt.live_mappings().is_empty(), "the drop still ends the mapping");
+    let refused = gpu.data(map::to(&x), |_| Ok(())).expect_err("refused until reported");
+    check!(matches!(refused, Error::EarlierFailure { .. }), "{refused:?}");
+    let e = rt.synchronize(0).expect_err("the drop's failure is reported");
+    check!(matches!(&e, Error::Queued { construct, .. } if construct.contains("a guard's drop")), "{e:?}");
+    check!(matches!(e.cause(), Error::Driver { call, .. } if call.contains("copy from device")), "{e:?}");
+    rt.synchronize(0)?;
+    still_works(&rt)
+}

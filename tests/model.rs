@@ -551,16 +551,7 @@ impl<'rt> Harness<'rt> {
                 let _ = unsafe { rt.target_data_end(dev, &l) };
             }
         }
-        for (dev, e) in rt.live_mappings() {
-            // SAFETY: delete copies nothing; no kernel runs.
-            unsafe {
-                if e.associated {
-                    rt.disassociate_ptr(e.range.begin, dev)?;
-                } else {
-                    rt.exit_data(dev, &[MapItem::delete(e.range.begin as *const u8, e.range.bytes)])?;
-                }
-            }
-        }
+        offload_tests::unmap_everything(rt)?;
         for (d, _, block) in self.blocks.drain(..) {
             // SAFETY: disassociated above; nothing uses it.
             unsafe { rt.target_free(block, d)? };

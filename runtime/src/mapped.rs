@@ -229,6 +229,18 @@ impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
         // synchronising call to report (or, when a failure is pending already, that one is
         // reported), so that a failed copy back is not silent.
         if let Err(e) = self.end() {
+            // A failed `exit data` is undone, which would leave the guard's mapping live
+            // after its borrow ends: it is ended again without copying back (`release`).
+            if self.ending == Ending::ExitData {
+                let mut exit = Vec::new();
+                self.maps.exit_items(&mut exit);
+                for item in &mut exit {
+                    item.map_type = MapType::RELEASE;
+                }
+                let (rt, d) = (self.device.runtime(), self.device.number());
+                // SAFETY: `release` copies nothing into the borrowed ranges.
+                let _ = unsafe { rt.map_construct_at(MapConstruct::ExitData, d, &exit, self.at) };
+            }
             let construct = match self.ending {
                 Ending::RegionEnd => "exiting target data (a guard's drop)",
                 Ending::ExitData => "target exit data (a guard's drop)",

@@ -114,17 +114,7 @@ fn audit(rt: &Runtime, what: &str) -> Result<Audit> {
 /// Deletes every mapping the aborted case left, then checks that each device maps,
 /// launches and copies back right, and that this frees what it allocated.
 fn still_works(rt: &Runtime, what: &str) -> Result<()> {
-    for (dev, e) in rt.live_mappings() {
-        // SAFETY: delete copies nothing and no kernel runs; the host memory may be gone,
-        // but only its address is used.
-        unsafe {
-            if e.associated {
-                rt.disassociate_ptr(e.range.begin, dev)?;
-            } else {
-                rt.exit_data(dev, &[MapItem::delete(e.range.begin as *const u8, e.range.bytes)])?;
-            }
-        }
-    }
+    crate::unmap_everything(rt)?;
     for dev in 0..rt.num_devices() {
         let live = rt.pool_usage(dev)?.live_allocations;
         let mut x: Vec<i32> = (0..3000).collect();

@@ -315,6 +315,24 @@ pub fn fill_device(rt: &Runtime, device: usize, x: &[i32], v: i32) -> Result<()>
     }
 }
 
+/// Ends every live mapping of every device, whatever its counts: `exit data` with
+/// `delete`, or `disassociate_ptr` for an associated range (whose device memory stays the
+/// caller's). For clean-ups after a case that stopped half way.
+pub fn unmap_everything(rt: &Runtime) -> Result<()> {
+    for (dev, e) in rt.live_mappings() {
+        // SAFETY: delete copies nothing and no kernel runs; the host memory may be gone,
+        // but only its address is used.
+        unsafe {
+            if e.associated {
+                rt.disassociate_ptr(e.range.begin, dev)?;
+            } else {
+                rt.exit_data(dev, &[offload::MapItem::delete(e.range.begin as *const u8, e.range.bytes)])?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A runtime of one host device failing operations as `plan` says (the fault-injection
 /// tests'), synchronous (every construct waits) or queued.
 pub fn faulty_runtime(plan: offload::device::FaultPlan, synchronous: bool) -> Result<Runtime> {
