@@ -382,6 +382,121 @@ unsafe fn ordering() -> Result<()> {
     Ok(())
 }
 
+/// Rule 6: a zero-length section inside a mapped range stands for that range's entry.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn zero_length() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let mut a: [i32; 8] = std::array::from_fn(|k| k as i32);
+        let ap = a.as_mut_ptr();
+        target_enter_data(1, &[MapItem::alloc(ap, 20)])?;
+        target_exit_data(1, &[MapItem::release(ap, 0).present()])?;
+        say!("present release a[0:0]: present {}", present(ap, 1)?);
+        target_enter_data(1, &[MapItem::alloc(ap, 20)])?;
+        target_exit_data(1, &[MapItem::release(ap.add(3), 0)])?;
+        say!("release a[3:0]: present {}", present(ap, 1)?);
+        target_enter_data(1, &[MapItem::to(ap, 20)])?;
+        target_enter_data(1, &[MapItem::to(ap.add(2), 0)])?;
+        target_exit_data(1, &[MapItem::release(ap, 20)])?;
+        say!("enter to a[2:0], release a[0:5]: present {}", present(ap, 1)?);
+        fill(1, ap, 5, 9, &[MapItem::alloc(ap, 20).present()])?;
+        target_exit_data(1, &[MapItem::from(ap.add(2), 0)])?;
+        say!("from a[2:0] at the last count: present {} host {} {}", present(ap, 1)?, a[0], a[2]);
+        for _ in 0..3 {
+            target_enter_data(1, &[MapItem::alloc(ap, 20)])?;
+        }
+        target_exit_data(1, &[MapItem::delete(ap.add(4), 0)])?;
+        say!("delete a[4:0] at count 3: present {}", present(ap, 1)?);
+        target_enter_data(1, &[MapItem::alloc(ap, 20)])?;
+        target_enter_data(1, &[MapItem::alloc(ap.add(5), 0)])?;
+        say!("a[5:0] one past the end: present {}", present(ap.add(5), 1)?);
+        target_exit_data(1, &[MapItem::release(ap.add(5), 0)])?;
+        say!("release a[5:0]: a present {}", present(ap, 1)?);
+        let region = [MapItem::alloc(ap.add(3), 0)];
+        target_data_begin(1, &region)?;
+        target_exit_data(1, &[MapItem::release(ap, 20)])?;
+        say!("inside target data a[3:0], release a[0:5]: present {}", present(ap, 1)?);
+        target_data_end(1, &region)?;
+        say!("after the region: present {}", present(ap, 1)?);
+    }
+    Ok(())
+}
+
+/// `use_device_ptr` of a pointer whose mapped section starts past element 0, and a
+/// zero-length section at that base.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn use_device() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        let a: Vec<i32> = (0..256).collect();
+        let h = a.as_ptr();
+        // map(to: A[64:128]): the section with its base, as C's A[64:128] has it.
+        target_enter_data(1, &[MapItem::to(h.add(64), 512).with_base(h)])?;
+        let section = omp_get_mapped_ptr(vp(h.add(64)), 1)? as i64;
+        say!("A[0] present {}, A[64] present {}", present(h, 1)?, present(h.add(64), 1)?);
+        let d = use_device_ptr(vp(h), 1)?;
+        say!(
+            "use_device_ptr(A): section minus A {}, A itself {}",
+            section - d as i64,
+            i32::from(d.cast_const() == vp(h))
+        );
+        let b = use_device_ptr(vp(h.add(100)), 1)?;
+        say!("use_device_ptr(&A[100]): minus section {}", b as i64 - section);
+        target_enter_data(1, &[MapItem::alloc(h, 0)])?;
+        target_exit_data(1, &[MapItem::release(h.add(64), 512)])?;
+        say!("enter A[0:0], release A[64:128]: present {}", present(h.add(64), 1)?);
+        target_exit_data(1, &[MapItem::release(h, 0).present()])?;
+        say!("present release A[0:0]: present {}", present(h.add(64), 1)?);
+        let c = [0i32; 16];
+        let dc = use_device_ptr(vp(c.as_ptr()), 1)?;
+        say!(
+            "use_device_ptr of unmapped C: C itself {}, null {}",
+            i32::from(dc.cast_const() == vp(c.as_ptr())),
+            i32::from(dc.is_null())
+        );
+    }
+    Ok(())
+}
+
+/// Struct members mapped by one construct (one entry per member here; one block in
+/// libomptarget).
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn members() -> Result<()> {
+    #[repr(C)]
+    struct T {
+        i: i32,
+        pad: i32,
+        j: i32,
+    }
+    // SAFETY: as the function's.
+    unsafe {
+        let mut t = T { i: 1, pad: 2, j: 3 };
+        let (i, pad, j) = (&raw mut t.i, &raw const t.pad, &raw mut t.j);
+        target_enter_data(1, &[MapItem::to(i, 4), MapItem::to(j, 4)])?;
+        say!(
+            "t.i present {}, t.pad present {}, t.j present {}",
+            present(i, 1)?,
+            present(pad, 1)?,
+            present(j, 1)?
+        );
+        target_exit_data(1, &[MapItem::release(i, 4), MapItem::release(j, 4)])?;
+        say!("after release: t.i present {}, t.j present {}", present(i, 1)?, present(j, 1)?);
+        let maps = [MapItem::tofrom(i, 4), MapItem::tofrom(j, 4)];
+        target_data_begin(1, &maps)?;
+        add(1, i, 1, 10, &[])?;
+        add(1, j, 1, 10, &[])?;
+        target_data_end(1, &maps)?;
+        say!("each member through its own name: {} {} {}", t.i, t.pad, t.j);
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let family = std::env::args().nth(1).unwrap_or_default();
     // Four host devices, as libomptarget's host plugin has; no setting from the environment.
@@ -396,9 +511,13 @@ fn main() -> Result<()> {
             "associate" => associate(),
             "devices" => devices(),
             "ordering" => ordering(),
+            "zero_length" => zero_length(),
+            "use_device" => use_device(),
+            "members" => members(),
             other => {
                 eprintln!(
-                    "unknown family {other:?}; expected one of: counts, present_update, overlap, hold,                      associate, devices, ordering"
+                    "unknown family {other:?}; expected one of: counts, present_update, overlap, hold, \
+                     associate, devices, ordering, zero_length, use_device, members"
                 );
                 std::process::exit(2)
             }

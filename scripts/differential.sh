@@ -15,7 +15,8 @@ declare -A known=(
   ["ordering|case 42: host 0"]="case 42: host 222|LLVM 19 decides copies item by item, not over the construct's list (OpenMP 5.x; docs/SEMANTICS.md R2): its from(x) between two alloc(x) never copies back"
   ["ordering|case 43: host 333"]="case 43: host 222|LLVM 19 decides item by item (R2): with alloc, from, to, alloc of one x in one launch it copies in and back as if the items were separate constructs"
   ["ordering|case 44: host 0"]="case 44: host 222|LLVM 19 decides item by item (R2): enter alloc(x) to(x) of an absent x skips the copy, and exit delete from delete never copies back"
-  ["overlap|case 23: after zero-length present release 0"]="case 23: after zero-length present release 1|open: libomptarget 19 takes a zero-length release inside a mapped range as a release of the enclosing entry (it leaves); offload moves no count for a zero-length section (R6) - to be decided"
+  ["use_device|use_device_ptr of unmapped C: C itself 0, null 1"]="use_device_ptr of unmapped C: C itself 1, null 0|LLVM 19 nulls a use_device_ptr that points into nothing mapped; OpenMP 5.1 (and LLVM since, as its default 'preserve' fallback) keeps the host address, as offload does (docs/PORTING.md)"
+  ["members|t.i present 1, t.pad present 1, t.j present 1"]="t.i present 1, t.pad present 0, t.j present 1|libomptarget gives struct members mapped by one construct one device block (the padding between them included); offload makes an entry per member (docs/PORTING.md: map the enclosing object to index across members)"
 )
 
 # shellcheck source=scripts/llvm19.sh

@@ -220,7 +220,7 @@ const PAST_THE_END_TEXT: &str = "0xfffffffffffffff0 + 32 bytes";
 const NULL_RANGE: HostRange = HostRange::new(0, 16);
 
 fn raw(r: HostRange, t: MapType) -> MapItem {
-    MapItem { range: r, map_type: t }
+    MapItem::new(r, t)
 }
 
 /// The runtime and safe-API cases.
@@ -2227,7 +2227,7 @@ fn run_cases<C>(rt: &Runtime, what: &str, ctx: &C, cases: &[Case<C>]) -> (usize,
                 let _ = if e.associated {
                     disassociate(rt, e.range.begin, d)
                 } else {
-                    exit(rt, d, &[MapItem { range: e.range, map_type: MapType::DELETE }])
+                    exit(rt, d, &[MapItem::new(e.range, MapType::DELETE)])
                 };
             }
         }

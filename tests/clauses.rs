@@ -4,7 +4,9 @@
 
 use std::ffi::c_void;
 
-use offload::{map, DeviceGlobal, Error, HostLaunch, Kernel, LaunchArg, MapItem, Result, Runtime, Scalar};
+use offload::{
+    map, BackendKind, DeviceGlobal, Error, HostLaunch, Kernel, LaunchArg, MapItem, Result, Runtime, Scalar,
+};
 use offload_kernels::ADD_I32;
 use offload_tests::{check, check_eq, fails, on_every_backend};
 
@@ -71,6 +73,78 @@ fn a_base_pointer_is_translated_through_its_mapped_section() {
         check!(rt.live_mappings().is_empty());
         Ok(())
     });
+}
+
+#[test]
+fn use_device_ptr_of_a_base_gives_the_device_address_the_base_corresponds_to() {
+    each_device_and_the_initial_one("use_device_ptr of a base", |rt, d| {
+        let a: Vec<i32> = (0..256).collect();
+        let gpu = rt.device(d)?;
+        // Safe form: the base of a view mapped past element 0, as a kernel receives it.
+        gpu.data(map::to(&a[64..192]), |v| {
+            let section = v.device_addr(rt)?;
+            check!(section.is_some(), "device {d}: the section is not mapped");
+            check_eq!(v.based_at(64)?.device_addr(rt)?, section.map(|s| s.wrapping_sub(256)));
+            Ok(())
+        })?;
+        // The OpenMP shape: map(to: A[64:128]) with its base, then use_device_ptr(A).
+        let (base, section) = (a.as_ptr(), a[64..].as_ptr());
+        // SAFETY: `a` is valid for reads during the calls; release copies nothing back.
+        unsafe { rt.enter_data(d, &[MapItem::to(section, 512).with_base(base)])? };
+        let at = |p: *const i32| p as usize;
+        let expected = if d == rt.initial_device() {
+            Some(at(base) as u64)
+        } else {
+            rt.mapped_ptr(at(section), d)?.map(|s| s - 256)
+        };
+        check_eq!(rt.use_device_ptr(at(base), d)?, expected);
+        // Inside the section, as before; past its end, nothing (the host address in C).
+        check_eq!(rt.use_device_ptr(at(section) + 8, d)?, rt.mapped_ptr(at(section) + 8, d)?);
+        if d != rt.initial_device() {
+            check_eq!(rt.use_device_ptr(at(a[192..].as_ptr()), d)?, None);
+        }
+        // SAFETY: release copies nothing back.
+        unsafe { rt.exit_data(d, &[MapItem::release(section, 512)])? };
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_kernel_indexing_from_one_struct_member_into_the_next_is_refused_on_host_devices() {
+    #[repr(C)]
+    struct T {
+        i: i32,
+        j: i32,
+    }
+    // libomptarget gives t.i and t.j mapped by one construct one block; offload an entry
+    // each, so the argument's extent is the member's (docs/PORTING.md, row 42a).
+    on_every_backend(
+        "members",
+        1,
+        |b| b,
+        |rt| {
+            let mut t = T { i: 1, j: 2 };
+            let (i, j) = (&raw mut t.i, &raw mut t.j);
+            let maps = [MapItem::tofrom(i, 4), MapItem::tofrom(j, 4)];
+            let args = [LaunchArg::Value(Scalar::I32(10)), LaunchArg::mapped(i)];
+            let hosts: Vec<usize> = (0..rt.num_devices())
+                .filter(|&d| rt.describe(d).is_ok_and(|x| x.kind == BackendKind::Host))
+                .collect();
+            for &d in &hosts {
+                // SAFETY: the launch is refused before the kernel runs past `t.i`.
+                let e = fails(unsafe { rt.target_launch(d, &ADD_I32, 2, &maps, &args) }, "across members")?;
+                check!(e.to_string().contains("wants 2 elements but only 1 are mapped"), "device {d}: {e}");
+                // Mapping the enclosing object as one item is what works.
+                let whole = [MapItem::tofrom(i, 8)];
+                // SAFETY: `t` is touched only through the launch, which maps all of it.
+                unsafe { rt.target_launch(d, &ADD_I32, 2, &whole, &args)? };
+            }
+            let n = hosts.len() as i32;
+            check_eq!((t.i, t.j), (1 + 10 * n, 2 + 10 * n));
+            Ok(())
+        },
+    );
 }
 
 #[test]

@@ -263,10 +263,14 @@ impl Model {
         let mut counted: Vec<(usize, bool)> = Vec::new();
         let mut seen = HashSet::new();
         let mut copies: Vec<(Span, usize)> = Vec::new();
-        for it in items.iter().filter(|it| it.span.len > 0) {
+        // A zero-length item stands for the entry it lies in, and creates none (rule 6).
+        for it in items {
             let s = it.span;
-            let overlapping: Vec<usize> =
-                planned.iter().filter(|(&k, p)| k < s.end() && s.start < k + p.0).map(|(&k, _)| k).collect();
+            let overlapping: Vec<usize> = planned
+                .iter()
+                .filter(|(&k, p)| (k < s.end() || k == s.start) && s.start < k + p.0)
+                .map(|(&k, _)| k)
+                .collect();
             if let Some(&k) = overlapping.first() {
                 let p = planned.get_mut(&k).expect("just found");
                 if !(Span { start: k, len: p.0 }).contains(s) {
@@ -292,6 +296,7 @@ impl Model {
                     }
                 }
                 Look::Extends => return Err(()),
+                Look::Absent if s.len == 0 => {}
                 Look::Absent => {
                     planned.insert(s.start, (s.len, !it.hold, it.hold));
                     if it.copies_in() {
@@ -334,7 +339,7 @@ impl Model {
                 _ if it.present && !region => return Err(()),
                 _ => None,
             };
-            keys.push(k.filter(|_| it.span.len > 0));
+            keys.push(k);
         }
         // Per entry: (moves ref, moves hold, delete).
         let mut touched: HashMap<usize, (bool, bool, bool)> = HashMap::new();

@@ -234,6 +234,17 @@ impl<T> Clone for BasedSlice<'_, T> {
 }
 impl<T> Copy for BasedSlice<'_, T> {}
 
+impl<T> BasedSlice<'_, T> {
+    /// The device address of the array's base (`None` when the view's range is not
+    /// mapped): C's `use_device_ptr(arr)` inside a region mapping `arr[ioff:n]`, which
+    /// libomptarget answers with the device address of `arr[ioff]` minus `ioff` elements,
+    /// as the kernel receives it. Elements before the view are not mapped.
+    pub fn device_addr(&self, rt: &Runtime) -> Result<Option<u64>> {
+        let section = self.view.device_addr(rt)?;
+        Ok(section.map(|d| d.wrapping_sub((self.view.host - self.base) as u64)))
+    }
+}
+
 // SAFETY: the section is its view's range, borrowed for the view's lifetime; the base is
 // only an address the kernel computes from, as in C.
 unsafe impl<T> KernelArgument for BasedSlice<'_, T> {
@@ -341,7 +352,7 @@ unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
         let t = self.item.map_type;
         let kind = if t.copies_out() { MapType::FROM } else { MapType::RELEASE };
         let kind = if t.always && t.copies_out() { kind.always() } else { kind };
-        out.push(MapItem { range: self.item.range, map_type: kind });
+        out.push(MapItem::new(self.item.range, kind));
     }
     fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
         if self.writable {

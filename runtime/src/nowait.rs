@@ -277,7 +277,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         let mut first = None;
         for (device, range) in left {
             // SAFETY: `release` copies nothing into host memory.
-            let r = unsafe { self.rt.exit_data(device, &[MapItem { range, map_type: MapType::RELEASE }]) };
+            let r = unsafe { self.rt.exit_data(device, &[MapItem::new(range, MapType::RELEASE)]) };
             first.get_or_insert_with(|| {
                 r.err().unwrap_or_else(|| Error::InvalidArgument {
                     routine: "NowaitScope",
@@ -633,7 +633,7 @@ unsafe impl<T> ExitList for DeviceSlice<'_, T> {
             });
         }
         let kind = if self.copies_back() { MapType::FROM } else { MapType::RELEASE };
-        out.push(MapItem { range: self.host_range(), map_type: kind });
+        out.push(MapItem::new(self.host_range(), kind));
         Ok(())
     }
 }

@@ -166,7 +166,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
         }
         let mut d = Self { rt, devices: devices.to_vec(), part, host, mapped: false };
         for p in 0..d.devices.len() {
-            let item = MapItem { range: d.rows_range(d.part.mapped(p)), map_type };
+            let item = MapItem::new(d.rows_range(d.part.mapped(p)), map_type);
             // SAFETY: `host` is borrowed exclusively for 'a; on failure the parts mapped so
             // far are unmapped by `drop`.
             if let Err(e) = unsafe { rt.enter_data(d.devices[p], &[item]) } {
@@ -334,7 +334,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// Unmaps parts `0..n` without copying back.
     fn unmap_first(&mut self, n: usize) {
         for p in 0..n {
-            let item = MapItem { range: self.rows_range(self.part.mapped(p)), map_type: MapType::DELETE };
+            let item = MapItem::new(self.rows_range(self.part.mapped(p)), MapType::DELETE);
             // SAFETY: delete copies nothing.
             let _ = unsafe { self.rt.exit_data(self.devices[p], &[item]) };
         }

@@ -1,11 +1,13 @@
 //! Cases 21-23 of docs/SEMANTICS.md: zero-length array sections.
 //!
-//! A zero-length section creates no entry (rule 6); it is present when it points inside a
-//! mapped range, and a `present` map of one that does not fails with "(0 bytes)".
+//! A zero-length section creates no entry (rule 6); when it points inside a mapped range it
+//! stands for that range's entry, as libomptarget reads it: it is present, and it moves the
+//! entry's count like any map of it (copying nothing). A `present` map of one that points
+//! at nothing fails with "(0 bytes)".
 
 use offload::{map, Error, HostRange, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::FILL_I32;
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_device};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, fill_device, on_every_device};
 
 /// The (reference, hold) counts of the entry holding host address `at`.
 fn counts(rt: &Runtime, at: usize, dev: usize) -> Result<Option<(u64, u64)>> {
@@ -112,12 +114,138 @@ fn case_23_exit_present_release_of_zero_length() {
         let rel = [MapItem::release(arr.as_ptr(), 0).present()];
         // SAFETY: release copies nothing back.
         unsafe { rt.exit_data(dev, &rel)? };
-        // The zero-length section made no entry on the way in, so it releases none on the
-        // way out: arr[0:5] keeps its count.
-        check!(rt.is_present(at, dev)?, "arr[0:5] gone after `present release arr[0:0]`");
+        // The zero-length section stands for arr[0:5]: its count goes 1 -> 0, and it leaves
+        // (libomptarget 19 and 22 alike).
+        check!(!rt.is_present(at, dev)?, "arr[0:5] still present after `present release arr[0:0]`");
+        check_eq!(counts(rt, at, dev)?, None);
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn zero_length_sections_move_the_count_of_the_entry_they_lie_in() {
+    on_every_device("zero-length counts", |rt, dev| {
+        let mut arr = [1i32, 2, 3, 4, 5];
+        let at = arr.as_ptr() as usize;
+        let mid = arr[2..].as_ptr();
+        // SAFETY: `arr` is valid for reads during the calls; zero-length items touch nothing.
+        unsafe {
+            rt.enter_data(dev, &[MapItem::slice(&arr, MapType::TO)])?;
+            // enter data map(to: arr[2:0]): arr[0:5]'s count 1 -> 2, no copy (even with
+            // `always`: a zero-length section has no bytes to copy).
+            rt.enter_data(dev, &[MapItem::to(mid, 0).always()])?;
+        }
+        check_eq!(counts(rt, at, dev)?, Some((2, 0)));
+        // One construct naming arr[0:5] and arr[2:0] moves the count once (rule 2).
+        // SAFETY: as above.
+        unsafe { rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC), MapItem::alloc(mid, 0)])? };
+        check_eq!(counts(rt, at, dev)?, Some((3, 0)));
+        // SAFETY: release copies nothing back.
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::RELEASE), MapItem::release(mid, 0)])? };
+        check_eq!(counts(rt, at, dev)?, Some((2, 0)));
+        // A zero-length `from` that takes the count to 0 ends the entry and copies nothing
+        // back (libomptarget copies a section's own bytes: none).
+        fill_device(rt, dev, &arr, 9)?;
+        // SAFETY: release copies nothing back; the zero-length `from` copies no bytes.
+        unsafe {
+            rt.exit_data(dev, &[MapItem::release(mid, 0)])?;
+            check_eq!(counts(rt, at, dev)?, Some((1, 0)));
+            rt.exit_data(dev, &[MapItem::from(arr[2..].as_mut_ptr(), 0)])?;
+        }
+        check!(!rt.is_present(at, dev)?, "arr[0:5] present after its last count went");
+        check_eq!(arr, [1, 2, 3, 4, 5]);
+        // `delete` of a zero-length section zeroes the count, whatever it was.
+        // SAFETY: as above.
+        unsafe {
+            rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])?;
+            rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])?;
+            rt.exit_data(dev, &[MapItem::delete(arr[4..].as_ptr(), 0)])?;
+        }
+        check!(!rt.is_present(at, dev)?, "arr[0:5] present after `delete arr[4:0]`");
+        // One past the end names nothing: neither counted nor refused without `present`.
+        let end = arr.as_ptr_range().end;
+        // SAFETY: as above.
+        unsafe {
+            rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])?;
+            rt.enter_data(dev, &[MapItem::alloc(end, 0)])?;
+            rt.exit_data(dev, &[MapItem::release(end, 0)])?;
+        }
         check_eq!(counts(rt, at, dev)?, Some((1, 0)));
-        // SAFETY: delete copies nothing back.
-        unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::DELETE)])? };
+        // SAFETY: release copies nothing back.
+        unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::RELEASE)])? };
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn zero_length_sections_in_regions_hold_and_end_with_them() {
+    on_every_device("zero-length regions", |rt, dev| {
+        let arr = [0i32; 8];
+        let at = arr.as_ptr() as usize;
+        let gpu = rt.device(dev)?;
+        // SAFETY: `arr` is valid for reads during the call.
+        unsafe { rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])? };
+        // A region mapping arr[3:0] holds arr[0:8] while it lasts: an exit data inside it
+        // does not end the entry; the region's end does.
+        gpu.data(map::alloc(&arr[3..3]), |_| {
+            check_eq!(counts(rt, at, dev)?, Some((2, 0)));
+            // SAFETY: release copies nothing back.
+            unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::RELEASE)])? };
+            check!(rt.is_present(at, dev)?, "the region's zero-length map no longer holds arr");
+            Ok(())
+        })?;
+        check!(!rt.is_present(at, dev)?, "arr present after the region ended");
+        // With `hold`, it moves the hold count: exit data cannot end the entry inside.
+        // SAFETY: `arr` is valid for reads during the call.
+        unsafe { rt.enter_data(dev, &[MapItem::slice(&arr, MapType::ALLOC)])? };
+        gpu.data(map::alloc(&arr[3..3]).hold(), |_| {
+            check_eq!(counts(rt, at, dev)?, Some((1, 1)));
+            // SAFETY: delete copies nothing back.
+            unsafe { rt.exit_data(dev, &[MapItem::slice(&arr, MapType::DELETE)])? };
+            check_eq!(counts(rt, at, dev)?, Some((0, 1)));
+            Ok(())
+        })?;
+        check!(!rt.is_present(at, dev)?, "arr present after the hold region ended");
+        assert_clean(rt, dev)
+    });
+}
+
+#[test]
+fn a_zero_length_section_at_a_named_base_names_the_section_below_it() {
+    on_every_device("zero-length base", |rt, dev| {
+        let a = [0i32; 256];
+        let base = a.as_ptr();
+        let section = a[64..].as_ptr();
+        // SAFETY: `a` is valid for reads during the calls; zero-length items touch nothing.
+        unsafe { rt.enter_data(dev, &[MapItem::to(section, 128 * 4).with_base(base)])? };
+        let entry = rt.entry(section as usize, dev)?;
+        check_eq!(entry.as_ref().map(|e| e.base), Some(base as usize));
+        // As in libomptarget: A[0:0], A[10:0] lie in [base, section end): present, counted.
+        // SAFETY: as above.
+        unsafe { rt.enter_data(dev, &[MapItem::alloc(a[10..].as_ptr(), 0).present()])? };
+        check_eq!(counts(rt, section as usize, dev)?, Some((2, 0)));
+        // omp_target_is_present looks at one byte: A itself is not mapped.
+        check!(!rt.is_present(base as usize, dev)?, "A[0] present with only A[64:128] mapped");
+        let d = rt.use_device_ptr(base as usize, dev)?;
+        check_eq!(d, rt.mapped_ptr(section as usize, dev)?.map(|s| s - 64 * 4));
+        // SAFETY: as above.
+        unsafe {
+            rt.exit_data(dev, &[MapItem::release(base, 0).present()])?;
+            rt.exit_data(dev, &[MapItem::release(section, 128 * 4)])?;
+        }
+        check!(!rt.is_present(section as usize, dev)?, "A[64:128] present after both releases");
+        // Without a base, A[0:0] names nothing.
+        // SAFETY: as above.
+        unsafe { rt.enter_data(dev, &[MapItem::to(section, 128 * 4)])? };
+        check_eq!(rt.use_device_ptr(base as usize, dev)?, None);
+        check_zero_not_present(
+            // SAFETY: a zero-length item touches no memory.
+            unsafe { rt.enter_data(dev, &[MapItem::alloc(base, 0).present()]) },
+            base as usize,
+            dev,
+        )?;
+        // SAFETY: release copies nothing back.
+        unsafe { rt.exit_data(dev, &[MapItem::release(section, 128 * 4)])? };
         assert_clean(rt, dev)
     });
 }

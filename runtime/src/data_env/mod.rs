@@ -163,16 +163,53 @@ pub struct MapItem {
     pub range: HostRange,
     /// The map type.
     pub map_type: MapType,
+    /// C's base pointer of the section, when it lies below the section (`A` in
+    /// `map(to: A[64:128])`); see [`MapItem::with_base`]. `None`: the section's first byte.
+    pub base: Option<usize>,
 }
 
 impl MapItem {
     /// `bytes` bytes at `ptr` with any map type, as C's `map(type: ptr[0:n])` gives them.
     pub fn raw<T>(ptr: *mut T, bytes: usize, map_type: MapType) -> Self {
-        Self { range: HostRange::new(ptr as usize, bytes), map_type }
+        Self::reading(ptr, bytes, map_type)
+    }
+
+    /// `range` with `map_type` (no base pointer).
+    pub const fn new(range: HostRange, map_type: MapType) -> Self {
+        Self { range, map_type, base: None }
     }
 
     fn reading<T>(ptr: *const T, bytes: usize, map_type: MapType) -> Self {
-        Self { range: HostRange::new(ptr as usize, bytes), map_type }
+        Self::new(HostRange::new(ptr as usize, bytes), map_type)
+    }
+
+    /// With C's base pointer of the section: `A` in `map(to: A[64:128])`. An entry this
+    /// item creates remembers it, and, as in libomptarget, a zero-length lookup from any
+    /// address in `[base, section end)` finds the entry: `use_device_ptr(A)` then gives the
+    /// device address that corresponds to `A` (the device copy of `A[64]` minus 64
+    /// elements), and a zero-length section at `A` names the entry. A base above the
+    /// section's first byte is ignored.
+    ///
+    /// ```
+    /// use offload::omp::*;
+    /// use offload::{MapItem, Runtime};
+    ///
+    /// use_runtime(Runtime::builder().host_devices(1).build()?)?;
+    /// let a = vec![0i32; 256];
+    /// let section = a[64..].as_ptr();
+    /// unsafe {
+    ///     // #pragma omp target enter data map(to: A[64:128])
+    ///     target_enter_data(0, &[MapItem::to(section, 128 * 4).with_base(a.as_ptr())])?;
+    ///     // #pragma omp target data use_device_ptr(A)
+    ///     let d = use_device_ptr(a.as_ptr().cast(), 0)? as usize;
+    ///     assert_eq!(d + 64 * 4, omp_get_mapped_ptr(section.cast(), 0)? as usize);
+    ///     target_exit_data(0, &[MapItem::release(section, 128 * 4)])?;
+    /// }
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn with_base<T>(mut self, base: *const T) -> Self {
+        self.base = Some(base as usize).filter(|&b| b < self.range.begin);
+        self
     }
 
     /// `map(to: ...)` of `bytes` bytes at `ptr`.

@@ -19,6 +19,8 @@ use crate::error::{Error, HostRange, Result};
 pub(crate) struct Planned {
     pub(crate) range: HostRange,
     pub(crate) device_addr: u64,
+    /// The host base pointer of the item that created it ([`Entry::base`]).
+    pub(crate) base: Option<usize>,
     pub(crate) counts_ref: bool,
     pub(crate) counts_hold: bool,
 }
@@ -38,6 +40,9 @@ impl PlannedEntries {
         let below = self.0.range(..=r.begin).next_back().map(|(&k, p)| (k, p.range));
         if let Some((k, range)) = below.filter(|(_, range)| r.begin < range.end()) {
             return if range.contains(&r) { Ok(self.0.get_mut(&k)) } else { Err(range) };
+        }
+        if r.bytes == 0 {
+            return Ok(None);
         }
         match self.0.range(r.begin + 1..r.end()).next() {
             Some((_, p)) => Err(p.range),
@@ -145,9 +150,6 @@ impl EnterPlan {
         if let [it] = items {
             // One item (most constructs): no list bookkeeping.
             let lookup = check_entry(table, it, device)?;
-            if it.range.bytes == 0 {
-                return Ok(());
-            }
             return self.take(table, it, lookup, device, |_| true, &mut alloc, &mut on_exists);
         }
         // What each item names in the table as the construct found it (the table changes
@@ -157,14 +159,14 @@ impl EnterPlan {
             found.push(check_entry(table, it, device)?);
         }
         let mut seen = SmallSet::new();
-        for (it, lookup) in items.iter().zip(found).filter(|(it, _)| it.range.bytes > 0) {
+        for (it, lookup) in items.iter().zip(found) {
             let hold = it.map_type.hold;
             // Inside an entry this construct creates: a `to` copies (created anywhere in it).
             match self.planned.find(it.range) {
                 Ok(Some(p)) => {
                     p.counts_ref |= !hold;
                     p.counts_hold |= hold;
-                    if it.map_type.copies_in() {
+                    if it.map_type.copies_in() && it.range.bytes > 0 {
                         let addr = p.device_addr + (it.range.begin - p.range.begin) as u64;
                         self.copies.push((it.range, addr, p.range.begin));
                     }
@@ -178,10 +180,11 @@ impl EnterPlan {
         Ok(())
     }
 
-    /// Resolves item `it` (of non-zero size, not inside an entry this construct creates)
-    /// by what the table held for it: an existing entry has its count moved when `first`
-    /// says this construct has not moved that count of it yet, and a new one is allocated
-    /// by `alloc`; the item's copy, if it makes one, is listed.
+    /// Resolves item `it` (not inside an entry this construct creates) by what the table
+    /// held for it: an existing entry has its count moved when `first` says this construct
+    /// has not moved that count of it yet, and a new one is allocated by `alloc`; the
+    /// item's copy, if it makes one, is listed. A zero-length item stands for the entry it
+    /// lies in (its count moves; it copies nothing) and creates none (rule 6).
     #[allow(clippy::too_many_arguments)]
     fn take(
         &mut self,
@@ -203,18 +206,20 @@ impl EnterPlan {
                 }
                 // Counts with this construct's increment, as libomptarget reports them.
                 on_exists(e);
-                if it.map_type.copies_in() && it.map_type.always {
+                if it.map_type.copies_in() && it.map_type.always && it.range.bytes > 0 {
                     self.copies.push((it.range, e.translate(it.range.begin), k));
                 }
             }
             Lookup::Extends(existing) => {
                 return Err(Error::Extension { device, requested: it.range, existing })
             }
+            Lookup::Absent if it.range.bytes == 0 => {}
             Lookup::Absent => {
                 let device_addr = alloc(it.range.bytes)?;
                 self.planned.insert(Planned {
                     range: it.range,
                     device_addr,
+                    base: it.base,
                     counts_ref: !hold,
                     counts_hold: hold,
                 });
@@ -303,9 +308,10 @@ impl Touched {
         self.released = e.is_released();
     }
 
-    /// The copy back item `it` makes: a `from` when the entry leaves, or with `always`.
+    /// The copy back item `it` makes: a `from` when the entry leaves, or with `always`;
+    /// none for a zero-length item (as libomptarget: it moved the entry's count only).
     fn copy_for(&self, it: &MapItem) -> Option<PlannedCopy> {
-        let copy = it.map_type.copies_out() && (it.map_type.always || self.released);
+        let copy = it.map_type.copies_out() && (it.map_type.always || self.released) && it.range.bytes > 0;
         copy.then(|| (it.range, self.device_addr + (it.range.begin - self.key) as u64, self.key))
     }
 
@@ -371,9 +377,8 @@ impl ExitPlan {
         let mut keys: Short<Option<usize>> = Short::with_capacity(items.len());
         for it in items {
             let present = it.map_type.present && !c.is_region();
-            let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
-            // Zero-length items are only checked: they move no count.
-            keys.push(key.filter(|_| it.range.bytes > 0));
+            // A zero-length item stands for the entry it lies in (rule 6).
+            keys.push(resolve_exit(table, it.range, present, device, "a `present` map on exit")?);
         }
         // Each entry once, in reverse list order, with its counts before the construct and
         // the counts its items move (each at most once); `slot[i]` is item i's entry.
@@ -433,7 +438,7 @@ impl ExitPlan {
     ) -> Result<()> {
         let present = it.map_type.present && !c.is_region();
         let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
-        let Some(k) = key.filter(|_| it.range.bytes > 0) else { return Ok(()) };
+        let Some(k) = key else { return Ok(()) };
         let Some(e) = table.get_mut(k) else { return Ok(()) };
         let mut t = Touched::new(k, e);
         t.add(it);
@@ -513,7 +518,7 @@ mod tests {
     const DEV: usize = 0;
 
     fn item(begin: usize, bytes: usize, t: MapType) -> MapItem {
-        MapItem { range: HostRange::new(begin, bytes), map_type: t }
+        MapItem::new(HostRange::new(begin, bytes), t)
     }
 
     /// Plans an entry with a counting allocator (device addresses from 0x10000), publishes
@@ -528,7 +533,7 @@ mod tests {
         };
         plan.build(table, items, DEV, alloc, |_| {})?;
         for p in plan.planned.iter() {
-            let mut e = Entry::new(p.range, p.device_addr, false);
+            let mut e = Entry::new(p.range, p.device_addr, false).based_at(p.base);
             if p.counts_ref {
                 increment(&mut e, false);
             }

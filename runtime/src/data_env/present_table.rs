@@ -12,6 +12,12 @@ pub struct Entry {
     pub range: HostRange,
     /// Device address of `range.begin`.
     pub device_addr: u64,
+    /// The host base pointer of the map that created the entry (C's `A` in
+    /// `map(to: A[64:128])`; `range.begin` unless the map named one, with
+    /// [`crate::MapItem::with_base`]). As in libomptarget, a zero-length lookup (a
+    /// zero-length section, `use_device_ptr`) finds the entry from any address in
+    /// `[base, range.end())`.
+    pub base: usize,
     /// The reference count OpenMP defines, moved by every construct (`target data`,
     /// target launches, `enter`/`exit data`) except maps with the `hold` modifier.
     /// Meaningless (infinite) for associated entries.
@@ -32,6 +38,7 @@ impl Entry {
         Self {
             range,
             device_addr,
+            base: range.begin,
             ref_count: 0,
             hold_count: 0,
             associated,
@@ -45,6 +52,20 @@ impl Entry {
     /// Device address of host address `host`, which must lie in (or at the end of) the entry.
     pub fn translate(&self, host: usize) -> u64 {
         self.device_addr + (host - self.range.begin) as u64
+    }
+
+    /// With host base pointer `base` (kept only when it lies below `range.begin`: C's
+    /// sections never start before their base).
+    pub(crate) fn based_at(mut self, base: Option<usize>) -> Self {
+        self.base = base.filter(|&b| b < self.range.begin).unwrap_or(self.range.begin);
+        self
+    }
+
+    /// The device address that corresponds to host address `host` by the entry's offset,
+    /// for any `host` (C's pointer arithmetic, wrapping: `use_device_ptr` of a base below
+    /// the mapped section).
+    pub fn translate_any(&self, host: usize) -> u64 {
+        self.device_addr.wrapping_add(host.wrapping_sub(self.range.begin) as u64)
     }
 
     /// Whether both counts are zero (and it is not associated): the entry leaves.
@@ -96,7 +117,9 @@ struct BlockInUse {
 
 impl PresentTable {
     /// Finds the entry a request for `r` refers to. A zero-length range is inside an entry
-    /// when its address lies in `[begin, end)`; it never "extends" anything.
+    /// when its address lies in `[begin, end)`, or, as libomptarget's lookup of a zero-length
+    /// section reads OpenMP 5.1's pointer initialisation, in `[base, begin)` of the next
+    /// entry above it (see [`Entry::base`]); it never "extends" anything.
     pub(crate) fn lookup(&self, r: HostRange) -> Lookup {
         let found = |k: usize, end: usize| {
             let e = HostRange::new(k, end - k);
@@ -117,11 +140,24 @@ impl PresentTable {
             }
         }
         if r.bytes == 0 {
-            return Lookup::Absent;
+            // Only entries whose map named a base below them reach further down.
+            use std::ops::Bound::{Excluded, Unbounded};
+            return match self.entries.range((Excluded(r.begin), Unbounded)).next() {
+                Some((&k, e)) if e.base <= r.begin => Lookup::Inside(k),
+                _ => Lookup::Absent,
+            };
         }
         match self.ends.range(r.begin + 1..r.end()).next() {
             Some((&k, &end)) => Lookup::Extends(HostRange::new(k, end - k)),
             None => Lookup::Absent,
+        }
+    }
+
+    /// The entry a zero-length section at host address `host` names ([`PresentTable::lookup`]).
+    pub(crate) fn named_by_zero_length(&self, host: usize) -> Option<&Entry> {
+        match self.lookup(HostRange::new(host, 0)) {
+            Lookup::Inside(k) => self.entries.get(&k),
+            Lookup::Absent | Lookup::Extends(_) => None,
         }
     }
 
@@ -268,6 +304,23 @@ mod tests {
         assert_eq!(t.lookup(HostRange::new(110, 0)), Lookup::Absent);
         assert_eq!(t.lookup(HostRange::new(99, 0)), Lookup::Absent);
         assert_eq!(t.containing(105).map(|e| e.translate(105)), Some(0x10_0000 + 105));
+    }
+
+    #[test]
+    fn zero_length_reaches_down_to_a_base_below_the_entry() {
+        // map(A[16:8]) with base A = 84: a zero-length lookup of 84..100 finds it (as
+        // libomptarget's), a sized one does not, and nothing below the base does.
+        let mut t = PresentTable::default();
+        t.insert(Entry::new(HostRange::new(100, 8), 0x5000, false).based_at(Some(84)));
+        assert_eq!(t.lookup(HostRange::new(84, 0)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(99, 0)), Lookup::Inside(100));
+        assert_eq!(t.lookup(HostRange::new(83, 0)), Lookup::Absent);
+        assert_eq!(t.lookup(HostRange::new(84, 4)), Lookup::Absent);
+        assert!(!t.is_mapped(84));
+        assert_eq!(t.get(100).map(|e| e.translate_any(84)), Some(0x5000 - 16));
+        // A base above the section is not kept; the top of the address space is no edge.
+        assert_eq!(Entry::new(HostRange::new(100, 8), 0, false).based_at(Some(104)).base, 100);
+        assert_eq!(t.lookup(HostRange::new(usize::MAX, 0)), Lookup::Absent);
     }
 
     #[test]

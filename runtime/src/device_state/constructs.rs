@@ -400,7 +400,7 @@ impl DeviceState {
             let key = match table.lookup(p.range) {
                 Lookup::Inside(k) => k,
                 _ => {
-                    table.insert(Entry::new(p.range, p.device_addr, false));
+                    table.insert(Entry::new(p.range, p.device_addr, false).based_at(p.base));
                     blocks.keep(p.device_addr);
                     p.range.begin
                 }

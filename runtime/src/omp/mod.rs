@@ -157,10 +157,13 @@ pub fn if_device(condition: bool, device_num: i32) -> Result<i32> {
 
 /// `use_device_ptr(ptr)` in a `target data` region on `device_num`: the device address
 /// the host pointer `ptr` corresponds to, or, when it points into nothing mapped there,
-/// `ptr` itself (OpenMP 5.1's rule). On the initial device, `ptr`.
+/// `ptr` itself (OpenMP 5.1's rule). As in libomptarget, `ptr` may be the base of a mapped
+/// section that starts past it: after `map(to: A[64:128])` given with its base
+/// ([`MapItem::with_base`]), `use_device_ptr(A)` is the device address of `A[64]` minus 64
+/// elements (see [`Runtime::use_device_ptr`]). On the initial device, `ptr`.
 pub fn use_device_ptr(ptr: *const c_void, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;
-    Ok(match rt.mapped_ptr(ptr as usize, dev(rt, device_num)?)? {
+    Ok(match rt.use_device_ptr(ptr as usize, dev(rt, device_num)?)? {
         Some(d) => d as usize as *mut c_void,
         None => ptr.cast_mut(),
     })

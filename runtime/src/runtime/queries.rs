@@ -296,6 +296,20 @@ impl Runtime {
         })
     }
 
+    /// `use_device_ptr` / `use_device_addr`: the device address that corresponds to host
+    /// address `host`, found as libomptarget finds a zero-length section: inside a mapped
+    /// range, or below one down to the base pointer its map named ([`MapItem::with_base`]:
+    /// after `map(to: A[64:128])` with base `A`, the device address of `A[64]` minus 64
+    /// elements). `None` when nothing is mapped there; `host` itself on the initial device.
+    ///
+    /// [`MapItem::with_base`]: crate::MapItem::with_base
+    pub fn use_device_ptr(&self, host: usize, device: usize) -> Result<Option<u64>> {
+        Ok(match self.target(device)? {
+            Target::Device(d) => d.table.lock().named_by_zero_length(host).map(|e| e.translate_any(host)),
+            Target::Initial => Some(host as u64),
+        })
+    }
+
     /// The present-table entry containing `host` on `device`, with its counts.
     pub fn entry(&self, host: usize, device: usize) -> Result<Option<Entry>> {
         Ok(self.device_state(device)?.table.lock().containing(host).cloned())
