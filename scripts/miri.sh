@@ -15,7 +15,7 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
 fi
 # Module paths, matched as substrings of test names: a module's tests run here only when
 # they stay clear of devices' worker threads, rayon pools and hwloc.
-modules=(config:: copy_crew:: data_env:: error:: generated:: info:: latch:: memory_pool:: partition::)
+modules=(config:: copy_crew:: data_env:: error:: macro_support:: info:: latch:: memory_pool:: partition::)
 cargo +nightly miri test -p offload --lib --no-default-features -- "${modules[@]}" "$@"
 
 # The soak needs three flags:
@@ -27,7 +27,7 @@ cargo +nightly miri test -p offload --lib --no-default-features -- "${modules[@]
 #   cast back to pointers: permitted, without a warning on each.
 # Miri's leak check stays on, but two kinds of leak are not ours and are allowed: the pool a
 # host device's worker joins (rayon's `use_current_thread` leaks its WorkerThread and so the
-# registry, about 10 KiB a host device: see KernelPool in device/host.rs), and
+# registry, about 10 KiB a host device: see KernelPool in backend/host.rs), and
 # crossbeam-epoch's global collector, reachable from its static only through pointers kept
 # as integers. Any other leak, or any other error, fails the run.
 log=$(mktemp)

@@ -258,7 +258,7 @@ fn dropping_a_runtime_reports_the_mappings_still_live() {
 fn every_compiled_backend_reports_and_host_devices_come_after_gpus() {
     let rt = Runtime::builder().env(|_| None).host_devices(2).build().expect("runtime");
     let report = rt.device_report();
-    for kind in offload::device::compiled_backends() {
+    for kind in offload::backend::compiled_backends() {
         // With no such GPU the line says why there are none; never a panic.
         assert!(report.contains(&format!("{}: ", kind.name())), "no {kind} line in {report}");
     }

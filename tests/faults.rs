@@ -3,7 +3,7 @@
 //! the error names what failed, that nothing is left mapped or allocated, and that the
 //! device still works for the next construct.
 
-use offload::device::{FaultKind, FaultPlan};
+use offload::backend::{FaultKind, FaultPlan};
 use offload::{map, Error, Runtime};
 use offload_tests::{assert_clean, cause, check, check_eq};
 

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use offload::device::{FaultKind, FaultPlan};
+use offload::backend::{FaultKind, FaultPlan};
 use offload::{LaunchArg, MapItem, MapKind, MapType, Result, Runtime, Scalar, UpdateDirection};
 use offload_tests::{backends, read_device};
 use proptest::prelude::*;

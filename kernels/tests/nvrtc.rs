@@ -14,7 +14,7 @@ fn every_kernel_compiles_for_sm_80_and_sm_90() {
         Ok(v) => panic!("OFFLOAD_NVRTC_REQUIRED={v:?}: expected 1 or 0"),
         Err(_) => false,
     };
-    if !offload::device::nvrtc_present() {
+    if !offload::backend::nvrtc_present() {
         assert!(!required, "OFFLOAD_NVRTC_REQUIRED=1 but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)");
         println!("SKIP nvrtc: libnvrtc not found");
         return;
@@ -34,7 +34,7 @@ fn every_kernel_compiles_for_sm_80_and_sm_90() {
         for (kernel, dialect) in [(Some(*k), "CUDA"), (hip, "HIP")] {
             let Some(kernel) = kernel else { continue };
             for arch in ARCHES {
-                match offload::device::compile_cuda(&kernel, arch) {
+                match offload::backend::compile_cuda(&kernel, arch) {
                     Ok(bytes) => {
                         assert!(bytes > 0, "`{}` ({dialect}) for {arch}: empty PTX", k.name());
                         compiled += 1;

@@ -33,12 +33,12 @@ pub mod cluster;
 pub mod config;
 mod copy_crew;
 pub mod data_env;
-pub mod device;
+pub mod backend;
 pub mod device_buffer;
 pub mod device_global;
-mod device_state;
+mod device;
 pub mod error;
-mod generated;
+mod macro_support;
 pub mod index_space;
 pub mod info;
 pub mod kernel;
@@ -62,12 +62,12 @@ mod worker;
 
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
-pub use device::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
+pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
 pub use device_buffer::{Association, DeviceBuffer};
 pub use device_global::{DeviceGlobal, GlobalArg};
 #[doc(hidden)]
-pub use device_state::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
-pub use device_state::TransferStats;
+pub use device::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
+pub use device::TransferStats;
 pub use error::{Error, HostRange, Result};
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
@@ -97,7 +97,7 @@ pub use offload_macros::{device, kernel, DeviceCopy};
 /// What generated kernels call; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::generated::*;
+    pub use crate::macro_support::*;
 }
 
 /// Map clauses over borrowed slices, for [`Device::data`] and [`Device::target`].

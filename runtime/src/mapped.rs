@@ -247,7 +247,7 @@ impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
             };
             let rt = self.device.runtime();
             if let Ok(d) = rt.device_state(self.device.number()) {
-                d.keep_failure(crate::device_state::Origin::new(construct, self.at), e);
+                d.keep_failure(crate::device::Origin::new(construct, self.at), e);
             }
         }
     }

@@ -664,8 +664,8 @@ impl<'rt> Device<'rt> {
     /// does it now, e.g. before a timed run). A no-op on host devices.
     pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
         match self.rt.target(self.number)? {
-            crate::device_state::Target::Device(d) => d.backend.prepare(kernel),
-            crate::device_state::Target::Initial => Ok(()),
+            crate::device::Target::Device(d) => d.backend.prepare(kernel),
+            crate::device::Target::Initial => Ok(()),
         }
     }
 
@@ -738,15 +738,15 @@ impl<'rt> Device<'rt> {
     /// operand.
     pub fn sgemm(
         &self,
-        g: &crate::device::Sgemm,
+        g: &crate::backend::Sgemm,
         a: DeviceSlice<'_, f32>,
         b: DeviceSlice<'_, f32>,
         c: DeviceSlice<'_, f32>,
     ) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
         let d = match self.rt.settled(self.number)? {
-            crate::device_state::Target::Device(d) => d,
-            crate::device_state::Target::Initial => {
+            crate::device::Target::Device(d) => d,
+            crate::device::Target::Initial => {
                 return Err(Error::InvalidArgument {
                     routine: "sgemm",
                     what: "the initial device has no sgemm; use a host device".into(),
@@ -754,7 +754,7 @@ impl<'rt> Device<'rt> {
             }
         };
         // The operands stay allocated until the product is done.
-        let mut in_use = crate::device_state::BlocksInUse::new(d);
+        let mut in_use = crate::device::BlocksInUse::new(d);
         let mut addrs = [0u64; 3];
         for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
             if v.device() != self.number || v.len() < need {
@@ -795,7 +795,7 @@ impl<'rt> Device<'rt> {
     ) -> Result<()> {
         let at = std::panic::Location::caller();
         // Its kernel's failure, found by its own copies back, is its own error.
-        let origin = crate::device_state::Origin { construct: "target", kernel: Some(kernel.name()), at };
+        let origin = crate::device::Origin { construct: "target", kernel: Some(kernel.name()), at };
         self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
             .map_err(|e| origin.failed(self.number, e))
     }
@@ -950,7 +950,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
         }
         let rt = self.rt.clone();
         let d = match rt.target(device)? {
-            crate::device_state::Target::Initial => {
+            crate::device::Target::Initial => {
                 // The view is host memory itself (a map on the initial device maps nothing).
                 // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`, and
                 // the buffer holds at least as many; they are distinct allocations.
@@ -959,10 +959,10 @@ impl<T: DeviceCopy> HostBuffer<T> {
                 };
                 return Ok(QueuedRead { rt, device, buf: Some(self), pending: None });
             }
-            crate::device_state::Target::Device(d) => d,
+            crate::device::Target::Device(d) => d,
         };
-        if crate::device_state::recorder::recording(rt.identity(), device) {
-            return Err(crate::device_state::recorder::refused(device, "HostBuffer::read_queued"));
+        if crate::device::recorder::recording(rt.identity(), device) {
+            return Err(crate::device::recorder::refused(device, "HostBuffer::read_queued"));
         }
         let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
             device,
@@ -970,7 +970,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             what: "the view given to HostBuffer::read_queued",
         })?;
         let origin =
-            crate::device_state::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
+            crate::device::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
         // SAFETY: the buffer is held by the result until the read has been waited for (by
         // `wait` or its drop); `range.bytes` fit in it (checked above).
         let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins, origin)? };
@@ -1031,7 +1031,7 @@ pub struct QueuedRead<T: DeviceCopy> {
     rt: Runtime,
     device: usize,
     buf: Option<HostBuffer<T>>,
-    pending: Option<crate::device_state::PendingRead>,
+    pending: Option<crate::device::PendingRead>,
 }
 
 impl<T: DeviceCopy> std::fmt::Debug for QueuedRead<T> {

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
 
-use crate::device::Backend;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 
 /// How a device's memory pool behaves. [`crate::RuntimeBuilder::build`] refuses a field
@@ -322,7 +322,7 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
+    use crate::backend::{BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
     use crate::kernel::{Kernel, KernelArg};
 
     /// A device that only counts bytes: addresses without memory behind them, so the pool's

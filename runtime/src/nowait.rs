@@ -575,7 +575,7 @@ pub(crate) unsafe fn queue_task<'w>(
             Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
         } else {
             let outer = RUNNING.replace(Some((rt_id, device, lane)));
-            let _waits = crate::device_state::ConstructsWait::begin();
+            let _waits = crate::device::ConstructsWait::begin();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
             RUNNING.set(outer);
             r.unwrap_or_else(|payload| {

@@ -28,7 +28,7 @@
 use std::ops::Range;
 
 use crate::data_env::{MapItem, MapType, UpdateDirection};
-use crate::device_state::{BlocksInUse, Target};
+use crate::device::{BlocksInUse, Target};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::DeviceSlice;
@@ -267,7 +267,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `nowait` exit can end a part's mapping from another thread).
     #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        let recording = crate::device_state::recorder::recording(self.rt.identity(), self.devices[dst]);
+        let recording = crate::device::recorder::recording(self.rt.identity(), self.devices[dst]);
         if self.devices[dst] == self.devices[src] && !recording {
             if let Target::Device(dev) = self.rt.target(self.devices[dst])? {
                 if dev.ordered() {

@@ -53,9 +53,9 @@
 use std::panic::Location;
 
 use crate::data_env::plan::Short;
-use crate::device::{Graph, Queue, RecordedLaunch};
-use crate::device_state::recorder::{self, refused};
-use crate::device_state::{BlocksInUse, DeviceState, Origin};
+use crate::backend::{Graph, Queue, RecordedLaunch};
+use crate::device::recorder::{self, refused};
+use crate::device::{BlocksInUse, DeviceState, Origin};
 use crate::error::{Error, Result};
 use crate::info::{InfoFields, InfoFlags};
 use crate::mapping::Device;

@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use parking_lot::Mutex;
 
 use crate::copy_crew::CopyCrew;
-use crate::device::{Backend, Event, Queue};
+use crate::backend::{Backend, Event, Queue};
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 
@@ -448,9 +448,9 @@ impl Drop for Slots<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::host::tests::device;
+    use crate::backend::host::tests::device;
 
-    fn ring(chunk: usize, depth: usize) -> (crate::device::host::HostDevice, StagingRing) {
+    fn ring(chunk: usize, depth: usize) -> (crate::backend::host::HostDevice, StagingRing) {
         let d = device(1 << 30);
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;

@@ -19,7 +19,7 @@
 //! The conformance suite (and the other suites that use [`crate::on_every_device`] and
 //! [`crate::on_every_backend`]) run this way with `OFFLOAD_TEST_FAULTS=1`.
 
-use offload::device::{FaultKind, FaultPlan};
+use offload::backend::{FaultKind, FaultPlan};
 use offload::{Error, MapItem, MapType, Result, Runtime, RuntimeBuilder};
 
 /// Whether the suites run every case with each step failing once: `OFFLOAD_TEST_FAULTS=1`.

@@ -335,7 +335,7 @@ pub fn unmap_everything(rt: &Runtime) -> Result<()> {
 
 /// A runtime of one host device failing operations as `plan` says (the fault-injection
 /// tests'), synchronous (every construct waits) or queued.
-pub fn faulty_runtime(plan: offload::device::FaultPlan, synchronous: bool) -> Result<Runtime> {
+pub fn faulty_runtime(plan: offload::backend::FaultPlan, synchronous: bool) -> Result<Runtime> {
     Runtime::builder()
         .env(|_| None)
         .gpus(false)
@@ -352,7 +352,7 @@ pub fn faulty_runtime(plan: offload::device::FaultPlan, synchronous: bool) -> Re
 /// `OFFLOAD_NVRTC_REQUIRED=1` (as `scripts/nvrtc-check.sh` sets), when it fails instead.
 pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
     let required = std::env::var("OFFLOAD_NVRTC_REQUIRED").is_ok_and(|v| v == "1");
-    if !offload::device::nvrtc_present() {
+    if !offload::backend::nvrtc_present() {
         assert!(!required, "OFFLOAD_NVRTC_REQUIRED=1 but libnvrtc cannot be loaded");
         println!("SKIP nvrtc: libnvrtc not found");
         return;
@@ -368,7 +368,7 @@ pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
         for (kernel, dialect) in [(Some(**k), "CUDA"), (as_hip, "HIP")] {
             let Some(kernel) = kernel else { continue };
             for arch in ["sm_80", "sm_90"] {
-                if let Err(e) = offload::device::compile_cuda(&kernel, arch) {
+                if let Err(e) = offload::backend::compile_cuda(&kernel, arch) {
                     failures.push(format!(
                         "`{}` ({dialect}) for {arch}: {e}\n{}",
                         k.symbol(),

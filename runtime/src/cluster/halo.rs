@@ -12,7 +12,7 @@ use mpi::Count;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::cluster::world::Cluster;
-use crate::device::BackendKind;
+use crate::backend::BackendKind;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::mapping::HostBuffer;
@@ -136,7 +136,7 @@ struct Transfer<'s, 'a, T: DeviceCopy> {
     /// `_slot` is held.
     staged: [*mut T; 2],
     _slot: Option<MutexGuard<'s, Option<Slot<T>>>>,
-    _pins: [Option<crate::device_state::BlocksInUse<'a>>; 2],
+    _pins: [Option<crate::device::BlocksInUse<'a>>; 2],
 }
 
 impl<T: DeviceCopy> Transfer<'_, '_, T> {

@@ -2,7 +2,7 @@
 //!
 //! Planning is the part of a construct that needs no device: which items name existing
 //! entries and which need new ones, which counts move, which copies to make, which entries
-//! leave. It runs under the table's lock; the device's construct execution (`device_state::constructs`) then makes the copies
+//! leave. It runs under the table's lock; the device's construct execution (`device::constructs`) then makes the copies
 //! without the lock, publishes or frees, and undoes a plan when a copy fails. Nothing here
 //! calls a driver (allocation is a closure), so these rules are unit-tested, under Miri
 //! too, without any device.

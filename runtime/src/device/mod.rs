@@ -1,677 +1,452 @@
-//! Devices and the backends that drive them.
-//!
-//! `Backend` is the only interface that knows how a device allocates, copies and runs
-//! kernels; everything above it (present tables, map clauses, the memory pool, memcpy
-//! between devices) is written once, in the spirit of LLVM's offload plugins. One file per
-//! backend: `host` (always compiled: separate memory, an in-order queue, kernels as Rust
-//! functions on a `rayon` pool) and `cuda` (cargo feature `cuda`, on by default).
+//! The generic device: what one offload device has whatever its backend (present table,
+//! memory pool, staging ring, lanes, pinned ranges, copy counters, trace) and the
+//! operations on it that are not constructs: launch-argument translation, associations,
+//! staged host copies, its lanes; and (`constructs`) the execution of the map lists that
+//! `data_env` plans. `Runtime` holds one per device.
 
-pub mod faults;
-pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
-#[cfg(feature = "cuda")]
-pub(crate) mod cuda;
-#[cfg(feature = "hip")]
-pub(crate) mod hip;
-pub mod hip_support;
-pub(crate) mod host;
+pub(crate) mod audit;
+mod constructs;
+mod in_flight;
+mod partials;
+pub(crate) mod recorder;
 
-/// The GPU backends compiled into this build, in the order their devices are numbered
-/// (host devices come after them).
-pub fn compiled_backends() -> &'static [BackendKind] {
-    match (cfg!(feature = "cuda"), cfg!(feature = "hip")) {
-        (true, true) => &[BackendKind::Cuda, BackendKind::Hip],
-        (true, false) => &[BackendKind::Cuda],
-        (false, true) => &[BackendKind::Hip],
-        (false, false) => &[],
-    }
-}
+pub(crate) use constructs::BlocksInUse;
+pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, PendingRead, Wait};
 
-/// A GPU vendor's platform, the discovery half of LLVM's plugin shape: it finds the
-/// vendor's devices, says who they are (name, PCI bus id, UUID in each device's
-/// [`DeviceDescription`]) and builds the peer matrix, enabling access between every pair
-/// whose hardware allows it ([`Backend::can_access_peer`] reads it back).
-pub(crate) trait Platform {
-    /// The backend of its devices.
-    fn kind(&self) -> BackendKind;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
-    /// Its devices, numbered from `first`, with peer access enabled where possible, and one
-    /// line for the device report (why there are none, too).
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String);
-}
+use parking_lot::{Mutex, RwLock};
 
-/// The platforms compiled into this build, in [`compiled_backends`] order.
-pub(crate) fn platforms() -> Vec<Box<dyn Platform>> {
-    let cuda: Option<Box<dyn Platform>> = {
-        #[cfg(feature = "cuda")]
-        let p = Some(Box::new(cuda::CudaPlatform) as Box<dyn Platform>);
-        #[cfg(not(feature = "cuda"))]
-        let p = None;
-        p
-    };
-    let hip: Option<Box<dyn Platform>> = {
-        #[cfg(feature = "hip")]
-        let p = Some(Box::new(hip::HipPlatform) as Box<dyn Platform>);
-        #[cfg(not(feature = "hip"))]
-        let p = None;
-        p
-    };
-    cuda.into_iter().chain(hip).collect()
-}
-
-/// Compiles `kernel`'s CUDA C source with NVRTC for `arch` (e.g. `"sm_90"`) without any
-/// device, as a launch on a GPU of that architecture would; the PTX's size in bytes.
-/// Errors: no CUDA source, NVRTC not loadable (`libnvrtc.so`), or the compiler's log. For
-/// checking sources on machines without a GPU (`scripts/nvrtc-check.sh`).
-///
-/// ```
-/// let k = offload::Kernel::from_cuda_source(
-///     "zero".into(),
-///     r#"extern "C" __global__ void zero(float* x, unsigned long long n) {
-///         unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-///         if (i < n) x[i] = 0.0f; }"#.into(),
-/// );
-/// match offload::device::compile_cuda(&k, "sm_90") {
-///     Ok(ptx_bytes) => assert!(ptx_bytes > 0),
-///     // Without libnvrtc (no CUDA here) the error says so.
-///     Err(e) => assert!(e.to_string().contains("NVRTC"), "{e}"),
-/// }
-/// ```
-#[cfg(feature = "cuda")]
-pub fn compile_cuda(kernel: &Kernel, arch: &'static str) -> Result<usize> {
-    let src = kernel.cuda_source().ok_or(crate::Error::NoKernelImpl {
-        device: 0,
-        kernel: kernel.name(),
-        backend: "cuda",
-    })?;
-    cuda::compile(0, kernel.name(), src, arch).map(|ptx| ptx.to_src().len())
-}
-
-/// Whether NVRTC can be loaded here (so [`compile_cuda`] can compile).
-#[cfg(feature = "cuda")]
-pub fn nvrtc_present() -> bool {
-    // SAFETY: only probes whether the library can be loaded.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
-}
-
-use std::any::Any;
-use std::fmt;
-
-use crate::error::Result;
+use crate::copy_crew::CopyCrew;
+use crate::data_env::{Entry, PresentTable};
+use crate::backend::{Backend, BackendKind};
+use crate::error::{Error, HostRange, Result};
+use crate::info::{InfoFields, InfoFlags, Trace};
+use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelArg};
+use crate::memory_pool::{MemoryPool, Owner};
+use crate::staging::{StagingConfig, StagingRing};
+use crate::topology::{Placement, Topology};
+use crate::worker::{DeviceWorker, Lanes};
 
-/// Which backend drives a device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// A host device: memory separate from the host's, kernels as Rust functions.
-    Host,
-    /// An NVIDIA GPU through the CUDA driver.
-    Cuda,
-    /// An AMD GPU through HIP.
-    Hip,
+/// Counts of the copies a device made, for tests, benches and teaching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Host->device copies.
+    pub to_device: u64,
+    /// Bytes copied host->device.
+    pub to_device_bytes: u64,
+    /// Device->host copies.
+    pub from_device: u64,
+    /// Bytes copied device->host.
+    pub from_device_bytes: u64,
+    /// Device->device copies into this device made directly (peer access or same device).
+    pub direct: u64,
+    /// Device->device copies into this device staged through host memory.
+    pub staged: u64,
 }
 
-impl BackendKind {
-    /// Lower-case name, as used in messages and reports.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BackendKind::Host => "host",
-            BackendKind::Cuda => "cuda",
-            BackendKind::Hip => "hip",
+#[derive(Default)]
+pub(crate) struct TransferCounters {
+    to_device: AtomicU64,
+    to_device_bytes: AtomicU64,
+    from_device: AtomicU64,
+    from_device_bytes: AtomicU64,
+    direct: AtomicU64,
+    staged: AtomicU64,
+}
+
+impl TransferCounters {
+    pub(crate) fn record_to_device(&self, bytes: usize) {
+        self.to_device.fetch_add(1, Ordering::Relaxed);
+        self.to_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_from_device(&self, bytes: usize) {
+        self.from_device.fetch_add(1, Ordering::Relaxed);
+        self.from_device_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn record_device_copy(&self, direct: bool) {
+        let c = if direct { &self.direct } else { &self.staged };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn snapshot(&self) -> TransferStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TransferStats {
+            to_device: l(&self.to_device),
+            to_device_bytes: l(&self.to_device_bytes),
+            from_device: l(&self.from_device),
+            from_device_bytes: l(&self.from_device_bytes),
+            direct: l(&self.direct),
+            staged: l(&self.staged),
         }
     }
 }
 
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// One offload device as the generic layer sees it: its backend, memory pool and present
+/// table.
+pub(crate) struct DeviceState {
+    pub(crate) number: usize,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) pool: MemoryPool,
+    pub(crate) table: Mutex<PresentTable>,
+    pub(crate) stats: TransferCounters,
+    pub(crate) trace: Arc<Trace>,
+    pub(crate) placement: Placement,
+    pub(crate) worker: Arc<DeviceWorker>,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) staging_config: StagingConfig,
+    /// Made on the first copy that needs it; `None` inside when it could not be made.
+    pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
+    pub(crate) pinned: Arc<PinnedRanges>,
+    /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
+    pub(crate) lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
+    /// The work constructs queued and did not wait for, and its unreported failure.
+    pub(crate) in_flight: InFlight,
+    /// Failed constructs and what they left (fault tests only).
+    pub(crate) audit: Option<audit::ConstructAudit>,
+}
+
+/// How a host<->device copy was made, for the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyPath {
+    /// Through the staging ring's pinned buffers, waited for.
+    Staged,
+    /// By the driver straight from (or to) the host range, waited for.
+    Direct,
+    /// From a bounce slot, queued behind the device's earlier work, not waited for.
+    Queued,
+}
+
+impl CopyPath {
+    /// A copy that was waited for: staged or direct.
+    pub(crate) fn of(staged: bool) -> Self {
+        if staged {
+            Self::Staged
+        } else {
+            Self::Direct
+        }
     }
 }
 
-/// A device's native handles, for calling the vendor's own libraries (cuBLAS, cuFFT,
-/// hipBLAS, driver code) on the runtime's compute queue, as OpenMP's interop objects give
-/// them (`omp_get_interop_ptr(obj, omp_ipr_targetsync, ...)`). The handles stay the
-/// runtime's: valid while the runtime lives, never to be destroyed by the caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Interop {
-    /// The vendor.
-    pub backend: BackendKind,
-    /// The driver's device ordinal (`CUdevice`, HIP's device id).
-    pub ordinal: i32,
-    /// The device's context (`CUcontext`, the primary one); null on HIP, which has none.
-    pub context: *mut std::ffi::c_void,
-    /// The device's compute queue (`CUstream`, `hipStream_t`): work enqueued on it runs in
-    /// order with the runtime's kernels on the device.
-    pub stream: *mut std::ffi::c_void,
+/// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
+/// copies from them go straight to the DMA engine.
+#[derive(Default)]
+pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, (usize, BackendKind)>>);
+
+impl PinnedRanges {
+    /// `bytes` at `begin` were page-locked by a device of backend `by`.
+    pub(crate) fn insert(&self, begin: usize, bytes: usize, by: BackendKind) {
+        self.0.write().insert(begin, (bytes, by));
+    }
+    pub(crate) fn remove(&self, begin: usize) {
+        self.0.write().remove(&begin);
+    }
+    /// The backend that page-locked all of `r`, if one did.
+    pub(crate) fn pinned_by(&self, r: HostRange) -> Option<BackendKind> {
+        let map = self.0.read();
+        let (&b, &(n, by)) = map.range(..=r.begin).next_back()?;
+        (r.end() <= b + n).then_some(by)
+    }
+    pub(crate) fn contains(&self, r: HostRange) -> bool {
+        self.pinned_by(r).is_some()
+    }
+    /// Every page-locked range, in address order.
+    pub(crate) fn ranges(&self) -> Vec<HostRange> {
+        self.0.read().iter().map(|(&b, &(n, _))| HostRange::new(b, n)).collect()
+    }
 }
 
-/// What a device says about itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceDescription {
-    /// The backend that drives it.
-    pub kind: BackendKind,
-    /// Marketing or descriptive name (e.g. "NVIDIA H200", "host device 1").
-    pub name: String,
-    /// PCI bus id (`dddd:bb:dd.f`) for GPUs; `None` for host devices.
-    pub pci_bus_id: Option<String>,
-    /// Driver UUID for GPUs; `None` for host devices.
-    pub uuid: Option<String>,
+/// Where a device number leads.
+pub(crate) enum Target<'a> {
+    /// An offload device.
+    Device(&'a DeviceState),
+    /// The initial device: the host itself.
+    Initial,
 }
 
-/// Device memory, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemInfo {
-    /// Free now.
-    pub free: usize,
-    /// In all.
-    pub total: usize,
-}
+/// A raw pointer to the backend for the worker's closure (the caller waits for it).
+struct BackendRef(*const dyn Backend);
+// SAFETY: backends are Send + Sync; the pointer is used only while the caller waits.
+unsafe impl Send for BackendRef {}
 
-/// The driver's limit on a launch's parameters, in bytes (CUDA's and HIP's classic limit).
-pub const PARAM_LIMIT: usize = 4096;
+impl DeviceState {
+    /// Translates launch arguments: mapped host addresses through the present table.
+    /// The mapped entries' blocks stay pinned while the returned guard lives (through the
+    /// launch).
+    pub(crate) fn translate_args(
+        &self,
+        kernel: &Kernel,
+        args: &[LaunchArg],
+    ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let translated = args
+            .iter()
+            .enumerate()
+            .map(|(index, a)| {
+                Ok(match *a {
+                    LaunchArg::Value(s) => KernelArg::Scalar(s),
+                    LaunchArg::Device(p) => KernelArg::Ptr { addr: p, bytes: self.pool.extent(p) },
+                    LaunchArg::Mapped(0) => KernelArg::Ptr { addr: 0, bytes: Some(0) },
+                    LaunchArg::MappedBase { base, section } => match table.containing(section) {
+                        Some(e) => {
+                            // The device address as far from the section as the host base
+                            // is (C's pointer arithmetic: wrapping, never dereferenced here).
+                            let addr = e.translate(section).wrapping_sub(section.wrapping_sub(base) as u64);
+                            let bytes =
+                                (e.range.begin <= base && base < e.range.end()).then(|| e.range.end() - base);
+                            let block = e.device_addr;
+                            in_use.pin(&mut table, block);
+                            KernelArg::Ptr { addr, bytes }
+                        }
+                        None => {
+                            return Err(Error::KernelArgument {
+                                kernel: kernel.name(),
+                                index,
+                                what: format!(
+                                "base {base:#x}: its section at host {section:#x} is not mapped on device {}",
+                                self.number
+                            ),
+                            })
+                        }
+                    },
+                    LaunchArg::Mapped(h) => match table.containing(h) {
+                        Some(e) => {
+                            let arg = KernelArg::Ptr { addr: e.translate(h), bytes: Some(e.range.end() - h) };
+                            let block = e.device_addr;
+                            in_use.pin(&mut table, block);
+                            arg
+                        }
+                        None => {
+                            return Err(Error::KernelArgument {
+                                kernel: kernel.name(),
+                                index,
+                                what: format!("host {h:#x} is not mapped on device {}", self.number),
+                            })
+                        }
+                    },
+                })
+            })
+            .collect::<Result<Vec<KernelArg>>>();
+        drop(table);
+        Ok((translated?, in_use))
+    }
 
-/// A kernel launch's parameters as GPU drivers take them: one block laid out as C lays out
-/// the kernel function's parameters (every argument at its natural alignment, then the
-/// work-item count `n`, the [`Kernel`] convention), passed whole (`extra` with
-/// `CU_LAUNCH_PARAM_BUFFER_POINTER`, HIP's alike) so that any number of arguments, and a
-/// struct's words, need no per-parameter pointer.
-#[cfg(any(feature = "cuda", feature = "hip"))]
-pub(crate) struct LaunchParams {
-    /// 8-byte words, so the block is aligned for every parameter.
-    words: Vec<u64>,
-    /// The block's size in bytes (a multiple of 8).
-    bytes: usize,
-}
+    /// The device address of host address `host`, with its entry's block pinned while the
+    /// guard lives (for copies the runtime makes through raw device addresses).
+    pub(crate) fn pinned_translation(&self, host: usize) -> Option<(u64, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let (addr, block) = table.containing(host).map(|e| (e.translate(host), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        drop(table);
+        Some((addr, in_use))
+    }
 
-#[cfg(any(feature = "cuda", feature = "hip"))]
-impl LaunchParams {
-    /// The block of `args` and `n` for a launch of `kernel` on `device`; an error past
-    /// [`PARAM_LIMIT`].
-    pub(crate) fn new(device: usize, kernel: &Kernel, args: &[KernelArg], n: usize) -> crate::Result<Self> {
-        let mut bytes: Vec<u8> = Vec::with_capacity(8 * (args.len() + 1));
-        let mut put = |b: &[u8]| {
-            let align = b.len();
-            bytes.resize(bytes.len().next_multiple_of(align), 0);
-            bytes.extend_from_slice(b);
+    /// The device address of all of host range `r` (inside one entry), with that entry's
+    /// block pinned while the guard lives.
+    pub(crate) fn pinned_range(&self, r: HostRange) -> Option<(u64, BlocksInUse<'_>)> {
+        let mut in_use = BlocksInUse::new(self);
+        let mut table = self.table.lock();
+        let (addr, block) = table
+            .containing(r.begin)
+            .filter(|e| e.range.contains(&r))
+            .map(|e| (e.translate(r.begin), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        drop(table);
+        Some((addr, in_use))
+    }
+
+    pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+        let fields = || InfoFields {
+            kind: "launch",
+            device: Some(self.number),
+            kernel: Some(kernel.name()),
+            n: Some(n),
+            ..InfoFields::default()
         };
-        for a in args {
-            match *a {
-                KernelArg::Scalar(s) => {
-                    let (b, len) = s.to_ne_bytes();
-                    put(&b[..len]);
-                }
-                KernelArg::Ptr { addr, .. } => put(&addr.to_ne_bytes()),
-            }
-        }
-        put(&(n as u64).to_ne_bytes());
-        let size = bytes.len().next_multiple_of(8);
-        if size > PARAM_LIMIT {
-            return Err(crate::Error::KernelArgument {
-                kernel: kernel.name(),
-                index: args.len(),
+        self.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
+            let list: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::Scalar(s) => format!("{s:?}"),
+                    KernelArg::Ptr { addr, bytes: Some(b) } => format!("device {addr:#x} ({b} bytes)"),
+                    KernelArg::Ptr { addr, bytes: None } => format!("device {addr:#x}"),
+                })
+                .collect();
+            format!("device {}: launch `{}` n={n} args [{}]", self.number, kernel.name(), list.join(", "))
+        });
+        let geometry = || InfoFields { kind: "launch geometry", ..fields() };
+        self.trace.event(InfoFlags::LAUNCH, geometry, || match self.backend.launch_geometry(kernel, n) {
+            Some((grid, block)) => format!(
+                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads{}",
+                self.number,
+                kernel.name(),
+                kernel.thread_map().map(|m| format!("; {m}")).unwrap_or_default()
+            ),
+            None => format!(
+                "device {}: launch `{}` n={n}: on the device's kernel threads",
+                self.number,
+                kernel.name()
+            ),
+        });
+    }
+
+    /// Associates `range` with `device_addr`, which must lie in a live `omp_target_alloc`
+    /// block of this device. Checked under the table's lock, as `target_free` checks for
+    /// associations, so a concurrent free cannot slip in between.
+    pub(crate) fn associate(&self, range: HostRange, device_addr: u64) -> Result<()> {
+        const ASSOCIATE: &str = "omp_target_associate_ptr";
+        let mut table = self.table.lock();
+        self.pool.check_range(self.number, ASSOCIATE, device_addr, range.bytes)?;
+        if self.pool.owner_of(device_addr) != Some(Owner::User) {
+            return Err(Error::InvalidArgument {
+                routine: ASSOCIATE,
                 what: format!(
-                    "device {device}: the launch's {} arguments take {size} bytes; the driver's limit is {PARAM_LIMIT}",
-                    args.len()
+                    "device {}: {device_addr:#x} lies in the device copy of a mapped range (for {range}); \
+                     expected memory from omp_target_alloc",
+                    self.number
                 ),
             });
         }
-        bytes.resize(size, 0);
-        let words =
-            bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))).collect();
-        Ok(Self { words, bytes: size })
-    }
-
-    /// The block's address, valid while `self` lives.
-    pub(crate) fn block(&mut self) -> *mut std::ffi::c_void {
-        self.words.as_mut_ptr().cast()
-    }
-
-    /// The block's size in bytes.
-    pub(crate) fn size(&self) -> usize {
-        self.bytes
-    }
-}
-
-/// Blocks of the kernel's block size covering `n` work items (at least one); for a
-/// grid-stride kernel at most `wave`, the blocks of it the device runs at once.
-#[cfg(any(feature = "cuda", feature = "hip"))]
-pub(crate) fn blocks_for(kernel: &crate::kernel::Kernel, n: usize, wave: u32) -> u32 {
-    let block = kernel.block().max(1);
-    let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
-    if kernel.is_grid_stride() {
-        blocks.min(wave.max(1))
-    } else {
-        blocks
-    }
-}
-
-/// One side of a pitched 2-D copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Place {
-    /// Host memory at this address.
-    Host(usize),
-    /// This device's memory at this address.
-    Device(u64),
-}
-
-/// A pitched 2-D copy: `rows` rows of `row_bytes` bytes; row `r` of a side starts at its
-/// base plus `r` times its pitch. Only the CUDA backend reads it (the others copy row by row).
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct Copy2d {
-    pub dst: Place,
-    pub dst_pitch: usize,
-    pub src: Place,
-    pub src_pitch: usize,
-    pub row_bytes: usize,
-    pub rows: usize,
-}
-
-/// A single-precision matrix product in BLAS's column-major convention:
-/// `C = alpha * op(A) * op(B) + beta * C`, with `op(X)` = `X` or its transpose; `op(A)` is
-/// `m x k`, `op(B)` `k x n`, `C` `m x n`; `ld*` are the leading dimensions.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[allow(missing_docs)]
-pub struct Sgemm {
-    pub transa: bool,
-    pub transb: bool,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub alpha: f32,
-    pub lda: usize,
-    pub ldb: usize,
-    pub beta: f32,
-    pub ldc: usize,
-}
-
-impl Sgemm {
-    /// Elements each operand spans: `(a, b, c)`. An error when a leading dimension is
-    /// smaller than its operand's rows (BLAS requires `ld >= max(1, rows)`), or when a span
-    /// in bytes overflows.
-    pub fn extents(&self) -> crate::error::Result<(usize, usize, usize)> {
-        use crate::error::Error;
-        let span = |name: &str, ld: usize, rows: usize, cols: usize| {
-            if ld < rows.max(1) {
-                return Err(Error::InvalidArgument {
-                    routine: "sgemm",
-                    what: format!(
-                        "{name}: leading dimension {ld} for {rows} rows; expected at least max(1, {rows})"
-                    ),
+        match table.lookup(range) {
+            crate::data_env::Lookup::Absent => {
+                let e = Entry::new(range, device_addr, true);
+                self.trace.emit(InfoFlags::ENTRIES, || {
+                    format!("device {}: entry associated {range} -> device {device_addr:#x}", self.number)
                 });
+                table.insert(e);
+                Ok(())
             }
-            if cols == 0 {
-                return Ok(0);
+            crate::data_env::Lookup::Inside(k) => match table.get(k) {
+                // Associating the same pair again is accepted, as libomptarget does.
+                Some(e) if e.associated && e.range == range && e.device_addr == device_addr => Ok(()),
+                Some(e) => Err(Error::AlreadyMapped { device: self.number, range, existing: e.range }),
+                None => Ok(()),
+            },
+            crate::data_env::Lookup::Extends(existing) => {
+                Err(Error::AlreadyMapped { device: self.number, range, existing })
             }
-            ld.checked_mul(cols - 1)
-                .and_then(|e| e.checked_add(rows))
-                .filter(|e| e.checked_mul(std::mem::size_of::<f32>()).is_some())
-                .ok_or_else(|| Error::Overflow {
-                    routine: "sgemm",
-                    what: format!(
-                        "{name}: span of {cols} columns of leading dimension {ld} and {rows} rows of f32"
-                    ),
-                })
-        };
-        let (ar, ac) = if self.transa { (self.k, self.m) } else { (self.m, self.k) };
-        let (br, bc) = if self.transb { (self.n, self.k) } else { (self.k, self.n) };
-        Ok((span("A", self.lda, ar, ac)?, span("B", self.ldb, br, bc)?, span("C", self.ldc, self.m, self.n)?))
-    }
-}
-
-/// One of a device's in-order queues: a CUDA or HIP stream; on a host device, its worker
-/// thread (one queue in fact, so every queue is ordered after every other there).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Queue {
-    /// Host->device copies.
-    CopyIn = 0,
-    /// Kernels, fills and copies within the device.
-    Compute = 1,
-    /// Device->host copies.
-    CopyOut = 2,
-}
-
-/// A point recorded in one of a device's queues ([`Backend::record`]): reached once the
-/// work enqueued there before it has completed. What it holds is the backend's own (a
-/// CUDA or HIP event, a host device's completion flag); only the backend that recorded it
-/// reads it.
-pub(crate) struct Event(Box<dyn Any + Send + Sync>);
-
-impl Event {
-    /// Wraps a backend's event.
-    pub(crate) fn new(e: impl Any + Send + Sync) -> Self {
-        Self(Box::new(e))
-    }
-
-    /// The backend's event, if it is of type `T`.
-    pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
-        self.0.downcast_ref()
-    }
-}
-
-impl fmt::Debug for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Event")
-    }
-}
-
-/// A launch as a recording keeps it ([`crate::Recording`]): the kernel, its work items
-/// and its arguments, translated to device addresses when it was recorded.
-#[derive(Clone, Debug)]
-pub(crate) struct RecordedLaunch {
-    pub kernel: Kernel,
-    pub n: usize,
-    pub args: Vec<KernelArg>,
-}
-
-/// A backend's replayable form of a recorded body (a CUDA graph); only the backend that
-/// made it reads it.
-pub(crate) struct Graph(Box<dyn Any + Send + Sync>);
-
-impl Graph {
-    /// Wraps a backend's graph.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn new(g: impl Any + Send + Sync) -> Self {
-        Self(Box::new(g))
-    }
-
-    /// The backend's graph, if it is of type `T`.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn get<T: 'static>(&self) -> Option<&T> {
-        self.0.downcast_ref()
-    }
-}
-
-impl fmt::Debug for Graph {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Graph")
-    }
-}
-
-/// The error for an event that another backend recorded.
-pub(crate) fn foreign_event(device: usize) -> crate::error::Error {
-    crate::error::Error::InvalidArgument {
-        routine: "event wait",
-        what: format!("device {device}: the event was recorded by a device of another backend"),
-    }
-}
-
-/// The per-vendor half of a device: allocation, copies, kernels.
-///
-/// Copies, fills and kernels are *enqueued* on one of the device's in-order [`Queue`]s and return
-/// without waiting; [`Backend::record`] marks a point in a queue, and only
-/// [`Backend::sync_event`], [`Backend::sync_queue`] and [`Backend::synchronize`] block.
-/// The blocking forms the constructs use (`write`, `read`, `copy`, `memset`) are those
-/// plus a synchronisation, written once here; so are `launch`, `copy_from_peer`,
-/// `copy_2d` and `sgemm` over their enqueued forms. Allocation, freeing and page-locking
-/// host memory are the driver's own synchronous calls. Device addresses are plain `u64`s; the
-/// generic layer above decides what they mean.
-pub(crate) trait Backend: Send + Sync + 'static {
-    /// Identity of the device.
-    fn description(&self) -> &DeviceDescription;
-
-    /// The device's UID (OpenMP 6.0's `omp_get_uid_from_device`): its driver UUID, else
-    /// `PCI:` and its bus id; host devices name themselves.
-    fn uid(&self) -> String {
-        let d = self.description();
-        match (&d.uuid, &d.pci_bus_id) {
-            (Some(u), _) => u.clone(),
-            (None, Some(bus)) => format!("PCI:{bus}"),
-            (None, None) => d.name.clone(),
         }
     }
 
-    /// Gives the device number `number` (its messages name it), when `OMP_AVAILABLE_DEVICES`
-    /// leaves out or reorders devices after discovery.
-    fn renumber(&mut self, number: usize);
-
-    /// Allocates `bytes > 0` of device memory (no pooling: the pool sits above).
-    fn alloc(&self, bytes: usize) -> Result<u64>;
-
-    /// Frees memory that [`Backend::alloc`] returned, after all queued work.
-    fn free(&self, addr: u64, bytes: usize) -> Result<()>;
-
-    /// Enqueues a copy of `bytes` from host memory to the device on `q`.
-    ///
-    /// # Safety
-    /// `src` must stay valid for reads of `bytes`, and unchanged, until the queue has
-    /// passed the copy (an event recorded after it has completed, or the queue has been
-    /// synchronised); `dst..dst+bytes` must lie inside one allocation of this device.
-    unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()>;
-
-    /// Enqueues a copy of `bytes` from the device to host memory on `q`.
-    ///
-    /// # Safety
-    /// `dst` must stay valid for writes of `bytes`, and not be otherwise accessed, until
-    /// the queue has passed the copy; `src..src+bytes` must lie inside one allocation of
-    /// this device.
-    unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()>;
-
-    /// Enqueues a copy of `bytes` between two places of this device's memory on `q`.
-    fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()>;
-
-    /// Enqueues setting `bytes` bytes at `dst` to `value` on `q`.
-    fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()>;
-
-    /// Records the point `q` has reached: the returned event completes when the work
-    /// enqueued on `q` before it has.
-    fn record(&self, q: Queue) -> Result<Event>;
-
-    /// Blocks until `e` (recorded by this device) has completed; an error of the work
-    /// before it, if the device reports one.
-    fn sync_event(&self, e: &Event) -> Result<()>;
-
-    /// Whether `e` (recorded by this device) has completed, without blocking; an error of
-    /// the work before it, if the device reports one (then it has completed).
-    fn event_done(&self, e: &Event) -> Result<bool> {
-        self.sync_event(e).map(|()| true)
-    }
-
-    /// Blocks until everything enqueued on `q` has completed.
-    fn sync_queue(&self, q: Queue) -> Result<()>;
-
-    /// Copies `bytes` from host memory to the device (the copy-in queue, waited for).
-    ///
-    /// # Safety
-    /// `src` must be valid for reads of `bytes` for the duration of the call, and
-    /// `dst..dst+bytes` must lie inside one allocation of this device.
-    unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
-        // SAFETY: forwarded; the queue is synchronised before `src` is given back.
-        unsafe { self.enqueue_write(Queue::CopyIn, dst, src, bytes)? };
-        self.sync_queue(Queue::CopyIn)
-    }
-
-    /// Copies `bytes` from the device to host memory (the copy-out queue, waited for).
-    ///
-    /// # Safety
-    /// `dst` must be valid for writes of `bytes` and not otherwise accessed during the
-    /// call; `src..src+bytes` must lie inside one allocation of this device.
-    unsafe fn read(&self, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
-        // SAFETY: forwarded; the queue is synchronised before `dst` is given back.
-        unsafe { self.enqueue_read(Queue::CopyOut, dst, src, bytes)? };
-        self.sync_queue(Queue::CopyOut)
-    }
-
-    /// Copies `bytes` between two places of this device's memory (waited for).
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
-        self.enqueue_copy(Queue::Compute, dst, src, bytes)?;
-        self.sync_queue(Queue::Compute)
-    }
-
-    /// Sets `bytes` bytes at `dst` to `value` (waited for).
-    fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
-        self.enqueue_memset(Queue::Compute, dst, value, bytes)?;
-        self.sync_queue(Queue::Compute)
-    }
-
-    /// Whether this device can copy directly from `src`'s memory.
-    fn can_access_peer(&self, src: &dyn Backend) -> bool;
-
-    /// Enqueues on `q` a copy from another device's memory into this one's directly (only
-    /// called when [`Backend::can_access_peer`] said yes); the source's queues are not
-    /// waited for: the caller orders the source's writes before it.
-    fn enqueue_copy_from_peer(
-        &self,
-        q: Queue,
-        dst: u64,
-        src: &dyn Backend,
-        src_addr: u64,
-        bytes: usize,
-    ) -> Result<()>;
-
-    /// [`Backend::enqueue_copy_from_peer`] on the copy-in queue, waited for.
-    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
-        self.enqueue_copy_from_peer(Queue::CopyIn, dst, src, src_addr, bytes)?;
-        self.sync_queue(Queue::CopyIn)
-    }
-
-    /// Gets `kernel` ready to launch (GPUs: compiled and loaded), so that a timed run does
-    /// not pay for it.
-    fn prepare(&self, _kernel: &Kernel) -> Result<()> {
-        Ok(())
-    }
-
-    /// Enqueues `kernel` over `n` work items on `q`, with arguments already translated to
-    /// device addresses. The arguments' values are taken by the call; the memory they name
-    /// must stay allocated until the queue has passed the kernel. A failure while it runs
-    /// is reported by a later synchronisation.
-    fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()>;
-
-    /// Makes `launches` one replayable graph (CUDA: captured on a stream of its own and
-    /// instantiated); `None` when the backend has none (host devices replay the list by
-    /// enqueuing each launch).
-    fn capture_graph(&self, _launches: &[RecordedLaunch]) -> Result<Option<Graph>> {
-        Ok(None)
-    }
-
-    /// Enqueues a graph that [`Backend::capture_graph`] made on the compute queue.
-    fn enqueue_graph(&self, _graph: &Graph) -> Result<()> {
-        Err(crate::error::Error::InvalidArgument {
-            routine: "replay",
-            what: format!("{}: this backend makes no graphs", self.description().name),
-        })
-    }
-
-    /// The grid and block (in blocks and threads) a launch of `kernel` over `n` items would
-    /// use, for the trace (`OFFLOAD_INFO` 0x10); `None` for devices without them (host
-    /// devices run items on a thread pool).
-    fn launch_geometry(&self, _kernel: &Kernel, _n: usize) -> Option<(u32, u32)> {
-        None
-    }
-
-    /// Runs `kernel` over `n` work items on the compute queue and waits for it; a failure
-    /// while it ran is [`crate::Error::KernelFailed`].
-    fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
-        self.enqueue_launch(Queue::Compute, kernel, n, args)?;
-        self.sync_queue(Queue::Compute).map_err(|e| match e {
-            crate::error::Error::Driver { device, message, .. } => {
-                crate::error::Error::KernelFailed { device, kernel: kernel.name(), message }
-            }
-            other => other,
-        })
-    }
-
-    /// Enqueues `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` on the
-    /// compute queue (GPUs: cuBLAS, no TF32; host devices: a straightforward parallel
-    /// product).
-    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()>;
-
-    /// [`Backend::enqueue_sgemm`], waited for.
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
-        self.enqueue_sgemm(g, a, b, c)?;
-        self.sync_queue(Queue::Compute)
-    }
-
-    /// Waits for all work queued on the device.
-    fn synchronize(&self) -> Result<()>;
-
-    /// Free and total device memory.
-    fn mem_info(&self) -> Result<MemInfo>;
-
-    /// The device's native handles, when it has any (GPUs).
-    fn interop(&self) -> Option<Interop> {
-        None
-    }
-
-    /// Whether the calling thread is one of this device's own kernel threads (a host
-    /// device's pool, running that device's kernels).
-    fn runs_current_thread(&self) -> bool {
-        false
-    }
-
-    /// Whether host copies from pageable memory should be staged through pinned buffers
-    /// (GPUs: yes; host devices copy directly).
-    fn wants_staging(&self) -> bool {
-        false
-    }
-
-    /// Enqueues a pitched 2-D copy as one driver operation on `q`; `false` (nothing
-    /// enqueued) when the backend has none.
-    ///
-    /// # Safety
-    /// Every row of both sides must stay valid memory (host memory on the destination side
-    /// not otherwise accessed) until the queue has passed the copy.
-    unsafe fn enqueue_copy_2d(&self, _q: Queue, _c: &Copy2d) -> Result<bool> {
-        Ok(false)
-    }
-
-    /// Runs a pitched 2-D copy as one driver operation (copy-out queue when the
-    /// destination is host memory, else copy-in), waited for; `false` when the backend has
-    /// none (the caller then copies row by row).
-    ///
-    /// # Safety
-    /// Every row of both sides must be valid memory (host memory for writes on the
-    /// destination side, not otherwise accessed during the call).
-    unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
-        let q = if matches!(c.dst, Place::Host(_)) { Queue::CopyOut } else { Queue::CopyIn };
-        // SAFETY: forwarded; the queue is synchronised before the rows are given back.
-        if !unsafe { self.enqueue_copy_2d(q, c)? } {
-            return Ok(false);
+    /// Removes the association at `host` (not a map clause's entry, not one held).
+    pub(crate) fn disassociate(&self, host: usize) -> Result<()> {
+        let mut table = self.table.lock();
+        let e = table.containing(host).cloned().ok_or(Error::NotAssociated {
+            device: self.number,
+            host,
+            found: "nothing is mapped there",
+        })?;
+        if !e.associated {
+            return Err(Error::NotAssociated {
+                device: self.number,
+                host,
+                found: "it was mapped by a map clause",
+            });
         }
-        self.sync_queue(q).map(|()| true)
-    }
-
-    /// Page-locks host memory so copies to and from it run at the link's speed; `false`
-    /// when the backend has no such notion (host devices).
-    ///
-    /// # Safety
-    /// `ptr..ptr+bytes` must be host memory that stays allocated until
-    /// [`Backend::unregister_host`].
-    unsafe fn register_host(&self, _ptr: *mut u8, _bytes: usize) -> Result<bool> {
-        Ok(false)
-    }
-
-    /// Undoes [`Backend::register_host`].
-    ///
-    /// # Safety
-    /// `ptr` was registered by this device and no copy on it is in flight.
-    unsafe fn unregister_host(&self, _ptr: *mut u8) -> Result<()> {
+        if e.hold_count > 0 {
+            return Err(Error::StillHeld { device: self.number, range: e.range, count: e.hold_count });
+        }
+        table.remove(e.range.begin);
+        self.trace
+            .emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
         Ok(())
     }
 
-    /// The injector of a fault-injecting wrapper ([`faults`]); `None` for real devices.
-    fn fault_injector(&self) -> Option<&FaultInjector> {
-        None
+    /// The device's staging ring, made on first use on the device's bound worker; `None`
+    /// when the device does not stage or the ring could not be made (then copies go to the
+    /// driver directly, and the report says why).
+    pub(crate) fn staging_ring(&self) -> Option<&StagingRing> {
+        if !self.staging_config.enabled || !self.backend.wants_staging() {
+            return None;
+        }
+        self.staging
+            .get_or_init(|| {
+                let name = format!("offload-dev{}", self.number);
+                // The copying thread is one of the crew: `threads - 1` helpers.
+                let cpus = self.placement.cpus.clone();
+                let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
+                let crew = CopyCrew::spawn(
+                    &name,
+                    Some((self.topology.clone(), cpus)),
+                    threads - 1,
+                    self.staging_config.min_piece,
+                )
+                .map_err(|e| format!("copy threads: {e}"))?;
+                let node =
+                    self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
+                let (cfg, topo) = (self.staging_config, self.topology.clone());
+                let backend = BackendRef(Arc::as_ptr(&self.backend));
+                self.worker
+                    .run(move || {
+                        let b = backend;
+                        // SAFETY: `self.backend` outlives this call, which waits for the job.
+                        let backend = unsafe { &*b.0 };
+                        StagingRing::new(&cfg, node, &topo, backend, crew).map_err(|e| e.to_string())
+                    })
+                    .map_err(|_| "the device worker ended".to_string())?
+            })
+            .as_ref()
+            .ok()
     }
 
-    /// For peer copies between devices of the same backend.
-    fn as_any(&self) -> &dyn Any;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_platforms_are_the_compiled_backends_in_order() {
-        let kinds: Vec<BackendKind> = platforms().iter().map(|p| p.kind()).collect();
-        assert_eq!(kinds, compiled_backends());
+    fn stages(&self, host: HostRange) -> Option<&StagingRing> {
+        if host.bytes < self.staging_config.min_bytes || self.pinned.contains(host) {
+            return None;
+        }
+        self.staging_ring()
     }
 
-    #[test]
-    fn an_event_gives_back_only_its_own_type() {
-        let e = Event::new(5u16);
-        assert_eq!(e.get::<u16>(), Some(&5));
-        assert!(e.get::<u32>().is_none());
-        assert!(matches!(foreign_event(3), crate::error::Error::InvalidArgument { .. }));
+    /// Host->device copy of `host` to `dst`: staged for large pageable ranges, direct
+    /// otherwise; says whether it was staged.
+    ///
+    /// # Safety
+    /// `host` valid for reads; `dst` device memory of the range's size.
+    pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<bool> {
+        match self.stages(host) {
+            Some(ring) => {
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }.map(|()| true)
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) }.map(|()| false),
+        }
+    }
+
+    /// Device->host copy of `src` into `host`, staged or direct as [`DeviceState::write_host`].
+    ///
+    /// # Safety
+    /// `host` valid for exclusive writes; `src` device memory of the range's size.
+    pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<bool> {
+        match self.stages(host) {
+            Some(ring) => {
+                // SAFETY: forwarded from the caller.
+                unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }.map(|()| true)
+            }
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) }.map(|()| false),
+        }
+    }
+
+    /// The device's copy-in, compute and copy-out lanes, started on first use.
+    pub(crate) fn lanes(&self) -> Result<&Lanes> {
+        let lanes = self.lanes.get_or_init(|| {
+            let spawn = |name: &str| {
+                DeviceWorker::spawn(
+                    format!("offload-dev{}-{name}", self.number),
+                    Arc::clone(&self.topology),
+                    self.placement.cpus.clone(),
+                )
+            };
+            Ok(Lanes::new([spawn("in")?, spawn("compute")?, spawn("out")?]))
+        });
+        lanes.as_ref().map_err(|e: &std::io::Error| Error::Driver {
+            device: self.number,
+            call: "spawn the device's lane threads",
+            message: e.to_string(),
+        })
     }
 }

@@ -10,10 +10,10 @@ use parking_lot::Mutex;
 
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::data_env::PresentTable;
-use crate::device::host::{default_capacity, HostDevice, KernelPool};
-use crate::device::Backend;
-use crate::device_state::audit::{AuditActivity, ConstructAudit};
-use crate::device_state::{DeviceState, InFlight, PinnedRanges, TransferCounters};
+use crate::backend::host::{default_capacity, HostDevice, KernelPool};
+use crate::backend::Backend;
+use crate::device::audit::{AuditActivity, ConstructAudit};
+use crate::device::{DeviceState, InFlight, PinnedRanges, TransferCounters};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::memory_pool::{MemoryPool, PoolConfig};
@@ -38,7 +38,7 @@ pub struct RuntimeBuilder {
     capture_info: bool,
     peer_access: bool,
     gpus: bool,
-    faults: Option<crate::device::FaultPlan>,
+    faults: Option<crate::backend::FaultPlan>,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -124,9 +124,9 @@ impl RuntimeBuilder {
     }
 
     /// Test-only: each host device fails operations as `plan` says (see
-    /// [`crate::device::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
+    /// [`crate::backend::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
     #[doc(hidden)]
-    pub fn inject_faults(mut self, plan: crate::device::FaultPlan) -> Self {
+    pub fn inject_faults(mut self, plan: crate::backend::FaultPlan) -> Self {
         self.faults = Some(plan);
         self
     }
@@ -210,7 +210,7 @@ impl RuntimeBuilder {
                 if !cfg!(feature = "cuda") {
                     report.push_str("cuda: not compiled in (cargo feature `cuda` off)\n");
                 }
-                for platform in crate::device::platforms() {
+                for platform in crate::backend::platforms() {
                     let (gpus, line) = platform.discover(devices.len());
                     report.push_str(&line);
                     report.push('\n');
@@ -237,10 +237,10 @@ impl RuntimeBuilder {
                     self.peer_access,
                 );
                 let d: Box<dyn Backend> = match &self.faults {
-                    Some(plan) => Box::new(crate::device::faults::Faulty::new(
+                    Some(plan) => Box::new(crate::backend::faults::Faulty::new(
                         Box::new(d),
                         number,
-                        Arc::new(crate::device::FaultInjector::new(plan.for_device(number))),
+                        Arc::new(crate::backend::FaultInjector::new(plan.for_device(number))),
                     )),
                     None => Box::new(d),
                 };

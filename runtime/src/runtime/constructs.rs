@@ -4,9 +4,9 @@
 use std::panic::Location;
 
 use super::*;
-use crate::device::Queue;
-use crate::device_state::audit::AuditRule;
-use crate::device_state::{recorder, DeviceState, Origin, Wait};
+use crate::backend::Queue;
+use crate::device::audit::AuditRule;
+use crate::device::{recorder, DeviceState, Origin, Wait};
 use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
@@ -273,7 +273,7 @@ impl Runtime {
             let (a, mut in_use) = d.translate_args(kernel, args)?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
-            let launch = crate::device::RecordedLaunch { kernel: *kernel, n, args: a };
+            let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
             recorder::push(launch, in_use.take_blocks());
             return Ok(());
         }

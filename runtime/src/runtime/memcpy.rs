@@ -7,8 +7,8 @@
 //! nothing (host devices without peer access, staging turned off) through a host bounce
 //! buffer.
 
-use crate::device::{Copy2d, Place};
-use crate::device_state::{DeviceState, Target};
+use crate::backend::{Copy2d, Place};
+use crate::device::{DeviceState, Target};
 use crate::error::{Error, HostRange, Result};
 use crate::runtime::Runtime;
 use crate::validate;

@@ -22,8 +22,8 @@ use parking_lot::Mutex;
 
 use crate::config::{OffloadPolicy, Settings};
 use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
-use crate::device::{DeviceDescription, MemInfo};
-use crate::device_state::{DeviceState, PinnedRanges, Target, TransferStats};
+use crate::backend::{DeviceDescription, MemInfo};
+use crate::device::{DeviceState, PinnedRanges, Target, TransferStats};
 use crate::error::{Error, HostRange, Result};
 use crate::info::Trace;
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, LaunchArg};

@@ -94,7 +94,7 @@ impl Runtime {
             Target::Device(_) if host.bytes == 0 => true,
             Target::Device(d) => {
                 let kind = d.backend.description().kind;
-                kind != crate::device::BackendKind::Host && self.inner.pinned.pinned_by(host) == Some(kind)
+                kind != crate::backend::BackendKind::Host && self.inner.pinned.pinned_by(host) == Some(kind)
             }
         })
     }
@@ -130,7 +130,7 @@ impl Runtime {
     /// own libraries on the runtime's queue: `None` for host devices and the initial
     /// device. What the caller enqueues with them is ordered with the runtime's kernels on
     /// that device; [`Runtime::synchronize`] waits for it too.
-    pub fn interop(&self, device: usize) -> Result<Option<crate::device::Interop>> {
+    pub fn interop(&self, device: usize) -> Result<Option<crate::backend::Interop>> {
         Ok(match self.target(device)? {
             Target::Initial => None,
             Target::Device(d) => d.backend.interop(),
@@ -155,15 +155,15 @@ impl Runtime {
     /// Test-only: what device `device` saw and failed on purpose, when the runtime was built
     /// with `RuntimeBuilder::inject_faults` (`None` for a device without injected faults).
     #[doc(hidden)]
-    pub fn fault_counts(&self, device: usize) -> Result<Option<crate::device::FaultCounts>> {
+    pub fn fault_counts(&self, device: usize) -> Result<Option<crate::backend::FaultCounts>> {
         Ok(self.device_state(device)?.backend.fault_injector().map(|i| i.counts()))
     }
 
     /// Test-only: fails the `k`-th operation of `kind` on device `device` from now on
-    /// ([`crate::device::FaultInjector::arm`]); `false` for a device without injected
+    /// ([`crate::backend::FaultInjector::arm`]); `false` for a device without injected
     /// faults. `disarm_faults` takes back what has not fired.
     #[doc(hidden)]
-    pub fn arm_fault(&self, device: usize, kind: crate::device::FaultKind, k: u64) -> Result<bool> {
+    pub fn arm_fault(&self, device: usize, kind: crate::backend::FaultKind, k: u64) -> Result<bool> {
         let injector = self.device_state(device)?.backend.fault_injector();
         injector.iter().for_each(|i| i.arm(kind, k));
         Ok(injector.is_some())
@@ -248,7 +248,7 @@ impl Runtime {
     pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
         let d = self.device_state(device)?;
         // Memory that queued work holds is in use until the work is done (see `pool_usage`).
-        d.finish_queued_quietly(crate::device_state::Wait::Events);
+        d.finish_queued_quietly(crate::device::Wait::Events);
         d.backend.mem_info()
     }
 
@@ -263,7 +263,7 @@ impl Runtime {
         let d = self.device_state(device)?;
         // Memory that queued work holds is counted until the work is done: wait for it (a
         // failure of it stays for a synchronising call to report).
-        d.finish_queued_quietly(crate::device_state::Wait::Events);
+        d.finish_queued_quietly(crate::device::Wait::Events);
         Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
     }
 
@@ -332,7 +332,7 @@ impl Runtime {
 
 /// Whether `uid` names device `b`: its UID, or (for a GPU) its PCI bus id with or without
 /// the `PCI:` prefix; in any case.
-pub(crate) fn uid_matches(b: &dyn crate::device::Backend, uid: &str) -> bool {
+pub(crate) fn uid_matches(b: &dyn crate::backend::Backend, uid: &str) -> bool {
     let uid = uid.trim();
     b.uid().eq_ignore_ascii_case(uid)
         || b.description()
@@ -344,7 +344,7 @@ pub(crate) fn uid_matches(b: &dyn crate::device::Backend, uid: &str) -> bool {
 /// The device of `backends` (numbered in order, the initial device after them) that `uid`
 /// names: `host` is the initial device.
 pub(crate) fn find_uid<'a>(
-    backends: impl ExactSizeIterator<Item = &'a dyn crate::device::Backend>,
+    backends: impl ExactSizeIterator<Item = &'a dyn crate::backend::Backend>,
     uid: &str,
 ) -> Option<usize> {
     let initial = backends.len();

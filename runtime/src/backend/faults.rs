@@ -73,7 +73,7 @@ impl FaultKind {
 /// Which operations of a device fail.
 ///
 /// ```
-/// use offload::device::{FaultKind, FaultPlan};
+/// use offload::backend::{FaultKind, FaultPlan};
 /// // The third host-to-device copy fails; then one launch in ten, from seed 7.
 /// let plan = FaultPlan::default().fail_nth(FaultKind::CopyIn, 3).random(7, 0.1, &[FaultKind::Launch]);
 /// assert_eq!(plan.nth(), &[(FaultKind::CopyIn, 3)]);

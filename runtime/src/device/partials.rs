@@ -20,7 +20,7 @@ impl Drop for Partials<'_> {
     fn drop(&mut self) {
         let d = self.device;
         if !self.waited {
-            let _ = d.backend.sync_queue(crate::device::Queue::Compute);
+            let _ = d.backend.sync_queue(crate::backend::Queue::Compute);
         }
         d.give_back_slots(&self.slots);
         let _ = d.pool.free(&*d.backend, d.number, self.addr, Owner::User);

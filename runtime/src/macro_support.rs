@@ -597,7 +597,7 @@ pub fn launch_checked<A: KernelArgs>(
 fn runs_host_twin(device: &Device<'_>) -> Result<bool> {
     let rt = device.runtime();
     Ok(device.number() == rt.initial_device()
-        || rt.describe(device.number())?.kind == crate::device::BackendKind::Host)
+        || rt.describe(device.number())?.kind == crate::backend::BackendKind::Host)
 }
 
 /// The error a checked launch's `report` (see [`REPORT_WORDS`]) describes, if any.
@@ -779,11 +779,11 @@ pub fn launch_reduce<A: KernelArgs>(
         // The partials: set by a queued copy, read back by one queued copy behind the
         // kernel, the call's one wait. Not inside a recorded body: a replay could not
         // return the value.
-        if crate::device_state::recorder::recording(rt.identity(), number) {
-            return Err(crate::device_state::recorder::refused(number, "a reduction's `reduce`"));
+        if crate::device::recorder::recording(rt.identity(), number) {
+            return Err(crate::device::recorder::refused(number, "a reduction's `reduce`"));
         }
         let d = rt.device_state(number)?;
-        let origin = crate::device_state::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
+        let origin = crate::device::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
         d.with_partials(&mut host, |base| {
             let slots = slots_at(base);
             let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use super::{BlocksInUse, DeviceState};
 use crate::data_env::plan::Short;
-use crate::device::{Backend, Event, Queue};
+use crate::backend::{Backend, Event, Queue};
 use crate::error::{Error, HostRange, Result};
 
 /// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 
 use crate::data_env::plan::Short;
-use crate::device::RecordedLaunch;
+use crate::backend::RecordedLaunch;
 use crate::error::Error;
 
 /// The recording this thread is making: its runtime (by address), device, launches and

@@ -79,7 +79,7 @@ impl QueuedSlots<'_> {
     fn finish(mut self, origin: Origin) {
         let slots = std::mem::take(&mut self.1);
         if !slots.is_empty() {
-            if let Err(e) = self.0.backend.sync_queue(crate::device::Queue::Compute) {
+            if let Err(e) = self.0.backend.sync_queue(crate::backend::Queue::Compute) {
                 self.0.keep_failure(origin, e);
             }
             self.0.give_back_slots(&slots);
@@ -90,7 +90,7 @@ impl QueuedSlots<'_> {
 impl Drop for QueuedSlots<'_> {
     fn drop(&mut self) {
         if !self.1.is_empty() {
-            let _ = self.0.backend.sync_queue(crate::device::Queue::Compute);
+            let _ = self.0.backend.sync_queue(crate::backend::Queue::Compute);
             self.0.give_back_slots(&self.1);
         }
     }
@@ -103,7 +103,7 @@ struct WaitOnUnwind<'a>(&'a DeviceState, bool);
 impl Drop for WaitOnUnwind<'_> {
     fn drop(&mut self) {
         if self.1 {
-            let _ = self.0.backend.sync_queue(crate::device::Queue::Compute);
+            let _ = self.0.backend.sync_queue(crate::backend::Queue::Compute);
         }
     }
 }
