@@ -29,23 +29,20 @@
 
 #![warn(missing_docs)]
 
+pub mod api;
+pub mod backend;
 pub mod cluster;
 pub mod config;
 mod copy_crew;
 pub mod data_env;
-pub mod backend;
-pub mod device_buffer;
-pub mod device_global;
 mod device;
 pub mod error;
-mod macro_support;
 pub mod index_space;
 pub mod info;
 pub mod kernel;
 pub mod kernel_cache;
 mod latch;
-pub mod mapped;
-pub mod mapping;
+mod macro_support;
 mod memory_pool;
 pub mod nowait;
 pub mod omp;
@@ -60,11 +57,11 @@ pub mod topology;
 mod validate;
 mod worker;
 
+pub use api::{Association, DeviceBuffer, DeviceGlobal, GlobalArg, HostMut, Mapped};
+pub use api::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead};
+pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
-pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
-pub use device_buffer::{Association, DeviceBuffer};
-pub use device_global::{DeviceGlobal, GlobalArg};
 #[doc(hidden)]
 pub use device::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
 pub use device::TransferStats;
@@ -75,10 +72,6 @@ pub use kernel::{barrier, erf, erfc, team_local, ErrorFunction};
 pub use kernel::{
     DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, Scalar,
     ShapeParam,
-};
-pub use mapped::{HostMut, Mapped};
-pub use mapping::{
-    BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead,
 };
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
@@ -105,8 +98,8 @@ pub mod __private {
 /// `to` and `alloc` borrow shared; `from` and `tofrom` borrow exclusively, since the
 /// device's data is copied back into them.
 pub mod map {
+    use crate::api::Map;
     use crate::kernel::DeviceCopy;
-    use crate::mapping::Map;
     use crate::MapType;
 
     /// `map(to: s)`.

@@ -10,10 +10,10 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use crate::api::{Device, DeviceSlice, KernelArgs, KernelArgument};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{HostLaunch, Kernel, KernelScalar, KernelStruct, Scalar};
-use crate::mapping::{Device, DeviceSlice, KernelArgs, KernelArgument};
 
 /// Element types of generated kernels' slices: loaded and stored as relaxed atomics.
 ///

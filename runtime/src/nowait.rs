@@ -52,11 +52,11 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::api::{Device, DeviceSlice, KernelArgs, MapList};
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
 use crate::error::{panic_message, Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
-use crate::mapping::{Device, DeviceSlice, KernelArgs, MapList};
 use crate::runtime::{MapConstruct, Runtime};
 
 /// Which of a device's three lanes runs a task.
@@ -622,7 +622,7 @@ unsafe impl<T> ExitList for DeviceSlice<'_, T> {
                 ),
             });
         }
-        if self.on_exit == crate::mapping::ViewExit::Refuse {
+        if self.on_exit == crate::api::ViewExit::Refuse {
             return Err(Error::InvalidArgument {
                 routine: "NowaitScope::exit",
                 what: format!(

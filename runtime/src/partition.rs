@@ -27,11 +27,11 @@
 
 use std::ops::Range;
 
+use crate::api::DeviceSlice;
 use crate::data_env::{MapItem, MapType, UpdateDirection};
 use crate::device::{BlocksInUse, Target};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
-use crate::mapping::DeviceSlice;
 use crate::runtime::Runtime;
 
 /// `n` items in `parts` contiguous blocks.
@@ -214,8 +214,8 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
                 r.len() * self.part.row_len,
             )
         };
-        let mut v = crate::mapping::view_of(s, self.devices[p], true);
-        v.on_exit = crate::mapping::ViewExit::Release;
+        let mut v = crate::api::view_of(s, self.devices[p], true);
+        v.on_exit = crate::api::ViewExit::Release;
         v
     }
 

@@ -41,10 +41,10 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::{Injector, Steal};
 use parking_lot::Mutex;
 
+use crate::api::{view_of, Device, DeviceSlice, Map};
 use crate::data_env::{MapItem, MapType};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
-use crate::mapping::{view_of, Device, DeviceSlice, Map};
 use crate::nowait::Task;
 use crate::runtime::Runtime;
 

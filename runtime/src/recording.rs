@@ -52,13 +52,13 @@
 
 use std::panic::Location;
 
-use crate::data_env::plan::Short;
+use crate::api::Device;
 use crate::backend::{Graph, Queue, RecordedLaunch};
+use crate::data_env::plan::Short;
 use crate::device::recorder::{self, refused};
 use crate::device::{BlocksInUse, DeviceState, Origin};
 use crate::error::{Error, Result};
 use crate::info::{InfoFields, InfoFlags};
-use crate::mapping::Device;
 use crate::runtime::Runtime;
 
 /// Ends this thread's recording when a body returns or unwinds: the blocks it pinned are

@@ -16,8 +16,8 @@ use std::ptr::NonNull;
 
 use parking_lot::Mutex;
 
-use crate::copy_crew::CopyCrew;
 use crate::backend::{Backend, Event, Queue};
+use crate::copy_crew::CopyCrew;
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 

@@ -1,6 +1,6 @@
 // A kernel argument names memory that launches trust, so implementing the trait is an
 // unsafe promise: a safe `impl` does not compile.
-use offload::mapping::KernelArgument;
+use offload::api::KernelArgument;
 use offload::{Kernel, LaunchArg, Result};
 
 struct Anywhere(usize);

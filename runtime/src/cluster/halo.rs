@@ -11,11 +11,11 @@ use mpi::traits::*;
 use mpi::Count;
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::cluster::world::Cluster;
+use crate::api::HostBuffer;
 use crate::backend::BackendKind;
+use crate::cluster::world::Cluster;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
-use crate::mapping::HostBuffer;
 use crate::partition::{DistributedArray, RowPartition};
 use crate::runtime::Runtime;
 

@@ -25,8 +25,8 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use super::{BlocksInUse, DeviceState};
-use crate::data_env::plan::Short;
 use crate::backend::{Backend, Event, Queue};
+use crate::data_env::plan::Short;
 use crate::error::{Error, HostRange, Result};
 
 /// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.

@@ -19,9 +19,9 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::backend::{Backend, BackendKind};
 use crate::copy_crew::CopyCrew;
 use crate::data_env::{Entry, PresentTable};
-use crate::backend::{Backend, BackendKind};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFields, InfoFlags, Trace};
 use crate::kernel::LaunchArg;

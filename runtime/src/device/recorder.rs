@@ -4,8 +4,8 @@
 
 use std::cell::RefCell;
 
-use crate::data_env::plan::Short;
 use crate::backend::RecordedLaunch;
+use crate::data_env::plan::Short;
 use crate::error::Error;
 
 /// The recording this thread is making: its runtime (by address), device, launches and

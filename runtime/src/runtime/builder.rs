@@ -8,10 +8,10 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
-use crate::data_env::PresentTable;
 use crate::backend::host::{default_capacity, HostDevice, KernelPool};
 use crate::backend::Backend;
+use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
+use crate::data_env::PresentTable;
 use crate::device::audit::{AuditActivity, ConstructAudit};
 use crate::device::{DeviceState, InFlight, PinnedRanges, TransferCounters};
 use crate::error::{Error, Result};

@@ -20,9 +20,9 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::backend::{DeviceDescription, MemInfo};
 use crate::config::{OffloadPolicy, Settings};
 use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
-use crate::backend::{DeviceDescription, MemInfo};
 use crate::device::{DeviceState, PinnedRanges, Target, TransferStats};
 use crate::error::{Error, HostRange, Result};
 use crate::info::Trace;

@@ -35,10 +35,10 @@
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::api::{Device, KernelArgument, SharedView};
 use crate::data_env::UpdateDirection;
 use crate::error::{HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
-use crate::mapping::{Device, KernelArgument, SharedView};
 
 /// A `declare target` variable; see the [module documentation](self).
 pub struct DeviceGlobal<T: DeviceCopy> {

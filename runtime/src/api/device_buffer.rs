@@ -28,10 +28,10 @@
 
 use std::marker::PhantomData;
 
+use crate::api::{Device, DeviceSlice, KernelArgument, SharedView};
 use crate::data_env::UpdateDirection;
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
-use crate::mapping::{Device, DeviceSlice, KernelArgument, SharedView};
 
 /// `len` elements of `T` in one device's memory, freed on drop.
 pub struct DeviceBuffer<'rt, T: DeviceCopy> {
@@ -288,9 +288,9 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
     /// The associated host range as a kernel argument (translated through the present
     /// table to the buffer's memory).
     pub fn view(&self) -> DeviceSlice<'_, T> {
-        let mut v = crate::mapping::view_of(self.host, self.buffer.device.number(), true);
+        let mut v = crate::api::view_of(self.host, self.buffer.device.number(), true);
         // The guard ends the association; an exit through the view is refused.
-        v.on_exit = crate::mapping::ViewExit::Refuse;
+        v.on_exit = crate::api::ViewExit::Refuse;
         v
     }
 

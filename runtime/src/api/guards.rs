@@ -30,10 +30,10 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::panic::Location;
 
+use crate::api::{Device, DeviceSlice, MapList};
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
-use crate::mapping::{Device, DeviceSlice, MapList};
 use crate::runtime::MapConstruct;
 
 /// How a [`Mapped`] ends.

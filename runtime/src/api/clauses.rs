@@ -1,0 +1,157 @@
+//! Map clauses over borrowed host slices ([`Map`]) and map lists ([`MapList`]).
+
+use std::marker::PhantomData;
+
+use crate::data_env::{MapItem, MapType};
+use crate::error::HostRange;
+use crate::kernel::DeviceCopy;
+
+use super::*;
+
+/// One map clause over a borrowed host slice. Made by the functions of [`crate::map`].
+#[derive(Debug)]
+#[must_use = "a map does nothing until given to a construct"]
+pub struct Map<'a, T> {
+    item: MapItem,
+    writable: bool,
+    _borrow: PhantomData<&'a [T]>,
+}
+
+impl<'a, T: DeviceCopy> Map<'a, T> {
+    pub(crate) fn shared(s: &'a [T], map_type: MapType) -> Self {
+        Self { item: MapItem::slice(s, map_type), writable: false, _borrow: PhantomData }
+    }
+
+    pub(crate) fn exclusive(s: &'a mut [T], map_type: MapType) -> Self {
+        Self { item: MapItem::slice_mut(s, map_type), writable: true, _borrow: PhantomData }
+    }
+
+    /// Adds the `always` modifier.
+    pub fn always(mut self) -> Self {
+        self.item.map_type = self.item.map_type.always();
+        self
+    }
+
+    /// Adds the `present` modifier.
+    pub fn present(mut self) -> Self {
+        self.item.map_type = self.item.map_type.present();
+        self
+    }
+
+    /// Adds the `hold` modifier (LLVM's `ompx_hold`): the map moves the entry's hold count,
+    /// so no `exit data` removes the entry while the region lasts (regions only:
+    /// [`Device::data`], [`Device::target`]).
+    pub fn hold(mut self) -> Self {
+        self.item.map_type = self.item.map_type.hold();
+        self
+    }
+
+    /// The map item in the OpenMP shape.
+    pub fn item(&self) -> MapItem {
+        self.item
+    }
+}
+
+/// A list of maps given to one construct: a [`Map`], a tuple of lists, or a `Vec` of maps.
+///
+/// # Safety
+/// An implementation is trusted by the constructs that copy through its items: every
+/// range `items` and `exit_items` name must stay valid (and, for kinds that copy to the
+/// host, and every range `exclusive_ranges` names, exclusively borrowed) for `'a`, and
+/// `views` must name only those ranges. The crate's own implementations (a [`Map`],
+/// tuples and `Vec`s of them) are the ones to use.
+pub unsafe trait MapList<'a> {
+    /// The device views the construct's body receives, in the same shape.
+    type Views;
+    /// Appends the map items in list order.
+    fn items(&self, out: &mut Vec<MapItem>);
+    /// Appends, in list order, the items that end what [`MapList::items`] began with
+    /// `target exit data`: `from` (keeping `always`) for maps that copy back, `release`
+    /// for the others.
+    fn exit_items(&self, out: &mut Vec<MapItem>);
+    /// Appends the host ranges borrowed exclusively.
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>);
+    /// The views on `device`; `by_guard` for views of a [`crate::Mapped`] guard, which an
+    /// exit through them ([`crate::NowaitScope::exit`]) refuses: the guard ends its mapping.
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views;
+}
+
+// SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
+    type Views = DeviceSlice<'a, T>;
+    fn items(&self, out: &mut Vec<MapItem>) {
+        out.push(self.item);
+    }
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        let t = self.item.map_type;
+        let kind = if t.copies_out() { MapType::FROM } else { MapType::RELEASE };
+        let kind = if t.always && t.copies_out() { kind.always() } else { kind };
+        out.push(MapItem::new(self.item.range, kind));
+    }
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+        if self.writable {
+            out.push(self.item.range);
+        }
+    }
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+        let copies_back = self.writable && self.item.map_type.copies_out();
+        DeviceSlice {
+            device,
+            host: self.item.range.begin,
+            len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
+            writable: self.writable,
+            on_exit: match (by_guard, copies_back) {
+                (true, _) => ViewExit::Refuse,
+                (false, true) => ViewExit::CopyBack,
+                (false, false) => ViewExit::Release,
+            },
+            _borrow: PhantomData,
+        }
+    }
+}
+
+// SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+unsafe impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
+    type Views = Vec<DeviceSlice<'a, T>>;
+    fn items(&self, out: &mut Vec<MapItem>) {
+        out.extend(self.iter().map(|m| m.item));
+    }
+    fn exit_items(&self, out: &mut Vec<MapItem>) {
+        self.iter().for_each(|m| m.exit_items(out));
+    }
+    fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+        self.iter().for_each(|m| m.exclusive_ranges(out));
+    }
+    fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+        self.iter().map(|m| m.views(device, by_guard)).collect()
+    }
+}
+
+macro_rules! map_list_tuple {
+    ($($n:ident : $i:tt),+) => {
+        // SAFETY: a `Map` borrows its slice for 'a (exclusively for the kinds that copy back).
+        unsafe impl<'a, $($n: MapList<'a>),+> MapList<'a> for ($($n,)+) {
+            type Views = ($($n::Views,)+);
+            fn items(&self, out: &mut Vec<MapItem>) {
+                $(self.$i.items(out);)+
+            }
+            fn exit_items(&self, out: &mut Vec<MapItem>) {
+                $(self.$i.exit_items(out);)+
+            }
+            fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
+                $(self.$i.exclusive_ranges(out);)+
+            }
+            fn views(&self, device: usize, by_guard: bool) -> Self::Views {
+                ($(self.$i.views(device, by_guard),)+)
+            }
+        }
+    };
+}
+map_list_tuple!(A: 0);
+map_list_tuple!(A: 0, B: 1);
+map_list_tuple!(A: 0, B: 1, C: 2);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
+map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);

@@ -1,0 +1,267 @@
+//! The [`Device`] handle: one device of a runtime and the constructs of the safe API on it.
+
+use crate::data_env::UpdateDirection;
+use crate::error::{Error, HostRange, Result};
+use crate::kernel::LaunchArg;
+use crate::kernel::{DeviceCopy, Kernel};
+use crate::runtime::Runtime;
+
+use super::*;
+
+/// One device (or the initial device) of a runtime, for the safe API.
+#[derive(Clone, Copy, Debug)]
+pub struct Device<'rt> {
+    rt: &'rt Runtime,
+    number: usize,
+}
+
+impl Runtime {
+    /// Device `number` for the safe API; `initial_device()` gives the host fallback.
+    pub fn device(&self, number: usize) -> Result<Device<'_>> {
+        self.target(number)?;
+        Ok(Device { rt: self, number })
+    }
+
+    /// The `if` clause: device `number` when `condition` holds, else the initial device
+    /// (regions run on the host, data constructs do nothing), as OpenMP's `if(false)`.
+    pub fn device_if(&self, condition: bool, number: usize) -> Result<Device<'_>> {
+        let d = self.device(number)?;
+        if condition {
+            Ok(d)
+        } else {
+            self.device(self.initial_device())
+        }
+    }
+}
+
+impl<'rt> Device<'rt> {
+    /// The device number.
+    pub fn number(&self) -> usize {
+        self.number
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &'rt Runtime {
+        self.rt
+    }
+
+    /// `#pragma omp target data map(...)`: maps `maps`, runs `body` with their device
+    /// views, then unmaps them (copying `from` ranges back) whether `body` failed or not.
+    ///
+    /// A panic of `body` ends the region as an error would (its maps are ended, so
+    /// nothing it mapped stays mapped), then resumes: `body` is the caller's own code.
+    #[track_caller]
+    pub fn data<'a, L: MapList<'a>, R>(
+        &self,
+        maps: L,
+        body: impl FnOnce(L::Views) -> Result<R>,
+    ) -> Result<R> {
+        let mut items = Vec::new();
+        maps.items(&mut items);
+        // SAFETY: every item borrows its host slice for 'a (shared for reads, exclusive for
+        // `from` kinds), and `maps` is alive until the end of this function.
+        unsafe { self.rt.target_data_begin(self.number, &items)? };
+        // A panic of `body` is held until the region has ended.
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(maps.views(self.number, false))));
+        // SAFETY: as above.
+        let end = unsafe { self.rt.target_data_end(self.number, &items) };
+        drop(maps);
+        let r = r.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        end.map(|()| r)
+    }
+
+    /// `#pragma omp target enter data` over borrowed slices; the returned guard ends it
+    /// (`target exit data`: `from` for maps that copy back, `release` for the others) when
+    /// dropped or [`Mapped::exit`](crate::Mapped::exit)ed, so the slices stay borrowed for as long as they are
+    /// mapped. `map::from` enters as `alloc` (and copies back at the end).
+    ///
+    /// ```
+    /// use offload::{map, Runtime};
+    /// let rt = Runtime::builder().host_devices(1).build()?;
+    /// let gpu = rt.device(0)?;
+    /// let (x, mut y) = (vec![1u8; 64], vec![0u8; 64]);
+    /// let entered = gpu.enter_data((map::to(&x), map::from(&mut y)))?;
+    /// let (xv, _yv) = entered.views();
+    /// assert!(rt.is_present(x.as_ptr() as usize, 0)? && xv.len() == 64);
+    /// entered.exit()?; // or drop it
+    /// assert!(rt.live_mappings().is_empty());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn enter_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
+        crate::Mapped::enter(*self, maps)
+    }
+
+    /// `#pragma omp target data map(...)` as a guard: the region ends (its maps' exit
+    /// half) when the guard is dropped or [`Mapped::exit`](crate::Mapped::exit)ed. Unlike [`Device::data`]'s
+    /// body, the guard lends the host copy of exclusively borrowed maps
+    /// ([`Mapped::host_mut`](crate::Mapped::host_mut)) for the `target update` pattern.
+    #[track_caller]
+    pub fn data_region<'a, L: MapList<'a>>(&self, maps: L) -> Result<crate::Mapped<'rt, 'a, L>> {
+        crate::Mapped::region(*self, maps)
+    }
+
+    /// `#pragma omp target exit data` over borrowed slices (`from` needs `&mut`).
+    #[track_caller]
+    pub fn exit_data<'a, L: MapList<'a>>(&self, maps: L) -> Result<()> {
+        let mut items = Vec::new();
+        maps.items(&mut items);
+        // SAFETY: `from` kinds are only made from exclusive borrows, held by `maps`.
+        unsafe { self.rt.exit_data(self.number, &items) }
+    }
+
+    /// `#pragma omp target update to(...)`.
+    #[track_caller]
+    pub fn update_to<T: DeviceCopy>(&self, host: &[T]) -> Result<()> {
+        // SAFETY: `host` is borrowed for reads during the call.
+        unsafe { self.rt.update(self.number, UpdateDirection::To, &[(HostRange::of(host), false)]) }
+    }
+
+    /// `#pragma omp target update from(...)`.
+    #[track_caller]
+    pub fn update_from<T: DeviceCopy>(&self, host: &mut [T]) -> Result<()> {
+        // SAFETY: `host` is borrowed exclusively during the call; any bits are valid `T`.
+        unsafe { self.rt.update(self.number, UpdateDirection::From, &[(HostRange::of(host), false)]) }
+    }
+
+    /// Gets `kernel` ready on this device (GPUs compile and load it on first use; this
+    /// does it now, e.g. before a timed run). A no-op on host devices.
+    pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        match self.rt.target(self.number)? {
+            crate::device::Target::Device(d) => d.backend.prepare(kernel),
+            crate::device::Target::Initial => Ok(()),
+        }
+    }
+
+    /// Runs `kernel` over `n` work items; views among `args` must be mapped on this device
+    /// (a target region whose arguments are all present).
+    #[track_caller]
+    pub fn launch<A: KernelArgs>(&self, kernel: &Kernel, n: usize, args: A) -> Result<()> {
+        self.launch_at(kernel, n, args, std::panic::Location::caller())
+    }
+
+    /// [`Device::launch`] as called from `at` (for the trace's construct line).
+    pub(crate) fn launch_at<A: KernelArgs>(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        args: A,
+        at: &'static std::panic::Location<'static>,
+    ) -> Result<()> {
+        let mut launch_args = args.launch_args(self.number, kernel)?;
+        // On the initial device views are host memory itself; a view of a shared borrow
+        // gets a private copy so that a kernel writing to it cannot write through `&`.
+        // 16-byte words: the copy is aligned for every element type up to 16 bytes, and an
+        // empty view still gets a real, aligned address.
+        let mut copies: Vec<Vec<u128>> = Vec::new();
+        if self.number == self.rt.initial_device() {
+            for (i, range) in args.shared_views() {
+                let mut words = vec![0u128; range.bytes.div_ceil(16).max(1)];
+                // SAFETY: the view borrows `range` shared for its lifetime; `words` holds at
+                // least `range.bytes` bytes and is a separate allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        range.begin as *const u8,
+                        words.as_mut_ptr().cast::<u8>(),
+                        range.bytes,
+                    )
+                };
+                copies.push(words);
+                let copy = copies.last().map_or(0, |c| c.as_ptr() as usize);
+                launch_args[i] = match launch_args[i] {
+                    // The copy's base is as far before it as the view's base is.
+                    LaunchArg::MappedBase { base, section } => {
+                        LaunchArg::MappedBase { base: copy.wrapping_sub(section - base), section: copy }
+                    }
+                    _ => LaunchArg::Mapped(copy),
+                };
+            }
+        }
+        if self.number == self.rt.initial_device() {
+            // Views are host memory (exclusive borrows, or the copies above, of the same
+            // length): their extents are known, so host kernels can be bounds-checked.
+            return self.rt.run_on_host(kernel, n, &launch_args, &args.view_extents());
+        }
+        // SAFETY: no map list; mapped arguments are translated through the present table
+        // (device memory of the right extent).
+        unsafe {
+            self.rt.target_launch_at(
+                self.number,
+                kernel,
+                n,
+                &[],
+                &launch_args,
+                crate::runtime::ArgShape::Full,
+                at,
+            )
+        }
+    }
+
+    /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on
+    /// GPUs (no TF32), a parallel product on host devices. Each view must span its
+    /// operand.
+    pub fn sgemm(
+        &self,
+        g: &crate::backend::Sgemm,
+        a: DeviceSlice<'_, f32>,
+        b: DeviceSlice<'_, f32>,
+        c: DeviceSlice<'_, f32>,
+    ) -> Result<()> {
+        let (ea, eb, ec) = g.extents()?;
+        let d = match self.rt.settled(self.number)? {
+            crate::device::Target::Device(d) => d,
+            crate::device::Target::Initial => {
+                return Err(Error::InvalidArgument {
+                    routine: "sgemm",
+                    what: "the initial device has no sgemm; use a host device".into(),
+                })
+            }
+        };
+        // The operands stay allocated until the product is done.
+        let mut in_use = crate::device::BlocksInUse::new(d);
+        let mut addrs = [0u64; 3];
+        for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
+            if v.device() != self.number || v.len() < need {
+                return Err(Error::InvalidArgument {
+                    routine: "sgemm",
+                    what: format!(
+                        "operand {i}: a view of {} elements on device {} for {need} elements on device {}",
+                        v.len(),
+                        v.device(),
+                        self.number
+                    ),
+                });
+            }
+            // The whole operand must lie in one mapped range (a view may name more of its
+            // buffer than is mapped).
+            let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<f32>());
+            let mut table = d.table.lock();
+            let (addr, block) = table
+                .containing(span.begin)
+                .filter(|e| e.range.contains(&span))
+                .map(|e| (e.translate(span.begin), e.device_addr))
+                .ok_or(Error::NotPresent { device: self.number, range: span, what: "an sgemm operand" })?;
+            in_use.pin(&mut table, block);
+            addrs[i] = addr;
+        }
+        d.backend.sgemm(g, addrs[0], addrs[1], addrs[2])
+    }
+
+    /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the
+    /// kernel's arguments from the maps' views.
+    #[track_caller]
+    pub fn target<'a, L: MapList<'a>, A: KernelArgs>(
+        &self,
+        kernel: &Kernel,
+        n: usize,
+        maps: L,
+        args: impl FnOnce(L::Views) -> A,
+    ) -> Result<()> {
+        let at = std::panic::Location::caller();
+        // Its kernel's failure, found by its own copies back, is its own error.
+        let origin = crate::device::Origin { construct: "target", kernel: Some(kernel.name()), at };
+        self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
+            .map_err(|e| origin.failed(self.number, e))
+    }
+}
