@@ -1,7 +1,8 @@
 //! The Rust twins of the C programs in `tests/differential/`: each family prints, line
 //! for line, what its C program prints when compiled by clang with OpenMP offloading and
 //! run on LLVM's libomptarget (host plugin, four host devices); `scripts/differential.sh`
-//! runs both and compares them. Run on four host devices, as that plugin has:
+//! runs both and compares them. Run on four host devices, as that plugin has (or none, with
+//! `OFFLOAD_HOST_DEVICES=0`; `OMP_TARGET_OFFLOAD` is read too, for the `policy` family):
 //!
 //! ```text
 //! cargo run -p offload-examples --example differential -- counts
@@ -494,13 +495,397 @@ unsafe fn members() -> Result<()> {
         target_data_end(1, &maps)?;
         say!("each member through its own name: {} {} {}", t.i, t.pad, t.j);
     }
+
+/// One step of a family whose C program runs it in a child process (`ATTEMPT` in
+/// common.h): prints `who: ` and the step's line, or `who: what: fails` for an error, as
+/// the C program prints when libomptarget ends the child with a fatal error.
+fn attempt(who: &str, what: &str, step: impl FnOnce() -> Result<String>) {
+    match step() {
+        Ok(line) => say!("{who}: {line}"),
+        Err(_) => say!("{who}: {what}: fails"),
+    }
+}
+
+/// C's return code of a routine that returns 0 or -1 (`omp_target_associate_ptr`, ...).
+fn rc(r: Result<()>) -> i32 {
+    if r.is_ok() {
+        0
+    } else {
+        -1
+    }
+}
+
+/// OpenMP 5.1's `omp_initial_device` in every routine and construct, beside the same steps
+/// with `omp_get_initial_device()` (each C step runs in a child process, so each step here
+/// undoes what it changed).
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn initial_device() -> Result<()> {
+    // SAFETY: as the function's.
+    unsafe {
+        steps_on("initial device number", omp_get_initial_device()?);
+        steps_on("omp_initial_device", omp_initial_device);
+    }
+    Ok(())
+}
+
+/// The steps of tests/differential/initial_device.c with device number `dev`.
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn steps_on(name: &str, dev: i32) {
+    let init = || omp_get_initial_device();
+    let vol = [4usize];
+    let (off, dim) = ([0usize], [4usize]);
+    let x = [1i32, 2, 3, 4];
+    let xv = vp(x.as_ptr());
+    attempt(name, "set_default_device", || {
+        omp_set_default_device(dev)?;
+        let is_initial = omp_get_default_device()? == init()?;
+        omp_set_default_device(0)?;
+        Ok(format!("set_default_device, then the default is the initial device {}", i32::from(is_initial)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "alloc", || unsafe {
+        let p = omp_target_alloc(16, dev)?;
+        p.cast::<u8>().write_bytes(1, 16);
+        omp_target_free(p, dev)?;
+        Ok("alloc, host writes, free".into())
+    });
+    attempt(name, "is_present", || Ok(format!("is_present {}", present(x.as_ptr(), dev)?)));
+    attempt(name, "mapped_ptr", || {
+        let m = omp_get_mapped_ptr(xv, dev)?;
+        Ok(format!("mapped_ptr is the host address {}", i32::from(m.cast_const() == xv)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "associate_ptr", || unsafe {
+        let d = omp_target_alloc(16, 0)?;
+        let r = rc(omp_target_associate_ptr(xv, d, 16, 0, dev));
+        omp_target_free(d, 0)?;
+        Ok(format!("associate_ptr returns {r}"))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "disassociate_ptr", || unsafe {
+        Ok(format!("disassociate_ptr returns {}", rc(omp_target_disassociate_ptr(xv, dev))))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy", || unsafe {
+        let mut y = [0i32; 4];
+        omp_target_memcpy(y.as_mut_ptr().cast(), xv, 16, 0, 0, dev, dev)?;
+        Ok(format!("memcpy 0 y {}", y[3]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy through device 0", || unsafe {
+        let mut y = [0i32; 4];
+        let d = omp_target_alloc(16, 0)?;
+        omp_target_memcpy(d, xv, 16, 0, 0, 0, dev)?;
+        omp_target_memcpy(y.as_mut_ptr().cast(), d, 16, 0, 0, dev, 0)?;
+        omp_target_free(d, 0)?;
+        Ok(format!("memcpy through device 0 y {}", y[2]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memset", || unsafe {
+        let mut y = [0i32; 4];
+        let yp = y.as_mut_ptr().cast::<c_void>();
+        let r = omp_target_memset(yp, 7, 16, dev)?;
+        Ok(format!("memset returns the pointer {} y {:x}", i32::from(r == yp), y[0]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy_rect", || unsafe {
+        let mut y = [0i32; 4];
+        let (o, d) = (off.as_ptr(), dim.as_ptr());
+        let r = omp_target_memcpy_rect(y.as_mut_ptr().cast(), xv, 4, 1, vol.as_ptr(), o, o, d, d, dev, dev)?;
+        Ok(format!("memcpy_rect {r} y {}", y[1]))
+    });
+    let (none, nul) = (std::ptr::null::<c_void>(), std::ptr::null::<usize>());
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy_rect query", || unsafe {
+        let r = omp_target_memcpy_rect(none.cast_mut(), none, 0, 0, nul, nul, nul, nul, nul, dev, dev)?;
+        Ok(format!("memcpy_rect query {r}"))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy_rect_async query", || unsafe {
+        let r = omp_target_memcpy_rect_async(
+            none.cast_mut(),
+            none,
+            0,
+            0,
+            nul,
+            nul,
+            nul,
+            nul,
+            nul,
+            dev,
+            dev,
+            &[],
+        )?;
+        Ok(format!("memcpy_rect_async query {}", r.dimensions().unwrap_or(0)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy_async", || unsafe {
+        let mut y = [0i32; 4];
+        omp_target_memcpy_async(y.as_mut_ptr().cast(), xv, 16, 0, 0, dev, dev, &[])?;
+        omp_taskwait()?;
+        Ok(format!("memcpy_async 0 y {}", y[1]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memcpy_rect_async", || unsafe {
+        let mut y = [0i32; 4];
+        let (o, d) = (off.as_ptr(), dim.as_ptr());
+        let yp = y.as_mut_ptr().cast();
+        omp_target_memcpy_rect_async(yp, xv, 4, 1, vol.as_ptr(), o, o, d, d, dev, dev, &[])?;
+        omp_taskwait()?;
+        Ok(format!("memcpy_rect_async 0 y {}", y[2]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "memset_async", || unsafe {
+        let mut y = [0i32; 4];
+        let yp = y.as_mut_ptr().cast::<c_void>();
+        omp_target_memset_async(yp, 9, 16, dev, &[])?;
+        omp_taskwait()?;
+        Ok(format!("memset_async returns the pointer 1 y {:x}", y[0]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "target", || unsafe {
+        let mut x = [1i32, 2, 3, 4];
+        let xp = x.as_mut_ptr();
+        fill(dev, xp, 4, 9, &[MapItem::to(xp, 16)])?;
+        Ok(format!("target ran on host memory {}", i32::from(x[0] == 9)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "enter data", || unsafe {
+        target_enter_data(dev, &[MapItem::to(x.as_ptr(), 16)])?;
+        let on0 = present(x.as_ptr(), 0)?;
+        target_exit_data(dev, &[MapItem::delete(x.as_ptr(), 16)])?;
+        Ok(format!("enter data, present on device 0 {on0}"))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "target data", || unsafe {
+        target_data_begin(dev, &[MapItem::to(x.as_ptr(), 16)])?;
+        let line = format!("target data, present on device 0 {}", present(x.as_ptr(), 0)?);
+        target_data_end(dev, &[MapItem::to(x.as_ptr(), 16)])?;
+        Ok(line)
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "update", || unsafe {
+        target_update(dev, UpdateDirection::To, &[UpdateItem::raw(x.as_ptr(), 16)])?;
+        Ok("update".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "exit data", || unsafe {
+        let mut y = x;
+        target_exit_data(dev, &[MapItem::from(y.as_mut_ptr(), 16)])?;
+        Ok("exit data".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "enter data nowait", || unsafe {
+        target_enter_data_nowait(dev, &[MapItem::to(x.as_ptr(), 16)], &[])?;
+        omp_taskwait()?;
+        let on0 = present(x.as_ptr(), 0)?;
+        target_exit_data(dev, &[MapItem::delete(x.as_ptr(), 16)])?;
+        Ok(format!("enter data nowait, present on device 0 {on0}"))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt(name, "use_device_ptr", || unsafe {
+        target_data_begin(dev, &[MapItem::to(x.as_ptr(), 16)])?;
+        let p = use_device_ptr(xv, dev)?;
+        target_data_end(dev, &[MapItem::to(x.as_ptr(), 16)])?;
+        Ok(format!("use_device_ptr is the host address {}", i32::from(p.cast_const() == xv)))
+    });
+}
+
+/// Cases 48 and 49: `OMP_TARGET_OFFLOAD` (mandatory with no device, disabled), as
+/// scripts/differential.sh runs it (the environment says which).
+///
+/// # Safety
+/// As [`counts`].
+unsafe fn policy() -> Result<()> {
+    let init = omp_get_initial_device()?;
+    say!(
+        "queries: devices {} initial {init} default is initial {} is_initial_device {}",
+        omp_get_num_devices()?,
+        i32::from(omp_get_default_device()? == init),
+        i32::from(omp_is_initial_device()?)
+    );
+    let x = [1i32, 2, 3, 4];
+    let xv = vp(x.as_ptr());
+    let vol = [4usize];
+    let (off, dim) = ([0usize], [4usize]);
+    let default = omp_get_default_device()?;
+    match omp_set_default_device(2) {
+        Ok(()) => {
+            say!(
+                "routine: set_default_device(2): returns, then the default is the initial device {}",
+                i32::from(omp_get_default_device()? == init)
+            );
+            omp_set_default_device(default)?;
+        }
+        Err(_) => say!("routine: set_default_device(2): fails"),
+    }
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "alloc", || unsafe {
+        let p = omp_target_alloc(16, init)?;
+        p.cast::<u8>().add(15).write(1);
+        omp_target_free(p, init)?;
+        Ok("alloc: on the initial device, host writes, free".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "alloc on device 1", || unsafe {
+        let p = omp_target_alloc(16, 1)?;
+        omp_target_free(p, 1)?;
+        Ok(format!("alloc on device 1: not null {}", i32::from(!p.is_null())))
+    });
+    attempt("routine", "is_present", || Ok(format!("is_present: {}", present(x.as_ptr(), init)?)));
+    attempt("routine", "mapped_ptr", || {
+        let m = omp_get_mapped_ptr(xv, init)?;
+        Ok(format!("mapped_ptr: the host address {}", i32::from(m.cast_const() == xv)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "associate_ptr", || unsafe {
+        let mut y = [0i32; 4];
+        let r = rc(omp_target_associate_ptr(xv, y.as_mut_ptr().cast(), 16, 0, init));
+        Ok(format!("associate_ptr: returns {r}"))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "memcpy", || unsafe {
+        let mut y = [0i32; 4];
+        omp_target_memcpy(y.as_mut_ptr().cast(), xv, 16, 0, 0, init, init)?;
+        Ok(format!("memcpy: 0 y {}", y[3]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "memset", || unsafe {
+        let mut y = [0i32; 4];
+        let yp = y.as_mut_ptr().cast::<c_void>();
+        let r = omp_target_memset(yp, 7, 16, init)?;
+        Ok(format!("memset: returns the pointer {} y {:x}", i32::from(r == yp), y[0]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "memcpy_rect", || unsafe {
+        let mut y = [0i32; 4];
+        let (o, d) = (off.as_ptr(), dim.as_ptr());
+        let r =
+            omp_target_memcpy_rect(y.as_mut_ptr().cast(), xv, 4, 1, vol.as_ptr(), o, o, d, d, init, init)?;
+        Ok(format!("memcpy_rect: {r} y {}", y[1]))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "memcpy_rect query", || unsafe {
+        let (none, nul) = (std::ptr::null::<c_void>(), std::ptr::null::<usize>());
+        let r = omp_target_memcpy_rect_async(
+            none.cast_mut(),
+            none,
+            0,
+            0,
+            nul,
+            nul,
+            nul,
+            nul,
+            nul,
+            init,
+            init,
+            &[],
+        )?;
+        Ok(format!("memcpy_rect query: {}", r.dimensions().unwrap_or(0)))
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("routine", "memcpy_async", || unsafe {
+        let mut y = [0i32; 4];
+        omp_target_memcpy_async(y.as_mut_ptr().cast(), xv, 16, 0, 0, init, init, &[])?;
+        omp_taskwait()?;
+        Ok(format!("memcpy_async: 0 y {}", y[2]))
+    });
+    let on_host = |what: &str, dev: Result<i32>| {
+        // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+        // allocates are its own and freed before it ends.
+        attempt("construct", what, || unsafe {
+            let mut x = [1i32, 2, 3, 4];
+            let xp = x.as_mut_ptr();
+            fill(dev?, xp, 4, 9, &[MapItem::to(xp, 16)])?;
+            Ok(format!("{what}: ran on host memory {}", i32::from(x[0] == 9)))
+        })
+    };
+    on_host("target", omp_get_default_device());
+    on_host("target device(initial)", Ok(init));
+    on_host("target if(0)", if_device(false, default));
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("construct", "enter data", || unsafe {
+        target_enter_data(default, &[MapItem::to(x.as_ptr(), 16)])?;
+        target_exit_data(default, &[MapItem::delete(x.as_ptr(), 16)])?;
+        Ok("enter data: done".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("construct", "target data", || unsafe {
+        target_data_begin(default, &[MapItem::to(x.as_ptr(), 16)])?;
+        target_data_end(default, &[MapItem::to(x.as_ptr(), 16)])?;
+        Ok("target data: inside".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("construct", "update", || unsafe {
+        target_update(default, UpdateDirection::To, &[UpdateItem::raw(x.as_ptr(), 16)])?;
+        Ok("update: done".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("construct", "exit data", || unsafe {
+        let mut y = x;
+        target_exit_data(default, &[MapItem::from(y.as_mut_ptr(), 16)])?;
+        Ok("exit data: done".into())
+    });
+    // SAFETY: the step's host arrays outlive its routines, and the device blocks it
+    // allocates are its own and freed before it ends.
+    attempt("construct", "enter data nowait", || unsafe {
+        target_enter_data_nowait(default, &[MapItem::to(x.as_ptr(), 16)], &[])?;
+        omp_taskwait()?;
+        target_exit_data(default, &[MapItem::delete(x.as_ptr(), 16)])?;
+        Ok("enter data nowait: done".into())
+    });
     Ok(())
 }
 
 fn main() -> Result<()> {
     let family = std::env::args().nth(1).unwrap_or_default();
-    // Four host devices, as libomptarget's host plugin has; no setting from the environment.
-    use_runtime(Runtime::builder().env(|_| None).gpus(false).host_devices(4).build()?)?;
+    // Four host devices, as libomptarget's host plugin has, unless scripts/differential.sh
+    // asks for none (OFFLOAD_HOST_DEVICES=0, a run without devices); OMP_TARGET_OFFLOAD as
+    // it gives it; no other setting from the environment.
+    let from_env = |k: &str| match k {
+        "OMP_TARGET_OFFLOAD" | "OFFLOAD_HOST_DEVICES" => std::env::var(k).ok(),
+        _ => None,
+    };
+    let mut builder = Runtime::builder().env(from_env).gpus(false);
+    if std::env::var_os("OFFLOAD_HOST_DEVICES").is_none() {
+        builder = builder.host_devices(4);
+    }
+    use_runtime(builder.build()?)?;
     // SAFETY: each family keeps to its contract (see `counts`).
     unsafe {
         match family.as_str() {
@@ -514,10 +899,12 @@ fn main() -> Result<()> {
             "zero_length" => zero_length(),
             "use_device" => use_device(),
             "members" => members(),
+            "initial_device" => initial_device(),
+            "policy" => policy(),
             other => {
                 eprintln!(
                     "unknown family {other:?}; expected one of: counts, present_update, overlap, hold, \
-                     associate, devices, ordering, zero_length, use_device, members"
+                     associate, devices, ordering, zero_length, use_device, members, initial_device, policy"
                 );
                 std::process::exit(2)
             }

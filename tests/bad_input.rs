@@ -1838,6 +1838,7 @@ fn omp_cases() -> Vec<Case<i32>> {
     }
 
     // ---- negative and out-of-range device numbers ---------------------------------------
+    // (-1 is omp_initial_device, the initial device, since OpenMP 5.1.)
     macro_rules! bad_num {
         ($name:expr, $num:expr, |$b:ident| $call:expr) => {
             v.push(case($name, |_d: &i32| {
@@ -1847,37 +1848,39 @@ fn omp_cases() -> Vec<Case<i32>> {
             }));
         };
     }
-    bad_num!("omp_target_alloc: device -1", -1, |b| omp_target_alloc(16, b));
+    bad_num!("omp_target_alloc: device -2 (omp_invalid_device)", -2, |b| omp_target_alloc(16, b));
     bad_num!("omp_target_alloc: device i32::MIN", i32::MIN, |b| omp_target_alloc(16, b));
     bad_num!("omp_target_alloc: device past the initial device", init() + 1, |b| omp_target_alloc(16, b));
     // SAFETY (each): refused before the pointer is used.
     // SAFETY: refused before any pointer is used.
-    bad_num!("omp_target_free: device -1", -1, |b| unsafe { omp_target_free(0x1000 as *mut c_void, b) });
+    bad_num!("omp_target_free: device -2 (omp_invalid_device)", -2, |b| unsafe {
+        omp_target_free(0x1000 as *mut c_void, b)
+    });
     bad_num!("omp_target_is_present: device -2", -2, |b| omp_target_is_present(vp(&0u8), b));
     bad_num!("omp_get_mapped_ptr: device -5", -5, |b| omp_get_mapped_ptr(vp(&0u8), b));
     // SAFETY: refused before any pointer is used.
-    bad_num!("omp_target_associate_ptr: device -1", -1, |b| unsafe {
+    bad_num!("omp_target_associate_ptr: device -2 (omp_invalid_device)", -2, |b| unsafe {
         omp_target_associate_ptr(vp(&0u8), 0x1000 as *const c_void, 1, 0, b)
     });
     // SAFETY: refused before any pointer is used.
-    bad_num!("omp_target_disassociate_ptr: device -1", -1, |b| unsafe {
+    bad_num!("omp_target_disassociate_ptr: device -2 (omp_invalid_device)", -2, |b| unsafe {
         omp_target_disassociate_ptr(vp(&0u8), b)
     });
-    bad_num!("omp_target_memcpy: destination device -1", -1, |b| {
+    bad_num!("omp_target_memcpy: destination device -2 (omp_invalid_device)", -2, |b| {
         let h = [0u8; 4];
         // SAFETY: refused before any pointer is used.
         unsafe { omp_target_memcpy(0x1000 as *mut c_void, vp(h.as_ptr()), 4, 0, 0, b, init()) }
     });
-    bad_num!("omp_target_memcpy: source device -1", -1, |b| {
+    bad_num!("omp_target_memcpy: source device -2 (omp_invalid_device)", -2, |b| {
         let mut h = [0u8; 4];
         // SAFETY: refused before any pointer is used.
         unsafe { omp_target_memcpy(h.as_mut_ptr().cast(), 0x1000 as *const c_void, 4, 0, 0, init(), b) }
     });
     // SAFETY: refused before any pointer is used.
-    bad_num!("omp_target_memset: device -1", -1, |b| unsafe {
+    bad_num!("omp_target_memset: device -2 (omp_invalid_device)", -2, |b| unsafe {
         omp_target_memset(0x1000 as *mut c_void, 0, 4, b)
     });
-    bad_num!("omp_target_memcpy_rect: destination device -1", -1, |b| {
+    bad_num!("omp_target_memcpy_rect: destination device -2 (omp_invalid_device)", -2, |b| {
         let (vol, off, dims, h) = ([4usize], [0usize], [4usize], [0u8; 4]);
         // SAFETY: refused before any pointer is used.
         unsafe {
@@ -1897,17 +1900,23 @@ fn omp_cases() -> Vec<Case<i32>> {
         }
     });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target_data_begin: device -1", -1, |b| unsafe { target_data_begin(b, &[]) });
+    bad_num!("target_data_begin: device -2 (omp_invalid_device)", -2, |b| unsafe {
+        target_data_begin(b, &[])
+    });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target_data_end: device -1", -1, |b| unsafe { target_data_end(b, &[]) });
+    bad_num!("target_data_end: device -2 (omp_invalid_device)", -2, |b| unsafe { target_data_end(b, &[]) });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target_enter_data: device -1", -1, |b| unsafe { target_enter_data(b, &[]) });
+    bad_num!("target_enter_data: device -2 (omp_invalid_device)", -2, |b| unsafe {
+        target_enter_data(b, &[])
+    });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target_exit_data: device -1", -1, |b| unsafe { target_exit_data(b, &[]) });
+    bad_num!("target_exit_data: device -2 (omp_invalid_device)", -2, |b| unsafe { target_exit_data(b, &[]) });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target_update: device -1", -1, |b| unsafe { target_update(b, UpdateDirection::To, &[]) });
+    bad_num!("target_update: device -2 (omp_invalid_device)", -2, |b| unsafe {
+        target_update(b, UpdateDirection::To, &[])
+    });
     // SAFETY: refused before any pointer is used.
-    bad_num!("target: device -1", -1, |b| unsafe { target(b, &NOTHING, 1, &[], &[]) });
+    bad_num!("target: device -2 (omp_invalid_device)", -2, |b| unsafe { target(b, &NOTHING, 1, &[], &[]) });
 
     // ---- memcpy_rect arguments ------------------------------------------------------------
     v.push(case("omp_target_memcpy_rect: num_dims 0", |&d: &i32| {

@@ -52,7 +52,7 @@ fn device_numbers() -> Result<()> {
     check_eq!(hosts, 2);
     check_eq!(omp_get_initial_device()?, n);
     check_eq!(omp_get_default_device()?, 0);
-    for bad in [-1, n + 1, i32::MAX] {
+    for bad in [omp_invalid_device, -5, i32::MIN, n + 1, i32::MAX] {
         let e = fails(omp_target_alloc(4, bad), "alloc on a bad device")?;
         let (want, total) = (i64::from(bad), n as usize);
         check!(
@@ -63,6 +63,182 @@ fn device_numbers() -> Result<()> {
         check!(matches!(omp_target_is_present(vp(&x), bad), Err(Error::NoSuchDevice { .. })));
         check!(matches!(omp_get_mapped_ptr(vp(&x), bad), Err(Error::NoSuchDevice { .. })));
     }
+    all_clean(rt)
+}
+
+/// OpenMP 5.1's `omp_initial_device` (-1) names the initial device in every routine and
+/// construct that takes a device number, as `omp_get_initial_device()` does (libomptarget
+/// 19 does not: see tests/differential/initial_device.c).
+#[test]
+fn omp_initial_device_is_the_initial_device_everywhere() -> Result<()> {
+    let (_g, rt) = setup()?;
+    const I: i32 = omp_initial_device;
+    let init = omp_get_initial_device()?;
+    check_eq!((omp_initial_device, omp_invalid_device, OMP_INVALID_DEVICE), (-1, -2, -2));
+
+    // The default device.
+    omp_set_default_device(I)?;
+    check_eq!(omp_get_default_device()?, init);
+    omp_set_default_device(0)?;
+    check_eq!(omp_get_default_device()?, 0);
+
+    // Queries.
+    let mut x: Vec<i32> = (0..64).collect();
+    let xv = vp(x.as_ptr());
+    check!(omp_target_is_present(xv, I)?);
+    check_eq!(omp_get_mapped_ptr(xv, I)?.cast_const(), xv);
+    check!(omp_target_is_accessible(xv, 256, I)?);
+    check_eq!(omp_get_uid_from_device(I)?, "host");
+    check!(omp_get_interop_ptr(I, InteropProperty::TargetSync)?.is_null());
+    check!(omp_get_interop_ptr(I, InteropProperty::DeviceContext)?.is_null());
+    check_eq!(use_device_ptr(xv, I)?.cast_const(), xv);
+    check_eq!(use_device_addr(xv, I)?.cast_const(), xv);
+    check_eq!(if_device(true, I)?, I);
+    check_eq!(if_device(false, I)?, init);
+
+    // Memory routines: host memory.
+    check!(omp_target_alloc(0, I)?.is_null());
+    let p = omp_target_alloc(256, I)?;
+    check!(!p.is_null());
+    let mut y = [0i32; 64];
+    let yp = vpm(y.as_mut_ptr());
+    // SAFETY: `p` holds 256 bytes of host memory until freed; `x`, `y` are 256 bytes each.
+    unsafe {
+        omp_target_memcpy(p, xv, 256, 0, 0, I, I)?;
+        omp_target_memcpy(yp, p, 256, 0, 0, init, I)?;
+        check_eq!(y[63], 63);
+        check_eq!(omp_target_memset(p, 0x11, 256, I)?, p);
+        check_eq!(*p.cast::<u8>().add(255), 0x11);
+        // A 2x2 block at (1, 1) of x as an 8x8 matrix, into y's first four elements.
+        let (vol, dst_off, src_off, dst_dim, src_dim) =
+            ([2usize, 2], [0usize, 0], [1usize, 1], [2usize, 2], [8usize, 8]);
+        let r = omp_target_memcpy_rect(
+            yp,
+            xv,
+            4,
+            2,
+            vol.as_ptr(),
+            dst_off.as_ptr(),
+            src_off.as_ptr(),
+            dst_dim.as_ptr(),
+            src_dim.as_ptr(),
+            I,
+            I,
+        )?;
+        check_eq!((r, y[..4].to_vec()), (0, vec![9, 10, 17, 18]));
+        omp_target_free(p, I)?;
+        omp_target_free(std::ptr::null_mut(), I)?;
+    }
+    // Asynchronous routines: undeferred on the initial device.
+    y = [0; 64];
+    // SAFETY: `x`, `y` outlive the taskwait.
+    unsafe {
+        omp_target_memset_async(yp, 0, 256, I, &[Depend::new(DependType::Out, yp)])?;
+        omp_target_memcpy_async(yp, xv, 128, 0, 0, I, I, &[Depend::new(DependType::InOut, yp)])?;
+        let (vol, off, dim) = ([4usize], [0usize], [64usize]);
+        let r = omp_target_memcpy_rect_async(
+            yp,
+            xv,
+            4,
+            1,
+            vol.as_ptr(),
+            off.as_ptr(),
+            off.as_ptr(),
+            dim.as_ptr(),
+            dim.as_ptr(),
+            I,
+            I,
+            &[Depend::new(DependType::InOut, yp)],
+        )?;
+        check!(r.task().is_some());
+    }
+    omp_taskwait()?;
+    check_eq!((y[3], y[31], y[32]), (3, 31, 0));
+
+    // Associations: refused on the initial device, with a clear error.
+    let a = [0i32; 4];
+    // SAFETY: the routines refuse before touching anything.
+    let e = fails(unsafe { omp_target_associate_ptr(vp(a.as_ptr()), xv, 16, 0, I) }, "associate on -1")?;
+    check!(matches!(&e, Error::InvalidArgument { .. }) && e.to_string().contains("initial device"), "{e}");
+    // SAFETY: as above.
+    let e = fails(unsafe { omp_target_disassociate_ptr(vp(a.as_ptr()), I) }, "disassociate on -1")?;
+    check!(matches!(&e, Error::InvalidArgument { .. }) && e.to_string().contains("initial device"), "{e}");
+
+    // Constructs run on the host: maps do nothing, a region runs on host memory.
+    let xs = x.as_mut_ptr();
+    let item = MapItem::tofrom(xs, 256);
+    let args = [LaunchArg::Value(Scalar::I32(7)), LaunchArg::mapped(x.as_ptr())];
+    // SAFETY: `x` is alive; on the host nothing is copied and the kernel writes `x` while
+    // nothing else uses it.
+    unsafe {
+        target_data_begin(I, &[item])?;
+        target_enter_data(I, &[MapItem::to(x.as_ptr(), 256)])?;
+        target_update(I, UpdateDirection::To, &[UpdateItem::raw(x.as_ptr(), 256)])?;
+        target(I, &FILL_I32, 64, &[item], &args)?;
+        check_eq!(x[40], 7);
+        target_exit_data(I, &[MapItem::from(xs, 256)])?;
+        target_data_end(I, &[item])?;
+        let args = [LaunchArg::Value(Scalar::I32(8)), LaunchArg::mapped(x.as_ptr())];
+        target_enter_data_nowait(I, &[MapItem::to(x.as_ptr(), 256)], &[])?;
+        target_update_nowait(I, UpdateDirection::From, &[UpdateItem::raw(xs, 256)], &[])?;
+        let t = target_nowait(I, &FILL_I32, 64, &[], &args, &[])?;
+        target_exit_data_nowait(I, &[MapItem::from(xs, 256)], &[Depend::from(&t)])?;
+    }
+    omp_taskwait()?;
+    check_eq!(x[63], 8);
+    check!(rt.live_mappings().is_empty());
+
+    // With each device: copies between it and -1.
+    for dev in devices()? {
+        let d = omp_target_alloc(256, dev)?;
+        let mut back = [0i32; 64];
+        // SAFETY: `d` holds 256 bytes of `dev`; `x` and `back` are 256 bytes each.
+        unsafe {
+            omp_target_memcpy(d, xv, 256, 0, 0, dev, I)?;
+            omp_target_memcpy(vpm(back.as_mut_ptr()), d, 256, 0, 0, I, dev)?;
+            check_eq!(back, [8; 64]);
+            omp_target_memset_async(d, 0, 256, dev, &[Depend::new(DependType::Out, d)])?;
+            omp_target_memcpy_async(
+                vpm(back.as_mut_ptr()),
+                d,
+                256,
+                0,
+                0,
+                I,
+                dev,
+                &[Depend::new(DependType::In, d)],
+            )?;
+            omp_taskwait()?;
+            check_eq!(back, [0; 64]);
+            omp_target_free(d, dev)?;
+        }
+    }
+    all_clean(rt)
+}
+
+/// Negative device numbers other than `omp_initial_device` are no device.
+#[test]
+fn other_negative_device_numbers_are_errors() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let x = [0i32; 4];
+    let xv = vp(x.as_ptr());
+    for bad in [omp_invalid_device, -3, i32::MIN] {
+        let no_device =
+            |r: Result<()>| matches!(r, Err(Error::NoSuchDevice { device, .. }) if device == i64::from(bad));
+        check!(no_device(omp_set_default_device(bad)), "set_default_device({bad})");
+        check!(no_device(omp_target_alloc(4, bad).map(drop)));
+        check!(no_device(omp_target_is_present(xv, bad).map(drop)));
+        check!(no_device(omp_target_is_accessible(xv, 4, bad).map(drop)));
+        check!(no_device(omp_get_uid_from_device(bad).map(drop)));
+        check!(no_device(if_device(false, bad).map(drop)));
+        // SAFETY: refused before anything is touched.
+        unsafe {
+            check!(no_device(omp_target_memcpy(vpm(x.as_ptr().cast_mut()), xv, 4, 0, 0, bad, 0)));
+            check!(no_device(target_enter_data(bad, &[MapItem::to(x.as_ptr(), 16)])));
+            check!(no_device(target_enter_data_nowait(bad, &[MapItem::to(x.as_ptr(), 16)], &[]).map(drop)));
+        }
+    }
+    check_eq!(omp_get_default_device()?, 0);
     all_clean(rt)
 }
 
@@ -479,7 +655,7 @@ fn device_identity_default_device_and_accessibility() -> Result<()> {
     check_eq!(other.map_err(|_| Error::InvalidArgument { routine: "test", what: "thread".into() })??, 0);
     let e = fails(omp_set_default_device(initial + 1), "no such device")?;
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
-    let e = fails(omp_set_default_device(-1), "a negative device")?;
+    let e = fails(omp_set_default_device(-3), "a negative device other than omp_initial_device")?;
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
     check_eq!(omp_get_default_device()?, 1);
     omp_set_default_device(initial)?;
@@ -514,8 +690,8 @@ fn device_uids_in_the_omp_shape() -> Result<()> {
         check_eq!(omp_get_device_from_uid(&uid)?, d);
     }
     check_eq!(omp_get_uid_from_device(omp_get_initial_device()?)?, "host");
-    check_eq!(omp_get_device_from_uid("GPU-not-here")?, OMP_INVALID_DEVICE);
-    let e = fails(omp_get_uid_from_device(-1), "a negative device")?;
+    check_eq!(omp_get_device_from_uid("GPU-not-here")?, omp_invalid_device);
+    let e = fails(omp_get_uid_from_device(omp_invalid_device), "omp_invalid_device")?;
     check!(matches!(e, Error::NoSuchDevice { .. }), "{e}");
     Ok(())
 }
@@ -602,26 +778,56 @@ fn asynchronous_routines_follow_their_dependences() -> Result<()> {
                          // SAFETY: nothing uses `p` any more.
         unsafe { omp_target_free(p, dev)? };
     }
-    // The query form of the rectangular copy is the synchronous routine's.
-    // SAFETY: both pointers are null, so nothing is read.
-    let e = unsafe {
-        let (none, dims) = (std::ptr::null(), std::ptr::null::<usize>());
-        omp_target_memcpy_rect_async(
-            std::ptr::null_mut(),
-            none,
-            4,
-            2,
-            dims,
-            dims,
-            dims,
-            dims,
-            dims,
-            0,
-            init,
-            &[],
-        )
-    };
-    check!(matches!(e, Err(Error::InvalidArgument { .. })));
+    all_clean(rt)
+}
+
+#[test]
+fn rect_copy_query_forms_answer_the_dimensions() -> Result<()> {
+    let (_g, rt) = setup()?;
+    let init = omp_get_initial_device()?;
+    let (none, dims) = (std::ptr::null(), std::ptr::null::<usize>());
+    // Both pointers null: the number of dimensions supported (libomptarget's INT_MAX),
+    // whatever the other arguments, device numbers included (as libomptarget 19).
+    for (dst_dev, src_dev) in [(0, init), (init, init), (omp_initial_device, omp_initial_device), (-7, 99)] {
+        // SAFETY: both pointers are null, so nothing is read.
+        let sync = unsafe {
+            omp_target_memcpy_rect(
+                std::ptr::null_mut(),
+                none,
+                4,
+                2,
+                dims,
+                dims,
+                dims,
+                dims,
+                dims,
+                dst_dev,
+                src_dev,
+            )?
+        };
+        check_eq!(sync, i32::MAX);
+        // SAFETY: as above.
+        let r = unsafe {
+            omp_target_memcpy_rect_async(
+                std::ptr::null_mut(),
+                none,
+                4,
+                2,
+                dims,
+                dims,
+                dims,
+                dims,
+                dims,
+                dst_dev,
+                src_dev,
+                &[],
+            )?
+        };
+        check_eq!(r.dimensions(), Some(i32::MAX));
+        check!(r.task().is_none() && r.into_task().is_none());
+    }
+    // Nothing was queued.
+    omp_taskwait()?;
     all_clean(rt)
 }
 
@@ -652,6 +858,8 @@ fn rect_copy_asynchronously() -> Result<()> {
                 init,
                 &[],
             )?;
+            check_eq!(t.dimensions(), None);
+            let t = t.into_task().expect("a copy, not the query form: its task");
             omp_target_memcpy_async(vpm(back.as_mut_ptr()), p, 48, 0, 0, init, dev, &[Depend::from(&t)])?;
         }
         omp_taskwait()?;

@@ -167,8 +167,8 @@ fn env_policy(value: &'static str) -> impl Fn(&str) -> Option<String> + Send + S
     move |k| (k == "OMP_TARGET_OFFLOAD").then(|| value.to_string())
 }
 
-/// Checks that `r` is the `OffloadMandatory` error with a clear message.
-fn is_mandatory_error(r: Result<Runtime>) -> std::result::Result<(), String> {
+/// Checks that `r` is the `OffloadMandatory` error with a clear message naming the reason.
+fn is_mandatory_error<T: std::fmt::Debug>(r: Result<T>) -> std::result::Result<(), String> {
     match r {
         Err(e @ Error::OffloadMandatory { .. }) => {
             let s = e.to_string();
@@ -182,18 +182,19 @@ fn is_mandatory_error(r: Result<Runtime>) -> std::result::Result<(), String> {
             }
         }
         Err(e) => Err(format!("wrong error: {e:?}")),
-        Ok(rt) => Err(format!("started with {} devices", rt.num_devices())),
+        Ok(v) => Err(format!("succeeded: {v:?}")),
     }
 }
 
+/// Under `mandatory` with no device the runtime starts and answers (libomptarget 19 does
+/// too); device constructs fail, on the initial device as well, since the default device
+/// is then the initial device (libomptarget: "failure of target construct while offloading
+/// is mandatory"); the device memory routines work on the initial device.
 #[test]
-fn case_48_mandatory_without_a_device_fails_at_start_up() {
-    for (how, r) in [
-        ("env", Runtime::builder().env(env_policy("mandatory")).gpus(false).host_devices(0).build()),
-        (
-            "env, upper case",
-            Runtime::builder().env(env_policy("MANDATORY")).gpus(false).host_devices(0).build(),
-        ),
+fn case_48_mandatory_without_a_device_starts_and_fails_constructs() {
+    for (how, b) in [
+        ("env", Runtime::builder().env(env_policy("mandatory")).gpus(false).host_devices(0)),
+        ("env, upper case", Runtime::builder().env(env_policy("MANDATORY")).gpus(false).host_devices(0)),
         (
             "env only",
             Runtime::builder()
@@ -202,22 +203,61 @@ fn case_48_mandatory_without_a_device_fails_at_start_up() {
                     "OFFLOAD_HOST_DEVICES" => Some("0".into()),
                     _ => None,
                 })
-                .gpus(false)
-                .build(),
+                .gpus(false),
         ),
         (
             "builder",
-            Runtime::builder()
-                .env(|_| None)
-                .gpus(false)
-                .policy(OffloadPolicy::Mandatory)
-                .host_devices(0)
-                .build(),
+            Runtime::builder().env(|_| None).gpus(false).policy(OffloadPolicy::Mandatory).host_devices(0),
         ),
     ] {
-        if let Err(why) = is_mandatory_error(r) {
-            panic!("case 48 ({how}): {why}");
+        let rt = b.build().unwrap_or_else(|e| panic!("case 48 ({how}): start-up failed: {e}"));
+        assert_eq!(rt.policy(), OffloadPolicy::Mandatory, "case 48 ({how})");
+        assert_eq!(
+            (rt.num_devices(), rt.initial_device(), rt.default_device()),
+            (0, 0, 0),
+            "case 48 ({how})"
+        );
+        assert!(rt.is_initial_device(), "case 48 ({how})");
+        let init = rt.initial_device();
+        let mut x = [0i32; 16];
+        let xp = x.as_ptr() as usize;
+        let p =
+            rt.target_alloc(64, init).unwrap_or_else(|e| panic!("case 48 ({how}): alloc on the host: {e}"));
+        // SAFETY: `p` is 64 bytes of host memory, `x` 64 bytes.
+        let copied = unsafe { rt.target_memcpy(p, xp as u64, 64, 0, 0, init, init) };
+        assert!(copied.is_ok(), "case 48 ({how}): memcpy on the host: {copied:?}");
+        // SAFETY: nothing uses `p`.
+        let freed = unsafe { rt.target_free(p, init) };
+        assert!(freed.is_ok(), "case 48 ({how}): free on the host: {freed:?}");
+        assert!(matches!(rt.is_present(xp, init), Ok(true)), "case 48 ({how})");
+        let tofrom = [MapItem::slice_mut(&mut x, MapType::TOFROM)];
+        let args = [LaunchArg::Value(Scalar::I32(5)), LaunchArg::Mapped(xp)];
+        // SAFETY: every construct is refused before touching `x`.
+        let refused: Vec<(&str, std::result::Result<(), String>)> = unsafe {
+            vec![
+                ("device", is_mandatory_error(rt.device(init).map(drop))),
+                ("device 1", is_mandatory_error(rt.device(1).map(drop))),
+                ("alloc on device 1", is_mandatory_error(rt.target_alloc(4, 1))),
+                ("enter data", is_mandatory_error(rt.enter_data(init, &tofrom))),
+                ("target data", is_mandatory_error(rt.target_data_begin(init, &tofrom))),
+                ("exit data", is_mandatory_error(rt.exit_data(init, &tofrom))),
+                (
+                    "update",
+                    is_mandatory_error(rt.update(
+                        init,
+                        UpdateDirection::To,
+                        &[(HostRange::new(xp, 64), false)],
+                    )),
+                ),
+                ("launch", is_mandatory_error(rt.target_launch(init, &FILL_I32, 16, &tofrom, &args))),
+            ]
+        };
+        for (what, r) in refused {
+            if let Err(why) = r {
+                panic!("case 48 ({how}), {what}: {why}");
+            }
         }
+        assert_eq!(x, [0; 16], "case 48 ({how}): nothing ran");
     }
     // Without `mandatory`, no device is fine: constructs fall back to the host.
     let rt = Runtime::builder()
@@ -227,6 +267,7 @@ fn case_48_mandatory_without_a_device_fails_at_start_up() {
         .build()
         .expect("default policy, no device");
     assert_eq!((rt.num_devices(), rt.initial_device()), (0, 0));
+    assert!(rt.device(0).is_ok());
 }
 
 #[test]
@@ -258,6 +299,12 @@ fn case_49_disabled_runs_everything_on_the_host() {
             check!(rt.device_report().contains("disabled"), "{}", rt.device_report());
             check!(matches!(rt.device(1), Err(Error::NoSuchDevice { .. })));
             let init = rt.initial_device();
+            // Setting the default device is accepted for any number and changes nothing:
+            // there are no devices (libomptarget takes it without complaint).
+            for d in [0, 1, 7, usize::MAX] {
+                rt.set_default_device(d)?;
+                check_eq!(rt.default_device(), init);
+            }
 
             let mut x = vec![1i32; 100];
             let xp = x.as_ptr() as usize;

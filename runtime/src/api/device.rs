@@ -17,8 +17,10 @@ pub struct Device<'rt> {
 
 impl Runtime {
     /// Device `number` for the safe API; `initial_device()` gives the host fallback.
+    /// Under `OMP_TARGET_OFFLOAD=mandatory` with no device, every number fails with
+    /// [`crate::Error::OffloadMandatory`] (what the handle is for is device constructs).
     pub fn device(&self, number: usize) -> Result<Device<'_>> {
-        self.target(number)?;
+        self.construct_target(number)?;
         Ok(Device { rt: self, number })
     }
 

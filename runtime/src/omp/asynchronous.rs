@@ -262,9 +262,63 @@ pub unsafe fn omp_target_memcpy_async(
     })
 }
 
+/// What [`omp_target_memcpy_rect_async`] gives: C's routine returns an `int`, the number
+/// of dimensions supported for the query form and 0 for a copy it queued; here the copy's
+/// [`Task`] takes the place of the 0.
+///
+/// ```
+/// use offload::omp::*;
+/// use std::ptr::{null, null_mut};
+///
+/// use_runtime(offload::Runtime::builder().host_devices(2).build()?)?;
+/// // SAFETY: the query form reads nothing.
+/// let r = unsafe {
+///     omp_target_memcpy_rect_async(null_mut(), null(), 0, 0, null(), null(), null(), null(), null(), 0, 0, &[])?
+/// };
+/// assert_eq!(r.dimensions(), Some(i32::MAX));
+/// assert!(r.task().is_none());
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub enum RectCopy {
+    /// The query form (both pointers null): the number of dimensions supported
+    /// (`i32::MAX`, as libomptarget's `INT_MAX`).
+    Dimensions(i32),
+    /// The copy, queued.
+    Queued(Task),
+}
+
+impl RectCopy {
+    /// The queued copy's task; `None` for the query form.
+    pub fn task(&self) -> Option<&Task> {
+        match self {
+            Self::Queued(t) => Some(t),
+            Self::Dimensions(_) => None,
+        }
+    }
+
+    /// The queued copy's task, by value; `None` for the query form.
+    pub fn into_task(self) -> Option<Task> {
+        match self {
+            Self::Queued(t) => Some(t),
+            Self::Dimensions(_) => None,
+        }
+    }
+
+    /// The query form's answer, the number of dimensions supported; `None` for a copy.
+    pub fn dimensions(&self) -> Option<i32> {
+        match self {
+            Self::Dimensions(n) => Some(*n),
+            Self::Queued(_) => None,
+        }
+    }
+}
+
 /// `omp_target_memcpy_rect_async(...)`, on the lane [`omp_target_memcpy_async`] would use.
-/// The five arrays are read during the call. The query form (both pointers null) is
-/// [`super::omp_target_memcpy_rect`]'s; here it is an error.
+/// The five arrays are read during the call. With both pointers null (the query form) it
+/// queues nothing and returns [`RectCopy::Dimensions`] with the number of dimensions
+/// supported (`i32::MAX`, as [`super::omp_target_memcpy_rect`] and libomptarget), whatever
+/// the other arguments; otherwise [`RectCopy::Queued`] with the copy's task.
 ///
 /// # Safety
 /// As [`super::omp_target_memcpy_rect`]; the two pointers' memory until the task has
@@ -283,13 +337,10 @@ pub unsafe fn omp_target_memcpy_rect_async(
     dst_device_num: i32,
     src_device_num: i32,
     depend: &[Depend],
-) -> Result<Task> {
+) -> Result<RectCopy> {
     const ROUTINE: &str = "omp_target_memcpy_rect_async";
     if dst.is_null() && src.is_null() {
-        return Err(Error::InvalidArgument {
-            routine: ROUTINE,
-            what: "both pointers are null: ask omp_target_memcpy_rect for the dimensions supported".into(),
-        });
+        return Ok(RectCopy::Dimensions(i32::MAX));
     }
     let rt = rt()?;
     // SAFETY: the caller guarantees `num_dims` elements per array.
@@ -306,6 +357,7 @@ pub unsafe fn omp_target_memcpy_rect_async(
         // SAFETY: forwarded from the caller.
         unsafe { rt.target_memcpy_rect(element_size, &volume, dst_side, src_side) }
     })
+    .map(RectCopy::Queued)
 }
 
 /// `omp_target_memset_async(ptr, value, count, device_num, depobj_count, depobj_list)`
@@ -336,6 +388,8 @@ pub unsafe fn omp_target_memset_async(
 #[track_caller]
 pub unsafe fn target_enter_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
     let rt = rt()?;
+    // A construct: refused at the call, not in its task, under mandatory with no device.
+    rt.offload_available()?;
     let at = Location::caller();
     let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
     // SAFETY: forwarded from the caller.
@@ -352,6 +406,8 @@ pub unsafe fn target_enter_data_nowait(device_num: i32, maps: &[MapItem], depend
 #[track_caller]
 pub unsafe fn target_exit_data_nowait(device_num: i32, maps: &[MapItem], depend: &[Depend]) -> Result<Task> {
     let rt = rt()?;
+    // A construct: refused at the call, not in its task, under mandatory with no device.
+    rt.offload_available()?;
     let at = Location::caller();
     let (d, maps) = (dev(rt, device_num)?, maps.to_vec());
     // SAFETY: forwarded from the caller.
@@ -373,6 +429,8 @@ pub unsafe fn target_update_nowait(
     depend: &[Depend],
 ) -> Result<Task> {
     let rt = rt()?;
+    // A construct: refused at the call, not in its task, under mandatory with no device.
+    rt.offload_available()?;
     let at = Location::caller();
     let d = dev(rt, device_num)?;
     let list: Vec<(HostRange, bool)> = items.iter().map(|i| (i.range, i.present)).collect();
@@ -396,6 +454,8 @@ pub unsafe fn target_nowait(
     depend: &[Depend],
 ) -> Result<Task> {
     let rt = rt()?;
+    // A construct: refused at the call, not in its task, under mandatory with no device.
+    rt.offload_available()?;
     let at = Location::caller();
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.

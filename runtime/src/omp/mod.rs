@@ -3,6 +3,13 @@
 //! [`use_runtime`] chooses it explicitly. Every routine returns `Result` instead of C's error
 //! codes and aborts.
 //!
+//! Device numbers are C's: `0..omp_get_num_devices()` the devices,
+//! `omp_get_initial_device()` or [`omp_initial_device`] (-1, OpenMP 5.1) the initial
+//! device; any other number is [`Error::NoSuchDevice`]. Under `OMP_TARGET_OFFLOAD=mandatory`
+//! with no device the runtime starts and the queries answer (`omp_get_num_devices()` is 0),
+//! the device memory routines work on the initial device, and every construct fails with
+//! [`Error::OffloadMandatory`], as with libomptarget.
+//!
 //! ```
 //! use offload::omp::*;
 //! use offload::{MapItem, MapType, Runtime};
@@ -36,7 +43,7 @@ mod asynchronous;
 pub use asynchronous::{
     omp_target_memcpy_async, omp_target_memcpy_rect_async, omp_target_memset_async, omp_taskwait,
     target_enter_data_nowait, target_exit_data_nowait, target_nowait, target_update_nowait, Depend,
-    DependType,
+    DependType, RectCopy,
 };
 
 /// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
@@ -50,7 +57,12 @@ fn rt() -> Result<&'static Runtime> {
     Runtime::global()
 }
 
+/// `device_num` as the runtime's device number: [`omp_initial_device`] is the initial
+/// device (OpenMP 5.1); any other negative number is no device.
 fn dev(rt: &Runtime, device_num: i32) -> Result<usize> {
+    if device_num == omp_initial_device {
+        return Ok(rt.initial_device());
+    }
     usize::try_from(device_num)
         .map_err(|_| Error::NoSuchDevice { device: device_num.into(), available: rt.num_devices() })
 }
@@ -76,9 +88,14 @@ pub fn omp_get_default_device() -> Result<i32> {
 }
 
 /// `omp_set_default_device(device_num)` for the calling thread (see
-/// [`Runtime::set_default_device`]).
+/// [`Runtime::set_default_device`]); [`omp_initial_device`] makes the initial device the
+/// default. Under `OMP_TARGET_OFFLOAD=disabled` any `device_num` is accepted and the initial
+/// device stays the default.
 pub fn omp_set_default_device(device_num: i32) -> Result<()> {
     let rt = rt()?;
+    if rt.policy() == crate::config::OffloadPolicy::Disabled {
+        return Ok(());
+    }
     rt.set_default_device(dev(rt, device_num)?)
 }
 
@@ -99,9 +116,20 @@ pub fn omp_target_is_accessible(ptr: *const c_void, size: usize, device_num: i32
     rt.is_accessible(HostRange::new(ptr as usize, size), dev(rt, device_num)?)
 }
 
-/// OpenMP's `omp_invalid_device`, as LLVM numbers it: what
-/// [`omp_get_device_from_uid`] returns for a UID no device has.
-pub const OMP_INVALID_DEVICE: i32 = -2;
+/// OpenMP 5.1's `omp_initial_device`: a device number that every routine and construct
+/// here takes for the initial device, whatever the number of devices (the same as
+/// `omp_get_initial_device()`).
+#[allow(non_upper_case_globals)] // C's name, for line-by-line ports
+pub const omp_initial_device: i32 = -1;
+
+/// OpenMP 5.2's `omp_invalid_device`, as LLVM numbers it: what
+/// [`omp_get_device_from_uid`] returns for a UID no device has. As a device number it is
+/// an error ([`Error::NoSuchDevice`]).
+#[allow(non_upper_case_globals)] // C's name, for line-by-line ports
+pub const omp_invalid_device: i32 = -2;
+
+/// [`omp_invalid_device`] under a Rust constant's name.
+pub const OMP_INVALID_DEVICE: i32 = omp_invalid_device;
 
 /// `omp_get_uid_from_device(device_num)` (OpenMP 6.0; see [`Runtime::device_uid`]).
 pub fn omp_get_uid_from_device(device_num: i32) -> Result<String> {
@@ -110,12 +138,12 @@ pub fn omp_get_uid_from_device(device_num: i32) -> Result<String> {
 }
 
 /// `omp_get_device_from_uid(uid)` (OpenMP 6.0): the device number, or
-/// [`OMP_INVALID_DEVICE`].
+/// [`omp_invalid_device`].
 pub fn omp_get_device_from_uid(uid: &str) -> Result<i32> {
     let rt = rt()?;
     match rt.device_from_uid(uid) {
         Some(d) => c_int("omp_get_device_from_uid", d),
-        None => Ok(OMP_INVALID_DEVICE),
+        None => Ok(omp_invalid_device),
     }
 }
 
@@ -144,7 +172,10 @@ pub fn omp_get_interop_ptr(device_num: i32, property: InteropProperty) -> Result
 /// The `if` clause of any construct: `device_num` when `condition` holds, else the
 /// initial device, where `target` runs the region on the host and the data constructs do
 /// nothing, as OpenMP's `if(false)` does. `target(if_device(n > 1000, dev)?, ...)` is
-/// `#pragma omp target if(n > 1000) device(dev)`.
+/// `#pragma omp target if(n > 1000) device(dev)`. One difference: under
+/// `OMP_TARGET_OFFLOAD=mandatory` with no device, C's `if(false)` makes no runtime call
+/// and runs on the host, while a construct given this routine's initial device fails as
+/// every construct does then (it cannot tell the two apart).
 pub fn if_device(condition: bool, device_num: i32) -> Result<i32> {
     let rt = rt()?;
     rt.target(dev(rt, device_num)?)?;

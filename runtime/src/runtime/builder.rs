@@ -257,9 +257,8 @@ impl RuntimeBuilder {
                 list.join(",")
             ));
         }
-        if devices.is_empty() && settings.policy == OffloadPolicy::Mandatory {
-            return Err(Error::OffloadMandatory { reason: report.trim_end().replace('\n', "; ") });
-        }
+        // `mandatory` with no device still starts, as libomptarget does: the queries answer,
+        // and device constructs fail with `Error::OffloadMandatory` (`Runtime::construct_target`).
         if let Some(uid) = settings.default_device_uid.take() {
             // OMP_DEFAULT_DEVICE as a UID (OpenMP 6.0): "host", or a device's.
             let found = super::queries::find_uid(devices.iter().map(|(b, _, _)| &**b), &uid);

@@ -101,7 +101,7 @@ impl Runtime {
             MapConstruct::EnterData => (Construct::EnterData, true, "target enter data"),
             MapConstruct::ExitData => (Construct::ExitData, false, "target exit data"),
         };
-        let target = self.target(device)?;
+        let target = self.construct_target(device)?;
         validate::map_list(c, device, items)?;
         self.trace_construct(device, verb, at, items, "");
         let d = match target {
@@ -156,7 +156,7 @@ impl Runtime {
         items: &[(HostRange, bool)],
         at: &'static Location<'static>,
     ) -> Result<()> {
-        let target = self.target(device)?;
+        let target = self.construct_target(device)?;
         validate::update_list(device, items)?;
         let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
         let fields =
@@ -224,7 +224,7 @@ impl Runtime {
         shape: ArgShape,
         at: &'static Location<'static>,
     ) -> Result<()> {
-        let target = self.target(device)?;
+        let target = self.construct_target(device)?;
         let c_shaped = shape == ArgShape::OpenMp && kernel.shape().is_some();
         validate::map_list(Construct::Target, device, maps)?;
         if self.inner.trace.on(InfoFlags::KERNEL_ARGS)

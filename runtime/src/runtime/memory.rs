@@ -107,7 +107,13 @@ impl Runtime {
         }
         let d = match self.target(device)? {
             Target::Device(d) => d,
-            Target::Initial => return Err(bad("the initial device cannot have associated pointers")),
+            Target::Initial => {
+                return Err(bad(&format!(
+                    "the initial device cannot have associated pointers (its memory is host \
+                     memory); expected an offload device (0..{})",
+                    self.num_devices()
+                )))
+            }
         };
         let range = HostRange::new(host, bytes);
         validate::host_range(ASSOCIATE, device, &"host range", range)?;
@@ -131,7 +137,11 @@ impl Runtime {
             Target::Device(d) => d.disassociate(host),
             Target::Initial => Err(Error::InvalidArgument {
                 routine: "omp_target_disassociate_ptr",
-                what: "the initial device has no associated pointers".into(),
+                what: format!(
+                    "device {device}: the initial device has no associated pointers; expected an \
+                     offload device (0..{})",
+                    self.num_devices()
+                ),
             }),
         }
     }

@@ -161,8 +161,8 @@ impl Runtime {
     }
 
     /// The process-wide runtime the [`crate::omp`] routines use, built from the environment
-    /// on first use. If that failed (e.g. `OMP_TARGET_OFFLOAD=mandatory` with no device),
-    /// every call returns the same error.
+    /// on first use. If that failed (e.g. a malformed `OMP_TARGET_OFFLOAD`), every call
+    /// returns the same error.
     pub fn global() -> Result<&'static Runtime> {
         GLOBAL.get_or_init(Runtime::new).as_ref().map_err(Clone::clone)
     }
@@ -180,11 +180,41 @@ impl Runtime {
         r.as_ref().map_err(Clone::clone)
     }
 
+    /// Device `device` or the initial device, for the device memory routines and queries
+    /// (which work on the initial device under `mandatory` too, as libomptarget's do).
     pub(crate) fn target(&self, device: usize) -> Result<Target<'_>> {
         match self.inner.devices.get(device) {
             Some(d) => Ok(Target::Device(d)),
             None if device == self.initial_device() => Ok(Target::Initial),
-            None => Err(Error::NoSuchDevice { device: device as i64, available: self.num_devices() }),
+            None => Err(self.no_such_device(device)),
+        }
+    }
+
+    /// As [`Runtime::target`], for a device construct (a data construct, `update`, a launch,
+    /// a safe-API [`crate::Device`]): under `OMP_TARGET_OFFLOAD=mandatory` with no device,
+    /// every one fails, on the initial device too, since the default device is then the
+    /// initial device and the region would silently run on the host (libomptarget 19 fails
+    /// them all the same way).
+    pub(crate) fn construct_target(&self, device: usize) -> Result<Target<'_>> {
+        self.offload_available()?;
+        self.target(device)
+    }
+
+    /// [`Error::OffloadMandatory`] (naming what each backend found) when
+    /// `OMP_TARGET_OFFLOAD=mandatory` and there is no device.
+    pub(crate) fn offload_available(&self) -> Result<()> {
+        if self.inner.devices.is_empty() && self.inner.settings.policy == OffloadPolicy::Mandatory {
+            return Err(Error::OffloadMandatory { reason: self.inner.report.trim_end().replace('\n', "; ") });
+        }
+        Ok(())
+    }
+
+    /// The error for device number `device`, which is neither a device nor the initial
+    /// device: [`Error::OffloadMandatory`] when that is why there is no such device.
+    pub(crate) fn no_such_device(&self, device: usize) -> Error {
+        match self.offload_available() {
+            Err(e) => e,
+            Ok(()) => Error::NoSuchDevice { device: device as i64, available: self.num_devices() },
         }
     }
 
@@ -225,10 +255,7 @@ impl Runtime {
 
     /// An offload device (not the initial device).
     pub(crate) fn device_state(&self, device: usize) -> Result<&DeviceState> {
-        self.inner
-            .devices
-            .get(device)
-            .ok_or(Error::NoSuchDevice { device: device as i64, available: self.num_devices() })
+        self.inner.devices.get(device).ok_or_else(|| self.no_such_device(device))
     }
 
     pub(crate) fn peer_access(&self) -> bool {

@@ -45,7 +45,14 @@ impl Runtime {
     /// });
     /// # Ok::<(), offload::Error>(())
     /// ```
+    ///
+    /// Under `OMP_TARGET_OFFLOAD=disabled` it is accepted for any `device` and changes
+    /// nothing: there are no devices, so the initial device stays the default (programs
+    /// written for offload call it freely, and libomptarget does not refuse it there).
     pub fn set_default_device(&self, device: usize) -> Result<()> {
+        if self.policy() == OffloadPolicy::Disabled {
+            return Ok(());
+        }
         self.target(device)?;
         let id = self.inner.id;
         DEFAULT_DEVICE.with(|d| {
