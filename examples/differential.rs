@@ -495,6 +495,8 @@ unsafe fn members() -> Result<()> {
         target_data_end(1, &maps)?;
         say!("each member through its own name: {} {} {}", t.i, t.pad, t.j);
     }
+    Ok(())
+}
 
 /// One step of a family whose C program runs it in a child process (`ATTEMPT` in
 /// common.h): prints `who: ` and the step's line, or `who: what: fails` for an error, as
