@@ -10,7 +10,7 @@
 //! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`]), in
 //!   which a mapping borrows its host slice for as long as it lives.
 //!
-//! Devices come from backends ([`device`](mod@device)); host devices (`OFFLOAD_HOST_DEVICES=N`) run
+//! Devices come from backends ([`backend`](mod@backend)); host devices (`OFFLOAD_HOST_DEVICES=N`) run
 //! everywhere and make every rule observable without a GPU.
 //!
 //! ```

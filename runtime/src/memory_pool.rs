@@ -322,7 +322,7 @@ impl MemoryPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
+    use crate::backend::{BackendKind, DeviceDescription, Event, MemInfo, Queue};
     use crate::kernel::{Kernel, KernelArg};
 
     /// A device that only counts bytes: addresses without memory behind them, so the pool's
@@ -351,6 +351,9 @@ mod tests {
     impl Backend for CountingDevice {
         fn description(&self) -> &DeviceDescription {
             &self.description
+        }
+        fn number(&self) -> usize {
+            0
         }
         fn renumber(&mut self, _number: usize) {}
         fn alloc(&self, bytes: usize) -> Result<u64> {
@@ -402,9 +405,6 @@ mod tests {
             no_memory()
         }
         fn enqueue_launch(&self, _q: Queue, _kernel: &Kernel, _n: usize, _args: &[KernelArg]) -> Result<()> {
-            no_memory()
-        }
-        fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
             no_memory()
         }
         fn synchronize(&self) -> Result<()> {

@@ -220,6 +220,10 @@ impl<'rt> Device<'rt> {
                 })
             }
         };
+        if !d.backend.has_blas() {
+            let kind = d.backend.description().kind;
+            return Err(Error::NoKernelImpl { device: self.number, kernel: "sgemm", backend: kind.name() });
+        }
         // The operands stay allocated until the product is done.
         let mut in_use = crate::device::BlocksInUse::new(d);
         let mut addrs = [0u64; 3];

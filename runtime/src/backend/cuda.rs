@@ -21,9 +21,10 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaStre
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
+use super::platform::VendorPlatform;
 use super::{
-    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, Graph, MemInfo, Place, Platform,
-    Queue, RecordedLaunch, Sgemm,
+    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, Graph, MemInfo, Place, Queue,
+    RecordedLaunch, Sgemm,
 };
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
@@ -118,67 +119,48 @@ fn driver(device: usize, call: &'static str) -> impl Fn(DriverError) -> Error {
 /// NVIDIA's platform: the CUDA driver's devices.
 pub(crate) struct CudaPlatform;
 
-impl Platform for CudaPlatform {
+impl VendorPlatform for CudaPlatform {
+    type Device = CudaDevice;
+
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
     }
 
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
-        discover(first)
+    fn device_count(&self) -> std::result::Result<usize, String> {
+        // SAFETY: only probes whether the library can be loaded.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("libcuda not found: no NVIDIA driver on this machine".into());
+        }
+        CudaContext::device_count().map(|n| n.max(0) as usize).map_err(|e| e.to_string())
     }
-}
 
-/// Discovers the CUDA devices, numbering them from `first_number`. Returns the devices
-/// and one line for the device report.
-fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
-    // SAFETY: only probes whether the library can be loaded.
-    if !unsafe { sys::is_culib_present() } {
-        return (Vec::new(), "cuda: 0 devices (libcuda not found: no NVIDIA driver on this machine)".into());
+    fn open(&self, number: usize, ordinal: usize) -> Result<CudaDevice> {
+        CudaDevice::new(number, ordinal)
     }
-    let count = match CudaContext::device_count() {
-        Ok(n) => n.max(0) as usize,
-        Err(e) => return (Vec::new(), format!("cuda: 0 devices ({e})")),
-    };
-    let mut devices: Vec<CudaDevice> = Vec::new();
-    let mut notes = Vec::new();
-    for ordinal in 0..count {
-        match CudaDevice::new(first_number + devices.len(), ordinal) {
-            Ok(d) => devices.push(d),
-            Err(e) => notes.push(format!("GPU {ordinal} skipped: {e}")),
+
+    fn enable_peer(&self, a: &CudaDevice, b: &CudaDevice) -> Result<bool> {
+        let on = a.enable_peer(b)?;
+        if on {
+            a.peers.lock().push(b.ordinal);
         }
+        Ok(on)
     }
-    for a in &devices {
-        for b in &devices {
-            if a.ordinal != b.ordinal {
-                match a.enable_peer(b) {
-                    Ok(true) => a.peers.lock().push(b.ordinal),
-                    Ok(false) => {}
-                    Err(e) => notes.push(format!("peer access {}->{}: {e}", a.number, b.number)),
-                }
-            }
-        }
+
+    fn details(&self, d: &CudaDevice) -> Option<String> {
+        let desc = &d.description;
+        Some(format!(
+            "{}, {}, {}",
+            d.arch,
+            desc.pci_bus_id.as_deref().unwrap_or("?"),
+            desc.uuid.as_deref().unwrap_or("?")
+        ))
     }
-    if !devices.is_empty() {
+
+    fn opened(&self, _devices: &[CudaDevice]) {
         // Load NVRTC (and read its version, which kernel cache keys hold) beside the
         // program's start rather than in its first launch; without a thread, that launch does.
         let _ = std::thread::Builder::new().name("offload-nvrtc-load".into()).spawn(nvrtc_version);
     }
-    let mut line = format!("cuda: {} devices", devices.len());
-    for d in &devices {
-        line.push_str(&format!(
-            "; device {} = {} ({}, {}, {})",
-            d.number,
-            d.description.name,
-            d.arch,
-            d.description.pci_bus_id.as_deref().unwrap_or("?"),
-            d.description.uuid.as_deref().unwrap_or("?")
-        ));
-    }
-    for n in notes {
-        line.push_str("; ");
-        line.push_str(&n);
-    }
-    (devices.into_iter().map(|d| Box::new(d) as Box<dyn Backend>).collect(), line)
 }
 
 fn format_uuid(u: &sys::CUuuid) -> String {
@@ -507,6 +489,9 @@ impl Backend for CudaDevice {
         &self.description
     }
 
+    fn number(&self) -> usize {
+        self.number
+    }
     fn renumber(&mut self, number: usize) {
         self.number = number;
     }
@@ -519,7 +504,8 @@ impl Backend for CudaDevice {
 
     fn free(&self, addr: u64, _bytes: usize) -> Result<()> {
         self.bind()?;
-        // SAFETY: `addr` came from `alloc` and no queued work uses it (every call waits).
+        // SAFETY: `addr` came from `alloc`; the runtime frees a block only once the work that
+        // used it is done (the pool after its events, a retired entry after its last user).
         unsafe { result::free_sync(addr) }.map_err(driver(self.number, "cuMemFree"))
     }
 
@@ -672,6 +658,9 @@ impl Backend for CudaDevice {
             .map_err(driver(self.number, "cuGraphLaunch"))
     }
 
+    fn has_blas(&self) -> bool {
+        true
+    }
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         let fail = |message: String| Error::Driver { device: self.number, call: "cublasSgemm", message };
         let blas = self

@@ -238,6 +238,12 @@ impl Backend for Faulty {
     fn uid(&self) -> String {
         self.inner.uid()
     }
+    fn own_worker(&self) -> Option<std::sync::Arc<crate::worker::DeviceWorker>> {
+        self.inner.own_worker()
+    }
+    fn number(&self) -> usize {
+        self.number
+    }
     fn renumber(&mut self, number: usize) {
         self.number = number;
         self.inner.renumber(number);
@@ -337,6 +343,9 @@ impl Backend for Faulty {
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         self.check(FaultKind::Launch)?;
         self.inner.launch(kernel, n, args)
+    }
+    fn has_blas(&self) -> bool {
+        self.inner.has_blas()
     }
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         self.check(FaultKind::Launch)?;

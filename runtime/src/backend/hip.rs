@@ -1,15 +1,16 @@
 //! AMD GPUs through HIP (`hip-sys`, cargo feature `hip`).
 //!
 //! The same shape as the CUDA backend: per device three non-blocking streams (copy-in,
-//! compute, copy-out), every operation waited for before returning, peer access enabled per
-//! pair at discovery, pinned host memory by `hipHostRegister`, events for staging slots,
+//! compute, copy-out) on which operations are queued (a construct waits only where the host
+//! needs the result, as on CUDA), peer access enabled per pair at discovery, pinned host memory by `hipHostRegister`, events for staging slots,
 //! and kernels compiled at run time by `hiprtc` from the same CUDA C sources (translated by
 //! [`super::hip_support::hip_source`]) for the device's `gcnArchName`. HIP keeps a current
 //! device per thread, so every call selects its device first. `hip-sys` has no `hiprtc`
 //! bindings: the few functions used are declared below (ROCm exports them from
-//! `libamdhip64`). There is no BLAS on this backend yet: `sgemm` says so.
+//! `libamdhip64`). There is no BLAS on this backend (hipBLAS is not bound): its `has_blas` is
+//! false, and `Device::sgemm` says so.
 //!
-//! Only built and tested without hardware here (no AMD GPU is lent); see the README.
+//! Only built and tested without hardware here (no AMD GPU is lent); see docs/GUIDE.md.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -19,7 +20,8 @@ use hip_sys::hiprt as hip;
 use parking_lot::Mutex;
 
 use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
-use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Platform, Queue, Sgemm};
+use super::platform::VendorPlatform;
+use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
@@ -102,60 +104,44 @@ pub(crate) struct HipDevice {
 /// AMD's platform: the HIP runtime's devices.
 pub(crate) struct HipPlatform;
 
-impl Platform for HipPlatform {
+impl VendorPlatform for HipPlatform {
+    type Device = HipDevice;
+
     fn kind(&self) -> BackendKind {
         BackendKind::Hip
     }
 
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
-        discover(first)
+    fn device_count(&self) -> std::result::Result<usize, String> {
+        let mut count: c_int = 0;
+        // SAFETY: a plain query with a valid out-pointer.
+        let r = unsafe { hip::hipGetDeviceCount(&mut count) };
+        match r {
+            hip::hipError_t::hipSuccess => Ok(count.max(0) as usize),
+            _ if r as i32 == HIP_ERROR_NO_DEVICE => Err("no AMD GPU".into()),
+            _ => Err(format!("HIP error {}", r as i32)),
+        }
     }
-}
 
-/// Discovers the HIP devices, numbering them from `first_number`; one report line.
-fn discover(first_number: usize) -> (Vec<Box<dyn Backend>>, String) {
-    let mut count: c_int = 0;
-    // SAFETY: plain queries with valid out-pointers.
-    let r = unsafe { hip::hipGetDeviceCount(&mut count) };
-    if r != hip::hipError_t::hipSuccess {
-        let why = if r as i32 == HIP_ERROR_NO_DEVICE {
-            "no AMD GPU".to_string()
-        } else {
-            format!("HIP error {}", r as i32)
-        };
-        return (Vec::new(), format!("hip: 0 devices ({why})"));
+    fn open(&self, number: usize, ordinal: usize) -> Result<HipDevice> {
+        let ordinal = c_int::try_from(ordinal).map_err(|_| Error::Driver {
+            device: number,
+            call: "hipGetDeviceCount",
+            message: format!("device ordinal {ordinal} out of range"),
+        })?;
+        HipDevice::new(number, ordinal)
     }
-    let mut devices: Vec<HipDevice> = Vec::new();
-    let mut notes = Vec::new();
-    for ordinal in 0..count {
-        match HipDevice::new(first_number + devices.len(), ordinal) {
-            Ok(d) => devices.push(d),
-            Err(e) => notes.push(format!("GPU {ordinal} skipped: {e}")),
+
+    fn enable_peer(&self, a: &HipDevice, b: &HipDevice) -> Result<bool> {
+        let on = a.enable_peer(b.ordinal)?;
+        if on {
+            a.peers.lock().push(b.ordinal);
         }
+        Ok(on)
     }
-    for a in &devices {
-        for b in &devices {
-            if a.ordinal != b.ordinal {
-                match a.enable_peer(b.ordinal) {
-                    Ok(true) => a.peers.lock().push(b.ordinal),
-                    Ok(false) => {}
-                    Err(e) => notes.push(format!("peer access {}->{}: {e}", a.number, b.number)),
-                }
-            }
-        }
+
+    fn details(&self, d: &HipDevice) -> Option<String> {
+        Some(format!("{}, {}", d.arch, d.description.pci_bus_id.as_deref().unwrap_or("?")))
     }
-    let mut line = format!("hip: {} devices", devices.len());
-    for d in &devices {
-        line.push_str(&format!(
-            "; device {} = {} ({}, {})",
-            d.number,
-            d.description.name,
-            d.arch,
-            d.description.pci_bus_id.as_deref().unwrap_or("?")
-        ));
-    }
-    notes.iter().for_each(|n| line.push_str(&format!("; {n}")));
-    (devices.into_iter().map(|d| Box::new(d) as Box<dyn Backend>).collect(), line)
 }
 
 fn c_string(buf: &[c_char]) -> String {
@@ -351,6 +337,9 @@ impl Backend for HipDevice {
         &self.description
     }
 
+    fn number(&self) -> usize {
+        self.number
+    }
     fn renumber(&mut self, number: usize) {
         self.number = number;
     }
@@ -369,7 +358,8 @@ impl Backend for HipDevice {
 
     fn free(&self, addr: u64, _bytes: usize) -> Result<()> {
         self.select()?;
-        // SAFETY: `addr` came from `alloc`; no work on it is queued (every call waits).
+        // SAFETY: `addr` came from `alloc`; the runtime frees a block only once the work that
+        // used it is done (the pool after its events, a retired entry after its last user).
         check(self.number, "hipFree", unsafe { hip::hipFree(addr as usize as *mut c_void) })
     }
 
@@ -496,14 +486,6 @@ impl Backend for HipDevice {
             )
         };
         check(self.number, "hipModuleLaunchKernel", r)
-    }
-
-    fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
-        Err(Error::Driver {
-            device: self.number,
-            call: "sgemm",
-            message: "the HIP backend has no BLAS yet (hipBLAS is not bound)".into(),
-        })
     }
 
     fn synchronize(&self) -> Result<()> {

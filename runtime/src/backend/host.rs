@@ -14,9 +14,11 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
 use crate::error::{Error, Result};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
+use crate::topology::Topology;
 use crate::worker::DeviceWorker;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
@@ -190,6 +192,47 @@ pub(crate) struct HostDevice {
     failed: Arc<Mutex<Option<Error>>>,
 }
 
+/// Host devices as a platform, like the GPUs' ([`super::platform`]): `count` devices of
+/// `capacity` bytes each, every one with a worker of its own placed on the whole machine and
+/// a kernel pool of `kernel_threads` threads (one per CPU when `None`).
+pub(crate) struct HostPlatform {
+    pub(crate) count: usize,
+    pub(crate) capacity: usize,
+    pub(crate) kernel_threads: Option<usize>,
+    pub(crate) peer_access: bool,
+    pub(crate) topology: Arc<Topology>,
+}
+
+impl VendorPlatform for HostPlatform {
+    type Device = HostDevice;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Host
+    }
+
+    fn device_count(&self) -> std::result::Result<usize, String> {
+        Ok(self.count)
+    }
+
+    fn open(&self, number: usize, ordinal: usize) -> Result<HostDevice> {
+        let name = format!("offload-host{ordinal}");
+        let cpus = self.topology.whole_machine("host device").cpus;
+        let worker = DeviceWorker::spawn(name.clone(), Arc::clone(&self.topology), cpus).map_err(|e| {
+            Error::Driver { device: number, call: "spawn a device worker", message: e.to_string() }
+        })?;
+        let pool = KernelPool::new(name, self.kernel_threads);
+        Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool, self.peer_access))
+    }
+
+    fn details(&self, _: &HostDevice) -> Option<String> {
+        None
+    }
+
+    fn summary(&self, count: usize) -> String {
+        format!("host: {count} host devices (OFFLOAD_HOST_DEVICES)")
+    }
+}
+
 impl HostDevice {
     /// Host device number `number` (its index among all devices), with `capacity` bytes
     /// of memory, its work run in order by `worker`, and kernels on `pool`.
@@ -316,6 +359,12 @@ impl Backend for HostDevice {
         &self.description
     }
 
+    fn own_worker(&self) -> Option<Arc<DeviceWorker>> {
+        self.worker.clone()
+    }
+    fn number(&self) -> usize {
+        self.number
+    }
     fn renumber(&mut self, number: usize) {
         self.number = number;
     }
@@ -475,6 +524,9 @@ impl Backend for HostDevice {
         self.run(job)?
     }
 
+    fn has_blas(&self) -> bool {
+        true
+    }
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
         for (addr, n) in [(a, ea), (b, eb), (c, ec)] {

@@ -12,8 +12,11 @@ pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 pub(crate) mod cuda;
 #[cfg(feature = "hip")]
 pub(crate) mod hip;
-pub mod hip_support;
+#[cfg_attr(not(feature = "hip"), allow(dead_code))]
+pub(crate) mod hip_support;
 pub(crate) mod host;
+pub(crate) mod platform;
+pub(crate) use platform::Platform;
 
 /// The GPU backends compiled into this build, in the order their devices are numbered
 /// (host devices come after them).
@@ -24,19 +27,6 @@ pub fn compiled_backends() -> &'static [BackendKind] {
         (false, true) => &[BackendKind::Hip],
         (false, false) => &[],
     }
-}
-
-/// A GPU vendor's platform, the discovery half of LLVM's plugin shape: it finds the
-/// vendor's devices, says who they are (name, PCI bus id, UUID in each device's
-/// [`DeviceDescription`]) and builds the peer matrix, enabling access between every pair
-/// whose hardware allows it ([`Backend::can_access_peer`] reads it back).
-pub(crate) trait Platform {
-    /// The backend of its devices.
-    fn kind(&self) -> BackendKind;
-
-    /// Its devices, numbered from `first`, with peer access enabled where possible, and one
-    /// line for the device report (why there are none, too).
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String);
 }
 
 /// The platforms compiled into this build, in [`compiled_backends`] order.
@@ -96,7 +86,7 @@ pub fn nvrtc_present() -> bool {
 use std::any::Any;
 use std::fmt;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
 /// Which backend drives a device.
@@ -424,6 +414,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// leaves out or reorders devices after discovery.
     fn renumber(&mut self, number: usize);
 
+    /// The device number its messages name.
+    fn number(&self) -> usize;
+
+    /// The worker its platform started for it, when it has one of its own (host devices
+    /// run their work on it); the runtime starts one for the others.
+    fn own_worker(&self) -> Option<std::sync::Arc<crate::worker::DeviceWorker>> {
+        None
+    }
+
     /// Allocates `bytes > 0` of device memory (no pooling: the pool sits above).
     fn alloc(&self, bytes: usize) -> Result<u64>;
 
@@ -570,10 +569,20 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// Whether the backend has BLAS ([`Backend::enqueue_sgemm`]): an optional capability
+    /// (CUDA through cuBLAS, host devices; not HIP, whose hipBLAS is not bound).
+    fn has_blas(&self) -> bool {
+        false
+    }
+
     /// Enqueues `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` on the
     /// compute queue (GPUs: cuBLAS, no TF32; host devices: a straightforward parallel
-    /// product).
-    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()>;
+    /// product). Backends without BLAS ([`Backend::has_blas`]) keep this default, which
+    /// refuses.
+    fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+        let d = self.description();
+        Err(Error::NoKernelImpl { device: self.number(), kernel: "sgemm", backend: d.kind.name() })
+    }
 
     /// [`Backend::enqueue_sgemm`], waited for.
     fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {

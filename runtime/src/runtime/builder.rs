@@ -8,8 +8,9 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::backend::host::{default_capacity, HostDevice, KernelPool};
+use crate::backend::host::{default_capacity, HostPlatform};
 use crate::backend::Backend;
+use crate::backend::{BackendKind, Platform};
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::data_env::PresentTable;
 use crate::device::audit::{AuditActivity, ConstructAudit};
@@ -206,48 +207,48 @@ impl RuntimeBuilder {
         if settings.policy == OffloadPolicy::Disabled {
             report.push_str("offload disabled (OMP_TARGET_OFFLOAD=disabled): constructs run on the host\n");
         } else {
-            if self.gpus {
-                if !cfg!(feature = "cuda") {
-                    report.push_str("cuda: not compiled in (cargo feature `cuda` off)\n");
-                }
-                for platform in crate::backend::platforms() {
-                    let (gpus, line) = platform.discover(devices.len());
-                    report.push_str(&line);
-                    report.push('\n');
-                    for g in gpus {
-                        debug_assert_eq!(g.description().kind, platform.kind());
-                        let bus = g.description().pci_bus_id.clone().unwrap_or_default();
-                        let p = topology.place_pci(&bus);
-                        let w = spawn(format!("offload-dev{}", devices.len()), &p)?;
-                        devices.push((g, p, w));
-                    }
+            if self.gpus && !cfg!(feature = "cuda") {
+                report.push_str("cuda: not compiled in (cargo feature `cuda` off)\n");
+            }
+            let hosts = HostPlatform {
+                count: settings.host_devices,
+                capacity: self.over.host_memory.unwrap_or_else(default_capacity),
+                kernel_threads: self.over.kernel_threads,
+                peer_access: self.peer_access,
+                topology: Arc::clone(&topology),
+            };
+            let gpus = if self.gpus { crate::backend::platforms() } else { Vec::new() };
+            // GPUs first, then host devices; each device placed by its PCI bus id (host
+            // devices: on the whole machine), with its worker there.
+            for platform in gpus.iter().map(|p| &**p).chain([&hosts as &dyn Platform]) {
+                let (found, line) = platform.discover(devices.len());
+                report.push_str(&line);
+                report.push('\n');
+                for d in found {
+                    debug_assert_eq!(d.description().kind, platform.kind());
+                    let number = devices.len();
+                    let p = match d.description().pci_bus_id.as_deref() {
+                        Some(bus) => topology.place_pci(bus),
+                        None => topology.whole_machine("host device"),
+                    };
+                    let w = match d.own_worker() {
+                        Some(w) => w,
+                        None => spawn(format!("offload-dev{number}"), &p)?,
+                    };
+                    // Faults are injected into host devices only (GPUs: the pool's limit).
+                    let d: Box<dyn Backend> = match &self.faults {
+                        Some(plan) if platform.kind() == BackendKind::Host => {
+                            Box::new(crate::backend::faults::Faulty::new(
+                                d,
+                                number,
+                                Arc::new(crate::backend::FaultInjector::new(plan.for_device(number))),
+                            ))
+                        }
+                        _ => d,
+                    };
+                    devices.push((d, p, w));
                 }
             }
-            let capacity = self.over.host_memory.unwrap_or_else(default_capacity);
-            for i in 0..settings.host_devices {
-                let number = devices.len();
-                let p = topology.whole_machine("host device");
-                let w = spawn(format!("offload-host{i}"), &p)?;
-                let d = HostDevice::new(
-                    number,
-                    i,
-                    capacity,
-                    Arc::clone(&w),
-                    KernelPool::new(format!("offload-host{i}"), self.over.kernel_threads),
-                    self.peer_access,
-                );
-                let d: Box<dyn Backend> = match &self.faults {
-                    Some(plan) => Box::new(crate::backend::faults::Faulty::new(
-                        Box::new(d),
-                        number,
-                        Arc::new(crate::backend::FaultInjector::new(plan.for_device(number))),
-                    )),
-                    None => Box::new(d),
-                };
-                devices.push((d, p, w));
-            }
-            report
-                .push_str(&format!("host: {} host devices (OFFLOAD_HOST_DEVICES)\n", settings.host_devices));
         }
         if let Some(list) = settings.available_devices.take() {
             devices = keep_available(devices, &list)?;

@@ -1,0 +1,142 @@
+//! The generic platform: discovery, numbering, the peer matrix and the device report,
+//! written once over each vendor's small hooks ([`VendorPlatform`]), in the shape of LLVM's
+//! `GenericPluginTy` over its vendor plugins. CUDA, HIP and host devices are platforms
+//! alike; the runtime's builder only asks each one for its devices ([`Platform::discover`]).
+
+use super::{Backend, BackendKind};
+use crate::error::Result;
+
+/// What a vendor supplies to the generic platform.
+pub(crate) trait VendorPlatform {
+    /// The vendor's device type.
+    type Device: Backend;
+
+    /// The backend of its devices.
+    fn kind(&self) -> BackendKind;
+
+    /// How many devices the driver reports, or why there are none (the report says it).
+    fn device_count(&self) -> std::result::Result<usize, String>;
+
+    /// Opens the vendor's device `ordinal` as runtime device `number`.
+    fn open(&self, number: usize, ordinal: usize) -> Result<Self::Device>;
+
+    /// Enables `a`'s access to `b`'s memory where the hardware allows it, and records it in
+    /// `a` (its `can_access_peer` reads it back); whether it did.
+    fn enable_peer(&self, _a: &Self::Device, _b: &Self::Device) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// What the device report says of a device after its number and name (architecture,
+    /// PCI bus id, UUID); `None`: the device is not listed one by one.
+    fn details(&self, d: &Self::Device) -> Option<String>;
+
+    /// The report line's head for `count` devices.
+    fn summary(&self, count: usize) -> String {
+        format!("{}: {count} devices", self.kind().name())
+    }
+
+    /// Runs once the devices are open (CUDA starts loading NVRTC beside the program).
+    fn opened(&self, _devices: &[Self::Device]) {}
+}
+
+/// A platform as the runtime's builder sees it.
+pub(crate) trait Platform {
+    /// The backend of its devices.
+    fn kind(&self) -> BackendKind;
+
+    /// Its devices, numbered from `first`, with peer access enabled where possible, and one
+    /// line for the device report (why there are none, too).
+    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String);
+}
+
+impl<P: VendorPlatform> Platform for P {
+    fn kind(&self) -> BackendKind {
+        VendorPlatform::kind(self)
+    }
+
+    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
+        let count = match self.device_count() {
+            Ok(n) => n,
+            Err(why) => return (Vec::new(), format!("{} ({why})", self.summary(0))),
+        };
+        let mut devices: Vec<P::Device> = Vec::new();
+        let mut notes = Vec::new();
+        for ordinal in 0..count {
+            match self.open(first + devices.len(), ordinal) {
+                Ok(d) => devices.push(d),
+                Err(e) => notes.push(format!("device {ordinal} of the driver skipped: {e}")),
+            }
+        }
+        for (i, a) in devices.iter().enumerate() {
+            for (j, b) in devices.iter().enumerate().filter(|&(j, _)| j != i) {
+                if let Err(e) = self.enable_peer(a, b) {
+                    notes.push(format!("peer access {}->{}: {e}", first + i, first + j));
+                }
+            }
+        }
+        if !devices.is_empty() {
+            self.opened(&devices);
+        }
+        let mut line = self.summary(devices.len());
+        for (i, d) in devices.iter().enumerate() {
+            if let Some(details) = self.details(d) {
+                line.push_str(&format!("; device {} = {} ({details})", first + i, d.description().name));
+            }
+        }
+        for n in notes {
+            line.push_str("; ");
+            line.push_str(&n);
+        }
+        (devices.into_iter().map(|d| Box::new(d) as Box<dyn Backend>).collect(), line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backend::host::{HostDevice, KernelPool};
+    use crate::worker::DeviceWorker;
+
+    /// Two host devices from a vendor whose third device fails to open.
+    struct TwoOfThree;
+
+    impl VendorPlatform for TwoOfThree {
+        type Device = HostDevice;
+        fn kind(&self) -> BackendKind {
+            BackendKind::Host
+        }
+        fn device_count(&self) -> std::result::Result<usize, String> {
+            Ok(3)
+        }
+        fn open(&self, number: usize, ordinal: usize) -> Result<HostDevice> {
+            if ordinal == 1 {
+                return Err(crate::Error::Driver { device: number, call: "open", message: "broken".into() });
+            }
+            let topology = Arc::new(crate::topology::Topology::system());
+            let w =
+                Arc::new(DeviceWorker::spawn(format!("t{ordinal}"), topology, Vec::new()).expect("worker"));
+            Ok(HostDevice::new(
+                number,
+                ordinal,
+                1 << 20,
+                w,
+                KernelPool::new(format!("t{ordinal}"), Some(1)),
+                false,
+            ))
+        }
+        fn details(&self, _: &HostDevice) -> Option<String> {
+            Some("test".into())
+        }
+    }
+
+    #[test]
+    fn discovery_numbers_the_devices_that_open_and_reports_the_others() {
+        let (devices, line) = TwoOfThree.discover(5);
+        let numbers: Vec<usize> = devices.iter().map(|d| d.number()).collect();
+        assert_eq!(numbers, [5, 6]);
+        assert!(line.starts_with("host: 2 devices; device 5 = "), "{line}");
+        assert!(line.contains("device 1 of the driver skipped: device 6"), "{line}");
+    }
+}
