@@ -12,7 +12,7 @@
 //! - *batch of 64, per launch*: 64 launches and one synchronize, divided by 64 (the same as
 //!   the first while launches wait for their kernel; less once they only enqueue).
 //!
-//! `cargo bench -p offload-benches --bench host_launch` (prints the rows of docs/FIGURES.md).
+//! `cargo bench -p offload-benches --bench host_launch` (prints the rows of docs/PERFORMANCE.md).
 
 use offload::{map, Runtime};
 use offload::{DeviceSlice, Kernel};

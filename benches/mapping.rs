@@ -4,7 +4,7 @@
 //! enter(to) + exit(from) of a new 4 KiB range, and on GPUs a target region with one
 //! present argument against a raw cudarc launch + synchronize of the same kernel.
 //!
-//! `cargo bench -p offload-benches --bench mapping` (prints the table of docs/FIGURES.md; criterion's
+//! `cargo bench -p offload-benches --bench mapping` (prints the table of docs/PERFORMANCE.md; criterion's
 //! own report for each measurement comes with it).
 
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};

@@ -2,7 +2,7 @@
 # What one launch costs on a host device, beside libomptarget's host plugin: compiles the C
 # twin (benches/c/host_launch.c) with clang-19 -O2 and OpenMP offloading to the host, runs
 # it, then runs benches/host_launch.rs (criterion) on one host device. Both print medians
-# per launch of a saxpy over n = 1, 1024 and 65536 floats already mapped; docs/FIGURES.md's
+# per launch of a saxpy over n = 1, 1024 and 65536 floats already mapped; docs/PERFORMANCE.md's
 # "Host devices: launch cost" table comes from them. Arguments go to the C twin (launches
 # per sample, default 2000).
 set -euo pipefail

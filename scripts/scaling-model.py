@@ -13,10 +13,10 @@ Per step, on P GPUs in N nodes (1-D slabs, one rank per GPU: two neighbours each
   step      T   = T_c + T_x - H + T_r
   efficiency E  = T_1 / T (weak), T_1 / (P T) (strong), T_1 the one-GPU step.
 
-Measured inputs (nvidia-h200, 1 x H200, 2026-12-01; README "Beyond one node"):
+Measured inputs (nvidia-h200, 1 x H200, 2026-12-01; docs/PERFORMANCE.md, "MPI on the GPU machine"):
   Jacobi 16384^2 one-GPU step 716 us (median of three runs; 714 us in the final runs), of it the kernel 686 us (ncu);
   3-D stencil 512^3 one-GPU step 434 us; a synchronised small copy 8.2 us; pinned DMA
-  37.9 GB/s at 1 MiB (README transfer table). The share of the exchange hidden behind the
+  37.9 GB/s at 1 MiB (docs/PERFORMANCE.md, transfers of 2026-11-29). The share of the exchange hidden behind the
   interior, Jacobi 0.55 and stencil 0.40, are medians of three 2-rank runs in which the
   two ranks took turns on one GPU: measured, but not on the machine modelled, so an
   assumption here.
@@ -24,7 +24,7 @@ Stated inputs (not measured here): one 400 Gb/s NIC per GPU at 40 GB/s effective
 3 us MPI latency between nodes; shared memory within a node at 20 GB/s and 1 us; the
 stencil's fixed per-step cost taken as Jacobi's 30 us; 5 us per extra launch.
 
-`python3 scripts/scaling-model.py` prints the README's tables; `--help` for the knobs.
+`python3 scripts/scaling-model.py` prints the tables of docs/PERFORMANCE.md; `--help` for the knobs.
 """
 import argparse
 import math

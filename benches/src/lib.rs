@@ -1,5 +1,5 @@
 //! What the benches share: [`Bench`], which runs each measurement through `criterion` and
-//! hands back its median for the tables of docs/FIGURES.md, and the guard that keeps the GPU
+//! hands back its median for the tables of docs/PERFORMANCE.md, and the guard that keeps the GPU
 //! benches from measuring when `cargo test --all-targets` merely runs them. The benchmarks
 //! themselves are the `[[bench]]` targets of this package.
 

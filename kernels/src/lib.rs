@@ -9,7 +9,7 @@
 //!   tuned stencils of [`stencil`], ...). Their CUDA signature is the plain OpenMP one (the
 //!   arguments, then the work-item count `n` as `unsigned long long`), which the raw
 //!   `Runtime::target_launch` and ports of C programs use, and the benches measure the
-//!   generated kernels against them (README, "Single-source kernels").
+//!   generated kernels against them (docs/PERFORMANCE.md, "Generated and hand-written kernels").
 //!
 //! A kernel of your own is a function:
 //!

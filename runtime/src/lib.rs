@@ -1,17 +1,51 @@
 //! # offload
 //!
-//! An OpenMP-style offload runtime: the device data environment of OpenMP's `map`
-//! clauses, `target enter/exit data`, `target update` and the `omp_target_*` routines,
-//! with one present table per device keyed by host address, over any number of devices.
+//! An OpenMP-style multi-GPU offload runtime: the device data environment of OpenMP's
+//! `map` clauses (`to`, `from`, `tofrom`, `alloc`, `release`, `delete`, with `always`,
+//! `present` and LLVM's `hold`), `target data`, `target enter/exit data`, `target update`
+//! and the `omp_target_*` routines, with one present table per device keyed by host
+//! address, over any number of devices: CUDA GPUs, AMD GPUs through HIP (feature `hip`),
+//! and *host devices* (`OFFLOAD_HOST_DEVICES=N`), which run everywhere and make every rule
+//! observable without a GPU.
 //!
 //! Two interfaces share the same tables:
+//! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`],
+//!   [`Mapped`], [`DeviceBuffer`]), in which a mapping borrows its host slice for as long
+//!   as it lives;
 //! * [`omp`]: the OpenMP routines under their own names, in C's raw-pointer shape, for
-//!   porting C line by line;
-//! * the safe API ([`Device::data`], [`map`], [`HostBuffer`], [`Device::launch`]), in
-//!   which a mapping borrows its host slice for as long as it lives.
+//!   porting C line by line.
 //!
-//! Devices come from backends ([`backend`](mod@backend)); host devices (`OFFLOAD_HOST_DEVICES=N`) run
-//! everywhere and make every rule observable without a GPU.
+//! # A first program
+//!
+//! A loop body written once with [`#[offload::kernel]`](macro@kernel) runs on GPUs
+//! (translated to CUDA C, compiled at run time) and on host devices (a `rayon` loop):
+//!
+//! ```
+//! use offload::{map, Runtime};
+//!
+//! #[offload::kernel]
+//! fn saxpy(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+//!     y[i] = a * x[i] + y[i];
+//! }
+//!
+//! let n = 4096;
+//! let x = vec![1.0f32; n];
+//! let mut y = vec![2.0f32; n];
+//! let rt = Runtime::builder().host_devices(2).build()?; // Runtime::new(): GPUs, else OFFLOAD_HOST_DEVICES
+//! let gpu = rt.device(0)?;
+//! gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
+//!     for _ in 0..100 {
+//!         saxpy::launch(&gpu, n, 2.0, x, y)?; // views translated through the present table
+//!     }
+//!     Ok(())
+//! })?; // y copied back, both unmapped
+//! assert_eq!(y[0], 202.0);
+//! assert!(rt.live_mappings().is_empty());
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
+//! Every device has its own present table; the same host range mapped on two devices is
+//! two entries:
 //!
 //! ```
 //! use offload::{map, Runtime};
@@ -26,6 +60,21 @@
 //! assert!(rt.live_mappings().is_empty());
 //! # Ok::<(), offload::Error>(())
 //! ```
+//!
+//! # Where to go next
+//!
+//! * Kernels: the [`kernel`](mod@kernel) module, and the kernel language with every
+//!   compile error in `docs/KERNELS.md`.
+//! * Asynchronous work and pipelines: [`nowait`], [`pipeline`]; replayable loop bodies:
+//!   [`recording`]; arrays over several devices: [`partition`]; MPI ranks: [`cluster`].
+//! * Settings (`OMP_*` and `OFFLOAD_*` variables): [`config`], [`RuntimeBuilder`]; traces:
+//!   [`info`].
+//! * In the repository: `README.md` (the front page), `docs/GUIDE.md` (the user guide),
+//!   `docs/SEMANTICS.md` (the mapping rules and every conformance case),
+//!   `docs/PORTING.md` (every OpenMP device construct with its forms here),
+//!   `docs/MAPPING.md` (a guided tour with traces), `docs/ARCHITECTURE.md` (the layers and
+//!   how a construct flows), `docs/PERFORMANCE.md` (every figure, with machine, date and
+//!   log) and `docs/RELIABILITY.md` (how it is tested against failure).
 
 #![warn(missing_docs)]
 

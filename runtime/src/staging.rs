@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::topology::Topology;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines
-/// (see the transfer table in docs/FIGURES.md). [`crate::RuntimeBuilder::build`] refuses a field
+/// (see the transfer table in docs/PERFORMANCE.md). [`crate::RuntimeBuilder::build`] refuses a field
 /// outside the range its comment gives ([`crate::Error::InvalidConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StagingConfig {
@@ -44,7 +44,7 @@ pub struct StagingConfig {
     /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
     /// page-locked where it is once it has been copied `register_after` times (and
     /// unlocked when it is unmapped), since pinning costs about as much as that many
-    /// staged copies save (see the transfer table in docs/FIGURES.md).
+    /// staged copies save (see the transfer table in docs/PERFORMANCE.md).
     pub register_after: u32,
     /// See `register_after`.
     pub register_min_bytes: usize,

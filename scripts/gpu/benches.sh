@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The criterion benches on the lent GPU machine, after ../shared/gpu/bundle, in one call:
 #   scripts/gpu/benches.sh [mapping cuda_paths transfer kernels overlap]   (default: all)
-# Each bench prints its table of docs/FIGURES.md after criterion's own report; the whole output of
+# Each bench prints its table of docs/PERFORMANCE.md after criterion's own report; the whole output of
 # each goes to $OUT/bench-NAME.log (transfer runs with TRANSFER_QUICK=1: no chunk sweep).
 cd "$(dirname "$0")/../.."
 set -o pipefail

@@ -193,7 +193,7 @@ impl Runtime {
 
     /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
     /// borrowed). Pinning costs about 64 ms per GiB once (on the H200 machines), so it pays
-    /// for buffers copied more than a few times; see the transfer table in docs/FIGURES.md.
+    /// for buffers copied more than a few times; see the transfer table in docs/PERFORMANCE.md.
     pub fn pin<'a, T: crate::kernel::DeviceCopy>(&self, data: &'a mut [T]) -> Pinned<'a, T> {
         let (ptr, bytes) = (data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data));
         // SAFETY: the slice is borrowed for 'a, the guard's lifetime, and unpinned in its drop.
