@@ -185,9 +185,12 @@ mod tests {
     /// its bus id, NUMA node and CPUs, the NUMA distances, and why none runs.
     #[test]
     fn a_recorded_topology_without_devices_is_explained() {
-        let xml = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/8gpu-2socket.xml");
+        // Embedded, so that the test binary runs from any folder (the GPU machine's bundle).
+        let xml = std::env::temp_dir().join(format!("offload-info-test-{}.xml", std::process::id()));
+        std::fs::write(&xml, include_str!("../tests/fixtures/8gpu-2socket.xml")).expect("a temporary file");
         let rt =
-            offload::Runtime::builder().env(|_| None).gpus(false).host_devices(0).topology_xml(xml).build();
+            offload::Runtime::builder().env(|_| None).gpus(false).host_devices(0).topology_xml(&xml).build();
+        let _ = std::fs::remove_file(&xml);
         let out = super::report(&rt.expect("runtime")).expect("report");
         println!("{out}");
         assert!(out.contains("GPUs in the topology") && out.contains(": 8"), "{out}");

@@ -1,48 +1,49 @@
-//! The runtime crate's modules form no import cycle: each top-level module of
-//! `runtime/src` (a file, or a directory with its submodules) may use only modules below
-//! it. Submodules of one directory may refer to each other and to their parent.
+//! The runtime crate's modules are layered one way down, with no import cycle: each
+//! top-level module of `runtime/src` (a file, or a directory with its submodules) may use
+//! modules of its own layer or of the layers below it ([`LAYERS`]), never above, and the
+//! graph has no cycle (so within a layer, too, uses go one way). Vendor libraries (`cudarc`,
+//! `hip_sys`) are named only in `backend/`, and `hwlocality` only in `topology.rs`.
+//! Submodules of one directory may refer to each other and to their parent.
 //!
 //! The module graph is read from the sources (`crate::NAME` paths outside comments and
-//! outside `#[cfg(test)] mod tests`), so this runs without any device.
+//! outside `#[cfg(test)] mod tests`), embedded at build time (`tests/build.rs`), so this
+//! runs without any device and from any folder.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
-/// `runtime/src`, from the repository root (the working directory of bundled tests) or
-/// from this crate's manifest directory.
-fn runtime_src() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/src");
-    if here.is_dir() {
-        here
-    } else {
-        PathBuf::from("runtime/src")
-    }
+include!(concat!(env!("OUT_DIR"), "/runtime_sources.rs"));
+
+/// The layers, top first: a module may use its own layer's modules and those below.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "front ends",
+        &["lib", "api", "omp", "nowait", "pipeline", "partition", "recording", "cluster", "macro_support", "soak"],
+    ),
+    ("runtime", &["runtime"]),
+    ("generic device", &["device"]),
+    ("device services", &["data_env", "memory_pool", "staging", "copy_crew", "config", "validate"]),
+    ("backends", &["backend", "kernel_cache", "worker", "topology"]),
+    ("foundation", &["kernel", "index_space", "info", "latch", "error"]),
+];
+
+/// The top-level module a file of `runtime/src` belongs to.
+fn top_module(rel: &str) -> String {
+    rel.split('/').next().unwrap_or(rel).trim_end_matches(".rs").to_string()
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("runtime/src is readable") {
-        let p = entry.expect("directory entry").path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
+/// The code of a file that counts for the graph: no unit-test module, no comment lines.
+fn code_lines(text: &str) -> impl Iterator<Item = &str> {
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+    code.lines().filter(|l| !l.trim_start().starts_with("//"))
 }
 
 /// Top-level module -> the top-level modules its code names.
-fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
+fn module_graph(sources: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for f in files {
-        let rel = f.strip_prefix(src).expect("under src");
-        let top = rel.components().next().expect("a component").as_os_str().to_string_lossy();
-        let module = top.trim_end_matches(".rs").to_string();
-        let text = std::fs::read_to_string(&f).expect("source is readable");
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+    for (rel, text) in sources {
+        let module = top_module(rel);
         let deps = graph.entry(module.clone()).or_default();
-        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for line in code_lines(text) {
             for (i, _) in line.match_indices("crate::") {
                 let name: String =
                     line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
@@ -53,6 +54,22 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     graph
+}
+
+/// Each use of a module in a higher layer than the user's: (user, used).
+fn upward_uses(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
+    let layer = |m: &str| LAYERS.iter().position(|(_, ms)| ms.contains(&m));
+    let mut up = Vec::new();
+    for (m, deps) in graph {
+        for d in deps.iter().filter(|d| graph.contains_key(*d)) {
+            if let (Some(a), Some(b)) = (layer(m), layer(d)) {
+                if b < a {
+                    up.push((m.clone(), d.clone()));
+                }
+            }
+        }
+    }
+    up
 }
 
 /// A cycle of `graph`, if it has one (depth-first search for a back edge).
@@ -87,11 +104,44 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 
 #[test]
 fn the_runtime_modules_have_no_import_cycle() {
-    let graph = module_graph(&runtime_src());
-    assert!(graph.len() > 10, "read {} modules from {}", graph.len(), runtime_src().display());
+    let graph = module_graph(RUNTIME_SOURCES);
+    assert!(graph.len() > 10, "read {} modules", graph.len());
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import cycle between runtime modules: {}", cycle.join(" -> "));
     }
+}
+
+#[test]
+fn every_module_has_a_layer_and_uses_only_its_own_and_lower_ones() {
+    let graph = module_graph(RUNTIME_SOURCES);
+    let unplaced: Vec<&String> =
+        graph.keys().filter(|m| !LAYERS.iter().any(|(_, ms)| ms.contains(&m.as_str()))).collect();
+    assert!(unplaced.is_empty(), "modules with no layer in tests/architecture.rs: {unplaced:?}");
+    let up = upward_uses(&graph);
+    assert!(up.is_empty(), "modules using a higher layer (user, used): {up:?}");
+}
+
+#[test]
+fn vendor_libraries_are_named_only_in_their_layer() {
+    for (rel, text) in RUNTIME_SOURCES {
+        for line in code_lines(text) {
+            for (lib, home) in [("cudarc", "backend/"), ("hip_sys", "backend/"), ("hwlocality", "topology.rs")] {
+                let named = line.match_indices(lib).any(|(i, _)| {
+                    let before = line[..i].chars().next_back();
+                    !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+                assert!(!named || rel.starts_with(home), "{rel} names {lib}, which belongs in {home}: {line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_layer_check_finds_upward_uses() {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("error".into()).or_default().insert("runtime".into());
+    g.entry("runtime".into()).or_default().insert("error".into());
+    assert_eq!(upward_uses(&g), [("error".to_string(), "runtime".to_string())]);
 }
 
 #[test]
