@@ -17,7 +17,18 @@ include!(concat!(env!("OUT_DIR"), "/runtime_sources.rs"));
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "front ends",
-        &["lib", "api", "omp", "nowait", "pipeline", "partition", "recording", "cluster", "macro_support", "soak"],
+        &[
+            "lib",
+            "api",
+            "omp",
+            "nowait",
+            "pipeline",
+            "partition",
+            "recording",
+            "cluster",
+            "macro_support",
+            "soak",
+        ],
     ),
     ("runtime", &["runtime"]),
     ("generic device", &["device"]),
@@ -125,12 +136,17 @@ fn every_module_has_a_layer_and_uses_only_its_own_and_lower_ones() {
 fn vendor_libraries_are_named_only_in_their_layer() {
     for (rel, text) in RUNTIME_SOURCES {
         for line in code_lines(text) {
-            for (lib, home) in [("cudarc", "backend/"), ("hip_sys", "backend/"), ("hwlocality", "topology.rs")] {
+            for (lib, home) in
+                [("cudarc", "backend/"), ("hip_sys", "backend/"), ("hwlocality", "topology.rs")]
+            {
                 let named = line.match_indices(lib).any(|(i, _)| {
                     let before = line[..i].chars().next_back();
                     !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
                 });
-                assert!(!named || rel.starts_with(home), "{rel} names {lib}, which belongs in {home}: {line}");
+                assert!(
+                    !named || rel.starts_with(home),
+                    "{rel} names {lib}, which belongs in {home}: {line}"
+                );
             }
         }
     }

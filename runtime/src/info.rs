@@ -33,6 +33,8 @@ use std::ops::BitOr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use crate::error::HostRange;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -116,6 +118,17 @@ impl InfoLog {
     pub fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.0.lock())
     }
+}
+
+/// What an entry line says ([`Trace::entry`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EntryLine {
+    pub(crate) device: usize,
+    pub(crate) range: HostRange,
+    pub(crate) device_addr: u64,
+    /// (reference, hold).
+    pub(crate) counts: (u64, u64),
+    pub(crate) associated: bool,
 }
 
 /// The fields of a trace event beyond its line (see the module documentation).
@@ -327,6 +340,47 @@ impl Trace {
     /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
     pub(crate) fn on(&self, flag: InfoFlags) -> bool {
         self.own.is_some() && self.flags.contains(flag)
+    }
+
+    /// A present-table entry's line under `flag`: `what` ("entry created", "mapping
+    /// exists", ...) on `device`, with the host range, the device address and both counts
+    /// (the reference count shown as `inf` for an associated entry).
+    pub(crate) fn entry(&self, flag: InfoFlags, what: &'static str, e: EntryLine) {
+        let fields = || InfoFields {
+            kind: what,
+            device: Some(e.device),
+            host: Some(e.range),
+            device_addr: Some(e.device_addr),
+            counts: Some(e.counts),
+            ..InfoFields::default()
+        };
+        self.event(flag, fields, || {
+            let ref_count = if e.associated { "inf".to_string() } else { e.counts.0.to_string() };
+            format!(
+                "device {}: {what} {} -> device {:#x}, ref count {ref_count} hold count {}",
+                e.device, e.range, e.device_addr, e.counts.1
+            )
+        });
+    }
+
+    /// A range `construct` skips on `device`: it has no device counterpart (`ABSENT`).
+    pub(crate) fn skipped(&self, device: usize, construct: &str, range: HostRange) {
+        let fields = || InfoFields {
+            kind: "skipped",
+            device: Some(device),
+            host: Some(range),
+            ..InfoFields::default()
+        };
+        self.event(InfoFlags::ABSENT, fields, || {
+            format!("device {device}: {construct}: {range} has no device counterpart; skipped")
+        });
+    }
+
+    /// Device `device`'s present table after `label` (`DUMP_TABLE`), dumped by `dump` only
+    /// when someone wants it.
+    pub(crate) fn table(&self, device: usize, label: &str, dump: impl FnOnce() -> String) {
+        let fields = || InfoFields { kind: "table", device: Some(device), ..InfoFields::default() };
+        self.event(InfoFlags::DUMP_TABLE, fields, || format!("after {label}: {}", dump()));
     }
 
     /// Emits an event of kind `flag` with only its line.

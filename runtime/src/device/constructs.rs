@@ -17,7 +17,7 @@ use crate::data_env::plan::{
 };
 use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{Error, HostRange, Result};
-use crate::info::{InfoFields, InfoFlags};
+use crate::info::{EntryLine, InfoFields, InfoFlags};
 use crate::memory_pool::Owner;
 
 /// Device blocks of entries that a launch or copy made without the table's lock is using;
@@ -161,39 +161,14 @@ impl Drop for NewBlocks<'_> {
 impl DeviceState {
     /// Traces entry `e` under `flag` as `what` ("entry created", "mapping exists", ...).
     fn entry_event(&self, flag: InfoFlags, what: &'static str, e: &Entry) {
-        let fields = || InfoFields {
-            kind: what,
-            device: Some(self.number),
-            host: Some(e.range),
-            device_addr: Some(e.device_addr),
-            counts: Some((e.ref_count, e.hold_count)),
-            ..InfoFields::default()
+        let line = EntryLine {
+            device: self.number,
+            range: e.range,
+            device_addr: e.device_addr,
+            counts: (e.ref_count, e.hold_count),
+            associated: e.associated,
         };
-        self.trace.event(flag, fields, || self.entry_line(what, e));
-    }
-
-    fn entry_line(&self, what: &str, e: &Entry) -> String {
-        format!(
-            "device {}: {what} {} -> device {:#x}, ref count {} hold count {}",
-            self.number,
-            e.range,
-            e.device_addr,
-            e.ref_count_text(),
-            e.hold_count
-        )
-    }
-
-    /// Traces a range a construct skips: it has no device counterpart (`OFFLOAD_INFO` 0x40).
-    fn trace_absent(&self, construct: &str, range: HostRange) {
-        let fields = || InfoFields {
-            kind: "skipped",
-            device: Some(self.number),
-            host: Some(range),
-            ..InfoFields::default()
-        };
-        self.trace.event(InfoFlags::ABSENT, fields, || {
-            format!("device {}: {construct}: {range} has no device counterpart; skipped", self.number)
-        });
+        self.trace.entry(flag, what, line);
     }
 
     /// The table after a construct, or after a region's `half` (`entry` or `exit`).
@@ -201,10 +176,7 @@ impl DeviceState {
         if self.trace.on(InfoFlags::DUMP_TABLE) {
             let label =
                 if c.is_region() { format!("{} ({half} half)", c.name()) } else { c.name().to_string() };
-            let fields = || InfoFields { kind: "table", device: Some(self.number), ..InfoFields::default() };
-            self.trace.event(InfoFlags::DUMP_TABLE, fields, || {
-                format!("after {label}: {}", table.dump(self.number))
-            });
+            self.trace.table(self.number, &label, || table.dump(self.number));
         }
     }
 
@@ -256,24 +228,14 @@ impl DeviceState {
             // Traced now, before their copies: the entries exist from here on (published
             // with their data below, or undone with a failed construct, which says so).
             for p in plan.planned.iter() {
-                let fields = || InfoFields {
-                    kind: "entry created",
-                    device: Some(self.number),
-                    host: Some(p.range),
-                    device_addr: Some(p.device_addr),
-                    counts: Some((u64::from(p.counts_ref), u64::from(p.counts_hold))),
-                    ..InfoFields::default()
+                let line = EntryLine {
+                    device: self.number,
+                    range: p.range,
+                    device_addr: p.device_addr,
+                    counts: (u64::from(p.counts_ref), u64::from(p.counts_hold)),
+                    associated: false,
                 };
-                self.trace.event(InfoFlags::ENTRIES, fields, || {
-                    format!(
-                        "device {}: entry created {} -> device {:#x}, ref count {} hold count {}",
-                        self.number,
-                        p.range,
-                        p.device_addr,
-                        u8::from(p.counts_ref),
-                        u8::from(p.counts_hold)
-                    )
-                });
+                self.trace.entry(InfoFlags::ENTRIES, "entry created", line);
             }
             // New entries the copies fill are not published yet; existing ones (`always`)
             // stay allocated while pinned.
@@ -546,7 +508,7 @@ impl DeviceState {
             if self.trace.on(InfoFlags::ABSENT) {
                 for i in items.iter().filter(|i| !i.map_type.present) {
                     if let Ok(None) = resolve_exit(&table, i.range, false, self.number, "") {
-                        self.trace_absent(c.name(), i.range);
+                        self.trace.skipped(self.number, c.name(), i.range);
                     }
                 }
             }
@@ -663,7 +625,7 @@ impl DeviceState {
                 let key =
                     resolve_exit(&table, range, present, self.number, "`target update` with `present`")?;
                 if key.is_none() {
-                    self.trace_absent("target update", range);
+                    self.trace.skipped(self.number, "target update", range);
                 }
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
                     let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);

@@ -9,6 +9,7 @@ mod constructs;
 mod in_flight;
 mod partials;
 pub(crate) mod recorder;
+mod report;
 
 pub(crate) use constructs::BlocksInUse;
 pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, PendingRead, Wait};

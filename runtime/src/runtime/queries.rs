@@ -70,8 +70,8 @@ impl Runtime {
         self.inner
             .devices
             .iter()
-            .find(|d| d.backend.runs_current_thread())
-            .map_or(self.initial_device(), |d| d.number)
+            .find(|d| d.runs_current_thread())
+            .map_or(self.initial_device(), |d| d.number())
     }
 
     /// Whether the calling thread runs a kernel of one of this runtime's host devices or of
@@ -100,7 +100,7 @@ impl Runtime {
             Target::Initial => true,
             Target::Device(_) if host.bytes == 0 => true,
             Target::Device(d) => {
-                let kind = d.backend.description().kind;
+                let kind = d.description().kind;
                 kind != crate::backend::BackendKind::Host && self.inner.pinned.pinned_by(host) == Some(kind)
             }
         })
@@ -122,7 +122,7 @@ impl Runtime {
     pub fn device_uid(&self, device: usize) -> Result<String> {
         Ok(match self.target(device)? {
             Target::Initial => "host".into(),
-            Target::Device(d) => d.backend.uid(),
+            Target::Device(d) => d.uid(),
         })
     }
 
@@ -130,7 +130,7 @@ impl Runtime {
     /// [`Runtime::device_uid`]; a GPU's PCI bus id alone is accepted too, in any case), or
     /// `None`.
     pub fn device_from_uid(&self, uid: &str) -> Option<usize> {
-        find_uid(self.inner.devices.iter().map(|d| &*d.backend), uid)
+        find_uid(self.inner.devices.iter().map(|d| d.backend()), uid)
     }
 
     /// The native handles of `device` (its context and compute stream), for the vendor's
@@ -140,7 +140,7 @@ impl Runtime {
     pub fn interop(&self, device: usize) -> Result<Option<crate::backend::Interop>> {
         Ok(match self.target(device)? {
             Target::Initial => None,
-            Target::Device(d) => d.backend.interop(),
+            Target::Device(d) => d.interop(),
         })
     }
 
@@ -156,14 +156,14 @@ impl Runtime {
 
     /// Identity of device `device`.
     pub fn describe(&self, device: usize) -> Result<&DeviceDescription> {
-        Ok(self.device_state(device)?.backend.description())
+        Ok(self.device_state(device)?.description())
     }
 
     /// Test-only: what device `device` saw and failed on purpose, when the runtime was built
     /// with `RuntimeBuilder::inject_faults` (`None` for a device without injected faults).
     #[doc(hidden)]
     pub fn fault_counts(&self, device: usize) -> Result<Option<crate::backend::FaultCounts>> {
-        Ok(self.device_state(device)?.backend.fault_injector().map(|i| i.counts()))
+        Ok(self.device_state(device)?.fault_injector().map(|i| i.counts()))
     }
 
     /// Test-only: fails the `k`-th operation of `kind` on device `device` from now on
@@ -171,7 +171,7 @@ impl Runtime {
     /// faults. `disarm_faults` takes back what has not fired.
     #[doc(hidden)]
     pub fn arm_fault(&self, device: usize, kind: crate::backend::FaultKind, k: u64) -> Result<bool> {
-        let injector = self.device_state(device)?.backend.fault_injector();
+        let injector = self.device_state(device)?.fault_injector();
         injector.iter().for_each(|i| i.arm(kind, k));
         Ok(injector.is_some())
     }
@@ -179,7 +179,7 @@ impl Runtime {
     /// Test-only: takes back device `device`'s armed faults that have not fired.
     #[doc(hidden)]
     pub fn disarm_faults(&self, device: usize) -> Result<()> {
-        self.device_state(device)?.backend.fault_injector().iter().for_each(|i| i.disarm());
+        self.device_state(device)?.fault_injector().iter().for_each(|i| i.disarm());
         Ok(())
     }
 
@@ -188,7 +188,7 @@ impl Runtime {
     /// it left what it must); empty unless built with `RuntimeBuilder::inject_faults`.
     #[doc(hidden)]
     pub fn failed_constructs(&self, device: usize) -> Result<Vec<crate::FailedConstruct>> {
-        Ok(self.device_state(device)?.audit.as_ref().map(|a| a.take()).unwrap_or_default())
+        Ok(self.device_state(device)?.take_failed_constructs())
     }
 
     /// Page-locks `data` in place for as long as the returned guard lives (the slice stays
@@ -203,40 +203,24 @@ impl Runtime {
 
     /// Where device `device` sits: the CPUs and NUMA nodes next to it.
     pub fn placement(&self, device: usize) -> Result<&Placement> {
-        Ok(&self.device_state(device)?.placement)
+        Ok(self.device_state(device)?.placement())
     }
 
     /// The CPUs the device's worker thread is bound to, as read back from the OS (empty
     /// when the topology came from a file), or why binding failed.
     pub fn worker_binding(&self, device: usize) -> Result<std::result::Result<Vec<usize>, String>> {
-        Ok(self.device_state(device)?.worker.binding().map(<[usize]>::to_vec).map_err(String::from))
+        Ok(self.device_state(device)?.worker_binding())
     }
 
     /// The device's staging set-up, making it now if it does not exist yet; `None` for
     /// devices that copy without staging.
     pub fn staging_report(&self, device: usize) -> Result<Option<String>> {
-        let d = self.device_state(device)?;
-        if !d.staging_config.enabled || !d.backend.wants_staging() {
-            return Ok(None);
-        }
-        d.staging_ring();
-        Ok(Some(match d.staging.get() {
-            Some(Ok(ring)) => ring.describe(),
-            Some(Err(why)) => format!("staging unavailable: {why}"),
-            None => "staging not set up".into(),
-        }))
+        Ok(self.device_state(device)?.staging_report())
     }
 
     /// The NUMA nodes holding the device's first staging buffer (this machine only).
     pub fn staging_location(&self, device: usize) -> Result<Vec<usize>> {
-        let d = self.device_state(device)?;
-        match d.staging_ring() {
-            Some(ring) => ring.with_first_buffer(|b| d.topology.memory_location(b)),
-            None => Err(Error::InvalidArgument {
-                routine: "staging_location",
-                what: format!("device {device} has no staging buffers"),
-            }),
-        }
+        self.device_state(device)?.staging_location()
     }
 
     /// The topology devices were placed on.
@@ -248,30 +232,26 @@ impl Runtime {
     /// same device) rather than through host memory.
     pub fn can_access_peer(&self, dst: usize, src: usize) -> Result<bool> {
         let (d, s) = (self.device_state(dst)?, self.device_state(src)?);
-        Ok(dst == src || (self.inner.peer_access && d.backend.can_access_peer(&*s.backend)))
+        Ok(dst == src || (self.inner.peer_access && d.reaches(s)))
     }
 
     /// Free and total memory of device `device`.
     pub fn mem_info(&self, device: usize) -> Result<MemInfo> {
-        let d = self.device_state(device)?;
         // Memory that queued work holds is in use until the work is done (see `pool_usage`).
-        d.finish_queued_quietly(crate::device::Wait::Events);
-        d.backend.mem_info()
+        self.device_state(device)?.mem_info()
     }
 
     /// Copies made by device `device` so far.
     pub fn transfer_stats(&self, device: usize) -> Result<TransferStats> {
-        Ok(self.device_state(device)?.stats.snapshot())
+        Ok(self.device_state(device)?.transfer_stats())
     }
 
     /// Live allocations and cached free bytes of the device's memory pool: after every
     /// mapping is gone, only `target_alloc` blocks are live.
     pub fn pool_usage(&self, device: usize) -> Result<PoolUsage> {
-        let d = self.device_state(device)?;
-        // Memory that queued work holds is counted until the work is done: wait for it (a
-        // failure of it stays for a synchronising call to report).
-        d.finish_queued_quietly(crate::device::Wait::Events);
-        Ok(PoolUsage { live_allocations: d.pool.live_count(), cached_bytes: d.pool.cached_bytes() })
+        // Memory that queued work holds is counted until the work is done.
+        let (live_allocations, cached_bytes) = self.device_state(device)?.pool_usage();
+        Ok(PoolUsage { live_allocations, cached_bytes })
     }
 
     /// Trace lines kept by a runtime built with [`RuntimeBuilder::capture_info`].
@@ -289,7 +269,7 @@ impl Runtime {
     /// (always true on the initial device).
     pub fn is_present(&self, host: usize, device: usize) -> Result<bool> {
         Ok(match self.target(device)? {
-            Target::Device(d) => d.table.lock().is_mapped(host),
+            Target::Device(d) => d.is_mapped(host),
             Target::Initial => true,
         })
     }
@@ -298,7 +278,7 @@ impl Runtime {
     /// it is not mapped; `host` itself on the initial device.
     pub fn mapped_ptr(&self, host: usize, device: usize) -> Result<Option<u64>> {
         Ok(match self.target(device)? {
-            Target::Device(d) => d.table.lock().containing(host).map(|e| e.translate(host)),
+            Target::Device(d) => d.mapped_ptr(host),
             Target::Initial => Some(host as u64),
         })
     }
@@ -312,28 +292,24 @@ impl Runtime {
     /// [`MapItem::with_base`]: crate::MapItem::with_base
     pub fn use_device_ptr(&self, host: usize, device: usize) -> Result<Option<u64>> {
         Ok(match self.target(device)? {
-            Target::Device(d) => d.table.lock().named_by_zero_length(host).map(|e| e.translate_any(host)),
+            Target::Device(d) => d.use_device_ptr(host),
             Target::Initial => Some(host as u64),
         })
     }
 
     /// The present-table entry containing `host` on `device`, with its counts.
     pub fn entry(&self, host: usize, device: usize) -> Result<Option<Entry>> {
-        Ok(self.device_state(device)?.table.lock().containing(host).cloned())
+        Ok(self.device_state(device)?.entry(host))
     }
 
     /// Every live mapping of every device.
     pub fn live_mappings(&self) -> Vec<(usize, Entry)> {
-        self.inner
-            .devices
-            .iter()
-            .flat_map(|d| d.table.lock().entries().map(|e| (d.number, e.clone())).collect::<Vec<_>>())
-            .collect()
+        self.inner.devices.iter().flat_map(|d| d.entries().into_iter().map(|e| (d.number(), e))).collect()
     }
 
     /// The present table of `device` as text (libomptarget's `ompx_dump_mapping_tables`).
     pub fn dump_present_table(&self, device: usize) -> Result<String> {
-        Ok(self.device_state(device)?.table.lock().dump(device))
+        Ok(self.device_state(device)?.dump_table())
     }
 }
 
