@@ -21,7 +21,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaFunction, CudaStre
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use parking_lot::Mutex;
 
-use super::platform::VendorPlatform;
+use super::platform::{KernelKey, LoadedKernels, VendorPlatform};
 use super::{
     foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, Graph, MemInfo, Place, Queue,
     RecordedLaunch, Sgemm,
@@ -29,9 +29,6 @@ use super::{
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 use crate::kernel_cache::{self, KernelSpec};
-
-/// A kernel's identity in the caches: its name and where its source lives.
-type KernelKey = (&'static str, usize);
 
 /// A kernel's code for one architecture: a cubin (or, where NVRTC made none, PTX), and
 /// whether it came from the disk cache rather than from NVRTC in this process.
@@ -61,7 +58,7 @@ pub(crate) struct CudaDevice {
     sms: u32,
     description: DeviceDescription,
     /// Each loaded kernel and its wave (the blocks the whole device holds at once).
-    functions: Mutex<HashMap<KernelKey, (CudaFunction, u32)>>,
+    functions: LoadedKernels<(CudaFunction, u32)>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
     peers: Mutex<Vec<usize>>,
     /// cuBLAS on the compute stream, made on first use.
@@ -201,7 +198,7 @@ impl CudaDevice {
             arch,
             sms,
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
-            functions: Mutex::new(HashMap::new()),
+            functions: LoadedKernels::new(),
             peers: Mutex::new(Vec::new()),
             blas: OnceLock::new(),
             events: EventPool::default(),
@@ -287,15 +284,14 @@ impl CudaDevice {
     /// here) and its wave: the blocks of it the device holds at once, by the driver's
     /// occupancy calculator.
     fn function(&self, kernel: &Kernel) -> Result<(CudaFunction, u32)> {
-        let src = kernel.cuda_source().ok_or(Error::NoKernelImpl {
-            device: self.number,
-            kernel: kernel.name(),
-            backend: "cuda",
-        })?;
+        let src = LoadedKernels::<()>::source(self.number, kernel, BackendKind::Cuda, kernel.cuda_source())?;
+        self.functions.get_or_load(kernel, src, || self.load(kernel, src))
+    }
+
+    /// Loads `kernel` (from `src`) on this device: its code compiled for this architecture
+    /// or taken from the caches, and its wave.
+    fn load(&self, kernel: &Kernel, src: &'static str) -> Result<(CudaFunction, u32)> {
         let key = (kernel.symbol(), src.as_ptr() as usize);
-        if let Some(f) = self.functions.lock().get(&key) {
-            return Ok(f.clone());
-        }
         let compiled = {
             let mut cache = code_cache().lock();
             match cache.get(&(self.arch.to_string(), key)) {
@@ -328,7 +324,6 @@ impl CudaDevice {
             .occupancy_max_active_blocks_per_multiprocessor(kernel.block(), 0, None)
             .map_err(driver(self.number, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
         let wave = self.sms.saturating_mul(per_sm.max(1));
-        self.functions.lock().insert(key, (f.clone(), wave));
         Ok((f, wave))
     }
 

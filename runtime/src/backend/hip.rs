@@ -13,14 +13,13 @@
 //! Only built and tested without hardware here (no AMD GPU is lent); see docs/GUIDE.md.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use hip_sys::hiprt as hip;
 use parking_lot::Mutex;
 
 use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
-use super::platform::VendorPlatform;
+use super::platform::{LoadedKernels, VendorPlatform};
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
@@ -97,7 +96,7 @@ pub(crate) struct HipDevice {
     /// Threads the device holds at once (CUs x threads per CU): a grid-stride kernel's wave.
     resident_threads: u32,
     description: DeviceDescription,
-    functions: Mutex<HashMap<(&'static str, usize), Function>>,
+    functions: LoadedKernels<Function>,
     peers: Mutex<Vec<c_int>>,
 }
 
@@ -197,7 +196,7 @@ impl HipDevice {
                 pci_bus_id: Some(c_string(&bus).to_lowercase()),
                 uuid,
             },
-            functions: Mutex::new(HashMap::new()),
+            functions: LoadedKernels::new(),
             peers: Mutex::new(Vec::new()),
         })
     }
@@ -254,15 +253,12 @@ impl HipDevice {
     }
 
     fn function(&self, kernel: &Kernel) -> Result<Function> {
-        let src = kernel.cuda_source().ok_or(Error::NoKernelImpl {
-            device: self.number,
-            kernel: kernel.name(),
-            backend: "hip",
-        })?;
-        let key = (kernel.symbol(), src.as_ptr() as usize);
-        if let Some(f) = self.functions.lock().get(&key) {
-            return Ok(*f);
-        }
+        let src = LoadedKernels::<()>::source(self.number, kernel, BackendKind::Hip, kernel.cuda_source())?;
+        self.functions.get_or_load(kernel, src, || self.load(kernel, src))
+    }
+
+    /// Loads `kernel` (CUDA C `src`, or its own HIP source) on this device with hiprtc.
+    fn load(&self, kernel: &Kernel, src: &str) -> Result<Function> {
         let code = match kernel.hip_source() {
             Some(hip) => compile(self.number, kernel.name(), hip, &self.arch)?,
             None => compile(self.number, kernel.name(), &hip_source(src), &self.arch)?,
@@ -282,7 +278,6 @@ impl HipDevice {
         check(self.number, "hipModuleGetFunction", unsafe {
             hip::hipModuleGetFunction(&mut f, module, name.as_ptr())
         })?;
-        self.functions.lock().insert(key, Function(f));
         Ok(Function(f))
     }
 }

@@ -91,6 +91,48 @@ impl<P: VendorPlatform> Platform for P {
     }
 }
 
+/// A kernel's identity on a device: its symbol and where its source lives (two kernels of
+/// one name from different sources are different kernels).
+pub(crate) type KernelKey = (&'static str, usize);
+
+/// The kernels a GPU has loaded, each once, on its first use there: the per-device half of
+/// the kernel cache, written once for every vendor (`F`: the vendor's loaded function and
+/// what it learned of it). Compiled code is kept across processes by [`crate::kernel_cache`].
+pub(crate) struct LoadedKernels<F>(parking_lot::Mutex<std::collections::HashMap<KernelKey, F>>);
+
+impl<F: Clone> LoadedKernels<F> {
+    pub(crate) fn new() -> Self {
+        Self(parking_lot::Mutex::new(std::collections::HashMap::new()))
+    }
+
+    /// `kernel`'s source for `backend`, `src` (what the kernel has for it), or an error
+    /// naming device `device`.
+    pub(crate) fn source<'s>(
+        device: usize,
+        kernel: &crate::kernel::Kernel,
+        backend: BackendKind,
+        src: Option<&'s str>,
+    ) -> Result<&'s str> {
+        src.ok_or(crate::Error::NoKernelImpl { device, kernel: kernel.name(), backend: backend.name() })
+    }
+
+    /// The function loaded for `kernel` from `src`, loading it by `load` on first use. Two
+    /// threads' first uses may both load; the first stored is kept.
+    pub(crate) fn get_or_load(
+        &self,
+        kernel: &crate::kernel::Kernel,
+        src: &str,
+        load: impl FnOnce() -> Result<F>,
+    ) -> Result<F> {
+        let key = (kernel.symbol(), src.as_ptr() as usize);
+        if let Some(f) = self.0.lock().get(&key) {
+            return Ok(f.clone());
+        }
+        let f = load()?;
+        Ok(self.0.lock().entry(key).or_insert(f).clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -129,6 +171,23 @@ mod tests {
         fn details(&self, _: &HostDevice) -> Option<String> {
             Some("test".into())
         }
+    }
+
+    #[test]
+    fn a_kernel_is_loaded_once_per_device() {
+        static K: crate::kernel::Kernel = crate::kernel::Kernel::new("k");
+        let loaded = LoadedKernels::new();
+        let mut loads = 0;
+        for _ in 0..3 {
+            let f = loaded.get_or_load(&K, "src", || {
+                loads += 1;
+                Ok(7u32)
+            });
+            assert_eq!(f.ok(), Some(7));
+        }
+        assert_eq!(loads, 1);
+        let none = LoadedKernels::<u32>::source(3, &K, BackendKind::Cuda, K.cuda_source());
+        assert!(none.is_err_and(|e| e.to_string().contains("device 3: kernel `k` has no cuda")));
     }
 
     #[test]
