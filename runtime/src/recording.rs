@@ -155,7 +155,7 @@ impl<'rt> Recording<'rt> {
             n: Some(self.launches.len()),
             ..InfoFields::default()
         };
-        d.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
+        d.trace().event(InfoFlags::KERNEL_ARGS, fields, || {
             format!(
                 "device {}: replay of {} launches{} recorded at {}:{}, at {}:{}",
                 self.device,

@@ -242,13 +242,11 @@ impl<'rt> Device<'rt> {
             // The whole operand must lie in one mapped range (a view may name more of its
             // buffer than is mapped).
             let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<f32>());
-            let mut table = d.table.lock();
-            let (addr, block) = table
-                .containing(span.begin)
-                .filter(|e| e.range.contains(&span))
-                .map(|e| (e.translate(span.begin), e.device_addr))
-                .ok_or(Error::NotPresent { device: self.number, range: span, what: "an sgemm operand" })?;
-            in_use.pin(&mut table, block);
+            let addr = d.pin_mapped(&mut in_use, span).ok_or(Error::NotPresent {
+                device: self.number,
+                range: span,
+                what: "an sgemm operand",
+            })?;
             addrs[i] = addr;
         }
         d.backend.sgemm(g, addrs[0], addrs[1], addrs[2])

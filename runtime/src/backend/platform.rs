@@ -93,13 +93,16 @@ impl<P: VendorPlatform> Platform for P {
 
 /// A kernel's identity on a device: its symbol and where its source lives (two kernels of
 /// one name from different sources are different kernels).
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) type KernelKey = (&'static str, usize);
 
 /// The kernels a GPU has loaded, each once, on its first use there: the per-device half of
 /// the kernel cache, written once for every vendor (`F`: the vendor's loaded function and
 /// what it learned of it). Compiled code is kept across processes by [`crate::kernel_cache`].
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) struct LoadedKernels<F>(parking_lot::Mutex<std::collections::HashMap<KernelKey, F>>);
 
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 impl<F: Clone> LoadedKernels<F> {
     pub(crate) fn new() -> Self {
         Self(parking_lot::Mutex::new(std::collections::HashMap::new()))

@@ -7,6 +7,7 @@
 pub(crate) mod audit;
 mod constructs;
 mod in_flight;
+mod operations;
 mod partials;
 pub(crate) mod recorder;
 mod report;
@@ -86,27 +87,70 @@ impl TransferCounters {
 }
 
 /// One offload device as the generic layer sees it: its backend, memory pool and present
-/// table.
+/// table. Its number and backend (the vendor hooks) are read by the layers above; the rest
+/// is its own, reached through its methods (constructs, `report.rs`, `operations.rs`).
 pub(crate) struct DeviceState {
     pub(crate) number: usize,
     pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) pool: MemoryPool,
-    pub(crate) table: Mutex<PresentTable>,
-    pub(crate) stats: TransferCounters,
-    pub(crate) trace: Arc<Trace>,
-    pub(crate) placement: Placement,
-    pub(crate) worker: Arc<DeviceWorker>,
-    pub(crate) topology: Arc<Topology>,
-    pub(crate) staging_config: StagingConfig,
+    pool: MemoryPool,
+    table: Mutex<PresentTable>,
+    stats: TransferCounters,
+    trace: Arc<Trace>,
+    placement: Placement,
+    worker: Arc<DeviceWorker>,
+    topology: Arc<Topology>,
+    staging_config: StagingConfig,
     /// Made on the first copy that needs it; `None` inside when it could not be made.
-    pub(crate) staging: OnceLock<std::result::Result<StagingRing, String>>,
-    pub(crate) pinned: Arc<PinnedRanges>,
+    staging: OnceLock<std::result::Result<StagingRing, String>>,
+    pinned: Arc<PinnedRanges>,
     /// The copy-in, compute and copy-out lanes of `nowait` work, started on first use.
-    pub(crate) lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
+    lanes: OnceLock<std::result::Result<Lanes, std::io::Error>>,
     /// The work constructs queued and did not wait for, and its unreported failure.
-    pub(crate) in_flight: InFlight,
+    in_flight: InFlight,
     /// Failed constructs and what they left (fault tests only).
-    pub(crate) audit: Option<audit::ConstructAudit>,
+    audit: Option<audit::ConstructAudit>,
+}
+
+/// What every device of a runtime shares or is set up with, for [`DeviceState::new`].
+pub(crate) struct DeviceSetup {
+    pub(crate) pool: crate::memory_pool::PoolConfig,
+    pub(crate) trace: Arc<Trace>,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) staging: StagingConfig,
+    pub(crate) pinned: Arc<PinnedRanges>,
+    /// Every construct waits (`OFFLOAD_SYNC=1`).
+    pub(crate) synchronous: bool,
+    /// Failed constructs are audited (fault tests).
+    pub(crate) audit: Option<Arc<audit::AuditActivity>>,
+}
+
+impl DeviceState {
+    /// Device `number` over `backend`, placed at `placement` with its `worker`.
+    pub(crate) fn new(
+        number: usize,
+        backend: Box<dyn Backend>,
+        placement: Placement,
+        worker: Arc<DeviceWorker>,
+        setup: &DeviceSetup,
+    ) -> Self {
+        Self {
+            number,
+            backend: Arc::from(backend),
+            pool: MemoryPool::new(setup.pool, number),
+            table: Mutex::new(PresentTable::default()),
+            stats: TransferCounters::default(),
+            trace: Arc::clone(&setup.trace),
+            placement,
+            worker,
+            topology: Arc::clone(&setup.topology),
+            staging_config: setup.staging,
+            staging: OnceLock::new(),
+            pinned: Arc::clone(&setup.pinned),
+            lanes: OnceLock::new(),
+            in_flight: InFlight::new(setup.synchronous),
+            audit: setup.audit.as_ref().map(|a| audit::ConstructAudit::new(Arc::clone(a))),
+        }
+    }
 }
 
 /// How a host<->device copy was made, for the trace.

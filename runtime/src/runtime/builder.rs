@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -12,12 +12,11 @@ use crate::backend::host::{default_capacity, HostPlatform};
 use crate::backend::Backend;
 use crate::backend::{BackendKind, Platform};
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
-use crate::data_env::PresentTable;
-use crate::device::audit::{AuditActivity, ConstructAudit};
-use crate::device::{DeviceState, InFlight, PinnedRanges, TransferCounters};
+use crate::device::audit::AuditActivity;
+use crate::device::{DeviceSetup, DeviceState, PinnedRanges};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
-use crate::memory_pool::{MemoryPool, PoolConfig};
+use crate::memory_pool::PoolConfig;
 use crate::runtime::{Inner, Runtime};
 use crate::staging::StagingConfig;
 use crate::topology::{Placement, Topology};
@@ -280,26 +279,20 @@ impl RuntimeBuilder {
             }
         }
         let pinned = Arc::new(PinnedRanges::default());
-        let activity = self.faults.is_some().then(|| Arc::new(AuditActivity::default()));
+        let setup = DeviceSetup {
+            pool: settings.pool,
+            trace: Arc::clone(&trace),
+            topology: Arc::clone(&topology),
+            staging: settings.staging,
+            pinned: Arc::clone(&pinned),
+            synchronous: settings.synchronous,
+            audit: self.faults.is_some().then(|| Arc::new(AuditActivity::default())),
+        };
         let devices = devices
             .into_iter()
             .enumerate()
-            .map(|(number, (backend, placement, worker))| DeviceState {
-                number,
-                backend: Arc::from(backend),
-                pool: MemoryPool::new(settings.pool, number),
-                table: Mutex::new(PresentTable::default()),
-                stats: TransferCounters::default(),
-                trace: Arc::clone(&trace),
-                placement,
-                worker,
-                topology: Arc::clone(&topology),
-                staging_config: settings.staging,
-                staging: OnceLock::new(),
-                pinned: Arc::clone(&pinned),
-                lanes: OnceLock::new(),
-                in_flight: InFlight::new(settings.synchronous),
-                audit: activity.as_ref().map(|a| ConstructAudit::new(Arc::clone(a))),
+            .map(|(number, (backend, placement, worker))| {
+                DeviceState::new(number, backend, placement, worker, &setup)
             })
             .collect();
         Ok(Runtime {

@@ -386,14 +386,14 @@ impl Runtime {
         let mut reaches_peer = false;
         for (index, a) in args.iter().enumerate() {
             let LaunchArg::Device(p) = *a else { continue };
-            if p == 0 || d.pool.extent(p).is_some() {
+            if p == 0 || d.owns(p) {
                 continue;
             }
             let peer = self.inner.devices.iter().find(|q| {
                 self.inner.peer_access
                     && q.number != d.number
                     && d.backend.can_access_peer(&*q.backend)
-                    && q.pool.extent(p).is_some()
+                    && q.owns(p)
             });
             if let Some(q) = peer {
                 q.finish_queued_quietly(Wait::Events);

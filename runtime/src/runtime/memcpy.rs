@@ -8,14 +8,10 @@
 //! buffer.
 
 use crate::backend::{Copy2d, Place};
-use crate::device::{DeviceState, Target};
+use crate::device::Target;
 use crate::error::{Error, HostRange, Result};
 use crate::runtime::Runtime;
 use crate::validate;
-
-/// Largest host bounce buffer for a device-to-device copy between devices without peer
-/// access or staging buffers.
-const BOUNCE_CHUNK: usize = 4 << 20;
 
 /// Where a rectangular copy reads or writes: a base pointer, its device, and the array's
 /// shape and the sub-volume's offsets, in elements, outermost dimension first.
@@ -49,7 +45,7 @@ impl Runtime {
         len: usize,
     ) -> Result<()> {
         match self.target(device)? {
-            Target::Device(d) => d.pool.check_range(d.number, routine, addr, len),
+            Target::Device(d) => d.check_range(routine, addr, len),
             Target::Initial => {
                 let host = usize::try_from(addr).ok().map(|a| HostRange::new(a, len));
                 match host.and_then(|r| r.checked_end()) {
@@ -139,55 +135,10 @@ impl Runtime {
                 sd.copy_from_device(HostRange::new(d as usize, len), s)
             },
             // SAFETY: forwarded from the caller: both ranges are their devices' memory.
-            (Target::Device(dd), Target::Device(sd)) => unsafe { self.device_to_device(dd, d, sd, s, len) },
+            (Target::Device(dd), Target::Device(sd)) => unsafe {
+                dd.copy_from_peer_device(d, sd, s, len, self.peer_access())
+            },
         }
-    }
-
-    /// # Safety
-    /// `d..d+len` is `dd`'s memory and `s..s+len` is `sd`'s.
-    unsafe fn device_to_device(
-        &self,
-        dd: &DeviceState,
-        d: u64,
-        sd: &DeviceState,
-        s: u64,
-        len: usize,
-    ) -> Result<()> {
-        if dd.number == sd.number {
-            dd.backend.copy(d, s, len)?;
-            dd.stats.record_device_copy(true);
-            return Ok(());
-        }
-        if self.peer_access() && dd.backend.can_access_peer(&*sd.backend) {
-            dd.backend.copy_from_peer(d, &*sd.backend, s, len)?;
-            dd.stats.record_device_copy(true);
-            return Ok(());
-        }
-        if let Some(ring) = sd.staging_ring() {
-            // SAFETY: both ranges are the devices' memory (this function's contract).
-            unsafe { ring.relay_out(&*sd.backend, s, &*dd.backend, d, len)? };
-            dd.stats.record_device_copy(false);
-            return Ok(());
-        }
-        if let Some(ring) = dd.staging_ring() {
-            // SAFETY: as above.
-            unsafe { ring.relay_in(&*sd.backend, s, &*dd.backend, d, len)? };
-            dd.stats.record_device_copy(false);
-            return Ok(());
-        }
-        let mut bounce = vec![0u8; len.min(BOUNCE_CHUNK)];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(bounce.len());
-            // SAFETY: `bounce` holds at least `n` bytes; the device ranges are the caller's.
-            unsafe {
-                sd.backend.read(bounce.as_mut_ptr(), s + done as u64, n)?;
-                dd.backend.write(d + done as u64, bounce.as_ptr(), n)?;
-            }
-            done += n;
-        }
-        dd.stats.record_device_copy(false);
-        Ok(())
     }
 
     /// `omp_target_memcpy_rect`: copies a sub-volume of `volume` elements (per dimension,
@@ -355,11 +306,7 @@ impl Runtime {
         let done = unsafe { dev.backend.copy_2d(&c)? };
         if done {
             let bytes = row_bytes * rows;
-            match (dst, src) {
-                (Place::Host(_), _) => dev.stats.record_from_device(bytes),
-                (_, Place::Host(_)) => dev.stats.record_to_device(bytes),
-                _ => dev.stats.record_device_copy(true),
-            }
+            dev.record_copy_2d(dst, src, bytes);
         }
         Ok(done)
     }

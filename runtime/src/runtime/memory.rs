@@ -13,7 +13,7 @@ impl Runtime {
             return Ok(0);
         }
         match self.target(device)? {
-            Target::Device(d) => d.pool.alloc(&*d.backend, bytes, Owner::User),
+            Target::Device(d) => d.alloc_user(bytes),
             Target::Initial => {
                 let layout = Layout::from_size_align(bytes, 256).map_err(|e| Error::InvalidArgument {
                     routine: "omp_target_alloc",
@@ -42,27 +42,8 @@ impl Runtime {
         // Waited for, not reported: a free goes on whatever the queued work did (a failure
         // of it stays for a synchronising call), so that nothing leaks.
         match self.waited(device)? {
-            Target::Device(d) => {
-                // An association into the block would outlive it: refuse, as for a mapping.
-                // The table stays locked until the block has left the live set, so no
-                // association can be made into it in between (`associate` checks under the
-                // same lock); the backend's free, which may wait for the device, comes after.
-                let table = d.table.lock();
-                let extent = d.pool.extent(ptr).unwrap_or(0) as u64;
-                let held = table
-                    .entries()
-                    .find(|e| e.associated && e.device_addr.wrapping_sub(ptr) < extent)
-                    .map(|e| e.range);
-                if let Some(range) = held {
-                    return Err(Error::InvalidArgument {
-                        routine: "omp_target_free",
-                        what: format!("device {device}: {ptr:#x} holds the device memory of the associated {range}; disassociate it first"),
-                    });
-                }
-                let taken = d.pool.take(device, ptr, Owner::User)?;
-                drop(table);
-                d.pool.give_back(&*d.backend, taken).map(drop)
-            }
+            // An association into the block would outlive it: refused, as for a mapping.
+            Target::Device(d) => d.free_user(ptr),
             Target::Initial => {
                 let layout =
                     self.inner.host_allocs.lock().remove(&(ptr as usize)).ok_or(

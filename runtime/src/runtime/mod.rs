@@ -27,7 +27,6 @@ use crate::device::{DeviceState, PinnedRanges, Target, TransferStats};
 use crate::error::{Error, HostRange, Result};
 use crate::info::Trace;
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, LaunchArg};
-use crate::memory_pool::Owner;
 use crate::topology::{Placement, Topology};
 use crate::validate;
 
@@ -292,33 +291,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         for d in &mut self.devices {
             // Queued work first: it may still use the memory released below.
-            if let Err(e) = d.settle() {
-                let line = format!("device {}: queued work failed and was never reported: {e}", d.number);
-                self.trace.report("shutdown failed", d.number, line);
-            }
-            let table = d.table.lock();
-            if table.len() > 0 {
-                let line = format!(
-                    "runtime dropped with {} mapping(s) still live on device {}:\n{}",
-                    table.len(),
-                    d.number,
-                    table.dump(d.number)
-                );
-                self.trace.report("live at shutdown", d.number, line);
-            }
-            let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
-            drop(table);
-            for e in live {
-                // SAFETY: registered by the policy; nothing is in flight at shutdown.
-                let _ = unsafe { d.backend.unregister_host(e.range.begin as *mut u8) };
-            }
-            if let Some(Ok(ring)) = d.staging.take() {
-                ring.release(&*d.backend);
-            }
-            if let Err(e) = d.pool.release_all(&*d.backend) {
-                let line = format!("device {}: releasing memory at shutdown failed: {e}", d.number);
-                self.trace.report("shutdown failed", d.number, line);
-            }
+            d.shut_down(&self.trace);
         }
         for (p, layout) in self.host_allocs.get_mut().drain() {
             // SAFETY: allocated by `target_alloc` on the initial device with this layout.

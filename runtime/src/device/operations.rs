@@ -1,0 +1,170 @@
+//! What the runtime's routines ask of a device beyond the constructs: copies between two
+//! devices, pitched-copy accounting, user allocations (`omp_target_alloc` / `free`), checks
+//! of caller-given device addresses, and the device's shutdown. Kept here so that the
+//! layers above call methods rather than reach into its pool, table and counters.
+
+use super::{BlocksInUse, DeviceState};
+use crate::backend::Place;
+use crate::data_env::Entry;
+use crate::error::{Error, HostRange, Result};
+use crate::info::Trace;
+use crate::memory_pool::Owner;
+
+/// Largest host bounce buffer for a device-to-device copy between devices without peer
+/// access or staging buffers.
+const BOUNCE_CHUNK: usize = 4 << 20;
+
+impl DeviceState {
+    /// Checks that `addr..addr+len` lies in one live allocation of this device, for
+    /// `routine`.
+    pub(crate) fn check_range(&self, routine: &'static str, addr: u64, len: usize) -> Result<()> {
+        self.pool.check_range(self.number, routine, addr, len)
+    }
+
+    /// Whether `addr` lies in a live allocation of this device.
+    pub(crate) fn owns(&self, addr: u64) -> bool {
+        self.pool.extent(addr).is_some()
+    }
+
+    /// Copies `len` bytes of `src`'s memory at `s` into this device's at `d`: on the device
+    /// itself, by peer access when `peer_access` allows and the hardware does, else through
+    /// either device's staging ring, else through a host bounce buffer.
+    ///
+    /// # Safety
+    /// `d..d+len` is this device's memory and `s..s+len` is `src`'s.
+    pub(crate) unsafe fn copy_from_peer_device(
+        &self,
+        d: u64,
+        src: &DeviceState,
+        s: u64,
+        len: usize,
+        peer_access: bool,
+    ) -> Result<()> {
+        let (dd, sd) = (self, src);
+        if dd.number == sd.number {
+            dd.backend.copy(d, s, len)?;
+            dd.stats.record_device_copy(true);
+            return Ok(());
+        }
+        if peer_access && dd.backend.can_access_peer(&*sd.backend) {
+            dd.backend.copy_from_peer(d, &*sd.backend, s, len)?;
+            dd.stats.record_device_copy(true);
+            return Ok(());
+        }
+        if let Some(ring) = sd.staging_ring() {
+            // SAFETY: both ranges are the devices' memory (this function's contract).
+            unsafe { ring.relay_out(&*sd.backend, s, &*dd.backend, d, len)? };
+            dd.stats.record_device_copy(false);
+            return Ok(());
+        }
+        if let Some(ring) = dd.staging_ring() {
+            // SAFETY: as above.
+            unsafe { ring.relay_in(&*sd.backend, s, &*dd.backend, d, len)? };
+            dd.stats.record_device_copy(false);
+            return Ok(());
+        }
+        let mut bounce = vec![0u8; len.min(BOUNCE_CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            // SAFETY: `bounce` holds at least `n` bytes; the device ranges are the caller's.
+            unsafe {
+                sd.backend.read(bounce.as_mut_ptr(), s + done as u64, n)?;
+                dd.backend.write(d + done as u64, bounce.as_ptr(), n)?;
+            }
+            done += n;
+        }
+        dd.stats.record_device_copy(false);
+        Ok(())
+    }
+
+    /// Counts a pitched copy of `bytes` between `dst` and `src` that the backend made.
+    pub(crate) fn record_copy_2d(&self, dst: Place, src: Place, bytes: usize) {
+        match (dst, src) {
+            (Place::Host(_), _) => self.stats.record_from_device(bytes),
+            (_, Place::Host(_)) => self.stats.record_to_device(bytes),
+            _ => self.stats.record_device_copy(true),
+        }
+    }
+
+    /// `omp_target_alloc` of `bytes > 0` on this device.
+    pub(crate) fn alloc_user(&self, bytes: usize) -> Result<u64> {
+        self.pool.alloc(&*self.backend, bytes, Owner::User)
+    }
+
+    /// `omp_target_free` of `ptr` (not null) on this device: refused while an association
+    /// holds memory of the block.
+    pub(crate) fn free_user(&self, ptr: u64) -> Result<()> {
+        // The table stays locked until the block has left the live set, so no association
+        // can be made into it in between (`associate` checks under the same lock); the
+        // backend's free, which may wait for the device, comes after.
+        let table = self.table.lock();
+        let extent = self.pool.extent(ptr).unwrap_or(0) as u64;
+        let held = table
+            .entries()
+            .find(|e| e.associated && e.device_addr.wrapping_sub(ptr) < extent)
+            .map(|e| e.range);
+        if let Some(range) = held {
+            return Err(Error::InvalidArgument {
+                routine: "omp_target_free",
+                what: format!(
+                    "device {}: {ptr:#x} holds the device memory of the associated {range}; disassociate it first",
+                    self.number
+                ),
+            });
+        }
+        let taken = self.pool.take(self.number, ptr, Owner::User)?;
+        drop(table);
+        self.pool.give_back(&*self.backend, taken).map(drop)
+    }
+
+    /// The device address of `span` when it lies wholly in one mapped range, its block
+    /// pinned in `in_use` until that is dropped (operands of a library call).
+    pub(crate) fn pin_mapped(&self, in_use: &mut BlocksInUse<'_>, span: HostRange) -> Option<u64> {
+        let mut table = self.table.lock();
+        let (addr, block) = table
+            .containing(span.begin)
+            .filter(|e| e.range.contains(&span))
+            .map(|e| (e.translate(span.begin), e.device_addr))?;
+        in_use.pin(&mut table, block);
+        Some(addr)
+    }
+
+    /// The trace this device writes to.
+    pub(crate) fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Ends the device at the runtime's drop: reports (to `trace`) queued work that failed
+    /// unreported and mappings still live, unregisters what the policy registered, and gives
+    /// its staging buffers and pooled memory back.
+    pub(crate) fn shut_down(&mut self, trace: &Trace) {
+        if let Err(e) = self.settle() {
+            let line = format!("device {}: queued work failed and was never reported: {e}", self.number);
+            trace.report("shutdown failed", self.number, line);
+        }
+        let table = self.table.lock();
+        if table.len() > 0 {
+            let line = format!(
+                "runtime dropped with {} mapping(s) still live on device {}:\n{}",
+                table.len(),
+                self.number,
+                table.dump(self.number)
+            );
+            trace.report("live at shutdown", self.number, line);
+        }
+        let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
+        drop(table);
+        for e in live {
+            // SAFETY: registered by the policy; nothing is in flight at shutdown.
+            let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+        }
+        if let Some(Ok(ring)) = self.staging.take() {
+            ring.release(&*self.backend);
+        }
+        if let Err(e) = self.pool.release_all(&*self.backend) {
+            let line = format!("device {}: releasing memory at shutdown failed: {e}", self.number);
+            trace.report("shutdown failed", self.number, line);
+        }
+    }
+}
