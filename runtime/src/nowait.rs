@@ -304,8 +304,7 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     ) -> Result<(Task, L::Views)> {
         let at = Location::caller();
         let views = maps.views(device, false);
-        let mut entered = Vec::new();
-        maps.items(&mut entered);
+        let entered = crate::api::entry_items(self.rt, device, &maps)?;
         let rt = self.rt;
         let t = self.spawn(device, Lane::CopyIn, after, false, move |_| {
             let mut items = Vec::new();
@@ -631,6 +630,10 @@ unsafe impl<T> ExitList for DeviceSlice<'_, T> {
                     self.host_range()
                 ),
             });
+        }
+        // An empty view mapped nothing (`MapList::items`): it has nothing to end.
+        if self.is_empty() {
+            return Ok(());
         }
         let kind = if self.copies_back() { MapType::FROM } else { MapType::RELEASE };
         out.push(MapItem::new(self.host_range(), kind));

@@ -4,7 +4,9 @@ use std::marker::PhantomData;
 
 use crate::data_env::{MapItem, MapType};
 use crate::error::HostRange;
+use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
+use crate::runtime::Runtime;
 
 use super::*;
 
@@ -18,6 +20,11 @@ pub struct Map<'a, T> {
 }
 
 impl<'a, T: DeviceCopy> Map<'a, T> {
+    /// Whether the map takes part in constructs: an empty slice maps nothing.
+    fn counted(&self) -> bool {
+        self.item.range.bytes > 0
+    }
+
     pub(crate) fn shared(s: &'a [T], map_type: MapType) -> Self {
         Self { item: MapItem::slice(s, map_type), writable: false, _borrow: PhantomData }
     }
@@ -63,8 +70,14 @@ impl<'a, T: DeviceCopy> Map<'a, T> {
 pub unsafe trait MapList<'a> {
     /// The device views the construct's body receives, in the same shape.
     type Views;
-    /// Appends the map items in list order.
+    /// Appends the map items in list order. Maps of empty slices are left out: in the safe
+    /// API an empty slice maps nothing (a zero-length item would move the count of a
+    /// mapping it lies in, which a guard cannot give back soundly; see
+    /// [`MapList::empty_present`]).
     fn items(&self, out: &mut Vec<MapItem>);
+    /// Appends the host ranges of empty slices mapped with `present`, which must lie in a
+    /// mapped range when the construct begins ([`crate::api::entry_items`] checks them).
+    fn empty_present(&self, _out: &mut Vec<HostRange>) {}
     /// Appends, in list order, the items that end what [`MapList::items`] began with
     /// `target exit data`: `from` (keeping `always`) for maps that copy back, `release`
     /// for the others.
@@ -80,9 +93,17 @@ pub unsafe trait MapList<'a> {
 unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
     type Views = DeviceSlice<'a, T>;
     fn items(&self, out: &mut Vec<MapItem>) {
-        out.push(self.item);
+        out.extend(self.counted().then_some(self.item));
+    }
+    fn empty_present(&self, out: &mut Vec<HostRange>) {
+        if !self.counted() && self.item.map_type.present {
+            out.push(self.item.range);
+        }
     }
     fn exit_items(&self, out: &mut Vec<MapItem>) {
+        if !self.counted() {
+            return;
+        }
         let t = self.item.map_type;
         let kind = if t.copies_out() { MapType::FROM } else { MapType::RELEASE };
         let kind = if t.always && t.copies_out() { kind.always() } else { kind };
@@ -114,7 +135,10 @@ unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
 unsafe impl<'a, T: DeviceCopy> MapList<'a> for Vec<Map<'a, T>> {
     type Views = Vec<DeviceSlice<'a, T>>;
     fn items(&self, out: &mut Vec<MapItem>) {
-        out.extend(self.iter().map(|m| m.item));
+        self.iter().for_each(|m| m.items(out));
+    }
+    fn empty_present(&self, out: &mut Vec<HostRange>) {
+        self.iter().for_each(|m| m.empty_present(out));
     }
     fn exit_items(&self, out: &mut Vec<MapItem>) {
         self.iter().for_each(|m| m.exit_items(out));
@@ -134,6 +158,9 @@ macro_rules! map_list_tuple {
             type Views = ($($n::Views,)+);
             fn items(&self, out: &mut Vec<MapItem>) {
                 $(self.$i.items(out);)+
+            }
+            fn empty_present(&self, out: &mut Vec<HostRange>) {
+                $(self.$i.empty_present(out);)+
             }
             fn exit_items(&self, out: &mut Vec<MapItem>) {
                 $(self.$i.exit_items(out);)+
@@ -155,3 +182,19 @@ map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4);
 map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5);
 map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6);
 map_list_tuple!(A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
+
+/// The entry items of `maps` for a construct on `device` ([`MapList::items`]), after
+/// checking that every empty slice mapped with `present` lies in a mapped range there (the
+/// check a zero-length `present` item gets in the OpenMP shape, without its count).
+pub(crate) fn entry_items<'a, L: MapList<'a>>(rt: &Runtime, device: usize, maps: &L) -> Result<Vec<MapItem>> {
+    let mut empty = Vec::new();
+    maps.empty_present(&mut empty);
+    for range in empty {
+        if rt.use_device_ptr(range.begin, device)?.is_none() {
+            return Err(Error::NotPresent { device, range, what: "a `present` map on entry" });
+        }
+    }
+    let mut items = Vec::new();
+    maps.items(&mut items);
+    Ok(items)
+}

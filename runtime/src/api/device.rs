@@ -58,8 +58,7 @@ impl<'rt> Device<'rt> {
         maps: L,
         body: impl FnOnce(L::Views) -> Result<R>,
     ) -> Result<R> {
-        let mut items = Vec::new();
-        maps.items(&mut items);
+        let items = super::entry_items(self.rt, self.number, &maps)?;
         // SAFETY: every item borrows its host slice for 'a (shared for reads, exclusive for
         // `from` kinds), and `maps` is alive until the end of this function.
         unsafe { self.rt.target_data_begin(self.number, &items)? };

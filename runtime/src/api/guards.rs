@@ -77,18 +77,18 @@ impl<'a, L: MapList<'a>> std::fmt::Debug for Mapped<'_, 'a, L> {
 
 impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
     #[track_caller]
-    fn new(device: Device<'d>, maps: L, ending: Ending) -> Self {
-        let (mut items, mut exclusive) = (Vec::new(), Vec::new());
-        maps.items(&mut items);
+    fn new(device: Device<'d>, maps: L, ending: Ending) -> Result<Self> {
+        let items = super::entry_items(device.runtime(), device.number(), &maps)?;
+        let mut exclusive = Vec::new();
         maps.exclusive_ranges(&mut exclusive);
         let at = Location::caller();
-        Self { device, maps, items, exclusive, ending, open: false, at, _borrow: PhantomData }
+        Ok(Self { device, maps, items, exclusive, ending, open: false, at, _borrow: PhantomData })
     }
 
     /// `target enter data` of `maps` (`from` entering as `alloc`).
     #[track_caller]
     pub(crate) fn enter(device: Device<'d>, maps: L) -> Result<Self> {
-        let mut m = Self::new(device, maps, Ending::ExitData);
+        let mut m = Self::new(device, maps, Ending::ExitData)?;
         let entry: Vec<MapItem> = m
             .items
             .iter()
@@ -109,7 +109,7 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
     /// The opening half of `target data` over `maps`.
     #[track_caller]
     pub(crate) fn region(device: Device<'d>, maps: L) -> Result<Self> {
-        let mut m = Self::new(device, maps, Ending::RegionEnd);
+        let mut m = Self::new(device, maps, Ending::RegionEnd)?;
         // SAFETY: as in `enter`.
         unsafe {
             device.runtime().map_construct_at(MapConstruct::DataBegin, device.number(), &m.items, m.at)?

@@ -47,6 +47,7 @@ mod host_buffer;
 mod views;
 
 pub use arguments::{DevicePtr, KernelArgs, KernelArgument, SharedView};
+pub(crate) use clauses::entry_items;
 pub use clauses::{Map, MapList};
 pub use device::Device;
 pub use device_buffer::{Association, DeviceBuffer};

@@ -42,7 +42,16 @@ impl PlannedEntries {
             return if range.contains(&r) { Ok(self.0.get_mut(&k)) } else { Err(range) };
         }
         if r.bytes == 0 {
-            return Ok(None);
+            // As the table's lookup: a zero-length range also names the next entry above it
+            // whose item named a base at or below it.
+            use std::ops::Bound::{Excluded, Unbounded};
+            let k = self
+                .0
+                .range((Excluded(r.begin), Unbounded))
+                .next()
+                .filter(|(_, p)| p.base.is_some_and(|b| b <= r.begin))
+                .map(|(&k, _)| k);
+            return Ok(k.and_then(|k| self.0.get_mut(&k)));
         }
         match self.0.range(r.begin + 1..r.end()).next() {
             Some((_, p)) => Err(p.range),
@@ -547,6 +556,21 @@ mod tests {
 
     fn counts(table: &PresentTable, at: usize) -> Option<(u64, u64)> {
         table.containing(at).map(|e| (e.ref_count, e.hold_count))
+    }
+
+    #[test]
+    fn a_zero_length_item_at_the_base_of_an_entry_the_construct_creates_counts_it_once() {
+        // [hold alloc A[64:2] with base A, alloc A[0:0]]: the second names the first's entry
+        // (as the table's lookup will at the region's end), so its counts are symmetric.
+        let mut t = PresentTable::default();
+        let items =
+            [item(164, 8, MapType::ALLOC.hold()).with_base(100 as *const u8), item(100, 0, MapType::ALLOC)];
+        enter(&mut t, &items).unwrap();
+        assert_eq!(counts(&t, 164), Some((1, 1)));
+        enter(&mut t, &[item(164, 8, MapType::TO)]).unwrap();
+        let p = ExitPlan::build(&mut t, &items, Construct::TargetData, DEV).unwrap();
+        assert!(p.removed.is_empty());
+        assert_eq!(counts(&t, 164), Some((1, 0)), "the enter data's count is kept");
     }
 
     #[test]
