@@ -76,7 +76,7 @@ pub unsafe trait MapList<'a> {
     /// [`MapList::empty_present`]).
     fn items(&self, out: &mut Vec<MapItem>);
     /// Appends the host ranges of empty slices mapped with `present`, which must lie in a
-    /// mapped range when the construct begins ([`crate::api::entry_items`] checks them).
+    /// mapped range when the construct begins (the safe API checks them before it).
     fn empty_present(&self, _out: &mut Vec<HostRange>) {}
     /// Appends, in list order, the items that end what [`MapList::items`] began with
     /// `target exit data`: `from` (keeping `always`) for maps that copy back, `release`
