@@ -168,3 +168,33 @@ fn a_trace_file_that_cannot_be_written_fails_the_build_naming_it() {
     let e = Runtime::builder().env(|k| (k == "OFFLOAD_TRACE").then(String::new)).gpus(false).build();
     assert!(e.err().is_some_and(|e| e.to_string().contains("OFFLOAD_TRACE")));
 }
+
+#[test]
+fn entries_of_a_failed_construct_leave_the_count() -> Result<()> {
+    use offload::backend::{FaultKind, FaultPlan};
+    let path = TempPath::new("failed");
+    let rt = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(1)
+        .synchronous(true)
+        .inject_faults(FaultPlan::default().fail_nth(FaultKind::CopyIn, 2))
+        .trace_file(&path.0)
+        .build()?;
+    let (a, b) = (vec![1i32; 256], vec![2i32; 256]);
+    let items = [MapItem::slice(&a, MapType::TO), MapItem::slice(&b, MapType::TO)];
+    // SAFETY: `a` and `b` outlive the construct, which fails (its second copy) and maps nothing.
+    let failed = unsafe { rt.enter_data(0, &items) };
+    assert!(failed.is_err(), "the second copy was to fail");
+    assert!(rt.live_mappings().is_empty());
+    rt.flush_trace()?;
+    let events = events_of(&path);
+    let counts: Vec<i64> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["pid"] == 1)
+        .filter_map(|e| e["args"]["entries"].as_i64())
+        .collect();
+    assert_eq!(counts.iter().max(), Some(&2), "{counts:?}");
+    assert_eq!(counts.last(), Some(&0), "{counts:?}");
+    Ok(())
+}
