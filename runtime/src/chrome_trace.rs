@@ -25,6 +25,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -90,12 +91,16 @@ impl ChromeTraceLayer {
 
     /// Writes every event so far to the file (replacing what an earlier flush wrote).
     pub(crate) fn flush(&self) -> Result<()> {
-        let text = {
-            let state = self.shared.state.lock();
-            let doc = json!({ "traceEvents": state.events, "displayTimeUnit": "ns" });
-            doc.to_string()
-        };
-        std::fs::write(&self.shared.path, text).map_err(|e| Error::InvalidSetting {
+        let state = self.shared.state.lock();
+        // Written straight from the list (no copy of it), which events wait for meanwhile.
+        let written = std::fs::File::create(&self.shared.path).and_then(|file| {
+            let mut out = std::io::BufWriter::new(file);
+            out.write_all(b"{\"traceEvents\":")?;
+            serde_json::to_writer(&mut out, &state.events)?;
+            out.write_all(b",\"displayTimeUnit\":\"ns\"}\n")?;
+            out.flush()
+        });
+        written.map_err(|e| Error::InvalidSetting {
             var: "OFFLOAD_TRACE",
             value: self.shared.path.display().to_string(),
             expected: match e.kind() {
@@ -258,6 +263,10 @@ impl Visit for Fields {
         match field.name() {
             "device" => self.device = Some(value),
             "bytes" => self.bytes = Some(value),
+            // Addresses as the trace lines show them.
+            name @ ("host_begin" | "device_addr") => {
+                self.rest.insert(name.into(), json!(format!("{value:#x}")));
+            }
             name => {
                 self.rest.insert(name.into(), json!(value));
             }
@@ -317,7 +326,7 @@ mod tests {
                 at = "main.rs:3", "device 1: target data at main.rs:3");
             tracing::debug!(target: "offload", info = 0x08u32, kind = "entry created", device = 1usize, "e");
             tracing::debug!(target: "offload", info = 0x20u32, kind = "copy", device = 1usize, bytes = 4000usize,
-                direction = "host->device", staged = false, micros = 2.0f64, "copy");
+                direction = "host->device", staged = false, micros = 2.0f64, device_addr = 4096u64, "copy");
             tracing::debug!(target: "offload", info = 0x01u32, kind = "launch", device = 1usize, kernel = "k",
                 n = 10usize, "launch");
             tracing::debug!(target: "offload", info = 0x08u32, kind = "entry removed", device = 1usize, "e");
@@ -341,6 +350,7 @@ mod tests {
         assert_eq!(copies[0]["args"]["bytes"], 4000);
         assert_eq!(copies[0]["args"]["gb_per_s"], 2.0);
         assert_eq!(copies[0]["args"]["staged"], false);
+        assert_eq!(copies[0]["args"]["device_addr"], "0x1000");
         let instants = of("i");
         assert_eq!(instants[0]["args"]["at"], "main.rs:3");
         assert_eq!(instants[0]["name"], "target data");
