@@ -306,6 +306,7 @@ macro_rules! offload_event {
         )
     };
 }
+
 /// The bits whose events the trace file (`OFFLOAD_TRACE`) records.
 const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
     InfoFlags::KERNEL_ARGS.bits()
@@ -315,7 +316,8 @@ const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
 );
 
 /// The runtime's tracer: hands each event to the program's subscriber, if one listens, and
-/// to the runtime's own [`InfoLayer`] when `OFFLOAD_INFO` asks for its bit.
+/// to the runtime's own [`InfoLayer`] when `OFFLOAD_INFO` asks for its bit (and to its
+/// trace-file layer, `OFFLOAD_TRACE`, for the bits that file records).
 pub(crate) struct Trace {
     flags: InfoFlags,
     log: Option<InfoLog>,
