@@ -1,5 +1,5 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
-//! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, and the builder that can set each of them.
+//! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_TRACE`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -106,6 +106,8 @@ pub(crate) struct Settings {
     /// `OFFLOAD_SYNC=1`: every construct waits for the work it queued (as
     /// `CUDA_LAUNCH_BLOCKING` does), so a failure is reported by the construct that caused it.
     pub synchronous: bool,
+    /// `OFFLOAD_TRACE=path.json`: the Chrome trace-event file to write.
+    pub trace_file: Option<PathBuf>,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -203,6 +205,18 @@ impl Settings {
                     Some(items)
                 }
             };
+        let trace_file = match (&over.trace_file, read("OFFLOAD_TRACE", over.trace_file.is_some())?) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(v)) if v.trim().is_empty() => {
+                return Err(Error::InvalidSetting {
+                    var: "OFFLOAD_TRACE",
+                    value: v,
+                    expected: "the path of the Chrome trace-event file to write, e.g. trace.json",
+                })
+            }
+            (None, Some(v)) => Some(PathBuf::from(v)),
+            (None, None) => None,
+        };
         let settings = Self {
             policy,
             host_devices,
@@ -214,6 +228,7 @@ impl Settings {
             staging,
             topology_xml,
             synchronous,
+            trace_file,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -286,6 +301,7 @@ pub(crate) struct Overrides {
     pub kernel_threads: Option<usize>,
     pub host_memory: Option<usize>,
     pub synchronous: Option<bool>,
+    pub trace_file: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -392,6 +408,7 @@ mod tests {
             "OFFLOAD_STAGING",
             "OFFLOAD_SYNC",
             "OFFLOAD_TOPOLOGY_XML",
+            "OFFLOAD_TRACE",
         ] {
             let bad: EnvLookup = std::sync::Arc::new(move |k| {
                 if k == var {
@@ -415,6 +432,7 @@ mod tests {
             staging: Some(StagingConfig::default()),
             topology_xml: Some("t.xml".into()),
             synchronous: Some(false),
+            trace_file: Some("t.json".into()),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();

@@ -34,7 +34,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::error::HostRange;
+use crate::chrome_trace::ChromeTraceLayer;
+use crate::error::{HostRange, Result};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -305,8 +306,18 @@ macro_rules! offload_event {
         )
     };
 }
+
+/// The bits whose events the trace file (`OFFLOAD_TRACE`) records.
+const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
+    InfoFlags::KERNEL_ARGS.bits()
+        | InfoFlags::MAPPING_EXISTS.bits()
+        | InfoFlags::ENTRIES.bits()
+        | InfoFlags::TRANSFERS.bits(),
+);
+
 /// The runtime's tracer: hands each event to the program's subscriber, if one listens, and
-/// to the runtime's own [`InfoLayer`] when `OFFLOAD_INFO` asks for its bit.
+/// to the runtime's own [`InfoLayer`] when `OFFLOAD_INFO` asks for its bit (and to its
+/// trace-file layer, `OFFLOAD_TRACE`, for the bits that file records).
 pub(crate) struct Trace {
     flags: InfoFlags,
     log: Option<InfoLog>,
@@ -316,30 +327,56 @@ pub(crate) struct Trace {
     /// to it as the emitting thread's default for the one event, so that it sees every
     /// thread's events and nothing of other runtimes.
     own: Option<Dispatch>,
+    /// The bits sent to `own`: `flags`, and those the trace file records.
+    own_flags: InfoFlags,
+    /// The Chrome trace-event file (`OFFLOAD_TRACE`), when asked for.
+    file: Option<ChromeTraceLayer>,
 }
 
 impl fmt::Debug for Trace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Trace").field("flags", &self.flags).field("captured", &self.log.is_some()).finish()
+        f.debug_struct("Trace")
+            .field("flags", &self.flags)
+            .field("captured", &self.log.is_some())
+            .field("file", &self.file.as_ref().map(ChromeTraceLayer::path))
+            .finish()
     }
 }
 
 impl Trace {
+    /// A tracer with no trace file.
+    #[cfg(test)]
     pub(crate) fn new(flags: InfoFlags, capture: bool) -> Self {
+        Self::with_file(flags, capture, None)
+    }
+
+    /// A tracer that also writes the Chrome trace-event `file` when one is given.
+    pub(crate) fn with_file(flags: InfoFlags, capture: bool, file: Option<ChromeTraceLayer>) -> Self {
         let (layer, log) = if capture {
             let (layer, log) = InfoLayer::capture(flags);
             (layer, Some(log))
         } else {
             (InfoLayer::new(flags), None)
         };
-        let own = (flags != InfoFlags::NONE || capture)
-            .then(|| Dispatch::new(tracing_subscriber::registry().with(layer)));
-        Self { flags, log, own }
+        // The file records constructs, launches, entries and copies, whatever `flags` says
+        // (the `InfoLayer` still writes only the lines of its own bits).
+        let own_flags = match file {
+            Some(_) => flags | FILE_FLAGS,
+            None => flags,
+        };
+        let own = (flags != InfoFlags::NONE || capture || file.is_some())
+            .then(|| Dispatch::new(tracing_subscriber::registry().with(layer).with(file.clone())));
+        Self { flags, log, own, own_flags, file }
     }
 
     /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
     pub(crate) fn on(&self, flag: InfoFlags) -> bool {
-        self.own.is_some() && self.flags.contains(flag)
+        self.own.is_some() && self.own_flags.contains(flag)
+    }
+
+    /// Writes the trace file, when there is one.
+    pub(crate) fn flush_file(&self) -> Result<()> {
+        self.file.as_ref().map_or(Ok(()), ChromeTraceLayer::flush)
     }
 
     /// A present-table entry's line under `flag`: `what` ("entry created", "mapping

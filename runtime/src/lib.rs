@@ -80,6 +80,7 @@
 
 pub mod api;
 pub mod backend;
+mod chrome_trace;
 pub mod cluster;
 pub mod config;
 mod copy_crew;

@@ -328,7 +328,15 @@ impl DeviceState {
         announced: bool,
     ) -> Error {
         for p in plan.planned.iter().filter(|_| announced) {
-            self.trace.emit(InfoFlags::ENTRIES, || {
+            // An "entry removed" event, so that the trace file's count of live entries drops.
+            let fields = || InfoFields {
+                kind: "entry removed",
+                device: Some(self.number),
+                host: Some(p.range),
+                device_addr: Some(p.device_addr),
+                ..InfoFields::default()
+            };
+            self.trace.event(InfoFlags::ENTRIES, fields, || {
                 format!("device {}: entry removed {} (the construct failed: {err})", self.number, p.range)
             });
         }

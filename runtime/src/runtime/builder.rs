@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use crate::backend::host::{default_capacity, HostPlatform};
 use crate::backend::Backend;
 use crate::backend::{BackendKind, Platform};
+use crate::chrome_trace::ChromeTraceLayer;
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::device::audit::AuditActivity;
 use crate::device::{DeviceSetup, DeviceState, PinnedRanges};
@@ -91,6 +92,17 @@ impl RuntimeBuilder {
     /// `OFFLOAD_INFO`.
     pub fn info(mut self, flags: InfoFlags) -> Self {
         self.over.info = Some(flags);
+        self
+    }
+
+    /// Write a timeline of the run to `path` in the Chrome trace-event format
+    /// (`OFFLOAD_TRACE=path.json`), for Perfetto or `chrome://tracing`: copies as slices,
+    /// constructs, launches and present-table entries as instants, live entries per device
+    /// as counters (docs/GUIDE.md, "Timeline traces"). The file is written by
+    /// [`Runtime::flush_trace`] and when the runtime is dropped; `build` fails when it
+    /// cannot be created.
+    pub fn trace_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.over.trace_file = Some(path.into());
         self
     }
 
@@ -180,7 +192,12 @@ impl RuntimeBuilder {
     /// Discovers devices, places them on the topology and starts their workers.
     pub fn build(self) -> Result<Runtime> {
         let mut settings = Settings::resolve(&self.env, &self.over)?;
-        let trace = Arc::new(Trace::new(settings.info, self.capture_info));
+        let file = settings.trace_file.clone().map(ChromeTraceLayer::new);
+        if let Some(file) = &file {
+            // An empty trace now: a path that cannot be written fails here, not at the end.
+            file.flush()?;
+        }
+        let trace = Arc::new(Trace::with_file(settings.info, self.capture_info, file));
         let topology = Arc::new(match &settings.topology_xml {
             Some(path) => Topology::from_xml_file(path)?,
             None => Topology::system(),

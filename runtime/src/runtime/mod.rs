@@ -293,6 +293,11 @@ impl Drop for Inner {
             // Queued work first: it may still use the memory released below.
             d.shut_down(&self.trace);
         }
+        // After the shutdown's copies and reports, so that the file holds them; a drop
+        // cannot return the error (`Runtime::flush_trace` does).
+        if let Err(e) = self.trace.flush_file() {
+            eprintln!("offload: {e}");
+        }
         for (p, layout) in self.host_allocs.get_mut().drain() {
             // SAFETY: allocated by `target_alloc` on the initial device with this layout.
             unsafe { std::alloc::dealloc(p as *mut u8, layout) };

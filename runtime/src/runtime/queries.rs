@@ -259,6 +259,20 @@ impl Runtime {
         self.inner.trace.take()
     }
 
+    /// Writes the timeline asked for by [`RuntimeBuilder::trace_file`] or `OFFLOAD_TRACE`
+    /// (the Chrome trace-event format, for Perfetto or `chrome://tracing`) with every event
+    /// so far, replacing what an earlier flush wrote; the runtime writes it again when
+    /// dropped. Work still queued is not in it: wait for it first
+    /// ([`Runtime::synchronize`](crate::Runtime::synchronize)). Without a
+    /// trace file, does nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for `OFFLOAD_TRACE`, naming
+    /// the path, when the file cannot be written.
+    pub fn flush_trace(&self) -> Result<()> {
+        self.inner.trace.flush_file()
+    }
+
     /// A handle on the captured trace that outlives the runtime (for its shutdown report);
     /// `None` unless built with [`RuntimeBuilder::capture_info`].
     pub fn info_log(&self) -> Option<crate::info::InfoLog> {
