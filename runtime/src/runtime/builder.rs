@@ -238,6 +238,11 @@ impl RuntimeBuilder {
             // devices: on the whole machine), with its worker there.
             for platform in gpus.iter().map(|p| &**p).chain([&hosts as &dyn Platform]) {
                 let (found, line) = platform.discover(devices.len());
+                // Host devices are asked for by number: one that could not start (its worker
+                // thread) fails the start, as a missing GPU does not.
+                if platform.kind() == BackendKind::Host && found.len() < settings.host_devices {
+                    return Err(start_failed("spawn a device worker", line));
+                }
                 report.push_str(&line);
                 report.push('\n');
                 for d in found {
