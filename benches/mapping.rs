@@ -131,6 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     table.push(btree_floor(&mut b));
+    traced_rows(&mut b, &rt, &mut table)?;
     println!("\n| operation | device | offload | libomptarget 22 (1 x H200, DESIGN.md) |\n|---|---|---|---|");
     for (what, dev, t, lib) in &table {
         row(what, dev, *t, lib);
@@ -176,4 +177,46 @@ fn raw_launch(
         s.synchronize().expect("sync");
     });
     Ok(("raw cudarc launch + synchronize, same kernel".into(), label.to_string(), t, "-"))
+}
+
+/// The timeline's cost: the same constructs on each device with a trace written to a file
+/// (`OFFLOAD_TRACE`), by a second runtime, beside the rows above of the first (no trace).
+/// A shorter budget: every construct writes its events to the file.
+fn traced_rows(
+    b: &mut Bench,
+    untraced: &Runtime,
+    table: &mut Vec<(String, String, f64, &'static str)>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let budget = Budget { samples: 10, warm_up: std::time::Duration::from_millis(200), ..Budget::FAST };
+    let path = std::env::temp_dir().join(format!("offload-mapping-bench-{}.json", std::process::id()));
+    let rt = Runtime::builder().gpus(true).host_devices(1).trace_file(&path).build()?;
+    let mut x = vec![1f32; 1024];
+    let xp = x.as_mut_ptr();
+    let (to, from) = ([MapItem::to(xp, 4096)], [MapItem::from(xp, 4096)]);
+    for d in 0..rt.num_devices() {
+        let label = format!("{d} ({})", rt.describe(d)?.name);
+        for (name, traced) in [("off", untraced), ("to a file", &rt)] {
+            let t =
+                b.wall(&format!("enter_exit_new_4KiB_trace_{}/{d}", name.replace(' ', "_")), budget, || {
+                    // SAFETY: `x` outlives the mappings, each ended in the same iteration.
+                    unsafe {
+                        traced.enter_data(d, black_box(&to)).expect("enter");
+                        traced.exit_data(d, black_box(&from)).expect("exit");
+                    }
+                });
+            table.push((
+                format!("enter(to) + exit(from) of a new 4 KiB range, OFFLOAD_TRACE {name}"),
+                label.clone(),
+                t,
+                "-",
+            ));
+        }
+    }
+    rt.flush_trace()?;
+    drop(rt);
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    println!("trace file: {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    let _ = std::fs::remove_file(&path);
+    let _ = &mut x;
+    Ok(())
 }

@@ -106,8 +106,11 @@ pub(crate) struct Settings {
     /// `OFFLOAD_SYNC=1`: every construct waits for the work it queued (as
     /// `CUDA_LAUNCH_BLOCKING` does), so a failure is reported by the construct that caused it.
     pub synchronous: bool,
-    /// `OFFLOAD_TRACE=path.json`: the Chrome trace-event file to write.
+    /// `OFFLOAD_TRACE=path.json`: the Chrome trace-event file to write (this rank's, under
+    /// an MPI launcher: see [`file_of_rank`]).
     pub trace_file: Option<PathBuf>,
+    /// The MPI rank an MPI launcher gave this process, when a trace is written.
+    pub trace_rank: Option<u32>,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -217,6 +220,12 @@ impl Settings {
             (None, Some(v)) => Some(PathBuf::from(v)),
             (None, None) => None,
         };
+        // Under an MPI launcher, a file per rank.
+        let trace_rank = match trace_file {
+            Some(_) => launcher_rank(&**env)?,
+            None => None,
+        };
+        let trace_file = trace_file.map(|p| file_of_rank(&p, trace_rank));
         let settings = Self {
             policy,
             host_devices,
@@ -229,6 +238,7 @@ impl Settings {
             topology_xml,
             synchronous,
             trace_file,
+            trace_rank,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -302,6 +312,37 @@ pub(crate) struct Overrides {
     pub host_memory: Option<usize>,
     pub synchronous: Option<bool>,
     pub trace_file: Option<PathBuf>,
+}
+
+/// The rank an MPI launcher gave this process: Open MPI's `OMPI_COMM_WORLD_RANK`, PMIx's
+/// `PMIX_RANK`, MPICH's (Hydra's) `PMI_RANK`, the first set.
+fn launcher_rank(env: &dyn Fn(&'static str) -> Result<Option<String>>) -> Result<Option<u32>> {
+    for var in ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"] {
+        if let Some(v) = env(var)? {
+            return v.trim().parse().map(Some).map_err(|_| Error::InvalidSetting {
+                var,
+                value: v,
+                expected: "a rank number (set by the MPI launcher)",
+            });
+        }
+    }
+    Ok(None)
+}
+
+/// Rank `rank`'s trace file for `path`: `{rank}` in it replaced by the rank, else the rank
+/// put before the extension (`run.json` -> `run.rank2.json`); `path` itself with no rank.
+pub(crate) fn file_of_rank(path: &std::path::Path, rank: Option<u32>) -> PathBuf {
+    let Some(rank) = rank else { return path.to_path_buf() };
+    let text = path.to_string_lossy();
+    if text.contains("{rank}") {
+        return PathBuf::from(text.replace("{rank}", &rank.to_string()));
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rank{rank}"),
+    };
+    path.with_file_name(name)
 }
 
 #[cfg(test)]
@@ -420,8 +461,11 @@ mod tests {
             let e = Settings::resolve(&bad, &Overrides::default()).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains("UTF-8"), "{e}");
         }
-        let bad: EnvLookup =
-            std::sync::Arc::new(|k| env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff]))));
+        // (An MPI launcher's rank, read with a trace, has no builder value.)
+        let bad: EnvLookup = std::sync::Arc::new(|k| match k {
+            "OMPI_COMM_WORLD_RANK" | "PMIX_RANK" | "PMI_RANK" => Ok(None),
+            _ => env_text(k, Some(std::ffi::OsString::from_vec(vec![0xff]))),
+        });
         let every = Overrides {
             policy: Some(OffloadPolicy::Default),
             host_devices: Some(1),
@@ -529,5 +573,26 @@ mod tests {
             c.chunk = 0
         }));
         assert!(e.contains("StagingConfig::chunk"), "{e}");
+    }
+
+    #[test]
+    fn a_trace_file_per_mpi_rank() {
+        let path = std::path::Path::new("/tmp/run.json");
+        assert_eq!(file_of_rank(path, None), path);
+        assert_eq!(file_of_rank(path, Some(2)), std::path::Path::new("/tmp/run.rank2.json"));
+        assert_eq!(file_of_rank("t{rank}/x.json".as_ref(), Some(1)), std::path::Path::new("t1/x.json"));
+        assert_eq!(file_of_rank("trace".as_ref(), Some(0)), std::path::Path::new("trace.rank0"));
+        let s =
+            Settings::resolve(&env(&[("OFFLOAD_TRACE", "a.json"), ("PMI_RANK", "3")]), &Overrides::default());
+        let s = s.unwrap();
+        assert_eq!((s.trace_file.as_deref(), s.trace_rank), (Some("a.rank3.json".as_ref()), Some(3)));
+        // No trace, no rank read: a malformed one matters only to a trace.
+        let s = Settings::resolve(&env(&[("OMPI_COMM_WORLD_RANK", "x")]), &Overrides::default()).unwrap();
+        assert_eq!(s.trace_rank, None);
+        let e = Settings::resolve(
+            &env(&[("OFFLOAD_TRACE", "a.json"), ("OMPI_COMM_WORLD_RANK", "x")]),
+            &Overrides::default(),
+        );
+        assert!(e.err().is_some_and(|e| e.to_string().contains("OMPI_COMM_WORLD_RANK")));
     }
 }

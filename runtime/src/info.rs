@@ -147,6 +147,46 @@ pub(crate) struct InfoFields<'a> {
     pub(crate) kernel: Option<&'a str>,
     pub(crate) n: Option<usize>,
     pub(crate) at: Option<&'a std::panic::Location<'a>>,
+    /// The construct (its number in the process) that made this event, for the timeline's
+    /// flow arrows.
+    pub(crate) construct: Option<u64>,
+    /// A copy that was queued, not made (its `micros`: the queueing).
+    pub(crate) queued: Option<bool>,
+    /// A device-side span's queue (`copy-in`, `compute`, `copy-out`) and how long ago, in
+    /// microseconds, it ended.
+    pub(crate) queue: Option<&'static str>,
+    pub(crate) ended_ago: Option<f64>,
+    /// A device's state at a construct's end.
+    pub(crate) usage: Option<DeviceUsage>,
+}
+
+/// A device's present table and memory pool at one moment, for the timeline's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeviceUsage {
+    /// Present-table entries, and the bytes of host memory they map.
+    pub(crate) entries: usize,
+    pub(crate) mapped_bytes: usize,
+    /// Pool bytes in live blocks, and in free blocks kept for reuse.
+    pub(crate) pool_in_use: usize,
+    pub(crate) pool_cached: usize,
+}
+
+/// The bit of events for the timeline alone (`OFFLOAD_TRACE`, a program's subscriber):
+/// device-side spans, constructs' ends. No [`InfoLayer`] writes them as text.
+pub(crate) const TIMELINE: InfoFlags = InfoFlags::from_bits(1 << 31);
+
+thread_local! {
+    /// The construct this thread is running (0: none), for the events it causes.
+    static CURRENT_CONSTRUCT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Numbers constructs for the timeline, from 1.
+static NEXT_CONSTRUCT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The construct this thread is running, if any (traced ones only).
+pub(crate) fn current_construct() -> Option<u64> {
+    let c = CURRENT_CONSTRUCT.with(std::cell::Cell::get);
+    (c != 0).then_some(c)
 }
 
 /// Where an [`InfoLayer`] writes its lines.
@@ -201,7 +241,7 @@ impl InfoLayer {
 
     /// Whether a line of bit `info` (0: a report made whatever the bits) is written.
     fn wants(&self, info: u32) -> bool {
-        info == 0 || self.flags.contains(InfoFlags::from_bits(info))
+        info & TIMELINE.bits() == 0 && (info == 0 || self.flags.contains(InfoFlags::from_bits(info)))
     }
 
     fn write(&self, line: &str) {
@@ -301,6 +341,14 @@ macro_rules! offload_event {
             kernel = $f.kernel,
             n = $f.n,
             at = $at.as_deref(),
+            construct = $f.construct,
+            queued = $f.queued,
+            queue = $f.queue,
+            ended_micros_ago = $f.ended_ago,
+            live_entries = $f.usage.map(|u| u.entries),
+            mapped_bytes = $f.usage.map(|u| u.mapped_bytes),
+            pool_in_use = $f.usage.map(|u| u.pool_in_use),
+            pool_cached = $f.usage.map(|u| u.pool_cached),
             "{}",
             $text
         )
@@ -312,7 +360,8 @@ const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
     InfoFlags::KERNEL_ARGS.bits()
         | InfoFlags::MAPPING_EXISTS.bits()
         | InfoFlags::ENTRIES.bits()
-        | InfoFlags::TRANSFERS.bits(),
+        | InfoFlags::TRANSFERS.bits()
+        | TIMELINE.bits(),
 );
 
 /// The runtime's tracer: hands each event to the program's subscriber, if one listens, and
@@ -331,6 +380,8 @@ pub(crate) struct Trace {
     own_flags: InfoFlags,
     /// The Chrome trace-event file (`OFFLOAD_TRACE`), when asked for.
     file: Option<ChromeTraceLayer>,
+    /// `own` holds an [`InfoLayer`] (else reports are written without it).
+    text: bool,
 }
 
 impl fmt::Debug for Trace {
@@ -364,14 +415,71 @@ impl Trace {
             Some(_) => flags | FILE_FLAGS,
             None => flags,
         };
-        let own = (flags != InfoFlags::NONE || capture || file.is_some())
-            .then(|| Dispatch::new(tracing_subscriber::registry().with(layer).with(file.clone())));
-        Self { flags, log, own, own_flags, file }
+        // No text layer when it would write nothing (a trace file alone).
+        let text_on = flags != InfoFlags::NONE || capture;
+        let text = text_on.then_some(layer);
+        let own = (text.is_some() || file.is_some())
+            .then(|| Dispatch::new(tracing_subscriber::registry().with(text).with(file.clone())));
+        Self { flags, log, own, own_flags, file, text: text_on }
     }
 
     /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
     pub(crate) fn on(&self, flag: InfoFlags) -> bool {
         self.own.is_some() && self.own_flags.contains(flag)
+    }
+
+    /// Whether a timeline is written (`OFFLOAD_TRACE`): device-side spans and constructs'
+    /// spans are measured only then.
+    pub(crate) fn timeline(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Starts construct `what`'s span on this thread, when a timeline is written: numbers
+    /// it and makes it the thread's current construct until [`Trace::construct_end`].
+    /// Returns (its number, the construct it interrupts), or `None` with no timeline.
+    pub(crate) fn construct_begin(&self) -> Option<(u64, u64)> {
+        if !self.timeline() {
+            return None;
+        }
+        let id = NEXT_CONSTRUCT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((id, CURRENT_CONSTRUCT.with(|c| c.replace(id))))
+    }
+
+    /// Ends construct `id` (of [`Trace::construct_begin`]) on `device`, with the device's
+    /// state after it, and makes `outer` the thread's current construct again.
+    pub(crate) fn construct_end(&self, (id, outer): (u64, u64), device: usize, usage: Option<DeviceUsage>) {
+        CURRENT_CONSTRUCT.with(|c| c.set(outer));
+        let fields = || InfoFields {
+            kind: "construct end",
+            device: Some(device),
+            construct: Some(id),
+            usage,
+            ..InfoFields::default()
+        };
+        self.event(TIMELINE, fields, || format!("device {device}: construct {id} ended"));
+    }
+
+    /// A span of work device `device`'s queue `queue` ran from `begin` to `end` (host
+    /// clock), for the timeline: `what` says what it was (kind `copy`, `kernel`, ...).
+    pub(crate) fn device_span(
+        &self,
+        device: usize,
+        queue: &'static str,
+        what: InfoFields<'_>,
+        (begin, end): (std::time::Instant, std::time::Instant),
+    ) {
+        let micros = end.saturating_duration_since(begin).as_secs_f64() * 1e6;
+        let ago = std::time::Instant::now().saturating_duration_since(end).as_secs_f64() * 1e6;
+        let fields = || InfoFields {
+            device: Some(device),
+            queue: Some(queue),
+            micros: Some(micros),
+            ended_ago: Some(ago),
+            ..what
+        };
+        self.event(TIMELINE, fields, || {
+            format!("device {device}: {} ran {micros:.1} us on the {queue} queue", what.kind)
+        });
     }
 
     /// Writes the trace file, when there is one.
@@ -439,7 +547,14 @@ impl Trace {
         if !mine && !theirs {
             return;
         }
-        let (f, text) = (fields(), line());
+        let f = fields();
+        // Only the timeline listens, to an event whose fields say it all: no line to format.
+        let text =
+            if theirs || (self.text && self.flags.contains(flag)) || !Self::file_has_fields(flag, f.kind) {
+                line()
+            } else {
+                String::new()
+            };
         let at = f.at.map(|l| format!("{}:{}", l.file(), l.line()));
         let emit = || offload_event!(Level::DEBUG, flag, f, at, text);
         // Our own layer first: while it is the process's only dispatcher, `tracing` takes a
@@ -452,15 +567,24 @@ impl Trace {
         }
     }
 
+    /// Whether the trace file draws events of bit `flag` and `kind` from their fields alone
+    /// (it keeps the line of the others: constructs' map lists, failures, reports).
+    fn file_has_fields(flag: InfoFlags, kind: &str) -> bool {
+        flag == TIMELINE
+            || matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists" | "launch")
+    }
+
     /// Reports `line` whatever the bits (live mappings at shutdown), at `WARN`: written by
     /// the runtime's own layer, and given to the program's subscriber.
     pub(crate) fn report(&self, kind: &'static str, device: usize, text: String) {
         let f = InfoFields { kind, device: Some(device), ..InfoFields::default() };
         let at: Option<String> = None;
         let emit = || offload_event!(Level::WARN, InfoFlags::NONE, f, at, text);
-        match &self.own {
-            Some(own) => tracing::dispatcher::with_default(own, emit),
-            None => InfoLayer::new(InfoFlags::NONE).write(&text),
+        if let Some(own) = &self.own {
+            tracing::dispatcher::with_default(own, emit);
+        }
+        if !self.text {
+            InfoLayer::new(InfoFlags::NONE).write(&text);
         }
         emit();
     }
@@ -519,6 +643,16 @@ mod tests {
         lb.sort();
         assert_eq!(la, ["a0", "a1", "a2", "a3"]);
         assert_eq!(lb, ["b0", "b1", "b2", "b3"]);
+    }
+
+    #[test]
+    fn timeline_events_are_never_text() {
+        let t = Trace::new(InfoFlags::ALL, true);
+        t.event(TIMELINE, InfoFields::default, || "a span".into());
+        t.emit(InfoFlags::ENTRIES, || "a line".into());
+        assert_eq!(t.take(), ["a line"]);
+        // With no trace file, no construct is numbered and no span measured.
+        assert!(!t.timeline() && t.construct_begin().is_none() && current_construct().is_none());
     }
 
     #[test]

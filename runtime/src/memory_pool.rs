@@ -308,6 +308,12 @@ impl MemoryPool {
         self.state.lock().cached
     }
 
+    /// Bytes in live blocks and bytes in free blocks kept for reuse.
+    pub(crate) fn usage(&self) -> (usize, usize) {
+        let s = self.state.lock();
+        (s.held.saturating_sub(s.cached), s.cached)
+    }
+
     /// Number of live allocations.
     pub(crate) fn live_count(&self) -> usize {
         self.state.lock().live.len()

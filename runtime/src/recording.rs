@@ -167,14 +167,14 @@ impl<'rt> Recording<'rt> {
                 at.line()
             )
         });
-        match &self.graph {
-            Some(g) => d.backend.enqueue_graph(g)?,
-            None => {
-                for l in &self.launches {
-                    d.backend.enqueue_launch(Queue::Compute, &l.kernel, l.n, &l.args)?;
-                }
-            }
-        }
+        let what = || InfoFields { kind: "replay", n: Some(self.launches.len()), ..InfoFields::default() };
+        d.timed(Queue::Compute, what, || match &self.graph {
+            Some(g) => d.backend.enqueue_graph(g),
+            None => self
+                .launches
+                .iter()
+                .try_for_each(|l| d.backend.enqueue_launch(Queue::Compute, &l.kernel, l.n, &l.args)),
+        })?;
         let origin = Origin::new("replay of a recorded body", at);
         if d.ordered() {
             d.queued(origin, BlocksInUse::new(d), Short::new())

@@ -15,7 +15,7 @@
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -33,6 +33,8 @@ pub(crate) struct WorkerGone;
 /// A thread bound to a device's CPUs that runs jobs in submission order.
 pub(crate) struct DeviceWorker {
     queue: Option<Sender<Job>>,
+    /// Jobs submitted and not finished.
+    pending: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
     binding: Result<Vec<usize>, String>,
 }
@@ -49,15 +51,18 @@ impl DeviceWorker {
     pub(crate) fn spawn(name: String, topology: Arc<Topology>, cpus: Vec<usize>) -> std::io::Result<Self> {
         let (tx, rx) = unbounded::<Job>();
         let (bound_tx, bound_rx) = bounded(1);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::clone(&pending);
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             let _ = bound_tx.send(topology.bind_current_thread(&cpus).map_err(|e| e.to_string()));
             while let Some(job) = next_job(&rx) {
                 // The job's owner learns of a panic (see the module documentation).
                 let _ = catch_unwind(AssertUnwindSafe(job));
+                finished.fetch_sub(1, Ordering::Release);
             }
         })?;
         let binding = bound_rx.recv().unwrap_or_else(|_| Err("worker ended before binding".into()));
-        Ok(Self { queue: Some(tx), thread: Some(thread), binding })
+        Ok(Self { queue: Some(tx), pending, thread: Some(thread), binding })
     }
 
     /// Runs `f` on the worker after every job submitted before it, and returns its result;
@@ -66,13 +71,10 @@ impl DeviceWorker {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, WorkerGone> {
-        let queue = self.queue.as_ref().ok_or(WorkerGone)?;
         let slot = Handback::new();
         let filler = Filler(&slot);
         // A job refused by the channel is dropped here, abandoning the slot.
-        queue
-            .send(Box::new(move || filler.fill(catch_unwind(AssertUnwindSafe(f)))))
-            .map_err(|_| WorkerGone)?;
+        self.submit(Box::new(move || filler.fill(catch_unwind(AssertUnwindSafe(f)))))?;
         match slot.wait() {
             Some(Ok(v)) => Ok(v),
             Some(Err(panic)) => resume_unwind(panic),
@@ -82,7 +84,18 @@ impl DeviceWorker {
 
     /// Queues `job` after every job submitted before it, without waiting.
     pub(crate) fn submit(&self, job: Box<dyn FnOnce() + Send>) -> Result<(), WorkerGone> {
-        self.queue.as_ref().ok_or(WorkerGone)?.send(job).map_err(|_| WorkerGone)
+        let queue = self.queue.as_ref().ok_or(WorkerGone)?;
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        queue.send(job).map_err(|_| {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
+            WorkerGone
+        })
+    }
+
+    /// Whether every job submitted so far has finished (what they did is visible to the
+    /// caller then).
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     /// The CPUs the worker is bound to, as read back after binding (empty when the

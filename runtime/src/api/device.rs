@@ -248,7 +248,8 @@ impl<'rt> Device<'rt> {
             })?;
             addrs[i] = addr;
         }
-        d.backend.sgemm(g, addrs[0], addrs[1], addrs[2])
+        let what = || crate::info::InfoFields { kind: "gemm", kernel: Some("sgemm"), ..Default::default() };
+        d.timed(crate::backend::Queue::Compute, what, || d.backend.sgemm(g, addrs[0], addrs[1], addrs[2]))
     }
 
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the

@@ -65,7 +65,14 @@ pub(crate) struct CudaDevice {
     blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
     /// Events for reuse ([`PooledEvent`]).
     events: EventPool,
+    /// The timeline's anchor: a timed event that had completed when the host read the
+    /// instant beside it; a stamp's time is that instant plus the time between the two
+    /// events. Made at the first stamp.
+    clock: OnceLock<std::result::Result<(CudaEvent, std::time::Instant), Error>>,
 }
+
+/// A timed event of a timeline's stamp ([`Backend::stamp`]).
+struct StampEvent(CudaEvent);
 
 /// Events (without timing) kept for reuse: constructs record one per queued piece of work,
 /// and creating and destroying one each time costs more than recording it.
@@ -202,6 +209,7 @@ impl CudaDevice {
             peers: Mutex::new(Vec::new()),
             blas: OnceLock::new(),
             events: EventPool::default(),
+            clock: OnceLock::new(),
         })
     }
 
@@ -559,6 +567,39 @@ impl Backend for CudaDevice {
     fn event_done(&self, e: &Event) -> Result<bool> {
         let e = e.get::<PooledEvent>().ok_or_else(|| foreign_event(self.number))?;
         e.get()?.try_is_complete().map_err(driver(self.number, "cuEventQuery"))
+    }
+
+    fn stamp(&self, q: Queue) -> Result<Option<Event>> {
+        let timed = || {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(driver(self.number, "cuEventCreate (timed)"))
+        };
+        let clock = self.clock.get_or_init(|| {
+            // On the compute queue, waited for: the instant is read right after it is reached.
+            let anchor = timed()?;
+            anchor.record(&self.compute).map_err(driver(self.number, "cuEventRecord (timed)"))?;
+            anchor.synchronize().map_err(driver(self.number, "cuEventSynchronize (timed)"))?;
+            Ok((anchor, std::time::Instant::now()))
+        });
+        if let Err(e) = clock {
+            return Err(e.clone());
+        }
+        let event = timed()?;
+        event.record(self.stream(q)).map_err(driver(self.number, "cuEventRecord (timed)"))?;
+        Ok(Some(Event::new(StampEvent(event))))
+    }
+
+    fn stamp_time(&self, s: &Event, wait: bool) -> Result<Option<std::time::Instant>> {
+        let s = s.get::<StampEvent>().ok_or_else(|| foreign_event(self.number))?;
+        let Some(Ok((anchor, at))) = self.clock.get() else {
+            return Err(foreign_event(self.number));
+        };
+        if !wait && !s.0.try_is_complete().map_err(driver(self.number, "cuEventQuery"))? {
+            return Ok(None);
+        }
+        let ms = anchor.elapsed_ms(&s.0).map_err(driver(self.number, "cuEventElapsedTime"))?;
+        Ok(Some(*at + std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)))
     }
 
     fn sync_queue(&self, q: Queue) -> Result<()> {

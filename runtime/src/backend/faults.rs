@@ -290,6 +290,13 @@ impl Backend for Faulty {
         let waited = self.inner.sync_queue(q);
         self.check(FaultKind::EventSync).and(waited)
     }
+    fn stamp(&self, q: Queue) -> Result<Option<Event>> {
+        // A trace's own timestamps are no operation of the program's: never failed.
+        self.inner.stamp(q)
+    }
+    fn stamp_time(&self, s: &Event, wait: bool) -> Result<Option<std::time::Instant>> {
+        self.inner.stamp_time(s, wait)
+    }
     unsafe fn write(&self, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         self.check(FaultKind::CopyIn)?;
         // SAFETY: forwarded from the caller.

@@ -10,7 +10,8 @@ use std::alloc::Layout;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -29,6 +30,11 @@ const ALIGN: usize = 256;
 /// queue has passed the job).
 #[derive(Clone, Copy)]
 struct Addr(usize);
+
+/// A timeline's timestamp in a host device's queue ([`Backend::stamp`]): set when the
+/// worker reaches it.
+#[derive(Clone, Default)]
+struct HostStamp(Arc<OnceLock<Instant>>);
 
 /// A host device's event: a point in its worker's queue, reached when the worker runs the
 /// job that fires it. It takes the failure that the jobs queued before it left (if any), so
@@ -476,6 +482,29 @@ impl Backend for HostDevice {
     fn sync_queue(&self, _q: Queue) -> Result<()> {
         self.run(|| ())?;
         self.take_failure()
+    }
+
+    fn stamp(&self, _q: Queue) -> Result<Option<Event>> {
+        let at = HostStamp::default();
+        if self.worker.as_ref().is_some_and(|w| w.idle()) {
+            // Nothing queued: the queue is at this point now, and no job need say so.
+            let _ = at.0.set(Instant::now());
+            return Ok(Some(Event::new(at)));
+        }
+        let reached = at.clone();
+        self.submit(move || {
+            let _ = reached.0.set(Instant::now());
+        })?;
+        Ok(Some(Event::new(at)))
+    }
+
+    fn stamp_time(&self, s: &Event, wait: bool) -> Result<Option<Instant>> {
+        let s = s.get::<HostStamp>().ok_or_else(|| foreign_event(self.number))?;
+        if s.0.get().is_none() && wait {
+            // Everything queued before has run once a job queued after it has.
+            self.run(|| ())?;
+        }
+        Ok(s.0.get().copied())
     }
 
     fn can_access_peer(&self, src: &dyn Backend) -> bool {

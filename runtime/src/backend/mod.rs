@@ -468,6 +468,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Blocks until everything enqueued on `q` has completed.
     fn sync_queue(&self, q: Queue) -> Result<()>;
 
+    /// Records a timestamp in `q` for a timeline trace: a point whose time, once `q` has
+    /// reached it, [`Backend::stamp_time`] reads on the host's clock. `None` where the
+    /// backend cannot time its queues (the trace then has no device-side slices for it).
+    fn stamp(&self, _q: Queue) -> Result<Option<Event>> {
+        Ok(None)
+    }
+
+    /// When the queue reached stamp `s` (one [`Backend::stamp`] of this device returned), on
+    /// the host's clock; `None` while it has not (with `wait`, blocks until it has).
+    fn stamp_time(&self, _s: &Event, _wait: bool) -> Result<Option<std::time::Instant>> {
+        Ok(None)
+    }
+
     /// Copies `bytes` from host memory to the device (the copy-in queue, waited for).
     ///
     /// # Safety

@@ -724,6 +724,8 @@ impl DeviceState {
             direction: Some(direction),
             staged: Some(staged),
             micros: Some(took.as_secs_f64() * 1e6),
+            queued: Some(path == CopyPath::Queued),
+            construct: crate::info::current_construct(),
             ..InfoFields::default()
         };
         self.trace.event(InfoFlags::TRANSFERS, fields, || {

@@ -495,9 +495,11 @@ impl DeviceState {
         // SAFETY: the caller's range is valid for reads; the slot holds `SLOT_BYTES` and
         // is this construct's alone until given back.
         unsafe { std::ptr::copy_nonoverlapping(host.begin as *const u8, b.ptr(slot), host.bytes) };
+        let what = || super::copy_span("host->device", host, dst, false);
         // SAFETY: the slot stays valid and unchanged until the work is retired (it is in
         // the construct's `QueuedOp`), `dst` is the caller's device range.
-        if let Err(e) = unsafe { self.backend.enqueue_write(Queue::Compute, dst, b.ptr(slot), host.bytes) } {
+        let enqueue = || unsafe { self.backend.enqueue_write(Queue::Compute, dst, b.ptr(slot), host.bytes) };
+        if let Err(e) = self.timed(Queue::Compute, what, enqueue) {
             b.give_back(&[slot]);
             return Err(e);
         }
@@ -570,7 +572,9 @@ impl DeviceState {
     pub(crate) unsafe fn queue_from_device(&self, host: HostRange, src: u64) -> Result<()> {
         let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.enqueue_read(Queue::Compute, host.begin as *mut u8, src, host.bytes)? };
+        let enqueue =
+            || unsafe { self.backend.enqueue_read(Queue::Compute, host.begin as *mut u8, src, host.bytes) };
+        self.timed(Queue::Compute, || super::copy_span("device->host", host, src, false), enqueue)?;
         self.trace_copy("device->host", host, src, super::CopyPath::Queued, start.elapsed());
         self.stats.record_from_device(host.bytes);
         Ok(())

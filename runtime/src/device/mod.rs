@@ -11,6 +11,7 @@ mod operations;
 mod partials;
 pub(crate) mod recorder;
 mod report;
+mod timeline;
 
 pub(crate) use constructs::BlocksInUse;
 pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, PendingRead, Wait};
@@ -21,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{Backend, BackendKind};
+use crate::backend::{Backend, BackendKind, Queue};
 use crate::copy_crew::CopyCrew;
 use crate::data_env::{Entry, PresentTable};
 use crate::error::{Error, HostRange, Result};
@@ -109,6 +110,8 @@ pub(crate) struct DeviceState {
     in_flight: InFlight,
     /// Failed constructs and what they left (fault tests only).
     audit: Option<audit::ConstructAudit>,
+    /// Device-side spans whose times are not read yet (`OFFLOAD_TRACE` only).
+    timeline: timeline::PendingSpans,
 }
 
 /// What every device of a runtime shares or is set up with, for [`DeviceState::new`].
@@ -149,8 +152,32 @@ impl DeviceState {
             lanes: OnceLock::new(),
             in_flight: InFlight::new(setup.synchronous),
             audit: setup.audit.as_ref().map(|a| audit::ConstructAudit::new(Arc::clone(a))),
+            timeline: timeline::PendingSpans::default(),
         }
     }
+}
+
+/// A host<->device copy's span on the timeline.
+pub(crate) fn copy_span(
+    direction: &'static str,
+    host: HostRange,
+    addr: u64,
+    staged: bool,
+) -> timeline::SpanOf {
+    InfoFields {
+        kind: "copy",
+        host: Some(host),
+        device_addr: Some(addr),
+        bytes: Some(host.bytes),
+        direction: Some(direction),
+        staged: Some(staged),
+        ..InfoFields::default()
+    }
+}
+
+/// A kernel's span on the timeline.
+pub(crate) fn kernel_span(kernel: &Kernel, n: usize) -> timeline::SpanOf {
+    InfoFields { kind: "kernel", kernel: Some(kernel.name()), n: Some(n), ..InfoFields::default() }
 }
 
 /// How a host<->device copy was made, for the trace.
@@ -310,6 +337,7 @@ impl DeviceState {
             device: Some(self.number),
             kernel: Some(kernel.name()),
             n: Some(n),
+            construct: crate::info::current_construct(),
             ..InfoFields::default()
         };
         self.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
@@ -451,14 +479,16 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for reads; `dst` device memory of the range's size.
     pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<bool> {
-        match self.stages(host) {
+        let ring = self.stages(host);
+        let what = || copy_span("host->device", host, dst, ring.is_some());
+        self.timed(Queue::CopyIn, what, || match ring {
             Some(ring) => {
                 // SAFETY: forwarded from the caller.
                 unsafe { ring.write(&*self.backend, dst, host.begin as *const u8, host.bytes) }.map(|()| true)
             }
             // SAFETY: forwarded from the caller.
             None => unsafe { self.backend.write(dst, host.begin as *const u8, host.bytes) }.map(|()| false),
-        }
+        })
     }
 
     /// Device->host copy of `src` into `host`, staged or direct as [`DeviceState::write_host`].
@@ -466,14 +496,16 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for exclusive writes; `src` device memory of the range's size.
     pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<bool> {
-        match self.stages(host) {
+        let ring = self.stages(host);
+        let what = || copy_span("device->host", host, src, ring.is_some());
+        self.timed(Queue::CopyOut, what, || match ring {
             Some(ring) => {
                 // SAFETY: forwarded from the caller.
                 unsafe { ring.read(&*self.backend, host.begin as *mut u8, src, host.bytes) }.map(|()| true)
             }
             // SAFETY: forwarded from the caller.
             None => unsafe { self.backend.read(host.begin as *mut u8, src, host.bytes) }.map(|()| false),
-        }
+        })
     }
 
     /// The device's copy-in, compute and copy-out lanes, started on first use.

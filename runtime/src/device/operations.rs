@@ -143,6 +143,7 @@ impl DeviceState {
             let line = format!("device {}: queued work failed and was never reported: {e}", self.number);
             trace.report("shutdown failed", self.number, line);
         }
+        self.write_spans(true);
         let table = self.table.lock();
         if table.len() > 0 {
             let line = format!(

@@ -192,11 +192,12 @@ impl RuntimeBuilder {
     /// Discovers devices, places them on the topology and starts their workers.
     pub fn build(self) -> Result<Runtime> {
         let mut settings = Settings::resolve(&self.env, &self.over)?;
-        let file = settings.trace_file.clone().map(ChromeTraceLayer::new);
-        if let Some(file) = &file {
-            // An empty trace now: a path that cannot be written fails here, not at the end.
-            file.flush()?;
-        }
+        // Created now: a path that cannot be written fails here, not at the end.
+        let file = settings
+            .trace_file
+            .clone()
+            .map(|path| ChromeTraceLayer::new(path, settings.trace_rank))
+            .transpose()?;
         let trace = Arc::new(Trace::with_file(settings.info, self.capture_info, file));
         let topology = Arc::new(match &settings.topology_xml {
             Some(path) => Topology::from_xml_file(path)?,

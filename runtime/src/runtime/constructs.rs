@@ -22,6 +22,26 @@ pub(crate) enum MapConstruct {
     ExitData,
 }
 
+/// A construct's span on the timeline (`OFFLOAD_TRACE`): from its trace line to the
+/// guard's drop, which traces the device's table and pool after it. Inert with no timeline.
+pub(crate) struct ConstructSpan<'a> {
+    rt: &'a Runtime,
+    device: usize,
+    id: Option<(u64, u64)>,
+}
+
+impl Drop for ConstructSpan<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let usage = match self.rt.target(self.device) {
+                Ok(Target::Device(d)) => d.usage(),
+                _ => None,
+            };
+            self.rt.inner.trace.construct_end(id, self.device, usage);
+        }
+    }
+}
+
 /// How a launch's arguments are given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ArgShape {
@@ -103,7 +123,7 @@ impl Runtime {
         };
         let target = self.construct_target(device)?;
         validate::map_list(c, device, items)?;
-        self.trace_construct(device, verb, at, items, "");
+        let _span = self.trace_construct(device, verb, at, items, "");
         let d = match target {
             Target::Device(d) => d,
             Target::Initial => return Ok(()),
@@ -159,9 +179,7 @@ impl Runtime {
         let target = self.construct_target(device)?;
         validate::update_list(device, items)?;
         let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
-        let fields =
-            || InfoFields { kind: "construct", device: Some(device), at: Some(at), ..InfoFields::default() };
-        self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
+        let _span = self.construct_span(device, at, || {
             let list: Vec<String> =
                 items.iter().map(|(r, p)| format!("{}{r}", if *p { "present, " } else { "" })).collect();
             format!(
@@ -227,12 +245,12 @@ impl Runtime {
         let target = self.construct_target(device)?;
         let c_shaped = shape == ArgShape::OpenMp && kernel.shape().is_some();
         validate::map_list(Construct::Target, device, maps)?;
-        if self.inner.trace.on(InfoFlags::KERNEL_ARGS)
-            || tracing::enabled!(target: "offload", tracing::Level::DEBUG)
-        {
+        let _span = (self.inner.trace.on(InfoFlags::KERNEL_ARGS)
+            || tracing::enabled!(target: "offload", tracing::Level::DEBUG))
+        .then(|| {
             let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
-            self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()));
-        }
+            self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()))
+        });
         let d = match target {
             Target::Device(d) => d,
             Target::Initial if c_shaped => {
@@ -310,11 +328,12 @@ impl Runtime {
             d.trace_launch(kernel, n, &a);
             // A kernel that writes another device's memory (peer access) is seen there by
             // work no construct on this device orders: it waits, as OpenMP's target does.
+            let what = || crate::device::kernel_span(kernel, n);
             if d.ordered() && !reaches_peer {
-                d.backend.enqueue_launch(Queue::Compute, kernel, n, &a)?;
+                d.timed(Queue::Compute, what, || d.backend.enqueue_launch(Queue::Compute, kernel, n, &a))?;
                 d.queued(origin, in_use, Default::default())
             } else {
-                d.backend.launch(kernel, n, &a)
+                d.timed(Queue::Compute, what, || d.backend.launch(kernel, n, &a))
             }
         });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
@@ -360,10 +379,15 @@ impl Runtime {
 
     /// The construct line of the trace (`OFFLOAD_INFO` 0x01, as libomptarget's "Entering
     /// OpenMP data region at ..."): what, where in the program, and the map list.
-    fn trace_construct(&self, device: usize, what: &str, at: &Location<'_>, items: &[MapItem], tail: &str) {
-        let fields =
-            || InfoFields { kind: "construct", device: Some(device), at: Some(at), ..InfoFields::default() };
-        self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
+    fn trace_construct(
+        &self,
+        device: usize,
+        what: &str,
+        at: &Location<'_>,
+        items: &[MapItem],
+        tail: &str,
+    ) -> ConstructSpan<'_> {
+        self.construct_span(device, at, || {
             let list: Vec<String> = items
                 .iter()
                 .map(|i| format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes))
@@ -375,7 +399,33 @@ impl Runtime {
                 at.line(),
                 items.len()
             )
-        });
+        })
+    }
+
+    /// Traces a construct's `line` (`OFFLOAD_INFO` 0x01) and, with a timeline, starts its
+    /// span there: it lasts while the returned guard lives.
+    fn construct_span(
+        &self,
+        device: usize,
+        at: &Location<'_>,
+        line: impl FnOnce() -> String,
+    ) -> ConstructSpan<'_> {
+        let trace = &self.inner.trace;
+        let id = trace.construct_begin();
+        if id.is_some() {
+            if let Ok(Target::Device(d)) = self.target(device) {
+                d.write_spans_if_many();
+            }
+        }
+        let fields = || InfoFields {
+            kind: "construct",
+            device: Some(device),
+            at: Some(at),
+            construct: id.map(|(id, _)| id),
+            ..InfoFields::default()
+        };
+        trace.event(InfoFlags::KERNEL_ARGS, fields, line);
+        ConstructSpan { rt: self, device, id }
     }
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live

@@ -262,14 +262,17 @@ impl Runtime {
     /// Writes the timeline asked for by [`RuntimeBuilder::trace_file`] or `OFFLOAD_TRACE`
     /// (the Chrome trace-event format, for Perfetto or `chrome://tracing`) with every event
     /// so far, replacing what an earlier flush wrote; the runtime writes it again when
-    /// dropped. Work still queued is not in it: wait for it first
-    /// ([`Runtime::synchronize`](crate::Runtime::synchronize)). Without a
-    /// trace file, does nothing.
+    /// dropped. It waits for the device-side times of the work queued so far (not for
+    /// its completion as a construct: failures stay for the next construct to report).
+    /// Without a trace file, does nothing.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for `OFFLOAD_TRACE`, naming
     /// the path, when the file cannot be written.
     pub fn flush_trace(&self) -> Result<()> {
+        for d in &self.inner.devices {
+            d.write_spans(true);
+        }
         self.inner.trace.flush_file()
     }
 
