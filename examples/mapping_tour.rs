@@ -8,6 +8,9 @@
 //! cargo run --release -p offload-examples --example mapping_tour
 //! ```
 //!
+//! With `OFFLOAD_TRACE=tour.json` it also writes the tour's timeline
+//! (`scripts/trace-pictures.sh` draws it).
+//!
 //! The steps use `offload::omp`, the C-shaped routines a port writes, so each maps to the
 //! `#pragma` in its heading; host addresses differ from run to run.
 
@@ -176,6 +179,9 @@ fn main() -> Result<()> {
         }
     })?;
 
+    // The runtime is the program's global one, never dropped: with OFFLOAD_TRACE set, the
+    // timeline is written here (scripts/trace-pictures.sh draws it).
+    rt.flush_trace()?;
     let left = rt.live_mappings();
     println!("Left mapped at the end: {} entries.", left.len());
     if !left.is_empty() || x != [12; 4] || y != [6; 4] || u != [101; 4] || h != [0; 4] || w != [43; 4] {

@@ -1,11 +1,12 @@
 //! Library halves of the examples, shared with tests and benches: the Jacobi and 3-D
-//! stencil solvers and the inference model. The runnable programs are the `[[example]]` targets of this package.
+//! stencil solvers, the inference model, and the trace renderer of `offload-trace`. The runnable programs are the `[[example]]` targets of this package.
 
 pub mod inference;
 pub mod jacobi;
 pub mod ranks;
 pub mod spin_barrier;
 pub mod stencil3d;
+pub mod trace_svg;
 
 use offload::Runtime;
 
