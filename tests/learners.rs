@@ -81,7 +81,7 @@ fn the_safe_api_names_maps_by_method_and_by_macro_and_dumps_show_the_names() -> 
     assert_eq!(with(&lines, &["device 0: exiting target data", &at]).len(), 1, "{lines:#?}");
 
     // `named_at`: a part of a split array, given as it is in the whole.
-    let mut whole = vec![0u16; 100];
+    let mut whole = [0u16; 100];
     rt.device(1)?.data(map::tofrom(&mut whole[50..]).named_at("whole", 50), |_| Ok(()))?;
     let lines = rt.take_info();
     assert_eq!(with(&lines, &["device 1: entering target data", "tofrom(whole[50:50])"]).len(), 1);
