@@ -1,5 +1,6 @@
 //! A guided tour of OpenMP's device data environment: reference counts, `always`,
-//! `present`, `hold`, `update`, `associate` and copies between devices, one step at a time,
+//! `present`, `hold`, `update`, `associate`, copies between devices and an array split
+//! over two devices (halos, and the race of copying them back), one step at a time,
 //! each with a sentence that says what to look for and the runtime's own trace of it
 //! (`OFFLOAD_INFO=-1`, captured). It runs on two host devices, so on any laptop; the output
 //! is shown in `docs/MAPPING.md`.
@@ -12,7 +13,8 @@
 //! (`scripts/trace-pictures.sh` draws it).
 //!
 //! The steps use `offload::omp`, the C-shaped routines a port writes, so each maps to the
-//! `#pragma` in its heading; host addresses differ from run to run.
+//! `#pragma` in its heading; each array's first map is named (`MapItem::named`), so the
+//! trace gives its ranges as `x[0:4]`; device addresses differ from run to run.
 
 use std::ffi::c_void;
 
@@ -55,14 +57,14 @@ fn main() -> Result<()> {
         "An absent range gets an entry with reference count 1 and one copy to the device.",
         || {
             // SAFETY: the arrays outlive the step; the host touches none during a construct.
-            unsafe { target_enter_data(d0, &[MapItem::to(xp, 16)])? };
+            unsafe { target_enter_data(d0, &[MapItem::to(xp, 16).named("x")])? };
             Ok(format!("present on device 0: {}", omp_target_is_present(v(xp), d0)?))
         },
     )?;
     step(
         rt,
         "2. the same again, with `x = 2` on the host",
-        "A present range only counts up: no copy, so the device keeps 1.",
+        "A present range only counts up: no copy, so the device keeps 1 (the trace says why).",
         || {
             x = [2; 4];
             // SAFETY: the arrays outlive the step; the host touches none during a construct.
@@ -83,7 +85,7 @@ fn main() -> Result<()> {
     step(
         rt,
         "4. a kernel, then `target exit data map(from: x)` twice",
-        "An exit counts down; `from` copies back only when the entry leaves (count 0).",
+        "An exit counts down; `from` copies back only when the entry leaves (count 0): each exit says why it copied nothing.",
         || {
             // SAFETY: the arrays outlive the step; the host touches none during a construct.
             unsafe {
@@ -113,14 +115,14 @@ fn main() -> Result<()> {
         "`present` makes absence an error, named with the range; nothing is mapped.",
         || {
             // SAFETY: the arrays outlive the step; the host touches none during a construct.
-            let r = unsafe { target_data_begin(d0, &[MapItem::alloc(yp, 16).present()]) };
+            let r = unsafe { target_data_begin(d0, &[MapItem::alloc(yp, 16).present().named("y")]) };
             Ok(format!("error: {}", r.err().map_or("none".into(), |e| e.to_string())))
         },
     )?;
     step(rt, "7. `target data map(ompx_hold, tofrom: y)` with `exit data map(delete: y)` inside", "`hold` moves a second count that no exit data can take to zero: the delete zeroes the reference count only, and the entry leaves (copying back) when the region ends.", || {
         // SAFETY: the arrays outlive the step; the host touches none during a construct.
         unsafe {
-            target_data_begin(d0, &[MapItem::tofrom(yp, 16).hold()])?;
+            target_data_begin(d0, &[MapItem::tofrom(yp, 16).hold().named("y")])?;
             target_exit_data(d0, &[MapItem::delete(yp, 16)])?;
             let inside = omp_target_is_present(v(yp), d0)?;
             target(d0, &ADD_I32, 4, &[], &add(yp, 1))?;
@@ -134,7 +136,7 @@ fn main() -> Result<()> {
     step(rt, "8. `target update` inside `target data map(to: u)`", "The host changes `u` between two kernels and pushes it with `update to`; `update from` pulls the device's copy without ending the mapping.", || {
         // SAFETY: the arrays outlive the step; the host touches none during a construct.
         unsafe {
-            target_data_begin(d0, &[MapItem::to(up, 16)])?;
+            target_data_begin(d0, &[MapItem::to(up, 16).named("u")])?;
             u = [100; 4];
             target_update(d0, UpdateDirection::To, &[UpdateItem::raw(up, 16)])?;
             target(d0, &ADD_I32, 4, &[], &add(up, 1))?;
@@ -152,7 +154,7 @@ fn main() -> Result<()> {
         unsafe {
             omp_target_memset(dmem, 0, 16, d0)?;
             omp_target_associate_ptr(v(hp), dmem, 16, 0, d0)?;
-            target_enter_data(d0, &[MapItem::to(hp, 16)])?;
+            target_enter_data(d0, &[MapItem::to(hp, 16).named("h")])?;
             target_exit_data(d0, &[MapItem::from(hp, 16)])?;
             let after_maps = h;
             target_update(d0, UpdateDirection::From, &[UpdateItem::raw(hp, 16)])?;
@@ -167,10 +169,10 @@ fn main() -> Result<()> {
     step(rt, "10. the same range on two devices, and a copy between them", "Each device has its own table: mapping on device 0 leaves device 1 untouched; `omp_target_memcpy` copies device to device.", || {
         // SAFETY: the arrays outlive the step; the host touches none during a construct.
         unsafe {
-            target_enter_data(d0, &[MapItem::to(wp, 16)])?;
+            target_enter_data(d0, &[MapItem::to(wp, 16).named("w")])?;
             let on1 = omp_target_is_present(v(wp), d1)?;
             target(d0, &ADD_I32, 4, &[], &add(wp, 40))?;
-            target_enter_data(d1, &[MapItem::alloc(wp, 16)])?;
+            target_enter_data(d1, &[MapItem::alloc(wp, 16).named("w")])?;
             let (src, dst) = (omp_get_mapped_ptr(v(wp), d0)?, omp_get_mapped_ptr(v(wp), d1)?);
             omp_target_memcpy(dst, src, 16, 0, 0, d1, d0)?;
             target_exit_data(d0, &[MapItem::release(wp, 16)])?;
@@ -179,12 +181,60 @@ fn main() -> Result<()> {
         }
     })?;
 
+    let mut a = [0i32; 8];
+    let ap = a.as_mut_ptr();
+    let mut halo = 0i32;
+    step(rt, "11. an array split over two devices: owned parts, halos, the exchange, the owned parts back", "Device 0 owns `a[0:4]`, device 1 `a[4:4]`; each maps its part and one halo element of its neighbour's with `to` (`a[0:5]`, `a[3:5]`), works on it, takes its halo from the neighbour's device (`omp_target_memcpy`, device to device) and copies back only what it owns (`target update from`), then releases its mapping: no two copies back touch the same element.", || {
+        // SAFETY: the arrays outlive the step; the host touches none during a construct.
+        unsafe {
+            let (left, right) = (ap, ap.add(3));
+            target_enter_data(d0, &[MapItem::to(left, 20).named("a")])?;
+            target_enter_data(d1, &[MapItem::to(right, 20).named_at("a", 3)])?;
+            target(d0, &ADD_I32, 5, &[], &add(left, 10))?;
+            target(d1, &ADD_I32, 5, &[], &add(right, 20))?;
+            // The halo exchange: a[4] from device 1 to device 0, a[3] from device 0 to device 1.
+            let at = |i: usize, d: i32| omp_get_mapped_ptr(v(ap.add(i)), d);
+            omp_target_memcpy(at(4, d0)?, at(4, d1)?, 4, 0, 0, d0, d1)?;
+            omp_target_memcpy(at(3, d1)?, at(3, d0)?, 4, 0, 0, d1, d0)?;
+            omp_target_memcpy((&raw mut halo).cast(), at(4, d0)?, 4, 0, 0, host, d0)?;
+            target_update(d0, UpdateDirection::From, &[UpdateItem::raw(ap, 16)])?;
+            target_update(d1, UpdateDirection::From, &[UpdateItem::raw(ap.add(4), 16)])?;
+            target_exit_data(d0, &[MapItem::release(left, 20)])?;
+            target_exit_data(d1, &[MapItem::release(right, 20)])?;
+        }
+        Ok(format!("a = {a:?}; device 0's halo a[4] after the exchange: {halo} (device 1's)"))
+    })?;
+
+    let mut b = [0i32; 8];
+    let bp = b.as_mut_ptr();
+    step(rt, "12. the same split mapped `tofrom`: two copies back race", "Each device now copies its whole mapping back at its exit, halo included: device 1's stale `b[3]` lands over device 0's. The trace warns (`OFFLOAD_INFO` 0x80, a `WARN` event) at the first copy back into memory the other device has mapped with `from`.", || {
+        // SAFETY: the arrays outlive the step; the host touches none during a construct.
+        unsafe {
+            let (left, right) = (MapItem::tofrom(bp, 20).named("b"), MapItem::tofrom(bp.add(3), 20).named_at("b", 3));
+            target_enter_data(d0, &[left])?;
+            target_enter_data(d1, &[right])?;
+            target(d0, &ADD_I32, 5, &[], &add(bp, 1))?;
+            target(d1, &ADD_I32, 5, &[], &add(bp.add(3), 2))?;
+            target_exit_data(d0, &[MapItem::from(bp, 20)])?;
+            target_exit_data(d1, &[MapItem::from(bp.add(3), 20)])?;
+        }
+        Ok(format!("b = {b:?}: b[3] is device 1's halo, not device 0's 1"))
+    })?;
+
     // The runtime is the program's global one, never dropped: with OFFLOAD_TRACE set, the
     // timeline is written here (scripts/trace-pictures.sh draws it).
     rt.flush_trace()?;
     let left = rt.live_mappings();
     println!("Left mapped at the end: {} entries.", left.len());
+    let split = [10, 10, 10, 10, 20, 20, 20, 20];
+    let raced = [1, 1, 1, 2, 2, 2, 2, 2];
     if !left.is_empty() || x != [12; 4] || y != [6; 4] || u != [101; 4] || h != [0; 4] || w != [43; 4] {
+        return Err(offload::Error::InvalidArgument {
+            routine: "mapping_tour",
+            what: "a step gave a wrong result".into(),
+        });
+    }
+    if a != split || halo != 20 || b != raced {
         return Err(offload::Error::InvalidArgument {
             routine: "mapping_tour",
             what: "a step gave a wrong result".into(),

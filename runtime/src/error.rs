@@ -58,6 +58,62 @@ impl fmt::Display for HostRange {
     }
 }
 
+/// A host array as a map named it ([`crate::MapItem::named`]): its name, the size of
+/// one element and the host address of the element the name's index 0 stands for. Traces
+/// print a range inside it as an element section, as LLVM's do (`a[256:128]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ArrayName {
+    pub(crate) name: &'static str,
+    /// Bytes per element (at least 1).
+    pub(crate) elem: usize,
+    /// The host address of element 0.
+    pub(crate) begin: usize,
+}
+
+impl ArrayName {
+    /// The array `name` whose element `index` (of `elem` bytes) is at host address `at`;
+    /// `None` when unnamed, or when element 0 would lie below address 0.
+    pub(crate) fn of(name: Option<&'static str>, elem: usize, index: usize, at: usize) -> Option<Self> {
+        let elem = elem.max(1);
+        let begin = at.checked_sub(index.checked_mul(elem)?)?;
+        name.map(|name| Self { name, elem, begin })
+    }
+}
+
+/// How a trace names a host range: as an element section of the named array it lies in
+/// (`a[256:128]`), else by its bytes (`host 0x..0x.. (16 bytes)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RangeName {
+    pub(crate) range: HostRange,
+    pub(crate) array: Option<ArrayName>,
+}
+
+impl RangeName {
+    /// `range`, named by `array` when there is one.
+    pub(crate) const fn new(range: HostRange, array: Option<ArrayName>) -> Self {
+        Self { range, array }
+    }
+}
+
+impl fmt::Display for RangeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.range;
+        match self.array {
+            // Below the array's first element there is no section to name.
+            Some(a) if r.begin >= a.begin => {
+                let (offset, elem) = (r.begin - a.begin, a.elem.max(1));
+                if offset % elem == 0 && r.bytes % elem == 0 {
+                    write!(f, "{}[{}:{}]", a.name, offset / elem, r.bytes / elem)
+                } else {
+                    // Not whole elements: the section in bytes.
+                    write!(f, "{}(bytes {offset}..{})", a.name, offset + r.bytes)
+                }
+            }
+            _ => fmt::Display::fmt(&r, f),
+        }
+    }
+}
+
 /// Which kind of `OMP_TARGET_OFFLOAD` policy or configuration value was wrong.
 pub type EnvVar = &'static str;
 

@@ -3,21 +3,26 @@
 //!
 //! | bit | meaning |
 //! | --- | --- |
-//! | `0x01` | kernel launches with their translated arguments |
-//! | `0x02` | a map found its range already present |
+//! | `0x01` | constructs (also one refused before it ran, then why) and the device memory routines (`omp_target_alloc`, `free`, `associate_ptr`, `disassociate_ptr`, device buffers), each with the program's `file:line`; kernel launches with their translated arguments |
+//! | `0x02` | a map found its range already present, and why a map copied nothing (`to` on a present range, `from` on an entry that stays) |
 //! | `0x04` | the present table after each construct, and with a failed construct's error |
 //! | `0x08` | entries created and removed, with their counts |
 //! | `0x10` | launch details: the grid and block a backend chose |
 //! | `0x20` | data transfers: direction, bytes, addresses |
-//! | `0x40` | host data with no device counterpart: ranges an exit or update skipped |
+//! | `0x40` | host data with no device counterpart: ranges an exit or update skipped (absent, or not wholly inside a mapped range) |
+//! | `0x80` | races between devices: a copy back (exit or `update from`) into host memory that another device has mapped with `from` (level `WARN`) |
 //!
 //! `-1` (or any value with every bit set) turns everything on, as with `LIBOMPTARGET_INFO`.
+//!
+//! A range inside an entry whose map was named ([`crate::MapItem::named`],
+//! `map::to(&a).named("a")`, `offload::map_to!(a)`) is given as an element section of it
+//! (`a[256:128]`); other ranges by their bytes (`host 0x..0x.. (16 bytes)`).
 //!
 //! The trace is made of [`tracing`] events, target `offload`, level `DEBUG` (reports of
 //! mappings still live at shutdown: `WARN`), each with its line as the message and fields
 //! `info` (its bit; 0 for reports made whatever the bits), `kind` (`construct`,
-//! `entry created`, `mapping exists`, `entry removed`, `copy`, `launch`, `table`,
-//! `skipped`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
+//! `refused`, `memory routine`, `entry created`, `mapping exists`, `not copied`,
+//! `entry removed`, `copy`, `launch`, `table`, `skipped`, `race`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
 //! `device_addr`, `ref_count`, `hold_count`, `bytes`, `direction`, `staged`, `micros` (a
 //! copy's time), `kernel`, `n`, `at` (the program's `file:line`).
 //!
@@ -35,7 +40,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::chrome_trace::ChromeTraceLayer;
-use crate::error::{HostRange, Result};
+use crate::error::{ArrayName, HostRange, RangeName, Result};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -63,6 +68,9 @@ impl InfoFlags {
     pub const TRANSFERS: Self = Self(0x20);
     /// Host ranges an exit or update skipped: no device counterpart.
     pub const ABSENT: Self = Self(0x40);
+    /// Races between devices: a copy back into host memory that another device has mapped
+    /// with `from` (a `WARN` event).
+    pub const RACE: Self = Self(0x80);
     /// Every bit (`-1`).
     pub const ALL: Self = Self(u32::MAX);
 
@@ -126,6 +134,8 @@ impl InfoLog {
 pub(crate) struct EntryLine {
     pub(crate) device: usize,
     pub(crate) range: HostRange,
+    /// The named array the entry is, when its map named it.
+    pub(crate) array: Option<ArrayName>,
     pub(crate) device_addr: u64,
     /// (reference, hold).
     pub(crate) counts: (u64, u64),
@@ -361,6 +371,7 @@ const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
         | InfoFlags::MAPPING_EXISTS.bits()
         | InfoFlags::ENTRIES.bits()
         | InfoFlags::TRANSFERS.bits()
+        | InfoFlags::RACE.bits()
         | TIMELINE.bits(),
 );
 
@@ -482,6 +493,29 @@ impl Trace {
         });
     }
 
+    /// Whether anyone wants lines of kind `flag` ([`Trace::event`]'s test), for work done
+    /// only to trace.
+    pub(crate) fn wants(&self, flag: InfoFlags) -> bool {
+        self.on(flag) || tracing::enabled!(target: "offload", Level::DEBUG)
+    }
+
+    /// Whether anyone wants warnings of kind `flag` ([`Trace::warn`]'s test).
+    pub(crate) fn wants_warning(&self, flag: InfoFlags) -> bool {
+        self.on(flag) || tracing::enabled!(target: "offload", Level::WARN)
+    }
+
+    /// A warning of kind `flag` (`RACE`) at `WARN`, as [`Trace::event`] emits its events.
+    pub(crate) fn warn(&self, flag: InfoFlags, fields: InfoFields<'_>, text: String) {
+        let at = fields.at.map(|l| format!("{}:{}", l.file(), l.line()));
+        let emit = || offload_event!(Level::WARN, flag, fields, at, text);
+        if let Some(own) = self.own.as_ref().filter(|_| self.on(flag)) {
+            tracing::dispatcher::with_default(own, emit);
+        }
+        if tracing::enabled!(target: "offload", Level::WARN) {
+            emit();
+        }
+    }
+
     /// Writes the trace file, when there is one.
     pub(crate) fn flush_file(&self) -> Result<()> {
         self.file.as_ref().map_or(Ok(()), ChromeTraceLayer::flush)
@@ -503,7 +537,10 @@ impl Trace {
             let ref_count = if e.associated { "inf".to_string() } else { e.counts.0.to_string() };
             format!(
                 "device {}: {what} {} -> device {:#x}, ref count {ref_count} hold count {}",
-                e.device, e.range, e.device_addr, e.counts.1
+                e.device,
+                RangeName::new(e.range, e.array),
+                e.device_addr,
+                e.counts.1
             )
         });
     }

@@ -193,4 +193,9 @@ pub mod map {
     pub fn delete<T: DeviceCopy>(s: &[T]) -> Map<'_, T> {
         Map::shared(s, MapType::DELETE)
     }
+
+    // The same clauses named by their source text for the trace: `map::to!(a)` is
+    // `map::to(&a).named("a")` (see `Map::named`).
+    #[doc(inline)]
+    pub use crate::{map_alloc as alloc, map_from as from, map_to as to, map_tofrom as tofrom};
 }

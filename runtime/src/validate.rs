@@ -70,7 +70,7 @@ pub(crate) fn map_list(c: Construct, device: usize, items: &[MapItem]) -> Result
                     "device {device}: map item {i}: map type `{}` is not allowed on {} ({}); expected {}",
                     it.map_type,
                     c.name(),
-                    it.range,
+                    crate::error::RangeName::new(it.range, it.array()),
                     allowed_kinds(c)
                 ),
             });

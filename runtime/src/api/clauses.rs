@@ -53,6 +53,35 @@ impl<'a, T: DeviceCopy> Map<'a, T> {
         self
     }
 
+    /// With a name for the trace ([`MapItem::named`]): `OFFLOAD_INFO` lines then give
+    /// ranges of the mapping as element sections of it (`a[0:1024]`, `a[256:128]`), and
+    /// table dumps and [`Runtime::live_mappings`] name it. The macros of [`crate::map`]
+    /// (`map::to!(a)`) name a map by its source text.
+    ///
+    /// ```
+    /// use offload::{map, InfoFlags, Runtime};
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1);
+    /// let rt = rt.info(InfoFlags::KERNEL_ARGS).capture_info().build()?;
+    /// let a = vec![1.0f32; 1024];
+    /// rt.device(0)?.data(map::to(&a).named("a"), |_| Ok(()))?;
+    /// let lines = rt.take_info();
+    /// assert!(lines[0].ends_with("with 1 maps: to(a[0:1024])"), "{lines:?}");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.item = self.item.named(name);
+        self
+    }
+
+    /// With a name for the trace, the slice being elements `index..` of array `name` (a
+    /// part of an array split over devices: `map::tofrom(&mut a[512..]).named_at("a",
+    /// 512)` is `a[512:512]`); see [`MapItem::named_at`].
+    pub fn named_at(mut self, name: &'static str, index: usize) -> Self {
+        self.item = self.item.named_at(name, index);
+        self
+    }
+
     /// The map item in the OpenMP shape.
     pub fn item(&self) -> MapItem {
         self.item
@@ -107,7 +136,8 @@ unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
         let t = self.item.map_type;
         let kind = if t.copies_out() { MapType::FROM } else { MapType::RELEASE };
         let kind = if t.always && t.copies_out() { kind.always() } else { kind };
-        out.push(MapItem::new(self.item.range, kind));
+        // The name goes with it, for the exit's trace lines.
+        out.push(MapItem { map_type: kind, base: None, ..self.item });
     }
     fn exclusive_ranges(&self, out: &mut Vec<HostRange>) {
         if self.writable {
@@ -197,4 +227,76 @@ pub(crate) fn entry_items<'a, L: MapList<'a>>(rt: &Runtime, device: usize, maps:
     let mut items = Vec::new();
     maps.items(&mut items);
     Ok(items)
+}
+
+/// The map clause macros of [`crate::map`] (`map::to!(a)` is `map::to(&a).named("a")`):
+/// the clause function `$f` over `$e` borrowed as `$b`, named by its source text.
+///
+/// Macros because only a macro sees its argument's source text, which LLVM's traces give
+/// a map (`a[0:1024]`); each takes the borrow its function takes (`&` for `to` and
+/// `alloc`, `&mut` for `from` and `tofrom`), so it reads as the function with the `&` left
+/// out. They are defined at the crate root under `map_` names (`offload::map_to!`, as
+/// `#[macro_export]` requires) and re-exported in [`crate::map`] beside the functions
+/// (`map::to!`); the other clauses are named with [`Map::named`].
+///
+/// A slice of a named array, `a[lo..hi]` or `a[lo..]`, is named as the part of `a` it is
+/// (`named_at("a", lo)`: `a[512:256]`, not `a[512..768][0:256]`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __named_map {
+    ($f:ident, [$($b:tt)+], $a:ident [$lo:tt .. $($hi:tt)*]) => {
+        $crate::map::$f($($b)+ $a[$lo..$($hi)*]).named_at(stringify!($a), $lo)
+    };
+    ($f:ident, [$($b:tt)+], $e:expr) => {
+        $crate::map::$f($($b)+ $e).named(stringify!($e))
+    };
+}
+
+/// `map::to(&a).named("a")`: `map(to: a)` named by its source text for the trace
+/// ([`Map::named`]).
+///
+/// ```
+/// use offload::{map, InfoFlags, Runtime};
+///
+/// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1);
+/// let rt = rt.info(InfoFlags::KERNEL_ARGS).capture_info().build()?;
+/// let (a, mut b) = (vec![1i32; 16], vec![0i32; 16]);
+/// rt.device(0)?.data((map::to!(a), map::tofrom!(b[8..])), |_| Ok(()))?;
+/// let lines = rt.take_info();
+/// assert!(lines[0].ends_with("with 2 maps: to(a[0:16]) tofrom(b[8:8])"), "{lines:?}");
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_to {
+    ($($e:tt)+) => {
+        $crate::__named_map!(to, [&], $($e)+)
+    };
+}
+
+/// `map::alloc(&a).named("a")` (see [`map::to!`](crate::map::to!)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_alloc {
+    ($($e:tt)+) => {
+        $crate::__named_map!(alloc, [&], $($e)+)
+    };
+}
+
+/// `map::from(&mut a).named("a")` (see [`map::to!`](crate::map::to!)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_from {
+    ($($e:tt)+) => {
+        $crate::__named_map!(from, [&mut], $($e)+)
+    };
+}
+
+/// `map::tofrom(&mut a).named("a")` (see [`map::to!`](crate::map::to!)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! map_tofrom {
+    ($($e:tt)+) => {
+        $crate::__named_map!(tofrom, [&mut], $($e)+)
+    };
 }

@@ -27,17 +27,21 @@
 //! ```
 
 use std::marker::PhantomData;
+use std::panic::Location;
 
 use crate::api::{Device, DeviceSlice, KernelArgument, SharedView};
 use crate::data_env::UpdateDirection;
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
+use crate::runtime::Caller;
 
 /// `len` elements of `T` in one device's memory, freed on drop.
 pub struct DeviceBuffer<'rt, T: DeviceCopy> {
     device: Device<'rt>,
     addr: u64,
     len: usize,
+    /// Where the program made it, for the trace line of its free at drop.
+    made_at: &'static Location<'static>,
     _elements: PhantomData<T>,
 }
 
@@ -56,19 +60,26 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
 
     /// `len` elements of `device`'s memory (host memory on the initial device), with
     /// unspecified contents: zeroes on host devices and the initial device, whatever the
-    /// GPU's allocator left on a GPU (any bits are a valid `T`).
+    /// GPU's allocator left on a GPU (any bits are a valid `T`). Traced as
+    /// `omp_target_alloc` is, with the caller's `file:line`; so is its free at drop.
+    #[track_caller]
     pub fn new(device: &Device<'rt>, len: usize) -> Result<Self> {
+        Self::made_by(device, len, Caller::here("DeviceBuffer::new"))
+    }
+
+    fn made_by(device: &Device<'rt>, len: usize, who: Caller) -> Result<Self> {
         let bytes = len.checked_mul(Self::ELEM).ok_or_else(|| Error::Overflow {
             routine: "DeviceBuffer::new",
             what: format!("device {}: {len} elements of {} bytes", device.number(), Self::ELEM),
         })?;
-        let addr = device.runtime().target_alloc(bytes, device.number())?;
-        Ok(Self { device: *device, addr, len, _elements: PhantomData })
+        let addr = device.runtime().target_alloc_by(bytes, device.number(), who)?;
+        Ok(Self { device: *device, addr, len, made_at: who.at, _elements: PhantomData })
     }
 
     /// A device copy of `data`.
+    #[track_caller]
     pub fn from_slice(device: &Device<'rt>, data: &[T]) -> Result<Self> {
-        let mut b = Self::new(device, data.len())?;
+        let mut b = Self::made_by(device, data.len(), Caller::here("DeviceBuffer::from_slice"))?;
         b.write(0, data)?;
         Ok(b)
     }
@@ -215,21 +226,25 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
     /// host.len()` of the buffer, until the returned guard drops. Maps of it then copy
     /// nothing (its count is infinite); [`Association::update_to`] and
     /// [`Association::update_from`] move data.
+    #[track_caller]
     pub fn associate<'b, 'h>(&'b self, host: &'h mut [T], offset: usize) -> Result<Association<'b, 'h, T>> {
+        let who = Caller::here("DeviceBuffer::associate");
         let (at, bytes) = self.span("DeviceBuffer::associate", offset, host.len())?;
         let rt = self.device.runtime();
+        let (h, d) = (host.as_mut_ptr() as usize, self.device.number());
         // SAFETY: the device range lies in this buffer (checked), which the guard borrows,
         // so it outlives the association.
-        unsafe { rt.associate_ptr(host.as_mut_ptr() as usize, self.addr, bytes, at, self.device.number())? };
-        Ok(Association { buffer: self, host })
+        unsafe { rt.associate_ptr_by((h, self.addr, bytes, at, d), who)? };
+        Ok(Association { buffer: self, host, made_at: who.at })
     }
 }
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
+        let who = Caller { routine: "omp_target_free of the DeviceBuffer made", at: self.made_at };
         // SAFETY: the allocation is this value's; launches borrowing it have returned and
         // an association borrows it, so none is left.
-        let _ = unsafe { self.device.runtime().target_free(self.addr, self.device.number()) };
+        let _ = unsafe { self.device.runtime().target_free_by(self.addr, self.device.number(), who) };
     }
 }
 
@@ -269,6 +284,8 @@ unsafe impl<T: DeviceCopy> SharedView for &DeviceBuffer<'_, T> {
 pub struct Association<'b, 'h, T: DeviceCopy> {
     buffer: &'b DeviceBuffer<'b, T>,
     host: &'h mut [T],
+    /// Where the program made it, for the trace line of its end at drop.
+    made_at: &'static Location<'static>,
 }
 
 impl<T: DeviceCopy> std::fmt::Debug for Association<'_, '_, T> {
@@ -327,7 +344,8 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
 impl<T: DeviceCopy> Drop for Association<'_, '_, T> {
     fn drop(&mut self) {
         let d = self.buffer.device;
+        let who = Caller { routine: "omp_target_disassociate_ptr of the Association made", at: self.made_at };
         // SAFETY: launches through the view have returned (they borrow the guard).
-        let _ = unsafe { d.runtime().disassociate_ptr(self.host.as_ptr() as usize, d.number()) };
+        let _ = unsafe { d.runtime().disassociate_ptr_by(self.host.as_ptr() as usize, d.number(), who) };
     }
 }

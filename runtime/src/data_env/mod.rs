@@ -166,6 +166,14 @@ pub struct MapItem {
     /// C's base pointer of the section, when it lies below the section (`A` in
     /// `map(to: A[64:128])`); see [`MapItem::with_base`]. `None`: the section's first byte.
     pub base: Option<usize>,
+    /// The name traces give the range ([`MapItem::named`]); `None`: traces give its bytes.
+    pub name: Option<&'static str>,
+    /// The size of one element in bytes, so that traces give offsets in elements: the
+    /// pointee's size for the typed constructors (`to`, `slice`, ...), 1 for
+    /// [`MapItem::new`].
+    pub elem_size: usize,
+    /// The index in the named array of the range's first element ([`MapItem::named_at`]).
+    pub name_index: usize,
 }
 
 impl MapItem {
@@ -176,11 +184,59 @@ impl MapItem {
 
     /// `range` with `map_type` (no base pointer).
     pub const fn new(range: HostRange, map_type: MapType) -> Self {
-        Self { range, map_type, base: None }
+        Self { range, map_type, base: None, name: None, elem_size: 1, name_index: 0 }
     }
 
     fn reading<T>(ptr: *const T, bytes: usize, map_type: MapType) -> Self {
-        Self::new(HostRange::new(ptr as usize, bytes), map_type)
+        let elem_size = std::mem::size_of::<T>().max(1);
+        Self { elem_size, ..Self::new(HostRange::new(ptr as usize, bytes), map_type) }
+    }
+
+    /// With a name for the trace, as LLVM's traces name a map by its source text
+    /// (`a[0:1024]`): the entry this item creates keeps the name and the element size, and
+    /// every `OFFLOAD_INFO` line about a range inside the entry names it as an element
+    /// section of it (`a[256:128]` for the second quarter), as do
+    /// [`crate::Runtime::dump_present_table`] and [`crate::Runtime::live_mappings`].
+    /// Unnamed ranges are given by their bytes (`host 0x..0x.. (16 bytes)`). An unnamed
+    /// entry takes the name of a later item that maps exactly its range.
+    ///
+    /// ```
+    /// use offload::omp::*;
+    /// use offload::{InfoFlags, MapItem, Runtime};
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1);
+    /// let rt = use_runtime(rt.info(InfoFlags::ENTRIES | InfoFlags::ABSENT).capture_info().build()?)?;
+    /// let a = [0.0f32; 1024];
+    /// unsafe {
+    ///     target_enter_data(0, &[MapItem::to(a.as_ptr(), 4096).named("a")])?;
+    ///     // Half inside, half outside: skipped, and the trace says why.
+    ///     target_exit_data(0, &[MapItem::release(a[960..].as_ptr(), 512)])?;
+    ///     target_exit_data(0, &[MapItem::release(a.as_ptr(), 4096)])?;
+    /// }
+    /// let lines = rt.take_info();
+    /// assert!(lines[0].starts_with("device 0: entry created a[0:1024] -> device 0x"), "{lines:?}");
+    /// assert!(lines[1].ends_with("a[960:128] is not wholly inside mapped a[0:1024]; skipped"), "{lines:?}");
+    /// assert!(lines[2].starts_with("device 0: entry removed a[0:1024]"), "{lines:?}");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub const fn named(self, name: &'static str) -> Self {
+        self.named_at(name, 0)
+    }
+
+    /// With a name for the trace, the range being elements `index..` of array `name`: a
+    /// part of an array split over devices, given as it is in the whole (`a[512:512]`
+    /// for the second half of `a[0:1024]`). See [`MapItem::named`].
+    ///
+    /// ```
+    /// use offload::MapItem;
+    /// let mut a = [0.0f64; 1024];
+    /// let half = MapItem::tofrom(a[512..].as_mut_ptr(), 512 * 8).named_at("a", 512);
+    /// assert_eq!((half.name, half.name_index, half.elem_size), (Some("a"), 512, 8));
+    /// ```
+    pub const fn named_at(mut self, name: &'static str, index: usize) -> Self {
+        self.name = Some(name);
+        self.name_index = index;
+        self
     }
 
     /// With C's base pointer of the section: `A` in `map(to: A[64:128])`. An entry this
@@ -254,6 +310,11 @@ impl MapItem {
     /// The whole of `slice`, with any map type.
     pub fn slice_mut<T>(slice: &mut [T], map_type: MapType) -> Self {
         Self::raw(slice.as_mut_ptr(), std::mem::size_of_val(slice), map_type)
+    }
+
+    /// The named array the item's range is a part of, when it was named.
+    pub(crate) fn array(&self) -> Option<crate::error::ArrayName> {
+        crate::error::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
     }
 
     /// With the `always` modifier.

@@ -23,6 +23,27 @@ pub(crate) struct Planned {
     pub(crate) base: Option<usize>,
     pub(crate) counts_ref: bool,
     pub(crate) counts_hold: bool,
+    /// The name and element size of the item that created it ([`MapItem::named`]).
+    pub(crate) name: Option<&'static str>,
+    pub(crate) elem_size: usize,
+    pub(crate) name_index: usize,
+    /// Whether an item naming it copies back ([`Entry::maps_from`]).
+    pub(crate) maps_from: bool,
+}
+
+impl Planned {
+    /// The entry to publish (its counts not yet moved).
+    pub(crate) fn entry(&self) -> Entry {
+        let mut e = Entry::new(self.range, self.device_addr, false).based_at(self.base);
+        (e.name, e.elem_size, e.name_index) = (self.name, self.elem_size, self.name_index);
+        e.maps_from = self.maps_from;
+        e
+    }
+
+    /// The named array it is, if its item named it.
+    pub(crate) fn array(&self) -> Option<crate::error::ArrayName> {
+        crate::error::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
+    }
 }
 
 /// A list that grows with a construct's map list: held inline for the few items real
@@ -63,6 +84,11 @@ impl PlannedEntries {
     fn insert(&mut self, p: Planned) {
         self.1.push(p.range.begin);
         self.0.insert(p.range.begin, p);
+    }
+
+    /// The planned entry at host address `key`.
+    pub(crate) fn get(&self, key: usize) -> Option<&Planned> {
+        self.0.get(&key)
     }
 
     /// Whether the construct creates no entry.
@@ -147,14 +173,15 @@ impl EnterPlan {
     /// (counted now, each of its counts once per construct) or to a new one (allocated by
     /// `alloc`, published later), and lists the copies. `on_exists` sees each existing
     /// entry an item names. On error the plan holds what was done so far, for the caller
-    /// to undo ([`undo_counts`], and freeing `planned`).
+    /// to undo ([`undo_counts`], and freeing `planned`). `on_exists` is given the item
+    /// too, and whether it moved the entry's count (each count moves once per construct).
     pub(crate) fn build(
         &mut self,
         table: &mut PresentTable,
         items: &[MapItem],
         device: usize,
         mut alloc: impl FnMut(usize) -> Result<u64>,
-        mut on_exists: impl FnMut(&Entry),
+        mut on_exists: impl FnMut(&Entry, &MapItem, bool),
     ) -> Result<()> {
         if let [it] = items {
             // One item (most constructs): no list bookkeeping.
@@ -175,6 +202,7 @@ impl EnterPlan {
                 Ok(Some(p)) => {
                     p.counts_ref |= !hold;
                     p.counts_hold |= hold;
+                    p.maps_from |= it.map_type.copies_out();
                     if it.map_type.copies_in() && it.range.bytes > 0 {
                         let addr = p.device_addr + (it.range.begin - p.range.begin) as u64;
                         self.copies.push((it.range, addr, p.range.begin));
@@ -203,18 +231,20 @@ impl EnterPlan {
         device: usize,
         first: impl FnOnce(usize) -> bool,
         alloc: &mut impl FnMut(usize) -> Result<u64>,
-        on_exists: &mut impl FnMut(&Entry),
+        on_exists: &mut impl FnMut(&Entry, &MapItem, bool),
     ) -> Result<()> {
         let hold = it.map_type.hold;
         match lookup {
             Lookup::Inside(k) => {
                 let Some(e) = table.get_mut(k) else { return Ok(()) };
-                if first(k) {
+                let moved = first(k);
+                if moved {
                     self.counted.push((k, hold, e.device_addr));
                     increment(e, hold);
                 }
+                e.note_map(it);
                 // Counts with this construct's increment, as libomptarget reports them.
-                on_exists(e);
+                on_exists(e, it, moved);
                 if it.map_type.copies_in() && it.map_type.always && it.range.bytes > 0 {
                     self.copies.push((it.range, e.translate(it.range.begin), k));
                 }
@@ -231,6 +261,10 @@ impl EnterPlan {
                     base: it.base,
                     counts_ref: !hold,
                     counts_hold: hold,
+                    name: it.name,
+                    elem_size: it.elem_size,
+                    name_index: it.name_index,
+                    maps_from: it.map_type.copies_out(),
                 });
                 if it.map_type.copies_in() {
                     self.copies.push((it.range, device_addr, it.range.begin));
@@ -540,9 +574,9 @@ mod tests {
             next += bytes as u64;
             Ok(a)
         };
-        plan.build(table, items, DEV, alloc, |_| {})?;
+        plan.build(table, items, DEV, alloc, |_, _, _| {})?;
         for p in plan.planned.iter() {
-            let mut e = Entry::new(p.range, p.device_addr, false).based_at(p.base);
+            let mut e = p.entry();
             if p.counts_ref {
                 increment(&mut e, false);
             }

@@ -1,12 +1,30 @@
 //! The present table: one per device, keyed by host address, found by containment.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::fmt::Write as _;
 
-use crate::error::HostRange;
+use crate::error::{ArrayName, HostRange, RangeName};
 
 /// One mapped host range and its device copy.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` and `Display` forms give addresses in hex, as every trace line does, and
+/// the name of the map that created it ([`crate::MapItem::named`]):
+///
+/// ```
+/// use offload::{map, Runtime};
+///
+/// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+/// let a = [0i32; 8];
+/// let _m = rt.device(0)?.enter_data(map::to(&a).named("a"))?;
+/// let (device, e) = &rt.live_mappings()[0];
+/// let shown = format!("device {device}: {e}");
+/// assert!(shown.starts_with("device 0: a[0:8] host 0x") && shown.contains("-> device 0x"), "{shown}");
+/// assert!(shown.ends_with("ref count 1 hold count 0"), "{shown}");
+/// assert!(format!("{e:?}").contains("device_addr: 0x"), "{e:?}");
+/// # Ok::<(), offload::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The host bytes this entry covers.
     pub range: HostRange,
@@ -31,6 +49,17 @@ pub struct Entry {
     pub(crate) large_copies: u32,
     /// Whether the runtime page-locked the host range in place while it is mapped.
     pub registered: bool,
+    /// The name of the map that created it ([`crate::MapItem::named`]), for traces.
+    pub name: Option<&'static str>,
+    /// That map's element size in bytes (traces give offsets in elements).
+    pub elem_size: usize,
+    /// The index in the named array of the entry's first element
+    /// ([`crate::MapItem::named_at`]).
+    pub name_index: usize,
+    /// Whether a map that copies back (`from`, `tofrom`) named it on entry: its device copy
+    /// will or may be copied over the host range (checked by the race warning,
+    /// `OFFLOAD_INFO` 0x80). Never set on an associated entry, which maps do not copy.
+    pub maps_from: bool,
 }
 
 impl Entry {
@@ -44,7 +73,67 @@ impl Entry {
             associated,
             large_copies: 0,
             registered: false,
+            name: None,
+            elem_size: 1,
+            name_index: 0,
+            maps_from: false,
         }
+    }
+
+    /// Takes the name and element size of map `it` when it has a name and the entry none,
+    /// and notes a map that copies back (not on an associated entry: maps never copy it).
+    pub(crate) fn note_map(&mut self, it: &crate::MapItem) {
+        if self.name.is_none() && it.name.is_some() && it.range == self.range {
+            (self.name, self.elem_size, self.name_index) = (it.name, it.elem_size, it.name_index);
+        }
+        self.maps_from |= it.map_type.copies_out() && !self.associated;
+    }
+
+    /// The named array the entry is, if its map named it.
+    pub(crate) fn array(&self) -> Option<ArrayName> {
+        ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
+    }
+
+    /// How traces name `range`, a range in (or starting in) this entry.
+    pub(crate) fn name_of(&self, range: HostRange) -> RangeName {
+        RangeName::new(range, self.array())
+    }
+}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Entry");
+        if self.name.is_some() {
+            d.field("name", &format_args!("{}", self.name_of(self.range)));
+        }
+        d.field("range", &self.range)
+            .field("device_addr", &format_args!("{:#x}", self.device_addr))
+            .field("base", &format_args!("{:#x}", self.base))
+            .field("ref_count", &format_args!("{}", self.ref_count_text()))
+            .field("hold_count", &self.hold_count)
+            .field("associated", &self.associated)
+            .field("registered", &self.registered)
+            .field("maps_from", &self.maps_from)
+            .finish()
+    }
+}
+
+/// The entry as a line: its name (when its map gave one), host range, device address and
+/// counts, addresses in hex (`a[0:8] host 0x..0x.. (32 bytes) -> device 0x.., ref count 1
+/// hold count 0`).
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.name.is_some() {
+            write!(f, "{} ", self.name_of(self.range))?;
+        }
+        write!(
+            f,
+            "{} -> device {:#x}, ref count {} hold count {}",
+            self.range,
+            self.device_addr,
+            self.ref_count_text(),
+            self.hold_count
+        )
     }
 }
 
@@ -242,7 +331,7 @@ impl PresentTable {
     /// "Host-Device pointer mappings" dump.
     pub(crate) fn dump(&self, device: usize) -> String {
         let mut s = format!(
-            "device {device} present table ({} entries)\n{:>18} {:>18} {:>10} {:>9} {:>6}\n",
+            "device {device} present table ({} entries)\n{:>18} {:>18} {:>10} {:>9} {:>6} name\n",
             self.entries.len(),
             "host",
             "device",
@@ -251,7 +340,7 @@ impl PresentTable {
             "hold"
         );
         for e in self.entries.values() {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "{:>#18x} {:>#18x} {:>10} {:>9} {:>6}",
                 e.range.begin,
@@ -260,8 +349,27 @@ impl PresentTable {
                 e.ref_count_text(),
                 e.hold_count
             );
+            let _ = match e.name {
+                Some(_) => writeln!(s, " {}", e.name_of(e.range)),
+                None => writeln!(s),
+            };
         }
         s
+    }
+
+    /// How traces name `range`: as an element section of the named entry it starts in
+    /// (`a[256:128]`), else by its bytes.
+    pub(crate) fn name_of(&self, range: HostRange) -> RangeName {
+        let array = self.containing(range.begin).and_then(Entry::array);
+        RangeName::new(range, array)
+    }
+
+    /// The entries that share a byte with `r`, in address order.
+    pub(crate) fn overlapping(&self, r: HostRange) -> impl Iterator<Item = &Entry> {
+        // The entry containing `r.begin` (begins below it), then those beginning inside `r`.
+        let below = self.containing(r.begin).filter(|e| e.range.begin < r.begin && r.bytes > 0);
+        let inside = self.entries.range(r.begin..r.end()).map(|(_, e)| e).filter(|e| e.range.bytes > 0);
+        below.into_iter().chain(inside)
     }
 }
 
@@ -337,6 +445,37 @@ mod tests {
         let e = t.remove(200).or_else(|| Some(Entry::new(HostRange::new(200, 4), 7, false))).unwrap();
         assert!(t.retire(e).is_some());
         assert!(t.unpin(12345).is_none());
+    }
+
+    #[test]
+    fn named_entries_name_their_sections_in_elements() {
+        let mut t = table(&[(100, 40), (200, 10)]);
+        let a = crate::MapItem::new(HostRange::new(100, 40), crate::MapType::TOFROM);
+        let a = crate::MapItem { elem_size: 4, ..a.named("a") };
+        t.get_mut(100).unwrap().note_map(&a);
+        assert_eq!(t.name_of(HostRange::new(100, 40)).to_string(), "a[0:10]");
+        assert_eq!(t.name_of(HostRange::new(108, 8)).to_string(), "a[2:2]");
+        assert_eq!(t.name_of(HostRange::new(101, 2)).to_string(), "a(bytes 1..3)");
+        assert_eq!(t.name_of(HostRange::new(200, 4)).to_string(), HostRange::new(200, 4).to_string());
+        assert!(t.get(100).is_some_and(|e| e.maps_from));
+        // A named entry's name is kept; an unnamed one takes only a whole-range name.
+        t.get_mut(100).unwrap().note_map(&crate::MapItem { name: Some("b"), ..a });
+        t.get_mut(200).unwrap().note_map(&a);
+        assert_eq!((t.get(100).unwrap().name, t.get(200).unwrap().name), (Some("a"), None));
+        let d = t.dump(0);
+        assert!(d.lines().nth(2).is_some_and(|l| l.ends_with(" a[0:10]")), "{d}");
+        assert!(format!("{:?}", t.get(100).unwrap()).contains("device_addr: 0x100064"));
+    }
+
+    #[test]
+    fn overlapping_finds_every_entry_sharing_a_byte() {
+        let t = table(&[(100, 10), (110, 10), (130, 10)]);
+        let of = |b, n| t.overlapping(HostRange::new(b, n)).map(|e| e.range.begin).collect::<Vec<_>>();
+        assert_eq!(of(105, 10), [100, 110]);
+        assert_eq!(of(100, 40), [100, 110, 130]);
+        assert_eq!(of(120, 10), Vec::<usize>::new());
+        assert_eq!(of(139, 5), [130]);
+        assert_eq!(of(105, 0), Vec::<usize>::new());
     }
 
     #[test]

@@ -8,15 +8,16 @@
 //! construct's own changes (counts by the amounts it moved them, entries it created or
 //! removed), so nothing is leaked and other threads' changes are kept.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 
 use super::in_flight::SLOT_BYTES;
 use super::{CopyPath, DeviceState, Origin};
 use crate::data_env::plan::{
-    increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, PlannedCopy, Short, SmallSet,
+    increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short, SmallSet,
 };
 use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{ArrayName, Error, HostRange, RangeName, Result};
 use crate::info::{EntryLine, InfoFields, InfoFlags};
 use crate::memory_pool::Owner;
 
@@ -158,12 +159,174 @@ impl Drop for NewBlocks<'_> {
     }
 }
 
+thread_local! {
+    /// The named array of the copy a construct is making on this thread, for the copy's
+    /// trace line ([`DeviceState::trace_copy`]); set only while copies are traced.
+    static COPY_NAME: Cell<Option<ArrayName>> = const { Cell::new(None) };
+}
+
+/// Names the copy made while it lives ([`COPY_NAME`]), unnamed again when dropped.
+struct CopyName;
+
+impl CopyName {
+    fn set(name: Option<ArrayName>) -> Option<Self> {
+        name.map(|n| {
+            COPY_NAME.set(Some(n));
+            CopyName
+        })
+    }
+}
+
+impl Drop for CopyName {
+    fn drop(&mut self) {
+        COPY_NAME.set(None);
+    }
+}
+
+/// Why a map of an associated range copied nothing.
+const ASSOCIATED: &str = "an associated range copies only with always, or by update";
+
+/// A count as a "why not copied" line gives it: `ref count 2 -> 1`, or `ref count 1`
+/// when it did not move (`inf` for an associated entry's reference count).
+fn count_change(what: &str, before: u64, after: u64, infinite: bool) -> String {
+    match () {
+        _ if infinite => format!("{what} inf"),
+        _ if before == after => format!("{what} {after}"),
+        _ => format!("{what} {before} -> {after}"),
+    }
+}
+
 impl DeviceState {
+    /// The named arrays of `copies` (by their entries' keys, through `array`), when copies
+    /// or races are traced; else nothing.
+    fn copy_names(
+        &self,
+        copies: &[PlannedCopy],
+        array: impl Fn(usize) -> Option<ArrayName>,
+    ) -> Short<Option<ArrayName>> {
+        if copies.is_empty()
+            || !(self.trace.wants(InfoFlags::TRANSFERS) || self.trace.wants_warning(InfoFlags::RACE))
+        {
+            return Short::new();
+        }
+        copies.iter().map(|c| array(c.2)).collect()
+    }
+
+    /// Why `it`, a `to` on entry `e` that was present, copied nothing (`MAPPING_EXISTS`):
+    /// `e`'s counts include the construct's increment, which `moved` says it made.
+    fn not_copied_in(&self, e: &Entry, it: &MapItem, moved: bool) {
+        let hold = it.map_type.hold;
+        let after = if hold { e.hold_count } else { e.ref_count };
+        let before = after - u64::from(moved && after > 0);
+        let what = if hold { "hold count" } else { "ref count" };
+        let infinite = e.associated && !hold;
+        let counts = count_change(what, before, after, infinite);
+        let when = if infinite { ASSOCIATED } else { "copies only on creation, or with always" };
+        self.not_copied(it, e.name_of(it.range), || format!("already present, {counts} ({when})"));
+    }
+
+    /// Why each `from` of `items` whose entry stays copied nothing (`MAPPING_EXISTS`), in
+    /// the exit's (reverse) list order: the counts before and after the exit `plan`.
+    fn not_copied_out(&self, table: &PresentTable, items: &[MapItem], plan: &ExitPlan) {
+        let kept = items.iter().rev().filter(|i| i.map_type.copies_out() && !i.map_type.always);
+        for it in kept.filter(|i| i.range.bytes > 0) {
+            let Lookup::Inside(k) = table.lookup(it.range) else { continue };
+            let Some(e) = table.get(k) else { continue };
+            let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
+            let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
+            let (ref_count, hold) = (e.ref_count, e.hold_count);
+            let mut counts = count_change("ref count", ref_count + r, ref_count, e.associated);
+            if h > 0 || hold > 0 {
+                counts += &format!(", {}", count_change("hold count", hold + h, hold, false));
+            }
+            let when = match (e.associated, hold) {
+                (true, _) => ASSOCIATED,
+                (false, 0) => "copies when it reaches 0, or with always",
+                (false, _) => "copies when both counts reach 0, or with always",
+            };
+            self.not_copied(it, e.name_of(it.range), || format!("{counts} ({when})"));
+        }
+    }
+
+    /// A "not copied" line for `it`, named `name`, saying `why`.
+    fn not_copied(&self, it: &MapItem, name: RangeName, why: impl FnOnce() -> String) {
+        let fields = || InfoFields {
+            kind: "not copied",
+            device: Some(self.number),
+            host: Some(it.range),
+            ..InfoFields::default()
+        };
+        self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+            format!("device {}: {}({name}) not copied: {}", self.number, it.map_type, why())
+        });
+    }
+
+    /// Traces `range`, which `construct` skips unless it lies inside one entry
+    /// (`ABSENT`): absent, or not wholly inside the mapped range it overlaps.
+    fn trace_skip(&self, table: &PresentTable, construct: &str, range: HostRange) {
+        match table.lookup(range) {
+            Lookup::Inside(_) => {}
+            Lookup::Absent => self.trace.skipped(self.number, construct, range),
+            Lookup::Extends(existing) => {
+                let Some(e) = table.get(existing.begin) else { return };
+                let fields = || InfoFields {
+                    kind: "skipped",
+                    device: Some(self.number),
+                    host: Some(range),
+                    ..InfoFields::default()
+                };
+                self.trace.event(InfoFlags::ABSENT, fields, || {
+                    format!(
+                        "device {}: {construct}: {} is not wholly inside mapped {}; skipped",
+                        self.number,
+                        e.name_of(range),
+                        e.name_of(e.range)
+                    )
+                });
+            }
+        }
+    }
+
+    /// Warns (`RACE`, at `WARN`) of each copy back of `copies` (named `names`) into host
+    /// memory that another of `devices` has mapped with `from`: both may copy back over it,
+    /// and which lands last is a race. Reads the other devices' tables one at a time,
+    /// without this device's lock held, and only when someone wants the warning.
+    fn warn_races(&self, copies: &[PlannedCopy], names: &[Option<ArrayName>], devices: &[DeviceState]) {
+        if copies.is_empty() || devices.len() < 2 || !self.trace.wants_warning(InfoFlags::RACE) {
+            return;
+        }
+        for (i, &(range, _, _)) in copies.iter().enumerate() {
+            let ours = RangeName::new(range, names.get(i).copied().flatten());
+            for q in devices.iter().filter(|q| q.number != self.number) {
+                let theirs: Short<RangeName> = {
+                    let t = q.table.lock();
+                    t.overlapping(range).filter(|e| e.maps_from).map(|e| e.name_of(e.range)).collect()
+                };
+                for name in theirs {
+                    let fields = InfoFields {
+                        kind: "race",
+                        device: Some(self.number),
+                        host: Some(range),
+                        ..InfoFields::default()
+                    };
+                    let line = format!(
+                        "device {}: race: the copy back of {ours} writes host memory that device {} has \
+                         mapped with from as {name}: whichever copies back last wins; copy back only \
+                         the part each device owns",
+                        self.number, q.number
+                    );
+                    self.trace.warn(InfoFlags::RACE, fields, line);
+                }
+            }
+        }
+    }
+
     /// Traces entry `e` under `flag` as `what` ("entry created", "mapping exists", ...).
     fn entry_event(&self, flag: InfoFlags, what: &'static str, e: &Entry) {
         let line = EntryLine {
             device: self.number,
             range: e.range,
+            array: e.array(),
             device_addr: e.device_addr,
             counts: (e.ref_count, e.hold_count),
             associated: e.associated,
@@ -218,10 +381,15 @@ impl DeviceState {
         // Declared before `in_use`, so dropped after it: blocks in use outlive their pins.
         let mut blocks = NewBlocks::new(self);
         let mut in_use = BlocksInUse::new(self);
-        {
+        let names = {
             let mut table = self.table.lock();
             let alloc = |bytes| blocks.alloc(bytes);
-            let exists = |e: &Entry| self.entry_event(InfoFlags::MAPPING_EXISTS, "mapping exists", e);
+            let exists = |e: &Entry, it: &MapItem, moved: bool| {
+                self.entry_event(InfoFlags::MAPPING_EXISTS, "mapping exists", e);
+                if it.map_type.copies_in() && !it.map_type.always && it.range.bytes > 0 {
+                    self.not_copied_in(e, it, moved);
+                }
+            };
             if let Err(e) = plan.build(&mut table, items, self.number, alloc, exists) {
                 return Err(self.undo_enter(table, &plan, e, false));
             }
@@ -231,12 +399,16 @@ impl DeviceState {
                 let line = EntryLine {
                     device: self.number,
                     range: p.range,
+                    array: p.array(),
                     device_addr: p.device_addr,
                     counts: (u64::from(p.counts_ref), u64::from(p.counts_hold)),
                     associated: false,
                 };
                 self.trace.entry(InfoFlags::ENTRIES, "entry created", line);
             }
+            let names = self.copy_names(&plan.copies, |k| {
+                table.get(k).and_then(Entry::array).or_else(|| plan.planned.get(k).and_then(Planned::array))
+            });
             // New entries the copies fill are not published yet; existing ones (`always`)
             // stay allocated while pinned.
             for &(_, _, key) in &plan.copies {
@@ -245,11 +417,14 @@ impl DeviceState {
                     existing.insert(key);
                 }
             }
-        }
+            names
+        };
         // Copies without the lock.
         let mut done = SmallSet::new();
         let mut slots = QueuedSlots(self, Short::new());
-        let copied = plan.copies.iter().filter(|c| done.insert(c.0)).try_for_each(|&(range, addr, key)| {
+        let mut copies = plan.copies.iter().enumerate().filter(|(_, c)| done.insert(c.0));
+        let copied = copies.try_for_each(|(i, &(range, addr, key))| {
+            let _name = CopyName::set(names.get(i).copied().flatten());
             // SAFETY: the caller guarantees the host range; `addr` lies in the entry.
             unsafe { self.copy_in(addr, range, existing.contains(&key), &mut slots.1) }
         });
@@ -370,12 +545,13 @@ impl DeviceState {
             let key = match table.lookup(p.range) {
                 Lookup::Inside(k) => k,
                 _ => {
-                    table.insert(Entry::new(p.range, p.device_addr, false).based_at(p.base));
+                    table.insert(p.entry());
                     blocks.keep(p.device_addr);
                     p.range.begin
                 }
             };
             if let Some(e) = table.get_mut(key) {
+                e.maps_from |= p.maps_from;
                 for (moves, hold) in [(p.counts_ref, false), (p.counts_hold, true)] {
                     if moves && counted.insert((key, hold)) {
                         increment(e, hold);
@@ -440,14 +616,20 @@ impl DeviceState {
         self.pool.free(&*self.backend, self.number, e.device_addr, Owner::Mapping).map(drop)
     }
 
-    /// Exits a map list: `target data` / target launch end, or `exit data`.
+    /// Exits a map list: `target data` / target launch end, or `exit data`. `devices` are
+    /// the runtime's devices, whose tables the race warning reads (`OFFLOAD_INFO` 0x80).
     ///
     /// # Safety
     /// Every item with a `from` kind must name host memory valid for writes and not
     /// otherwise accessed during the call.
-    pub(crate) unsafe fn map_exit(&self, items: &[MapItem], c: Construct) -> Result<()> {
+    pub(crate) unsafe fn map_exit(
+        &self,
+        items: &[MapItem],
+        c: Construct,
+        devices: &[DeviceState],
+    ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        self.dump_on_error(c.name(), unsafe { self.exit_list(items, c) })
+        self.dump_on_error(c.name(), unsafe { self.exit_list(items, c, devices) })
     }
 
     /// Copies device data back into host ranges, as an exit or `update from` does: each
@@ -461,7 +643,12 @@ impl DeviceState {
     /// # Safety
     /// Every host range valid for exclusive writes during the call; each device address
     /// inside its entry.
-    unsafe fn copy_out(&self, copies: &[PlannedCopy], stop: bool) -> (Result<()>, Option<Error>) {
+    unsafe fn copy_out(
+        &self,
+        copies: &[PlannedCopy],
+        names: &[Option<ArrayName>],
+        stop: bool,
+    ) -> (Result<()>, Option<Error>) {
         if copies.is_empty() {
             return (Ok(()), None);
         }
@@ -477,7 +664,8 @@ impl DeviceState {
             }
             other => other,
         };
-        for &(range, addr, _) in copies {
+        for (i, &(range, addr, _)) in copies.iter().enumerate() {
+            let _name = CopyName::set(names.get(i).copied().flatten());
             let r = if ordered && range.bytes <= SLOT_BYTES {
                 pending.1 = true;
                 // SAFETY: forwarded from the caller; waited for below.
@@ -507,20 +695,24 @@ impl DeviceState {
 
     /// # Safety
     /// As [`DeviceState::map_exit`].
-    unsafe fn exit_list(&self, items: &[MapItem], c: Construct) -> Result<()> {
+    unsafe fn exit_list(&self, items: &[MapItem], c: Construct, devices: &[DeviceState]) -> Result<()> {
         // Under the lock: move the counts, list the copies, take released entries out.
         let mut in_use = BlocksInUse::new(self);
         let mut plan = ExitPlan::default();
-        {
+        let names = {
             let mut table = self.table.lock();
-            if self.trace.on(InfoFlags::ABSENT) {
+            if self.trace.wants(InfoFlags::ABSENT) {
                 for i in items.iter().filter(|i| !i.map_type.present) {
-                    if let Ok(None) = resolve_exit(&table, i.range, false, self.number, "") {
-                        self.trace.skipped(self.number, c.name(), i.range);
-                    }
+                    self.trace_skip(&table, c.name(), i.range);
                 }
             }
             plan.fill(&mut table, items, c, self.number)?;
+            if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
+                self.not_copied_out(&table, items, &plan);
+            }
+            let removed = |k| plan.removed.iter().map(|(e, _)| e).find(|e| e.range.begin == k);
+            let names =
+                self.copy_names(&plan.copies, |k| table.get(k).or_else(|| removed(k)).and_then(Entry::array));
             // Entries that stay (`always` copies) stay allocated while pinned; removed
             // ones are this exit's until it releases them.
             for &(_, _, key) in &plan.copies {
@@ -528,11 +720,13 @@ impl DeviceState {
                     in_use.pin(&mut table, addr);
                 }
             }
-        }
+            names
+        };
+        self.warn_races(&plan.copies, &names, devices);
         // Without the lock: copies back, then frees.
         let mut first_err = None;
         // SAFETY: forwarded from the caller; each address lies in its entry.
-        let (copied, reported) = unsafe { self.copy_out(&plan.copies, !c.is_region()) };
+        let (copied, reported) = unsafe { self.copy_out(&plan.copies, &names, !c.is_region()) };
         if let Some(e) = reported {
             first_err.get_or_insert(e);
         }
@@ -606,14 +800,16 @@ impl DeviceState {
     ///
     /// # Safety
     /// Host ranges valid for reads (`To`) or for exclusive writes (`From`).
+    /// `devices` as for [`DeviceState::map_exit`].
     pub(crate) unsafe fn update(
         &self,
         items: &[(HostRange, bool)],
         dir: UpdateDirection,
         origin: Origin,
+        devices: &[DeviceState],
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        self.dump_on_error("target update", unsafe { self.update_list(items, dir, origin) })
+        self.dump_on_error("target update", unsafe { self.update_list(items, dir, origin, devices) })
     }
 
     /// # Safety
@@ -623,17 +819,18 @@ impl DeviceState {
         items: &[(HostRange, bool)],
         dir: UpdateDirection,
         origin: Origin,
+        devices: &[DeviceState],
     ) -> Result<()> {
         // The entries copied stay allocated until the copies are done.
         let mut in_use = BlocksInUse::new(self);
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
-        {
+        let names = {
             let mut table = self.table.lock();
             for &(range, present) in items {
                 let key =
                     resolve_exit(&table, range, present, self.number, "`target update` with `present`")?;
                 if key.is_none() {
-                    self.trace.skipped(self.number, "target update", range);
+                    self.trace_skip(&table, "target update", range);
                 }
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
                     let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);
@@ -641,18 +838,23 @@ impl DeviceState {
                     in_use.pin(&mut table, block);
                 }
             }
+            self.copy_names(&found, |k| table.get(k).and_then(Entry::array))
+        };
+        if dir == UpdateDirection::From {
+            self.warn_races(&found, &names, devices);
         }
         let mut slots = QueuedSlots(self, Short::new());
         // SAFETY: forwarded from the caller; the device ranges lie in their entries, which
         // the program keeps mapped while it updates them.
         let copied = unsafe {
             match dir {
-                UpdateDirection::To => found
-                    .iter()
-                    .try_for_each(|&(range, addr, _)| self.copy_in(addr, range, true, &mut slots.1)),
+                UpdateDirection::To => found.iter().enumerate().try_for_each(|(i, &(range, addr, _))| {
+                    let _name = CopyName::set(names.get(i).copied().flatten());
+                    self.copy_in(addr, range, true, &mut slots.1)
+                }),
                 // A failure of earlier queued work that the wait took is reported first,
                 // as an exit does (on a GPU it is the likely cause of the copy's).
-                UpdateDirection::From => match self.copy_out(&found, true) {
+                UpdateDirection::From => match self.copy_out(&found, &names, true) {
                     (_, Some(reported)) => Err(reported),
                     (copied, None) => copied,
                 },
@@ -729,10 +931,11 @@ impl DeviceState {
             ..InfoFields::default()
         };
         self.trace.event(InfoFlags::TRANSFERS, fields, || {
+            let shown = RangeName::new(host, COPY_NAME.get()).to_string();
             let (from, to) = if direction == "host->device" {
-                (host.to_string(), format!("device {addr:#x}"))
+                (shown, format!("device {addr:#x}"))
             } else {
-                (format!("device {addr:#x}"), host.to_string())
+                (format!("device {addr:#x}"), shown)
             };
             format!(
                 "device {}: copy {direction} {} bytes, {from} -> {to} ({how}, {:.1} us)",

@@ -424,8 +424,9 @@ impl DeviceState {
             return Err(Error::StillHeld { device: self.number, range: e.range, count: e.hold_count });
         }
         table.remove(e.range.begin);
-        self.trace
-            .emit(InfoFlags::ENTRIES, || format!("device {}: entry disassociated {}", self.number, e.range));
+        self.trace.emit(InfoFlags::ENTRIES, || {
+            format!("device {}: entry disassociated {}", self.number, e.name_of(e.range))
+        });
         Ok(())
     }
 

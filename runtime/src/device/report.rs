@@ -5,7 +5,7 @@
 use super::DeviceState;
 use crate::backend::{DeviceDescription, FaultInjector, Interop, MemInfo};
 use crate::data_env::Entry;
-use crate::error::{Error, Result};
+use crate::error::{Error, HostRange, RangeName, Result};
 use crate::topology::Placement;
 
 use super::audit::FailedConstruct;
@@ -123,6 +123,11 @@ impl DeviceState {
     /// The device address a zero-length lookup at `host` gives (`use_device_ptr`).
     pub(crate) fn use_device_ptr(&self, host: usize) -> Option<u64> {
         self.table.lock().named_by_zero_length(host).map(|e| e.translate_any(host))
+    }
+
+    /// `range` as a section of the named entry it starts in, if it starts in one.
+    pub(crate) fn named_range(&self, range: HostRange) -> Option<RangeName> {
+        Some(self.table.lock().name_of(range)).filter(|n| n.array.is_some())
     }
 
     /// The entry containing `host`, with its counts.

@@ -208,6 +208,7 @@ pub fn use_device_addr(addr: *const c_void, device_num: i32) -> Result<*mut c_vo
 }
 
 /// `omp_target_alloc(size, device_num)`: null for size 0.
+#[track_caller]
 pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
     let rt = rt()?;
     Ok(rt.target_alloc(size, dev(rt, device_num)?)? as usize as *mut c_void)
@@ -217,6 +218,7 @@ pub fn omp_target_alloc(size: usize, device_num: i32) -> Result<*mut c_void> {
 ///
 /// # Safety
 /// `ptr` came from `omp_target_alloc` on that device and is not used afterwards.
+#[track_caller]
 pub unsafe fn omp_target_free(ptr: *mut c_void, device_num: i32) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.
@@ -239,6 +241,7 @@ pub fn omp_get_mapped_ptr(ptr: *const c_void, device_num: i32) -> Result<*mut c_
 ///
 /// # Safety
 /// `device_ptr + device_offset` is device memory of at least `size` bytes.
+#[track_caller]
 pub unsafe fn omp_target_associate_ptr(
     host_ptr: *const c_void,
     device_ptr: *const c_void,
@@ -257,6 +260,7 @@ pub unsafe fn omp_target_associate_ptr(
 ///
 /// # Safety
 /// No kernel is using the association.
+#[track_caller]
 pub unsafe fn omp_target_disassociate_ptr(ptr: *const c_void, device_num: i32) -> Result<()> {
     let rt = rt()?;
     // SAFETY: forwarded from the caller.

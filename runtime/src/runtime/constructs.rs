@@ -7,6 +7,7 @@ use super::*;
 use crate::backend::Queue;
 use crate::device::audit::AuditRule;
 use crate::device::{recorder, DeviceState, Origin, Wait};
+use crate::error::{ArrayName, RangeName};
 use crate::info::{InfoFields, InfoFlags};
 
 /// The map constructs, for [`Runtime::map_construct_at`].
@@ -121,14 +122,14 @@ impl Runtime {
             MapConstruct::EnterData => (Construct::EnterData, true, "target enter data"),
             MapConstruct::ExitData => (Construct::ExitData, false, "target exit data"),
         };
-        let target = self.construct_target(device)?;
-        validate::map_list(c, device, items)?;
+        let checked =
+            self.construct_target(device).and_then(|t| validate::map_list(c, device, items).map(|()| t));
         let _span = self.trace_construct(device, verb, at, items, "");
-        let d = match target {
+        let d = match checked.map_err(|e| self.refused(device, verb, at, e))? {
             Target::Device(d) => d,
             Target::Initial => return Ok(()),
         };
-        self.not_recording(device, verb)?;
+        self.not_recording(device, verb).map_err(|e| self.refused(device, verb, at, e))?;
         let origin = Origin::new(verb, at);
         let rule = if which == MapConstruct::DataEnd { AuditRule::RegionEnd } else { AuditRule::Unchanged };
         d.audited(verb, rule, || {
@@ -143,7 +144,7 @@ impl Runtime {
                 // back wait).
                 d.poll_quietly();
                 // SAFETY: forwarded from the caller.
-                unsafe { d.map_exit(items, c) }
+                unsafe { d.map_exit(items, c, &self.inner.devices) }
             };
             r.map_err(|e| origin.failed(device, e))
         })
@@ -176,12 +177,17 @@ impl Runtime {
         items: &[(HostRange, bool)],
         at: &'static Location<'static>,
     ) -> Result<()> {
-        let target = self.construct_target(device)?;
-        validate::update_list(device, items)?;
+        let checked =
+            self.construct_target(device).and_then(|t| validate::update_list(device, items).map(|()| t));
         let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
         let _span = self.construct_span(device, at, || {
-            let list: Vec<String> =
-                items.iter().map(|(r, p)| format!("{}{r}", if *p { "present, " } else { "" })).collect();
+            let list: Vec<String> = items
+                .iter()
+                .map(|(r, p)| {
+                    let name = self.range_name(device, *r, None).unwrap_or(RangeName::new(*r, None));
+                    format!("{}{name}", if *p { "present, " } else { "" })
+                })
+                .collect();
             format!(
                 "device {device}: {what} at {}:{} with {} ranges: {}",
                 at.file(),
@@ -190,14 +196,15 @@ impl Runtime {
                 list.join(" ")
             )
         });
-        match target {
+        match checked.map_err(|e| self.refused(device, what, at, e))? {
             Target::Device(d) => {
-                self.not_recording(device, what)?;
+                self.not_recording(device, what).map_err(|e| self.refused(device, what, at, e))?;
                 let origin = Origin::new(what, at);
                 d.audited(what, AuditRule::Unchanged, || {
                     d.poll()?;
                     // SAFETY: forwarded from the caller.
-                    unsafe { d.update(items, dir, origin) }.map_err(|e| origin.failed(device, e))
+                    unsafe { d.update(items, dir, origin, &self.inner.devices) }
+                        .map_err(|e| origin.failed(device, e))
                 })
             }
             Target::Initial => Ok(()),
@@ -242,16 +249,17 @@ impl Runtime {
         shape: ArgShape,
         at: &'static Location<'static>,
     ) -> Result<()> {
-        let target = self.construct_target(device)?;
+        let checked = self
+            .construct_target(device)
+            .and_then(|t| validate::map_list(Construct::Target, device, maps).map(|()| t));
         let c_shaped = shape == ArgShape::OpenMp && kernel.shape().is_some();
-        validate::map_list(Construct::Target, device, maps)?;
         let _span = (self.inner.trace.on(InfoFlags::KERNEL_ARGS)
             || tracing::enabled!(target: "offload", tracing::Level::DEBUG))
         .then(|| {
             let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
             self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()))
         });
-        let d = match target {
+        let d = match checked.map_err(|e| self.refused(device, "target", at, e))? {
             Target::Device(d) => d,
             Target::Initial if c_shaped => {
                 // Host memory: each view's extent is what the map list says of it.
@@ -270,7 +278,8 @@ impl Runtime {
             }
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
-        let reaches_peer = self.check_device_args(d, kernel, args)?;
+        let reaches_peer =
+            self.check_device_args(d, kernel, args).map_err(|e| self.refused(device, "target", at, e))?;
         if recorder::recording(self.identity(), device) {
             if !maps.is_empty() {
                 return Err(recorder::refused(device, "a target region with maps"));
@@ -338,7 +347,7 @@ impl Runtime {
         });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
-        let exited = unsafe { d.map_exit(maps, Construct::Target) };
+        let exited = unsafe { d.map_exit(maps, Construct::Target, &self.inner.devices) };
         launched.and(exited).map_err(|e| origin.failed(device, e))
     }
 
@@ -390,7 +399,10 @@ impl Runtime {
         self.construct_span(device, at, || {
             let list: Vec<String> = items
                 .iter()
-                .map(|i| format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes))
+                .map(|i| match self.range_name(device, i.range, i.array()) {
+                    Some(name) => format!("{}({name})", i.map_type),
+                    None => format!("{}(host {:#x}, {} bytes)", i.map_type, i.range.begin, i.range.bytes),
+                })
                 .collect();
             let maps = if items.is_empty() { String::new() } else { format!(": {}", list.join(" ")) };
             format!(
@@ -426,6 +438,24 @@ impl Runtime {
         };
         trace.event(InfoFlags::KERNEL_ARGS, fields, line);
         ConstructSpan { rt: self, device, id }
+    }
+
+    /// How the trace names `range` on `device`: as a section of the named entry it lies
+    /// in, else of `own` (the item's own name), else `None` (given by its bytes).
+    fn range_name(&self, device: usize, range: HostRange, own: Option<ArrayName>) -> Option<RangeName> {
+        let d = self.inner.devices.get(device);
+        d.and_then(|d| d.named_range(range)).or_else(|| own.map(|a| RangeName::new(range, Some(a))))
+    }
+
+    /// The failure line of a construct refused before it ran (`OFFLOAD_INFO` 0x01), after
+    /// its construct line: `what` on `device`, called at `at`; gives `e` back.
+    fn refused(&self, device: usize, what: &str, at: &Location<'_>, e: Error) -> Error {
+        let fields =
+            || InfoFields { kind: "refused", device: Some(device), at: Some(at), ..InfoFields::default() };
+        self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
+            format!("device {device}: {what} at {}:{} refused: {e}", at.file(), at.line())
+        });
+        e
     }
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live

@@ -12,6 +12,7 @@ mod queries;
 
 pub use builder::RuntimeBuilder;
 pub(crate) use constructs::MapConstruct;
+pub(crate) use memory::Caller;
 
 use std::alloc::Layout;
 use std::collections::HashMap;

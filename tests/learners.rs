@@ -1,0 +1,379 @@
+//! `OFFLOAD_INFO` for learners (issue 28, item 5): maps named in the trace (`a[0:1024]`,
+//! element sections), lines that say why a map copied nothing, refused constructs'
+//! lines, the device memory routines' lines, hex in `live_mappings`, and the warning of
+//! two devices copying back over the same host memory. Two host devices, nothing from the
+//! process environment but `OFFLOAD_SYNC`.
+
+use offload::{map, DeviceBuffer, InfoFlags, MapItem, MapType, Result, Runtime, UpdateDirection};
+use offload_tests::synchronous;
+
+/// Two host devices tracing `flags` into a capture.
+fn runtime(flags: InfoFlags) -> Result<Runtime> {
+    let b = Runtime::builder().env(|_| None).gpus(false).host_devices(2).synchronous(synchronous());
+    b.info(flags).capture_info().build()
+}
+
+/// The lines that contain every one of `needles`.
+fn with<'a>(lines: &'a [String], needles: &[&str]) -> Vec<&'a String> {
+    lines.iter().filter(|l| needles.iter().all(|n| l.contains(n))).collect()
+}
+
+#[test]
+fn a_named_map_is_named_in_every_line_with_element_offsets() -> Result<()> {
+    let rt = runtime(InfoFlags::ALL)?;
+    let a = vec![1.0f32; 1024];
+    let at = |line: u32| format!("at {}:{line}", file!());
+    let line = line!() + 3;
+    // SAFETY: `a` outlives its mapping; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), 4096).named("a")])?;
+        rt.update(0, UpdateDirection::To, &[(offload::HostRange::of(&a[256..384]), false)])?;
+        rt.exit_data(0, &[MapItem::release(a.as_ptr(), 4096)])?;
+    }
+    let lines = rt.take_info();
+    let expect = [
+        format!("device 0: target enter data {} with 1 maps: to(a[0:1024])", at(line)),
+        format!("device 0: target update to {} with 1 ranges: a[256:128]", at(line + 1)),
+        // The exit's item is unnamed: the entry it lies in names it.
+        format!("device 0: target exit data {} with 1 maps: release(a[0:1024])", at(line + 2)),
+    ];
+    for e in &expect {
+        assert_eq!(with(&lines, &[e]).len(), 1, "{e}\n{lines:#?}");
+    }
+    assert_eq!(with(&lines, &["device 0: entry created a[0:1024] -> device 0x", "ref count 1"]).len(), 1);
+    assert_eq!(with(&lines, &["device 0: copy host->device 4096 bytes, a[0:1024] -> device 0x"]).len(), 1);
+    assert_eq!(with(&lines, &["device 0: copy host->device 512 bytes, a[256:128] -> device 0x"]).len(), 1);
+    assert_eq!(with(&lines, &["device 0: entry removed a[0:1024] -> device 0x"]).len(), 1);
+    // The dump after the enter names the row.
+    assert_eq!(with(&lines, &["after target enter data", " a[0:1024]\n"]).len(), 1, "{lines:#?}");
+
+    // Unnamed, ranges are given by their bytes, as before.
+    let b = [0u8; 8];
+    // SAFETY: as above.
+    unsafe { rt.enter_data(1, &[MapItem::slice(&b, MapType::TO)])? };
+    let lines = rt.take_info();
+    let r = offload::HostRange::of(&b).to_string();
+    assert_eq!(with(&lines, &[&format!("to(host {:#x}, 8 bytes)", b.as_ptr() as usize)]).len(), 1);
+    assert_eq!(with(&lines, &["device 1: entry created", &r]).len(), 1, "{lines:#?}");
+    // SAFETY: as above.
+    unsafe { rt.exit_data(1, &[MapItem::slice(&b, MapType::DELETE)])? };
+    Ok(())
+}
+
+#[test]
+fn the_safe_api_names_maps_by_method_and_by_macro_and_dumps_show_the_names() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS)?;
+    let gpu = rt.device(0)?;
+    let (a, mut grid) = (vec![1i32; 64], vec![0f64; 32]);
+    let line = line!() + 1;
+    gpu.data((map::to(&a).named("a"), map::tofrom!(grid[8..16]), map::alloc!(a[4..8])), |_| {
+        let dump = rt.dump_present_table(0)?;
+        assert!(dump.lines().any(|l| l.ends_with(" a[0:64]")), "{dump}");
+        assert!(dump.lines().any(|l| l.ends_with(" grid[8:8]")), "{dump}");
+        let live = rt.live_mappings();
+        let shown: Vec<String> = live.iter().map(|(d, e)| format!("device {d}: {e}")).collect();
+        assert!(shown.iter().any(|s| s.starts_with("device 0: a[0:64] host 0x")), "{shown:#?}");
+        Ok(())
+    })?;
+    let lines = rt.take_info();
+    let at = format!("at {}:{line} with 3 maps: to(a[0:64]) tofrom(grid[8:8]) alloc(a[4:4])", file!());
+    assert_eq!(with(&lines, &["device 0: entering target data", &at]).len(), 1, "{lines:#?}");
+    assert_eq!(with(&lines, &["device 0: exiting target data", &at]).len(), 1, "{lines:#?}");
+
+    // `named_at`: a part of a split array, given as it is in the whole.
+    let mut whole = [0u16; 100];
+    rt.device(1)?.data(map::tofrom(&mut whole[50..]).named_at("whole", 50), |_| Ok(()))?;
+    let lines = rt.take_info();
+    assert_eq!(with(&lines, &["device 1: entering target data", "tofrom(whole[50:50])"]).len(), 1);
+    Ok(())
+}
+
+#[test]
+fn live_mappings_give_addresses_in_hex() -> Result<()> {
+    let rt = runtime(InfoFlags::NONE)?;
+    let x = [0u32; 4];
+    let _m = rt.device(0)?.enter_data(map::to!(x))?;
+    let live = rt.live_mappings();
+    let (_, e) = &live[0];
+    let debug = format!("{live:?}");
+    assert!(debug.contains(&format!("device_addr: {:#x}", e.device_addr)), "{debug}");
+    assert!(!debug.contains(&format!("device_addr: {}", e.device_addr)), "{debug}");
+    assert!(debug.contains(&format!("base: {:#x}", e.base)) && debug.contains("name: x[0:4]"), "{debug}");
+    let shown = e.to_string();
+    assert!(shown.contains(&format!("-> device {:#x}, ref count 1 hold count 0", e.device_addr)), "{shown}");
+    Ok(())
+}
+
+#[test]
+fn lines_say_why_a_map_copied_nothing() -> Result<()> {
+    let rt = runtime(InfoFlags::MAPPING_EXISTS)?;
+    let mut a = [0i32; 10];
+    let ap = a.as_mut_ptr();
+    // SAFETY: `a` outlives its mappings; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(ap, 40).named("a")])?;
+        rt.enter_data(0, &[MapItem::to(ap, 40)])?;
+        rt.enter_data(0, &[MapItem::to(ap, 40).always()])?;
+        rt.exit_data(0, &[MapItem::from(ap, 40)])?;
+        rt.exit_data(0, &[MapItem::from(ap, 40)])?;
+    }
+    let lines = rt.take_info();
+    let not_copied: Vec<&String> = lines.iter().filter(|l| l.contains("not copied")).collect();
+    assert_eq!(
+        not_copied,
+        [
+            "device 0: to(a[0:10]) not copied: already present, ref count 1 -> 2 (copies only on creation, or with always)",
+            "device 0: from(a[0:10]) not copied: ref count 3 -> 2 (copies when it reaches 0, or with always)",
+            "device 0: from(a[0:10]) not copied: ref count 2 -> 1 (copies when it reaches 0, or with always)",
+        ],
+        "{lines:#?}"
+    );
+    // The last exit copies: nothing to explain.
+    // SAFETY: as above.
+    unsafe { rt.exit_data(0, &[MapItem::from(ap, 40)])? };
+    assert!(with(&rt.take_info(), &["not copied"]).is_empty());
+
+    // A hold keeps the entry: both counts are given.
+    let region = [MapItem::tofrom(ap, 40).hold().named("a")];
+    // SAFETY: as above.
+    unsafe {
+        rt.target_data_begin(0, &region)?;
+        rt.enter_data(0, &[MapItem::to(ap, 40)])?;
+        rt.exit_data(0, &[MapItem::from(ap, 40)])?;
+        rt.target_data_end(0, &region)?;
+    }
+    let lines = rt.take_info();
+    assert_eq!(
+        with(
+            &lines,
+            &["from(a[0:10]) not copied: ref count 1 -> 0, hold count 1 (copies when both counts reach 0"]
+        )
+        .len(),
+        1,
+        "{lines:#?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_range_half_inside_an_entry_is_reported_as_such() -> Result<()> {
+    let rt = runtime(InfoFlags::ABSENT)?;
+    let mut a = [0i32; 20];
+    let ap = a.as_mut_ptr();
+    // SAFETY: `a` outlives its mapping; nothing is copied back into its second half.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(ap, 40).named("a")])?;
+        rt.exit_data(0, &[MapItem::from(ap.add(5), 40)])?;
+        rt.update(0, UpdateDirection::From, &[(offload::HostRange::new(ap.add(5) as usize, 40), false)])?;
+        rt.exit_data(0, &[MapItem::from(ap.add(12), 8)])?;
+    }
+    let lines = rt.take_info();
+    assert_eq!(
+        lines,
+        [
+            "device 0: target exit data: a[5:10] is not wholly inside mapped a[0:10]; skipped".to_string(),
+            "device 0: target update: a[5:10] is not wholly inside mapped a[0:10]; skipped".to_string(),
+            format!(
+                "device 0: target exit data: {} has no device counterpart; skipped",
+                offload::HostRange::new(ap.wrapping_add(12) as usize, 8)
+            ),
+        ]
+    );
+    // SAFETY: as above.
+    unsafe { rt.exit_data(0, &[MapItem::delete(ap, 40)])? };
+    Ok(())
+}
+
+#[test]
+fn a_refused_construct_still_gets_its_line_then_why() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS)?;
+    let a = [0i32; 4];
+    let line = line!() + 2;
+    // SAFETY: refused before anything is mapped.
+    let r = unsafe { rt.enter_data(0, &[MapItem::to(a.as_ptr(), 16).hold().named("a")]) };
+    let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(!e.is_empty(), "`hold` on `enter data` must be refused");
+    let at = format!("at {}:{line}", file!());
+    assert_eq!(
+        rt.take_info(),
+        [
+            format!("device 0: target enter data {at} with 1 maps: hold, to(a[0:4])"),
+            format!("device 0: target enter data {at} refused: {e}"),
+        ]
+    );
+    // A device that does not exist: the same two lines.
+    let line = line!() + 2;
+    // SAFETY: as above.
+    let r = unsafe { rt.update(7, UpdateDirection::To, &[(offload::HostRange::of(&a), false)]) };
+    let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+    let lines = rt.take_info();
+    let at = format!("at {}:{line}", file!());
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[0].starts_with(&format!("device 7: target update to {at} with 1 ranges: host 0x")));
+    assert_eq!(lines[1], format!("device 7: target update to {at} refused: {e}"));
+    Ok(())
+}
+
+#[test]
+fn device_memory_routines_are_traced_with_the_callers_line() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS)?;
+    let mut h = [0i32; 4];
+    let hp = h.as_mut_ptr() as usize;
+    let line = line!() + 1;
+    let p = rt.target_alloc(64, 1)?;
+    // SAFETY: `p` is 64 bytes of device 1's memory; `h` outlives the association.
+    unsafe {
+        rt.associate_ptr(hp, p, 16, 16, 1)?;
+        rt.disassociate_ptr(hp, 1)?;
+        rt.target_free(p, 1)?;
+    }
+    let at = |n: u32| format!("at {}:{}", file!(), line + n);
+    assert_eq!(
+        rt.take_info(),
+        [
+            format!("device 1: omp_target_alloc {}: 64 bytes -> device {p:#x}", at(0)),
+            format!(
+                "device 1: omp_target_associate_ptr {}: {} -> device {:#x}",
+                at(3),
+                offload::HostRange::new(hp, 16),
+                p + 16
+            ),
+            format!("device 1: omp_target_disassociate_ptr {}: host {hp:#x}", at(4)),
+            format!("device 1: omp_target_free {}: device {p:#x}", at(5)),
+        ]
+    );
+    // A failure says so.
+    // SAFETY: nothing is freed: the address is unknown.
+    let r = unsafe { rt.target_free(0x10, 1) };
+    let lines = rt.take_info();
+    assert!(r.is_err() && lines.len() == 1 && lines[0].contains(": failed: "), "{lines:#?}");
+
+    // A device buffer: made where the program made it, freed at its drop, named so.
+    let line = line!() + 2;
+    {
+        let buf = DeviceBuffer::<i32>::new(&rt.device(0)?, 8)?;
+        let _assoc = buf.associate(&mut h, 0)?;
+    }
+    let lines = rt.take_info();
+    let made = format!("at {}:{line}", file!());
+    let assoc = format!("at {}:{}", file!(), line + 1);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert!(lines[0].starts_with(&format!("device 0: DeviceBuffer::new {made}: 32 bytes -> device 0x")));
+    assert!(lines[1].starts_with(&format!("device 0: DeviceBuffer::associate {assoc}: ")));
+    assert_eq!(
+        lines[2],
+        format!("device 0: omp_target_disassociate_ptr of the Association made {assoc}: host {hp:#x}")
+    );
+    assert!(lines[3]
+        .starts_with(&format!("device 0: omp_target_free of the DeviceBuffer made {made}: device 0x")));
+    Ok(())
+}
+
+#[test]
+fn two_devices_copying_back_overlapping_ranges_are_warned_of() -> Result<()> {
+    let rt = runtime(InfoFlags::RACE)?;
+    let mut a = vec![0i32; 10];
+    let ap = a.as_mut_ptr();
+    // Device 0 maps a[0:6], device 1 a[4:6] (two rows of halo each side of 5).
+    let left = MapItem::tofrom(ap, 24).named("a");
+    // SAFETY: `a` outlives the mappings; the host does not touch it during the calls.
+    let right = MapItem::tofrom(unsafe { ap.add(4) }, 24).named_at("a", 4);
+    // SAFETY: as above.
+    unsafe {
+        rt.enter_data(0, &[left])?;
+        rt.enter_data(1, &[right])?;
+        rt.exit_data(0, &[left])?;
+    }
+    let lines = rt.take_info();
+    assert_eq!(
+        lines,
+        ["device 0: race: the copy back of a[0:6] writes host memory that device 1 has mapped with from as a[4:6]: \
+          whichever copies back last wins; copy back only the part each device owns"]
+    );
+    // `update from` of the part device 1 owns alone: no warning; of its halo: one.
+    // SAFETY: as above.
+    unsafe {
+        rt.update(1, UpdateDirection::From, &[(offload::HostRange::new(ap.add(6) as usize, 16), false)])?;
+        assert!(rt.take_info().is_empty());
+        rt.enter_data(0, &[left])?;
+        rt.update(1, UpdateDirection::From, &[(offload::HostRange::new(ap.add(4) as usize, 8), false)])?;
+        assert_eq!(with(&rt.take_info(), &["device 1: race: the copy back of a[4:2]", "device 0"]).len(), 1);
+        rt.exit_data(1, &[MapItem::release(ap.add(4), 24)])?;
+        rt.exit_data(0, &[MapItem::release(ap, 24)])?;
+    }
+
+    // The other device maps only `to`: it will never copy back, so no warning.
+    // SAFETY: as above.
+    unsafe {
+        rt.enter_data(0, &[left])?;
+        rt.enter_data(1, &[MapItem::to(ap.add(4), 24)])?;
+        rt.exit_data(0, &[left])?;
+        rt.exit_data(1, &[MapItem::release(ap.add(4), 24)])?;
+    }
+    assert!(rt.take_info().is_empty());
+    Ok(())
+}
+
+#[test]
+fn the_race_check_is_off_without_its_bit() -> Result<()> {
+    let rt = runtime(InfoFlags::from_bits(!InfoFlags::RACE.bits()))?;
+    let mut a = vec![0i32; 10];
+    let ap = a.as_mut_ptr();
+    let item = MapItem::tofrom(ap, 40);
+    // SAFETY: `a` outlives the mappings; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[item])?;
+        rt.enter_data(1, &[item])?;
+        rt.exit_data(0, &[item])?;
+        rt.exit_data(1, &[item])?;
+    }
+    assert!(with(&rt.take_info(), &["race"]).is_empty());
+    Ok(())
+}
+
+/// The warning is a `tracing` event at `WARN`: a program's subscriber gets it with
+/// `OFFLOAD_INFO` off.
+#[test]
+fn a_programs_subscriber_gets_the_race_warning_at_warn() -> Result<()> {
+    use std::sync::{Arc, Mutex};
+    type Seen = Arc<Mutex<Vec<(tracing::Level, String)>>>;
+    struct Warnings(Seen);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "message" {
+                        self.0 = format!("{v:?}");
+                    }
+                }
+            }
+            let mut m = Message(String::new());
+            e.record(&mut m);
+            if m.0.contains("race") {
+                self.0.lock().map(|mut s| s.push((*e.metadata().level(), m.0))).unwrap_or(());
+            }
+        }
+    }
+    use tracing_subscriber::layer::SubscriberExt;
+    let seen = Seen::default();
+    let subscriber = tracing_subscriber::registry().with(Warnings(Arc::clone(&seen)));
+    let rt = runtime(InfoFlags::NONE)?;
+    let mut a = vec![0i32; 10];
+    let item = MapItem::tofrom(a.as_mut_ptr(), 40).named("a");
+    tracing::subscriber::with_default(subscriber, || -> Result<()> {
+        // SAFETY: `a` outlives the mappings; the host does not touch it during the calls.
+        unsafe {
+            rt.enter_data(0, &[item])?;
+            rt.enter_data(1, &[item])?;
+            rt.exit_data(0, &[item])?;
+            rt.exit_data(1, &[item])
+        }
+    })?;
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!(seen[0].0, tracing::Level::WARN);
+    assert!(seen[0].1.starts_with("device 0: race: the copy back of a[0:10]"), "{seen:#?}");
+    assert!(rt.take_info().is_empty(), "OFFLOAD_INFO is off");
+    Ok(())
+}
