@@ -8,7 +8,7 @@
 //! own report for each measurement comes with it).
 
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
-use offload::{BackendKind, Kernel, LaunchArg, MapItem, MapType, Runtime, Scalar};
+use offload::{BackendKind, Kernel, LaunchArg, MapItem, MapType, Runtime};
 use offload_benches::{Bench, Budget};
 use std::hint::black_box;
 
@@ -99,7 +99,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         table.push(("enter + exit of a present 4 KiB range".into(), label.clone(), t, "2.7-3.6 us"));
         if gpu {
-            let args = [LaunchArg::mapped(xp), LaunchArg::Value(Scalar::U64(1024))];
+            // `n` follows the arguments by the Kernel convention.
+            let args = [LaunchArg::mapped(xp)];
             let tofrom = [MapItem::tofrom(xp, bytes)];
             rt.device(d)?.prepare(&INC)?;
             let t = b.wall(&format!("target_1_present_arg/{d}"), Budget::FAST, || {

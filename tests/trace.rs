@@ -182,6 +182,45 @@ fn a_region_and_an_enter_exit_pair_make_a_timeline() -> Result<()> {
 }
 
 #[test]
+fn every_backend_times_its_queues_on_the_device() {
+    let path = TempPath::new("backends");
+    let file = path.0.clone();
+    offload_tests::on_every_backend(
+        "timeline",
+        1,
+        move |b| b.trace_file(&file),
+        |rt| {
+            let dev = rt.device(0)?;
+            let mut x = vec![1i32; 1 << 18];
+            dev.data(map::tofrom(&mut x), |v| offload_kernels::fill_i32(&dev, 4, v))?;
+            offload_tests::check!(x.iter().all(|&v| v == 4));
+            rt.flush_trace()?;
+            let t = Timeline::read(&path);
+            let constructs = t.of(1, "X", Some("construct"));
+            // The region's two halves and the kernel's target construct.
+            offload_tests::check!(constructs.len() == 3);
+            let first = constructs.iter().map(|c| ts(c)).fold(f64::INFINITY, f64::min);
+            let last = constructs.iter().map(|c| ts(c) + dur(c)).fold(0.0, f64::max);
+            let spans: Vec<&Value> =
+                t.of(1, "X", Some("copy")).into_iter().chain(t.of(1, "X", Some("kernel"))).collect();
+            // The copy in, the kernel and the copy back, each timed on its queue, caused by a
+            // construct, and (the region waits for its copy back) inside the constructs' time,
+            // to the anchor's error of a few microseconds.
+            offload_tests::check!(spans.len() == 3);
+            for e in spans {
+                let queue = t.named("thread_name", 1, e["tid"].as_u64()).unwrap_or_default();
+                offload_tests::check!(queue.ends_with(" queue"));
+                offload_tests::check!(t.cause_of(e).is_some());
+                offload_tests::check!(first - 50.0 <= ts(e) && ts(e) + dur(e) <= last + 50.0);
+            }
+            let copies = t.of(1, "X", Some("copy"));
+            offload_tests::check!(copies.iter().all(|c| c["args"]["bytes"] == 1 << 20 && dur(c) > 0.0));
+            Ok(())
+        },
+    );
+}
+
+#[test]
 fn the_counters_are_the_table_and_the_pool_after_each_construct() -> Result<()> {
     let path = TempPath::new("counters");
     let rt = builder().trace_file(&path.0).build()?;
@@ -274,6 +313,28 @@ fn pipelines_and_nowait_work_are_drawn_on_the_device_queues() -> Result<()> {
     assert_eq!(kernels, 6 + 1);
     let z_copies = t.of(2, "X", Some("copy")).into_iter().filter(|c| c["args"]["bytes"] == 2048 * 4).count();
     assert_eq!(z_copies, 2);
+    Ok(())
+}
+
+#[test]
+fn a_copy_between_devices_is_a_slice_of_the_destination() -> Result<()> {
+    let path = TempPath::new("memcpy");
+    let rt = builder().trace_file(&path.0).build()?;
+    let (a, b) = (rt.target_alloc(4096, 0)?, rt.target_alloc(4096, 1)?);
+    // SAFETY: both are live 4096-byte allocations of their devices, freed once, after the copy.
+    unsafe {
+        rt.target_memcpy(b, a, 4096, 0, 0, 1, 0)?;
+        rt.target_free(a, 0)?;
+        rt.target_free(b, 1)?;
+    }
+    rt.flush_trace()?;
+    let t = Timeline::read(&path);
+    let copies = t.of(2, "X", Some("copy"));
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0]["args"]["direction"], "device->device");
+    assert_eq!(copies[0]["args"]["bytes"], 4096);
+    assert_eq!(t.named("thread_name", 2, copies[0]["tid"].as_u64()).as_deref(), Some("copy-in queue"));
+    assert!(t.of(2, "i", Some("memcpy")).len() == 1, "the routine's line, on the destination");
     Ok(())
 }
 

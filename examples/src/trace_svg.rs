@@ -102,6 +102,8 @@ pub enum Kind {
     DeviceToDevice,
     /// A copy of no known direction.
     Copy,
+    /// A copy a host thread waited for (`host copy`: the thread's time, beside the queue's).
+    HostCopy,
     /// A kernel's run.
     Kernel,
     /// A matrix product (cuBLAS or the host devices' own).
@@ -114,11 +116,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in the legend's order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::HostToDevice,
         Kind::DeviceToHost,
         Kind::DeviceToDevice,
         Kind::Copy,
+        Kind::HostCopy,
         Kind::Kernel,
         Kind::Gemm,
         Kind::Construct,
@@ -139,6 +142,8 @@ impl Kind {
             } else {
                 Kind::Copy
             }
+        } else if has("host copy") {
+            Kind::HostCopy
         } else if has("kernel") {
             Kind::Kernel
         } else if has("gemm") {
@@ -157,6 +162,7 @@ impl Kind {
             Kind::DeviceToHost => "copy device->host",
             Kind::DeviceToDevice => "copy device->device",
             Kind::Copy => "copy",
+            Kind::HostCopy => "thread waits for a copy",
             Kind::Kernel => "kernel",
             Kind::Gemm => "gemm",
             Kind::Construct => "construct",
@@ -171,6 +177,7 @@ impl Kind {
             Kind::DeviceToHost => "#E69F00",
             Kind::DeviceToDevice => "#CC79A7",
             Kind::Copy => "#56B4E9",
+            Kind::HostCopy => "#A9C6DA",
             Kind::Kernel => "#009E73",
             Kind::Gemm => "#D55E00",
             Kind::Construct => "#7D7F9A",
@@ -181,7 +188,7 @@ impl Kind {
     /// The colour of a label written on its fill.
     fn ink(self) -> &'static str {
         match self {
-            Kind::DeviceToHost | Kind::Copy | Kind::Other => "#111111",
+            Kind::DeviceToHost | Kind::Copy | Kind::HostCopy | Kind::Other => "#111111",
             _ => "#FFFFFF",
         }
     }

@@ -248,6 +248,7 @@ impl<'rt> Device<'rt> {
             })?;
             addrs[i] = addr;
         }
+        d.backend.prepare_blas()?;
         let what = || crate::info::InfoFields { kind: "gemm", kernel: Some("sgemm"), ..Default::default() };
         d.timed(crate::backend::Queue::Compute, what, || d.backend.sgemm(g, addrs[0], addrs[1], addrs[2]))
     }

@@ -69,10 +69,12 @@ pub(crate) struct CudaDevice {
     /// instant beside it; a stamp's time is that instant plus the time between the two
     /// events. Made at the first stamp.
     clock: OnceLock<std::result::Result<(CudaEvent, std::time::Instant), Error>>,
+    /// Timed events for reuse (stamps).
+    timed_events: EventPool,
 }
 
-/// A timed event of a timeline's stamp ([`Backend::stamp`]).
-struct StampEvent(CudaEvent);
+/// A timed event of a timeline's stamp ([`Backend::stamp`]), back to its pool when dropped.
+struct StampEvent(PooledEvent);
 
 /// Events (without timing) kept for reuse: constructs record one per queued piece of work,
 /// and creating and destroying one each time costs more than recording it.
@@ -210,6 +212,7 @@ impl CudaDevice {
             blas: OnceLock::new(),
             events: EventPool::default(),
             clock: OnceLock::new(),
+            timed_events: EventPool::default(),
         })
     }
 
@@ -254,6 +257,22 @@ impl CudaDevice {
         }
         .result()
         .map_err(driver(self.number, "cuLaunchKernel"))
+    }
+
+    /// cuBLAS on the compute stream, made on first use.
+    fn cublas(&self) -> Result<&Mutex<cudarc::cublas::CudaBlas>> {
+        self.blas
+            .get_or_init(|| {
+                // SAFETY: only probes whether the library can be loaded.
+                if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                    return Err("cuBLAS library not found".into());
+                }
+                cudarc::cublas::CudaBlas::new(Arc::clone(&self.compute))
+                    .map(Mutex::new)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Driver { device: self.number, call: "cublasCreate", message: e.clone() })
     }
 
     /// The stream that is queue `q`.
@@ -585,9 +604,14 @@ impl Backend for CudaDevice {
         if let Err(e) = clock {
             return Err(e.clone());
         }
-        let event = timed()?;
-        event.record(self.stream(q)).map_err(driver(self.number, "cuEventRecord (timed)"))?;
-        Ok(Some(Event::new(StampEvent(event))))
+        let reused = self.timed_events.lock().pop();
+        let event = match reused {
+            Some(e) => e,
+            None => timed()?,
+        };
+        let pooled = PooledEvent { event: Some(event), pool: Arc::clone(&self.timed_events) };
+        pooled.get()?.record(self.stream(q)).map_err(driver(self.number, "cuEventRecord (timed)"))?;
+        Ok(Some(Event::new(StampEvent(pooled))))
     }
 
     fn stamp_time(&self, s: &Event, wait: bool) -> Result<Option<std::time::Instant>> {
@@ -595,10 +619,11 @@ impl Backend for CudaDevice {
         let Some(Ok((anchor, at))) = self.clock.get() else {
             return Err(foreign_event(self.number));
         };
-        if !wait && !s.0.try_is_complete().map_err(driver(self.number, "cuEventQuery"))? {
+        let s = s.0.get()?;
+        if !wait && !s.try_is_complete().map_err(driver(self.number, "cuEventQuery"))? {
             return Ok(None);
         }
-        let ms = anchor.elapsed_ms(&s.0).map_err(driver(self.number, "cuEventElapsedTime"))?;
+        let ms = anchor.elapsed_ms(s).map_err(driver(self.number, "cuEventElapsedTime"))?;
         Ok(Some(*at + std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)))
     }
 
@@ -697,21 +722,13 @@ impl Backend for CudaDevice {
     fn has_blas(&self) -> bool {
         true
     }
+    fn prepare_blas(&self) -> Result<()> {
+        self.cublas().map(drop)
+    }
+
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         let fail = |message: String| Error::Driver { device: self.number, call: "cublasSgemm", message };
-        let blas = self
-            .blas
-            .get_or_init(|| {
-                // SAFETY: only probes whether the library can be loaded.
-                if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-                    return Err("cuBLAS library not found".into());
-                }
-                cudarc::cublas::CudaBlas::new(Arc::clone(&self.compute))
-                    .map(Mutex::new)
-                    .map_err(|e| e.to_string())
-            })
-            .as_ref()
-            .map_err(|e| fail(e.clone()))?;
+        let blas = self.cublas()?;
         let int =
             |v: usize| i32::try_from(v).map_err(|_| fail(format!("dimension {v} exceeds cuBLAS's int")));
         let op = |t: bool| {

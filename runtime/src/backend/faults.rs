@@ -354,6 +354,9 @@ impl Backend for Faulty {
     fn has_blas(&self) -> bool {
         self.inner.has_blas()
     }
+    fn prepare_blas(&self) -> Result<()> {
+        self.inner.prepare_blas()
+    }
     fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
         self.check(FaultKind::Launch)?;
         self.inner.enqueue_sgemm(g, a, b, c)

@@ -588,6 +588,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Makes the device's BLAS handle now, when it has one to make (before a GEMM's
+    /// timeline span, so that the span is the GEMM's, not the library's start).
+    fn prepare_blas(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Enqueues `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` on the
     /// compute queue (GPUs: cuBLAS, no TF32; host devices: a straightforward parallel
     /// product). Backends without BLAS ([`Backend::has_blas`]) keep this default, which

@@ -4,10 +4,10 @@
 //! layers above call methods rather than reach into its pool, table and counters.
 
 use super::{BlocksInUse, DeviceState};
-use crate::backend::Place;
+use crate::backend::{Place, Queue};
 use crate::data_env::Entry;
 use crate::error::{Error, HostRange, Result};
-use crate::info::Trace;
+use crate::info::{InfoFields, Trace};
 use crate::memory_pool::Owner;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer
@@ -33,6 +33,31 @@ impl DeviceState {
     /// # Safety
     /// `d..d+len` is this device's memory and `s..s+len` is `src`'s.
     pub(crate) unsafe fn copy_from_peer_device(
+        &self,
+        d: u64,
+        src: &DeviceState,
+        s: u64,
+        len: usize,
+        peer_access: bool,
+    ) -> Result<()> {
+        let what = || InfoFields {
+            kind: "copy",
+            device_addr: Some(d),
+            bytes: Some(len),
+            direction: Some("device->device"),
+            ..InfoFields::default()
+        };
+        // SAFETY: forwarded from the caller.
+        self.timed(Queue::CopyIn, what, || unsafe {
+            self.copy_from_peer_unmeasured(d, src, s, len, peer_access)
+        })
+    }
+
+    /// [`DeviceState::copy_from_peer_device`] without its timeline span.
+    ///
+    /// # Safety
+    /// As [`DeviceState::copy_from_peer_device`].
+    unsafe fn copy_from_peer_unmeasured(
         &self,
         d: u64,
         src: &DeviceState,

@@ -100,7 +100,13 @@ impl Runtime {
         self.check_device_range(MEMCPY, "source", src_device, s, len)?;
         // SAFETY: forwarded from the caller; the device ranges lie in live allocations.
         unsafe { self.copy_bytes(d, dst_device, s, src_device, len)? };
-        self.inner.trace.emit(crate::info::InfoFlags::TRANSFERS, || {
+        let fields = || crate::info::InfoFields {
+            kind: "memcpy",
+            device: Some(if dst_device == self.initial_device() { src_device } else { dst_device }),
+            bytes: Some(len),
+            ..Default::default()
+        };
+        self.inner.trace.event(crate::info::InfoFlags::TRANSFERS, fields, || {
             format!(
                 "omp_target_memcpy {len} bytes, device {src_device} {:#x} -> device {dst_device} {:#x}",
                 src.wrapping_add(src_offset as u64),
