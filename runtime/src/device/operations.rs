@@ -4,10 +4,10 @@
 //! layers above call methods rather than reach into its pool, table and counters.
 
 use super::{BlocksInUse, DeviceState};
-use crate::backend::{Place, Queue};
+use crate::backend::Place;
 use crate::data_env::Entry;
 use crate::error::{Error, HostRange, Result};
-use crate::info::{InfoFields, Trace};
+use crate::info::Trace;
 use crate::memory_pool::Owner;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer
@@ -28,36 +28,12 @@ impl DeviceState {
 
     /// Copies `len` bytes of `src`'s memory at `s` into this device's at `d`: on the device
     /// itself, by peer access when `peer_access` allows and the hardware does, else through
-    /// either device's staging ring, else through a host bounce buffer.
+    /// either device's staging ring, else through a host bounce buffer. (The caller times it,
+    /// a span of this device's copy-in queue.)
     ///
     /// # Safety
     /// `d..d+len` is this device's memory and `s..s+len` is `src`'s.
     pub(crate) unsafe fn copy_from_peer_device(
-        &self,
-        d: u64,
-        src: &DeviceState,
-        s: u64,
-        len: usize,
-        peer_access: bool,
-    ) -> Result<()> {
-        let what = || InfoFields {
-            kind: "copy",
-            device_addr: Some(d),
-            bytes: Some(len),
-            direction: Some("device->device"),
-            ..InfoFields::default()
-        };
-        // SAFETY: forwarded from the caller.
-        self.timed(Queue::CopyIn, what, || unsafe {
-            self.copy_from_peer_unmeasured(d, src, s, len, peer_access)
-        })
-    }
-
-    /// [`DeviceState::copy_from_peer_device`] without its timeline span.
-    ///
-    /// # Safety
-    /// As [`DeviceState::copy_from_peer_device`].
-    unsafe fn copy_from_peer_unmeasured(
         &self,
         d: u64,
         src: &DeviceState,

@@ -140,10 +140,19 @@ impl Runtime {
             (Target::Initial, Target::Device(sd)) => unsafe {
                 sd.copy_from_device(HostRange::new(d as usize, len), s)
             },
-            // SAFETY: forwarded from the caller: both ranges are their devices' memory.
-            (Target::Device(dd), Target::Device(sd)) => unsafe {
-                dd.copy_from_peer_device(d, sd, s, len, self.peer_access())
-            },
+            // A span of the destination's copy-in queue on the timeline.
+            (Target::Device(dd), Target::Device(sd)) => {
+                let what = || crate::info::InfoFields {
+                    kind: "copy",
+                    device_addr: Some(d),
+                    bytes: Some(len),
+                    direction: Some("device->device"),
+                    ..Default::default()
+                };
+                // SAFETY: forwarded from the caller: both ranges are their devices' memory.
+                let copy = || unsafe { dd.copy_from_peer_device(d, sd, s, len, self.peer_access()) };
+                dd.timed(crate::backend::Queue::CopyIn, what, copy)
+            }
         }
     }
 
