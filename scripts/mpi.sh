@@ -3,7 +3,8 @@
 # cluster test as one process, then under mpirun -np 3), then runs Jacobi and the 3-D
 # stencil under mpirun -np 2 and -np 3 and compares each run's result line (final norm
 # within 1e-5, grid digest bit for bit) with the single-process run's. Each MPI run also
-# checks its gathered grid against a single-process run itself (-check).
+# checks its gathered grid against a single-process run itself (-check). Then a traced
+# run: one timeline file per rank.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh --mpi
@@ -39,5 +40,22 @@ for run in "${runs[@]}"; do
     compare "mpirun -np $np $run" "$want" "$got"
   done
 done
+# A timeline per rank: OFFLOAD_TRACE=x.json under mpirun -np 2 writes x.rank0.json and
+# x.rank1.json, each a whole trace whose processes carry the rank.
+trace=$(mktemp -d)
+"${mpirun[@]}" -np 2 env OFFLOAD_TRACE="$trace/jacobi.json" ./target/release/examples/jacobi -nx 128 -ny 96 -niter 5 >/dev/null || {
+  echo "FAILED: the traced mpirun"; failed=$((failed + 1)); }
+python3 - "$trace" <<'PY' || failed=$((failed + 1))
+import json, os, sys
+d = sys.argv[1]
+for r in (0, 1):
+    ev = json.load(open(os.path.join(d, f"jacobi.rank{r}.json")))["traceEvents"]
+    names = {e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+    kernels = sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel")
+    assert f"rank {r}: device 0" in names and kernels > 0, (r, names, kernels)
+    print(f"rank {r}: a trace of {len(ev)} events, {kernels} kernels, processes {sorted(names)}")
+assert not os.path.exists(os.path.join(d, "jacobi.json")), "one file for all ranks"
+PY
+rm -rf "$trace"
 echo "mpi runs: $failed failed"
 [ "$failed" -eq 0 ]
