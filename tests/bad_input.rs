@@ -1635,6 +1635,17 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         "operand 0: a view of 16 elements",
         Sgemm { m: 5, lda: 5, ldc: 5, ..G }
     );
+    v.push(case("sgemm: C from a shared borrow", |c: &Ctx<'_>| {
+        let (a, b, cc) = ([1f32; 16], [1f32; 16], [0f32; 16]);
+        let dev = ok(c.rt.device(c.dev))?;
+        ok(dev.data((map::to(&a), map::to(&b), map::to(&cc)), |(va, vb, vc)| {
+            Ok(expect!(
+                dev.sgemm(&G, va, vb, vc),
+                Error::InvalidArgument { routine: "sgemm", .. },
+                "operand 2 (C) is written, but its view"
+            ))
+        }))?
+    }));
     v.push(case("sgemm: an operand of another device", |c: &Ctx<'_>| {
         let Some(o) = c.other else { return Ok(Outcome::NeedsTwoDevices) };
         let (a, b, mut cc) = ([1f32; 16], [1f32; 16], [0f32; 16]);

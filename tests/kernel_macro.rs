@@ -288,6 +288,49 @@ fn a_shared_view_for_a_mut_argument_is_refused() {
 }
 
 #[test]
+fn a_host_buffers_shared_view_is_device_scratch_that_kernels_may_write() {
+    on_every_device("generated kernel and sgemm writing device scratch", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x = vec![2.0f32; 16];
+        let mut y = offload::HostBuffer::from_slice(rt, &[1.0f32; 16])?;
+        y.enter(d, offload::MapType::TO)?;
+        gpu.data(map::to(&x), |xv| saxpy::launch(&gpu, 16, 3.0, xv, y.shared_view(d)))?;
+        rt.synchronize(d)?;
+        check!(y.iter().all(|&v| v == 1.0), "the host's copy is untouched until brought back");
+        y.update_from(d)?;
+        check!(y.iter().all(|&v| v == 7.0), "{:?}", &y[..]);
+        // C (4 x 4) = A B with A all 1 and B all 0.5: each element 4 * 0.5 = 2 (HIP has
+        // no BLAS bound yet: NoKernelImpl).
+        {
+            let (a, b) = (vec![1.0f32; 16], vec![0.5f32; 16]);
+            let g = offload::Sgemm {
+                transa: false,
+                transb: false,
+                m: 4,
+                n: 4,
+                k: 4,
+                alpha: 1.0,
+                lda: 4,
+                ldb: 4,
+                beta: 0.0,
+                ldc: 4,
+            };
+            match gpu.data((map::to(&a), map::to(&b)), |(av, bv)| gpu.sgemm(&g, av, bv, y.shared_view(d))) {
+                Err(Error::NoKernelImpl { kernel: "sgemm", .. }) => {}
+                r => {
+                    r?;
+                    y.update_from(d)?;
+                    check!(y.iter().all(|&v| v == 2.0), "{:?}", &y[..]);
+                }
+            }
+        }
+        y.exit(d, offload::MapType::RELEASE)?;
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
 fn generated_kernels_launch_in_nowait_scopes() {
     on_every_device("generated kernel in a nowait scope", |rt, d| {
         let n = 4096;

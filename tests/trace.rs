@@ -149,6 +149,10 @@ fn a_region_and_an_enter_exit_pair_make_a_timeline() -> Result<()> {
         assert!(constructs.len() >= 2, "device {}: constructs {constructs:?}", pid - 1);
         let at: Vec<&str> = constructs.iter().filter_map(|e| e["args"]["at"].as_str()).collect();
         assert!(at.len() == constructs.len() && at.iter().all(|a| a.starts_with("tests/")), "{at:?}");
+        // A launch names its kernel's arguments, and its geometry is traced beside it.
+        let launches = t.of(pid, "i", Some("launch"));
+        assert!(launches.iter().all(|l| l["args"]["message"].as_str().is_some_and(|m| m.contains("args ["))));
+        assert_eq!(t.of(pid, "i", Some("launch geometry")).len(), launches.len(), "{launches:?}");
         // What the calling thread did lies inside its construct's span.
         for e in t.of(pid, "X", Some("host copy")).into_iter().chain(t.of(pid, "i", Some("launch"))) {
             assert!(t.construct_around(e).is_some(), "device {}: {e} is in no construct", pid - 1);
@@ -311,6 +315,13 @@ fn pipelines_and_nowait_work_are_drawn_on_the_device_queues() -> Result<()> {
     }
     // One kernel per batch, and the nowait scope's.
     assert_eq!(kernels, 6 + 1);
+    // Every construct, the pipeline's own included, is where the program called it.
+    let at: HashSet<&str> =
+        t.0.iter()
+            .filter(|e| e["cat"] == "construct" && e["ph"] == "X")
+            .filter_map(|e| e["args"]["at"].as_str())
+            .collect();
+    assert!(!at.is_empty() && at.iter().all(|a| a.starts_with("tests/trace.rs:")), "{at:?}");
     let z_copies = t.of(2, "X", Some("copy")).into_iter().filter(|c| c["args"]["bytes"] == 2048 * 4).count();
     assert_eq!(z_copies, 2);
     Ok(())

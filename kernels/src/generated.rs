@@ -61,6 +61,12 @@ pub fn bias_act(i: usize, features: usize, relu: bool, y: &mut [f32], bias: &[f3
     y[i] = if relu { s.max(0.0) } else { s };
 }
 
+/// `y[i] = max(y[i], 0)`: ReLU in place.
+#[offload::kernel]
+pub fn relu(i: usize, y: &mut [f32]) {
+    y[i] = y[i].max(0.0);
+}
+
 /// One Jacobi step at interior point `(iy, ix)` of a grid of `nx` columns whose computed
 /// rows end at `iy_end`: `a_new` gets the 5-point average of `a` (in the order of NVIDIA's
 /// kernel, so every variant gives the same bits), `norm` the squared update, and
@@ -183,7 +189,7 @@ pub fn stencil7_step(z: usize, y: usize, x: usize, ny: usize, nx: usize, a: &[f3
 }
 
 /// Every generated kernel of this module, both variants (plain and bounds-checked).
-pub fn all() -> [&'static offload::Kernel; 20] {
+pub fn all() -> [&'static offload::Kernel; 22] {
     [
         &fill_f32::KERNEL,
         &fill_i32::KERNEL,
@@ -192,6 +198,7 @@ pub fn all() -> [&'static offload::Kernel; 20] {
         &saxpy::KERNEL,
         &sum_f32::KERNEL,
         &bias_act::KERNEL,
+        &relu::KERNEL,
         &jacobi_step::KERNEL,
         &jacobi_teams::KERNEL,
         &stencil7_step::KERNEL,
@@ -202,6 +209,7 @@ pub fn all() -> [&'static offload::Kernel; 20] {
         &saxpy::KERNEL_CHECKED,
         &sum_f32::KERNEL_CHECKED,
         &bias_act::KERNEL_CHECKED,
+        &relu::KERNEL_CHECKED,
         &jacobi_step::KERNEL_CHECKED,
         &jacobi_teams::KERNEL_CHECKED,
         &stencil7_step::KERNEL_CHECKED,

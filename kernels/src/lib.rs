@@ -50,7 +50,10 @@
 //! ```
 
 pub mod generated;
+mod layers;
 pub mod stencil;
+
+pub use layers::{linear, Activation, Linear};
 
 use offload::{Device, DeviceSlice, Error, HostLaunch, Kernel, Result};
 use rayon::prelude::*;

@@ -462,10 +462,9 @@ impl ChromeTraceLayer {
                     ("construct", _, _) => f.construct_name().unwrap_or_else(|| kind.to_string()),
                     _ => kind.to_string(),
                 };
-                // The line only where the fields do not say it all.
-                let line =
-                    !matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists" | "launch");
-                let args = f.args(false, line);
+                // The line where it was written (the tracer leaves it empty where the fields
+                // say it all: `Trace::event`).
+                let args = f.args(false, true);
                 let e = TraceEvent {
                     ph: "i",
                     name: &name,
@@ -562,7 +561,7 @@ impl Fields {
                 "gb_per_s",
                 if rate { gb_per_s(self.bytes, self.micros.unwrap_or(0.0)).map(Arg::F) } else { None },
             ),
-            ("message", if line { text(&self.message) } else { None }),
+            ("message", self.message.as_ref().filter(|m| line && !m.is_empty()).map(|m| Arg::S(m.clone()))),
         ];
         args.extend(named.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
         args

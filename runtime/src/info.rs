@@ -370,6 +370,7 @@ const FILE_FLAGS: InfoFlags = InfoFlags::from_bits(
     InfoFlags::KERNEL_ARGS.bits()
         | InfoFlags::MAPPING_EXISTS.bits()
         | InfoFlags::ENTRIES.bits()
+        | InfoFlags::LAUNCH.bits()
         | InfoFlags::TRANSFERS.bits()
         | InfoFlags::RACE.bits()
         | TIMELINE.bits(),
@@ -607,8 +608,7 @@ impl Trace {
     /// Whether the trace file draws events of bit `flag` and `kind` from their fields alone
     /// (it keeps the line of the others: constructs' map lists, failures, reports).
     fn file_has_fields(flag: InfoFlags, kind: &str) -> bool {
-        flag == TIMELINE
-            || matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists" | "launch")
+        flag == TIMELINE || matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists")
     }
 
     /// Reports `line` whatever the bits (live mappings at shutdown), at `WARN`: written by

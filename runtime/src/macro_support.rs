@@ -466,15 +466,15 @@ macro_rules! reducible_float {
 }
 reducible_float!(f32, f64);
 
-/// An error unless `view`, given for the `&mut` argument `name` (position `index` after
-/// the indices) of `kernel`, is writable.
+/// An error unless kernels may write `view` ([`DeviceSlice::device_writable`]), given for
+/// the `&mut` argument `name` (position `index` after the indices) of `kernel`.
 pub fn check_writable<T>(
     kernel: &'static str,
     index: usize,
     name: &str,
     view: &DeviceSlice<'_, T>,
 ) -> Result<()> {
-    if view.is_writable() {
+    if view.device_writable() {
         return Ok(());
     }
     Err(Error::KernelArgument {

@@ -302,7 +302,17 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         maps: L,
         after: &[&Task],
     ) -> Result<(Task, L::Views)> {
-        let at = Location::caller();
+        self.enter_at(device, maps, after, Location::caller())
+    }
+
+    /// [`NowaitScope::enter`] as called from `at` (a pipeline's caller).
+    pub(crate) fn enter_at<L: MapList<'scope> + Send + 'scope>(
+        &'scope self,
+        device: usize,
+        maps: L,
+        after: &[&Task],
+        at: &'static Location<'static>,
+    ) -> Result<(Task, L::Views)> {
         let views = maps.views(device, false);
         let entered = crate::api::entry_items(self.rt, device, &maps)?;
         let rt = self.rt;
@@ -347,8 +357,8 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
     }
 
     /// The body of `exit` and `cleanup` (a plain exit never runs after a failed dependency,
-    /// so for it `before` is always `Ok`).
-    fn unmap<V: ExitList + Send + 'scope>(
+    /// so for it `before` is always `Ok`), as called from `at`.
+    pub(crate) fn unmap<V: ExitList + Send + 'scope>(
         &'scope self,
         device: usize,
         views: V,

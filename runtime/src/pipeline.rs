@@ -13,21 +13,18 @@
 //!
 //! ```
 //! use offload::pipeline::Pipeline;
-//! use offload::{HostLaunch, Kernel, Runtime};
+//! use offload::Runtime;
 //!
-//! fn double(l: &HostLaunch<'_>) -> Result<(), String> {
-//!     // SAFETY: argument 0 (input) and 1 (output) are distinct ranges of n f32.
-//!     let (x, y) = unsafe { (l.slice::<f32>(0, l.n())?, l.slice_mut::<f32>(1, l.n())?) };
-//!     y.iter_mut().zip(x).for_each(|(y, x)| *y = 2.0 * x);
-//!     Ok(())
+//! #[offload::kernel]
+//! fn twice(i: usize, x: &[f32], y: &mut [f32]) {
+//!     y[i] = 2.0 * x[i];
 //! }
-//! static DOUBLE: Kernel = Kernel::new("double").with_host(double);
 //!
 //! let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
 //! let inputs: Vec<Vec<f32>> = (0..10).map(|b| vec![b as f32; 256]).collect();
 //! let mut outputs = vec![vec![0f32; 256]; 10];
 //! let report = Pipeline::new(&rt, &[0, 1], 2)?.run(&inputs, &mut outputs, |dev, _batch, x, y| {
-//!     dev.launch(&DOUBLE, 256, (x, y))
+//!     twice::launch(dev, 256, x, y)
 //! })?;
 //! assert!(outputs.iter().enumerate().all(|(b, o)| o.iter().all(|&v| v == 2.0 * b as f32)));
 //! assert_eq!(report.batches_per_device.iter().sum::<usize>(), 10);
@@ -35,6 +32,7 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -46,7 +44,7 @@ use crate::data_env::{MapItem, MapType};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::nowait::Task;
-use crate::runtime::Runtime;
+use crate::runtime::{MapConstruct, Runtime};
 
 /// Streams batches through devices; see the module documentation.
 #[derive(Debug)]
@@ -85,6 +83,8 @@ impl<'rt> Pipeline<'rt> {
 
     /// Runs every batch: `inputs[i]` is copied in, `compute(device, i, input, output)` runs
     /// on the device's compute lane, and the output view is copied back into `outputs[i]`.
+    /// Each batch's constructs are traced at the caller's location.
+    #[track_caller]
     pub fn run<In, Out, I, O, F>(&self, inputs: &[I], outputs: &mut [O], compute: F) -> Result<PipelineReport>
     where
         In: DeviceCopy,
@@ -99,7 +99,7 @@ impl<'rt> Pipeline<'rt> {
                 what: format!("{} input batches but {} output batches", inputs.len(), outputs.len()),
             });
         }
-        let start = Instant::now();
+        let (start, at) = (Instant::now(), Location::caller());
         let queue = Injector::new();
         (0..inputs.len()).for_each(|i| queue.push(i));
         // Each output is handed out once, by batch index.
@@ -147,7 +147,7 @@ impl<'rt> Pipeline<'rt> {
                             let Some(out) = outs[batch].lock().take() else { continue };
                             let input = inputs[batch].as_ref();
                             let maps = (Map::shared(input, MapType::TO), Map::exclusive(out, MapType::FROM));
-                            let (t_in, (x, y)) = match s.enter(device, maps, &[]) {
+                            let (t_in, (x, y)) = match s.enter_at(device, maps, &[], at) {
                                 Ok(v) => v,
                                 Err(e) => {
                                     record(batch, e);
@@ -163,7 +163,7 @@ impl<'rt> Pipeline<'rt> {
                                 }
                             };
                             // Runs even if the computation failed: then it only unmaps.
-                            match s.cleanup(device, (y, x), &[&work]) {
+                            match s.unmap(device, (y, x), &[&work], true, at) {
                                 Ok(done) => {
                                     *counts[slot_owner].lock() += 1;
                                     in_flight.push_back((batch, work, done));
@@ -188,6 +188,7 @@ impl<'rt> Pipeline<'rt> {
 
     /// The same batches without overlap, for comparison: each batch is mapped, computed and
     /// unmapped before the next starts, on the first device.
+    #[track_caller]
     pub fn run_serially<In, Out, I, O, F>(
         &self,
         inputs: &[I],
@@ -201,18 +202,18 @@ impl<'rt> Pipeline<'rt> {
         O: AsMut<[Out]>,
         F: Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()>,
     {
-        let start = Instant::now();
+        let (start, at) = (Instant::now(), Location::caller());
         let dev = self.rt.device(self.devices[0])?;
         for (batch, (input, output)) in inputs.iter().zip(outputs.iter_mut()).enumerate() {
             let (x, y) = (input.as_ref(), output.as_mut());
             let items = [MapItem::slice(x, MapType::TO), MapItem::slice(y, MapType::ALLOC)];
             // SAFETY: `x` and `y` are borrowed (shared, exclusive) until the exit below.
-            unsafe { self.rt.enter_data(dev.number(), &items)? };
+            unsafe { self.rt.map_construct_at(MapConstruct::EnterData, dev.number(), &items, at)? };
             let r = compute(&dev, batch, view_of(x, dev.number(), false), view_of(y, dev.number(), true));
             let kind = if r.is_ok() { MapType::FROM } else { MapType::RELEASE };
             let exit = [MapItem::slice_mut(y, kind), MapItem::slice(x, MapType::RELEASE)];
             // SAFETY: as above; `y` is exclusively borrowed for the copy back.
-            unsafe { self.rt.exit_data(dev.number(), &exit)? };
+            unsafe { self.rt.map_construct_at(MapConstruct::ExitData, dev.number(), &exit, at)? };
             r.map_err(|e| Error::Batch { batch, source: Box::new(e) })?;
         }
         Ok(start.elapsed())

@@ -151,6 +151,7 @@ unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
             host: self.item.range.begin,
             len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
             writable: self.writable,
+            scratch: false,
             on_exit: match (by_guard, copies_back) {
                 (true, _) => ViewExit::Refuse,
                 (false, true) => ViewExit::CopyBack,

@@ -200,8 +200,8 @@ impl<'rt> Device<'rt> {
     }
 
     /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on
-    /// GPUs (no TF32), a parallel product on host devices. Each view must span its
-    /// operand.
+    /// GPUs (no TF32), `matrixmultiply`'s kernel over the device's threads on host devices.
+    /// Each view must span its operand, and C's must be writable (not of a shared borrow).
     pub fn sgemm(
         &self,
         g: &crate::backend::Sgemm,
@@ -222,6 +222,19 @@ impl<'rt> Device<'rt> {
         if !d.backend.has_blas() {
             let kind = d.backend.description().kind;
             return Err(Error::NoKernelImpl { device: self.number, kernel: "sgemm", backend: kind.name() });
+        }
+        // C is written: as for a generated kernel's `&mut` argument (`check_writable`), only
+        // a writable view or device scratch.
+        if !c.device_writable() {
+            return Err(Error::InvalidArgument {
+                routine: "sgemm",
+                what: format!(
+                    "operand 2 (C) is written, but its view {} comes from a shared borrow; pass a \
+                     writable view (map::from, map::tofrom, map::to_mut, map::alloc_mut, HostBuffer::view) \
+                     or device scratch (HostBuffer::shared_view)",
+                    c.host_range()
+                ),
+            });
         }
         // The operands stay allocated until the product is done.
         let mut in_use = crate::device::BlocksInUse::new(d);

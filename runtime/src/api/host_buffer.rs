@@ -191,15 +191,19 @@ impl<T: DeviceCopy> HostBuffer<T> {
         self.pinned_by.is_some()
     }
 
-    /// A view for kernels on `device` through a shared borrow: kernels may write the
-    /// device's copy; bringing it back to the host takes `&mut self` (`exit`,
-    /// `update_from`).
+    /// A view for kernels on `device` through a shared borrow, as device scratch: kernels
+    /// may write the device's copy (a generated kernel's `&mut` argument and
+    /// [`Device::sgemm`](crate::Device::sgemm)'s C take it); bringing it back to the host
+    /// takes `&mut self` (`exit`, `update_from`). On the initial device, where a view is
+    /// host memory itself, a kernel gets a private copy of it instead, so nothing is ever
+    /// written through the `&`.
     pub fn shared_view(&self, device: usize) -> DeviceSlice<'_, T> {
         DeviceSlice {
             device,
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: false,
+            scratch: true,
             on_exit: ViewExit::Release,
             _borrow: PhantomData,
         }
@@ -212,6 +216,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             host: self.ptr.as_ptr() as usize,
             len: self.len,
             writable: true,
+            scratch: false,
             on_exit: ViewExit::CopyBack,
             _borrow: PhantomData,
         }

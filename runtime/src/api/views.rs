@@ -30,6 +30,9 @@ pub struct DeviceSlice<'a, T> {
     pub(super) host: usize,
     pub(super) len: usize,
     pub(super) writable: bool,
+    /// Kernels may write the device's copy though the borrow is shared (a
+    /// [`crate::HostBuffer::shared_view`]: device scratch, never copied back through it).
+    pub(super) scratch: bool,
     /// What an exit through the view ([`crate::NowaitScope::exit`]) does.
     pub(crate) on_exit: ViewExit,
     pub(super) _borrow: PhantomData<&'a [T]>,
@@ -62,6 +65,14 @@ impl<'a, T> DeviceSlice<'a, T> {
     /// buffers, distributed arrays), so the device's data may be copied back into it.
     pub fn is_writable(&self) -> bool {
         self.writable
+    }
+
+    /// Whether kernels may write the device's copy through this view: a writable view, or a
+    /// [`crate::HostBuffer::shared_view`] (device scratch: what kernels write there stays on
+    /// the device until the buffer's owner brings it back with `&mut`). A generated
+    /// kernel's `&mut` argument and [`crate::Device::sgemm`]'s C take only such views.
+    pub fn device_writable(&self) -> bool {
+        self.writable || self.scratch
     }
 
     /// Whether an exit through this view ([`crate::NowaitScope::exit`]) copies the device's
@@ -196,6 +207,7 @@ pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<
         host: s.as_ptr() as usize,
         len: s.len(),
         writable,
+        scratch: false,
         on_exit: if writable { ViewExit::CopyBack } else { ViewExit::Release },
         _borrow: PhantomData,
     }

@@ -601,16 +601,54 @@ impl Backend for HostDevice {
     }
 }
 
-/// Column-major SGEMM on the host, one column of C per task.
+/// Column-major SGEMM on the host (BLAS's convention, as cuBLAS takes it): `matrixmultiply`'s
+/// packed, vectorised kernel, one block of C's columns per task of the device's kernel pool.
+/// `a`, `b` and `c` span exactly what [`Sgemm::extents`] says.
 fn host_sgemm(pool: &rayon::ThreadPool, g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     use rayon::prelude::*;
-    let at = |i: usize, p: usize| if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] };
-    let bt = |p: usize, j: usize| if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] };
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    // Strides of op(A) (m x k), op(B) (k x n) and C (m x n), column-major.
+    let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
+    let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
+    // Blocks of whole columns, about one per thread, at least 16 columns each.
+    let cols = g.n.div_ceil(pool.current_num_threads().max(1)).max(16);
+    let (a, b) = (a.as_ptr() as usize, b.as_ptr() as usize);
     pool.install(|| {
-        c.par_chunks_mut(g.ldc).take(g.n).enumerate().for_each(|(j, col)| {
-            for (i, out) in col.iter_mut().take(g.m).enumerate() {
-                let dot: f32 = (0..g.k).map(|p| at(i, p) * bt(p, j)).sum();
-                *out = g.alpha * dot + if g.beta == 0.0 { 0.0 } else { g.beta * *out };
+        c.par_chunks_mut(g.ldc * cols).enumerate().for_each(|(block, out)| {
+            let j0 = block * cols;
+            let n = cols.min(g.n - j0);
+            if g.k == 0 {
+                // op(A) op(B) is zero: C = beta C (C not read when beta is 0, as BLAS says).
+                for j in 0..n {
+                    for v in &mut out[j * g.ldc..j * g.ldc + g.m] {
+                        *v = if g.beta == 0.0 { 0.0 } else { g.beta * *v };
+                    }
+                }
+                return;
+            }
+            // SAFETY: `extents` bounds every element op(A), op(B) and C reach by these strides
+            // within `a`, `b` and `c` (checked against the device's allocations by the
+            // caller); this block's columns j0..j0+n of C lie in `out`, which no other task
+            // touches; B's columns start at j0 * csb elements in.
+            unsafe {
+                matrixmultiply::sgemm(
+                    g.m,
+                    g.k,
+                    n,
+                    g.alpha,
+                    a as *const f32,
+                    rsa as isize,
+                    csa as isize,
+                    (b as *const f32).add(j0 * csb),
+                    rsb as isize,
+                    csb as isize,
+                    g.beta,
+                    out.as_mut_ptr(),
+                    1,
+                    g.ldc as isize,
+                )
             }
         })
     });
@@ -638,6 +676,62 @@ pub(crate) mod tests {
         let topo = Arc::new(crate::topology::Topology::system());
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
         HostDevice::new(0, 0, capacity, worker, pool, true)
+    }
+
+    #[test]
+    fn sgemm_agrees_with_a_reference_in_f64_on_every_shape() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let shapes = [(1, 1, 1), (7, 5, 3), (33, 70, 17), (64, 64, 64), (5, 100, 0), (130, 3, 41)];
+        for (m, n, k) in shapes {
+            for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (alpha, beta) in [(1.0, 0.0), (0.5, -2.0)] {
+                    // Leading dimensions with room to spare, as a sub-matrix's are.
+                    let ra = if transa { k } else { m };
+                    let rb = if transb { n } else { k };
+                    let g =
+                        Sgemm { transa, transb, m, n, k, alpha, lda: ra + 2, ldb: rb + 1, beta, ldc: m + 3 };
+                    let (ea, eb, ec) = g.extents().unwrap();
+                    let a: Vec<f32> = (0..ea).map(|_| random()).collect();
+                    let b: Vec<f32> = (0..eb).map(|_| random()).collect();
+                    let c0: Vec<f32> = (0..ec).map(|_| random()).collect();
+                    let mut c = c0.clone();
+                    host_sgemm(&pool, &g, &a, &b, &mut c);
+                    let at = |i: usize, p: usize| {
+                        f64::from(if transa { a[p + i * g.lda] } else { a[i + p * g.lda] })
+                    };
+                    let bt = |p: usize, j: usize| {
+                        f64::from(if transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] })
+                    };
+                    for j in 0..n {
+                        for i in 0..m {
+                            let dot: f64 = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
+                            let want =
+                                f64::from(alpha) * dot + f64::from(beta) * f64::from(c0[i + j * g.ldc]);
+                            let got = f64::from(c[i + j * g.ldc]);
+                            assert!(
+                                (got - want).abs() <= 1e-5 * (1.0 + k as f64),
+                                "{g:?} at ({i}, {j}): {got} vs {want}"
+                            );
+                        }
+                        // Rows past m of each column are not C's: untouched.
+                        for i in m..g.ldc.min(ec - j * g.ldc) {
+                            assert_eq!(
+                                c[i + j * g.ldc],
+                                c0[i + j * g.ldc],
+                                "{g:?}: row {i} of column {j} written"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,89 @@
+//! The host devices' GEMM (`Device::sgemm` on a host device: `matrixmultiply`'s packed
+//! kernel, one block of C's columns per thread of the device's kernel pool) beside the
+//! product it replaced (one column of C per task, each element a dot product read through
+//! the operands' strides) and a one-thread `i-p-j` loop, on square fp32 matrices of random
+//! values; GFLOP/s from the median of criterion's samples, the same pool size for the
+//! first two.
+//!
+//! `cargo bench -p offload-benches --bench host_gemm` (prints the table of
+//! docs/PERFORMANCE.md).
+
+use offload::Sgemm;
+use offload::{map, Runtime};
+use offload_benches::{Bench, Budget};
+use rayon::prelude::*;
+
+/// The product the host devices used before, as it was: one column of C per task.
+fn column_tasks(g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let at = |i: usize, p: usize| if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] };
+    let bt = |p: usize, j: usize| if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] };
+    c.par_chunks_mut(g.ldc).take(g.n).enumerate().for_each(|(j, col)| {
+        for (i, out) in col.iter_mut().take(g.m).enumerate() {
+            let dot: f32 = (0..g.k).map(|p| at(i, p) * bt(p, j)).sum();
+            *out = g.alpha * dot;
+        }
+    });
+}
+
+/// One thread, the loop order a C programmer writes first for column-major data.
+fn one_thread(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    c.fill(0.0);
+    for j in 0..n {
+        for p in 0..n {
+            let bpj = b[p + j * n];
+            for i in 0..n {
+                c[i + j * n] += a[i + p * n] * bpj;
+            }
+        }
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !offload_benches::measuring() {
+        return Ok(());
+    }
+    let rt = Runtime::builder().gpus(false).host_devices(1).build()?;
+    let dev = rt.device(0)?;
+    let threads = rayon::current_num_threads();
+    let mut bench = Bench::new("host_gemm");
+    let mut rows = Vec::new();
+    let budget = Budget { samples: 10, flat: true, ..Budget::SLOW };
+    for n in [256usize, 512, 1024, 2048] {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let a: Vec<f32> = (0..n * n).map(|_| random()).collect();
+        let b: Vec<f32> = (0..n * n).map(|_| random()).collect();
+        let mut c = vec![0f32; n * n];
+        let g = Sgemm {
+            transa: false,
+            transb: false,
+            m: n,
+            n,
+            k: n,
+            alpha: 1.0,
+            lda: n,
+            ldb: n,
+            beta: 0.0,
+            ldc: n,
+        };
+        let flops = 2.0 * (n as f64).powi(3);
+        let ours = dev.data((map::to(&a), map::to(&b), map::alloc_mut(&mut c)), |(va, vb, vc)| {
+            Ok(bench.wall(&format!("sgemm/{n}"), budget, || dev.sgemm(&g, va, vb, vc).expect("sgemm")))
+        })?;
+        let before = bench.wall(&format!("column_tasks/{n}"), budget, || column_tasks(&g, &a, &b, &mut c));
+        let single = (n <= 1024)
+            .then(|| bench.wall(&format!("one_thread/{n}"), budget, || one_thread(n, &a, &b, &mut c)));
+        rows.push((n, flops / ours / 1e9, flops / before / 1e9, single.map(|s| flops / s / 1e9)));
+    }
+    println!("\n| n | host device sgemm | before (column tasks, {threads} threads) | one thread, i-p-j |\n|---|---|---|---|");
+    for (n, ours, before, single) in rows {
+        let single = single.map_or("-".to_string(), |s| format!("{s:.1}"));
+        println!("| {n} | {ours:.1} GFLOP/s | {before:.1} GFLOP/s | {single} GFLOP/s |");
+    }
+    Ok(())
+}

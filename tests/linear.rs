@@ -1,0 +1,131 @@
+//! `offload_kernels::linear`: PyTorch's dense layer (`y = act(x W^T + b)`, row-major, W as
+//! `nn.Linear` holds it) over the device's GEMM, on every device of every backend, against
+//! an f64 reference; and its shape errors, each naming the operand.
+
+use offload::{map, Error, HostBuffer, MapType};
+use offload_kernels::{linear, Activation, Linear};
+use offload_tests::{check, on_every_device};
+
+/// Deterministic values in [-0.5, 0.5).
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// The layer in f64, row by row.
+fn reference(l: Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, act: Activation) -> Vec<f64> {
+    let mut y = Vec::with_capacity(l.rows * l.out_features);
+    for r in 0..l.rows {
+        for o in 0..l.out_features {
+            let dot: f64 = (0..l.in_features)
+                .map(|i| f64::from(x[r * l.in_features + i]) * f64::from(w[o * l.in_features + i]))
+                .sum();
+            let v = dot + b.map_or(0.0, |b| f64::from(b[o]));
+            y.push(if act == Activation::Relu { v.max(0.0) } else { v });
+        }
+    }
+    y
+}
+
+#[test]
+fn a_dense_layer_agrees_with_the_reference_on_every_device() {
+    on_every_device("linear", |rt, d| {
+        let dev = rt.device(d)?;
+        for (l, with_bias, act) in [
+            (Linear { rows: 5, in_features: 7, out_features: 3 }, true, Activation::Relu),
+            (Linear { rows: 64, in_features: 33, out_features: 48 }, true, Activation::Identity),
+            (Linear { rows: 9, in_features: 16, out_features: 16 }, false, Activation::Relu),
+            (Linear { rows: 1, in_features: 4, out_features: 2 }, false, Activation::Identity),
+        ] {
+            let x = values(1, l.rows * l.in_features);
+            let w = values(2, l.out_features * l.in_features);
+            let b = values(3, l.out_features);
+            let mut y = vec![f32::NAN; l.rows * l.out_features];
+            dev.data((map::to(&x), map::to(&w), map::to(&b), map::from(&mut y)), |(xv, wv, bv, yv)| {
+                linear(&dev, l, xv, wv, with_bias.then_some(bv), yv, act)
+            })?;
+            let want = reference(l, &x, &w, with_bias.then_some(&b[..]), act);
+            for (i, (got, want)) in y.iter().zip(&want).enumerate() {
+                let tol = 1e-5 * (1.0 + l.in_features as f64);
+                check!((f64::from(*got) - want).abs() <= tol, "{l:?} element {i}: {got} vs {want}");
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn each_operand_of_the_wrong_size_is_named() {
+    on_every_device("linear shapes", |rt, d| {
+        let dev = rt.device(d)?;
+        let l = Linear { rows: 2, in_features: 3, out_features: 4 };
+        let (x, w, b) = (vec![0f32; 6], vec![0f32; 12], vec![0f32; 4]);
+        let mut y = vec![0f32; 8];
+        let cases: [(&str, Linear, &str); 3] = [
+            ("x", Linear { rows: 3, ..l }, "x has 6 elements; expected rows x in_features = 3 x 3"),
+            (
+                "w",
+                Linear { rows: 3, in_features: 2, ..l },
+                "w has 12 elements; expected out_features x in_features = 4 x 2",
+            ),
+            ("y", l, "y has 6 elements; expected rows x out_features = 2 x 4"),
+        ];
+        for (name, shape, needle) in cases {
+            let short_y = name == "y";
+            let r =
+                dev.data((map::to(&x), map::to(&w), map::to(&b), map::from(&mut y)), |(xv, wv, bv, yv)| {
+                    let yv = if short_y { yv.slice(..6)? } else { yv };
+                    linear(&dev, shape, xv, wv, Some(bv), yv, Activation::Relu)
+                });
+            match r {
+                Err(Error::InvalidArgument { routine: "linear", what }) => {
+                    check!(what.contains(needle), "{name}: {what}")
+                }
+                other => check!(false, "{name}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+        // A bias of the wrong length, alone.
+        let r = dev.data((map::to(&x), map::to(&w), map::to(&b), map::from(&mut y)), |(xv, wv, bv, yv)| {
+            linear(&dev, l, xv, wv, Some(bv.slice(..3)?), yv, Activation::Identity)
+        });
+        check!(
+            matches!(&r, Err(Error::InvalidArgument { what, .. }) if what.contains("b has 3 elements; expected 1 x out_features = 1 x 4")),
+            "{r:?}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_layer_writes_device_scratch_and_chains_into_the_next() {
+    on_every_device("linear into scratch", |rt, d| {
+        let dev = rt.device(d)?;
+        let (l1, l2) = (
+            Linear { rows: 4, in_features: 8, out_features: 6 },
+            Linear { rows: 4, in_features: 6, out_features: 2 },
+        );
+        let x = values(7, 32);
+        let (w1, w2) = (values(8, 48), values(9, 12));
+        let hidden = HostBuffer::<f32>::new(rt, 24)?;
+        hidden.enter(d, MapType::ALLOC)?;
+        let mut y = vec![0f32; 8];
+        dev.data((map::to(&x), map::to(&w1), map::to(&w2), map::from(&mut y)), |(xv, w1v, w2v, yv)| {
+            linear(&dev, l1, xv, w1v, None, hidden.shared_view(d), Activation::Relu)?;
+            linear(&dev, l2, hidden.shared_view(d), w2v, None, yv, Activation::Identity)
+        })?;
+        let h: Vec<f32> =
+            reference(l1, &x, &w1, None, Activation::Relu).into_iter().map(|v| v as f32).collect();
+        let want = reference(l2, &h, &w2, None, Activation::Identity);
+        check!(y.iter().zip(&want).all(|(g, w)| (f64::from(*g) - w).abs() < 1e-4), "{y:?} vs {want:?}");
+        let mut hidden = hidden;
+        hidden.exit(d, MapType::RELEASE)?;
+        Ok(())
+    });
+}
