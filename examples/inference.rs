@@ -9,7 +9,10 @@
 //! cargo run --release -p offload-examples --example inference -- -batches 48
 //! ```
 //! Options: `-layers N` (4), `-width N` (4096), `-batch N` (rows per batch, 4096),
-//! `-batches N` (48), `-ndev N` (all), `-slots N` (2), `-check N` (batches checked, 2).
+//! `-batches N` (48), `-ndev N` (all), `-slots N` (2), `-check N` (batches checked, 2),
+//! `-weights FILE` (the model from a safetensors file, `layers.{l}.weight` and
+//! `layers.{l}.bias` in F32, instead of generated weights; its layers and width then
+//! replace `-layers` and `-width`), `-save-weights FILE` (writes the generated model so).
 //! Without GPUs it runs on host devices (`OFFLOAD_HOST_DEVICES`, two by default); pick small
 //! sizes there, e.g.
 //! `-width 64 -batch 32 -batches 8`.
@@ -28,13 +31,36 @@ struct Args {
     ndev: Option<usize>,
     slots: usize,
     check: usize,
+    weights: Option<String>,
+    save_weights: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
-    let mut a = Args { layers: 4, width: 4096, batch: 4096, batches: 48, ndev: None, slots: 2, check: 2 };
+    let mut a = Args {
+        layers: 4,
+        width: 4096,
+        batch: 4096,
+        batches: 48,
+        ndev: None,
+        slots: 2,
+        check: 2,
+        weights: None,
+        save_weights: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "-weights" => {
+                a.weights = Some(v);
+                continue;
+            }
+            "-save-weights" => {
+                a.save_weights = Some(v);
+                continue;
+            }
+            _ => {}
+        }
         let n: usize = v.parse().map_err(|_| format!("{flag} wants a number, got {v:?}"))?;
         match flag.as_str() {
             "-layers" => a.layers = n.max(1),
@@ -55,16 +81,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = example_runtime()?;
     let devices = example_devices(&rt, args.ndev);
     print!("{}", rt.device_report());
-    let (w, rows) = (args.width, args.batch);
+    let model = match &args.weights {
+        Some(path) => Mlp::from_safetensors(path)?,
+        None => Mlp::new(args.layers, args.width),
+    };
+    if let Some(path) = &args.save_weights {
+        std::fs::write(path, model.to_safetensors()?)?;
+    }
+    let (w, rows, layers) = (model.width, args.batch, model.weights.len());
     println!(
-        "MLP {} x {w}, {} batches of {rows} rows ({:.0} MiB each), {} devices, {} slots each",
-        args.layers,
+        "MLP {layers} x {w}{}, {} batches of {rows} rows ({:.0} MiB each), {} devices, {} slots each",
+        args.weights.as_deref().map(|p| format!(" from {p}")).unwrap_or_default(),
         args.batches,
         (rows * w * 4) as f64 / (1 << 20) as f64,
         devices.len(),
         args.slots
     );
-    let model = Mlp::new(args.layers, w);
     let inputs: Vec<Vec<f32>> = (0..args.batches).map(|b| uniform(1000 + b as u64, rows * w)).collect();
     let mut outputs = vec![vec![0f32; rows * w]; args.batches];
     let deployment = Deployment::new(&rt, &model, &devices, rows)?;
@@ -78,7 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     eprintln!();
     let secs = report.elapsed.as_secs_f64();
-    let flops = 2.0 * (args.layers * w * w * rows * args.batches) as f64;
+    let flops = 2.0 * (layers * w * w * rows * args.batches) as f64;
     println!(
         "{} batches in {secs:.3} s: {:.1} ms per batch, {:.1} TFLOP/s; batches per device {:?}",
         args.batches,

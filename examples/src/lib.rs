@@ -7,6 +7,7 @@ pub mod ranks;
 pub mod spin_barrier;
 pub mod stencil3d;
 pub mod trace_svg;
+pub mod weights;
 
 use offload::Runtime;
 
