@@ -12,7 +12,11 @@
 //! `-batches N` (48), `-ndev N` (all), `-slots N` (2), `-check N` (batches checked, 2),
 //! `-weights FILE` (the model from a safetensors file, `layers.{l}.weight` and
 //! `layers.{l}.bias` in F32, instead of generated weights; its layers and width then
-//! replace `-layers` and `-width`), `-save-weights FILE` (writes the generated model so).
+//! replace `-layers` and `-width`), `-save-weights FILE` (writes the generated model so),
+//! `-stages N` (pipeline parallelism instead: the layers split into N stages, stage `s`
+//! on device `s mod ndev`, micro-batches flowing stage to stage with
+//! `max(slots, N)` in the pipe; `-stages 0`, the default, streams whole batches to
+//! devices each holding the whole model).
 //! Without GPUs it runs on host devices (`OFFLOAD_HOST_DEVICES`, two by default); pick small
 //! sizes there, e.g.
 //! `-width 64 -batch 32 -batches 8`.
@@ -20,7 +24,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use offload_examples::inference::{check, uniform, Deployment, Mlp};
+use offload_examples::inference::{check, uniform, Deployment, Mlp, StagedDeployment};
 use offload_examples::{example_devices, example_runtime};
 
 struct Args {
@@ -33,6 +37,7 @@ struct Args {
     check: usize,
     weights: Option<String>,
     save_weights: Option<String>,
+    stages: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -46,6 +51,7 @@ fn parse() -> Result<Args, String> {
         check: 2,
         weights: None,
         save_weights: None,
+        stages: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +76,7 @@ fn parse() -> Result<Args, String> {
             "-ndev" => a.ndev = Some(n),
             "-slots" => a.slots = n,
             "-check" => a.check = n,
+            "-stages" => a.stages = n,
             _ => return Err(format!("unknown option {flag:?}; see the file's header for the options")),
         }
     }
@@ -99,25 +106,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let inputs: Vec<Vec<f32>> = (0..args.batches).map(|b| uniform(1000 + b as u64, rows * w)).collect();
     let mut outputs = vec![vec![0f32; rows * w]; args.batches];
-    let deployment = Deployment::new(&rt, &model, &devices, rows)?;
-    let start = Instant::now();
-    let total = args.batches;
-    let report = deployment.run(&inputs, &mut outputs, args.slots, |done| {
-        if done % 4 == 0 || done == total {
-            eprint!("\r  {done}/{total} batches, {:.1} s", start.elapsed().as_secs_f64());
-            let _ = std::io::stderr().flush();
-        }
-    })?;
-    eprintln!();
-    let secs = report.elapsed.as_secs_f64();
     let flops = 2.0 * (layers * w * w * rows * args.batches) as f64;
-    println!(
-        "{} batches in {secs:.3} s: {:.1} ms per batch, {:.1} TFLOP/s; batches per device {:?}",
-        args.batches,
-        secs * 1e3 / args.batches as f64,
-        flops / secs / 1e12,
-        report.batches_per_device
-    );
+    let per_batch = |secs: f64| {
+        format!(
+            "{} batches in {secs:.3} s: {:.1} ms per batch, {:.1} TFLOP/s",
+            args.batches,
+            secs * 1e3 / args.batches as f64,
+            flops / secs / 1e12
+        )
+    };
+    if args.stages > 0 {
+        let stage_devices: Vec<usize> = (0..args.stages).map(|s| devices[s % devices.len()]).collect();
+        let staged = StagedDeployment::new(&rt, &model, &stage_devices, rows)?;
+        let report = staged.run(&inputs, &mut outputs, args.slots.max(args.stages))?;
+        println!(
+            "{}; {} stages on devices {stage_devices:?}, {} hand-offs between devices",
+            per_batch(report.elapsed.as_secs_f64()),
+            args.stages,
+            report.hand_offs
+        );
+    } else {
+        let deployment = Deployment::new(&rt, &model, &devices, rows)?;
+        let start = Instant::now();
+        let total = args.batches;
+        let report = deployment.run(&inputs, &mut outputs, args.slots, |done| {
+            if done % 4 == 0 || done == total {
+                eprint!("\r  {done}/{total} batches, {:.1} s", start.elapsed().as_secs_f64());
+                let _ = std::io::stderr().flush();
+            }
+        })?;
+        eprintln!();
+        println!(
+            "{}; batches per device {:?}",
+            per_batch(report.elapsed.as_secs_f64()),
+            report.batches_per_device
+        );
+    }
     let sampled: Vec<usize> =
         (0..args.check.min(args.batches)).map(|i| i * args.batches / args.check.max(1)).collect();
     let rows_checked = [0, rows / 2, rows - 1];

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use offload::pipeline::{Pipeline, PipelineReport};
+use offload::pipeline::{Pipeline, PipelineReport, Stage, StagePipeline, StageReport};
 use offload::{Device, DeviceSlice, HostBuffer, MapType, Result, Runtime, Sgemm};
 use offload_kernels::BIAS_ACT;
 
@@ -73,11 +73,97 @@ impl Mlp {
     }
 }
 
-/// Per-device state: the resident weights and two activation buffers.
+/// Per-device state: the resident weights of some layers and two activation buffers.
 struct DeviceModel {
     weights: Vec<HostBuffer<f32>>,
     biases: Vec<HostBuffer<f32>>,
     scratch: [HostBuffer<f32>; 2],
+}
+
+impl DeviceModel {
+    /// Layers `layers` of `model` mapped on device `d` (kept resident), with scratch for
+    /// `batch` rows; first-use costs (the kernel's compilation, the BLAS handle, staging
+    /// buffers) paid now, so that a run measures the steady state.
+    fn new(
+        rt: &Runtime,
+        model: &Mlp,
+        layers: std::ops::Range<usize>,
+        d: usize,
+        batch: usize,
+    ) -> Result<Self> {
+        let up = |v: &[f32]| -> Result<HostBuffer<f32>> {
+            let b = HostBuffer::from_slice(rt, v)?;
+            b.enter(d, MapType::TO)?;
+            Ok(b)
+        };
+        let weights = model.weights[layers.clone()].iter().map(|w| up(w)).collect::<Result<Vec<_>>>()?;
+        let biases = model.biases[layers].iter().map(|b| up(b)).collect::<Result<Vec<_>>>()?;
+        let scratch = |_| -> Result<HostBuffer<f32>> {
+            let b = HostBuffer::new(rt, batch * model.width)?;
+            b.enter(d, MapType::ALLOC)?;
+            Ok(b)
+        };
+        let m = DeviceModel { weights, biases, scratch: [scratch(0)?, scratch(1)?] };
+        let dev = rt.device(d)?;
+        dev.prepare(&BIAS_ACT)?;
+        rt.staging_report(d)?;
+        let one = Sgemm {
+            transa: true,
+            transb: false,
+            m: 1,
+            n: 1,
+            k: 1,
+            alpha: 1.0,
+            lda: 1,
+            ldb: 1,
+            beta: 0.0,
+            ldc: 1,
+        };
+        let (w, s) = (view(&m.weights[0], d, 1), view(&m.scratch[0], d, 1));
+        dev.sgemm(&one, w, s, view(&m.scratch[1], d, 1))?;
+        Ok(m)
+    }
+
+    /// This device's layers over one batch on `dev`: `x` (rows of `width`) in, `y` out;
+    /// ReLU after every layer but the model's last (`last_is_models`).
+    fn forward(
+        &self,
+        dev: &Device<'_>,
+        width: usize,
+        x: DeviceSlice<'_, f32>,
+        y: DeviceSlice<'_, f32>,
+        last_is_models: bool,
+    ) -> Result<()> {
+        let (w, rows) = (width, x.len() / width);
+        let layers = self.weights.len();
+        // Y^T (width x rows, column-major) = W (row-major, so transposed) * X^T.
+        let g = Sgemm {
+            transa: true,
+            transb: false,
+            m: w,
+            n: rows,
+            k: w,
+            alpha: 1.0,
+            lda: w,
+            ldb: w,
+            beta: 0.0,
+            ldc: w,
+        };
+        let d = dev.number();
+        let scratch = [view(&self.scratch[0], d, rows * w), view(&self.scratch[1], d, rows * w)];
+        let mut input = x;
+        for l in 0..layers {
+            let out = if l + 1 == layers { y } else { scratch[l % 2] };
+            dev.sgemm(&g, view(&self.weights[l], d, w * w), input, out)?;
+            // The hand-written epilogue, the one the figures measured (the generated
+            // `offload_kernels::bias_act` takes these scratch views too: a HostBuffer's
+            // shared view is device scratch, which `&mut` kernel arguments accept).
+            let relu = u32::from(l + 1 < layers || !last_is_models);
+            dev.launch(&BIAS_ACT, rows * w, (out, view(&self.biases[l], d, w), w as u64, relu))?;
+            input = out;
+        }
+        Ok(())
+    }
 }
 
 /// The model on a set of devices, ready to stream batches of `batch` rows.
@@ -99,45 +185,11 @@ impl<'rt> Deployment<'rt> {
     /// Maps the weights on every device (once: they stay resident) and the activation
     /// buffers (device-only: mapped `alloc`, never copied).
     pub fn new(rt: &'rt Runtime, model: &'rt Mlp, devices: &[usize], batch: usize) -> Result<Self> {
-        let mut per_device = Vec::new();
-        for &d in devices {
-            let up = |v: &[f32]| -> Result<HostBuffer<f32>> {
-                let b = HostBuffer::from_slice(rt, v)?;
-                b.enter(d, MapType::TO)?;
-                Ok(b)
-            };
-            let weights = model.weights.iter().map(|w| up(w)).collect::<Result<Vec<_>>>()?;
-            let biases = model.biases.iter().map(|b| up(b)).collect::<Result<Vec<_>>>()?;
-            let scratch = |_| -> Result<HostBuffer<f32>> {
-                let b = HostBuffer::new(rt, batch * model.width)?;
-                b.enter(d, MapType::ALLOC)?;
-                Ok(b)
-            };
-            per_device.push(DeviceModel { weights, biases, scratch: [scratch(0)?, scratch(1)?] });
-        }
-        let me = Self { rt, model, batch, devices: devices.to_vec(), per_device };
-        // First-use costs (kernel compilation, the BLAS handle, staging buffers) are paid
-        // here, so a run measures the steady state.
-        for (&d, m) in me.devices.iter().zip(&me.per_device) {
-            let dev = rt.device(d)?;
-            dev.prepare(&BIAS_ACT)?;
-            rt.staging_report(d)?;
-            let one = Sgemm {
-                transa: true,
-                transb: false,
-                m: 1,
-                n: 1,
-                k: 1,
-                alpha: 1.0,
-                lda: 1,
-                ldb: 1,
-                beta: 0.0,
-                ldc: 1,
-            };
-            let (w, s) = (view(&m.weights[0], d, 1), view(&m.scratch[0], d, 1));
-            dev.sgemm(&one, w, s, view(&m.scratch[1], d, 1))?;
-        }
-        Ok(me)
+        let per_device = devices
+            .iter()
+            .map(|&d| DeviceModel::new(rt, model, 0..model.weights.len(), d, batch))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { rt, model, batch, devices: devices.to_vec(), per_device })
     }
 
     /// The forward pass of one batch on `dev`: `x` (rows of `width`) in, `y` out.
@@ -146,36 +198,7 @@ impl<'rt> Deployment<'rt> {
             device: dev.number() as i64,
             available: self.devices.len(),
         })?;
-        let m = &self.per_device[p];
-        let (w, rows) = (self.model.width, x.len() / self.model.width);
-        let layers = m.weights.len();
-        // Y^T (width x rows, column-major) = W (row-major, so transposed) * X^T.
-        let g = Sgemm {
-            transa: true,
-            transb: false,
-            m: w,
-            n: rows,
-            k: w,
-            alpha: 1.0,
-            lda: w,
-            ldb: w,
-            beta: 0.0,
-            ldc: w,
-        };
-        let scratch =
-            [view(&m.scratch[0], dev.number(), rows * w), view(&m.scratch[1], dev.number(), rows * w)];
-        let mut input = x;
-        for l in 0..layers {
-            let out = if l + 1 == layers { y } else { scratch[l % 2] };
-            dev.sgemm(&g, view(&m.weights[l], dev.number(), w * w), input, out)?;
-            // The hand-written epilogue, the one the figures measured (the generated
-            // `offload_kernels::bias_act` takes these scratch views too: a HostBuffer's
-            // shared view is device scratch, which `&mut` kernel arguments accept).
-            let relu = u32::from(l + 1 < layers);
-            dev.launch(&BIAS_ACT, rows * w, (out, view(&m.biases[l], dev.number(), w), w as u64, relu))?;
-            input = out;
-        }
-        Ok(())
+        self.per_device[p].forward(dev, self.model.width, x, y, true)
     }
 
     /// Streams `inputs` through every device with `slots` batches in flight per device;
@@ -200,6 +223,71 @@ impl<'rt> Deployment<'rt> {
     pub fn run_serially(&self, inputs: &[Vec<f32>], outputs: &mut [Vec<f32>]) -> Result<Duration> {
         Pipeline::new(self.rt, &self.devices[..1], 2)?
             .run_serially(inputs, outputs, |dev, _, x, y| self.forward(dev, x, y))
+    }
+}
+
+/// The model split into stages (pipeline parallelism): consecutive layers on each stage's
+/// device, micro-batches flowing stage to stage ([`StagePipeline`]).
+pub struct StagedDeployment<'rt> {
+    rt: &'rt Runtime,
+    width: usize,
+    /// Each stage's device and its layers' resident state.
+    stages: Vec<(usize, DeviceModel)>,
+}
+
+impl std::fmt::Debug for StagedDeployment<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let devices: Vec<usize> = self.stages.iter().map(|(d, _)| *d).collect();
+        f.debug_struct("StagedDeployment").field("stage_devices", &devices).finish()
+    }
+}
+
+impl<'rt> StagedDeployment<'rt> {
+    /// `model`'s layers split as evenly as they go over `stage_devices.len()` stages, stage
+    /// `s` on `stage_devices[s]` (a device may take several), each with its weights
+    /// resident and scratch for `batch` rows.
+    pub fn new(rt: &'rt Runtime, model: &Mlp, stage_devices: &[usize], batch: usize) -> Result<Self> {
+        let (layers, n) = (model.weights.len(), stage_devices.len());
+        if n == 0 || n > layers {
+            return Err(offload::Error::InvalidArgument {
+                routine: "StagedDeployment::new",
+                what: format!("{n} stages for {layers} layers; expected 1 to {layers}"),
+            });
+        }
+        let stages = stage_devices
+            .iter()
+            .enumerate()
+            .map(|(s, &d)| {
+                Ok((d, DeviceModel::new(rt, model, s * layers / n..(s + 1) * layers / n, d, batch)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { rt, width: model.width, stages })
+    }
+
+    /// Streams `inputs` through the stages with `in_flight` micro-batches in the pipe.
+    pub fn run(
+        &self,
+        inputs: &[Vec<f32>],
+        outputs: &mut [Vec<f32>],
+        in_flight: usize,
+    ) -> Result<StageReport> {
+        let last = self.stages.len() - 1;
+        let len = inputs.first().map_or(0, Vec::len);
+        let stages = self
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(s, (d, m))| {
+                Stage::new(
+                    *d,
+                    len,
+                    move |dev: &Device<'_>, _: usize, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>| {
+                        m.forward(dev, self.width, x, y, s == last)
+                    },
+                )
+            })
+            .collect();
+        StagePipeline::new(self.rt, stages, in_flight)?.run(inputs, outputs)
     }
 }
 

@@ -111,6 +111,47 @@ fn inference_pipeline_matches_the_cpu_and_the_serial_run() {
     );
 }
 
+#[test]
+fn staged_inference_matches_the_cpu_and_the_whole_model_pipeline() {
+    use offload_examples::inference::{check, uniform, Deployment, Mlp, StagedDeployment};
+    let (width, rows, batches) = (32, 12, 7);
+    let model = Mlp::new(4, width);
+    let inputs: Vec<Vec<f32>> = (0..batches).map(|b| uniform(11 + b as u64, rows * width)).collect();
+    on_every_backend(
+        "staged inference",
+        1,
+        |b| b,
+        |rt| {
+            let n = rt.num_devices();
+            let mut whole = vec![vec![0f32; rows * width]; batches];
+            Deployment::new(rt, &model, &[0], rows)?.run(&inputs, &mut whole, 2, |_| {})?;
+            // Two stages over two devices (or one), and four stages over them in turn.
+            for stage_devices in [vec![0, 1 % n], vec![0, 1 % n, 0, 1 % n]] {
+                let mut out = vec![vec![0f32; rows * width]; batches];
+                let staged = StagedDeployment::new(rt, &model, &stage_devices, rows)?;
+                let report = staged.run(&inputs, &mut out, 3)?;
+                check!(report.micro_batches == batches);
+                let all: Vec<usize> = (0..batches).collect();
+                let every_row: Vec<usize> = (0..rows).collect();
+                let (err, _) = check(&model, &inputs, &out, &all, &every_row);
+                check!(err < 1e-5, "{stage_devices:?}: relative error {err:e}");
+                // The same GEMMs in the same order as the whole model's (the same bits on host
+                // devices; a GPU's library may pick another algorithm).
+                let diff = out
+                    .iter()
+                    .flatten()
+                    .zip(whole.iter().flatten())
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                check!(diff <= 1e-5, "{stage_devices:?}: {diff} from the whole-model pipeline");
+            }
+            let e = StagedDeployment::new(rt, &model, &[0; 5], rows).err().map(|e| e.to_string());
+            check!(e.is_some_and(|e| e.contains("5 stages for 4 layers")));
+            Ok(())
+        },
+    );
+}
+
 /// Eight devices, as on the 8-GPU machines not lent here: host devices stand in for them.
 #[test]
 fn eight_host_devices_run_every_solver_and_the_pipeline() {

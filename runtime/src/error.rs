@@ -429,6 +429,18 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A stage of a [`crate::pipeline::StagePipeline`] failed.
+    #[error("stage {stage} (device {device}) failed: {source}")]
+    Stage {
+        /// The stage's index.
+        stage: usize,
+        /// Its device.
+        device: usize,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A device's worker is gone (it panicked or the runtime is shutting down).
     #[error("device {device}: its work queue is closed ({why})")]
     QueueClosed {
@@ -459,9 +471,10 @@ impl Error {
     /// ```
     pub fn cause(&self) -> &Error {
         match self {
-            Error::Construct { source, .. } | Error::Queued { source, .. } | Error::Batch { source, .. } => {
-                source.cause()
-            }
+            Error::Construct { source, .. }
+            | Error::Queued { source, .. }
+            | Error::Batch { source, .. }
+            | Error::Stage { source, .. } => source.cause(),
             e => e,
         }
     }

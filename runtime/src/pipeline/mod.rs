@@ -31,6 +31,10 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+mod stages;
+
+pub use stages::{Stage, StagePipeline, StageReport};
+
 use std::collections::VecDeque;
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,168 @@
+//! `pipeline::StagePipeline`: a model split into stages over devices, micro-batches flowing
+//! stage to stage: outputs in micro-batch order on every backend, hand-offs by peer copy
+//! and staged through the host (and none between stages of one device), the first failing
+//! micro-batch stopping the pipe and naming its stage, a panic as an error, nothing left
+//! mapped, and bad input refused.
+
+use offload::pipeline::{Stage, StagePipeline};
+use offload::{Error, Runtime};
+use offload_tests::{check, check_eq, on_every_backend, synchronous};
+
+#[offload::kernel]
+fn plus(i: usize, v: f32, x: &[f32], y: &mut [f32]) {
+    y[i] = x[i] + v;
+}
+
+#[offload::kernel]
+fn times(i: usize, v: f32, x: &[f32], y: &mut [f32]) {
+    y[i] = x[i] * v;
+}
+
+/// Three stages: `+1` on `a`, `x 2` on `b`, `+3` on `a` again, 64 elements through.
+fn three<'f>(a: usize, b: usize) -> Vec<Stage<'f, f32>> {
+    vec![
+        Stage::new(a, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y)),
+        Stage::new(b, 64, |dev, _, x, y| times::launch(dev, 64, 2.0, x, y)),
+        Stage::new(a, 64, |dev, _, x, y| plus::launch(dev, 64, 3.0, x, y)),
+    ]
+}
+
+fn inputs(n: usize) -> Vec<Vec<f32>> {
+    (0..n).map(|b| (0..64).map(|i| (b * 100 + i) as f32).collect()).collect()
+}
+
+fn expected(x: f32) -> f32 {
+    (x + 1.0) * 2.0 + 3.0
+}
+
+#[test]
+fn micro_batches_come_out_in_order_on_every_backend() {
+    on_every_backend(
+        "stage pipeline",
+        1,
+        |b| b,
+        |rt| {
+            // Two devices when there are, else both stages on the one.
+            let (a, b) = (0, 1 % rt.num_devices());
+            let x = inputs(20);
+            let mut y = vec![vec![0f32; 64]; 20];
+            let report = StagePipeline::new(rt, three(a, b), 3)?.run(&x, &mut y)?;
+            for (xb, yb) in x.iter().zip(&y) {
+                check!(xb.iter().zip(yb).all(|(x, y)| *y == expected(*x)), "{yb:?}");
+            }
+            check_eq!(report.micro_batches, 20);
+            check_eq!(report.hand_offs, if a == b { 0 } else { 40 });
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn hand_offs_by_peer_copy_and_staged_through_the_host_give_the_same() -> offload::Result<()> {
+    for peer in [true, false] {
+        let rt = Runtime::builder()
+            .env(|_| None)
+            .gpus(false)
+            .host_devices(2)
+            .peer_access(peer)
+            .synchronous(synchronous())
+            .build()?;
+        let x = inputs(9);
+        let mut y = vec![vec![0f32; 64]; 9];
+        let report = StagePipeline::new(&rt, three(0, 1), 2)?.run(&x, &mut y)?;
+        assert_eq!(report.hand_offs, 18, "peer access {peer}");
+        assert!(
+            x.iter().zip(&y).all(|(xb, yb)| xb.iter().zip(yb).all(|(x, y)| *y == expected(*x))),
+            "peer {peer}"
+        );
+        let copies = rt.transfer_stats(1)?;
+        // Into device 1: one hand-off per micro-batch, direct (peer) or staged.
+        assert_eq!(if peer { copies.direct } else { copies.staged }, 9, "peer access {peer}: {copies:?}");
+        assert!(rt.live_mappings().is_empty());
+    }
+    Ok(())
+}
+
+/// A runtime of two host devices, whatever the environment.
+fn two() -> offload::Result<Runtime> {
+    Runtime::builder().env(|_| None).gpus(false).host_devices(2).synchronous(synchronous()).build()
+}
+
+#[test]
+fn the_first_failing_micro_batch_stops_the_pipe_and_names_its_stage() -> offload::Result<()> {
+    let rt = two()?;
+    let stages = vec![
+        Stage::new(0, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y)),
+        Stage::new(1, 64, |dev, mb, x, y| {
+            if mb == 5 {
+                return Err(Error::InvalidArgument {
+                    routine: "stage",
+                    what: "micro-batch 5 refused".into(),
+                });
+            }
+            times::launch(dev, 64, 2.0, x, y)
+        }),
+    ];
+    let x = inputs(12);
+    let mut y = vec![vec![-1f32; 64]; 12];
+    let e = StagePipeline::new(&rt, stages, 2)?.run(&x, &mut y).expect_err("micro-batch 5 fails");
+    match &e {
+        Error::Batch { batch: 5, source } => match &**source {
+            Error::Stage { stage: 1, device: 1, source } => {
+                assert!(source.to_string().contains("micro-batch 5 refused"), "{e}")
+            }
+            other => panic!("expected stage 1's error, got {other:?}"),
+        },
+        other => panic!("expected micro-batch 5's error, got {other:?}"),
+    }
+    assert!(e.to_string().contains("batch 5 failed: stage 1 (device 1) failed"), "{e}");
+    // Those before it came out; it did not, nor did any after the pipe stopped.
+    for b in 0..5 {
+        assert!(x[b].iter().zip(&y[b]).all(|(x, y)| *y == (x + 1.0) * 2.0), "micro-batch {b}");
+    }
+    assert!(y[5].iter().all(|&v| v == -1.0));
+    assert!(y[8..].iter().all(|yb| yb.iter().all(|&v| v == -1.0)), "the pipe went on");
+    assert!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+    Ok(())
+}
+
+#[test]
+fn a_panicking_stage_is_an_error_and_leaves_nothing_mapped() -> offload::Result<()> {
+    let rt = two()?;
+    let stages = vec![
+        Stage::new(0, 64, |dev, mb, x, y| {
+            assert!(mb != 2, "stage 0 cannot take micro-batch 2");
+            plus::launch(dev, 64, 1.0, x, y)
+        }),
+        Stage::new(1, 64, |dev, _, x, y| times::launch(dev, 64, 2.0, x, y)),
+    ];
+    let x = inputs(6);
+    let mut y = vec![vec![0f32; 64]; 6];
+    let e = StagePipeline::new(&rt, stages, 2)?.run(&x, &mut y).expect_err("micro-batch 2 panics");
+    assert!(matches!(&e, Error::Batch { batch: 2, .. }), "{e}");
+    assert!(matches!(e.cause(), Error::Panicked { .. }), "{e}");
+    assert!(e.to_string().contains("cannot take micro-batch 2"), "{e}");
+    assert!(rt.live_mappings().is_empty());
+    Ok(())
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_runs() -> offload::Result<()> {
+    let rt = two()?;
+    let one = || vec![Stage::new(0, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y))];
+    let e = StagePipeline::<f32>::new(&rt, Vec::new(), 2).expect_err("no stages");
+    assert!(e.to_string().contains("no stages"), "{e}");
+    let e = StagePipeline::new(&rt, one(), 0).expect_err("nothing in flight");
+    assert!(e.to_string().contains("0 micro-batches in flight"), "{e}");
+    let bad = vec![Stage::new(7, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y))];
+    assert!(matches!(StagePipeline::new(&rt, bad, 2), Err(Error::NoSuchDevice { device: 7, .. })));
+    let p = StagePipeline::new(&rt, one(), 2)?;
+    let x = inputs(2);
+    let e = p.run(&x, &mut vec![vec![0f32; 64]; 3]).expect_err("3 outputs for 2 inputs");
+    assert!(e.to_string().contains("2 input micro-batches but 3 outputs"), "{e}");
+    let e = p.run(&x, &mut [vec![0f32; 64], vec![0f32; 63]]).expect_err("a short output");
+    assert!(e.to_string().contains("output 1 has 63 elements; the last stage makes 64"), "{e}");
+    assert!(rt.live_mappings().is_empty());
+    Ok(())
+}
