@@ -15,7 +15,7 @@
 //! replace `-layers` and `-width`), `-save-weights FILE` (writes the generated model so),
 //! `-stages N` (pipeline parallelism instead: the layers split into N stages, stage `s`
 //! on device `s mod ndev`, micro-batches flowing stage to stage with
-//! `max(slots, N)` in the pipe; `-stages 0`, the default, streams whole batches to
+//! `max(slots, N + 1)` in the pipe; `-stages 0`, the default, streams whole batches to
 //! devices each holding the whole model).
 //! Without GPUs it runs on host devices (`OFFLOAD_HOST_DEVICES`, two by default); pick small
 //! sizes there, e.g.
@@ -118,7 +118,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.stages > 0 {
         let stage_devices: Vec<usize> = (0..args.stages).map(|s| devices[s % devices.len()]).collect();
         let staged = StagedDeployment::new(&rt, &model, &stage_devices, rows)?;
-        let report = staged.run(&inputs, &mut outputs, args.slots.max(args.stages))?;
+        let report = staged.run(&inputs, &mut outputs, args.slots.max(args.stages + 1))?;
         println!(
             "{}; {} stages on devices {stage_devices:?}, {} hand-offs between devices",
             per_batch(report.elapsed.as_secs_f64()),

@@ -53,6 +53,15 @@ fn micro_batches_come_out_in_order_on_every_backend() {
             check_eq!(report.micro_batches, 20);
             check_eq!(report.hand_offs, if a == b { 0 } else { 40 });
             check!(rt.live_mappings().is_empty());
+            // A second run through the same pipe (its scratch kept mapped meanwhile).
+            let p = StagePipeline::new(rt, three(a, b), 3)?;
+            let mut again = vec![vec![0f32; 64]; 20];
+            p.run(&x, &mut again)?;
+            p.run(&x, &mut again)?;
+            check!(again == y);
+            check!(!rt.live_mappings().is_empty(), "the scratch stays mapped while the pipe lives");
+            drop(p);
+            check!(rt.live_mappings().is_empty());
             Ok(())
         },
     );
@@ -155,6 +164,9 @@ fn bad_input_is_refused_before_anything_runs() -> offload::Result<()> {
     assert!(e.to_string().contains("no stages"), "{e}");
     let e = StagePipeline::new(&rt, one(), 0).expect_err("nothing in flight");
     assert!(e.to_string().contains("0 micro-batches in flight"), "{e}");
+    let empty = vec![Stage::new(0, 0, |dev, _, x, y| plus::launch(dev, 0, 1.0, x, y))];
+    let e = StagePipeline::new(&rt, empty, 2).expect_err("an empty stage");
+    assert!(e.to_string().contains("stage 0 makes 0 elements"), "{e}");
     let bad = vec![Stage::new(7, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y))];
     assert!(matches!(StagePipeline::new(&rt, bad, 2), Err(Error::NoSuchDevice { device: 7, .. })));
     let p = StagePipeline::new(&rt, one(), 2)?;

@@ -266,18 +266,29 @@ fn the_suite_mode_is_the_runtime_mode() {
     on_every_device("mode", |rt, d| {
         let gpu = rt.device(d)?;
         // Compiled and run once first: a GPU's first launch compiles the kernel, and with
-        // CUDA's lazy loading its first run loads it, which may wait for the device.
+        // CUDA's lazy loading its first run loads it.
         gpu.prepare(&SPIN)?;
         gpu.launch(&SPIN, 1, (0u64,))?;
         rt.synchronize(d)?;
-        let start = std::time::Instant::now();
-        gpu.launch(&SPIN, 1, (200u64,))?;
-        let took = start.elapsed();
-        rt.synchronize(d)?;
+        // Queued, a launch returns at once; but on a cold machine the driver can hold a
+        // launch while other tests of this binary load their modules, so a slow return is
+        // tried again (twice): a synchronous runtime never returns early, so a retry cannot
+        // pass one.
+        let mut tries = Vec::new();
+        for _ in 0..3 {
+            let start = std::time::Instant::now();
+            gpu.launch(&SPIN, 1, (200u64,))?;
+            let took = start.elapsed();
+            rt.synchronize(d)?;
+            tries.push(took);
+            if synchronous() || took < Duration::from_millis(150) {
+                break;
+            }
+        }
         if synchronous() {
-            check!(took >= Duration::from_millis(150), "a synchronous launch returned after {took:?}");
+            check!(tries[0] >= Duration::from_millis(150), "a synchronous launch returned after {tries:?}");
         } else {
-            check!(took < Duration::from_millis(150), "a queued launch waited {took:?}");
+            check!(tries.iter().any(|t| *t < Duration::from_millis(150)), "queued launches waited {tries:?}");
         }
         Ok(())
     });

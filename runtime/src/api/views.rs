@@ -199,6 +199,13 @@ unsafe impl<T> SharedView for BasedSlice<'_, T> {
     }
 }
 
+/// A view of device scratch the runtime keeps itself behind `s` (a stage pipeline's
+/// activations): kernels may write the device's copy ([`DeviceSlice::device_writable`]);
+/// nothing is ever copied back into `s`.
+pub(crate) fn scratch_view_of<T>(s: &[T], device: usize) -> DeviceSlice<'_, T> {
+    DeviceSlice { scratch: true, ..view_of(s, device, false) }
+}
+
 /// A view of `s` on `device` (for views the runtime hands out itself, e.g. distributed
 /// arrays); `writable` when the holder has exclusive access to `s`.
 pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<'_, T> {

@@ -6,8 +6,9 @@
 //!
 //! Each micro-batch is `enter (to) -> stage 0 -> hand-off -> stage 1 -> ... -> exit (from)`
 //! as `nowait` tasks on the stages' lanes; an activation between stages `s` and `s + 1`
-//! lives in device scratch (a [`HostBuffer`] mapped `alloc` on both devices, one per
-//! micro-batch in flight). Outputs land by micro-batch index. The first failing micro-batch
+//! lives in device scratch mapped `alloc` on both devices, one per micro-batch in flight,
+//! made when the pipeline is and kept until it is dropped (so runs after the first start
+//! at once). Outputs land by micro-batch index. The first failing micro-batch
 //! stops the pipe: no new one starts, those in flight finish or are unmapped without
 //! copying back, and the error names the micro-batch and the stage
 //! ([`Error::Batch`] around [`Error::Stage`]); nothing is left mapped. A stage that panics
@@ -46,7 +47,8 @@ use std::collections::VecDeque;
 use std::panic::Location;
 use std::time::{Duration, Instant};
 
-use crate::api::{Device, DeviceSlice, HostBuffer, Map};
+use crate::api::{scratch_view_of, Device, DeviceSlice, Map};
+use crate::data_env::MapItem;
 use crate::data_env::MapType;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
@@ -105,10 +107,12 @@ pub struct StageReport {
 
 /// Micro-batches through stages on devices; see the module documentation.
 #[derive(Debug)]
-pub struct StagePipeline<'rt, 'f, T> {
+pub struct StagePipeline<'rt, 'f, T: DeviceCopy> {
     rt: &'rt Runtime,
     stages: Vec<Stage<'f, T>>,
     in_flight: usize,
+    /// Between stages `s` and `s + 1`, one per micro-batch in flight.
+    boundaries: Vec<Vec<Boundary<T>>>,
 }
 
 impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
@@ -126,10 +130,15 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
         if in_flight == 0 {
             return Err(bad("0 micro-batches in flight; expected at least 1".into()));
         }
+        if let Some(i) = stages.iter().position(|s| s.out_len == 0) {
+            return Err(bad(format!("stage {i} makes 0 elements per micro-batch; expected at least 1")));
+        }
         for s in &stages {
             rt.device(s.device)?;
         }
-        Ok(Self { rt, stages, in_flight })
+        let mut me = Self { rt, stages, in_flight, boundaries: Vec::new() };
+        me.map_boundaries()?;
+        Ok(me)
     }
 
     /// Runs every micro-batch: `inputs[i]` into the first stage, the last stage's output
@@ -159,8 +168,7 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
             }
         }
         let start = Instant::now();
-        let boundaries = self.map_boundaries()?;
-        let rt = self.rt;
+        let (rt, boundaries) = (self.rt, &self.boundaries);
         // The tasks of each micro-batch submitted, in order, for its error.
         let mut batches: Vec<Vec<Task>> = Vec::new();
         let mut hand_offs = 0;
@@ -190,8 +198,7 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
                 let (mut ready, mut input_view) = (t_in, x);
                 let mut first_compute = None;
                 for (st, stage) in self.stages.iter().enumerate() {
-                    let out_view =
-                        if st == last { y } else { boundaries[st][slot].buffer.shared_view(stage.device) };
+                    let out_view = if st == last { y } else { boundaries[st][slot].view(stage.device) };
                     let mut after = vec![&ready];
                     if st == last {
                         after.push(&t_out);
@@ -214,13 +221,14 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
                             // SAFETY: `dst` and `src` are the device copies of the same live,
                             // mapped boundary buffer on `next` and on `device`, of `bytes`
                             // each; the buffers outlive the scope.
-                            let copy =
-                                unsafe { s.memcpy(dst, src, boundary.bytes, 0, 0, next, device, &[&ready])? };
+                            let copy = unsafe {
+                                s.memcpy(dst, src, boundary.bytes(), 0, 0, next, device, &[&ready])?
+                            };
                             tasks.push(copy.clone());
                             ready = copy;
                             hand_offs += 1;
                         }
-                        input_view = boundary.buffer.shared_view(next);
+                        input_view = boundary.view(next);
                     }
                 }
                 // Whatever happened, both mappings end; the output is copied back only when
@@ -243,50 +251,78 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
             }
         }
         scope??;
-        drop(boundaries);
         Ok(StageReport { micro_batches: inputs.len(), hand_offs, elapsed: start.elapsed() })
     }
 
-    /// The device scratch between every two stages: `in_flight` buffers of the first
-    /// stage's output length, each mapped on both stages' devices, with the device
-    /// addresses of a hand-off when the devices differ.
-    fn map_boundaries(&self) -> Result<Vec<Vec<Boundary<T>>>> {
+    /// The device scratch between every two stages: `in_flight` anchors of the first
+    /// stage's output length, each mapped `alloc` on both stages' devices (once when they
+    /// share one), with the device addresses of a hand-off when the devices differ.
+    fn map_boundaries(&mut self) -> Result<()> {
         let rt = self.rt;
-        let mut all = Vec::new();
         for pair in self.stages.windows(2) {
             let (from, to) = (pair[0].device, pair[1].device);
             let mut slots = Vec::new();
             for _ in 0..self.in_flight {
-                let buffer = HostBuffer::<T>::new(rt, pair[0].out_len)?;
-                buffer.enter(from, MapType::ALLOC)?;
-                let bytes = pair[0].out_len * std::mem::size_of::<T>();
-                let copy = if from == to {
-                    None
-                } else {
-                    buffer.enter(to, MapType::ALLOC)?;
-                    let host = buffer.as_ptr() as usize;
+                // Host memory no copy ever reads or writes (alloc maps, device-to-device
+                // hand-offs): it only names the device copies, and is not pinned.
+                // SAFETY: a `DeviceCopy` type accepts every bit pattern, zero included.
+                let anchor: Vec<T> = vec![unsafe { std::mem::zeroed() }; pair[0].out_len];
+                let mut b = Boundary { anchor, devices: Vec::new(), copy: None };
+                for d in if from == to { vec![from] } else { vec![from, to] } {
+                    // SAFETY: the anchor lives in the boundary, which is unmapped from every
+                    // device it was mapped on before the anchor is freed (`Drop`); alloc
+                    // copies nothing.
+                    unsafe { rt.enter_data(d, &[MapItem::slice(&b.anchor, MapType::ALLOC)])? };
+                    b.devices.push(d);
+                }
+                if from != to {
+                    let host = b.anchor.as_ptr() as usize;
                     let addr = |d: usize| -> Result<u64> {
                         rt.mapped_ptr(host, d)?.ok_or(Error::InvalidArgument {
-                            routine: "StagePipeline::run",
+                            routine: "StagePipeline::new",
                             what: format!("device {d}: a boundary buffer just mapped is not present"),
                         })
                     };
-                    Some((addr(to)?, addr(from)?))
-                };
-                slots.push(Boundary { buffer, bytes, copy });
+                    b.copy = Some((addr(to)?, addr(from)?));
+                }
+                slots.push(b);
             }
-            all.push(slots);
+            self.boundaries.push(slots);
         }
-        Ok(all)
+        Ok(())
     }
 }
 
-/// An activation between two stages, for one micro-batch in flight (unmapped from every
-/// device when dropped).
-struct Boundary<T: DeviceCopy> {
-    buffer: HostBuffer<T>,
-    bytes: usize,
+impl<T: DeviceCopy> Drop for StagePipeline<'_, '_, T> {
+    fn drop(&mut self) {
+        for b in self.boundaries.iter().flatten() {
+            for &d in &b.devices {
+                // SAFETY: release copies nothing; the anchor is still alive.
+                let _ = unsafe { self.rt.exit_data(d, &[MapItem::slice(&b.anchor, MapType::RELEASE)]) };
+            }
+        }
+    }
+}
+
+/// An activation between two stages, for one micro-batch in flight: device scratch behind
+/// a host anchor, mapped on the devices listed.
+#[derive(Debug)]
+struct Boundary<T> {
+    anchor: Vec<T>,
+    devices: Vec<usize>,
     /// (destination, source) device addresses of the hand-off; `None` when both stages
     /// share a device.
     copy: Option<(u64, u64)>,
+}
+
+impl<T> Boundary<T> {
+    /// The activation's view on `device`, writable by kernels.
+    fn view(&self, device: usize) -> DeviceSlice<'_, T> {
+        scratch_view_of(&self.anchor, device)
+    }
+
+    /// Its size in bytes.
+    fn bytes(&self) -> usize {
+        std::mem::size_of_val(self.anchor.as_slice())
+    }
 }
