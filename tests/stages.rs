@@ -54,7 +54,7 @@ fn micro_batches_come_out_in_order_on_every_backend() {
             check_eq!(report.hand_offs, if a == b { 0 } else { 40 });
             check!(rt.live_mappings().is_empty());
             // A second run through the same pipe (its scratch kept mapped meanwhile).
-            let p = StagePipeline::new(rt, three(a, b), 3)?;
+            let mut p = StagePipeline::new(rt, three(a, b), 3)?;
             let mut again = vec![vec![0f32; 64]; 20];
             p.run(&x, &mut again)?;
             p.run(&x, &mut again)?;
@@ -169,7 +169,7 @@ fn bad_input_is_refused_before_anything_runs() -> offload::Result<()> {
     assert!(e.to_string().contains("stage 0 makes 0 elements"), "{e}");
     let bad = vec![Stage::new(7, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y))];
     assert!(matches!(StagePipeline::new(&rt, bad, 2), Err(Error::NoSuchDevice { device: 7, .. })));
-    let p = StagePipeline::new(&rt, one(), 2)?;
+    let mut p = StagePipeline::new(&rt, one(), 2)?;
     let x = inputs(2);
     let e = p.run(&x, &mut vec![vec![0f32; 64]; 3]).expect_err("3 outputs for 2 inputs");
     assert!(e.to_string().contains("2 input micro-batches but 3 outputs"), "{e}");

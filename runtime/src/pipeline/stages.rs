@@ -142,14 +142,16 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
     }
 
     /// Runs every micro-batch: `inputs[i]` into the first stage, the last stage's output
-    /// into `outputs[i]` (each of the last stage's `out_len`).
+    /// into `outputs[i]` (each of the last stage's `out_len`). A run takes the pipeline
+    /// exclusively: its activations' scratch, one per micro-batch in flight, is no two
+    /// runs' at once.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the counts or an output's length do not match; the
     /// first failing micro-batch's error, [`Error::Batch`] around [`Error::Stage`] for a
     /// stage's failure.
     #[track_caller]
-    pub fn run<I, O>(&self, inputs: &[I], outputs: &mut [O]) -> Result<StageReport>
+    pub fn run<I, O>(&mut self, inputs: &[I], outputs: &mut [O]) -> Result<StageReport>
     where
         I: AsRef<[T]> + Sync,
         O: AsMut<[T]> + Send,
