@@ -41,7 +41,7 @@ pub enum WeightsError {
         path: PathBuf,
         /// The tensor.
         name: String,
-        /// How many tensors the file has, and the first of their names.
+        /// How many tensors the file has.
         found: usize,
         /// The file's tensor names, sorted (the first 8).
         names: String,
