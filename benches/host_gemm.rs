@@ -8,13 +8,13 @@
 //! `cargo bench -p offload-benches --bench host_gemm` (prints the table of
 //! docs/PERFORMANCE.md).
 
-use offload::Sgemm;
+use offload::Gemm;
 use offload::{map, Runtime};
 use offload_benches::{Bench, Budget};
 use rayon::prelude::*;
 
 /// The product the host devices used before, as it was: one column of C per task.
-fn column_tasks(g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+fn column_tasks(g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
     let at = |i: usize, p: usize| if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] };
     let bt = |p: usize, j: usize| if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] };
     c.par_chunks_mut(g.ldc).take(g.n).enumerate().for_each(|(j, col)| {
@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let a: Vec<f32> = (0..n * n).map(|_| random()).collect();
         let b: Vec<f32> = (0..n * n).map(|_| random()).collect();
         let mut c = vec![0f32; n * n];
-        let g = Sgemm {
+        let g = Gemm {
             transa: false,
             transb: false,
             m: n,
@@ -70,6 +70,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ldb: n,
             beta: 0.0,
             ldc: n,
+            tf32: false,
+            activation: offload::Activation::Identity,
         };
         let flops = 2.0 * (n as f64).powi(3);
         let ours = dev.data((map::to(&a), map::to(&b), map::alloc_mut(&mut c)), |(va, vb, vc)| {

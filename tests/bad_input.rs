@@ -18,8 +18,8 @@ use std::ptr::{null, null_mut};
 use offload::partition::{BlockPartition, DistributedArray, RowPartition};
 use offload::pipeline::Pipeline;
 use offload::{
-    map, DevicePtr, DeviceSlice, Error, HostBuffer, HostLaunch, HostRange, Kernel, LaunchArg, MapItem,
-    MapType, RectSide, Result, Runtime, Scalar, Sgemm, UpdateDirection, UpdateItem,
+    map, DevicePtr, DeviceSlice, Error, Gemm, HostBuffer, HostLaunch, HostRange, Kernel, LaunchArg, MapItem,
+    MapType, RectSide, Result, Runtime, Scalar, UpdateDirection, UpdateItem,
 };
 use offload_kernels::FILL_I32;
 use offload_tests::{check, on_every_device};
@@ -703,7 +703,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         let dev = ok(c.rt.device(c.dev))?;
         // Views escape their region: they name ranges no longer mapped.
         let (va, vb, vc) = ok(dev.data((map::to(&a), map::to(&b), map::tofrom(&mut cc)), Ok))?;
-        let g = Sgemm {
+        let g = Gemm {
             transa: false,
             transb: false,
             m: 2,
@@ -714,10 +714,12 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             ldb: 2,
             beta: 0.0,
             ldc: 2,
+            tf32: false,
+            activation: offload::Activation::Identity,
         };
         expect!(
             dev.sgemm(&g, va, vb, vc),
-            Error::NotPresent { what: "an sgemm operand", .. },
+            Error::NotPresent { what: "a gemm operand", .. },
             c.me(),
             va.host_range()
         )
@@ -1585,7 +1587,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             v.push(case($name, |c: &Ctx<'_>| {
                 let (a, b, mut cc) = ([1f32; 16], [1f32; 16], [0f32; 16]);
                 let dev = ok(c.rt.device(c.dev))?;
-                let g: Sgemm = $g;
+                let g: Gemm = $g;
                 let r = dev.data((map::to(&a), map::to(&b), map::tofrom(&mut cc)), |(va, vb, vc)| {
                     Ok(expect!(dev.sgemm(&g, va, vb, vc), $pat, $needle))
                 });
@@ -1593,7 +1595,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             }));
         };
     }
-    const G: Sgemm = Sgemm {
+    const G: Gemm = Gemm {
         transa: false,
         transb: false,
         m: 4,
@@ -1604,36 +1606,38 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         ldb: 4,
         beta: 0.0,
         ldc: 4,
+        tf32: false,
+        activation: offload::Activation::Identity,
     };
     bad_sgemm!(
         "sgemm: lda < m",
-        Error::InvalidArgument { routine: "sgemm", .. },
+        Error::InvalidArgument { routine: "gemm", .. },
         "A: leading dimension 3 for 4 rows",
-        Sgemm { lda: 3, ..G }
+        Gemm { lda: 3, ..G }
     );
     bad_sgemm!(
         "sgemm: ldc = 0",
         Error::InvalidArgument { .. },
         "C: leading dimension 0 for 0 rows; expected at least max(1, 0)",
-        Sgemm { ldc: 0, m: 0, ..G }
+        Gemm { ldc: 0, m: 0, ..G }
     );
     bad_sgemm!(
         "sgemm: ldb < k (transposed)",
         Error::InvalidArgument { .. },
         "B: leading dimension 2 for 4 rows",
-        Sgemm { transb: true, ldb: 2, ..G }
+        Gemm { transb: true, ldb: 2, ..G }
     );
     bad_sgemm!(
         "sgemm: span overflows",
-        Error::Overflow { routine: "sgemm", .. },
+        Error::Overflow { routine: "gemm", .. },
         "A: span of 4 columns",
-        Sgemm { lda: usize::MAX / 2, ..G }
+        Gemm { lda: usize::MAX / 2, ..G }
     );
     bad_sgemm!(
         "sgemm: view too small",
         Error::InvalidArgument { .. },
-        "operand 0: a view of 16 elements",
-        Sgemm { m: 5, lda: 5, ldc: 5, ..G }
+        "operand 0 (A): a view of 16 elements",
+        Gemm { m: 5, lda: 5, ldc: 5, ..G }
     );
     v.push(case("sgemm: C from a shared borrow", |c: &Ctx<'_>| {
         let (a, b, cc) = ([1f32; 16], [1f32; 16], [0f32; 16]);
@@ -1641,7 +1645,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         ok(dev.data((map::to(&a), map::to(&b), map::to(&cc)), |(va, vb, vc)| {
             Ok(expect!(
                 dev.sgemm(&G, va, vb, vc),
-                Error::InvalidArgument { routine: "sgemm", .. },
+                Error::InvalidArgument { routine: "gemm", .. },
                 "operand 2 (C) is written, but its view"
             ))
         }))?
@@ -1655,7 +1659,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
                 Ok(expect!(
                     dev.sgemm(&G, va, vb, vc),
                     Error::InvalidArgument { .. },
-                    format!("operand 0: a view of 16 elements on device {o}")
+                    format!("operand 0 (A): a view of 16 elements on device {o}")
                 ))
             })
         });
@@ -1668,7 +1672,7 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             Ok(expect!(
                 dev.sgemm(&G, va, vb, vc),
                 Error::InvalidArgument { .. },
-                "the initial device has no sgemm"
+                "the initial device has no gemm"
             ))
         }))?
     }));

@@ -303,7 +303,7 @@ fn a_host_buffers_shared_view_is_device_scratch_that_kernels_may_write() {
         // no BLAS bound yet: NoKernelImpl).
         {
             let (a, b) = (vec![1.0f32; 16], vec![0.5f32; 16]);
-            let g = offload::Sgemm {
+            let g = offload::Gemm {
                 transa: false,
                 transb: false,
                 m: 4,
@@ -314,9 +314,11 @@ fn a_host_buffers_shared_view_is_device_scratch_that_kernels_may_write() {
                 ldb: 4,
                 beta: 0.0,
                 ldc: 4,
+                tf32: false,
+                activation: offload::Activation::Identity,
             };
             match gpu.data((map::to(&a), map::to(&b)), |(av, bv)| gpu.sgemm(&g, av, bv, y.shared_view(d))) {
-                Err(Error::NoKernelImpl { kernel: "sgemm", .. }) => {}
+                Err(Error::NoKernelImpl { kernel: "gemm", .. }) => {}
                 r => {
                     r?;
                     y.update_from(d)?;

@@ -1,8 +1,10 @@
 //! `offload_kernels::linear`: PyTorch's dense layer (`y = act(x W^T + b)`, row-major, W as
 //! `nn.Linear` holds it) over the device's GEMM, on every device of every backend, against
-//! an f64 reference; and its shape errors, each naming the operand.
+//! an f64 reference, in every precision (fp32, TF32, fp16, bf16) within its stated
+//! tolerance; and its shape errors, each naming the operand.
 
-use offload::{map, Error, HostBuffer, MapType};
+use offload::half::{bf16, f16};
+use offload::{map, Error, GemmElement, HostBuffer, MapType, Precision};
 use offload_kernels::{linear, Activation, Linear};
 use offload_tests::{check, on_every_device};
 
@@ -28,7 +30,14 @@ fn reference(l: Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, act: Activation
                 .map(|i| f64::from(x[r * l.in_features + i]) * f64::from(w[o * l.in_features + i]))
                 .sum();
             let v = dot + b.map_or(0.0, |b| f64::from(b[o]));
-            y.push(if act == Activation::Relu { v.max(0.0) } else { v });
+            y.push(match act {
+                Activation::Identity => v,
+                Activation::Relu => v.max(0.0),
+                Activation::Gelu => {
+                    0.5 * v
+                        * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+                }
+            });
         }
     }
     y
@@ -39,10 +48,10 @@ fn a_dense_layer_agrees_with_the_reference_on_every_device() {
     on_every_device("linear", |rt, d| {
         let dev = rt.device(d)?;
         for (l, with_bias, act) in [
-            (Linear { rows: 5, in_features: 7, out_features: 3 }, true, Activation::Relu),
-            (Linear { rows: 64, in_features: 33, out_features: 48 }, true, Activation::Identity),
-            (Linear { rows: 9, in_features: 16, out_features: 16 }, false, Activation::Relu),
-            (Linear { rows: 1, in_features: 4, out_features: 2 }, false, Activation::Identity),
+            (Linear { rows: 5, in_features: 7, out_features: 3, tf32: false }, true, Activation::Relu),
+            (Linear { rows: 64, in_features: 33, out_features: 48, tf32: false }, true, Activation::Identity),
+            (Linear { rows: 9, in_features: 16, out_features: 16, tf32: false }, false, Activation::Relu),
+            (Linear { rows: 1, in_features: 4, out_features: 2, tf32: false }, false, Activation::Identity),
         ] {
             let x = values(1, l.rows * l.in_features);
             let w = values(2, l.out_features * l.in_features);
@@ -65,7 +74,7 @@ fn a_dense_layer_agrees_with_the_reference_on_every_device() {
 fn each_operand_of_the_wrong_size_is_named() {
     on_every_device("linear shapes", |rt, d| {
         let dev = rt.device(d)?;
-        let l = Linear { rows: 2, in_features: 3, out_features: 4 };
+        let l = Linear { rows: 2, in_features: 3, out_features: 4, tf32: false };
         let (x, w, b) = (vec![0f32; 6], vec![0f32; 12], vec![0f32; 4]);
         let mut y = vec![0f32; 8];
         let cases: [(&str, Linear, &str); 3] = [
@@ -108,8 +117,8 @@ fn a_layer_writes_device_scratch_and_chains_into_the_next() {
     on_every_device("linear into scratch", |rt, d| {
         let dev = rt.device(d)?;
         let (l1, l2) = (
-            Linear { rows: 4, in_features: 8, out_features: 6 },
-            Linear { rows: 4, in_features: 6, out_features: 2 },
+            Linear { rows: 4, in_features: 8, out_features: 6, tf32: false },
+            Linear { rows: 4, in_features: 6, out_features: 2, tf32: false },
         );
         let x = values(7, 32);
         let (w1, w2) = (values(8, 48), values(9, 12));
@@ -126,6 +135,80 @@ fn a_layer_writes_device_scratch_and_chains_into_the_next() {
         check!(y.iter().zip(&want).all(|(g, w)| (f64::from(*g) - w).abs() < 1e-4), "{y:?} vs {want:?}");
         let mut hidden = hidden;
         hidden.exit(d, MapType::RELEASE)?;
+        Ok(())
+    });
+}
+
+/// One layer in precision `p` (elements `T`, TF32 for `Tf32`) against the f64 reference of
+/// the f32 values it was made from: every element within `p.tolerance()` of the reference,
+/// relative to its size plus the output's root mean square.
+fn layer_in<T: GemmElement>(
+    rt: &offload::Runtime,
+    d: usize,
+    p: Precision,
+    l: Linear,
+    act: Activation,
+) -> offload::Result<()> {
+    let dev = rt.device(d)?;
+    let (x, w, b) = (
+        values(11, l.rows * l.in_features),
+        values(12, l.out_features * l.in_features),
+        values(13, l.out_features),
+    );
+    let cast = |v: &[f32]| v.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>();
+    let (xt, wt, bt) = (cast(&x), cast(&w), cast(&b));
+    let mut y = cast(&vec![f32::NAN; l.rows * l.out_features]);
+    let l = Linear { tf32: p == Precision::Tf32, ..l };
+    dev.data((map::to(&xt), map::to(&wt), map::to(&bt), map::from(&mut y)), |(xv, wv, bv, yv)| {
+        linear(&dev, l, xv, wv, Some(bv), yv, act)
+    })?;
+    let want = reference(l, &x, &w, Some(&b), act);
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    let worst = y
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (f64::from(g.to_f32()) - w).abs() / (w.abs() + rms))
+        .fold(0.0, f64::max);
+    check!(
+        worst <= p.tolerance(),
+        "{p:?} {l:?} {act:?}: worst relative error {worst:.2e} over {:.0e}",
+        p.tolerance()
+    );
+    Ok(())
+}
+
+#[test]
+fn every_precision_agrees_with_the_reference_within_its_tolerance() {
+    on_every_device("linear precisions", |rt, d| {
+        for l in [
+            Linear { rows: 33, in_features: 512, out_features: 48, tf32: false },
+            Linear { rows: 8, in_features: 4096, out_features: 16, tf32: false },
+        ] {
+            for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
+                layer_in::<f32>(rt, d, Precision::Fp32, l, act)?;
+                layer_in::<f32>(rt, d, Precision::Tf32, l, act)?;
+                layer_in::<f16>(rt, d, Precision::Fp16, l, act)?;
+                layer_in::<bf16>(rt, d, Precision::Bf16, l, act)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn tf32_is_refused_for_half_precision_elements() {
+    on_every_device("linear tf32 of bf16", |rt, d| {
+        let dev = rt.device(d)?;
+        let l = Linear { rows: 2, in_features: 2, out_features: 2, tf32: true };
+        let v = vec![bf16::ONE; 4];
+        let mut y = vec![bf16::ZERO; 4];
+        let r = dev.data((map::to(&v), map::from(&mut y)), |(v, y)| {
+            linear(&dev, l, v, v, None, y, Activation::Identity)
+        });
+        check!(
+            matches!(&r, Err(Error::InvalidArgument { routine: "gemm", what }) if what.contains("TF32 applies to f32 operands, not bf16")),
+            "{r:?}"
+        );
         Ok(())
     });
 }

@@ -1,14 +1,19 @@
 //! The multilayer perceptron of `examples/inference.rs`, as a library so that tests and the
 //! `overlap` bench run the same code: `layers` dense layers of `width` features (ReLU
-//! between them, none after the last), weights mapped once per device and kept resident,
-//! input batches streamed from pageable host memory through a [`Pipeline`].
+//! between them, none after the last), in any precision the devices' GEMMs take (fp32,
+//! TF32, fp16, bf16 with f32 accumulation; the bias and ReLU fused into each GEMM's
+//! epilogue), weights placed once per device (through the runtime's pinned staging) and
+//! kept resident, input batches streamed from pageable host memory through a
+//! [`Pipeline`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use offload::pipeline::{Pipeline, PipelineReport, Stage, StagePipeline, StageReport};
-use offload::{Device, DeviceSlice, HostBuffer, MapType, Result, Runtime, Sgemm};
-use offload_kernels::BIAS_ACT;
+use offload::{
+    Activation, Device, DeviceBuffer, DeviceSlice, ElementType, GemmElement, Precision, Result, Runtime,
+};
+use offload_kernels::{linear, Linear};
 
 /// A model's shape and weights (row-major `[out][in]` per layer).
 #[derive(Debug)]
@@ -73,127 +78,139 @@ impl Mlp {
     }
 }
 
-/// Per-device state: the resident weights of some layers and two activation buffers.
-struct DeviceModel {
-    weights: Vec<HostBuffer<f32>>,
-    biases: Vec<HostBuffer<f32>>,
-    scratch: [HostBuffer<f32>; 2],
+/// Per-device state: the resident weights of some layers (device memory, placed once from
+/// the host through the runtime's pinned staging) and two activation buffers.
+struct DeviceModel<'rt, T: GemmElement> {
+    weights: Vec<DeviceBuffer<'rt, T>>,
+    biases: Vec<DeviceBuffer<'rt, T>>,
+    scratch: [DeviceBuffer<'rt, T>; 2],
+    tf32: bool,
 }
 
-impl DeviceModel {
-    /// Layers `layers` of `model` mapped on device `d` (kept resident), with scratch for
-    /// `batch` rows; first-use costs (the kernel's compilation, the BLAS handle, staging
+impl<'rt, T: GemmElement> DeviceModel<'rt, T> {
+    /// Layers `layers` of `model` in `T` on device `d` (kept resident), with scratch for
+    /// `batch` rows; first-use costs (the BLAS handle, its plans and their timing, staging
     /// buffers) paid now, so that a run measures the steady state.
     fn new(
-        rt: &Runtime,
+        rt: &'rt Runtime,
         model: &Mlp,
         layers: std::ops::Range<usize>,
         d: usize,
         batch: usize,
+        tf32: bool,
     ) -> Result<Self> {
-        let up = |v: &[f32]| -> Result<HostBuffer<f32>> {
-            let b = HostBuffer::from_slice(rt, v)?;
-            b.enter(d, MapType::TO)?;
-            Ok(b)
+        let dev = rt.device(d)?;
+        let up = |v: &[f32]| {
+            DeviceBuffer::from_slice(&dev, &v.iter().map(|&v| T::from_f32(v)).collect::<Vec<T>>())
         };
         let weights = model.weights[layers.clone()].iter().map(|w| up(w)).collect::<Result<Vec<_>>>()?;
         let biases = model.biases[layers].iter().map(|b| up(b)).collect::<Result<Vec<_>>>()?;
-        let scratch = |_| -> Result<HostBuffer<f32>> {
-            let b = HostBuffer::new(rt, batch * model.width)?;
-            b.enter(d, MapType::ALLOC)?;
+        let scratch = || -> Result<DeviceBuffer<'rt, T>> {
+            let mut b = DeviceBuffer::new(&dev, batch * model.width)?;
+            b.fill_bytes(0)?;
             Ok(b)
         };
-        let m = DeviceModel { weights, biases, scratch: [scratch(0)?, scratch(1)?] };
-        let dev = rt.device(d)?;
-        dev.prepare(&BIAS_ACT)?;
+        let m = DeviceModel { weights, biases, scratch: [scratch()?, scratch()?], tf32 };
         rt.staging_report(d)?;
-        let one = Sgemm {
-            transa: true,
-            transb: false,
-            m: 1,
-            n: 1,
-            k: 1,
-            alpha: 1.0,
-            lda: 1,
-            ldb: 1,
-            beta: 0.0,
-            ldc: 1,
-        };
-        let (w, s) = (view(&m.weights[0], d, 1), view(&m.scratch[0], d, 1));
-        dev.sgemm(&one, w, s, view(&m.scratch[1], d, 1))?;
+        // Every product a batch runs, once: ReLU after hidden layers, none after the last.
+        let layer = m.layer(model.width, batch);
+        let (x, y) = (m.scratch[0].view(), m.scratch[1].view());
+        for act in [Activation::Relu, Activation::Identity] {
+            linear(&dev, layer, x, m.weights[0].view(), Some(m.biases[0].view()), y, act)?;
+        }
         Ok(m)
     }
 
+    fn layer(&self, width: usize, rows: usize) -> Linear {
+        Linear { rows, in_features: width, out_features: width, tf32: self.tf32 }
+    }
+
     /// This device's layers over one batch on `dev`: `x` (rows of `width`) in, `y` out;
-    /// ReLU after every layer but the model's last (`last_is_models`).
+    /// ReLU after every layer but the model's last (`last_is_models`), fused into each
+    /// layer's GEMM.
     fn forward(
         &self,
         dev: &Device<'_>,
         width: usize,
-        x: DeviceSlice<'_, f32>,
-        y: DeviceSlice<'_, f32>,
+        x: DeviceSlice<'_, T>,
+        y: DeviceSlice<'_, T>,
         last_is_models: bool,
     ) -> Result<()> {
-        let (w, rows) = (width, x.len() / width);
-        let layers = self.weights.len();
-        // Y^T (width x rows, column-major) = W (row-major, so transposed) * X^T.
-        let g = Sgemm {
-            transa: true,
-            transb: false,
-            m: w,
-            n: rows,
-            k: w,
-            alpha: 1.0,
-            lda: w,
-            ldb: w,
-            beta: 0.0,
-            ldc: w,
-        };
-        let d = dev.number();
-        let scratch = [view(&self.scratch[0], d, rows * w), view(&self.scratch[1], d, rows * w)];
+        let rows = x.len() / width;
+        let (layer, layers) = (self.layer(width, rows), self.weights.len());
         let mut input = x;
         for l in 0..layers {
-            let out = if l + 1 == layers { y } else { scratch[l % 2] };
-            dev.sgemm(&g, view(&self.weights[l], d, w * w), input, out)?;
-            // The hand-written epilogue, the one the figures measured (the generated
-            // `offload_kernels::bias_act` takes these scratch views too: a HostBuffer's
-            // shared view is device scratch, which `&mut` kernel arguments accept).
-            let relu = u32::from(l + 1 < layers || !last_is_models);
-            dev.launch(&BIAS_ACT, rows * w, (out, view(&self.biases[l], d, w), w as u64, relu))?;
+            let out = if l + 1 == layers { y } else { self.scratch[l % 2].view().slice(..rows * width)? };
+            let act = if l + 1 < layers || !last_is_models { Activation::Relu } else { Activation::Identity };
+            linear(dev, layer, input, self.weights[l].view(), Some(self.biases[l].view()), out, act)?;
             input = out;
         }
         Ok(())
     }
 }
 
-/// The model on a set of devices, ready to stream batches of `batch` rows.
-pub struct Deployment<'rt> {
+/// An error unless `precision` is one that elements `T` hold (TF32 and fp32 for `f32`).
+fn tf32_for<T: GemmElement>(precision: Precision) -> Result<bool> {
+    let ok = matches!(
+        (T::TYPE, precision),
+        (ElementType::F32, Precision::Fp32 | Precision::Tf32)
+            | (ElementType::F16, Precision::Fp16)
+            | (ElementType::Bf16, Precision::Bf16)
+    );
+    if !ok {
+        return Err(offload::Error::InvalidArgument {
+            routine: "inference",
+            what: format!("precision {} for {} tensors", precision.name(), T::TYPE.name()),
+        });
+    }
+    Ok(precision == Precision::Tf32)
+}
+
+/// The model on a set of devices, ready to stream batches of `batch` rows of `T`.
+pub struct Deployment<'rt, T: GemmElement> {
     rt: &'rt Runtime,
     model: &'rt Mlp,
     batch: usize,
     devices: Vec<usize>,
-    per_device: Vec<DeviceModel>,
+    per_device: Vec<DeviceModel<'rt, T>>,
 }
 
-impl std::fmt::Debug for Deployment<'_> {
+impl<T: GemmElement> std::fmt::Debug for Deployment<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deployment").field("devices", &self.devices).field("batch", &self.batch).finish()
     }
 }
 
-impl<'rt> Deployment<'rt> {
-    /// Maps the weights on every device (once: they stay resident) and the activation
-    /// buffers (device-only: mapped `alloc`, never copied).
+impl<'rt, T: GemmElement> Deployment<'rt, T> {
+    /// Places the weights in `T` on every device (once: they stay resident) and the
+    /// activation buffers (device memory), in `T`'s own precision (fp32 for `f32`).
     pub fn new(rt: &'rt Runtime, model: &'rt Mlp, devices: &[usize], batch: usize) -> Result<Self> {
+        let own = match T::TYPE {
+            ElementType::F32 => Precision::Fp32,
+            ElementType::F16 => Precision::Fp16,
+            ElementType::Bf16 => Precision::Bf16,
+        };
+        Self::in_precision(rt, model, devices, batch, own)
+    }
+
+    /// As [`Deployment::new`], in `precision` (which `T` must hold: TF32 takes `f32`).
+    pub fn in_precision(
+        rt: &'rt Runtime,
+        model: &'rt Mlp,
+        devices: &[usize],
+        batch: usize,
+        precision: Precision,
+    ) -> Result<Self> {
+        let tf32 = tf32_for::<T>(precision)?;
         let per_device = devices
             .iter()
-            .map(|&d| DeviceModel::new(rt, model, 0..model.weights.len(), d, batch))
+            .map(|&d| DeviceModel::new(rt, model, 0..model.weights.len(), d, batch, tf32))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { rt, model, batch, devices: devices.to_vec(), per_device })
     }
 
     /// The forward pass of one batch on `dev`: `x` (rows of `width`) in, `y` out.
-    pub fn forward(&self, dev: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>) -> Result<()> {
+    pub fn forward(&self, dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
         let p = self.devices.iter().position(|&d| d == dev.number()).ok_or(offload::Error::NoSuchDevice {
             device: dev.number() as i64,
             available: self.devices.len(),
@@ -205,8 +222,8 @@ impl<'rt> Deployment<'rt> {
     /// `progress` is called with the number of batches done.
     pub fn run(
         &self,
-        inputs: &[Vec<f32>],
-        outputs: &mut [Vec<f32>],
+        inputs: &[Vec<T>],
+        outputs: &mut [Vec<T>],
         slots: usize,
         progress: impl Fn(usize) + Sync,
     ) -> Result<PipelineReport> {
@@ -220,7 +237,7 @@ impl<'rt> Deployment<'rt> {
 
     /// The same batches without overlap: map, compute, unmap, one batch after another on
     /// the first device.
-    pub fn run_serially(&self, inputs: &[Vec<f32>], outputs: &mut [Vec<f32>]) -> Result<Duration> {
+    pub fn run_serially(&self, inputs: &[Vec<T>], outputs: &mut [Vec<T>]) -> Result<Duration> {
         Pipeline::new(self.rt, &self.devices[..1], 2)?
             .run_serially(inputs, outputs, |dev, _, x, y| self.forward(dev, x, y))
     }
@@ -228,25 +245,32 @@ impl<'rt> Deployment<'rt> {
 
 /// The model split into stages (pipeline parallelism): consecutive layers on each stage's
 /// device, micro-batches flowing stage to stage ([`StagePipeline`]).
-pub struct StagedDeployment<'rt> {
+pub struct StagedDeployment<'rt, T: GemmElement> {
     rt: &'rt Runtime,
     width: usize,
     /// Each stage's device and its layers' resident state.
-    stages: Vec<(usize, DeviceModel)>,
+    stages: Vec<(usize, DeviceModel<'rt, T>)>,
 }
 
-impl std::fmt::Debug for StagedDeployment<'_> {
+impl<T: GemmElement> std::fmt::Debug for StagedDeployment<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let devices: Vec<usize> = self.stages.iter().map(|(d, _)| *d).collect();
         f.debug_struct("StagedDeployment").field("stage_devices", &devices).finish()
     }
 }
 
-impl<'rt> StagedDeployment<'rt> {
+impl<'rt, T: GemmElement> StagedDeployment<'rt, T> {
     /// `model`'s layers split as evenly as they go over `stage_devices.len()` stages, stage
     /// `s` on `stage_devices[s]` (a device may take several), each with its weights
-    /// resident and scratch for `batch` rows.
-    pub fn new(rt: &'rt Runtime, model: &Mlp, stage_devices: &[usize], batch: usize) -> Result<Self> {
+    /// resident in `precision` (which `T` must hold) and scratch for `batch` rows.
+    pub fn new(
+        rt: &'rt Runtime,
+        model: &Mlp,
+        stage_devices: &[usize],
+        batch: usize,
+        precision: Precision,
+    ) -> Result<Self> {
+        let tf32 = tf32_for::<T>(precision)?;
         let (layers, n) = (model.weights.len(), stage_devices.len());
         if n == 0 || n > layers {
             return Err(offload::Error::InvalidArgument {
@@ -258,19 +282,14 @@ impl<'rt> StagedDeployment<'rt> {
             .iter()
             .enumerate()
             .map(|(s, &d)| {
-                Ok((d, DeviceModel::new(rt, model, s * layers / n..(s + 1) * layers / n, d, batch)?))
+                Ok((d, DeviceModel::new(rt, model, s * layers / n..(s + 1) * layers / n, d, batch, tf32)?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { rt, width: model.width, stages })
     }
 
     /// Streams `inputs` through the stages with `in_flight` micro-batches in the pipe.
-    pub fn run(
-        &self,
-        inputs: &[Vec<f32>],
-        outputs: &mut [Vec<f32>],
-        in_flight: usize,
-    ) -> Result<StageReport> {
+    pub fn run(&self, inputs: &[Vec<T>], outputs: &mut [Vec<T>], in_flight: usize) -> Result<StageReport> {
         let last = self.stages.len() - 1;
         let len = inputs.first().map_or(0, Vec::len);
         let stages = self
@@ -281,7 +300,7 @@ impl<'rt> StagedDeployment<'rt> {
                 Stage::new(
                     *d,
                     len,
-                    move |dev: &Device<'_>, _: usize, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, f32>| {
+                    move |dev: &Device<'_>, _: usize, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>| {
                         m.forward(dev, self.width, x, y, s == last)
                     },
                 )
@@ -291,18 +310,12 @@ impl<'rt> StagedDeployment<'rt> {
     }
 }
 
-/// A view of the first `len` elements of a runtime-owned buffer on `device`.
-fn view(b: &HostBuffer<f32>, device: usize, len: usize) -> DeviceSlice<'_, f32> {
-    let v = b.shared_view(device);
-    v.slice(..len).unwrap_or(v)
-}
-
 /// Largest relative difference between `got` and the reference, over sampled rows of each
 /// checked batch: `(max relative error, rows checked)`.
-pub fn check(
+pub fn check<T: GemmElement>(
     model: &Mlp,
-    inputs: &[Vec<f32>],
-    outputs: &[Vec<f32>],
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
     batches: &[usize],
     rows: &[usize],
 ) -> (f64, usize) {
@@ -311,12 +324,13 @@ pub fn check(
     let mut n = 0;
     for &b in batches {
         for &r in rows {
-            let want = model.reference_row(&inputs[b][r * w..(r + 1) * w]);
-            let got = &outputs[b][r * w..(r + 1) * w];
+            let row: Vec<f32> = inputs[b][r * w..(r + 1) * w].iter().map(|v| v.to_f32()).collect();
+            let want = model.reference_row(&row);
+            let got: Vec<f32> = outputs[b][r * w..(r + 1) * w].iter().map(|v| v.to_f32()).collect();
             let norm = want.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt().max(1e-30);
             let diff = want
                 .iter()
-                .zip(got)
+                .zip(&got)
                 .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
                 .sum::<f64>()
                 .sqrt();

@@ -128,7 +128,8 @@ fn staged_inference_matches_the_cpu_and_the_whole_model_pipeline() {
             // Two stages over two devices (or one), and four stages over them in turn.
             for stage_devices in [vec![0, 1 % n], vec![0, 1 % n, 0, 1 % n]] {
                 let mut out = vec![vec![0f32; rows * width]; batches];
-                let staged = StagedDeployment::new(rt, &model, &stage_devices, rows)?;
+                let staged =
+                    StagedDeployment::new(rt, &model, &stage_devices, rows, offload::Precision::Fp32)?;
                 let report = staged.run(&inputs, &mut out, 3)?;
                 check!(report.micro_batches == batches);
                 let all: Vec<usize> = (0..batches).collect();
@@ -145,7 +146,9 @@ fn staged_inference_matches_the_cpu_and_the_whole_model_pipeline() {
                     .fold(0f32, f32::max);
                 check!(diff <= 1e-5, "{stage_devices:?}: {diff} from the whole-model pipeline");
             }
-            let e = StagedDeployment::new(rt, &model, &[0; 5], rows).err().map(|e| e.to_string());
+            let e = StagedDeployment::<f32>::new(rt, &model, &[0; 5], rows, offload::Precision::Fp32)
+                .err()
+                .map(|e| e.to_string());
             check!(e.is_some_and(|e| e.contains("5 stages for 4 layers")));
             Ok(())
         },

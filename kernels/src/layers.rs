@@ -1,9 +1,10 @@
 //! Dense layers as PyTorch writes them, over the device's GEMM: `y = act(x W^T + b)` with
 //! row-major `x` (`rows x in_features`), `W` (`out_features x in_features`, `nn.Linear`'s
 //! layout), `b` (`out_features`) and `y` (`rows x out_features`), every shape checked by
-//! name before anything runs. The GEMM is the device's (`Device::sgemm`: cuBLAS on GPUs,
-//! `matrixmultiply` on host devices); the bias and the activation one generated kernel
-//! after it.
+//! name before anything runs, in any precision the device's GEMM takes (`f32`, with TF32
+//! when [`Linear::tf32`] says so, `bf16`, `f16`; f32 accumulation). The GEMM is the
+//! device's ([`Device::gemm`]: cuBLASLt on GPUs, with the bias and the activation fused
+//! into its epilogue; `matrixmultiply` on host devices, which compute the same precisions).
 //!
 //! ```
 //! use offload::{map, Runtime};
@@ -11,7 +12,7 @@
 //!
 //! let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
 //! let dev = rt.device(0)?;
-//! let layer = Linear { rows: 2, in_features: 3, out_features: 2 };
+//! let layer = Linear { rows: 2, in_features: 3, out_features: 2, tf32: false };
 //! let x = [1.0f32, 2.0, 3.0, -1.0, -2.0, -3.0];
 //! let w = [1.0f32, 0.0, 0.0, 0.0, 1.0, 1.0]; // out 0 = x0; out 1 = x1 + x2
 //! let b = [0.5f32, 0.0];
@@ -23,22 +24,12 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
-use offload::{Device, DeviceSlice, Error, Result, Sgemm};
-
-use crate::generated;
-
-/// The activation after a dense layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// None: `y = x W^T + b`.
-    Identity,
-    /// `max(., 0)`.
-    Relu,
-}
+pub use offload::Activation;
+use offload::{Device, DeviceSlice, Error, Gemm, GemmElement, Result};
 
 /// A dense layer's shape over a batch: `rows` rows of `in_features` in, of `out_features`
 /// out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Linear {
     /// Rows of the batch (`x`'s and `y`'s).
     pub rows: usize,
@@ -46,6 +37,9 @@ pub struct Linear {
     pub in_features: usize,
     /// Features out: `y`'s columns, `W`'s rows, `b`'s length.
     pub out_features: usize,
+    /// For `f32` tensors: multiply on TF32 tensor cores (f32 accumulation), as PyTorch's
+    /// `allow_tf32`; an error for other element types, which have their own precision.
+    pub tf32: bool,
 }
 
 impl Linear {
@@ -62,22 +56,23 @@ impl Linear {
 }
 
 /// `y = act(x W^T + b)` on `dev` (see the module documentation); `b` may be left out.
-/// `y` must be writable by kernels (a `from`/`tofrom` map's view, or device scratch).
+/// `y` must be writable by kernels (a `from`/`tofrom` map's view, or device scratch). One
+/// GEMM, its epilogue adding the bias and applying the activation.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the operand whose length is not its shape's; the
-/// GEMM's and the kernel's errors otherwise.
+/// GEMM's errors otherwise.
 #[track_caller]
-pub fn linear(
+pub fn linear<T: GemmElement>(
     dev: &Device<'_>,
     layer: Linear,
-    x: DeviceSlice<'_, f32>,
-    w: DeviceSlice<'_, f32>,
-    b: Option<DeviceSlice<'_, f32>>,
-    y: DeviceSlice<'_, f32>,
+    x: DeviceSlice<'_, T>,
+    w: DeviceSlice<'_, T>,
+    b: Option<DeviceSlice<'_, T>>,
+    y: DeviceSlice<'_, T>,
     act: Activation,
 ) -> Result<()> {
-    let Linear { rows, in_features: k, out_features: n } = layer;
+    let Linear { rows, in_features: k, out_features: n, tf32 } = layer;
     layer.check("x", x.len(), (rows, k), "rows x in_features")?;
     layer.check("w", w.len(), (n, k), "out_features x in_features")?;
     if let Some(b) = b {
@@ -88,23 +83,19 @@ pub fn linear(
         return Ok(());
     }
     // Row-major Y (rows x n) is column-major Y^T (n x rows) = W (row-major n x k, so
-    // column-major k x n, transposed) times X^T (column-major k x rows).
-    let g = Sgemm {
+    // column-major k x n, transposed) times X^T (column-major k x rows); the bias is one
+    // per row of Y^T.
+    let g = Gemm {
         transa: true,
-        transb: false,
         m: n,
         n: rows,
         k,
-        alpha: 1.0,
         lda: k.max(1),
         ldb: k.max(1),
-        beta: 0.0,
         ldc: n,
+        tf32,
+        activation: act,
+        ..Gemm::default()
     };
-    dev.sgemm(&g, w, x, y)?;
-    match (b, act) {
-        (Some(b), act) => generated::bias_act::launch(dev, y.len(), n, act == Activation::Relu, y, b),
-        (None, Activation::Relu) => generated::relu::launch(dev, y.len(), y),
-        (None, Activation::Identity) => Ok(()),
-    }
+    dev.gemm(&g, w, x, y, b)
 }

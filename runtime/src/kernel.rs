@@ -336,8 +336,44 @@ macro_rules! device_copy {
     )*};
 }
 device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+// SAFETY: `half`'s types are `repr(transparent)` over `u16`: every bit pattern is a value.
+unsafe impl DeviceCopy for half::f16 {}
+// SAFETY: as above.
+unsafe impl DeviceCopy for half::bf16 {}
 // SAFETY: arrays of such types accept every bit pattern too.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// `len` zeroed elements straight from the allocator, as C's `calloc` gives them: large
+/// ones are fresh pages, faulted in by whoever first writes them (for a pipeline's
+/// outputs, its copy-out threads, in parallel) rather than all here. `vec![0.0f32; n]` does
+/// the same for primitive numbers; this does it for every [`DeviceCopy`] type (`bf16`,
+/// `f16`, structs), whose all-zero bits are a value.
+///
+/// ```
+/// let v: Vec<offload::half::bf16> = offload::zeroed_vec(1 << 20);
+/// assert!(v.iter().all(|x| x.to_f32() == 0.0));
+/// ```
+pub fn zeroed_vec<T: DeviceCopy>(len: usize) -> Vec<T> {
+    let layout = match std::alloc::Layout::array::<T>(len) {
+        Ok(l) if l.size() > 0 => l,
+        Ok(_) => return std::iter::repeat_n(zeroed_value(), len).collect(),
+        Err(_) => panic!("zeroed_vec: {len} elements of {} bytes overflow", std::mem::size_of::<T>()),
+    };
+    // SAFETY: a non-zero-sized layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` holds `len` elements of `T` from the global allocator with `T`'s array
+    // layout, as `Vec` allocates them; all-zero bits are a valid `T` (`DeviceCopy`).
+    unsafe { Vec::from_raw_parts(ptr, len, len) }
+}
+
+/// A zero-sized (or any) `T` of all-zero bits.
+fn zeroed_value<T: DeviceCopy>() -> T {
+    // SAFETY: every bit pattern, all-zero among them, is a valid `T` (`DeviceCopy`).
+    unsafe { std::mem::zeroed() }
+}
 
 /// The float types, for [`erf`] and [`erfc`] (CUDA has them, Rust's standard library not on
 /// stable).

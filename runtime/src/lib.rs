@@ -87,6 +87,7 @@ mod copy_crew;
 pub mod data_env;
 mod device;
 pub mod error;
+pub mod gemm;
 pub mod index_space;
 pub mod info;
 pub mod kernel;
@@ -109,16 +110,19 @@ mod worker;
 
 pub use api::{Association, DeviceBuffer, DeviceGlobal, GlobalArg, HostMut, Mapped};
 pub use api::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead};
-pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo, Sgemm};
+pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo};
 pub use config::OffloadPolicy;
 pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
 #[doc(hidden)]
 pub use device::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
 pub use device::TransferStats;
 pub use error::{Error, HostRange, Result};
+pub use gemm::{Activation, ElementType, Gemm, GemmElement, Precision};
+/// The `half` crate, whose [`half::bf16`] and [`half::f16`] GEMMs take ([`GemmElement`]).
+pub use half;
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
-pub use kernel::{barrier, erf, erfc, team_local, ErrorFunction};
+pub use kernel::{barrier, erf, erfc, team_local, zeroed_vec, ErrorFunction};
 pub use kernel::{
     DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, Scalar,
     ShapeParam,

@@ -1072,8 +1072,8 @@ impl<'k> ArgCollector<'k> {
             Some((device, kernel)) => v.launch_arg(device, at, kernel)?,
             None => LaunchArg::Device(0),
         };
-        if !v.is_writable() {
-            self.shared.push((at, v.host_range()));
+        if let Some(range) = crate::api::SharedView::shared_range(v) {
+            self.shared.push((at, range));
         }
         self.push(arg, Some(v.host_range().bytes));
         Ok(())

@@ -80,6 +80,9 @@ unsafe impl<T> KernelArgument for DeviceSlice<'_, T> {
                 what: format!("a view of device {} passed to a launch on device {device}", self.device),
             });
         }
+        if self.resident {
+            return Ok(LaunchArg::Device(self.host as u64));
+        }
         Ok(LaunchArg::Mapped(self.host))
     }
 
@@ -125,7 +128,7 @@ unsafe impl<T: KernelScalar> SharedView for T {
 // SAFETY: reports the view's range exactly when its borrow is shared.
 unsafe impl<T> SharedView for DeviceSlice<'_, T> {
     fn shared_range(&self) -> Option<HostRange> {
-        (!self.writable).then(|| self.host_range())
+        (!self.writable && !self.resident).then(|| self.host_range())
     }
 }
 

@@ -152,6 +152,7 @@ unsafe impl<'a, T: DeviceCopy> MapList<'a> for Map<'a, T> {
             len: self.item.range.bytes / std::mem::size_of::<T>().max(1),
             writable: self.writable,
             scratch: false,
+            resident: false,
             on_exit: match (by_guard, copies_back) {
                 (true, _) => ViewExit::Refuse,
                 (false, true) => ViewExit::CopyBack,

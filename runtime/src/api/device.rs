@@ -199,71 +199,130 @@ impl<'rt> Device<'rt> {
         }
     }
 
-    /// `C = alpha op(A) op(B) + beta C` (column-major, as BLAS) on mapped views: cuBLAS on
-    /// GPUs (no TF32), `matrixmultiply`'s kernel over the device's threads on host devices.
-    /// Each view must span its operand, and C's must be writable (not of a shared borrow).
+    /// `C = alpha op(A) op(B) + beta C` in f32 (column-major, as BLAS) on mapped views:
+    /// [`Device::gemm`] without a bias, in `g`'s precision (fp32 unless `g.tf32`).
     pub fn sgemm(
         &self,
-        g: &crate::backend::Sgemm,
+        g: &crate::Gemm,
         a: DeviceSlice<'_, f32>,
         b: DeviceSlice<'_, f32>,
         c: DeviceSlice<'_, f32>,
     ) -> Result<()> {
+        self.gemm(g, a, b, c, None)
+    }
+
+    /// `D = act(alpha op(A) op(B) + beta C + bias)` ([`crate::Gemm`], column-major as
+    /// BLAS; D is C's memory) on mapped views of `f32`, `bf16` or `f16` elements, with f32
+    /// accumulation: cuBLASLt on CUDA devices, the bias and the activation fused into its
+    /// epilogue; `matrixmultiply`'s kernel over the device's threads on host devices, which
+    /// compute the same precisions (see [`crate::gemm`]). Each view must span its operand
+    /// (the bias `g.m` elements) within one mapped range or a [`crate::DeviceBuffer::view`],
+    /// and C's must be writable (not of a shared borrow); C must not overlap the other
+    /// operands.
+    ///
+    /// ```
+    /// use offload::half::bf16;
+    /// use offload::{map, Activation, Gemm, Runtime};
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+    /// let dev = rt.device(0)?;
+    /// let v = |x: &[f32]| x.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+    /// // Column-major A (2 x 2) times B (2 x 1), plus a bias, ReLU.
+    /// let (a, b, bias) = (v(&[1.0, 0.0, 0.0, 1.0]), v(&[3.0, -4.0]), v(&[0.5, 0.5]));
+    /// let mut c = v(&[0.0, 0.0]);
+    /// let g = Gemm { m: 2, n: 1, k: 2, lda: 2, ldb: 2, ldc: 2, activation: Activation::Relu, ..Gemm::default() };
+    /// dev.data((map::to(&a), map::to(&b), map::to(&bias), map::from(&mut c)), |(a, b, bias, c)| {
+    ///     dev.gemm(&g, a, b, c, Some(bias))
+    /// })?;
+    /// assert_eq!(c, v(&[3.5, 0.0]));
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a view of another device, one too short for its
+    /// operand, a C that kernels may not write, or TF32 asked of elements that are not f32;
+    /// [`Error::NotPresent`] for an operand not mapped whole; [`Error::NoKernelImpl`] on a
+    /// backend without BLAS (HIP); the library's errors as [`Error::Driver`].
+    pub fn gemm<T: crate::GemmElement>(
+        &self,
+        g: &crate::Gemm,
+        a: DeviceSlice<'_, T>,
+        b: DeviceSlice<'_, T>,
+        c: DeviceSlice<'_, T>,
+        bias: Option<DeviceSlice<'_, T>>,
+    ) -> Result<()> {
         let (ea, eb, ec) = g.extents()?;
+        let invalid = |what: String| Error::InvalidArgument { routine: "gemm", what };
+        if g.tf32 && T::TYPE != crate::ElementType::F32 {
+            return Err(invalid(format!(
+                "TF32 applies to f32 operands, not {}: {} already has f32 accumulation",
+                T::TYPE.name(),
+                T::TYPE.name()
+            )));
+        }
         let d = match self.rt.settled(self.number)? {
             crate::device::Target::Device(d) => d,
             crate::device::Target::Initial => {
-                return Err(Error::InvalidArgument {
-                    routine: "sgemm",
-                    what: "the initial device has no sgemm; use a host device".into(),
-                })
+                return Err(invalid("the initial device has no gemm; use a host device".into()))
             }
         };
         if !d.backend.has_blas() {
             let kind = d.backend.description().kind;
-            return Err(Error::NoKernelImpl { device: self.number, kernel: "sgemm", backend: kind.name() });
+            return Err(Error::NoKernelImpl { device: self.number, kernel: "gemm", backend: kind.name() });
         }
         // C is written: as for a generated kernel's `&mut` argument (`check_writable`), only
         // a writable view or device scratch.
         if !c.device_writable() {
-            return Err(Error::InvalidArgument {
-                routine: "sgemm",
-                what: format!(
-                    "operand 2 (C) is written, but its view {} comes from a shared borrow; pass a \
-                     writable view (map::from, map::tofrom, map::to_mut, map::alloc_mut, HostBuffer::view) \
-                     or device scratch (HostBuffer::shared_view)",
-                    c.host_range()
-                ),
-            });
+            return Err(invalid(format!(
+                "operand 2 (C) is written, but its view {} comes from a shared borrow; pass a \
+                 writable view (map::from, map::tofrom, map::to_mut, map::alloc_mut, HostBuffer::view) \
+                 or device scratch (HostBuffer::shared_view)",
+                c.host_range()
+            )));
         }
         // The operands stay allocated until the product is done.
         let mut in_use = crate::device::BlocksInUse::new(d);
-        let mut addrs = [0u64; 3];
-        for (i, (v, need)) in [(a, ea), (b, eb), (c, ec)].into_iter().enumerate() {
+        let mut addrs = [0u64; 4];
+        let operands = [Some((a, ea)), Some((b, eb)), Some((c, ec)), bias.map(|v| (v, g.m))];
+        for (i, (v, need)) in operands.into_iter().enumerate().filter_map(|(i, o)| o.map(|o| (i, o))) {
+            let name = ["A", "B", "C", "the bias"][i];
             if v.device() != self.number || v.len() < need {
-                return Err(Error::InvalidArgument {
-                    routine: "sgemm",
-                    what: format!(
-                        "operand {i}: a view of {} elements on device {} for {need} elements on device {}",
-                        v.len(),
-                        v.device(),
-                        self.number
-                    ),
-                });
+                return Err(invalid(format!(
+                    "operand {i} ({name}): a view of {} elements on device {} for {need} elements on device {}",
+                    v.len(),
+                    v.device(),
+                    self.number
+                )));
             }
-            // The whole operand must lie in one mapped range (a view may name more of its
-            // buffer than is mapped).
-            let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<f32>());
-            let addr = d.pin_mapped(&mut in_use, span).ok_or(Error::NotPresent {
+            // A buffer's view is device memory, alive while borrowed. Otherwise the whole
+            // operand must lie in one mapped range (a view may name more of its buffer than
+            // is mapped).
+            if v.is_device_resident() {
+                addrs[i] = v.host_range().begin as u64;
+                continue;
+            }
+            let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<T>());
+            addrs[i] = d.pin_mapped(&mut in_use, span).ok_or(Error::NotPresent {
                 device: self.number,
                 range: span,
-                what: "an sgemm operand",
+                what: "a gemm operand",
             })?;
-            addrs[i] = addr;
         }
+        let ops = crate::backend::GemmOperands {
+            a: addrs[0],
+            b: addrs[1],
+            c: addrs[2],
+            bias: bias.map(|_| addrs[3]),
+        };
         d.backend.prepare_blas()?;
-        let what = || crate::info::InfoFields { kind: "gemm", kernel: Some("sgemm"), ..Default::default() };
-        d.timed(crate::backend::Queue::Compute, what, || d.backend.sgemm(g, addrs[0], addrs[1], addrs[2]))
+        let kernel = match g.precision::<T>() {
+            crate::Precision::Fp32 => "gemm fp32",
+            crate::Precision::Tf32 => "gemm tf32",
+            crate::Precision::Fp16 => "gemm fp16",
+            crate::Precision::Bf16 => "gemm bf16",
+        };
+        let what = || crate::info::InfoFields { kind: "gemm", kernel: Some(kernel), ..Default::default() };
+        d.timed(crate::backend::Queue::Compute, what, || d.backend.gemm(g, T::TYPE, ops))
     }
 
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the

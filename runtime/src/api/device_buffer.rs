@@ -84,6 +84,40 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
         Ok(b)
     }
 
+    /// The buffer as a view, taken wherever a mapped view is: a generated kernel's
+    /// argument (`&[T]` or `&mut [T]`: kernels may write it, as they may a buffer passed by
+    /// reference), [`Device::gemm`]'s operands, [`DeviceSlice::slice`] for part of it. It
+    /// names device memory itself, so no present table is consulted and no construct maps
+    /// or copies through it; an exit through it is refused.
+    ///
+    /// ```
+    /// use offload::{DeviceBuffer, Runtime};
+    ///
+    /// #[offload::kernel]
+    /// fn square(i: usize, x: &mut [f32]) {
+    ///     x[i] *= x[i];
+    /// }
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+    /// let dev = rt.device(0)?;
+    /// let b = DeviceBuffer::from_slice(&dev, &[1f32, 2.0, 3.0])?;
+    /// square::launch(&dev, 3, b.view())?;
+    /// assert_eq!(b.to_vec()?, [1.0, 4.0, 9.0]);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn view(&self) -> DeviceSlice<'_, T> {
+        DeviceSlice {
+            device: self.device.number(),
+            host: self.addr as usize,
+            len: self.len,
+            writable: false,
+            scratch: true,
+            resident: true,
+            on_exit: crate::api::ViewExit::Refuse,
+            _borrow: PhantomData,
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> Device<'rt> {
         self.device

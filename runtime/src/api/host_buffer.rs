@@ -204,6 +204,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             len: self.len,
             writable: false,
             scratch: true,
+            resident: false,
             on_exit: ViewExit::Release,
             _borrow: PhantomData,
         }
@@ -217,6 +218,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
             len: self.len,
             writable: true,
             scratch: false,
+            resident: false,
             on_exit: ViewExit::CopyBack,
             _borrow: PhantomData,
         }

@@ -33,6 +33,9 @@ pub struct DeviceSlice<'a, T> {
     /// Kernels may write the device's copy though the borrow is shared (a
     /// [`crate::HostBuffer::shared_view`]: device scratch, never copied back through it).
     pub(super) scratch: bool,
+    /// The view names device memory itself ([`crate::DeviceBuffer::view`]): `host` is then
+    /// the device address of its first element, and no present table is consulted.
+    pub(super) resident: bool,
     /// What an exit through the view ([`crate::NowaitScope::exit`]) does.
     pub(crate) on_exit: ViewExit,
     pub(super) _borrow: PhantomData<&'a [T]>,
@@ -83,7 +86,14 @@ impl<'a, T> DeviceSlice<'a, T> {
         self.on_exit == ViewExit::CopyBack
     }
 
-    /// The host range the view names.
+    /// Whether the view names device memory itself (a [`crate::DeviceBuffer::view`]), not
+    /// a mapped host range.
+    pub fn is_device_resident(&self) -> bool {
+        self.resident
+    }
+
+    /// The host range the view names (for a [`crate::DeviceBuffer::view`], the device
+    /// addresses it spans).
     pub fn host_range(&self) -> HostRange {
         HostRange::new(self.host, self.len * std::mem::size_of::<T>())
     }
@@ -135,6 +145,9 @@ impl<'a, T> DeviceSlice<'a, T> {
     /// The device address of the view's first element (`None` when not mapped): C's
     /// `use_device_ptr` / `use_device_addr` inside a region.
     pub fn device_addr(&self, rt: &Runtime) -> Result<Option<u64>> {
+        if self.resident {
+            return Ok(Some(self.host as u64));
+        }
         rt.mapped_ptr(self.host, self.device)
     }
 
@@ -215,6 +228,7 @@ pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<
         len: s.len(),
         writable,
         scratch: false,
+        resident: false,
         on_exit: if writable { ViewExit::CopyBack } else { ViewExit::Release },
         _borrow: PhantomData,
     }

@@ -23,10 +23,11 @@ use parking_lot::Mutex;
 
 use super::platform::{KernelKey, LoadedKernels, VendorPlatform};
 use super::{
-    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, Graph, MemInfo, Place, Queue,
-    RecordedLaunch, Sgemm,
+    foreign_event, Backend, BackendKind, Copy2d, DeviceDescription, Event, GemmOperands, Graph, MemInfo,
+    Place, Queue, RecordedLaunch,
 };
 use crate::error::{Error, Result};
+use crate::gemm::{ElementType, Gemm};
 use crate::kernel::{Kernel, KernelArg};
 use crate::kernel_cache::{self, KernelSpec};
 
@@ -61,8 +62,8 @@ pub(crate) struct CudaDevice {
     functions: LoadedKernels<(CudaFunction, u32)>,
     /// Ordinals of the devices this one can read directly (peer access enabled).
     peers: Mutex<Vec<usize>>,
-    /// cuBLAS on the compute stream, made on first use.
-    blas: OnceLock<std::result::Result<Mutex<cudarc::cublas::CudaBlas>, String>>,
+    /// cuBLASLt (handle, workspace, plans), made on first use.
+    blas: OnceLock<std::result::Result<Mutex<super::cublaslt::LtBlas>, String>>,
     /// Events for reuse ([`PooledEvent`]).
     events: EventPool,
     /// The timeline's anchor: a timed event that had completed when the host read the
@@ -259,20 +260,12 @@ impl CudaDevice {
         .map_err(driver(self.number, "cuLaunchKernel"))
     }
 
-    /// cuBLAS on the compute stream, made on first use.
-    fn cublas(&self) -> Result<&Mutex<cudarc::cublas::CudaBlas>> {
+    /// cuBLASLt for this device, made on first use.
+    fn cublaslt(&self) -> Result<&Mutex<super::cublaslt::LtBlas>> {
         self.blas
-            .get_or_init(|| {
-                // SAFETY: only probes whether the library can be loaded.
-                if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-                    return Err("cuBLAS library not found".into());
-                }
-                cudarc::cublas::CudaBlas::new(Arc::clone(&self.compute))
-                    .map(Mutex::new)
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_init(|| super::cublaslt::LtBlas::new(Arc::clone(&self.ctx)).map(Mutex::new))
             .as_ref()
-            .map_err(|e| Error::Driver { device: self.number, call: "cublasCreate", message: e.clone() })
+            .map_err(|e| Error::Driver { device: self.number, call: "cublasLtCreate", message: e.clone() })
     }
 
     /// The stream that is queue `q`.
@@ -723,47 +716,17 @@ impl Backend for CudaDevice {
         true
     }
     fn prepare_blas(&self) -> Result<()> {
-        self.cublas().map(drop)
+        self.cublaslt().map(drop)
     }
 
-    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
-        let fail = |message: String| Error::Driver { device: self.number, call: "cublasSgemm", message };
-        let blas = self.cublas()?;
-        let int =
-            |v: usize| i32::try_from(v).map_err(|_| fail(format!("dimension {v} exceeds cuBLAS's int")));
-        let op = |t: bool| {
-            if t {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        let (m, n, k, lda, ldb, ldc) =
-            (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
+    fn enqueue_gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
+        let blas = self.cublaslt()?;
         self.bind()?;
-        let blas = blas.lock();
-        // SAFETY: `a`, `b`, `c` are this device's memory spanning the operands (checked by
-        // the caller against the present table); the handle's stream is this device's
-        // compute stream, waited for below; alpha and beta live through the call.
-        unsafe {
-            cudarc::cublas::result::sgemm(
-                *blas.handle(),
-                op(g.transa),
-                op(g.transb),
-                m,
-                n,
-                k,
-                &g.alpha,
-                a as usize as *const f32,
-                lda,
-                b as usize as *const f32,
-                ldb,
-                &g.beta,
-                c as usize as *mut f32,
-                ldc,
-            )
-        }
-        .map_err(|e| fail(e.to_string()))
+        blas.lock().matmul(g, ty, ops, &self.compute).map_err(|message| Error::Driver {
+            device: self.number,
+            call: "cublasLtMatmul",
+            message,
+        })
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -16,9 +16,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{
-    Backend, Copy2d, DeviceDescription, Event, Graph, Interop, MemInfo, Queue, RecordedLaunch, Sgemm,
+    Backend, Copy2d, DeviceDescription, Event, GemmOperands, Graph, Interop, MemInfo, Queue, RecordedLaunch,
 };
 use crate::error::{Error, Result};
+use crate::gemm::{ElementType, Gemm};
 use crate::kernel::{Kernel, KernelArg};
 
 /// The kinds of device operation a [`FaultPlan`] can fail.
@@ -357,13 +358,13 @@ impl Backend for Faulty {
     fn prepare_blas(&self) -> Result<()> {
         self.inner.prepare_blas()
     }
-    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+    fn enqueue_gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
         self.check(FaultKind::Launch)?;
-        self.inner.enqueue_sgemm(g, a, b, c)
+        self.inner.enqueue_gemm(g, ty, ops)
     }
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
+    fn gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
         self.check(FaultKind::Launch)?;
-        self.inner.sgemm(g, a, b, c)
+        self.inner.gemm(g, ty, ops)
     }
     fn synchronize(&self) -> Result<()> {
         let waited = self.inner.synchronize();

@@ -16,8 +16,9 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use super::platform::VendorPlatform;
-use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue, Sgemm};
+use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
 use crate::error::{Error, Result};
+use crate::gemm::{host_gemm, ElementType, Gemm, GemmElement};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::topology::Topology;
 use crate::worker::DeviceWorker;
@@ -345,6 +346,49 @@ impl HostDevice {
             _ => Err(Error::UnknownDevicePointer { device: self.number, addr, routine }),
         }
     }
+
+    /// [`Backend::enqueue_gemm`] in elements of type `T`: every operand checked to lie in
+    /// one live allocation, aligned for `T`, then [`host_gemm`] on the kernel pool.
+    fn enqueue_gemm_of<T: GemmElement>(&self, g: &Gemm, ops: GemmOperands) -> Result<()> {
+        let (ea, eb, ec) = g.extents()?;
+        let size = std::mem::size_of::<T>();
+        let operands = [(ops.a, ea), (ops.b, eb), (ops.c, ec)].into_iter().chain(ops.bias.map(|b| (b, g.m)));
+        for (addr, n) in operands {
+            self.check_range(addr, n * size, "gemm")?;
+            if addr % std::mem::align_of::<T>() as u64 != 0 {
+                return Err(Error::InvalidArgument {
+                    routine: "gemm",
+                    what: format!(
+                        "device {}: operand at {addr:#x} is not aligned for {}",
+                        self.number,
+                        T::TYPE.name()
+                    ),
+                });
+            }
+        }
+        let (g, pool, number) = (*g, Arc::clone(&self.pool), self.number);
+        let (a, b, c) = (Addr(ops.a as usize), Addr(ops.b as usize), Addr(ops.c as usize));
+        let bias = ops.bias.map(|b| Addr(b as usize));
+        self.submit(move || {
+            let (a, b, c, bias) = (a, b, c, bias);
+            // SAFETY: the ranges lie in live allocations of this device, aligned for `T`
+            // (checked), freed only on this queue after this job; C is neither an input
+            // nor the bias (the caller's contract, as for BLAS); any bits are a `T`.
+            let (a, b, cm, bias) = unsafe {
+                (
+                    std::slice::from_raw_parts(a.0 as *const T, ea),
+                    std::slice::from_raw_parts(b.0 as *const T, eb),
+                    std::slice::from_raw_parts_mut(c.0 as *mut T, ec),
+                    bias.map(|p| std::slice::from_raw_parts(p.0 as *const T, g.m)),
+                )
+            };
+            // The pool is started on the worker (see `KernelPool`); a failure to start it
+            // is the queue's failure.
+            let pool = pool.get(number).unwrap_or_else(|e| panic!("{e}"));
+            let _in = InKernel::enter();
+            host_gemm(pool, &g, a, b, cm, bias);
+        })
+    }
 }
 
 impl Drop for HostDevice {
@@ -556,31 +600,12 @@ impl Backend for HostDevice {
     fn has_blas(&self) -> bool {
         true
     }
-    fn enqueue_sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
-        let (ea, eb, ec) = g.extents()?;
-        for (addr, n) in [(a, ea), (b, eb), (c, ec)] {
-            self.check_range(addr, n * 4, "sgemm")?;
+    fn enqueue_gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
+        match ty {
+            ElementType::F32 => self.enqueue_gemm_of::<f32>(g, ops),
+            ElementType::F16 => self.enqueue_gemm_of::<half::f16>(g, ops),
+            ElementType::Bf16 => self.enqueue_gemm_of::<half::bf16>(g, ops),
         }
-        let (g, pool, number) = (*g, Arc::clone(&self.pool), self.number);
-        let (a, b, c) = (Addr(a as usize), Addr(b as usize), Addr(c as usize));
-        self.submit(move || {
-            let (a, b, c) = (a, b, c);
-            // SAFETY: the three ranges lie in live allocations of this device (checked),
-            // freed only on this queue after this job; C is not one of the inputs (the
-            // caller's contract, as for BLAS).
-            let (a, b, cm) = unsafe {
-                (
-                    std::slice::from_raw_parts(a.0 as *const f32, ea),
-                    std::slice::from_raw_parts(b.0 as *const f32, eb),
-                    std::slice::from_raw_parts_mut(c.0 as *mut f32, ec),
-                )
-            };
-            // The pool is started on the worker (see `KernelPool`); a failure to start it
-            // is the queue's failure.
-            let pool = pool.get(number).unwrap_or_else(|e| panic!("{e}"));
-            let _in = InKernel::enter();
-            host_sgemm(pool, &g, a, b, cm);
-        })
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -599,59 +624,6 @@ impl Backend for HostDevice {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// Column-major SGEMM on the host (BLAS's convention, as cuBLAS takes it): `matrixmultiply`'s
-/// packed, vectorised kernel, one block of C's columns per task of the device's kernel pool.
-/// `a`, `b` and `c` span exactly what [`Sgemm::extents`] says.
-fn host_sgemm(pool: &rayon::ThreadPool, g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
-    use rayon::prelude::*;
-    if g.m == 0 || g.n == 0 {
-        return;
-    }
-    // Strides of op(A) (m x k), op(B) (k x n) and C (m x n), column-major.
-    let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
-    let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
-    // Blocks of whole columns, about one per thread, at least 16 columns each.
-    let cols = g.n.div_ceil(pool.current_num_threads().max(1)).max(16);
-    let (a, b) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    pool.install(|| {
-        c.par_chunks_mut(g.ldc * cols).enumerate().for_each(|(block, out)| {
-            let j0 = block * cols;
-            let n = cols.min(g.n - j0);
-            if g.k == 0 {
-                // op(A) op(B) is zero: C = beta C (C not read when beta is 0, as BLAS says).
-                for j in 0..n {
-                    for v in &mut out[j * g.ldc..j * g.ldc + g.m] {
-                        *v = if g.beta == 0.0 { 0.0 } else { g.beta * *v };
-                    }
-                }
-                return;
-            }
-            // SAFETY: `extents` bounds every element op(A), op(B) and C reach by these strides
-            // within `a`, `b` and `c` (checked against the device's allocations by the
-            // caller); this block's columns j0..j0+n of C lie in `out`, which no other task
-            // touches; B's columns start at j0 * csb elements in.
-            unsafe {
-                matrixmultiply::sgemm(
-                    g.m,
-                    g.k,
-                    n,
-                    g.alpha,
-                    a as *const f32,
-                    rsa as isize,
-                    csa as isize,
-                    (b as *const f32).add(j0 * csb),
-                    rsb as isize,
-                    csb as isize,
-                    g.beta,
-                    out.as_mut_ptr(),
-                    1,
-                    g.ldc as isize,
-                )
-            }
-        })
-    });
 }
 
 /// Bytes of memory each host device offers unless configured: the machine's memory.
@@ -676,62 +648,6 @@ pub(crate) mod tests {
         let topo = Arc::new(crate::topology::Topology::system());
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
         HostDevice::new(0, 0, capacity, worker, pool, true)
-    }
-
-    #[test]
-    fn sgemm_agrees_with_a_reference_in_f64_on_every_shape() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut random = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        };
-        let shapes = [(1, 1, 1), (7, 5, 3), (33, 70, 17), (64, 64, 64), (5, 100, 0), (130, 3, 41)];
-        for (m, n, k) in shapes {
-            for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {
-                for (alpha, beta) in [(1.0, 0.0), (0.5, -2.0)] {
-                    // Leading dimensions with room to spare, as a sub-matrix's are.
-                    let ra = if transa { k } else { m };
-                    let rb = if transb { n } else { k };
-                    let g =
-                        Sgemm { transa, transb, m, n, k, alpha, lda: ra + 2, ldb: rb + 1, beta, ldc: m + 3 };
-                    let (ea, eb, ec) = g.extents().unwrap();
-                    let a: Vec<f32> = (0..ea).map(|_| random()).collect();
-                    let b: Vec<f32> = (0..eb).map(|_| random()).collect();
-                    let c0: Vec<f32> = (0..ec).map(|_| random()).collect();
-                    let mut c = c0.clone();
-                    host_sgemm(&pool, &g, &a, &b, &mut c);
-                    let at = |i: usize, p: usize| {
-                        f64::from(if transa { a[p + i * g.lda] } else { a[i + p * g.lda] })
-                    };
-                    let bt = |p: usize, j: usize| {
-                        f64::from(if transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] })
-                    };
-                    for j in 0..n {
-                        for i in 0..m {
-                            let dot: f64 = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
-                            let want =
-                                f64::from(alpha) * dot + f64::from(beta) * f64::from(c0[i + j * g.ldc]);
-                            let got = f64::from(c[i + j * g.ldc]);
-                            assert!(
-                                (got - want).abs() <= 1e-5 * (1.0 + k as f64),
-                                "{g:?} at ({i}, {j}): {got} vs {want}"
-                            );
-                        }
-                        // Rows past m of each column are not C's: untouched.
-                        for i in m..g.ldc.min(ec - j * g.ldc) {
-                            assert_eq!(
-                                c[i + j * g.ldc],
-                                c0[i + j * g.ldc],
-                                "{g:?}: row {i} of column {j} written"
-                            );
-                        }
-                    }
-                }
-            }
-        }
     }
 
     #[test]

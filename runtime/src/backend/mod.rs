@@ -9,6 +9,8 @@
 pub mod faults;
 pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 #[cfg(feature = "cuda")]
+mod cublaslt;
+#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "hip")]
 pub(crate) mod hip;
@@ -87,6 +89,7 @@ use std::any::Any;
 use std::fmt;
 
 use crate::error::{Error, Result};
+use crate::gemm::{ElementType, Gemm};
 use crate::kernel::{Kernel, KernelArg};
 
 /// Which backend drives a device.
@@ -256,56 +259,15 @@ pub(crate) struct Copy2d {
     pub rows: usize,
 }
 
-/// A single-precision matrix product in BLAS's column-major convention:
-/// `C = alpha * op(A) * op(B) + beta * C`, with `op(X)` = `X` or its transpose; `op(A)` is
-/// `m x k`, `op(B)` `k x n`, `C` `m x n`; `ld*` are the leading dimensions.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[allow(missing_docs)]
-pub struct Sgemm {
-    pub transa: bool,
-    pub transb: bool,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub alpha: f32,
-    pub lda: usize,
-    pub ldb: usize,
-    pub beta: f32,
-    pub ldc: usize,
-}
-
-impl Sgemm {
-    /// Elements each operand spans: `(a, b, c)`. An error when a leading dimension is
-    /// smaller than its operand's rows (BLAS requires `ld >= max(1, rows)`), or when a span
-    /// in bytes overflows.
-    pub fn extents(&self) -> crate::error::Result<(usize, usize, usize)> {
-        use crate::error::Error;
-        let span = |name: &str, ld: usize, rows: usize, cols: usize| {
-            if ld < rows.max(1) {
-                return Err(Error::InvalidArgument {
-                    routine: "sgemm",
-                    what: format!(
-                        "{name}: leading dimension {ld} for {rows} rows; expected at least max(1, {rows})"
-                    ),
-                });
-            }
-            if cols == 0 {
-                return Ok(0);
-            }
-            ld.checked_mul(cols - 1)
-                .and_then(|e| e.checked_add(rows))
-                .filter(|e| e.checked_mul(std::mem::size_of::<f32>()).is_some())
-                .ok_or_else(|| Error::Overflow {
-                    routine: "sgemm",
-                    what: format!(
-                        "{name}: span of {cols} columns of leading dimension {ld} and {rows} rows of f32"
-                    ),
-                })
-        };
-        let (ar, ac) = if self.transa { (self.k, self.m) } else { (self.m, self.k) };
-        let (br, bc) = if self.transb { (self.n, self.k) } else { (self.k, self.n) };
-        Ok((span("A", self.lda, ar, ac)?, span("B", self.ldb, br, bc)?, span("C", self.ldc, self.m, self.n)?))
-    }
+/// Where a GEMM's operands lie in device memory: A, B, C (which D overwrites) and the
+/// bias, each spanning what [`Gemm::extents`] (and `m` for the bias) says, checked by the
+/// caller against the device's present table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemmOperands {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub bias: Option<u64>,
 }
 
 /// One of a device's in-order queues: a CUDA or HIP stream; on a host device, its worker
@@ -582,8 +544,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// Whether the backend has BLAS ([`Backend::enqueue_sgemm`]): an optional capability
-    /// (CUDA through cuBLAS, host devices; not HIP, whose hipBLAS is not bound).
+    /// Whether the backend has BLAS ([`Backend::enqueue_gemm`]): an optional capability
+    /// (CUDA through cuBLASLt, host devices; not HIP, whose hipBLASLt is not bound).
     fn has_blas(&self) -> bool {
         false
     }
@@ -594,18 +556,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Enqueues `C = alpha op(A) op(B) + beta C` on device memory at `a`, `b`, `c` on the
-    /// compute queue (GPUs: cuBLAS, no TF32; host devices: a straightforward parallel
-    /// product). Backends without BLAS ([`Backend::has_blas`]) keep this default, which
-    /// refuses.
-    fn enqueue_sgemm(&self, _g: &Sgemm, _a: u64, _b: u64, _c: u64) -> Result<()> {
+    /// Enqueues `D = act(alpha op(A) op(B) + beta C + bias)` ([`Gemm`]) on device memory
+    /// ([`GemmOperands`], elements of type `ty`) on the compute queue: cuBLASLt on CUDA
+    /// devices, [`crate::gemm`]'s host kernel on host devices. Backends without BLAS
+    /// ([`Backend::has_blas`]) keep this default, which refuses.
+    fn enqueue_gemm(&self, _g: &Gemm, _ty: ElementType, _ops: GemmOperands) -> Result<()> {
         let d = self.description();
-        Err(Error::NoKernelImpl { device: self.number(), kernel: "sgemm", backend: d.kind.name() })
+        Err(Error::NoKernelImpl { device: self.number(), kernel: "gemm", backend: d.kind.name() })
     }
 
-    /// [`Backend::enqueue_sgemm`], waited for.
-    fn sgemm(&self, g: &Sgemm, a: u64, b: u64, c: u64) -> Result<()> {
-        self.enqueue_sgemm(g, a, b, c)?;
+    /// [`Backend::enqueue_gemm`], waited for.
+    fn gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
+        self.enqueue_gemm(g, ty, ops)?;
         self.sync_queue(Queue::Compute)
     }
 
