@@ -19,7 +19,9 @@
 //! on device `s mod ndev`, micro-batches flowing stage to stage with
 //! `max(slots, N + 1)` in the pipe; `-stages 0`, the default, streams whole batches to
 //! devices each holding the whole model), `-precision fp32|tf32|fp16|bf16` (fp32),
-//! `-repeat N` (runs, each into fresh output pages; the median printed; 1).
+//! `-repeat N` (runs, each into fresh output pages; the median printed; 1),
+//! `-reuse-outputs 1` (later runs into the first run's outputs, already faulted in). The
+//! compute alone (the same forward passes over a device-resident batch) is printed after.
 //! Without GPUs it runs on host devices (`OFFLOAD_HOST_DEVICES`, two by default); pick small
 //! sizes there, e.g.
 //! `-width 64 -batch 32 -batches 8`.
@@ -45,6 +47,7 @@ struct Args {
     stages: usize,
     precision: Precision,
     repeat: usize,
+    reuse_outputs: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -61,6 +64,7 @@ fn parse() -> Result<Args, String> {
         stages: 0,
         precision: Precision::Fp32,
         repeat: 1,
+        reuse_outputs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,6 +95,7 @@ fn parse() -> Result<Args, String> {
             "-check" => a.check = n,
             "-stages" => a.stages = n,
             "-repeat" => a.repeat = n.max(1),
+            "-reuse-outputs" => a.reuse_outputs = n != 0,
             _ => return Err(format!("unknown option {flag:?}; see the file's header for the options")),
         }
     }
@@ -152,7 +157,7 @@ fn run<T: GemmElement>(
         let stage_devices: Vec<usize> = (0..args.stages).map(|s| devices[s % devices.len()]).collect();
         let staged = StagedDeployment::new(rt, model, &stage_devices, rows, args.precision)?;
         for r in 0..args.repeat {
-            if r > 0 {
+            if r > 0 && !args.reuse_outputs {
                 outputs = (0..args.batches).map(|_| offload::zeroed_vec(rows * w)).collect();
             }
             let report = staged.run(&inputs, &mut outputs, args.slots.max(args.stages + 1))?;
@@ -167,7 +172,7 @@ fn run<T: GemmElement>(
     } else {
         let deployment = Deployment::in_precision(rt, model, devices, rows, args.precision)?;
         for r in 0..args.repeat {
-            if r > 0 {
+            if r > 0 && !args.reuse_outputs {
                 outputs = (0..args.batches).map(|_| offload::zeroed_vec(rows * w)).collect();
             }
             let start = Instant::now();
@@ -185,6 +190,10 @@ fn run<T: GemmElement>(
                 report.batches_per_device
             );
             times.push(report.elapsed.as_secs_f64());
+        }
+        if let Some(first) = inputs.first() {
+            let t = deployment.compute_alone(first, args.batches)?.as_secs_f64();
+            println!("compute alone ({}, device-resident batches): {}", args.precision.name(), per_batch(t));
         }
     }
     if times.len() > 1 {

@@ -235,6 +235,22 @@ impl<'rt, T: GemmElement> Deployment<'rt, T> {
         })
     }
 
+    /// The compute alone, the pipeline's floor: `input` (one batch) placed on the first
+    /// device once, then `batches` forward passes over it there, nothing copied.
+    pub fn compute_alone(&self, input: &[T], batches: usize) -> Result<Duration> {
+        let dev = self.rt.device(self.devices[0])?;
+        let x = DeviceBuffer::from_slice(&dev, input)?;
+        let y = DeviceBuffer::<T>::new(&dev, input.len())?;
+        self.forward(&dev, x.view(), y.view())?;
+        self.rt.synchronize(dev.number())?;
+        let start = std::time::Instant::now();
+        for _ in 0..batches {
+            self.forward(&dev, x.view(), y.view())?;
+        }
+        self.rt.synchronize(dev.number())?;
+        Ok(start.elapsed())
+    }
+
     /// The same batches without overlap: map, compute, unmap, one batch after another on
     /// the first device.
     pub fn run_serially(&self, inputs: &[Vec<T>], outputs: &mut [Vec<T>]) -> Result<Duration> {

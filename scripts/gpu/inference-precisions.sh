@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 29's GPU call on the lent H200, after ../shared/gpu/bundle: the whole test suite,
+# then the MLP pipeline (4 x 4096, 48 batches of 4096 rows from pageable memory) in each
+# precision beside PyTorch's expert version (benches/pytorch/mlp_pipeline.py) in the same
+# call, ours then theirs per precision, and the two-stage pipeline on one GPU. Logs under
+# $OUT; a summary last. `SUITE=0` leaves the tests out, `PRECISIONS="fp32 bf16"` picks.
+cd "$(dirname "$0")/../.."
+set -o pipefail
+nvidia-smi -L; nproc
+if [ "${SUITE:-1}" = 1 ]; then
+  echo "== tests"
+  OUT= bash .gpu/run-tests > $OUT/tests.log 2>&1
+  grep -E "^(ok|FAILED)" $OUT/tests.log | sed 's/: test result//' | awk '{print $1, $2, $4, $5}' | tr '\n' ';'; echo
+  grep -B2 -A25 "panicked" $OUT/tests.log | head -60
+fi
+REPEAT=${REPEAT:-3}
+for p in ${PRECISIONS:-fp32 tf32 bf16 fp16}; do
+  echo "== $p"
+  .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "batches in|median|checked" | tee -a $OUT/inference.log
+  if [ "$p" = fp32 ] || [ "$p" = bf16 ]; then
+    .gpu/examples/inference -batches 48 -precision $p -stages 2 -repeat $REPEAT 2>/dev/null | grep -E "median|checked" | tee -a $OUT/inference.log
+  fi
+  python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tee -a $OUT/torch.log
+done

@@ -1,0 +1,116 @@
+//! `Device::gemm` on every device of every backend: every transposition, scalar pair and
+//! epilogue (bias, ReLU, GELU) in fp32, TF32, fp16 and bf16 against an f64 reference of the
+//! operands as stored, rows of C past `m` untouched; a plan reused with other scalars (the
+//! same shape with `beta != 0` after `beta = 0`) still right.
+
+use offload::half::{bf16, f16};
+use offload::{map, Activation, Gemm, GemmElement};
+use offload_tests::{check, on_every_device};
+
+fn values<T: GemmElement>(seed: u64, n: usize) -> Vec<T> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+        })
+        .collect()
+}
+
+/// `g` on device `d` over random operands, each element of C against f64 within `tol`
+/// (relative to `1 + |want|`, per square root of the depth).
+fn agrees<T: GemmElement>(
+    rt: &offload::Runtime,
+    d: usize,
+    g: Gemm,
+    with_bias: bool,
+    tol: f64,
+) -> offload::Result<()> {
+    let dev = rt.device(d)?;
+    let (ea, eb, ec) = g.extents()?;
+    let (a, b, c0, bias) = (values::<T>(1, ea), values::<T>(2, eb), values::<T>(3, ec), values::<T>(4, g.m));
+    let mut c = c0.clone();
+    dev.data((map::to(&a), map::to(&b), map::to(&bias), map::tofrom(&mut c)), |(av, bv, biasv, cv)| {
+        dev.gemm(&g, av, bv, cv, with_bias.then_some(biasv))
+    })?;
+    let f = |v: T| f64::from(v.to_f32());
+    for j in 0..g.n {
+        for i in 0..g.m {
+            let at = |p: usize| f(if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] });
+            let bt = |p: usize| f(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] });
+            let dot: f64 = (0..g.k).map(|p| at(p) * bt(p)).sum();
+            let beta_c = if g.beta == 0.0 { 0.0 } else { f64::from(g.beta) * f(c0[i + j * g.ldc]) };
+            let v = f64::from(g.alpha) * dot + beta_c + if with_bias { f(bias[i]) } else { 0.0 };
+            let want = match g.activation {
+                Activation::Identity => v,
+                Activation::Relu => v.max(0.0),
+                Activation::Gelu => {
+                    0.5 * v
+                        * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+                }
+            };
+            let got = f(c[i + j * g.ldc]);
+            let bound = tol * (1.0 + want.abs()) * (1.0 + g.k as f64).sqrt();
+            check!((got - want).abs() <= bound, "{:?} {g:?} at ({i}, {j}): {got} vs {want}", T::TYPE);
+        }
+        for i in g.m..g.ldc.min(ec - j * g.ldc) {
+            check!(
+                c[i + j * g.ldc].to_f32().to_bits() == c0[i + j * g.ldc].to_f32().to_bits(),
+                "{g:?}: row {i} of column {j} written"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn every_case<T: GemmElement>(rt: &offload::Runtime, d: usize, tf32: bool, tol: f64) -> offload::Result<()> {
+    for (m, n, k) in [(1, 1, 1), (7, 5, 3), (33, 70, 17), (64, 64, 64), (130, 3, 41)] {
+        for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (ra, rb) = (if transa { k } else { m }, if transb { n } else { k });
+            // Leading dimensions with room to spare (even, so that half-precision columns
+            // keep 4-byte alignment).
+            let base = Gemm {
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                lda: ra + 2,
+                ldb: rb + 2,
+                ldc: m + 4,
+                tf32,
+                ..Gemm::default()
+            };
+            for (alpha, beta, activation, bias) in [
+                (1.0, 0.0, Activation::Identity, false),
+                (0.5, -2.0, Activation::Identity, false),
+                (1.0, 0.0, Activation::Relu, true),
+                (1.0, 0.0, Activation::Gelu, true),
+                (1.0, 0.5, Activation::Relu, false),
+            ] {
+                agrees::<T>(rt, d, Gemm { alpha, beta, activation, ..base }, bias, tol)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fp32_agrees_with_f64_on_every_shape_and_epilogue() {
+    on_every_device("gemm fp32", |rt, d| every_case::<f32>(rt, d, false, 1e-5));
+}
+
+#[test]
+fn tf32_agrees_within_its_rounding() {
+    on_every_device("gemm tf32", |rt, d| every_case::<f32>(rt, d, true, 2e-3));
+}
+
+#[test]
+fn fp16_and_bf16_agree_within_their_rounding() {
+    on_every_device("gemm fp16 and bf16", |rt, d| {
+        every_case::<f16>(rt, d, false, 2e-3)?;
+        every_case::<bf16>(rt, d, false, 1e-2)
+    });
+}
