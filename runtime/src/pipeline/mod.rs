@@ -13,7 +13,9 @@
 //!
 //! [`Pipeline::run_with`] adds what a model needs around it: per-device state made once
 //! per device (its scratch) and handed to `compute` by `&mut`, and batches of several
-//! outputs ([`BatchOutputs`]: probabilities and classes).
+//! outputs ([`BatchOutputs`]: probabilities and classes). [`Pipeline::serve`] keeps the
+//! devices busy with requests that arrive over time from other threads, batched by size
+//! and deadline, each answered to its submitter.
 //!
 //! ```
 //! use offload::pipeline::Pipeline;
@@ -36,10 +38,12 @@
 //! ```
 
 mod outputs;
+mod serve;
 mod stages;
 mod state;
 
 pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews};
+pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Ticket};
 pub use stages::{Stage, StagePipeline, StageReport};
 
 use state::DeviceStates;
