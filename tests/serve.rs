@@ -279,12 +279,13 @@ fn a_ready_batch_grows_while_every_slot_is_busy() {
                             || computing.load(Ordering::Acquire),
                             || first.is_finished() || fault_fired(rt),
                         )?;
-                        // Batch 1 is in its slot once its maps are entered (batch 0's two too).
+                        // Batch 1 is in its slot once its two maps are entered.
+                        let before = rt.live_mappings().len();
                         let second = intake.submit(rows[1].clone())?;
                         let second = t.spawn(move || second.answer());
                         wait_until(
                             "batch 1 entered",
-                            || rt.live_mappings().len() >= 4,
+                            || rt.live_mappings().len() >= before + 2,
                             || second.is_finished() || fault_fired(rt),
                         )?;
                         let rest =
