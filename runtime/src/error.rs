@@ -441,6 +441,14 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A request to a pipeline's server ([`crate::pipeline::Pipeline::serve`]) came after
+    /// its intake closed, so it was not run.
+    #[error("the pipeline's server has closed: {what}")]
+    ServerClosed {
+        /// What was refused or dropped.
+        what: &'static str,
+    },
+
     /// A device's worker is gone (it panicked or the runtime is shutting down).
     #[error("device {device}: its work queue is closed ({why})")]
     QueueClosed {

@@ -11,6 +11,12 @@
 //! batch in the same way, with [`Error::Panicked`] (inside [`Error::Batch`]) naming the
 //! panic; the panic does not resume, since `compute` ran on a device's lane thread.
 //!
+//! [`Pipeline::run_with`] adds what a model needs around it: per-device state made once
+//! per device (its scratch) and handed to `compute` by `&mut`, and batches of several
+//! outputs ([`BatchOutputs`]: probabilities and classes). [`Pipeline::serve`] keeps the
+//! devices busy with requests that arrive over time from other threads, batched by size
+//! and deadline, each answered to its submitter.
+//!
 //! ```
 //! use offload::pipeline::Pipeline;
 //! use offload::Runtime;
@@ -31,9 +37,16 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+mod outputs;
+mod serve;
 mod stages;
+mod state;
 
+pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews};
+pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Ticket};
 pub use stages::{Stage, StagePipeline, StageReport};
+
+use state::DeviceStates;
 
 use std::collections::VecDeque;
 use std::panic::Location;
@@ -43,11 +56,11 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::{Injector, Steal};
 use parking_lot::Mutex;
 
-use crate::api::{view_of, Device, DeviceSlice, Map};
+use crate::api::{view_of, Device, DeviceSlice, Map, MapList};
 use crate::data_env::{MapItem, MapType};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
-use crate::nowait::Task;
+use crate::nowait::{ExitList, NowaitScope, Task};
 use crate::runtime::{MapConstruct, Runtime};
 
 /// Streams batches through devices; see the module documentation.
@@ -97,6 +110,69 @@ impl<'rt> Pipeline<'rt> {
         O: AsMut<[Out]> + Send,
         F: Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Sync,
     {
+        let mut outs: Vec<&mut [Out]> = outputs.iter_mut().map(AsMut::as_mut).collect();
+        self.run_with(inputs, &mut outs, |_| Ok(()), |dev, _: &mut (), batch, x, y| compute(dev, batch, x, y))
+    }
+
+    /// [`Pipeline::run`] with per-device state and any [`BatchOutputs`]: `init(device)`
+    /// makes a device's state (its scratch, say) on its compute lane before its first batch,
+    /// and `compute(device, state, i, input, outputs)` gets it by `&mut` (computes of one
+    /// device run in order, so no two at once); `outputs[i]` is one output or a tuple of
+    /// them, whose views `compute` receives in the same shape, each copied back on the
+    /// copy-out lane. The states are dropped when the run ends, whatever happened, so what
+    /// they mapped is released. A failing `init` fails its batch like `compute`.
+    ///
+    /// ```
+    /// use offload::pipeline::Pipeline;
+    /// use offload::{HostBuffer, MapType, Runtime};
+    ///
+    /// #[offload::kernel]
+    /// fn plus_one(i: usize, x: &[f32], h: &mut [f32]) {
+    ///     h[i] = x[i] + 1.0;
+    /// }
+    ///
+    /// #[offload::kernel]
+    /// fn split(i: usize, h: &[f32], y: &mut [f32], big: &mut [u32]) {
+    ///     y[i] = 2.0 * h[i];
+    ///     big[i] = if h[i] > 4.0 { 1 } else { 0 };
+    /// }
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    /// let inputs: Vec<Vec<f32>> = (0..8).map(|b| vec![b as f32; 64]).collect();
+    /// let mut outputs: Vec<(Vec<f32>, Vec<u32>)> = vec![(vec![0.0; 64], vec![0; 64]); 8];
+    /// let scratch = |dev: &offload::Device<'_>| {
+    ///     let h = HostBuffer::<f32>::new(&rt, 64)?;
+    ///     h.enter(dev.number(), MapType::ALLOC)?; // device scratch, never copied
+    ///     Ok(h)
+    /// };
+    /// Pipeline::new(&rt, &[0, 1], 2)?.run_with(&inputs, &mut outputs, scratch, |dev, h, _b, x, (y, big)| {
+    ///     let h = h.shared_view(dev.number());
+    ///     plus_one::launch(dev, 64, x, h)?;
+    ///     split::launch(dev, 64, h, y, big)
+    /// })?;
+    /// for (b, (y, big)) in outputs.iter().enumerate() {
+    ///     assert!(y.iter().all(|&v| v == 2.0 * (b as f32 + 1.0)));
+    ///     assert!(big.iter().all(|&v| v == u32::from(b >= 4)));
+    /// }
+    /// assert!(rt.live_mappings().is_empty()); // the scratch went with the run
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn run_with<S, In, I, O, Init, F>(
+        &self,
+        inputs: &[I],
+        outputs: &mut [O],
+        init: Init,
+        compute: F,
+    ) -> Result<PipelineReport>
+    where
+        S: Send,
+        In: DeviceCopy,
+        I: AsRef<[In]> + Sync,
+        O: BatchOutputs,
+        Init: Fn(&Device<'rt>) -> Result<S> + Sync,
+        F: Fn(&Device<'_>, &mut S, usize, DeviceSlice<'_, In>, OutputViews<'_, O>) -> Result<()> + Sync,
+    {
         if inputs.len() != outputs.len() {
             return Err(Error::InvalidArgument {
                 routine: "Pipeline::run",
@@ -107,15 +183,16 @@ impl<'rt> Pipeline<'rt> {
         let queue = Injector::new();
         (0..inputs.len()).for_each(|i| queue.push(i));
         // Each output is handed out once, by batch index.
-        let outs: Vec<Mutex<Option<&mut [Out]>>> =
-            outputs.iter_mut().map(|o| Mutex::new(Some(o.as_mut()))).collect();
+        let outs: Vec<Mutex<Option<&mut O>>> = outputs.iter_mut().map(|o| Mutex::new(Some(o))).collect();
         let failed = AtomicBool::new(false);
         let first_error: Mutex<Option<(usize, Error)>> = Mutex::new(None);
         let counts: Vec<Mutex<usize>> = self.devices.iter().map(|_| Mutex::new(0)).collect();
+        // Made before the scope, so that the tasks may borrow them; dropped after it.
+        let states = DeviceStates::new(self.devices.len());
         let rt = self.rt;
         // References made here, outside the scopes, so that what the tasks borrow outlives them.
-        let (queue, outs, failed, first_error, counts, compute) =
-            (&queue, &outs, &failed, &first_error, &counts, &compute);
+        let (queue, outs, failed, first_error, counts, states, init, compute) =
+            (&queue, &outs, &failed, &first_error, &counts, &states, &init, &compute);
         let scope_result = rt.nowait(move |s| {
             std::thread::scope(move |threads| {
                 for (slot_owner, &device) in self.devices.iter().enumerate() {
@@ -149,26 +226,13 @@ impl<'rt> Pipeline<'rt> {
                                 }
                             }
                             let Some(out) = outs[batch].lock().take() else { continue };
-                            let input = inputs[batch].as_ref();
-                            let maps = (Map::shared(input, MapType::TO), Map::exclusive(out, MapType::FROM));
-                            let (t_in, (x, y)) = match s.enter_at(device, maps, &[], at) {
-                                Ok(v) => v,
-                                Err(e) => {
-                                    record(batch, e);
-                                    continue;
-                                }
-                            };
-                            let work = match s.compute(device, &[&t_in], move |dev| compute(dev, batch, x, y))
-                            {
-                                Ok(t) => t,
-                                Err(e) => {
-                                    record(batch, e);
-                                    t_in
-                                }
-                            };
-                            // Runs even if the computation failed: then it only unmaps.
-                            match s.unmap(device, (y, x), &[&work], true, at) {
-                                Ok(done) => {
+                            let maps = (Map::shared(inputs[batch].as_ref(), MapType::TO), out.maps());
+                            let queued = queue_batch(s, device, maps, at, move |dev, (x, y)| {
+                                let make = || init(&rt.device(device)?);
+                                states.with(slot_owner, make, |state| compute(dev, state, batch, x, y))
+                            });
+                            match queued {
+                                Ok((work, done)) => {
                                     *counts[slot_owner].lock() += 1;
                                     in_flight.push_back((batch, work, done));
                                 }
@@ -222,4 +286,29 @@ impl<'rt> Pipeline<'rt> {
         }
         Ok(start.elapsed())
     }
+}
+
+/// Queues one batch on `device`: `maps` entered on the copy-in lane, `compute` on the
+/// compute lane once they are, and the views unmapped on the copy-out lane whatever
+/// happened (copied back only after a successful compute). Returns the compute and unmap
+/// tasks; an error when a task could not be queued (what was entered is still unmapped).
+fn queue_batch<'scope, 'env, L>(
+    s: &'scope NowaitScope<'scope, 'env>,
+    device: usize,
+    maps: L,
+    at: &'static Location<'static>,
+    compute: impl FnOnce(&Device<'env>, L::Views) -> Result<()> + Send + 'scope,
+) -> Result<(Task, Task)>
+where
+    L: MapList<'scope> + Send + 'scope,
+    L::Views: ExitList + Copy + Send + 'scope,
+{
+    let (t_in, views) = s.enter_at(device, maps, &[], at)?;
+    let (work, not_queued) = match s.compute(device, &[&t_in], move |dev| compute(dev, views)) {
+        Ok(t) => (t, None),
+        Err(e) => (t_in, Some(e)),
+    };
+    // Runs even if the computation failed: then it only unmaps.
+    let done = s.unmap(device, views, &[&work], true, at)?;
+    not_queued.map_or(Ok((work, done)), Err)
 }

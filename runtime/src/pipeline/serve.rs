@@ -1,0 +1,470 @@
+//! A long-lived pipeline fed by requests over time (an inference server's batching loop):
+//! [`Pipeline::serve`], its [`Intake`], [`Ticket`]s and [`ServeReport`].
+
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use parking_lot::Mutex;
+
+use super::{queue_batch, DeviceStates, Pipeline};
+use crate::api::{Device, DeviceSlice, Map};
+use crate::data_env::MapType;
+use crate::error::{Error, Result};
+use crate::kernel::DeviceCopy;
+
+/// The shape of a server's requests and batches; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Elements of each request's input row (at least 1).
+    pub in_row: usize,
+    /// Elements of each request's output row (at least 1).
+    pub out_row: usize,
+    /// Rows (requests) in a batch at most (at least 1).
+    pub max_rows: usize,
+    /// How long after its first request's submission a batch that is not full starts.
+    pub deadline: Duration,
+}
+
+/// A request in flight: its row, when it was submitted, and where its answer goes.
+struct Request<In, Out> {
+    row: Vec<In>,
+    submitted: Instant,
+    reply: Sender<Result<Answer<Out>>>,
+}
+
+/// What the intake carries to the batcher.
+enum Message<In, Out> {
+    Request(Request<In, Out>),
+    /// No more requests: run what is pending and stop.
+    Close,
+}
+
+/// Where requests go into a server ([`Pipeline::serve`]); cheap to clone, and shared or
+/// cloned into the threads that submit.
+pub struct Intake<'s, In, Out> {
+    tx: Sender<Message<In, Out>>,
+    closed: &'s AtomicBool,
+    in_row: usize,
+}
+
+impl<In, Out> Clone for Intake<'_, In, Out> {
+    fn clone(&self) -> Self {
+        Self { tx: self.tx.clone(), closed: self.closed, in_row: self.in_row }
+    }
+}
+
+impl<In, Out> std::fmt::Debug for Intake<'_, In, Out> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Intake").field("in_row", &self.in_row).field("queued", &self.tx.len()).finish()
+    }
+}
+
+impl<In: DeviceCopy, Out> Intake<'_, In, Out> {
+    /// Submits one request: `row` (of the server's `in_row` elements) is run in the next
+    /// batch formed; the ticket gives its result.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a row of another length; [`Error::ServerClosed`]
+    /// once the intake has closed.
+    pub fn submit(&self, row: Vec<In>) -> Result<Ticket<Out>> {
+        if row.len() != self.in_row {
+            return Err(Error::InvalidArgument {
+                routine: "Intake::submit",
+                what: format!("a row of {} elements; the server takes rows of {}", row.len(), self.in_row),
+            });
+        }
+        let refused = Error::ServerClosed { what: "a request submitted after the intake closed" };
+        if self.closed.load(Ordering::Acquire) {
+            return Err(refused);
+        }
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let request = Request { row, submitted: Instant::now(), reply };
+        self.tx.send(Message::Request(request)).map_err(|_| refused)?;
+        Ok(Ticket { answer })
+    }
+}
+
+/// Closes the intake when dropped: after `clients` returned, and while unwinding from its
+/// panic (so the batcher and the device threads end, and the scope with them).
+struct CloseOnDrop<'s, In, Out> {
+    tx: Sender<Message<In, Out>>,
+    closed: &'s AtomicBool,
+}
+
+impl<In, Out> Drop for CloseOnDrop<'_, In, Out> {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+        // The batcher holds the receiver until it has seen this message.
+        let _ = self.tx.send(Message::Close);
+    }
+}
+
+/// A submitted request's result, to wait for.
+#[derive(Debug)]
+#[must_use = "a ticket is how the request's result comes back"]
+pub struct Ticket<Out> {
+    answer: Receiver<Result<Answer<Out>>>,
+}
+
+impl<Out> Ticket<Out> {
+    /// Waits for the request's output row.
+    ///
+    /// # Errors
+    /// [`Error::Batch`] naming the request's batch when it failed; [`Error::ServerClosed`]
+    /// for a request that came as the intake closed and was not run.
+    pub fn wait(self) -> Result<Vec<Out>> {
+        self.answer().map(|a| a.row)
+    }
+
+    /// Waits for the request's whole answer: its row, batch and latency.
+    ///
+    /// # Errors
+    /// As [`Ticket::wait`].
+    pub fn answer(self) -> Result<Answer<Out>> {
+        self.answer.recv().map_err(|_| Error::ServerClosed {
+            what: "a request dropped unanswered: it came as the intake closed",
+        })?
+    }
+}
+
+/// A request's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer<Out> {
+    /// Its output row.
+    pub row: Vec<Out>,
+    /// The batch it ran in.
+    pub batch: usize,
+    /// From its submission to its result being available.
+    pub latency: Duration,
+}
+
+/// The spread of requests' latencies (submission to result available); zero when there
+/// were none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// The median (the lower one for an even count).
+    pub median: Duration,
+    /// The 99th percentile (nearest rank).
+    pub p99: Duration,
+    /// The largest.
+    pub max: Duration,
+}
+
+impl Latency {
+    fn of(mut latencies: Vec<Duration>) -> Self {
+        latencies.sort_unstable();
+        let nearest_rank = |percent: usize| {
+            let rank = (latencies.len() * percent).div_ceil(100).max(1);
+            latencies.get(rank - 1).copied().unwrap_or_default()
+        };
+        Self { median: nearest_rank(50), p99: nearest_rank(99), max: nearest_rank(100) }
+    }
+}
+
+/// What a server did, from its start to its shutdown.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeReport {
+    /// Requests answered, with their row or their batch's error.
+    pub requests: usize,
+    /// The rows of each batch formed, by batch index.
+    pub batch_rows: Vec<usize>,
+    /// The batches that failed, in increasing order.
+    pub failed_batches: Vec<usize>,
+    /// Batches each device ran, in the order of the pipeline's devices.
+    pub batches_per_device: Vec<usize>,
+    /// Over every answered request.
+    pub latency: Latency,
+    /// From the start of `serve` to its shutdown.
+    pub elapsed: Duration,
+}
+
+impl ServeReport {
+    /// Batches formed.
+    pub fn batches(&self) -> usize {
+        self.batch_rows.len()
+    }
+}
+
+/// What the device threads have answered.
+#[derive(Default)]
+struct Served {
+    latencies: Vec<Duration>,
+    failed: Vec<usize>,
+    per_device: Vec<usize>,
+}
+
+/// A batch formed: its index and its requests, in submission order.
+type Formed<In, Out> = (usize, Vec<Request<In, Out>>);
+
+impl<'rt> Pipeline<'rt> {
+    /// Serves requests until `clients` returns: single requests (a row of `in_row`
+    /// elements each) come from any thread through the [`Intake`] that `clients` gets, are
+    /// grouped into batches of up to `max_rows` rows, and each batch runs as in
+    /// [`Pipeline::run_with`]: copy-in, compute and copy-out on a device's three lanes, up
+    /// to `slots` batches in flight per device, each taken by a device with a free slot.
+    /// A batch is ready when it is full, or `deadline` after its first request's
+    /// submission, whichever comes first, and starts once a device has a free slot (taking
+    /// more requests meanwhile, up to `max_rows`, so batches grow under load). `compute(device, state, batch, rows, input, output)` runs a
+    /// batch of `rows` requests (`rows * in_row` elements in, `rows * out_row` out) on the
+    /// device's compute lane, with the device's state, made by `init` before its first
+    /// batch. Each request's row of results goes back through its [`Ticket`], with its
+    /// latency (submission to result available). Constructs are traced at the caller.
+    ///
+    /// A failing batch (an error or a panic of `compute` or `init`) fails the requests of
+    /// that batch only, each with [`Error::Batch`] naming it; the server goes on with the
+    /// next batches (so a device that fails for good fails every batch it takes). When
+    /// `clients` returns (or panics), the intake closes: the requests already submitted run
+    /// (a partial batch at once, without waiting for its deadline), later ones are refused
+    /// with [`Error::ServerClosed`], and `serve` returns `clients`' value and a
+    /// [`ServeReport`] (or resumes the panic). Nothing stays mapped: each batch is unmapped
+    /// as it ends, and the per-device states are dropped before `serve` returns.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use offload::pipeline::{Pipeline, ServeConfig};
+    /// use offload::Runtime;
+    ///
+    /// #[offload::kernel]
+    /// fn twice(i: usize, x: &[f32], y: &mut [f32]) {
+    ///     y[i] = 2.0 * x[i];
+    /// }
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    /// let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 8, deadline: Duration::from_millis(2) };
+    /// let pipeline = Pipeline::new(&rt, &[0, 1], 2)?;
+    /// let no_state = |_: &offload::Device<'_>| Ok(());
+    /// let (answers, report) = pipeline.serve(config, no_state, |dev, _, _batch, rows, x, y| {
+    ///     twice::launch(dev, rows * 4, x, y)
+    /// }, |intake| {
+    ///     std::thread::scope(|t| {
+    ///         let clients: Vec<_> = (0..4)
+    ///             .map(|c| t.spawn(move || intake.submit(vec![c as f32; 4])?.wait()))
+    ///             .collect();
+    ///         clients.into_iter().map(|c| c.join().expect("a client thread")).collect::<Vec<_>>()
+    ///     })
+    /// })?;
+    /// for (c, answer) in answers.into_iter().enumerate() {
+    ///     assert_eq!(answer?, vec![2.0 * c as f32; 4]);
+    /// }
+    /// assert_eq!(report.requests, 4);
+    /// assert_eq!(report.batch_rows.iter().sum::<usize>(), 4);
+    /// assert!(rt.live_mappings().is_empty());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero in `config`, [`Error::Overflow`] for a batch
+    /// whose size overflows (nothing runs then). A failing batch is reported to its
+    /// requests, not here.
+    #[track_caller]
+    pub fn serve<In, Out, S, Init, F, C, R>(
+        &self,
+        config: ServeConfig,
+        init: Init,
+        compute: F,
+        clients: C,
+    ) -> Result<(R, ServeReport)>
+    where
+        In: DeviceCopy,
+        Out: DeviceCopy + Default,
+        S: Send,
+        Init: Fn(&Device<'rt>) -> Result<S> + Sync,
+        F: Fn(&Device<'_>, &mut S, usize, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()>
+            + Sync,
+        C: FnOnce(&Intake<'_, In, Out>) -> R,
+    {
+        let ServeConfig { in_row, out_row, max_rows, deadline } = config;
+        if in_row == 0 || out_row == 0 || max_rows == 0 {
+            return Err(Error::InvalidArgument {
+                routine: "Pipeline::serve",
+                what: format!(
+                    "in_row {in_row}, out_row {out_row}, max_rows {max_rows}; expected each at least 1"
+                ),
+            });
+        }
+        for (what, row) in [("in_row", in_row), ("out_row", out_row)] {
+            if max_rows.checked_mul(row).is_none() {
+                return Err(Error::Overflow {
+                    routine: "Pipeline::serve",
+                    what: format!("a batch's elements, max_rows {max_rows} x {what} {row},"),
+                });
+            }
+        }
+        let (start, at, rt) = (Instant::now(), Location::caller(), self.rt);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (formed_tx, formed_rx) = crossbeam_channel::bounded::<Formed<In, Out>>(0);
+        let closed = AtomicBool::new(false);
+        let batch_rows = Mutex::new(Vec::new());
+        let served = Mutex::new(Served { per_device: vec![0; self.devices.len()], ..Served::default() });
+        let states = DeviceStates::new(self.devices.len());
+        let r = std::thread::scope(|threads| {
+            let (batch_rows, served, states, init, compute) =
+                (&batch_rows, &served, &states, &init, &compute);
+            threads.spawn(move || form_batches(rx, formed_tx, max_rows, deadline, batch_rows));
+            for (k, &device) in self.devices.iter().enumerate() {
+                for _ in 0..self.slots {
+                    let formed = formed_rx.clone();
+                    threads.spawn(move || {
+                        // One batch's rows, kept for the thread's batches.
+                        let mut input: Vec<In> = Vec::with_capacity(max_rows * in_row);
+                        let mut output = vec![Out::default(); max_rows * out_row];
+                        for (batch, requests) in formed.iter() {
+                            let rows = requests.len();
+                            input.clear();
+                            requests.iter().for_each(|r| input.extend_from_slice(&r.row));
+                            let (x, y) = (&input[..], &mut output[..rows * out_row]);
+                            // One scope per batch: its borrows end with it, and the lanes
+                            // overlap it with the batches of the device's other slots.
+                            let run = rt.nowait(move |s| {
+                                let maps = (Map::shared(x, MapType::TO), Map::exclusive(y, MapType::FROM));
+                                queue_batch(s, device, maps, at, move |dev, (x, y)| {
+                                    let make = || init(&rt.device(device)?);
+                                    states.with(k, make, |state| compute(dev, state, batch, rows, x, y))
+                                })
+                                .map(drop)
+                            });
+                            let answers = reply(run.and_then(|r| r), batch, requests, &output, out_row);
+                            let mut served = served.lock();
+                            served.per_device[k] += 1;
+                            if answers.failed {
+                                served.failed.push(batch);
+                            }
+                            served.latencies.extend(answers.latencies);
+                        }
+                    });
+                }
+            }
+            drop(formed_rx);
+            let _close = CloseOnDrop { tx: tx.clone(), closed: &closed };
+            clients(&Intake { tx, closed: &closed, in_row })
+        });
+        // Every batch has ended; what the states mapped goes now.
+        drop(states);
+        let Served { latencies, mut failed, per_device } = served.into_inner();
+        failed.sort_unstable();
+        let report = ServeReport {
+            requests: latencies.len(),
+            batch_rows: batch_rows.into_inner(),
+            failed_batches: failed,
+            batches_per_device: per_device,
+            latency: Latency::of(latencies),
+            elapsed: start.elapsed(),
+        };
+        Ok((r, report))
+    }
+}
+
+/// What answering a batch's requests did.
+struct Answered {
+    failed: bool,
+    latencies: Vec<Duration>,
+}
+
+/// Sends each request of `batch` its row of `output` (`out_row` elements each, in request
+/// order), or the batch's error.
+fn reply<In, Out: Copy>(
+    run: Result<()>,
+    batch: usize,
+    requests: Vec<Request<In, Out>>,
+    output: &[Out],
+    out_row: usize,
+) -> Answered {
+    let failed = run.is_err();
+    let run = run.map_err(|e| Error::Batch { batch, source: Box::new(e) });
+    let latencies = requests
+        .into_iter()
+        .zip(output.chunks_exact(out_row))
+        .map(|(request, row)| {
+            let latency = request.submitted.elapsed();
+            let answer = run.clone().map(|()| Answer { row: row.to_vec(), batch, latency });
+            // A submitter that dropped its ticket no longer wants the answer.
+            let _ = request.reply.send(answer);
+            latency
+        })
+        .collect();
+    Answered { failed, latencies }
+}
+
+/// The batcher: takes requests from `intake` until it closes, and hands them to the
+/// device threads (`devices`, a rendezvous: a send waits for a thread with a free slot) in
+/// batches of up to `max_rows`, each once full or `deadline` after its first request's
+/// submission; records each batch's rows in `rows`. A ready batch first takes the requests
+/// already waiting, and while every slot is busy it takes more as they come (up to
+/// `max_rows`), so batches grow under load.
+fn form_batches<In, Out>(
+    intake: Receiver<Message<In, Out>>,
+    devices: Sender<Formed<In, Out>>,
+    max_rows: usize,
+    deadline: Duration,
+    rows: &Mutex<Vec<usize>>,
+) {
+    let mut pending: Vec<Request<In, Out>> = Vec::with_capacity(max_rows);
+    let mut closing = false;
+    loop {
+        let full = pending.len() >= max_rows;
+        let due = pending.first().and_then(|first| first.submitted.checked_add(deadline));
+        let next = if closing || full || due.is_some_and(|d| Instant::now() >= d) {
+            if pending.is_empty() {
+                return;
+            }
+            // What already waits joins the batch first.
+            while !closing && pending.len() < max_rows {
+                match intake.try_recv() {
+                    Ok(Message::Request(r)) => pending.push(r),
+                    Ok(Message::Close) | Err(TryRecvError::Disconnected) => closing = true,
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            let full = pending.len() >= max_rows;
+            let mut ready = Select::new();
+            let to_device = ready.send(&devices);
+            let more = (!full && !closing).then(|| ready.recv(&intake));
+            let op = ready.select();
+            if op.index() == to_device {
+                let batch = rows.lock().len();
+                let requests = std::mem::replace(&mut pending, Vec::with_capacity(max_rows));
+                let n = requests.len();
+                // With no device thread left the batch is dropped, and its tickets fail
+                // (their reply senders go with it); so do those still in the intake.
+                if op.send(&devices, (batch, requests)).is_err() {
+                    return;
+                }
+                rows.lock().push(n);
+                continue;
+            }
+            match more {
+                Some(_) => op.recv(&intake).map_err(|_| RecvTimeoutError::Disconnected),
+                None => continue,
+            }
+        } else if let Some(due) = due {
+            intake.recv_deadline(due)
+        } else {
+            intake.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        };
+        match next {
+            Ok(Message::Request(r)) => pending.push(r),
+            // Due now: handed to a device on the next turn.
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(Message::Close) | Err(RecvTimeoutError::Disconnected) => closing = true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_are_summarised_by_nearest_rank() {
+        let ms = Duration::from_millis;
+        assert_eq!(Latency::of(Vec::new()), Latency::default());
+        let one = Latency::of(vec![ms(3)]);
+        assert_eq!((one.median, one.p99, one.max), (ms(3), ms(3), ms(3)));
+        let l = Latency::of((1..=100).rev().map(ms).collect());
+        assert_eq!((l.median, l.p99, l.max), (ms(50), ms(99), ms(100)));
+        let l = Latency::of(vec![ms(4), ms(1), ms(9), ms(2)]);
+        assert_eq!((l.median, l.p99, l.max), (ms(2), ms(9), ms(9)));
+    }
+}

@@ -1,0 +1,408 @@
+//! `Pipeline::serve`: requests from several threads batched by size and deadline (and a
+//! ready batch growing while every slot is busy), each request's result back to its
+//! submitter, a failing (or panicking) batch failing only its own requests, shutdown
+//! draining what is pending, the report's counts, and nothing left mapped, on every
+//! backend. Batch counts are asserted where they are determined (submit,
+//! then wait), not speeds.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use offload::pipeline::{Answer, Intake, Pipeline, ServeConfig, ServeReport};
+use offload::{Device, DeviceSlice, Error, HostBuffer, MapType, Result, Runtime};
+use offload_tests::{assert_clean, check, check_eq, on_every_backend};
+
+#[offload::kernel]
+fn affine(i: usize, a: f32, b: f32, x: &[f32], y: &mut [f32]) {
+    y[i] = a * x[i] + b;
+}
+
+const ROW: usize = 16;
+const LONG: Duration = Duration::from_secs(60);
+
+fn config(max_rows: usize, deadline: Duration) -> ServeConfig {
+    ServeConfig { in_row: ROW, out_row: ROW, max_rows, deadline }
+}
+
+fn row(client: usize, i: usize) -> Vec<f32> {
+    (0..ROW).map(|j| (client * 10_000 + i * ROW + j) as f32).collect()
+}
+
+fn expected(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|x| 2.0 * (x + 1.0)).collect()
+}
+
+/// Serves `clients` on up to two devices of `rt`: each batch `x -> +1 -> scratch -> x2 ->
+/// y`, the scratch per device; batches in `failing` fail, those in `panicking` panic.
+fn serve<R>(
+    rt: &Runtime,
+    config: ServeConfig,
+    failing: &[usize],
+    panicking: &[usize],
+    clients: impl FnOnce(&Intake<'_, f32, f32>) -> R,
+) -> Result<(R, ServeReport)> {
+    let devices: Vec<usize> = (0..rt.num_devices().min(2)).collect();
+    let max = config.max_rows;
+    let scratch = |dev: &Device<'_>| {
+        let h = HostBuffer::<f32>::new(dev.runtime(), max * ROW)?;
+        h.enter(dev.number(), MapType::ALLOC)?;
+        Ok(h)
+    };
+    let served = Pipeline::new(rt, &devices, 2)?.serve(
+        config,
+        scratch,
+        |dev, h, batch, rows, x, y| {
+            if failing.contains(&batch) {
+                return Err(Error::InvalidArgument {
+                    routine: "compute",
+                    what: format!("batch {batch} is bad"),
+                });
+            }
+            assert!(!panicking.contains(&batch), "compute gave up on batch {batch}");
+            let h = h.shared_view(dev.number()).slice(..rows * ROW)?;
+            affine::launch(dev, rows * ROW, 1.0, 1.0, x, h)?;
+            affine::launch(dev, rows * ROW, 2.0, 0.0, h, y)
+        },
+        clients,
+    )?;
+    for d in devices {
+        assert_clean(rt, d)?;
+    }
+    Ok(served)
+}
+
+/// Submits every row, then waits for each answer, in order.
+fn submit_then_wait(intake: &Intake<'_, f32, f32>, rows: &[Vec<f32>]) -> Result<Vec<Answer<f32>>> {
+    let tickets = rows.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+    tickets.into_iter().map(|t| t.answer()).collect()
+}
+
+#[test]
+fn requests_from_several_threads_get_their_own_results_on_every_backend() {
+    on_every_backend(
+        "serving several threads",
+        1,
+        |b| b,
+        |rt| {
+            let (per_client, report) = serve(rt, config(8, Duration::from_millis(2)), &[], &[], |intake| {
+                std::thread::scope(|t| {
+                    let clients: Vec<_> = (0..4)
+                        .map(|c| {
+                            t.spawn(move || -> Result<Vec<(Vec<f32>, Answer<f32>)>> {
+                                let mut got = Vec::new();
+                                for round in 0..5 {
+                                    let rows: Vec<Vec<f32>> = (0..5).map(|i| row(c, round * 5 + i)).collect();
+                                    got.extend(
+                                        rows.clone().into_iter().zip(submit_then_wait(intake, &rows)?),
+                                    );
+                                }
+                                Ok(got)
+                            })
+                        })
+                        .collect();
+                    let joined: Vec<_> = clients.into_iter().map(|c| c.join()).collect();
+                    joined
+                })
+            })?;
+            let mut per_batch: BTreeMap<usize, usize> = BTreeMap::new();
+            for client in per_client {
+                let answers = client.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                check_eq!(answers.len(), 25);
+                for (x, a) in answers {
+                    check!(a.row == expected(&x), "request {x:?} got {:?}", a.row);
+                    *per_batch.entry(a.batch).or_default() += 1;
+                }
+            }
+            check_eq!(report.requests, 100);
+            check_eq!(report.batch_rows.iter().sum::<usize>(), 100);
+            check!(report.batch_rows.iter().all(|&r| (1..=8).contains(&r)), "{:?}", report.batch_rows);
+            // Every answer names its batch, and every batch had the rows the report says.
+            let from_answers: Vec<usize> =
+                (0..report.batches()).map(|b| per_batch.remove(&b).unwrap_or(0)).collect();
+            check_eq!(from_answers, report.batch_rows);
+            check!(per_batch.is_empty(), "answers name batches never formed: {per_batch:?}");
+            check!(report.failed_batches.is_empty(), "{:?}", report.failed_batches);
+            check_eq!(report.batches_per_device.iter().sum::<usize>(), report.batches());
+            let l = report.latency;
+            check!(l.median <= l.p99 && l.p99 <= l.max && l.max > Duration::ZERO, "{l:?}");
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn a_deadline_runs_a_partial_batch() {
+    on_every_backend(
+        "serving a partial batch",
+        1,
+        |b| b,
+        |rt| {
+            let deadline = Duration::from_millis(50);
+            let (waited, report) = serve(rt, config(8, deadline), &[], &[], |intake| -> Result<_> {
+                // A first batch of one, so that what is timed below runs compiled kernels.
+                submit_then_wait(intake, &[row(0, 0)])?;
+                let rows: Vec<Vec<f32>> = (1..4).map(|i| row(0, i)).collect();
+                let start = Instant::now();
+                let answers = submit_then_wait(intake, &rows)?;
+                Ok((start.elapsed(), answers))
+            })?;
+            let (waited, answers) = waited?;
+            check!(answers.iter().all(|a| a.batch == 1), "{answers:?}");
+            check_eq!(report.batch_rows, vec![1, 3]);
+            // The batch started at its deadline: not before (nothing else starts it), and
+            // not much later (it did not wait to be full).
+            check!(answers[0].latency >= deadline, "{:?}", answers[0].latency);
+            check!(waited < Duration::from_secs(1), "3 requests took {waited:?}");
+            for (i, a) in answers.iter().enumerate() {
+                check!(a.row == expected(&row(0, i + 1)), "request {i}: {:?}", a.row);
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn full_batches_start_without_waiting_for_the_deadline() {
+    on_every_backend(
+        "serving full batches",
+        1,
+        |b| b,
+        |rt| {
+            let start = Instant::now();
+            let rows: Vec<Vec<f32>> = (0..8).map(|i| row(1, i)).collect();
+            let (answers, report) =
+                serve(rt, config(4, LONG), &[], &[], |intake| submit_then_wait(intake, &rows))?;
+            let answers = answers?;
+            check_eq!(report.batch_rows, vec![4, 4]);
+            let batches: Vec<usize> = answers.iter().map(|a| a.batch).collect();
+            check_eq!(batches, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+            check!(answers.iter().zip(&rows).all(|(a, x)| a.row == expected(x)));
+            check!(start.elapsed() < LONG / 2, "full batches waited for their deadline");
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn shutdown_runs_the_pending_requests_at_once() {
+    on_every_backend(
+        "serving until shutdown",
+        1,
+        |b| b,
+        |rt| {
+            let start = Instant::now();
+            let rows: Vec<Vec<f32>> = (0..3).map(|i| row(2, i)).collect();
+            // The tickets outlive the server: `serve` returns once they are answered.
+            let (tickets, report) = serve(rt, config(8, LONG), &[], &[], |intake| {
+                rows.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()
+            })?;
+            check!(start.elapsed() < LONG / 2, "shutdown waited for the batch's deadline");
+            check_eq!(report.batch_rows, vec![3]);
+            check_eq!(report.requests, 3);
+            for (t, x) in tickets?.into_iter().zip(&rows) {
+                check!(t.wait()? == expected(x));
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Opens a gate when dropped, so that a case that stops early never leaves a compute
+/// waiting on it.
+struct OpenOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for OpenOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Waits until `ready()` or `given_up()`; `Err` after a minute (a case that hangs).
+fn wait_until(what: &str, ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> Result<()> {
+    let start = Instant::now();
+    while !ready() && !given_up() {
+        if start.elapsed() > LONG {
+            return Err(Error::InvalidArgument {
+                routine: "wait_until",
+                what: format!("{what}: never happened"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Whether a fault was injected on device 0 (`OFFLOAD_TEST_FAULTS=1`): what the case waits
+/// for may then never come (a failed entry's batch ends only after the gate opens).
+fn fault_fired(rt: &Runtime) -> bool {
+    rt.fault_counts(0).ok().flatten().is_some_and(|c| c.injected.iter().any(|&n| n > 0))
+}
+
+#[test]
+fn a_ready_batch_grows_while_every_slot_is_busy() {
+    on_every_backend(
+        "serving under load",
+        1,
+        |b| b,
+        |rt| {
+            // One device of two slots; batch 0's compute waits for the gate, batch 1's
+            // behind it on the compute lane, so both slots are busy until it opens.
+            let (computing, gate) = (AtomicBool::new(false), AtomicBool::new(false));
+            let config = config(8, Duration::from_millis(1));
+            let compute = |dev: &Device<'_>,
+                           _: &mut (),
+                           batch: usize,
+                           rows: usize,
+                           x: DeviceSlice<'_, f32>,
+                           y: DeviceSlice<'_, f32>| {
+                if batch == 0 {
+                    computing.store(true, Ordering::Release);
+                    while !gate.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                affine::launch(dev, rows * ROW, 2.0, 2.0, x, y)
+            };
+            let rows: Vec<Vec<f32>> = (0..12).map(|i| row(5, i)).collect();
+            let (answers, report) = Pipeline::new(rt, &[0], 2)?.serve(
+                config,
+                |_| Ok(()),
+                compute,
+                |intake| {
+                    let _open = OpenOnDrop(&gate);
+                    std::thread::scope(|t| -> Result<Vec<Answer<f32>>> {
+                        let first = intake.submit(rows[0].clone())?;
+                        let first = t.spawn(move || first.answer());
+                        wait_until(
+                            "batch 0 computing",
+                            || computing.load(Ordering::Acquire),
+                            || first.is_finished() || fault_fired(rt),
+                        )?;
+                        // Batch 1 is in its slot once its two maps are entered.
+                        let before = rt.live_mappings().len();
+                        let second = intake.submit(rows[1].clone())?;
+                        let second = t.spawn(move || second.answer());
+                        wait_until(
+                            "batch 1 entered",
+                            || rt.live_mappings().len() >= before + 2,
+                            || second.is_finished() || fault_fired(rt),
+                        )?;
+                        let rest =
+                            rows[2..].iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+                        gate.store(true, Ordering::Release);
+                        let mut answers = Vec::new();
+                        for a in [first, second] {
+                            answers.push(a.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?);
+                        }
+                        for t in rest {
+                            answers.push(t.answer()?);
+                        }
+                        Ok(answers)
+                    })
+                },
+            )?;
+            let answers = answers?;
+            // The ten that came while both slots were busy: a full batch, then the rest.
+            check_eq!(report.batch_rows, vec![1, 1, 8, 2]);
+            let batches: Vec<usize> = answers.iter().map(|a| a.batch).collect();
+            check_eq!(batches, [vec![0, 1], vec![2; 8], vec![3; 2]].concat());
+            check!(answers
+                .iter()
+                .zip(&rows)
+                .all(|(a, x)| a.row == x.iter().map(|x| 2.0 * x + 2.0).collect::<Vec<_>>()));
+            assert_clean(rt, 0)
+        },
+    );
+}
+
+#[test]
+fn a_failing_batch_fails_only_its_requests_and_the_server_goes_on() {
+    on_every_backend(
+        "serving through failures",
+        1,
+        |b| b,
+        |rt| {
+            let pairs: Vec<Vec<Vec<f32>>> = (0..5).map(|p| vec![row(3, 2 * p), row(3, 2 * p + 1)]).collect();
+            // Batches of two, each submitted and waited for: batch p is pair p.
+            let (results, report) = serve(rt, config(2, LONG), &[1], &[3], |intake| {
+                pairs
+                    .iter()
+                    .map(|pair| {
+                        let tickets =
+                            pair.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+                        Ok(tickets.into_iter().map(|t| t.answer()).collect::<Vec<_>>())
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            for (p, answers) in results?.into_iter().enumerate() {
+                for (answer, x) in answers.into_iter().zip(&pairs[p]) {
+                    match (p, answer) {
+                        (1, Err(e @ Error::Batch { batch: 1, .. })) => {
+                            check!(
+                                e.to_string().contains("batch 1 failed")
+                                    && e.to_string().contains("batch 1 is bad"),
+                                "{e}"
+                            )
+                        }
+                        (3, Err(e @ Error::Batch { batch: 3, .. })) => {
+                            check!(matches!(e.cause(), Error::Panicked { .. }), "{e}");
+                            check!(e.to_string().contains("compute gave up on batch 3"), "{e}");
+                        }
+                        (0 | 2 | 4, Ok(a)) => {
+                            check_eq!(a.batch, p);
+                            check!(a.row == expected(x), "batch {p}: {:?}", a.row);
+                        }
+                        (p, other) => check!(false, "pair {p}: unexpected {other:?}"),
+                    }
+                }
+            }
+            check_eq!(report.failed_batches, vec![1, 3]);
+            check_eq!(report.batch_rows, vec![2; 5]);
+            check_eq!(report.requests, 10);
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn bad_configurations_and_rows_are_refused() -> Result<()> {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+    let zero = "expected each at least 1";
+    let cases =
+        [(0, 1, 1, zero), (1, 0, 1, zero), (1, 1, 0, zero), (1, usize::MAX / 2, 3, "max_rows 3 x out_row")];
+    for (in_row, out_row, max_rows, why) in cases {
+        let config = ServeConfig { in_row, out_row, max_rows, deadline: LONG };
+        let r = Pipeline::new(&rt, &[0], 2)?.serve(
+            config,
+            |_| Ok(()),
+            |_, _: &mut (), _, _, _, _| Ok(()),
+            |_: &Intake<'_, f32, f32>| (),
+        );
+        match r {
+            Err(e) => assert!(e.to_string().contains(why), "{e}"),
+            Ok(_) => panic!("{config:?} was accepted"),
+        }
+    }
+    let (refused, report) =
+        serve(&rt, config(4, LONG), &[], &[], |intake| intake.submit(vec![1.0; ROW + 1]).err())?;
+    let e = refused.expect("a row too long is refused");
+    assert!(e.to_string().contains("a row of 17 elements; the server takes rows of 16"), "{e}");
+    assert_eq!(report.batches(), 0);
+    Ok(())
+}
+
+#[test]
+fn a_panicking_client_closes_the_server_and_the_panic_resumes() -> Result<()> {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serve(&rt, config(8, LONG), &[], &[], |intake| {
+            let _ticket = intake.submit(row(4, 0));
+            panic!("the client gave up");
+        })
+    }));
+    let payload = r.expect_err("the client's panic resumes");
+    assert_eq!(offload::error::panic_message(&*payload), "the client gave up");
+    assert!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+    Ok(())
+}
