@@ -211,11 +211,16 @@ impl<'rt, T: GemmElement> Deployment<'rt, T> {
 
     /// The forward pass of one batch on `dev`: `x` (rows of `width`) in, `y` out.
     pub fn forward(&self, dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
+        self.on(dev)?.forward(dev, self.model.width, x, y, true)
+    }
+
+    /// The layers resident on `dev`.
+    fn on(&self, dev: &Device<'_>) -> Result<&DeviceModel<'rt, T>> {
         let p = self.devices.iter().position(|&d| d == dev.number()).ok_or(offload::Error::NoSuchDevice {
             device: dev.number() as i64,
             available: self.devices.len(),
         })?;
-        self.per_device[p].forward(dev, self.model.width, x, y, true)
+        Ok(&self.per_device[p])
     }
 
     /// Streams `inputs` through every device with `slots` batches in flight per device;
@@ -228,8 +233,10 @@ impl<'rt, T: GemmElement> Deployment<'rt, T> {
         progress: impl Fn(usize) + Sync,
     ) -> Result<PipelineReport> {
         let done = AtomicUsize::new(0);
-        Pipeline::new(self.rt, &self.devices, slots)?.run(inputs, outputs, |dev, _, x, y| {
-            self.forward(dev, x, y)?;
+        // Each device's state is its resident layers, handed to every batch it computes.
+        let state = |dev: &Device<'_>| self.on(dev);
+        Pipeline::new(self.rt, &self.devices, slots)?.run_with(inputs, outputs, state, |dev, m, _, x, y| {
+            m.forward(dev, self.model.width, x, y, true)?;
             progress(done.fetch_add(1, Ordering::Relaxed) + 1);
             Ok(())
         })
