@@ -77,11 +77,16 @@ impl Shared {
             let (len, piece) = (self.job.len.load(Ordering::Relaxed), self.job.piece.load(Ordering::Relaxed));
             let off = i * piece;
             let n = piece.min(len - off);
-            // SAFETY: piece `i` of the job is claimed by this thread alone; the job's
-            // ranges are valid and disjoint until every piece is done (the caller of
-            // `copy` waits for that), and the fields were written before the job number
-            // this claim matched was published.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(off).cast_const(), dst.add(off), n) };
+            if src.is_null() {
+                // A populate job ([`CopyCrew::populate`]).
+                populate_writable(dst.wrapping_add(off), n);
+            } else {
+                // SAFETY: piece `i` of the job is claimed by this thread alone; the job's
+                // ranges are valid and disjoint until every piece is done (the caller of
+                // `copy` waits for that), and the fields were written before the job number
+                // this claim matched was published.
+                unsafe { std::ptr::copy_nonoverlapping(src.add(off).cast_const(), dst.add(off), n) };
+            }
             self.done.fetch_add(1, Ordering::AcqRel);
             copied += 1;
         }
@@ -152,6 +157,17 @@ impl CopyCrew {
         self.threads.len() + 1
     }
 
+    /// Faults in `dst[..n]`'s pages writable with every crew thread, without writing them
+    /// (Linux's `MADV_POPULATE_WRITE`): a destination of fresh pages is then faulted in by
+    /// the whole crew at once, in the kernel, before the chunks are copied into it, rather
+    /// than 4 KiB at a time by the few threads copying each chunk. A kernel without it
+    /// (before 5.14) refuses, and the copies fault the pages in as before.
+    pub(crate) fn populate(&self, dst: *mut u8, n: usize) {
+        // SAFETY: a null source makes every piece a populate of its part of `dst`, which
+        // reads and writes nothing (see `populate_writable`).
+        unsafe { self.copy(dst, std::ptr::null(), n) }
+    }
+
     /// `dst[..n] = src[..n]` with every crew thread and the calling one.
     ///
     /// # Safety
@@ -187,6 +203,24 @@ impl CopyCrew {
             std::hint::spin_loop();
         }
     }
+}
+
+/// `MADV_POPULATE_WRITE` over the whole pages of `ptr..ptr+n`; a refusal changes nothing.
+fn populate_writable(ptr: *mut u8, n: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let (start, end) =
+            ((ptr as usize).next_multiple_of(PAGE), (ptr as usize).saturating_add(n) / PAGE * PAGE);
+        if end > start {
+            // SAFETY: populating faults the range's pages in as a write would, without
+            // accessing them, so no byte changes; the range lies inside the caller's.
+            let _ = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, n);
 }
 
 /// A crew thread: spins for jobs, parks when idle, ends when the crew is dropped.
@@ -282,6 +316,24 @@ mod tests {
                 assert_eq!(dst[n], 0, "nothing past the range");
             }
         }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "madvise is a system call Miri does not run")]
+    fn populating_changes_no_byte_and_a_copy_after_it_lands() {
+        let c = crew(3, 4096);
+        // Fresh zeroed pages, and pages already holding data, at an unaligned start.
+        let mut fresh = vec![0u8; (16 << 20) + 123];
+        c.populate(fresh[7..].as_mut_ptr(), fresh.len() - 7);
+        assert!(fresh.iter().all(|&b| b == 0));
+        let mut data: Vec<u8> = (0..(8 << 20) + 5).map(|i| (i % 251) as u8).collect();
+        let before = data.clone();
+        c.populate(data.as_mut_ptr(), data.len());
+        assert_eq!(data, before);
+        // SAFETY: disjoint vectors of the same length.
+        unsafe { c.copy(fresh.as_mut_ptr(), data.as_ptr(), data.len()) };
+        assert_eq!(&fresh[..data.len()], &data[..]);
+        c.populate(std::ptr::null_mut(), 0);
     }
 
     #[test]

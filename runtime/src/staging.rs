@@ -7,7 +7,9 @@
 //! by the device's bound worker, then page-locked with the driver; never write-combined, so
 //! the CPU can read them back fast). A host->device copy goes in chunks: threads of the
 //! device's node copy chunk *i* into one buffer while the DMA engine drains chunk *i-1* from
-//! the other; device->host runs the same ring the other way. Memory that is already pinned
+//! the other; device->host runs the same ring the other way, the crew first faulting in the
+//! destination's pages all at once (fresh output pages would otherwise be faulted 4 KiB at a
+//! time inside the copies: docs/PERFORMANCE.md, issue 29). Memory that is already pinned
 //! is copied directly, and so are small copies, where a ring's fixed costs would lose.
 
 use std::alloc::Layout;
@@ -335,6 +337,9 @@ impl StagingRing {
         src: u64,
         bytes: usize,
     ) -> Result<()> {
+        // Fresh destination pages are faulted in by the whole crew first (the copies below
+        // would fault them 4 KiB at a time, a few threads per chunk).
+        self.crew.populate(dst, bytes);
         // SAFETY: forwarded from the caller; each drain copies `n` bytes into `dst + off`.
         unsafe {
             self.pipeline_out(backend, src, bytes, |buf, off, n| {
