@@ -72,6 +72,36 @@ fn gemm_takes_buffer_views_for_every_operand() {
 }
 
 #[test]
+fn gemm_refuses_a_c_that_is_also_an_input() {
+    on_every_device("gemm with C aliasing an input", |rt, d| {
+        let dev = rt.device(d)?;
+        let x = DeviceBuffer::from_slice(&dev, &[1f32; 4])?;
+        let y = DeviceBuffer::from_slice(&dev, &[1f32; 4])?;
+        let z = DeviceBuffer::from_slice(&dev, &[0f32; 4])?;
+        let g = Gemm { m: 2, n: 2, k: 2, lda: 2, ldb: 2, ldc: 2, ..Gemm::default() };
+        for (needle, r) in [
+            ("operand 2 (C) overlaps operand 0 (A)", dev.gemm(&g, x.view(), y.view(), x.view(), None)),
+            ("operand 2 (C) overlaps operand 1 (B)", dev.gemm(&g, y.view(), x.view(), x.view(), None)),
+            (
+                "operand 2 (C) overlaps operand 3 (the bias)",
+                dev.gemm(&g, x.view(), y.view(), z.view(), Some(z.view().slice(2..)?)),
+            ),
+        ] {
+            match r {
+                Err(Error::InvalidArgument { what, .. }) => check!(what.contains(needle), "{needle}: {what}"),
+                other => check!(false, "{needle}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+        check_eq!(x.to_vec()?, vec![1.0; 4]);
+        // A and B may share memory: both are only read.
+        let c = DeviceBuffer::<f32>::new(&dev, 4)?;
+        dev.gemm(&g, x.view(), x.view(), c.view(), None)?;
+        check_eq!(c.to_vec()?, vec![2.0; 4]);
+        Ok(())
+    });
+}
+
+#[test]
 fn a_buffer_of_another_device_is_refused() {
     on_every_device("buffer views of another device", |rt, d| {
         let other = (d + 1) % rt.num_devices().max(1);

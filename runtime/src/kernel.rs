@@ -349,6 +349,10 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 /// the same for primitive numbers; this does it for every [`DeviceCopy`] type (`bf16`,
 /// `f16`, structs), whose all-zero bits are a value.
 ///
+/// # Panics
+/// As `vec!` does, when `len` elements overflow `isize::MAX` bytes; aborts (as `Vec` does)
+/// when the allocator has no memory.
+///
 /// ```
 /// let v: Vec<offload::half::bf16> = offload::zeroed_vec(1 << 20);
 /// assert!(v.iter().all(|x| x.to_f32() == 0.0));

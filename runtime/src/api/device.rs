@@ -308,6 +308,20 @@ impl<'rt> Device<'rt> {
                 what: "a gemm operand",
             })?;
         }
+        // D overwrites C while A, B and the bias are read: C's device memory must be none
+        // of theirs (a buffer's or a scratch view may name the same memory twice).
+        let size = std::mem::size_of::<T>() as u64;
+        let span = |i: usize, n: usize| (addrs[i], addrs[i] + n as u64 * size);
+        let (c0, c1) = span(2, ec);
+        let inputs = [Some((0, span(0, ea))), Some((1, span(1, eb))), bias.map(|_| (3, span(3, g.m)))];
+        if let Some((i, _)) = inputs.into_iter().flatten().find(|&(_, (b0, b1))| c0 < b1 && b0 < c1) {
+            return Err(invalid(format!(
+                "operand 2 (C) overlaps operand {i} ({}) on device {}: C is written while it is read; \
+                 expected distinct memory",
+                ["A", "B", "C", "the bias"][i],
+                self.number
+            )));
+        }
         let ops = crate::backend::GemmOperands {
             a: addrs[0],
             b: addrs[1],
