@@ -5,18 +5,10 @@
 
 use offload::half::{bf16, f16};
 use offload::{map, Activation, Gemm, GemmElement};
-use offload_tests::{check, on_every_device};
+use offload_tests::{activation_f64, check, on_every_device};
 
 fn values<T: GemmElement>(seed: u64, n: usize) -> Vec<T> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            T::from_f32((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-        })
-        .collect()
+    offload_tests::values(seed, n).into_iter().map(T::from_f32).collect()
 }
 
 /// `g` on device `d` over random operands, each element of C against f64 within `tol`
@@ -43,14 +35,7 @@ fn agrees<T: GemmElement>(
             let dot: f64 = (0..g.k).map(|p| at(p) * bt(p)).sum();
             let beta_c = if g.beta == 0.0 { 0.0 } else { f64::from(g.beta) * f(c0[i + j * g.ldc]) };
             let v = f64::from(g.alpha) * dot + beta_c + if with_bias { f(bias[i]) } else { 0.0 };
-            let want = match g.activation {
-                Activation::Identity => v,
-                Activation::Relu => v.max(0.0),
-                Activation::Gelu => {
-                    0.5 * v
-                        * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
-                }
-            };
+            let want = activation_f64(g.activation, v);
             let got = f(c[i + j * g.ldc]);
             let bound = tol * (1.0 + want.abs()) * (1.0 + g.k as f64).sqrt();
             check!((got - want).abs() <= bound, "{:?} {g:?} at ({i}, {j}): {got} vs {want}", T::TYPE);

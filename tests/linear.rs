@@ -6,20 +6,7 @@
 use offload::half::{bf16, f16};
 use offload::{map, Error, GemmElement, HostBuffer, MapType, Precision};
 use offload_kernels::{linear, Activation, Linear};
-use offload_tests::{check, on_every_device};
-
-/// Deterministic values in [-0.5, 0.5).
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+use offload_tests::{activation_f64, check, on_every_device, values};
 
 /// The layer in f64, row by row.
 fn reference(l: Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, act: Activation) -> Vec<f64> {
@@ -30,14 +17,7 @@ fn reference(l: Linear, x: &[f32], w: &[f32], b: Option<&[f32]>, act: Activation
                 .map(|i| f64::from(x[r * l.in_features + i]) * f64::from(w[o * l.in_features + i]))
                 .sum();
             let v = dot + b.map_or(0.0, |b| f64::from(b[o]));
-            y.push(match act {
-                Activation::Identity => v,
-                Activation::Relu => v.max(0.0),
-                Activation::Gelu => {
-                    0.5 * v
-                        * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
-                }
-            });
+            y.push(activation_f64(act, v));
         }
     }
     y
