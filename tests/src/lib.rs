@@ -382,6 +382,32 @@ pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
     println!("nvrtc: {} {what} compiled for sm_80 and sm_90 ({hip} HIP sources too)", kernels.len());
 }
 
+/// `n` deterministic values in `[-0.5, 0.5)` from `seed` (xorshift): operands for the GEMM
+/// and layer tests, the same on every run and machine.
+pub fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// `act` of `v` in f64 (GELU in its tanh form, as the GEMMs' epilogue computes it): the
+/// references of the GEMM and layer tests.
+pub fn activation_f64(act: offload::Activation, v: f64) -> f64 {
+    match act {
+        offload::Activation::Identity => v,
+        offload::Activation::Relu => v.max(0.0),
+        offload::Activation::Gelu => {
+            0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,31 +433,5 @@ mod tests {
         assert!(e.contains("gpu backends: none found") && e.contains("OFFLOAD_REQUIRE_DEVICES=1"), "{e}");
         let e = skip_verdict(2, "gpu", 1, "case on gpu: needs 2 devices").unwrap_err();
         assert!(e.contains("gpu has 1") && e.contains("requires 2 devices"), "{e}");
-    }
-}
-
-/// `n` deterministic values in `[-0.5, 0.5)` from `seed` (xorshift): operands for the GEMM
-/// and layer tests, the same on every run and machine.
-pub fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
-
-/// `act` of `v` in f64 (GELU in its tanh form, as the GEMMs' epilogue computes it): the
-/// references of the GEMM and layer tests.
-pub fn activation_f64(act: offload::Activation, v: f64) -> f64 {
-    match act {
-        offload::Activation::Identity => v,
-        offload::Activation::Relu => v.max(0.0),
-        offload::Activation::Gelu => {
-            0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
-        }
     }
 }
