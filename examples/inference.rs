@@ -11,7 +11,7 @@
 //! cargo run --release -p offload-examples --example inference -- -batches 48
 //! ```
 //! Options: `-layers N` (4), `-width N` (4096), `-batch N` (rows per batch, 4096),
-//! `-batches N` (48), `-ndev N` (all), `-slots N` (2), `-check N` (batches checked, 2),
+//! `-batches N` (48), `-ndev N` (all), `-slots N` (4), `-check N` (batches checked, 2),
 //! `-weights FILE` (the model from a safetensors file, `layers.{l}.weight` and
 //! `layers.{l}.bias` in F32, instead of generated weights; its layers and width then
 //! replace `-layers` and `-width`), `-save-weights FILE` (writes the generated model so),
@@ -57,7 +57,7 @@ fn parse() -> Result<Args, String> {
         batch: 4096,
         batches: 48,
         ndev: None,
-        slots: 2,
+        slots: 4,
         check: 2,
         weights: None,
         save_weights: None,

@@ -1698,6 +1698,17 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             "3 input batches but 2 output batches"
         )
     }));
+    v.push(case("Pipeline::run_with: inputs and outputs differ in number", |c: &Ctx<'_>| {
+        let inputs = vec![vec![1i32; 4]; 2];
+        let mut outputs = vec![(vec![0i32; 4], vec![0u32; 4]); 3];
+        let p = ok(Pipeline::new(c.rt, &[c.dev], 2))?;
+        let no_state = |_: &offload::Device<'_>| Ok(());
+        expect!(
+            p.run_with(&inputs, &mut outputs, no_state, |_, _, _, _: DeviceSlice<'_, i32>, _| Ok(())),
+            Error::InvalidArgument { routine: "Pipeline::run_with", .. },
+            "2 input batches but 3 output batches"
+        )
+    }));
     v.push(case("Pipeline::run: a batch launches with a bad argument", |c: &Ctx<'_>| {
         let inputs = vec![vec![1i32; 4]; 4];
         let mut outputs = vec![vec![0i32; 4]; 4];

@@ -39,7 +39,10 @@ pub struct StagingConfig {
     /// Copies smaller than this go straight to the driver.
     pub min_bytes: usize,
     /// A copy is cut into at least this many chunks (so its first and last chunk, which
-    /// cannot overlap, are a small part of it), down to 2 MiB chunks; at least 1.
+    /// cannot overlap, are a small part of it), down to 2 MiB chunks; at least 1. Two, not
+    /// more: in a pipeline the other direction's copies fill the gaps that fewer chunks
+    /// leave, and larger chunks give every copy thread a piece (a 32 MiB batch in 8 MiB
+    /// chunks kept half of 16 threads idle: docs/PERFORMANCE.md, issue 29).
     pub min_chunks: usize,
     /// Smallest piece of a chunk one copy thread takes; at least 1 byte.
     pub min_piece: usize,
@@ -60,7 +63,7 @@ impl Default for StagingConfig {
             depth: 4,
             threads: 24,
             min_bytes: 16 << 20,
-            min_chunks: 4,
+            min_chunks: 2,
             min_piece: 1 << 20,
             register_after: 16,
             register_min_bytes: 64 << 20,
@@ -537,6 +540,18 @@ mod tests {
         unsafe { r.write(&d, p, src.as_ptr(), 4096) }.unwrap();
         d.free(p, 4096).unwrap();
         r.release(&d);
+    }
+
+    #[test]
+    fn default_chunks_are_large_enough_for_every_copy_thread() {
+        let cfg = StagingConfig::default();
+        let mib = |n: usize| n << 20;
+        // A 32 MiB batch goes in two 16 MiB chunks: 1 MiB pieces for 16 threads.
+        assert_eq!(cfg.chunk_for(mib(32), cfg.chunk), mib(16));
+        assert_eq!(cfg.chunk_for(mib(16), cfg.chunk), mib(8));
+        // Never above the buffers, never below 2 MiB.
+        assert_eq!(cfg.chunk_for(mib(1024), cfg.chunk), cfg.chunk);
+        assert_eq!(cfg.chunk_for(mib(3), cfg.chunk), mib(2));
     }
 
     #[test]

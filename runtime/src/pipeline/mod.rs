@@ -110,6 +110,7 @@ impl<'rt> Pipeline<'rt> {
         O: AsMut<[Out]> + Send,
         F: Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Sync,
     {
+        check_batches("Pipeline::run", inputs.len(), outputs.len())?;
         let mut outs: Vec<&mut [Out]> = outputs.iter_mut().map(AsMut::as_mut).collect();
         self.run_with(inputs, &mut outs, |_| Ok(()), |dev, _: &mut (), batch, x, y| compute(dev, batch, x, y))
     }
@@ -173,12 +174,7 @@ impl<'rt> Pipeline<'rt> {
         Init: Fn(&Device<'rt>) -> Result<S> + Sync,
         F: Fn(&Device<'_>, &mut S, usize, DeviceSlice<'_, In>, OutputViews<'_, O>) -> Result<()> + Sync,
     {
-        if inputs.len() != outputs.len() {
-            return Err(Error::InvalidArgument {
-                routine: "Pipeline::run",
-                what: format!("{} input batches but {} output batches", inputs.len(), outputs.len()),
-            });
-        }
+        check_batches("Pipeline::run_with", inputs.len(), outputs.len())?;
         let (start, at) = (Instant::now(), Location::caller());
         let queue = Injector::new();
         (0..inputs.len()).for_each(|i| queue.push(i));
@@ -286,6 +282,17 @@ impl<'rt> Pipeline<'rt> {
         }
         Ok(start.elapsed())
     }
+}
+
+/// As many output batches as input batches, or an error naming `routine`.
+fn check_batches(routine: &'static str, inputs: usize, outputs: usize) -> Result<()> {
+    if inputs == outputs {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        routine,
+        what: format!("{inputs} input batches but {outputs} output batches"),
+    })
 }
 
 /// Queues one batch on `device`: `maps` entered on the copy-in lane, `compute` on the
