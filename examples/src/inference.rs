@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use offload::pipeline::{Pipeline, PipelineReport, Stage, StagePipeline, StageReport};
 use offload::{
-    Activation, Device, DeviceBuffer, DeviceSlice, ElementType, GemmElement, Precision, Result, Runtime,
+    Activation, Device, DeviceBuffer, DeviceSlice, ElementType, Gemm, GemmElement, Precision, Result, Runtime,
 };
 use offload_kernels::{linear, Linear};
 
@@ -151,19 +151,15 @@ impl<'rt, T: GemmElement> DeviceModel<'rt, T> {
 
 /// An error unless `precision` is one that elements `T` hold (TF32 and fp32 for `f32`).
 fn tf32_for<T: GemmElement>(precision: Precision) -> Result<bool> {
-    let ok = matches!(
-        (T::TYPE, precision),
-        (ElementType::F32, Precision::Fp32 | Precision::Tf32)
-            | (ElementType::F16, Precision::Fp16)
-            | (ElementType::Bf16, Precision::Bf16)
-    );
-    if !ok {
+    // The GEMM's own rule decides which precision elements `T` run in, with TF32 or not.
+    let tf32 = precision == Precision::Tf32;
+    if (Gemm { tf32, ..Gemm::default() }).precision::<T>() != precision {
         return Err(offload::Error::InvalidArgument {
             routine: "inference",
             what: format!("precision {} for {} tensors", precision.name(), T::TYPE.name()),
         });
     }
-    Ok(precision == Precision::Tf32)
+    Ok(tf32)
 }
 
 /// The model on a set of devices, ready to stream batches of `batch` rows of `T`.
@@ -362,4 +358,25 @@ pub fn check<T: GemmElement>(
         }
     }
     (worst, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offload::half::{bf16, f16};
+
+    #[test]
+    fn a_precision_is_taken_only_for_the_tensors_that_hold_it() {
+        assert!(!tf32_for::<f32>(Precision::Fp32).unwrap());
+        assert!(tf32_for::<f32>(Precision::Tf32).unwrap());
+        assert!(!tf32_for::<f16>(Precision::Fp16).unwrap());
+        assert!(!tf32_for::<bf16>(Precision::Bf16).unwrap());
+        for e in [
+            tf32_for::<bf16>(Precision::Tf32).unwrap_err(),
+            tf32_for::<f16>(Precision::Bf16).unwrap_err(),
+            tf32_for::<f32>(Precision::Fp16).unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("tensors"), "{e}");
+        }
+    }
 }
