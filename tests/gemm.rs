@@ -12,21 +12,28 @@ fn values<T: GemmElement>(seed: u64, n: usize) -> Vec<T> {
 }
 
 /// `g` on device `d` over random operands, each element of C against f64 within `tol`
-/// (relative to `1 + |want|`, per square root of the depth).
+/// (relative to `1 + |want|`, per square root of the depth). The bias, when there is one, is `bias_at` elements into its array (so aligned to its
+/// element only, for an odd `bias_at`).
 fn agrees<T: GemmElement>(
     rt: &offload::Runtime,
     d: usize,
     g: Gemm,
     with_bias: bool,
+    bias_at: usize,
     tol: f64,
 ) -> offload::Result<()> {
     let dev = rt.device(d)?;
     let (ea, eb, ec) = g.extents()?;
-    let (a, b, c0, bias) = (values::<T>(1, ea), values::<T>(2, eb), values::<T>(3, ec), values::<T>(4, g.m));
+    let (a, b, c0) = (values::<T>(1, ea), values::<T>(2, eb), values::<T>(3, ec));
+    let bias_array = values::<T>(4, g.m + bias_at);
+    let bias = &bias_array[bias_at..];
     let mut c = c0.clone();
-    dev.data((map::to(&a), map::to(&b), map::to(&bias), map::tofrom(&mut c)), |(av, bv, biasv, cv)| {
-        dev.gemm(&g, av, bv, cv, with_bias.then_some(biasv))
-    })?;
+    dev.data(
+        (map::to(&a), map::to(&b), map::to(&bias_array), map::tofrom(&mut c)),
+        |(av, bv, biasv, cv)| {
+            dev.gemm(&g, av, bv, cv, if with_bias { Some(biasv.slice(bias_at..)?) } else { None })
+        },
+    )?;
     let f = |v: T| f64::from(v.to_f32());
     for j in 0..g.n {
         for i in 0..g.m {
@@ -75,7 +82,7 @@ fn every_case<T: GemmElement>(rt: &offload::Runtime, d: usize, tf32: bool, tol: 
                 (1.0, 0.0, Activation::Gelu, true),
                 (1.0, 0.5, Activation::Relu, false),
             ] {
-                agrees::<T>(rt, d, Gemm { alpha, beta, activation, ..base }, bias, tol)?;
+                agrees::<T>(rt, d, Gemm { alpha, beta, activation, ..base }, bias, 0, tol)?;
             }
         }
     }
@@ -97,5 +104,22 @@ fn fp16_and_bf16_agree_within_their_rounding() {
     on_every_device("gemm fp16 and bf16", |rt, d| {
         every_case::<f16>(rt, d, false, 2e-3)?;
         every_case::<bf16>(rt, d, false, 1e-2)
+    });
+}
+
+#[test]
+fn a_bias_aligned_only_to_its_element_is_added_as_an_aligned_one() {
+    on_every_device("gemm bias alignment", |rt, d| {
+        for bias_at in [0, 1, 3] {
+            for activation in [Activation::Identity, Activation::Relu] {
+                let g =
+                    Gemm { m: 64, n: 48, k: 32, lda: 64, ldb: 32, ldc: 64, activation, ..Gemm::default() };
+                agrees::<f32>(rt, d, g, true, bias_at, 1e-5)?;
+                agrees::<f32>(rt, d, Gemm { tf32: true, ..g }, true, bias_at, 2e-3)?;
+                agrees::<f16>(rt, d, g, true, bias_at, 2e-3)?;
+                agrees::<bf16>(rt, d, g, true, bias_at, 1e-2)?;
+            }
+        }
+        Ok(())
     });
 }

@@ -7,7 +7,8 @@
 //! `beta = 0` (D does not depend on what C held, so running it again changes nothing) the
 //! heuristic's best few algorithms are each timed on the operands themselves, and the
 //! fastest is kept: cuBLASLt's first choice is not always its fastest (for fp32 on Hopper
-//! it can leave several percent).
+//! it can leave several percent). A bias aligned below 16 bytes is copied to an aligned
+//! buffer first (see [`BIAS_ALIGN`]).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -25,6 +26,11 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 const CANDIDATES: usize = 8;
 /// Runs per candidate while timing (after one warm-up run).
 const TIMED_RUNS: usize = 3;
+/// The bias alignment the fused epilogues are given: cuBLASLt's preferences name none for
+/// the bias, and its kernels read it in vectors (a half-precision bias at an odd element
+/// faulted with a misaligned address on the H200, poisoning the context), so a bias
+/// aligned below this is first copied to the handle's own, aligned, bias buffer.
+const BIAS_ALIGN: u64 = 16;
 
 /// A cuBLASLt handle, its workspace and its plans, for one device; used under the device's
 /// lock, by one thread at a time.
@@ -32,6 +38,12 @@ pub(crate) struct LtBlas {
     ctx: Arc<CudaContext>,
     handle: sys::cublasLtHandle_t,
     workspace: u64,
+    /// Where a misaligned bias is copied (see [`BIAS_ALIGN`]): `(address, bytes)`, made on
+    /// first need and grown as needed.
+    bias_buffer: Option<(u64, usize)>,
+    /// Bias buffers outgrown, freed with the handle: products still queued, or captured
+    /// in a graph replayed later, may read them.
+    outgrown: Vec<u64>,
     plans: HashMap<PlanKey, Plan>,
 }
 
@@ -55,8 +67,10 @@ struct PlanKey {
     tf32: bool,
     activation: Activation,
     bias: bool,
-    /// log2 of each operand's alignment in bytes (A, B, C), up to 256.
-    align: [u8; 3],
+    /// log2 of each operand's alignment in bytes (A, B, C, then the bias or 8 without
+    /// one), up to 256. cuBLASLt's preferences name no bias alignment, so a plan chosen
+    /// (and timed) for one bias alignment is not reused for another.
+    align: [u8; 4],
 }
 
 /// A product's descriptors and chosen algorithm.
@@ -107,7 +121,7 @@ impl LtBlas {
                 return Err(format!("cuBLASLt workspace of {WORKSPACE_BYTES} bytes: {e}"));
             }
         };
-        Ok(Self { ctx, handle, workspace, plans: HashMap::new() })
+        Ok(Self { ctx, handle, workspace, bias_buffer: None, outgrown: Vec::new(), plans: HashMap::new() })
     }
 
     /// Enqueues `g` on `stream` (this device's compute stream) with operands of type `ty`
@@ -123,6 +137,12 @@ impl LtBlas {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
+        let ops = match ops.bias {
+            Some(bias) if bias % BIAS_ALIGN != 0 => {
+                GemmOperands { bias: Some(self.aligned_bias(bias, g.m * ty.size(), stream)?), ..ops }
+            }
+            _ => ops,
+        };
         let align = |addr: u64| addr.trailing_zeros().min(8) as u8;
         let key = PlanKey {
             transa: g.transa,
@@ -137,7 +157,7 @@ impl LtBlas {
             tf32: g.tf32,
             activation: g.activation,
             bias: ops.bias.is_some(),
-            align: [align(ops.a), align(ops.b), align(ops.c)],
+            align: [align(ops.a), align(ops.b), align(ops.c), ops.bias.map_or(8, align)],
         };
         if !self.plans.contains_key(&key) {
             let plan = self.plan(&key)?;
@@ -195,6 +215,24 @@ impl LtBlas {
         run(plan, plan.chosen)
     }
 
+    /// A copy of the `bytes` of bias at `bias` in the bias buffer, enqueued on `stream`
+    /// (the products' stream, so the next product's copy waits for this one's product).
+    fn aligned_bias(&mut self, bias: u64, bytes: usize, stream: &Arc<CudaStream>) -> Result<u64, String> {
+        if self.bias_buffer.is_none_or(|(_, have)| have < bytes) {
+            let want = bytes.next_power_of_two().max(4096);
+            // SAFETY: the context is bound (the caller's); freed in `drop`.
+            let buffer = unsafe { driver::malloc_sync(want) }
+                .map_err(|e| format!("a bias buffer of {want} bytes: {e}"))?;
+            self.outgrown.extend(self.bias_buffer.replace((buffer, want)).map(|(old, _)| old));
+        }
+        let (buffer, _) = self.bias_buffer.ok_or("bias buffer just made is missing")?;
+        // SAFETY: `bias..bias + bytes` is this device's memory (the caller's check of the
+        // operands), the buffer holds at least `bytes`; both in this context, on its stream.
+        unsafe { driver::memcpy_dtod_async(buffer, bias, bytes, stream.cu_stream()) }
+            .map_err(|e| format!("copying a misaligned bias (cuMemcpyDtoDAsync): {e}"))?;
+        Ok(buffer)
+    }
+
     /// The plan for `key`: descriptors, layouts and the heuristic's candidates.
     fn plan(&self, key: &PlanKey) -> Result<Plan, String> {
         use sys::cublasLtMatmulDescAttributes_t as Attr;
@@ -245,7 +283,7 @@ impl LtBlas {
             Preference(lt::create_matmul_pref().map_err(|e| format!("cublasLtMatmulPreferenceCreate: {e}"))?);
         use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
         let workspace = WORKSPACE_BYTES as u64;
-        let [aa, ab, ac_] = key.align.map(|l| 1u32 << l);
+        let [aa, ab, ac_, _] = key.align.map(|l| 1u32 << l);
         let prefs: [(Pref, *const c_void, usize); 5] = [
             (Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, (&workspace as *const u64).cast(), 8),
             (Pref::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, (&aa as *const u32).cast(), 4),
@@ -332,6 +370,9 @@ impl Drop for LtBlas {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
             let _ = driver::free_sync(self.workspace);
+            for buffer in self.bias_buffer.iter().map(|&(b, _)| b).chain(self.outgrown.drain(..)) {
+                let _ = driver::free_sync(buffer);
+            }
         }
     }
 }
