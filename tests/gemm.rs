@@ -12,8 +12,9 @@ fn values<T: GemmElement>(seed: u64, n: usize) -> Vec<T> {
 }
 
 /// `g` on device `d` over random operands, each element of C against f64 within `tol`
-/// (relative to `1 + |want|`, per square root of the depth). The bias, when there is one, is `bias_at` elements into its array (so aligned to its
-/// element only, for an odd `bias_at`).
+/// (relative to `1 + |want|`, per square root of the depth). The bias, when there is one,
+/// is `bias_at` elements into its array (so aligned to its element only, for an odd
+/// `bias_at`).
 fn agrees<T: GemmElement>(
     rt: &offload::Runtime,
     d: usize,
