@@ -406,3 +406,125 @@ fn a_panicking_client_closes_the_server_and_the_panic_resumes() -> Result<()> {
     assert!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
     Ok(())
 }
+
+/// Per request of `ROW` scores: each score's share of the row's sum (`p`), and the index of
+/// the largest (`class`) twice over, as a `u32` and as an `i64` (`tag`).
+#[offload::kernel]
+fn shares(r: usize, x: &[f32], p: &mut [f32], class: &mut [u32], tag: &mut [i64]) {
+    let mut best = 0u32;
+    let mut sum = 0.0f32;
+    for j in 0usize..16 {
+        sum += x[16 * r + j];
+        if x[16 * r + j] > x[16 * r + best as usize] {
+            best = j as u32;
+        }
+    }
+    for j in 0usize..16 {
+        p[16 * r + j] = x[16 * r + j] / sum;
+    }
+    class[r] = best;
+    tag[r] = best as i64;
+}
+
+/// A request's row whose largest score is at `(c + i) % ROW`.
+fn scores(c: usize, i: usize) -> Vec<f32> {
+    (0..ROW).map(|j| if j == (c + i) % ROW { 100.0 } else { 1.0 + j as f32 }).collect()
+}
+
+fn expected_shares(x: &[f32]) -> Vec<f32> {
+    let sum: f32 = x.iter().sum();
+    x.iter().map(|v| v / sum).collect()
+}
+
+#[test]
+fn requests_get_a_row_of_each_of_several_outputs_on_every_backend() {
+    on_every_backend(
+        "serving two and three outputs",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices().min(2)).collect();
+            let pipeline = Pipeline::new(rt, &devices, 2)?;
+            let deadline = Duration::from_millis(2);
+            // Two outputs of their own types and row lengths; the batches of 6, 2 and 1
+            // rows leave the reused buffers cut shorter and grown again. Batch 1 fails.
+            // The partial batches start at a deadline long enough that the six rows
+            // submitted back to back are never split.
+            let partial = Duration::from_millis(300);
+            let two = ServeConfig { in_row: ROW, out_row: (ROW, 1), max_rows: 6, deadline: partial };
+            let (answers, report) = pipeline.serve_outputs(
+                two,
+                |_| Ok(()),
+                |dev, _: &mut (), batch, rows, x, (p, class)| {
+                    if batch == 1 {
+                        return Err(Error::InvalidArgument { routine: "compute", what: "batch 1".into() });
+                    }
+                    let tag = HostBuffer::<i64>::new(dev.runtime(), rows)?;
+                    tag.enter(dev.number(), MapType::ALLOC)?;
+                    shares::launch(dev, rows, x, p, class, tag.shared_view(dev.number()))
+                },
+                |intake: &Intake<'_, f32, (f32, u32)>| -> Result<Vec<_>> {
+                    let mut answers = Vec::new();
+                    for (batch, n) in [6, 2, 1].into_iter().enumerate() {
+                        let rows: Vec<Vec<f32>> = (0..n).map(|i| scores(batch, i)).collect();
+                        let tickets =
+                            rows.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+                        answers.extend(rows.into_iter().zip(tickets.into_iter().map(|t| t.answer())));
+                    }
+                    Ok(answers)
+                },
+            )?;
+            for (x, a) in answers? {
+                match a {
+                    Ok(Answer { row: (p, class), batch, .. }) => {
+                        check!(batch != 1, "batch 1 answered {p:?}");
+                        let largest = x.iter().position(|&v| v == 100.0);
+                        check_eq!(class, vec![largest.map_or(99, |l| l as u32)]);
+                        let want = expected_shares(&x);
+                        check!(p.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6), "{p:?} for {x:?}");
+                    }
+                    Err(Error::Batch { batch, .. }) => check_eq!(batch, 1),
+                    Err(e) => return Err(e),
+                }
+            }
+            check_eq!(report.batch_rows, vec![6, 2, 1]);
+            check_eq!(report.failed_batches, vec![1]);
+            // Three outputs: the third an i64 of its own, and an answer's whole shape.
+            let three = ServeConfig { in_row: ROW, out_row: (ROW, 1, 1), max_rows: 4, deadline };
+            let (answer, _) = pipeline.serve_outputs(
+                three,
+                |_| Ok(()),
+                |dev, _: &mut (), _, rows, x, (p, class, tag)| shares::launch(dev, rows, x, p, class, tag),
+                |intake: &Intake<'_, f32, (f32, u32, i64)>| intake.submit(scores(0, 3))?.wait(),
+            )?;
+            check_eq!(answer?, (expected_shares(&scores(0, 3)), vec![3u32], vec![3i64]));
+            for d in devices {
+                assert_clean(rt, d)?;
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn an_output_row_of_zero_or_too_many_elements_is_refused() -> Result<()> {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+    let cases = [
+        ((4, 0), 2, "out_row (4, 0), max_rows 2; expected each at least 1"),
+        ((4, usize::MAX / 2), 3, "Pipeline::serve_outputs: a batch's elements, max_rows 3 x out_row"),
+    ];
+    for (out_row, max_rows, why) in cases {
+        let config = ServeConfig { in_row: 4, out_row, max_rows, deadline: LONG };
+        let r = Pipeline::new(&rt, &[0], 2)?.serve_outputs(
+            config,
+            |_| Ok(()),
+            |_, _: &mut (), _, _, _, _| Ok(()),
+            |_: &Intake<'_, f32, (f32, u32)>| (),
+        );
+        match r {
+            Err(e) => assert!(e.to_string().contains(why), "{e}"),
+            Ok(_) => panic!("{config:?} was accepted"),
+        }
+    }
+    Ok(())
+}

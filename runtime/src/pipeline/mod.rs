@@ -42,7 +42,7 @@ mod serve;
 mod stages;
 mod state;
 
-pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews};
+pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews, RowOutputs};
 pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Ticket};
 pub use stages::{Stage, StagePipeline, StageReport};
 

@@ -1,6 +1,8 @@
 //! What one batch of a [`Pipeline`](super::Pipeline) writes: one output, or a tuple of
 //! outputs of their own element types (probabilities `f32` and classes `u32`), each
-//! mapped `from` on the batch's device and copied back on its copy-out lane.
+//! mapped `from` on the batch's device and copied back on its copy-out lane; and what each
+//! request of a server ([`Pipeline::serve`](super::Pipeline::serve)) gets back of them
+//! ([`RowOutputs`]).
 
 use std::marker::PhantomData;
 
@@ -113,3 +115,88 @@ macro_rules! outputs_tuple {
 }
 outputs_tuple!(A: 0, B: 1);
 outputs_tuple!(A: 0, B: 1, C: 2);
+
+/// What each request of a [`Pipeline::serve`](super::Pipeline::serve) gets back, named by
+/// the outputs' element types: `T` for one output, `(A, B)` or `(A, B, C)` for several
+/// (probabilities `f32` and a class `u32`). Each output of a batch is mapped `from` and
+/// copied back on the copy-out lane, then cut into the requests' rows. Implemented for
+/// every [`DeviceCopy`] type with a [`Default`] (the value a batch's buffers start with)
+/// and tuples of two or three of them; sealed.
+pub trait RowOutputs: Send + Sized + sealed::Sealed {
+    /// Elements of each request's row of every output: a `usize`, or a tuple of them in
+    /// the outputs' order (each at least 1).
+    type RowLens: Copy + std::fmt::Debug + Eq + Send + Sync;
+    /// A request's rows: a `Vec`, or a tuple of them in the outputs' order.
+    type Rows: Send;
+    /// The device views of a batch's outputs that `compute` receives, as for
+    /// [`BatchOutputs`] (of element types only, so it outlives any borrow).
+    type Shape: OutputShape + 'static;
+    /// A batch's outputs on the host, copied back into.
+    type Buffers: BatchOutputs<Shape = Self::Shape>;
+    /// Each output's row length, in order.
+    fn lens(lens: Self::RowLens) -> Vec<usize>;
+    /// Outputs for `rows` rows (`rows * len` elements each).
+    fn buffers(rows: usize, lens: Self::RowLens) -> Self::Buffers;
+    /// `buffers` cut or grown to `rows` rows, keeping their memory.
+    fn resize(buffers: &mut Self::Buffers, rows: usize, lens: Self::RowLens);
+    /// Row `i` of every output.
+    fn rows(buffers: &Self::Buffers, i: usize, lens: Self::RowLens) -> Self::Rows;
+}
+
+mod sealed {
+    /// Keeps [`RowOutputs`](super::RowOutputs) to the element types and tuples of this module.
+    pub trait Sealed {}
+    impl<T: crate::kernel::DeviceCopy + Default> Sealed for T {}
+    impl<A, B> Sealed for (A, B) {}
+    impl<A, B, C> Sealed for (A, B, C) {}
+}
+
+/// Row `i` of `len` elements of `buffer`.
+fn row_of<T: Copy>(buffer: &[T], i: usize, len: usize) -> Vec<T> {
+    buffer[i * len..(i + 1) * len].to_vec()
+}
+
+impl<T: DeviceCopy + Default> RowOutputs for T {
+    type RowLens = usize;
+    type Rows = Vec<T>;
+    type Shape = One<T>;
+    type Buffers = Vec<T>;
+    fn lens(lens: usize) -> Vec<usize> {
+        vec![lens]
+    }
+    fn buffers(rows: usize, lens: usize) -> Vec<T> {
+        vec![T::default(); rows * lens]
+    }
+    fn resize(buffers: &mut Vec<T>, rows: usize, lens: usize) {
+        buffers.resize(rows * lens, T::default());
+    }
+    fn rows(buffers: &Vec<T>, i: usize, lens: usize) -> Vec<T> {
+        row_of(buffers, i, lens)
+    }
+}
+
+macro_rules! row_outputs_tuple {
+    ($($n:ident : $i:tt),+) => {
+        impl<$($n: DeviceCopy + Default),+> RowOutputs for ($($n,)+) {
+            type RowLens = ($(row_outputs_tuple!(@usize $n),)+);
+            type Rows = ($(Vec<$n>,)+);
+            type Shape = ($(One<$n>,)+);
+            type Buffers = ($(Vec<$n>,)+);
+            fn lens(lens: Self::RowLens) -> Vec<usize> {
+                vec![$(lens.$i),+]
+            }
+            fn buffers(rows: usize, lens: Self::RowLens) -> Self::Buffers {
+                ($(vec![$n::default(); rows * lens.$i],)+)
+            }
+            fn resize(buffers: &mut Self::Buffers, rows: usize, lens: Self::RowLens) {
+                $(buffers.$i.resize(rows * lens.$i, $n::default());)+
+            }
+            fn rows(buffers: &Self::Buffers, i: usize, lens: Self::RowLens) -> Self::Rows {
+                ($(row_of(&buffers.$i, i, lens.$i),)+)
+            }
+        }
+    };
+    (@usize $n:ident) => { usize };
+}
+row_outputs_tuple!(A: 0, B: 1);
+row_outputs_tuple!(A: 0, B: 1, C: 2);

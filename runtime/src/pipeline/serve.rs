@@ -1,5 +1,6 @@
 //! A long-lived pipeline fed by requests over time (an inference server's batching loop):
-//! [`Pipeline::serve`], its [`Intake`], [`Ticket`]s and [`ServeReport`].
+//! [`Pipeline::serve`] (one output row per request) and [`Pipeline::serve_outputs`] (a row
+//! of each of several outputs), their [`Intake`], [`Ticket`]s and [`ServeReport`].
 
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,19 +9,22 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
 use parking_lot::Mutex;
 
-use super::{queue_batch, DeviceStates, Pipeline};
+use super::{queue_batch, BatchOutputs, DeviceStates, OutputShape, Pipeline, RowOutputs};
 use crate::api::{Device, DeviceSlice, Map};
 use crate::data_env::MapType;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 
-/// The shape of a server's requests and batches; see the module documentation.
+/// The shape of a server's requests and batches; see the module documentation. `L` is
+/// how the output rows are measured: a `usize` for one output ([`Pipeline::serve`]), a
+/// tuple of them for several ([`Pipeline::serve_outputs`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ServeConfig {
+pub struct ServeConfig<L = usize> {
     /// Elements of each request's input row (at least 1).
     pub in_row: usize,
-    /// Elements of each request's output row (at least 1).
-    pub out_row: usize,
+    /// Elements of each request's output row, or of its row of each output in order
+    /// (each at least 1).
+    pub out_row: L,
     /// Rows (requests) in a batch at most (at least 1).
     pub max_rows: usize,
     /// How long after its first request's submission a batch that is not full starts.
@@ -28,14 +32,14 @@ pub struct ServeConfig {
 }
 
 /// A request in flight: its row, when it was submitted, and where its answer goes.
-struct Request<In, Out> {
+struct Request<In, Out: RowOutputs> {
     row: Vec<In>,
     submitted: Instant,
     reply: Sender<Result<Answer<Out>>>,
 }
 
 /// What the intake carries to the batcher.
-enum Message<In, Out> {
+enum Message<In, Out: RowOutputs> {
     Request(Request<In, Out>),
     /// No more requests: run what is pending and stop.
     Close,
@@ -43,25 +47,25 @@ enum Message<In, Out> {
 
 /// Where requests go into a server ([`Pipeline::serve`]); cheap to clone, and shared or
 /// cloned into the threads that submit.
-pub struct Intake<'s, In, Out> {
+pub struct Intake<'s, In, Out: RowOutputs> {
     tx: Sender<Message<In, Out>>,
     closed: &'s AtomicBool,
     in_row: usize,
 }
 
-impl<In, Out> Clone for Intake<'_, In, Out> {
+impl<In, Out: RowOutputs> Clone for Intake<'_, In, Out> {
     fn clone(&self) -> Self {
         Self { tx: self.tx.clone(), closed: self.closed, in_row: self.in_row }
     }
 }
 
-impl<In, Out> std::fmt::Debug for Intake<'_, In, Out> {
+impl<In, Out: RowOutputs> std::fmt::Debug for Intake<'_, In, Out> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Intake").field("in_row", &self.in_row).field("queued", &self.tx.len()).finish()
     }
 }
 
-impl<In: DeviceCopy, Out> Intake<'_, In, Out> {
+impl<In: DeviceCopy, Out: RowOutputs> Intake<'_, In, Out> {
     /// Submits one request: `row` (of the server's `in_row` elements) is run in the next
     /// batch formed; the ticket gives its result.
     ///
@@ -88,12 +92,12 @@ impl<In: DeviceCopy, Out> Intake<'_, In, Out> {
 
 /// Closes the intake when dropped: after `clients` returned, and while unwinding from its
 /// panic (so the batcher and the device threads end, and the scope with them).
-struct CloseOnDrop<'s, In, Out> {
+struct CloseOnDrop<'s, In, Out: RowOutputs> {
     tx: Sender<Message<In, Out>>,
     closed: &'s AtomicBool,
 }
 
-impl<In, Out> Drop for CloseOnDrop<'_, In, Out> {
+impl<In, Out: RowOutputs> Drop for CloseOnDrop<'_, In, Out> {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
         // The batcher holds the receiver until it has seen this message.
@@ -104,17 +108,17 @@ impl<In, Out> Drop for CloseOnDrop<'_, In, Out> {
 /// A submitted request's result, to wait for.
 #[derive(Debug)]
 #[must_use = "a ticket is how the request's result comes back"]
-pub struct Ticket<Out> {
+pub struct Ticket<Out: RowOutputs> {
     answer: Receiver<Result<Answer<Out>>>,
 }
 
-impl<Out> Ticket<Out> {
-    /// Waits for the request's output row.
+impl<Out: RowOutputs> Ticket<Out> {
+    /// Waits for the request's output row (its row of each output for several).
     ///
     /// # Errors
     /// [`Error::Batch`] naming the request's batch when it failed; [`Error::ServerClosed`]
     /// for a request that came as the intake closed and was not run.
-    pub fn wait(self) -> Result<Vec<Out>> {
+    pub fn wait(self) -> Result<Out::Rows> {
         self.answer().map(|a| a.row)
     }
 
@@ -130,14 +134,44 @@ impl<Out> Ticket<Out> {
 }
 
 /// A request's answer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Answer<Out> {
-    /// Its output row.
-    pub row: Vec<Out>,
+pub struct Answer<Out: RowOutputs> {
+    /// Its output row: a `Vec`, or a tuple of `Vec`s for several outputs.
+    pub row: Out::Rows,
     /// The batch it ran in.
     pub batch: usize,
     /// From its submission to its result being available.
     pub latency: Duration,
+}
+
+impl<Out: RowOutputs> Clone for Answer<Out>
+where
+    Out::Rows: Clone,
+{
+    fn clone(&self) -> Self {
+        Self { row: self.row.clone(), batch: self.batch, latency: self.latency }
+    }
+}
+
+impl<Out: RowOutputs> std::fmt::Debug for Answer<Out>
+where
+    Out::Rows: std::fmt::Debug,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("row", &self.row)
+            .field("batch", &self.batch)
+            .field("latency", &self.latency)
+            .finish()
+    }
+}
+
+impl<Out: RowOutputs> PartialEq for Answer<Out>
+where
+    Out::Rows: PartialEq,
+{
+    fn eq(&self, other: &Self) -> bool {
+        (&self.row, self.batch, self.latency) == (&other.row, other.batch, other.latency)
+    }
 }
 
 /// The spread of requests' latencies (submission to result available); zero when there
@@ -197,6 +231,21 @@ struct Served {
 
 /// A batch formed: its index and its requests, in submission order.
 type Formed<In, Out> = (usize, Vec<Request<In, Out>>);
+
+/// What makes a device's state for a served pipeline ([`Pipeline::serve_outputs`]'s `init`).
+type StateInit<'f, 'rt, S> = dyn Fn(&Device<'rt>) -> Result<S> + Sync + 'f;
+
+/// A served pipeline's batch computation ([`Pipeline::serve_outputs`]'s `compute`).
+type ServeCompute<'f, S, In, Out> = dyn Fn(
+        &Device<'_>,
+        &mut S,
+        usize,
+        usize,
+        DeviceSlice<'_, In>,
+        <<Out as RowOutputs>::Shape as OutputShape>::Views<'_>,
+    ) -> Result<()>
+    + Sync
+    + 'f;
 
 impl<'rt> Pipeline<'rt> {
     /// Serves requests until `clients` returns: single requests (a row of `in_row`
@@ -275,24 +324,133 @@ impl<'rt> Pipeline<'rt> {
             + Sync,
         C: FnOnce(&Intake<'_, In, Out>) -> R,
     {
+        self.serve_at::<In, Out, S, C, R>(
+            "Pipeline::serve",
+            Location::caller(),
+            config,
+            &init,
+            &compute,
+            clients,
+        )
+    }
+
+    /// [`Pipeline::serve`] with a row of each of several outputs per request, of their own
+    /// element types: `Out` is `(A, B)` or `(A, B, C)` (see [`RowOutputs`]), `config`'s
+    /// `out_row` the tuple of their row lengths, `compute` gets the batch's views in the
+    /// same shape (each `rows * len` elements, copied back on the copy-out lane), and each
+    /// [`Ticket`] gives the request's tuple of rows. `Out` is named where the compiler
+    /// cannot tell it, on the intake say.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use offload::pipeline::{Intake, Pipeline, ServeConfig};
+    /// use offload::Runtime;
+    ///
+    /// // Each request a row of 4 scores: their softmax and the index of the largest.
+    /// #[offload::kernel]
+    /// fn classify(r: usize, x: &[f32], p: &mut [f32], class: &mut [u32]) {
+    ///     let mut best = 0u32;
+    ///     let mut max = x[4 * r];
+    ///     for j in 1usize..4 {
+    ///         if x[4 * r + j] > max {
+    ///             best = j as u32;
+    ///             max = x[4 * r + j];
+    ///         }
+    ///     }
+    ///     let mut sum = 0.0f32;
+    ///     for j in 0usize..4 {
+    ///         p[4 * r + j] = (x[4 * r + j] - max).exp();
+    ///         sum += p[4 * r + j];
+    ///     }
+    ///     for j in 0usize..4 {
+    ///         p[4 * r + j] /= sum;
+    ///     }
+    ///     class[r] = best;
+    /// }
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+    /// let config = ServeConfig { in_row: 4, out_row: (4, 1), max_rows: 8, deadline: Duration::from_millis(2) };
+    /// let no_state = |_: &offload::Device<'_>| Ok(());
+    /// let (answer, report) = Pipeline::new(&rt, &[0], 2)?.serve_outputs(
+    ///     config,
+    ///     no_state,
+    ///     |dev, _, _batch, rows, x, (p, class)| classify::launch(dev, rows, x, p, class),
+    ///     |intake: &Intake<'_, f32, (f32, u32)>| intake.submit(vec![0.0, 3.0, 1.0, 3.0 - 1e-3])?.wait(),
+    /// )?;
+    /// let (probs, class) = answer?;
+    /// assert_eq!(class, vec![1]);
+    /// assert!((probs.iter().sum::<f32>() - 1.0).abs() < 1e-6 && probs[1] > probs[3]);
+    /// assert_eq!(report.requests, 1);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Pipeline::serve`]: [`Error::InvalidArgument`] for a zero in `config` (any
+    /// output's row length among them), [`Error::Overflow`] for a batch whose size
+    /// overflows.
+    #[track_caller]
+    pub fn serve_outputs<In, Out, S, Init, F, C, R>(
+        &self,
+        config: ServeConfig<Out::RowLens>,
+        init: Init,
+        compute: F,
+        clients: C,
+    ) -> Result<(R, ServeReport)>
+    where
+        In: DeviceCopy,
+        Out: RowOutputs,
+        S: Send,
+        Init: Fn(&Device<'rt>) -> Result<S> + Sync,
+        F: Fn(
+                &Device<'_>,
+                &mut S,
+                usize,
+                usize,
+                DeviceSlice<'_, In>,
+                <Out::Shape as OutputShape>::Views<'_>,
+            ) -> Result<()>
+            + Sync,
+        C: FnOnce(&Intake<'_, In, Out>) -> R,
+    {
+        self.serve_at("Pipeline::serve_outputs", Location::caller(), config, &init, &compute, clients)
+    }
+
+    /// [`Pipeline::serve_outputs`], naming `routine` in its errors and tracing at `at`.
+    fn serve_at<In, Out, S, C, R>(
+        &self,
+        routine: &'static str,
+        at: &'static Location<'static>,
+        config: ServeConfig<Out::RowLens>,
+        init: &StateInit<'_, 'rt, S>,
+        compute: &ServeCompute<'_, S, In, Out>,
+        clients: C,
+    ) -> Result<(R, ServeReport)>
+    where
+        In: DeviceCopy,
+        Out: RowOutputs,
+        S: Send,
+        C: FnOnce(&Intake<'_, In, Out>) -> R,
+    {
         let ServeConfig { in_row, out_row, max_rows, deadline } = config;
-        if in_row == 0 || out_row == 0 || max_rows == 0 {
+        let out_lens = Out::lens(out_row);
+        if in_row == 0 || out_lens.contains(&0) || max_rows == 0 {
             return Err(Error::InvalidArgument {
-                routine: "Pipeline::serve",
+                routine,
                 what: format!(
-                    "in_row {in_row}, out_row {out_row}, max_rows {max_rows}; expected each at least 1"
+                    "in_row {in_row}, out_row {out_row:?}, max_rows {max_rows}; expected each at least 1"
                 ),
             });
         }
-        for (what, row) in [("in_row", in_row), ("out_row", out_row)] {
+        let rows = std::iter::once(("in_row", in_row)).chain(out_lens.into_iter().map(|l| ("out_row", l)));
+        for (what, row) in rows {
             if max_rows.checked_mul(row).is_none() {
                 return Err(Error::Overflow {
-                    routine: "Pipeline::serve",
+                    routine,
                     what: format!("a batch's elements, max_rows {max_rows} x {what} {row},"),
                 });
             }
         }
-        let (start, at, rt) = (Instant::now(), Location::caller(), self.rt);
+        let (start, rt) = (Instant::now(), self.rt);
         let (tx, rx) = crossbeam_channel::unbounded();
         let (formed_tx, formed_rx) = crossbeam_channel::bounded::<Formed<In, Out>>(0);
         let closed = AtomicBool::new(false);
@@ -300,8 +458,7 @@ impl<'rt> Pipeline<'rt> {
         let served = Mutex::new(Served { per_device: vec![0; self.devices.len()], ..Served::default() });
         let states = DeviceStates::new(self.devices.len());
         let r = std::thread::scope(|threads| {
-            let (batch_rows, served, states, init, compute) =
-                (&batch_rows, &served, &states, &init, &compute);
+            let (batch_rows, served, states) = (&batch_rows, &served, &states);
             threads.spawn(move || form_batches(rx, formed_tx, max_rows, deadline, batch_rows));
             for (k, &device) in self.devices.iter().enumerate() {
                 for _ in 0..self.slots {
@@ -309,23 +466,25 @@ impl<'rt> Pipeline<'rt> {
                     threads.spawn(move || {
                         // One batch's rows, kept for the thread's batches.
                         let mut input: Vec<In> = Vec::with_capacity(max_rows * in_row);
-                        let mut output = vec![Out::default(); max_rows * out_row];
+                        let mut output = Out::buffers(max_rows, out_row);
                         for (batch, requests) in formed.iter() {
                             let rows = requests.len();
                             input.clear();
                             requests.iter().for_each(|r| input.extend_from_slice(&r.row));
-                            let (x, y) = (&input[..], &mut output[..rows * out_row]);
+                            Out::resize(&mut output, rows, out_row);
+                            let (x, y) = (&input[..], &mut output);
                             // One scope per batch: its borrows end with it, and the lanes
                             // overlap it with the batches of the device's other slots.
                             let run = rt.nowait(move |s| {
-                                let maps = (Map::shared(x, MapType::TO), Map::exclusive(y, MapType::FROM));
+                                let maps = (Map::shared(x, MapType::TO), y.maps());
                                 queue_batch(s, device, maps, at, move |dev, (x, y)| {
                                     let make = || init(&rt.device(device)?);
                                     states.with(k, make, |state| compute(dev, state, batch, rows, x, y))
                                 })
                                 .map(drop)
                             });
-                            let answers = reply(run.and_then(|r| r), batch, requests, &output, out_row);
+                            let answers =
+                                reply::<In, Out>(run.and_then(|r| r), batch, requests, &output, out_row);
                             let mut served = served.lock();
                             served.per_device[k] += 1;
                             if answers.failed {
@@ -362,23 +521,23 @@ struct Answered {
     latencies: Vec<Duration>,
 }
 
-/// Sends each request of `batch` its row of `output` (`out_row` elements each, in request
+/// Sends each request of `batch` its rows of `output` (`out_row` elements each, in request
 /// order), or the batch's error.
-fn reply<In, Out: Copy>(
+fn reply<In, Out: RowOutputs>(
     run: Result<()>,
     batch: usize,
     requests: Vec<Request<In, Out>>,
-    output: &[Out],
-    out_row: usize,
+    output: &Out::Buffers,
+    out_row: Out::RowLens,
 ) -> Answered {
     let failed = run.is_err();
     let run = run.map_err(|e| Error::Batch { batch, source: Box::new(e) });
     let latencies = requests
         .into_iter()
-        .zip(output.chunks_exact(out_row))
-        .map(|(request, row)| {
+        .enumerate()
+        .map(|(i, request)| {
             let latency = request.submitted.elapsed();
-            let answer = run.clone().map(|()| Answer { row: row.to_vec(), batch, latency });
+            let answer = run.clone().map(|()| Answer { row: Out::rows(output, i, out_row), batch, latency });
             // A submitter that dropped its ticket no longer wants the answer.
             let _ = request.reply.send(answer);
             latency
@@ -393,7 +552,7 @@ fn reply<In, Out: Copy>(
 /// submission; records each batch's rows in `rows`. A ready batch first takes the requests
 /// already waiting, and while every slot is busy it takes more as they come (up to
 /// `max_rows`), so batches grow under load.
-fn form_batches<In, Out>(
+fn form_batches<In, Out: RowOutputs>(
     intake: Receiver<Message<In, Out>>,
     devices: Sender<Formed<In, Out>>,
     max_rows: usize,
