@@ -2,7 +2,8 @@
 # Miri over the runtime's unit tests that need no driver, thread pool or FFI call: settings,
 # the present table and map-list planning (data_env), errors, generated kernels' host-twin views
 # (bounds-checked atomic accesses, structs word by word, the store log), trace flags, the nowait latch,
-# the staging copy crew's claim protocol (its threads and atomics, on small copies),
+# the staging copy crew's claim protocol (its threads and atomics, on small copies) and its
+# streaming copies' head, lines and tail (the stores themselves are inline assembly: ordinary ones here),
 # the memory pool's bookkeeping (on a counting fake device) and partitions. Then the small soak
 # (runtime/src/soak.rs): a whole runtime on three host devices, with its device workers, nowait
 # lanes and rayon kernel pools, under threads (a few minutes). Installs Miri on the nightly

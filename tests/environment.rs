@@ -13,13 +13,14 @@ use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
 const CHILD: &str = "OFFLOAD_TEST_CHILD";
 
 /// Every variable the children read, cleared unless a case sets it.
-const VARS: [&str; 9] = [
+const VARS: [&str; 10] = [
     "OMP_TARGET_OFFLOAD",
     "OMP_DEFAULT_DEVICE",
     "OFFLOAD_HOST_DEVICES",
     "OFFLOAD_INFO",
     "OFFLOAD_MEMORY_POOL",
     "OFFLOAD_STAGING",
+    "OFFLOAD_STREAMING_STORES",
     "OFFLOAD_TOPOLOGY_XML",
     "OFFLOAD_TRACE",
     REQUIRE_DEVICES,

@@ -1,5 +1,6 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
-//! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_TRACE`, and the builder that can set each of them.
+//! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
+//! `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -182,6 +183,9 @@ impl Settings {
         if let Some(v) = read("OFFLOAD_STAGING", over.staging.is_some())? {
             staging.enabled = parse_switch("OFFLOAD_STAGING", v)?;
         }
+        if let Some(v) = read("OFFLOAD_STREAMING_STORES", over.staging.is_some())? {
+            staging.streaming_stores = parse_switch("OFFLOAD_STREAMING_STORES", v)?;
+        }
         let synchronous = match (over.synchronous, read("OFFLOAD_SYNC", over.synchronous.is_some())?) {
             (Some(on), _) => on,
             (None, Some(v)) => parse_switch("OFFLOAD_SYNC", v)?,
@@ -362,6 +366,7 @@ mod tests {
                 ("OMP_DEFAULT_DEVICE", "1"),
                 ("OFFLOAD_INFO", "0x28"),
                 ("OFFLOAD_MEMORY_POOL", "0"),
+                ("OFFLOAD_STREAMING_STORES", "1"),
             ]),
             &Overrides::default(),
         )
@@ -371,6 +376,7 @@ mod tests {
         assert_eq!(s.default_device, Some(1));
         assert_eq!(s.info, InfoFlags::ENTRIES | InfoFlags::TRANSFERS);
         assert!(!s.pool.enabled);
+        assert!(s.staging.streaming_stores && s.staging.enabled);
     }
 
     #[test]
@@ -405,6 +411,7 @@ mod tests {
             ("OMP_DEFAULT_DEVICE", "-1", "non-negative"),
             ("OFFLOAD_INFO", "lots", "bit mask"),
             ("OFFLOAD_MEMORY_POOL", "maybe", "0/off/false"),
+            ("OFFLOAD_STREAMING_STORES", "nt", "0/off/false"),
         ] {
             let lookup = lookup_from(move |k| (k == var).then(|| value.to_string()));
             let e = Settings::resolve(&lookup, &Overrides::default()).unwrap_err().to_string();
@@ -447,6 +454,7 @@ mod tests {
             "OFFLOAD_INFO",
             "OFFLOAD_MEMORY_POOL",
             "OFFLOAD_STAGING",
+            "OFFLOAD_STREAMING_STORES",
             "OFFLOAD_SYNC",
             "OFFLOAD_TOPOLOGY_XML",
             "OFFLOAD_TRACE",

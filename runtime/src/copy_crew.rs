@@ -11,6 +11,10 @@
 //! copies pieces itself too, and returns when every piece is done. Pieces are claimed with
 //! one atomic word that holds the job's number, its piece count and the next piece, so a
 //! thread still looking at a finished job can never claim a piece of the next one.
+//!
+//! A job may ask for non-temporal stores (x86_64): a copy out of a pinned buffer into
+//! memory the caller reads much later (a batch's output) would otherwise read every
+//! destination line into the cache first, only to evict it again.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,6 +36,8 @@ struct Job {
     src: AtomicPtr<u8>,
     len: AtomicUsize,
     piece: AtomicUsize,
+    /// Whether the job copies with non-temporal stores ([`copy_piece`]).
+    streaming: AtomicBool,
 }
 
 /// The claim word: job number (bits 63-32), pieces (31-16), next unclaimed piece (15-0).
@@ -77,6 +83,7 @@ impl Shared {
             let (len, piece) = (self.job.len.load(Ordering::Relaxed), self.job.piece.load(Ordering::Relaxed));
             let off = i * piece;
             let n = piece.min(len - off);
+            let streaming = self.job.streaming.load(Ordering::Relaxed);
             if src.is_null() {
                 // A populate job ([`CopyCrew::populate`]).
                 populate_writable(dst.wrapping_add(off), n);
@@ -85,7 +92,7 @@ impl Shared {
                 // ranges are valid and disjoint until every piece is done (the caller of
                 // `copy` waits for that), and the fields were written before the job number
                 // this claim matched was published.
-                unsafe { std::ptr::copy_nonoverlapping(src.add(off).cast_const(), dst.add(off), n) };
+                unsafe { copy_piece(dst.add(off), src.add(off).cast_const(), n, streaming) };
             }
             self.done.fetch_add(1, Ordering::AcqRel);
             copied += 1;
@@ -126,6 +133,7 @@ impl CopyCrew {
                 src: AtomicPtr::new(std::ptr::null_mut()),
                 len: AtomicUsize::new(0),
                 piece: AtomicUsize::new(1),
+                streaming: AtomicBool::new(false),
             },
             stop: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
@@ -165,15 +173,16 @@ impl CopyCrew {
     pub(crate) fn populate(&self, dst: *mut u8, n: usize) {
         // SAFETY: a null source makes every piece a populate of its part of `dst`, which
         // reads and writes nothing (see `populate_writable`).
-        unsafe { self.copy(dst, std::ptr::null(), n) }
+        unsafe { self.copy(dst, std::ptr::null(), n, false) }
     }
 
-    /// `dst[..n] = src[..n]` with every crew thread and the calling one.
+    /// `dst[..n] = src[..n]` with every crew thread and the calling one; with `streaming`,
+    /// with non-temporal stores on x86_64 (for a destination not read again soon).
     ///
     /// # Safety
     /// Both ranges valid for `n` bytes and disjoint, `dst` not otherwise accessed until
     /// this returns.
-    pub(crate) unsafe fn copy(&self, dst: *mut u8, src: *const u8, n: usize) {
+    pub(crate) unsafe fn copy(&self, dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
         if n == 0 {
             return;
         }
@@ -191,6 +200,7 @@ impl CopyCrew {
         s.job.src.store(src.cast_mut(), Ordering::Relaxed);
         s.job.len.store(n, Ordering::Relaxed);
         s.job.piece.store(piece, Ordering::Relaxed);
+        s.job.streaming.store(streaming, Ordering::Relaxed);
         s.done.store(0, Ordering::Relaxed);
         // Publishing the job number with piece 0 opens the job.
         s.claim.store(claim_word(id, pieces, 0), Ordering::SeqCst);
@@ -203,6 +213,78 @@ impl CopyCrew {
             std::hint::spin_loop();
         }
     }
+}
+
+/// `dst[..n] = src[..n]`; with `streaming` on x86_64, with non-temporal stores.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]: both ranges valid for `n` bytes and disjoint.
+unsafe fn copy_piece(dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
+    if !(streaming && cfg!(target_arch = "x86_64")) {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+        return;
+    }
+    // Streaming stores want 16-byte aligned destinations: the bytes before the first
+    // aligned one and after the last whole 64-byte line are copied as usual.
+    let head = dst.align_offset(16).min(n);
+    let lines = (n - head) / 64;
+    // SAFETY: `head <= n` bytes of both ranges (the caller's guarantee).
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
+    for l in 0..lines {
+        let off = head + 64 * l;
+        // SAFETY: `off + 64 <= n`, and `dst + off` is 16-byte aligned (`dst + head` is).
+        unsafe { stream_line(dst.add(off), src.add(off)) };
+    }
+    fence_streams();
+    let tail = head + 64 * lines;
+    // SAFETY: the last `n - tail` bytes of both ranges.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(tail), dst.add(tail), n - tail) };
+}
+
+/// Copies one 64-byte line with non-temporal stores (x86_64: four unaligned loads, four
+/// `movntdq`); elsewhere, and under Miri (which runs no inline assembly), as usual.
+///
+/// # Safety
+/// `src` and `dst` valid for 64 bytes and disjoint; `dst` 16-byte aligned.
+#[inline(always)]
+unsafe fn stream_line(dst: *mut u8, src: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        // SAFETY: the caller's guarantee; the loads are unaligned ones, the stores are to
+        // the aligned addresses `_mm_stream_si128` needs.
+        unsafe {
+            let (s, d) = (src.cast::<__m128i>(), dst.cast::<__m128i>());
+            let (a, b, c, e) = (
+                _mm_loadu_si128(s),
+                _mm_loadu_si128(s.add(1)),
+                _mm_loadu_si128(s.add(2)),
+                _mm_loadu_si128(s.add(3)),
+            );
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, 64)
+    };
+}
+
+/// Orders the non-temporal stores before what follows: they are weakly ordered, and the
+/// release that counts a piece done (handing its bytes to the caller) orders only ordinary
+/// stores.
+#[inline(always)]
+fn fence_streams() {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: SSE is part of x86_64's baseline; the fence touches no memory.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// `MADV_POPULATE_WRITE` over the whole pages of `ptr..ptr+n`; a refusal changes nothing.
@@ -283,8 +365,25 @@ mod tests {
         let src = vec![9u8; 3 * 4096];
         let mut dst = vec![0u8; 3 * 4096];
         // SAFETY: both hold 12 KiB; disjoint vectors.
-        unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), src.len()) };
+        unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), false) };
         assert_eq!(dst, src);
+    }
+
+    /// The streaming path's head, whole lines and tail, at every alignment below a line;
+    /// small enough for Miri, which checks each unaligned load and aligned streaming store.
+    #[test]
+    fn streaming_copies_land_whole_at_every_alignment() {
+        let c = crew(0, 4096);
+        for n in [1usize, 15, 16, 63, 64, 65, 200, 4097] {
+            let src: Vec<u8> = (0..n).map(|i| (i * 13 + n) as u8).collect();
+            for at in 0..64 {
+                let mut dst = vec![0u8; at + n + 1];
+                // SAFETY: both hold `n` bytes; disjoint vectors.
+                unsafe { c.copy(dst[at..].as_mut_ptr(), src.as_ptr(), n, true) };
+                assert!(dst[at..at + n] == src[..], "n {n} at {at}");
+                assert!(dst[..at].iter().all(|&b| b == 0) && dst[at + n] == 0, "n {n} at {at}: outside");
+            }
+        }
     }
 
     /// Small enough for Miri, which checks the claim protocol's atomics and the threads'
@@ -297,7 +396,7 @@ mod tests {
             let src: Vec<u8> = (0..n).map(|i| (i + round) as u8).collect();
             let mut dst = vec![0u8; n];
             // SAFETY: both hold `n` bytes; disjoint vectors.
-            unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), n) };
+            unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), n, false) };
             assert!(dst == src, "round {round}");
         }
     }
@@ -309,11 +408,17 @@ mod tests {
             let c = crew(threads, min_piece);
             for n in [1usize, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20, (5 << 20) + 17] {
                 let src: Vec<u8> = (0..n).map(|i| (i * 31 + n) as u8).collect();
-                let mut dst = vec![0u8; n + 1];
-                // SAFETY: both hold `n` bytes; disjoint vectors.
-                unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), n) };
-                assert!(dst[..n] == src[..], "threads {threads} n {n}");
-                assert_eq!(dst[n], 0, "nothing past the range");
+                // Ordinary and streaming stores, into a destination at alignments below a line.
+                for (streams, at) in
+                    [(false, 0usize), (false, 1), (true, 0), (true, 1), (true, 17), (true, 63)]
+                {
+                    let mut dst = vec![0u8; at + n + 1];
+                    // SAFETY: both hold `n` bytes; disjoint vectors.
+                    unsafe { c.copy(dst[at..].as_mut_ptr(), src.as_ptr(), n, streams) };
+                    let what = format!("threads {threads} streaming {streams} n {n} at {at}");
+                    assert!(dst[at..at + n] == src[..], "{what}");
+                    assert!(dst[..at].iter().all(|&b| b == 0) && dst[at + n] == 0, "{what}: nothing outside");
+                }
             }
         }
     }
@@ -331,7 +436,7 @@ mod tests {
         c.populate(data.as_mut_ptr(), data.len());
         assert_eq!(data, before);
         // SAFETY: disjoint vectors of the same length.
-        unsafe { c.copy(fresh.as_mut_ptr(), data.as_ptr(), data.len()) };
+        unsafe { c.copy(fresh.as_mut_ptr(), data.as_ptr(), data.len(), true) };
         assert_eq!(&fresh[..data.len()], &data[..]);
         c.populate(std::ptr::null_mut(), 0);
     }
@@ -344,8 +449,8 @@ mod tests {
         let mut out = vec![0u8; 64 << 10];
         for round in 0..3 {
             for (k, b) in bufs.iter().enumerate() {
-                // SAFETY: both hold 64 KiB; disjoint vectors.
-                unsafe { c.copy(out.as_mut_ptr(), b.as_ptr(), b.len()) };
+                // SAFETY: both hold 64 KiB; disjoint vectors. (Every other job streams.)
+                unsafe { c.copy(out.as_mut_ptr(), b.as_ptr(), b.len(), k % 2 == 0) };
                 assert!(out.iter().all(|&v| v == b[0]), "round {round} job {k}");
             }
             // Long enough for the threads to park; the next job must wake them.
@@ -366,7 +471,7 @@ mod tests {
                     let mut dst = vec![0u8; 1 << 20];
                     for _ in 0..50 {
                         // SAFETY: both hold 1 MiB; each thread's own vectors.
-                        unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), src.len()) };
+                        unsafe { c.copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), false) };
                         assert!(dst.iter().all(|&v| v == t + 1));
                         dst.fill(0);
                     }

@@ -46,6 +46,13 @@ pub struct StagingConfig {
     pub min_chunks: usize,
     /// Smallest piece of a chunk one copy thread takes; at least 1 byte.
     pub min_piece: usize,
+    /// Whether device->host copies out of the pinned buffers write the caller's memory
+    /// with non-temporal (streaming) stores on x86_64 (`OFFLOAD_STREAMING_STORES=0|1`):
+    /// ordinary stores would first read every destination line into the cache, which a
+    /// fresh output is not read from again soon. Host->device copies into the buffers
+    /// always use ordinary stores (the buffers stay cached for the DMA engine), and so
+    /// does every copy elsewhere than x86_64.
+    pub streaming_stores: bool,
     /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
     /// page-locked where it is once it has been copied `register_after` times (and
     /// unlocked when it is unmapped), since pinning costs about as much as that many
@@ -65,6 +72,7 @@ impl Default for StagingConfig {
             min_bytes: 16 << 20,
             min_chunks: 2,
             min_piece: 1 << 20,
+            streaming_stores: true,
             register_after: 16,
             register_min_bytes: 64 << 20,
         }
@@ -192,7 +200,7 @@ impl StagingRing {
         let depth = self.to_device.lock().len();
         let pinned = self.to_device.lock().first().is_some_and(|b| b.registered);
         format!(
-            "staging: {depth}+{depth} buffers of {} MiB ({}), node {}, {} copy threads",
+            "staging: {depth}+{depth} buffers of {} MiB ({}), node {}, {} copy threads{}",
             self.chunk >> 20,
             if pinned { "page-locked" } else { "not page-locked" },
             match (self.node, self.bound) {
@@ -200,7 +208,12 @@ impl StagingRing {
                 (Some(n), false) => format!("{n} (binding refused: first touch by the bound worker)"),
                 (None, _) => "unknown (first touch by the worker)".into(),
             },
-            self.crew.threads()
+            self.crew.threads(),
+            if self.cfg.streaming_stores && cfg!(target_arch = "x86_64") {
+                " (streaming stores out)"
+            } else {
+                ""
+            }
         )
     }
 
@@ -212,13 +225,15 @@ impl StagingRing {
         f(unsafe { std::slice::from_raw_parts(bufs[0].ptr.as_ptr(), bufs[0].len) })
     }
 
-    /// Copies with all copy threads (pieces of at least `min_piece`): `dst[..n] = src[..n]`.
+    /// Copies with all copy threads (pieces of at least `min_piece`): `dst[..n] = src[..n]`,
+    /// with streaming stores when `streaming` (and the config) asks.
     ///
     /// # Safety
     /// Both ranges valid for `n` bytes, disjoint, `dst` not otherwise accessed meanwhile.
-    unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize) {
+    unsafe fn parallel_copy(&self, dst: Ptr, src: Ptr, n: usize, streaming: bool) {
+        let streaming = streaming && self.cfg.streaming_stores;
         // SAFETY: forwarded from the caller.
-        unsafe { self.crew.copy(dst.0, src.0.cast_const(), n) }
+        unsafe { self.crew.copy(dst.0, src.0.cast_const(), n, streaming) }
     }
 
     /// The copy-in pipeline: for each chunk, `fill(buffer, offset, len)` puts the chunk's
@@ -322,7 +337,9 @@ impl StagingRing {
         // SAFETY: forwarded from the caller; each fill copies `n` bytes of the source.
         unsafe {
             self.pipeline_in(backend, dst, bytes, |buf, off, n| {
-                self.parallel_copy(Ptr(buf), Ptr(src.add(off).cast_mut()), n);
+                // Into the ring: it stays in the cache for the DMA to read (streaming stores
+                // were slower here on the H200: docs/PERFORMANCE.md).
+                self.parallel_copy(Ptr(buf), Ptr(src.add(off).cast_mut()), n, false);
                 Ok(())
             })
         }
@@ -346,7 +363,7 @@ impl StagingRing {
         // SAFETY: forwarded from the caller; each drain copies `n` bytes into `dst + off`.
         unsafe {
             self.pipeline_out(backend, src, bytes, |buf, off, n| {
-                self.parallel_copy(Ptr(dst.add(off)), Ptr(buf.cast_mut()), n);
+                self.parallel_copy(Ptr(dst.add(off)), Ptr(buf.cast_mut()), n, true);
                 Ok(())
             })
         }
@@ -458,13 +475,20 @@ mod tests {
     use super::*;
     use crate::backend::host::tests::device;
 
-    fn ring(chunk: usize, depth: usize) -> (crate::backend::host::HostDevice, StagingRing) {
+    /// A ring over a host device, its crew copying with streaming stores when asked.
+    fn ring(chunk: usize, depth: usize, streaming: bool) -> (crate::backend::host::HostDevice, StagingRing) {
         let d = device(1 << 30);
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
         let crew =
             CopyCrew::spawn("test", Some((std::sync::Arc::new(Topology::system()), cpus)), 2, 4096).unwrap();
-        let cfg = StagingConfig { chunk, depth, threads: 3, ..StagingConfig::default() };
+        let cfg = StagingConfig {
+            chunk,
+            depth,
+            threads: 3,
+            streaming_stores: streaming,
+            ..StagingConfig::default()
+        };
         assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
         assert!(cfg.chunk_for(3 << 20, chunk) <= chunk);
         let r = StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, crew).unwrap();
@@ -473,8 +497,10 @@ mod tests {
 
     #[test]
     fn chunked_copies_round_trip_at_awkward_sizes() {
-        for (chunk, depth) in [(4096usize, 2usize), (8192, 3), (1 << 20, 2)] {
-            let (d, r) = ring(chunk, depth);
+        for (chunk, depth, streaming) in
+            [(4096usize, 2usize, false), (8192, 3, true), (1 << 20, 2, false), (1 << 20, 2, true)]
+        {
+            let (d, r) = ring(chunk, depth, streaming);
             for bytes in [1usize, 4095, 4096, 4097, 3 * chunk + 17, 7 * chunk, (9 << 20) + 3] {
                 let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + bytes) as u8).collect();
                 let mut back = vec![0u8; bytes];
@@ -484,7 +510,7 @@ mod tests {
                     r.write(&d, p, src.as_ptr(), bytes).unwrap();
                     r.read(&d, back.as_mut_ptr(), p, bytes).unwrap();
                 }
-                assert!(back == src, "chunk {chunk} depth {depth} bytes {bytes}");
+                assert!(back == src, "chunk {chunk} depth {depth} streaming {streaming} bytes {bytes}");
                 d.free(p, bytes).unwrap();
             }
             r.release(&d);
@@ -494,7 +520,7 @@ mod tests {
     #[test]
     fn device_to_device_relays_through_either_devices_ring() {
         for (chunk, depth) in [(4096usize, 2usize), (8192, 3)] {
-            let (a, r) = ring(chunk, depth);
+            let (a, r) = ring(chunk, depth, false);
             let b = device(1 << 30);
             for bytes in [1usize, 4097, 3 * chunk + 17, 7 * chunk] {
                 let src: Vec<u8> = (0..bytes).map(|i| (i * 13 + bytes) as u8).collect();
@@ -528,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_failing_copy_is_an_error_and_leaves_no_slot_busy() {
-        let (d, r) = ring(4096, 2);
+        let (d, r) = ring(4096, 2, false);
         let src = vec![1u8; 5 * 4096];
         let p = d.alloc(4096).unwrap();
         // SAFETY: the device range is too short: the backend refuses the second chunk
@@ -556,7 +582,7 @@ mod tests {
 
     #[test]
     fn describes_its_set_up() {
-        let (d, r) = ring(1 << 20, 2);
+        let (d, r) = ring(1 << 20, 2, false);
         let s = r.describe();
         assert!(s.contains("2+2 buffers of 1 MiB") && s.contains("3 copy threads"), "{s}");
         r.release(&d);

@@ -3,7 +3,9 @@
 # then the MLP pipeline (4 x 4096, 48 batches of 4096 rows from pageable memory) in each
 # precision beside PyTorch's expert version (benches/pytorch/mlp_pipeline.py) in the same
 # call, ours then theirs per precision, and the two-stage pipeline on one GPU. Logs under
-# $OUT; a summary last. The machine's memory is touched first (see below). `SUITE=0` leaves the tests out, `PRECISIONS="fp32 bf16"` picks.
+# $OUT; a summary last. The machine's memory is touched first (see below). `SUITE=0` leaves
+# the tests out, `PRECISIONS="fp32 bf16"` picks, `AB_STREAMING=N` adds rounds (at the end),
+# `MAIN=0` leaves out all but those.
 cd "$(dirname "$0")/../.."
 set -o pipefail
 nvidia-smi -L; nproc
@@ -18,10 +20,22 @@ fi
 python3 -c "import torch; torch.ones(8 << 30, dtype=torch.int32)" && echo "32 GB touched"
 REPEAT=${REPEAT:-3}
 for p in ${PRECISIONS:-fp32 tf32 bf16 fp16}; do
+  [ "${MAIN:-1}" = 1 ] || break
   echo "== $p"
   .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "batches in|median|checked" | tee -a $OUT/inference.log
   if [ "$p" = fp32 ] || [ "$p" = bf16 ]; then
     .gpu/examples/inference -batches 48 -precision $p -stages 2 -repeat $REPEAT 2>/dev/null | grep -E "median|checked" | tee -a $OUT/inference.log
   fi
   python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tee -a $OUT/torch.log
+done
+# `AB_STREAMING=N`: afterwards, N alternating rounds per precision of the staging ring's
+# device->host copies with ordinary stores (OFFLOAD_STREAMING_STORES=0), with streaming
+# stores (the default) and PyTorch's expert version, one median of REPEAT runs each.
+for r in $(seq 1 "${AB_STREAMING:-0}"); do
+  for p in ${PRECISIONS:-fp32 tf32 bf16 fp16}; do
+    for s in 0 1; do
+      echo "round $r $p streaming $s: $(OFFLOAD_STREAMING_STORES=$s .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "median" | tr '\n' ' ')" | tee -a $OUT/ab-streaming.log
+    done
+    echo "round $r $p torch: $(python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tr '\n' ' ')" | tee -a $OUT/ab-streaming.log
+  done
 done
