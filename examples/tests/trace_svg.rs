@@ -285,9 +285,25 @@ fn the_summary_measures_copies_beside_kernels() {
 }
 
 /// A path in Cargo's scratch folder for integration tests (inside the target folder, so
-/// left for the next run to overwrite).
+/// left for the next run to overwrite); in the system's temporary folder when this test
+/// runs away from its build (a bundle carried to the GPU machine).
 fn scratch(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if dir.is_dir() { dir } else { std::env::temp_dir() }.join(name)
+}
+
+/// The `offload-trace` program Cargo built; away from the build, the one in a `bin`
+/// folder beside this test's own folder (how a bundle lays them out).
+fn program() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_offload-trace"));
+    if built.is_file() {
+        return built;
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("this test's path: {e}"));
+    let beside = exe.parent().and_then(|d| d.parent()).map(|d| d.join("bin").join("offload-trace"));
+    beside
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no offload-trace at {} nor beside {}", built.display(), exe.display()))
 }
 
 #[test]
@@ -318,7 +334,7 @@ fn a_real_run_on_two_host_devices_is_drawn_with_a_lane_per_device() -> offload::
 
     // The program: a picture and a summary from the same file.
     let out = scratch("trace-svg-run.svg");
-    let run = Command::new(env!("CARGO_BIN_EXE_offload-trace"))
+    let run = Command::new(program())
         .arg(&path)
         .args(["--svg".as_ref(), out.as_os_str(), "--summary".as_ref(), "--no-instants".as_ref()])
         .output()
@@ -339,7 +355,7 @@ fn a_real_run_on_two_host_devices_is_drawn_with_a_lane_per_device() -> offload::
 
 #[test]
 fn the_program_answers_usage_errors_with_its_usage_and_status_2() {
-    let bin = env!("CARGO_BIN_EXE_offload-trace");
+    let bin = program();
     for args in [
         &[][..],
         &["run.json"],
@@ -347,12 +363,12 @@ fn the_program_answers_usage_errors_with_its_usage_and_status_2() {
         &["run.json", "--summary", "--width", "wide"],
         &["--bogus"],
     ] {
-        let run = Command::new(bin).args(args).output().unwrap_or_else(|e| panic!("{e}"));
+        let run = Command::new(&bin).args(args).output().unwrap_or_else(|e| panic!("{e}"));
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains("usage: offload-trace"), "{stderr}");
     }
-    let run = Command::new(bin)
+    let run = Command::new(&bin)
         .args(["/nonexistent/run.json", "--summary"])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
