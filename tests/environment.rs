@@ -13,7 +13,7 @@ use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
 const CHILD: &str = "OFFLOAD_TEST_CHILD";
 
 /// Every variable the children read, cleared unless a case sets it.
-const VARS: [&str; 10] = [
+const VARS: [&str; 11] = [
     "OMP_TARGET_OFFLOAD",
     "OMP_DEFAULT_DEVICE",
     "OFFLOAD_HOST_DEVICES",
@@ -21,6 +21,7 @@ const VARS: [&str; 10] = [
     "OFFLOAD_MEMORY_POOL",
     "OFFLOAD_STAGING",
     "OFFLOAD_STREAMING_STORES",
+    "OFFLOAD_POPULATE_THREADS",
     "OFFLOAD_TOPOLOGY_XML",
     "OFFLOAD_TRACE",
     REQUIRE_DEVICES,
@@ -72,6 +73,7 @@ fn environment_values_that_are_not_accepted_are_errors() {
         ("OFFLOAD_TOPOLOGY_XML", b"/tmp/\xff.xml", "UTF-8"),
         ("OFFLOAD_TRACE", b" ", "Chrome trace-event file"),
         ("OFFLOAD_TRACE", b"/nonexistent-offload-dir/t.json", "existing folder"),
+        ("OFFLOAD_POPULATE_THREADS", b"-1", "0..=1024 threads"),
     ] {
         let (ok, out) = run_child(child, &[(var, OsStr::from_bytes(value))]);
         assert!(ok, "{var}: the child crashed: {out}");

@@ -1,6 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
-//! `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the builder that can set each of them.
+//! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the builder that can set
+//! each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -84,6 +85,9 @@ fn env_text(var: &'static str, raw: Option<std::ffi::OsString>) -> Result<Option
     })
     .transpose()
 }
+
+/// What `OFFLOAD_POPULATE_THREADS` and [`StagingConfig::populate_threads`] accept.
+const POPULATE_THREADS_EXPECTED: &str = "0..=1024 threads (0: none)";
 
 fn parse_count(var: &'static str, value: &str, expected: &'static str) -> Result<usize> {
     value.trim().parse::<usize>().map_err(|_| Error::InvalidSetting { var, value: value.into(), expected })
@@ -186,6 +190,17 @@ impl Settings {
         if let Some(v) = read("OFFLOAD_STREAMING_STORES", over.staging.is_some())? {
             staging.streaming_stores = parse_switch("OFFLOAD_STREAMING_STORES", v)?;
         }
+        if let Some(v) = read("OFFLOAD_POPULATE_THREADS", over.staging.is_some())? {
+            let n = parse_count("OFFLOAD_POPULATE_THREADS", &v, POPULATE_THREADS_EXPECTED)?;
+            if n > MAX_KERNEL_THREADS {
+                return Err(Error::InvalidSetting {
+                    var: "OFFLOAD_POPULATE_THREADS",
+                    value: v,
+                    expected: POPULATE_THREADS_EXPECTED,
+                });
+            }
+            staging.populate_threads = n;
+        }
         let synchronous = match (over.synchronous, read("OFFLOAD_SYNC", over.synchronous.is_some())?) {
             (Some(on), _) => on,
             (None, Some(v)) => parse_switch("OFFLOAD_SYNC", v)?,
@@ -253,7 +268,7 @@ impl Settings {
         const KIB4: usize = 4096;
         const GIB: usize = 1 << 30;
         let (p, s) = (&self.pool, &self.staging);
-        let checks: [(&'static str, usize, bool, &'static str); 10] = [
+        let checks: [(&'static str, usize, bool, &'static str); 11] = [
             (
                 "RuntimeBuilder::host_devices",
                 self.host_devices,
@@ -289,6 +304,12 @@ impl Settings {
             ),
             ("StagingConfig::min_chunks", s.min_chunks, s.min_chunks >= 1, "at least 1"),
             ("StagingConfig::min_piece", s.min_piece, s.min_piece >= 1, "at least 1 byte"),
+            (
+                "StagingConfig::populate_threads",
+                s.populate_threads,
+                s.populate_threads <= MAX_KERNEL_THREADS,
+                POPULATE_THREADS_EXPECTED,
+            ),
         ];
         match checks.into_iter().find(|c| !c.2) {
             Some((field, value, _, expected)) => {
@@ -367,6 +388,7 @@ mod tests {
                 ("OFFLOAD_INFO", "0x28"),
                 ("OFFLOAD_MEMORY_POOL", "0"),
                 ("OFFLOAD_STREAMING_STORES", "1"),
+                ("OFFLOAD_POPULATE_THREADS", " 4"),
             ]),
             &Overrides::default(),
         )
@@ -377,6 +399,7 @@ mod tests {
         assert_eq!(s.info, InfoFlags::ENTRIES | InfoFlags::TRANSFERS);
         assert!(!s.pool.enabled);
         assert!(s.staging.streaming_stores && s.staging.enabled);
+        assert_eq!(s.staging.populate_threads, 4);
     }
 
     #[test]
@@ -412,6 +435,8 @@ mod tests {
             ("OFFLOAD_INFO", "lots", "bit mask"),
             ("OFFLOAD_MEMORY_POOL", "maybe", "0/off/false"),
             ("OFFLOAD_STREAMING_STORES", "nt", "0/off/false"),
+            ("OFFLOAD_POPULATE_THREADS", "all", "0..=1024 threads"),
+            ("OFFLOAD_POPULATE_THREADS", "1025", "0..=1024 threads"),
         ] {
             let lookup = lookup_from(move |k| (k == var).then(|| value.to_string()));
             let e = Settings::resolve(&lookup, &Overrides::default()).unwrap_err().to_string();
@@ -453,6 +478,7 @@ mod tests {
             "OMP_AVAILABLE_DEVICES",
             "OFFLOAD_INFO",
             "OFFLOAD_MEMORY_POOL",
+            "OFFLOAD_POPULATE_THREADS",
             "OFFLOAD_STAGING",
             "OFFLOAD_STREAMING_STORES",
             "OFFLOAD_SYNC",
@@ -513,6 +539,7 @@ mod tests {
                 min_piece: 1,
                 min_bytes: 0,
                 register_after: 0,
+                populate_threads: 0,
                 ..StagingConfig::default()
             }),
             ..Default::default()
@@ -546,6 +573,7 @@ mod tests {
             (staging(|c| c.threads = 1025), "StagingConfig::threads = 1025", "1..=1024"),
             (staging(|c| c.min_chunks = 0), "StagingConfig::min_chunks = 0", "at least 1"),
             (staging(|c| c.min_piece = 0), "StagingConfig::min_piece = 0", "at least 1 byte"),
+            (staging(|c| c.populate_threads = 1025), "StagingConfig::populate_threads = 1025", "0..=1024"),
             (
                 Overrides {
                     pool: Some(PoolConfig { max_block: (1 << 40) + 1, ..PoolConfig::default() }),

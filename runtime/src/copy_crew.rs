@@ -165,15 +165,19 @@ impl CopyCrew {
         self.threads.len() + 1
     }
 
-    /// Faults in `dst[..n]`'s pages writable with every crew thread, without writing them
-    /// (Linux's `MADV_POPULATE_WRITE`): a destination of fresh pages is then faulted in by
-    /// the whole crew at once, in the kernel, before the chunks are copied into it, rather
-    /// than 4 KiB at a time by the few threads copying each chunk. A kernel without it
-    /// (before 5.14) refuses, and the copies fault the pages in as before.
-    pub(crate) fn populate(&self, dst: *mut u8, n: usize) {
+    /// Faults in `dst[..n]`'s pages writable with up to `threads` crew threads (the
+    /// caller's included), without writing them (Linux's `MADV_POPULATE_WRITE`): a
+    /// destination of fresh pages is then faulted in, in the kernel, before the chunks are
+    /// copied into it, rather than 4 KiB at a time by the threads copying each chunk. A
+    /// kernel without it (before 5.14) refuses, and the copies fault the pages in as before.
+    /// `threads == 0` does nothing.
+    pub(crate) fn populate(&self, dst: *mut u8, n: usize, threads: usize) {
+        if threads == 0 {
+            return;
+        }
         // SAFETY: a null source makes every piece a populate of its part of `dst`, which
         // reads and writes nothing (see `populate_writable`).
-        unsafe { self.copy(dst, std::ptr::null(), n, false) }
+        unsafe { self.run(dst, std::ptr::null(), n, false, threads) }
     }
 
     /// `dst[..n] = src[..n]` with every crew thread and the calling one; with `streaming`,
@@ -183,13 +187,24 @@ impl CopyCrew {
     /// Both ranges valid for `n` bytes and disjoint, `dst` not otherwise accessed until
     /// this returns.
     pub(crate) unsafe fn copy(&self, dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.run(dst, src, n, streaming, usize::MAX) }
+    }
+
+    /// One job over `dst[..n]` in at most `threads` pieces (and at most one per crew
+    /// thread): a copy from `src`, or a populate when `src` is null.
+    ///
+    /// # Safety
+    /// As [`CopyCrew::copy`], when `src` is not null.
+    unsafe fn run(&self, dst: *mut u8, src: *const u8, n: usize, streaming: bool, threads: usize) {
         if n == 0 {
             return;
         }
         let mut last = self.caller.lock();
         let s = &*self.shared;
         // At most one piece per thread, so a job never has more than MAX_PIECES.
-        let piece = n.div_ceil(self.threads()).next_multiple_of(4096).max(self.min_piece);
+        let ways = threads.clamp(1, self.threads());
+        let piece = n.div_ceil(ways).next_multiple_of(4096).max(self.min_piece);
         let pieces = n.div_ceil(piece);
         debug_assert!(pieces <= MAX_PIECES);
         let id = (*last + 1) & 0xffff_ffff;
@@ -429,16 +444,35 @@ mod tests {
         let c = crew(3, 4096);
         // Fresh zeroed pages, and pages already holding data, at an unaligned start.
         let mut fresh = vec![0u8; (16 << 20) + 123];
-        c.populate(fresh[7..].as_mut_ptr(), fresh.len() - 7);
+        c.populate(fresh[7..].as_mut_ptr(), fresh.len() - 7, usize::MAX);
         assert!(fresh.iter().all(|&b| b == 0));
         let mut data: Vec<u8> = (0..(8 << 20) + 5).map(|i| (i % 251) as u8).collect();
         let before = data.clone();
-        c.populate(data.as_mut_ptr(), data.len());
+        c.populate(data.as_mut_ptr(), data.len(), 2);
         assert_eq!(data, before);
         // SAFETY: disjoint vectors of the same length.
         unsafe { c.copy(fresh.as_mut_ptr(), data.as_ptr(), data.len(), true) };
         assert_eq!(&fresh[..data.len()], &data[..]);
-        c.populate(std::ptr::null_mut(), 0);
+        c.populate(std::ptr::null_mut(), 0, 1);
+    }
+
+    /// A populate asked of fewer threads is cut in that many pieces (of the crew's 4), and
+    /// one asked of none is no job at all.
+    #[test]
+    #[cfg_attr(miri, ignore = "madvise is a system call Miri does not run")]
+    fn populate_uses_the_threads_it_is_given() {
+        let c = crew(3, 4096);
+        let mut fresh = vec![0u8; 1 << 20];
+        let job = || claim_parts(c.shared.claim.load(Ordering::SeqCst));
+        for (threads, pieces) in [(1usize, 1u64), (2, 2), (3, 3), (4, 4), (64, 4)] {
+            c.populate(fresh.as_mut_ptr(), fresh.len(), threads);
+            let (_, p, next) = job();
+            assert_eq!((p, next), (pieces, pieces), "{threads} threads");
+        }
+        let before = job();
+        c.populate(fresh.as_mut_ptr(), fresh.len(), 0);
+        assert_eq!(job(), before, "no threads: no job");
+        assert!(fresh.iter().all(|&b| b == 0));
     }
 
     #[test]

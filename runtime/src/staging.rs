@@ -53,6 +53,11 @@ pub struct StagingConfig {
     /// always use ordinary stores (the buffers stay cached for the DMA engine), and so
     /// does every copy elsewhere than x86_64.
     pub streaming_stores: bool,
+    /// How many copy threads fault in a device->host copy's destination pages before the
+    /// copy (`MADV_POPULATE_WRITE`, Linux; `OFFLOAD_POPULATE_THREADS`): 0 to 1024, 0 for
+    /// none (the copies then fault fresh pages in as they write them), more than the copy
+    /// threads meaning all of them (the default, 1024).
+    pub populate_threads: usize,
     /// Register-in-place policy: a mapped range of at least `register_min_bytes` is
     /// page-locked where it is once it has been copied `register_after` times (and
     /// unlocked when it is unmapped), since pinning costs about as much as that many
@@ -73,6 +78,7 @@ impl Default for StagingConfig {
             min_chunks: 2,
             min_piece: 1 << 20,
             streaming_stores: true,
+            populate_threads: 1024,
             register_after: 16,
             register_min_bytes: 64 << 20,
         }
@@ -357,9 +363,9 @@ impl StagingRing {
         src: u64,
         bytes: usize,
     ) -> Result<()> {
-        // Fresh destination pages are faulted in by the whole crew first (the copies below
-        // would fault them 4 KiB at a time, a few threads per chunk).
-        self.crew.populate(dst, bytes);
+        // Fresh destination pages are faulted in by the crew first (the copies below would
+        // fault them 4 KiB at a time, a few threads per chunk).
+        self.crew.populate(dst, bytes, self.cfg.populate_threads);
         // SAFETY: forwarded from the caller; each drain copies `n` bytes into `dst + off`.
         unsafe {
             self.pipeline_out(backend, src, bytes, |buf, off, n| {
@@ -477,6 +483,16 @@ mod tests {
 
     /// A ring over a host device, its crew copying with streaming stores when asked.
     fn ring(chunk: usize, depth: usize, streaming: bool) -> (crate::backend::host::HostDevice, StagingRing) {
+        ring_with(chunk, depth, streaming, StagingConfig::default().populate_threads)
+    }
+
+    /// [`ring`], with `populate` threads faulting in a read's destination first.
+    fn ring_with(
+        chunk: usize,
+        depth: usize,
+        streaming: bool,
+        populate: usize,
+    ) -> (crate::backend::host::HostDevice, StagingRing) {
         let d = device(1 << 30);
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
@@ -487,6 +503,7 @@ mod tests {
             depth,
             threads: 3,
             streaming_stores: streaming,
+            populate_threads: populate,
             ..StagingConfig::default()
         };
         assert_eq!(cfg.chunk_for(1 << 30, chunk), chunk);
@@ -497,10 +514,14 @@ mod tests {
 
     #[test]
     fn chunked_copies_round_trip_at_awkward_sizes() {
-        for (chunk, depth, streaming) in
-            [(4096usize, 2usize, false), (8192, 3, true), (1 << 20, 2, false), (1 << 20, 2, true)]
-        {
-            let (d, r) = ring(chunk, depth, streaming);
+        // (chunk, depth, streaming stores, populating threads)
+        for (chunk, depth, streaming, populate) in [
+            (4096usize, 2usize, false, 1024usize),
+            (8192, 3, true, 1),
+            (1 << 20, 2, false, 0),
+            (1 << 20, 2, true, 2),
+        ] {
+            let (d, r) = ring_with(chunk, depth, streaming, populate);
             for bytes in [1usize, 4095, 4096, 4097, 3 * chunk + 17, 7 * chunk, (9 << 20) + 3] {
                 let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + bytes) as u8).collect();
                 let mut back = vec![0u8; bytes];
@@ -510,7 +531,10 @@ mod tests {
                     r.write(&d, p, src.as_ptr(), bytes).unwrap();
                     r.read(&d, back.as_mut_ptr(), p, bytes).unwrap();
                 }
-                assert!(back == src, "chunk {chunk} depth {depth} streaming {streaming} bytes {bytes}");
+                assert!(
+                    back == src,
+                    "chunk {chunk} depth {depth} streaming {streaming} populate {populate} bytes {bytes}"
+                );
                 d.free(p, bytes).unwrap();
             }
             r.release(&d);

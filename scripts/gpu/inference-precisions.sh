@@ -4,7 +4,7 @@
 # precision beside PyTorch's expert version (benches/pytorch/mlp_pipeline.py) in the same
 # call, ours then theirs per precision, and the two-stage pipeline on one GPU. Logs under
 # $OUT; a summary last. The machine's memory is touched first (see below). `SUITE=0` leaves
-# the tests out, `PRECISIONS="fp32 bf16"` picks, `AB_STREAMING=N` adds rounds (at the end),
+# the tests out, `PRECISIONS="fp32 bf16"` picks, `AB_STREAMING=N` or `AB_ROUNDS=N` add rounds (at the end),
 # `MAIN=0` leaves out all but those.
 cd "$(dirname "$0")/../.."
 set -o pipefail
@@ -31,11 +31,14 @@ done
 # `AB_STREAMING=N`: afterwards, N alternating rounds per precision of the staging ring's
 # device->host copies with ordinary stores (OFFLOAD_STREAMING_STORES=0), with streaming
 # stores (the default) and PyTorch's expert version, one median of REPEAT runs each.
-for r in $(seq 1 "${AB_STREAMING:-0}"); do
+# `AB_ROUNDS=N AB_VAR=OFFLOAD_POPULATE_THREADS AB_VALUES="1024 4 0"`: the same for any
+# setting and its values.
+if [ -n "${AB_STREAMING:-}" ]; then AB_ROUNDS=$AB_STREAMING; AB_VAR=OFFLOAD_STREAMING_STORES; AB_VALUES="0 1"; fi
+for r in $(seq 1 "${AB_ROUNDS:-0}"); do
   for p in ${PRECISIONS:-fp32 tf32 bf16 fp16}; do
-    for s in 0 1; do
-      echo "round $r $p streaming $s: $(OFFLOAD_STREAMING_STORES=$s .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "median" | tr '\n' ' ')" | tee -a $OUT/ab-streaming.log
+    for s in $AB_VALUES; do
+      echo "round $r $p $AB_VAR=$s: $(env "$AB_VAR=$s" .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "median" | tr '\n' ' ')" | tee -a $OUT/ab.log
     done
-    echo "round $r $p torch: $(python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tr '\n' ' ')" | tee -a $OUT/ab-streaming.log
+    echo "round $r $p torch: $(python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tr '\n' ' ')" | tee -a $OUT/ab.log
   done
 done
