@@ -89,8 +89,12 @@ fn env_text(var: &'static str, raw: Option<std::ffi::OsString>) -> Result<Option
 /// What `OFFLOAD_POPULATE_THREADS` and [`StagingConfig::populate_threads`] accept.
 const POPULATE_THREADS_EXPECTED: &str = "0..=1024 threads (0: none)";
 
-fn parse_count(var: &'static str, value: &str, expected: &'static str) -> Result<usize> {
-    value.trim().parse::<usize>().map_err(|_| Error::InvalidSetting { var, value: value.into(), expected })
+/// A whole number from 0 to `max`; otherwise an error naming the variable and `expected`.
+fn parse_count(var: &'static str, value: &str, max: usize, expected: &'static str) -> Result<usize> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(Error::InvalidSetting { var, value: value.into(), expected }),
+    }
 }
 
 /// The resolved settings a runtime starts with.
@@ -140,15 +144,7 @@ impl Settings {
             match (over.host_devices, read("OFFLOAD_HOST_DEVICES", over.host_devices.is_some())?) {
                 (Some(n), _) => n,
                 (None, Some(v)) => {
-                    let n = parse_count("OFFLOAD_HOST_DEVICES", &v, HOST_DEVICES_EXPECTED)?;
-                    if n > MAX_HOST_DEVICES {
-                        return Err(Error::InvalidSetting {
-                            var: "OFFLOAD_HOST_DEVICES",
-                            value: v,
-                            expected: HOST_DEVICES_EXPECTED,
-                        });
-                    }
-                    n
+                    parse_count("OFFLOAD_HOST_DEVICES", &v, MAX_HOST_DEVICES, HOST_DEVICES_EXPECTED)?
                 }
                 (None, None) => 0,
             };
@@ -164,6 +160,7 @@ impl Settings {
                     Some(parse_count(
                         "OMP_DEFAULT_DEVICE",
                         &v,
+                        usize::MAX,
                         "a non-negative device number or a device UID",
                     )?),
                     None,
@@ -191,15 +188,8 @@ impl Settings {
             staging.streaming_stores = parse_switch("OFFLOAD_STREAMING_STORES", v)?;
         }
         if let Some(v) = read("OFFLOAD_POPULATE_THREADS", over.staging.is_some())? {
-            let n = parse_count("OFFLOAD_POPULATE_THREADS", &v, POPULATE_THREADS_EXPECTED)?;
-            if n > MAX_KERNEL_THREADS {
-                return Err(Error::InvalidSetting {
-                    var: "OFFLOAD_POPULATE_THREADS",
-                    value: v,
-                    expected: POPULATE_THREADS_EXPECTED,
-                });
-            }
-            staging.populate_threads = n;
+            staging.populate_threads =
+                parse_count("OFFLOAD_POPULATE_THREADS", &v, MAX_KERNEL_THREADS, POPULATE_THREADS_EXPECTED)?;
         }
         let synchronous = match (over.synchronous, read("OFFLOAD_SYNC", over.synchronous.is_some())?) {
             (Some(on), _) => on,
