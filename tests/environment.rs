@@ -13,7 +13,7 @@ use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
 const CHILD: &str = "OFFLOAD_TEST_CHILD";
 
 /// Every variable the children read, cleared unless a case sets it.
-const VARS: [&str; 11] = [
+const VARS: [&str; 12] = [
     "OMP_TARGET_OFFLOAD",
     "OMP_DEFAULT_DEVICE",
     "OFFLOAD_HOST_DEVICES",
@@ -22,6 +22,7 @@ const VARS: [&str; 11] = [
     "OFFLOAD_STAGING",
     "OFFLOAD_STREAMING_STORES",
     "OFFLOAD_POPULATE_THREADS",
+    "OFFLOAD_SPLIT_CREWS",
     "OFFLOAD_TOPOLOGY_XML",
     "OFFLOAD_TRACE",
     REQUIRE_DEVICES,

@@ -1,7 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
-//! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the builder that can set
-//! each of them.
+//! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the
+//! builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -186,6 +186,9 @@ impl Settings {
         }
         if let Some(v) = read("OFFLOAD_STREAMING_STORES", over.staging.is_some())? {
             staging.streaming_stores = parse_switch("OFFLOAD_STREAMING_STORES", v)?;
+        }
+        if let Some(v) = read("OFFLOAD_SPLIT_CREWS", over.staging.is_some())? {
+            staging.split_crews = parse_switch("OFFLOAD_SPLIT_CREWS", v)?;
         }
         if let Some(v) = read("OFFLOAD_POPULATE_THREADS", over.staging.is_some())? {
             staging.populate_threads =
@@ -377,8 +380,9 @@ mod tests {
                 ("OMP_DEFAULT_DEVICE", "1"),
                 ("OFFLOAD_INFO", "0x28"),
                 ("OFFLOAD_MEMORY_POOL", "0"),
-                ("OFFLOAD_STREAMING_STORES", "1"),
+                ("OFFLOAD_STREAMING_STORES", "0"),
                 ("OFFLOAD_POPULATE_THREADS", " 4"),
+                ("OFFLOAD_SPLIT_CREWS", "on"),
             ]),
             &Overrides::default(),
         )
@@ -388,8 +392,9 @@ mod tests {
         assert_eq!(s.default_device, Some(1));
         assert_eq!(s.info, InfoFlags::ENTRIES | InfoFlags::TRANSFERS);
         assert!(!s.pool.enabled);
-        assert!(s.staging.streaming_stores && s.staging.enabled);
+        assert!(!s.staging.streaming_stores && s.staging.enabled);
         assert_eq!(s.staging.populate_threads, 4);
+        assert!(s.staging.split_crews);
     }
 
     #[test]
@@ -425,6 +430,7 @@ mod tests {
             ("OFFLOAD_INFO", "lots", "bit mask"),
             ("OFFLOAD_MEMORY_POOL", "maybe", "0/off/false"),
             ("OFFLOAD_STREAMING_STORES", "nt", "0/off/false"),
+            ("OFFLOAD_SPLIT_CREWS", "2", "0/off/false"),
             ("OFFLOAD_POPULATE_THREADS", "all", "0..=1024 threads"),
             ("OFFLOAD_POPULATE_THREADS", "1025", "0..=1024 threads"),
         ] {
@@ -469,6 +475,7 @@ mod tests {
             "OFFLOAD_INFO",
             "OFFLOAD_MEMORY_POOL",
             "OFFLOAD_POPULATE_THREADS",
+            "OFFLOAD_SPLIT_CREWS",
             "OFFLOAD_STAGING",
             "OFFLOAD_STREAMING_STORES",
             "OFFLOAD_SYNC",

@@ -63,6 +63,9 @@ struct Shared {
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
+    /// Pieces copied with streaming stores asked for (tests check which copies stream).
+    #[cfg(test)]
+    streamed: AtomicUsize,
 }
 
 impl Shared {
@@ -93,6 +96,10 @@ impl Shared {
                 // `copy` waits for that), and the fields were written before the job number
                 // this claim matched was published.
                 unsafe { copy_piece(dst.add(off), src.add(off).cast_const(), n, streaming) };
+                #[cfg(test)]
+                if streaming {
+                    self.streamed.fetch_add(1, Ordering::Relaxed);
+                }
             }
             self.done.fetch_add(1, Ordering::AcqRel);
             copied += 1;
@@ -139,6 +146,8 @@ impl CopyCrew {
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
+            #[cfg(test)]
+            streamed: AtomicUsize::new(0),
         });
         let mut crew = Self {
             shared: Arc::clone(&shared),
@@ -163,6 +172,12 @@ impl CopyCrew {
     /// Copy threads, the caller's included.
     pub(crate) fn threads(&self) -> usize {
         self.threads.len() + 1
+    }
+
+    /// Pieces this crew has copied with streaming stores asked for.
+    #[cfg(test)]
+    pub(crate) fn streamed_pieces(&self) -> usize {
+        self.shared.streamed.load(Ordering::Relaxed)
     }
 
     /// Faults in `dst[..n]`'s pages writable with up to `threads` crew threads (the
@@ -240,7 +255,7 @@ unsafe fn copy_piece(dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
         unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
         return;
     }
-    // Streaming stores want 16-byte aligned destinations: the bytes before the first
+    // Streaming stores require 16-byte aligned destinations: the bytes before the first
     // aligned one and after the last whole 64-byte line are copied as usual.
     let head = dst.align_offset(16).min(n);
     let lines = (n - head) / 64;
@@ -264,6 +279,7 @@ unsafe fn copy_piece(dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
 /// `src` and `dst` valid for 64 bytes and disjoint; `dst` 16-byte aligned.
 #[inline(always)]
 unsafe fn stream_line(dst: *mut u8, src: *const u8) {
+    debug_assert!(dst.addr() % 16 == 0, "a streaming store to an unaligned address");
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
@@ -385,7 +401,8 @@ mod tests {
     }
 
     /// The streaming path's head, whole lines and tail, at every alignment below a line;
-    /// small enough for Miri, which checks each unaligned load and aligned streaming store.
+    /// small enough for Miri, which checks their bounds (there the lines are ordinary
+    /// copies) and, through `stream_line`'s debug assertion, the stores' alignment.
     #[test]
     fn streaming_copies_land_whole_at_every_alignment() {
         let c = crew(0, 4096);

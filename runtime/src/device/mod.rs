@@ -440,16 +440,24 @@ impl DeviceState {
         self.staging
             .get_or_init(|| {
                 let name = format!("offload-dev{}", self.number);
-                // The copying thread is one of the crew: `threads - 1` helpers.
                 let cpus = self.placement.cpus.clone();
                 let threads = self.staging_config.threads.clamp(1, cpus.len().max(1));
-                let crew = CopyCrew::spawn(
-                    &name,
-                    Some((self.topology.clone(), cpus)),
-                    threads - 1,
-                    self.staging_config.min_piece,
-                )
-                .map_err(|e| format!("copy threads: {e}"))?;
+                // The copying thread is one of its crew: `threads - 1` helpers in all.
+                let spawn = |name: &str, threads: usize| {
+                    CopyCrew::spawn(
+                        name,
+                        Some((self.topology.clone(), cpus.clone())),
+                        threads - 1,
+                        self.staging_config.min_piece,
+                    )
+                    .map_err(|e| format!("copy threads: {e}"))
+                };
+                let (crew, crew_out) = if self.staging_config.split_crews && threads >= 2 {
+                    let out = threads / 2;
+                    (spawn(&name, threads - out)?, Some(spawn(&format!("{name}-out"), out)?))
+                } else {
+                    (spawn(&name, threads)?, None)
+                };
                 let node =
                     self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
                 let (cfg, topo) = (self.staging_config, self.topology.clone());
@@ -459,7 +467,8 @@ impl DeviceState {
                         let b = backend;
                         // SAFETY: `self.backend` outlives this call, which waits for the job.
                         let backend = unsafe { &*b.0 };
-                        StagingRing::new(&cfg, node, &topo, backend, crew).map_err(|e| e.to_string())
+                        StagingRing::new(&cfg, node, &topo, backend, crew, crew_out)
+                            .map_err(|e| e.to_string())
                     })
                     .map_err(|_| "the device worker ended".to_string())?
             })
