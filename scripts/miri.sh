@@ -3,7 +3,8 @@
 # the present table and map-list planning (data_env), errors, generated kernels' host-twin views
 # (bounds-checked atomic accesses, structs word by word, the store log), trace flags, the nowait latch,
 # the staging copy crew's claim protocol (its threads and atomics, on small copies) and its
-# streaming copies' head, lines and tail (the stores themselves are inline assembly: ordinary ones here),
+# streaming copies' head, lines and tail (the stores themselves are inline assembly: ordinary ones here;
+# populating, a system call, is a no-op),
 # the memory pool's bookkeeping (on a counting fake device) and partitions. Then the small soak
 # (runtime/src/soak.rs): a whole runtime on three host devices, with its device workers, nowait
 # lanes and rayon kernel pools, under threads (a few minutes). Installs Miri on the nightly
