@@ -37,7 +37,9 @@ if [ -n "${AB_STREAMING:-}" ]; then AB_ROUNDS=$AB_STREAMING; AB_VAR=OFFLOAD_STRE
 for r in $(seq 1 "${AB_ROUNDS:-0}"); do
   for p in ${PRECISIONS:-fp32 tf32 bf16 fp16}; do
     for s in $AB_VALUES; do
-      echo "round $r $p $AB_VAR=$s: $(env "$AB_VAR=$s" .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>/dev/null | grep -E "median" | tr '\n' ' ')" | tee -a $OUT/ab.log
+      # The median, the output check against the f64 reference, and the exit status.
+      out=$(env "$AB_VAR=$s" .gpu/examples/inference -batches 48 -precision $p -repeat $REPEAT 2>&1); rc=$?
+      echo "round $r $p $AB_VAR=$s: $(echo "$out" | grep -E "median|checked|differ" | tr '\n' ' ')exit $rc" | tee -a $OUT/ab.log
     done
     echo "round $r $p torch: $(python3 benches/pytorch/mlp_pipeline.py --precision $p --repeat $REPEAT 2>&1 | grep -E "pytorch|torch " | tr '\n' ' ')" | tee -a $OUT/ab.log
   done
