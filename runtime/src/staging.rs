@@ -55,8 +55,8 @@ pub struct StagingConfig {
     pub streaming_stores: bool,
     /// How many copy threads fault in a device->host copy's destination pages before the
     /// copy (`MADV_POPULATE_WRITE`, Linux; `OFFLOAD_POPULATE_THREADS`): 0 to 1024, 0 for
-    /// none (the copies then fault fresh pages in as they write them), more than the copy
-    /// threads meaning all of them (the default, 1024).
+    /// none (the copies then fault fresh pages in as they write them), more than the
+    /// copy-out crew's threads meaning all of them (the default, 1024).
     pub populate_threads: usize,
     /// Whether the copy threads form two crews, one per direction (`OFFLOAD_SPLIT_CREWS=0|1`;
     /// with at least 2 threads; the default): a batch's copy-in and another's copy-out then
@@ -96,6 +96,18 @@ impl StagingConfig {
     /// overlap (down to 2 MiB), never above `chunk`.
     pub(crate) fn chunk_for(&self, bytes: usize, chunk: usize) -> usize {
         (bytes / self.min_chunks.max(1)).next_multiple_of(4096).clamp((2 << 20).min(chunk), chunk)
+    }
+
+    /// How `threads` copy threads (at least 1) make up a ring's crews: the copy-in (or
+    /// only) crew's size, and the copy-out crew's when [`StagingConfig::split_crews`]
+    /// splits them (with at least 2 threads; the out crew the smaller half).
+    pub(crate) fn crew_sizes(&self, threads: usize) -> (usize, Option<usize>) {
+        let threads = threads.max(1);
+        if self.split_crews && threads >= 2 {
+            (threads - threads / 2, Some(threads / 2))
+        } else {
+            (threads, None)
+        }
     }
 }
 
@@ -530,11 +542,8 @@ mod tests {
             )
             .unwrap()
         };
-        let (crew, crew_out) = if cfg.split_crews {
-            (spawn(cfg.threads - cfg.threads / 2), Some(spawn(cfg.threads / 2)))
-        } else {
-            (spawn(cfg.threads), None)
-        };
+        let (crew_in, crew_out) = cfg.crew_sizes(cfg.threads);
+        let (crew, crew_out) = (spawn(crew_in), crew_out.map(spawn));
         assert_eq!(cfg.chunk_for(1 << 30, cfg.chunk), cfg.chunk);
         assert!(cfg.chunk_for(3 << 20, cfg.chunk) <= cfg.chunk);
         let r =
@@ -676,6 +685,22 @@ mod tests {
         // Never above the buffers, never below 2 MiB.
         assert_eq!(cfg.chunk_for(mib(1024), cfg.chunk), cfg.chunk);
         assert_eq!(cfg.chunk_for(mib(3), cfg.chunk), mib(2));
+    }
+
+    #[test]
+    fn copy_threads_split_into_two_crews_only_when_asked_and_possible() {
+        let split = StagingConfig { split_crews: true, ..StagingConfig::default() };
+        let one = StagingConfig { split_crews: false, ..StagingConfig::default() };
+        for (threads, two, single) in [
+            (0usize, (1usize, None), (1usize, None)),
+            (1, (1, None), (1, None)),
+            (2, (1, Some(1)), (2, None)),
+        ] {
+            assert_eq!(split.crew_sizes(threads), two, "{threads} threads, split");
+            assert_eq!(one.crew_sizes(threads), single, "{threads} threads");
+        }
+        assert_eq!(split.crew_sizes(3), (2, Some(1)));
+        assert_eq!(split.crew_sizes(16), (8, Some(8)));
     }
 
     #[test]

@@ -452,12 +452,9 @@ impl DeviceState {
                     )
                     .map_err(|e| format!("copy threads: {e}"))
                 };
-                let (crew, crew_out) = if self.staging_config.split_crews && threads >= 2 {
-                    let out = threads / 2;
-                    (spawn(&name, threads - out)?, Some(spawn(&format!("{name}-out"), out)?))
-                } else {
-                    (spawn(&name, threads)?, None)
-                };
+                let (crew_in, crew_out) = self.staging_config.crew_sizes(threads);
+                let crew = spawn(&name, crew_in)?;
+                let crew_out = crew_out.map(|n| spawn(&format!("{name}-out"), n)).transpose()?;
                 let node =
                     self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
                 let (cfg, topo) = (self.staging_config, self.topology.clone());
