@@ -7,18 +7,17 @@
 # populating, a system call, is a no-op),
 # the memory pool's bookkeeping (on a counting fake device) and partitions. Then the small soak
 # (runtime/src/soak.rs): a whole runtime on three host devices, with its device workers, nowait
-# lanes and rayon kernel pools, under threads (a few minutes). Installs Miri on the nightly
-# toolchain when it is missing. Arguments are passed to the test harness of both runs.
+# lanes and rayon kernel pools, under threads (a few minutes). Runs on the nightly pinned in
+# scripts/nightly.sh, installed with Miri when missing. Arguments are passed to the test harness
+# of both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! cargo +nightly miri --version >/dev/null 2>&1; then
-  rustup +nightly component add miri rust-src 2>/dev/null \
-    || rustup toolchain install nightly --profile minimal --component miri,rust-src
-fi
+. scripts/nightly.sh
+nightly_install miri
 # Module paths, matched as substrings of test names: a module's tests run here only when
 # they stay clear of devices' worker threads, rayon pools and hwloc.
 modules=(config:: copy_crew:: data_env:: error:: macro_support:: info:: latch:: memory_pool:: partition::)
-cargo +nightly miri test -p offload --lib --no-default-features -- "${modules[@]}" "$@"
+cargo "+$nightly" miri test -p offload --lib --no-default-features -- "${modules[@]}" "$@"
 
 # The soak needs three flags:
 # - Tree Borrows: crossbeam-epoch (under rayon's deques) breaks Stacked Borrows' rules
@@ -36,7 +35,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-tree-borrows -Zmiri-isolation-error=warn-nobacktrace -Zmiri-permissive-provenance" \
-  cargo +nightly miri test -p offload --lib --no-default-features -- soak:: "$@" >"$log" 2>&1 || status=$?
+  cargo "+$nightly" miri test -p offload --lib --no-default-features -- soak:: "$@" >"$log" 2>&1 || status=$?
 if [ "$status" -eq 0 ]; then
   cat "$log"
   exit 0

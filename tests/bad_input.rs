@@ -1569,6 +1569,86 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         });
         ok(r)?
     }));
+    v.push(case("SAXPY launched with one view as x and y", |c: &Ctx<'_>| {
+        if !c.host() {
+            return Ok(Outcome::HostKernelsOnly);
+        }
+        let mut y = [1f32; 16];
+        let r = ok(c.rt.device(c.dev))?.data(map::tofrom(&mut y), |v| {
+            let launched = c.rt.device(c.dev)?.launch(&offload_kernels::SAXPY, 16, (2.0f32, v, v));
+            Ok(expect!(
+                reported(c.rt, c.dev, launched),
+                Error::KernelFailed { kernel: "saxpy", .. },
+                "overlap; expected distinct ranges"
+            ))
+        });
+        ok(r)?
+    }));
+    v.push(case("jacobi_step: rows that overflow", |c: &Ctx<'_>| {
+        let (mut a, mut b, mut norm) = ([0f32; 16], [0f32; 16], [0f32; 2]);
+        let dev = ok(c.rt.device(c.dev))?;
+        let r = dev.data((map::tofrom(&mut a), map::tofrom(&mut b), map::tofrom(&mut norm)), |(a, b, n)| {
+            let shape = offload_kernels::stencil::JacobiShape {
+                nx: 4,
+                iy_start: 1,
+                iy_end: usize::MAX,
+                rows_per_thread: 1,
+            };
+            Ok(offload_kernels::stencil::jacobi_step(
+                &dev,
+                shape,
+                a,
+                b,
+                n,
+                0,
+                DevicePtr::NULL,
+                DevicePtr::NULL,
+            ))
+        });
+        expect!(ok(r)?, Error::Overflow { routine: "jacobi_step", .. }, usize::MAX)
+    }));
+    v.push(case("jacobi_step: one grid as a and a_new", |c: &Ctx<'_>| {
+        let (mut a, mut norm) = ([0f32; 16], [0f32; 2]);
+        let dev = ok(c.rt.device(c.dev))?;
+        let r = dev.data((map::tofrom(&mut a), map::tofrom(&mut norm)), |(a, n)| {
+            let shape =
+                offload_kernels::stencil::JacobiShape { nx: 4, iy_start: 1, iy_end: 3, rows_per_thread: 1 };
+            Ok(offload_kernels::stencil::jacobi_step(
+                &dev,
+                shape,
+                a,
+                a,
+                n,
+                0,
+                DevicePtr::NULL,
+                DevicePtr::NULL,
+            ))
+        });
+        expect!(
+            ok(r)?,
+            Error::KernelArgument { kernel: "jacobi_step", index: 1, .. },
+            "expected distinct grids"
+        )
+    }));
+    v.push(case("stencil7_step: planes that overflow", |c: &Ctx<'_>| {
+        let (mut a, mut b) = ([0f32; 27], [0f32; 27]);
+        let dev = ok(c.rt.device(c.dev))?;
+        let r = dev.data((map::tofrom(&mut a), map::tofrom(&mut b)), |(a, b)| {
+            Ok(offload_kernels::stencil::stencil7_step(
+                &dev,
+                3,
+                3,
+                1,
+                usize::MAX,
+                1,
+                a,
+                b,
+                DevicePtr::NULL,
+                DevicePtr::NULL,
+            ))
+        });
+        expect!(ok(r)?, Error::Overflow { routine: "stencil7_step", .. }, usize::MAX)
+    }));
     v.push(case("Device::launch: too few arguments", |c: &Ctx<'_>| {
         if !c.host() {
             return Ok(Outcome::HostKernelsOnly);
@@ -1776,6 +1856,19 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             DistributedArray::map(c.rt, &[c.dev, b], &mut grid, part, MapType::TO).map(drop),
             |e| no_such(e, b),
             &[&format!("device {b}")],
+        )
+    }));
+    v.push(case("DistributedArray::row_addr: a row the part does not map", |c: &Ctx<'_>| {
+        let mut grid = vec![0f32; 6 * 4];
+        let part = ok(RowPartition::new(6, 4, 1, 1))?;
+        let d = ok(DistributedArray::map(c.rt, &[c.dev], &mut grid, part, MapType::TO))?;
+        let r = d.row_addr(0, usize::MAX).map(drop);
+        expect!(
+            r,
+            Error::InvalidArgument { routine: "DistributedArray::row_addr", .. },
+            format!("row {}", usize::MAX),
+            c.me(),
+            "expected one of the rows it maps, 0..6"
         )
     }));
     v.push(case("nowait: memcpy with a null pointer fails the scope", |c: &Ctx<'_>| {
@@ -2331,4 +2424,27 @@ fn omp_api_refuses_bad_input() {
     }
     assert!(all.is_empty(), "{} failures:\n{}", all.len(), all.join("\n"));
     assert!(rt.live_mappings().is_empty());
+}
+
+/// A part past the last is refused by a panic, as an index past a slice's end is, before
+/// any address is formed from it; the array is still usable and unmaps cleanly.
+#[test]
+fn a_distributed_array_refuses_a_part_past_the_last() {
+    fn panics<R>(f: impl FnOnce() -> R) -> bool {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
+    }
+    on_every_device("a part past the last", |rt, dev| {
+        let mut grid = vec![1f32; 6 * 4];
+        let part = RowPartition::new(6, 4, 1, 1)?;
+        let d = DistributedArray::map(rt, &[dev], &mut grid, part, MapType::TO)?;
+        check!(panics(|| d.view(1)), "view(1) of 1 part");
+        check!(panics(|| d.send_halos(1, true)), "send_halos(1) of 1 part");
+        check!(panics(|| d.row_addr(1, 0)), "row_addr(1, ..) of 1 part");
+        check!(panics(|| d.device(1)), "device(1) of 1 part");
+        d.exchange_halos(true)?;
+        d.gather()?;
+        check!(grid.iter().all(|&v| v == 1.0));
+        check!(rt.live_mappings().is_empty(), "left mapped: {:?}", rt.live_mappings());
+        Ok(())
+    });
 }

@@ -124,3 +124,20 @@ fn a_bias_aligned_only_to_its_element_is_added_as_an_aligned_one() {
         Ok(())
     });
 }
+
+/// One column with a leading dimension of C far beyond its rows: only `ldc * (n - 1)` must
+/// fit, and the host product once worked out `ldc * 16` columns, which wrapped (a debug
+/// panic; in release, writes at wild offsets).
+#[test]
+fn one_column_with_a_huge_leading_dimension_is_computed() {
+    on_every_device("gemm, one column, huge ldc", |rt, d| {
+        let dev = rt.device(d)?;
+        let m = 64;
+        let (a, b) = (vec![1.5f32; m], vec![2.0f32; 1]);
+        let mut c = vec![0f32; m];
+        let g = Gemm { m, n: 1, k: 1, lda: m, ldb: 1, ldc: (1usize << 60) + 1, ..Gemm::default() };
+        dev.data((map::to(&a), map::to(&b), map::tofrom(&mut c)), |(a, b, c)| dev.sgemm(&g, a, b, c))?;
+        check!(c.iter().all(|&v| v == 3.0), "C = {:?}", &c[..4]);
+        Ok(())
+    });
+}

@@ -169,16 +169,19 @@ fn full_batches_start_without_waiting_for_the_deadline() {
         1,
         |b| b,
         |rt| {
-            let start = Instant::now();
-            let rows: Vec<Vec<f32>> = (0..8).map(|i| row(1, i)).collect();
-            let (answers, report) =
-                serve(rt, config(4, LONG), &[], &[], |intake| submit_then_wait(intake, &rows))?;
-            let answers = answers?;
-            check_eq!(report.batch_rows, vec![4, 4]);
-            let batches: Vec<usize> = answers.iter().map(|a| a.batch).collect();
-            check_eq!(batches, vec![0, 0, 0, 0, 1, 1, 1, 1]);
-            check!(answers.iter().zip(&rows).all(|(a, x)| a.row == expected(x)));
-            check!(start.elapsed() < LONG / 2, "full batches waited for their deadline");
+            // `Duration::MAX`: no deadline at all (it cannot be added to an instant).
+            for deadline in [LONG, Duration::MAX] {
+                let start = Instant::now();
+                let rows: Vec<Vec<f32>> = (0..8).map(|i| row(1, i)).collect();
+                let (answers, report) =
+                    serve(rt, config(4, deadline), &[], &[], |intake| submit_then_wait(intake, &rows))?;
+                let answers = answers?;
+                check_eq!(report.batch_rows, vec![4, 4]);
+                let batches: Vec<usize> = answers.iter().map(|a| a.batch).collect();
+                check_eq!(batches, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+                check!(answers.iter().zip(&rows).all(|(a, x)| a.row == expected(x)));
+                check!(start.elapsed() < LONG / 2, "full batches waited for their deadline {deadline:?}");
+            }
             Ok(())
         },
     );
@@ -191,17 +194,19 @@ fn shutdown_runs_the_pending_requests_at_once() {
         1,
         |b| b,
         |rt| {
-            let start = Instant::now();
-            let rows: Vec<Vec<f32>> = (0..3).map(|i| row(2, i)).collect();
-            // The tickets outlive the server: `serve` returns once they are answered.
-            let (tickets, report) = serve(rt, config(8, LONG), &[], &[], |intake| {
-                rows.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()
-            })?;
-            check!(start.elapsed() < LONG / 2, "shutdown waited for the batch's deadline");
-            check_eq!(report.batch_rows, vec![3]);
-            check_eq!(report.requests, 3);
-            for (t, x) in tickets?.into_iter().zip(&rows) {
-                check!(t.wait()? == expected(x));
+            for deadline in [LONG, Duration::MAX] {
+                let start = Instant::now();
+                let rows: Vec<Vec<f32>> = (0..3).map(|i| row(2, i)).collect();
+                // The tickets outlive the server: `serve` returns once they are answered.
+                let (tickets, report) = serve(rt, config(8, deadline), &[], &[], |intake| {
+                    rows.iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()
+                })?;
+                check!(start.elapsed() < LONG / 2, "shutdown waited for the batch's deadline {deadline:?}");
+                check_eq!(report.batch_rows, vec![3]);
+                check_eq!(report.requests, 3);
+                for (t, x) in tickets?.into_iter().zip(&rows) {
+                    check!(t.wait()? == expected(x));
+                }
             }
             Ok(())
         },
@@ -527,4 +532,38 @@ fn an_output_row_of_zero_or_too_many_elements_is_refused() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A server started inside a pipeline's compute is refused: its batches would queue on
+/// lanes that the compute occupies, behind work that waits for it.
+#[test]
+fn a_server_inside_a_task_is_refused() {
+    on_every_backend(
+        "serve inside a task",
+        1,
+        |b| b,
+        |rt| {
+            let inputs = vec![vec![1f32; 4]];
+            let mut outputs = vec![vec![0f32; 4]];
+            let r = Pipeline::new(rt, &[0], 2)?.run(&inputs, &mut outputs, |dev, _, x, y| {
+                let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 2, deadline: Duration::from_millis(1) };
+                let served = Pipeline::new(dev.runtime(), &[0], 2)?.serve(
+                    config,
+                    |_: &Device<'_>| Ok(()),
+                    |d, _, _, rows, x, y| affine::launch(d, rows * 4, 2.0, 0.0, x, y),
+                    |intake| intake.submit(vec![1.0; 4]).and_then(|t| t.wait()).map(drop),
+                );
+                check!(
+                    matches!(&served, Err(Error::InvalidArgument { routine: "Pipeline::serve", what }) if what.contains("inside a nowait task")),
+                    "{:?}",
+                    served.as_ref().err()
+                );
+                affine::launch(dev, 4, 2.0, 0.0, x, y)
+            });
+            check!(r.is_ok(), "{r:?}");
+            check_eq!(outputs[0][0], 2.0);
+            assert_clean(rt, 0)?;
+            Ok(())
+        },
+    );
 }

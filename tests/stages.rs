@@ -178,3 +178,32 @@ fn bad_input_is_refused_before_anything_runs() -> offload::Result<()> {
     assert!(rt.live_mappings().is_empty());
     Ok(())
 }
+
+/// A pipeline whose boundaries do not fit fails to build and leaves nothing mapped (it once
+/// left the boundaries mapped so far, keyed by freed memory).
+#[test]
+fn a_pipeline_that_cannot_map_its_boundaries_leaves_nothing_mapped() -> offload::Result<()> {
+    let rt = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(2)
+        .host_device_memory(3 * 4096)
+        .synchronous(synchronous())
+        .build()?;
+    let stages = vec![
+        Stage::new(0, 1024, |dev, _, x, y| plus::launch(dev, 1024, 1.0, x, y)),
+        Stage::new(1, 1024, |dev, _, x, y| times::launch(dev, 1024, 2.0, x, y)),
+    ];
+    let r = StagePipeline::new(&rt, stages, 4);
+    check!(
+        matches!(&r, Err(e) if offload_tests::cause(e.clone()).to_string().contains("out of memory")),
+        "{:?}",
+        r.as_ref().err()
+    );
+    drop(r);
+    check!(rt.live_mappings().is_empty(), "left mapped: {:?}", rt.live_mappings());
+    for d in 0..2 {
+        check_eq!(rt.pool_usage(d)?.live_allocations, 0);
+    }
+    Ok(())
+}

@@ -369,6 +369,20 @@ fn a_recorded_body_holds_only_launches() {
             check_eq!(total::reduce(&gpu, 8, xv)?, 8);
             Ok(())
         })?;
+        // A product (device BLAS settles the device), here with a bias at an odd element,
+        // which cuBLASLt would first copy to an aligned buffer: a recording never holds one,
+        // so nothing is allocated or captured for it.
+        let (a, b) = (vec![1f32; 16], vec![1f32; 16]);
+        let (bias, mut c) = (vec![0.5f32; 5], vec![0f32; 16]);
+        let g = offload::Gemm { m: 4, n: 4, k: 4, lda: 4, ldb: 4, ldc: 4, ..offload::Gemm::default() };
+        gpu.data((map::to(&a), map::to(&b), map::to(&bias), map::tofrom(&mut c)), |(av, bv, biasv, cv)| {
+            let r = gpu.record(|g2| g2.gemm(&g, av, bv, cv, Some(biasv.slice(1..)?)));
+            if let Err(Error::InvalidArgument { what, .. }) = &r {
+                check!(what.contains("a gemm inside a recorded body"), "{what}");
+            }
+            refused(r, "a gemm")
+        })?;
+        check!(c.iter().all(|&v| v == 0.0), "a refused product wrote C: {c:?}");
         let body = gpu.record(|g| g.launch(&ADD_ONE, 1, (yv,)))?;
         refused(gpu.record(|_| body.replay()), "a replay")?;
         let late = offload::HostBuffer::<u32>::new(rt, 16)?;
@@ -392,6 +406,45 @@ fn a_recorded_body_holds_only_launches() {
         unsafe { rt.target_free(p, d)? };
         rt.synchronize(d)?;
         offload_tests::assert_clean(rt, d)
+    });
+}
+
+/// What is dropped inside a recorded body still ends its mappings and frees its memory, as
+/// outside (the drops were once refused as constructs, which left mappings keyed by freed
+/// host memory and leaked device memory). A launch recorded over a mapping that the body
+/// then ends replays on memory the recording keeps.
+#[test]
+fn values_dropped_inside_a_recorded_body_end_their_mappings() {
+    use offload::partition::{DistributedArray, RowPartition};
+    use offload::{DeviceBuffer, HostBuffer};
+    on_every_device("drops in a recorded body", |rt, d| {
+        let gpu = rt.device(d)?;
+        let before = rt.pool_usage(d)?.live_allocations;
+        let mut a = vec![7u32; 256];
+        let guard = gpu.enter_data(map::tofrom(&mut a))?;
+        let av = guard.views();
+        let buf = DeviceBuffer::<u32>::new(&gpu, 64)?;
+        let host = HostBuffer::<u32>::new(rt, 64)?;
+        host.enter(d, MapType::TO)?;
+        let mut grid = vec![1f32; 6 * 4];
+        let part = RowPartition::new(6, 4, 1, 1)?;
+        let spread = DistributedArray::map(rt, &[d], &mut grid, part, MapType::TO)?;
+        let body = gpu.record(move |g| {
+            g.launch(&ADD_ONE, 1, (av,))?;
+            drop(guard); // copies back `a` as it was: nothing recorded has run
+            drop(buf);
+            drop(host);
+            drop(spread);
+            Ok(())
+        })?;
+        check!(rt.live_mappings().is_empty(), "left mapped: {:?}", rt.live_mappings());
+        check!(a.iter().all(|&v| v == 7), "the recorded launch ran while recording");
+        body.replay()?;
+        rt.synchronize(d)?;
+        check!(a.iter().all(|&v| v == 7), "a replay reached host memory no longer mapped");
+        drop(body);
+        check_eq!(rt.pool_usage(d)?.live_allocations, before);
+        Ok(())
     });
 }
 

@@ -191,3 +191,59 @@ fn a_panicking_kernel_on_the_initial_device_is_a_kernel_failure() {
     host.data(map::tofrom(&mut x), |xv| fill_i32(&host, 8, xv)).expect("the next kernel");
     assert!(x.iter().all(|&v| v == 8));
 }
+
+/// A panic in `run_serially`'s compute unmaps its batch before it goes on (it once left the
+/// batch mapped, keyed by memory about to be freed: later maps there found it present and
+/// copied nothing).
+#[test]
+fn a_panic_in_run_serially_unmaps_its_batch() {
+    on_every_backend(
+        "panic in run_serially",
+        1,
+        |b| b,
+        |rt| {
+            let inputs = vec![vec![1i32; 32]; 2];
+            let mut out = vec![vec![0i32; 32]; 2];
+            let p = Pipeline::new(rt, &[0], 2)?;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                p.run_serially(&inputs, &mut out, |_, batch, _, _| -> Result<()> {
+                    panic!("serial batch {batch} gave up")
+                })
+            }));
+            check!(r.is_err(), "the panic went on");
+            assert_clean(rt, 0)?;
+            Ok(())
+        },
+    );
+}
+
+/// A pipeline run inside another pipeline's compute: its scope is opened by a task, so its
+/// batches run at once on that task's thread (they once queued behind the outer batch's
+/// unmap, which waited for them: a hang).
+#[test]
+fn a_pipeline_inside_a_pipelines_compute_runs() {
+    on_every_backend(
+        "a pipeline inside a compute",
+        1,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let inputs = vec![vec![1i32; 32]; 4];
+            let mut out = vec![vec![0i32; 32]; 4];
+            let inner_devices = devices.clone();
+            Pipeline::new(rt, &devices, 2)?.run(&inputs, &mut out, |dev, _, _, y| {
+                let ii = vec![vec![0i32; 8]; 3];
+                let mut oo = vec![vec![0i32; 8]; 3];
+                Pipeline::new(dev.runtime(), &inner_devices, 2)?
+                    .run(&ii, &mut oo, |d, _, _, b| fill_i32(d, 2, b))?;
+                check!(oo.iter().flatten().all(|&v| v == 2), "inner outputs");
+                fill_i32(dev, 1, y)
+            })?;
+            check!(out.iter().flatten().all(|&v| v == 1), "outer outputs");
+            for d in devices {
+                assert_clean(rt, d)?;
+            }
+            Ok(())
+        },
+    );
+}

@@ -6,6 +6,10 @@ on one GPU, with pinned staging buffers, three streams (copy in, compute, copy o
 double buffering. Precisions: fp32 (no TF32), tf32 (allow_tf32), fp16 and bf16 (model,
 inputs and outputs in that type). Prints, per precision, each run's time, the median, and
 the compute alone (the 48 forward passes on device-resident data, timed with events).
+`--reuse-outputs` writes every run into the first run's outputs (faulted in by then), as
+the inference example's `-reuse-outputs 1` does, to take the fresh pages out of the time.
+`--threads N` sets PyTorch's CPU threads (`torch.set_num_threads`; its host copies are cut
+over them), all the machine's by default.
 
     python3 benches/pytorch/mlp_pipeline.py --precision fp32 tf32 bf16 --repeat 3
 """
@@ -93,7 +97,11 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--batches", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reuse-outputs", action="store_true", help="later runs into the first run's outputs")
+    ap.add_argument("--threads", type=int, default=0, help="PyTorch's CPU threads (0: its default)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     dev = torch.device("cuda:0")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, {torch.get_num_threads()} CPU threads")
     for p in a.precision:
@@ -104,13 +112,15 @@ def main():
         with torch.no_grad():  # warm-up: cuBLAS handles, the allocator's pools
             model(inputs[0].to(dev))
         times = []
+        outputs = None
         for _ in range(a.repeat):
-            outputs = [torch.empty(a.rows, a.width, dtype=dtype) for _ in range(a.batches)]  # fresh pages
+            if outputs is None or not a.reuse_outputs:
+                outputs = [torch.empty(a.rows, a.width, dtype=dtype) for _ in range(a.batches)]  # fresh pages
             times.append(expert(model, inputs, outputs, dev))
             print(f"  {p}: {times[-1]:.3f} s")
         comp = compute_only(model, a.rows, a.width, dtype, a.batches, dev)
         print(
-            f"pytorch expert {p}: median {statistics.median(times):.3f} s of {a.repeat} "
+            f"pytorch expert {p}{' (outputs reused)' if a.reuse_outputs else ''}: median {statistics.median(times):.3f} s of {a.repeat} "
             f"(runs {', '.join(f'{t:.3f}' for t in times)}); compute alone {comp:.3f} s "
             f"({comp / a.batches * 1e3:.2f} ms per batch)"
         )

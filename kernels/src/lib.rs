@@ -71,6 +71,29 @@ fn check_len(kernel: &Kernel, index: usize, got: usize, want: usize) -> Result<(
 
 // ---- fill ----------------------------------------------------------------------------
 
+/// Refuses pointer arguments `i` (`ni` elements of `T`) and `j` (`nj` of `U`) that
+/// overlap: a host twin borrows them as slices, one of them `&mut`, which must not alias
+/// (a safe launch can pass one view twice).
+pub(crate) fn distinct<T, U>(
+    l: &HostLaunch<'_>,
+    i: usize,
+    ni: usize,
+    j: usize,
+    nj: usize,
+) -> Result<(), String> {
+    let (p, _) = l.ptr::<T>(i)?;
+    let (q, _) = l.ptr::<U>(j)?;
+    let end = |at: usize, n: usize, size: usize| at.saturating_add(n.saturating_mul(size));
+    let (p, q) = (p as usize, q as usize);
+    let (pe, qe) = (end(p, ni, std::mem::size_of::<T>()), end(q, nj, std::mem::size_of::<U>()));
+    if p < qe && q < pe && ni > 0 && nj > 0 {
+        return Err(format!(
+            "arguments {i} ({p:#x}..{pe:#x}) and {j} ({q:#x}..{qe:#x}) overlap; expected distinct ranges"
+        ));
+    }
+    Ok(())
+}
+
 fn fill_f32_host(l: &HostLaunch<'_>) -> Result<(), String> {
     let v: f32 = l.scalar(0)?;
     // SAFETY: argument 1 is a mapped range of n f32 used by nothing else during the launch.
@@ -175,7 +198,9 @@ pub fn scale(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>) -> Result<()> {
 
 fn saxpy_host(l: &HostLaunch<'_>) -> Result<(), String> {
     let a: f32 = l.scalar(0)?;
-    // SAFETY: arguments 1 and 2 are distinct mapped ranges of n f32; only y is written.
+    distinct::<f32, f32>(l, 1, l.n(), 2, l.n())?;
+    // SAFETY: arguments 1 and 2 are distinct (checked) mapped ranges of n f32; only y is
+    // written.
     let (x, y) = unsafe { (l.slice::<f32>(1, l.n())?, l.slice_mut::<f32>(2, l.n())?) };
     y.par_iter_mut().zip(x.par_iter()).for_each(|(y, x)| *y += a * x);
     Ok(())
@@ -202,7 +227,8 @@ pub fn saxpy(dev: &Device<'_>, a: f32, x: DeviceSlice<'_, f32>, y: DeviceSlice<'
 // ---- sum reduction -------------------------------------------------------------------------
 
 fn sum_f32_host(l: &HostLaunch<'_>) -> Result<(), String> {
-    // SAFETY: argument 0 holds n f32 and argument 1 one f32, distinct ranges.
+    distinct::<f32, f32>(l, 0, l.n(), 1, 1)?;
+    // SAFETY: argument 0 holds n f32 and argument 1 one f32, distinct ranges (checked).
     let (x, out) = unsafe { (l.slice::<f32>(0, l.n())?, l.slice_mut::<f32>(1, 1)?) };
     // Summed in f64 so the host twin is at least as accurate as the GPU's tree.
     out[0] += x.par_iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
@@ -245,7 +271,9 @@ fn bias_act_host(l: &HostLaunch<'_>) -> Result<(), String> {
     if features == 0 || l.n() % features != 0 {
         return Err(format!("bias_act: {} elements are not rows of {features}", l.n()));
     }
-    // SAFETY: argument 0 holds n f32 (rows of `features`), argument 1 `features` f32, distinct.
+    distinct::<f32, f32>(l, 0, l.n(), 1, features)?;
+    // SAFETY: argument 0 holds n f32 (rows of `features`), argument 1 `features` f32,
+    // distinct (checked).
     let (y, bias) = unsafe { (l.slice_mut::<f32>(0, l.n())?, l.slice::<f32>(1, features)?) };
     y.par_chunks_mut(features).for_each(|row| {
         for (v, b) in row.iter_mut().zip(bias) {

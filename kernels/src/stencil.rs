@@ -81,13 +81,19 @@ fn jacobi_host(l: &HostLaunch<'_>) -> Result<(), String> {
     if nx < 3 || iy_start == 0 || iy_end <= iy_start || slot > 1 {
         return Err(format!("jacobi_step: bad shape nx {nx} rows {iy_start}..{iy_end} slot {slot}"));
     }
-    let len = (iy_end + 1) * nx;
+    let len = iy_end
+        .checked_add(1)
+        .and_then(|rows| rows.checked_mul(nx))
+        .ok_or_else(|| format!("jacobi_step: {iy_end} + 1 rows of {nx} overflow"))?;
     let (a_new, known) = l.ptr::<f32>(1)?;
     if known.is_some_and(|k| k < len) {
         return Err(format!("jacobi_step: a_new holds {known:?} floats, needs {len}"));
     }
+    crate::distinct::<f32, f32>(l, 0, len, 1, len)?;
+    crate::distinct::<f32, f32>(l, 0, len, 2, 2)?;
+    crate::distinct::<f32, f32>(l, 1, len, 2, 2)?;
     // SAFETY: `a` and `a_new` are distinct mapped grids of at least `(iy_end + 1) * nx`
-    // floats (checked when known); `norm` holds 2 floats. Only the computed rows of `a_new`
+    // floats (checked when known), and `norm` 2 floats apart from both (checked). Only the computed rows of `a_new`
     // are borrowed: its halo rows may be push targets, written through raw pointers below.
     let (a, interior, norm) = unsafe {
         (
@@ -137,6 +143,24 @@ fn jacobi_host(l: &HostLaunch<'_>) -> Result<(), String> {
 pub static JACOBI_STEP: Kernel =
     Kernel::new("jacobi_step").with_cuda(JACOBI_SRC).with_host(jacobi_host).with_block(256);
 
+/// Refuses views of `kernel` that overlap: a step reads one grid while it writes the
+/// other (on host devices they are borrowed as slices, one `&mut`).
+fn views_apart(kernel: &'static str, views: &[DeviceSlice<'_, f32>]) -> Result<()> {
+    for (i, x) in views.iter().enumerate() {
+        for (j, y) in views.iter().enumerate().skip(i + 1) {
+            let (p, q) = (x.host_range(), y.host_range());
+            if p.bytes > 0 && q.bytes > 0 && p.begin < q.end() && q.begin < p.end() {
+                return Err(Error::KernelArgument {
+                    kernel,
+                    index: j,
+                    what: format!("{q} overlaps argument {i} ({p}); expected distinct grids"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A Jacobi launch's shape.
 #[derive(Clone, Copy, Debug)]
 pub struct JacobiShape {
@@ -164,9 +188,11 @@ pub fn jacobi_step(
     push_last: DevicePtr,
 ) -> Result<()> {
     let JacobiShape { nx, iy_start, iy_end, rows_per_thread } = shape;
-    let need = (iy_end + 1) * nx;
+    let need = iy_end.checked_add(1).and_then(|rows| rows.checked_mul(nx)).ok_or_else(|| {
+        Error::Overflow { routine: "jacobi_step", what: format!("a grid of {iy_end} + 1 rows of {nx}") }
+    })?;
     for (i, v) in [(0usize, a.len()), (1, a_new.len())] {
-        if v < need || iy_start == 0 || nx < 3 {
+        if v < need || iy_start == 0 || iy_end <= iy_start || nx < 3 {
             return Err(Error::KernelArgument {
                 kernel: "jacobi_step",
                 index: i,
@@ -174,6 +200,17 @@ pub fn jacobi_step(
             });
         }
     }
+    if slot > 1 || norm.len() < 2 {
+        return Err(Error::KernelArgument {
+            kernel: "jacobi_step",
+            index: 2,
+            what: format!(
+                "norm of {} elements and slot {slot}; expected 2 elements and slot 0 or 1",
+                norm.len()
+            ),
+        });
+    }
+    views_apart("jacobi_step", &[a, a_new, norm])?;
     let rows = rows_per_thread.max(1);
     let cols_pad = padded(nx - 2);
     let n = cols_pad * (iy_end - iy_start).div_ceil(rows);
@@ -222,16 +259,20 @@ fn stencil3d_host(l: &HostLaunch<'_>) -> Result<(), String> {
     if nx < 3 || ny < 3 || z_start == 0 || z_end < z_start {
         return Err(format!("stencil7_step: bad shape {nx} x {ny}, planes {z_start}..{z_end}"));
     }
-    let plane = nx * ny;
-    let len = (z_end + 1) * plane;
+    let (plane, len) = nx
+        .checked_mul(ny)
+        .and_then(|plane| Some((plane, z_end.checked_add(1)?.checked_mul(plane)?)))
+        .ok_or_else(|| format!("stencil7_step: {z_end} + 1 planes of {nx} x {ny} overflow"))?;
     let (a_new, known) = l.ptr::<f32>(1)?;
     if known.is_some_and(|k| k < len) {
         return Err(format!("stencil7_step: a_new holds {known:?} floats, needs {len}"));
     }
+    crate::distinct::<f32, f32>(l, 0, len, 1, len)?;
     let (first, _) = l.ptr::<f32>(7)?;
     let (last, _) = l.ptr::<f32>(8)?;
     let (first, last) = (first as usize, last as usize);
-    // SAFETY: distinct mapped grids of at least `(z_end + 1)` planes (checked when known);
+    // SAFETY: distinct (checked) mapped grids of at least `(z_end + 1)` planes (checked
+    // when known);
     // only the computed planes of `a_new` are borrowed, since its halo planes may be push
     // targets written through raw pointers below.
     let (a, interior) = unsafe {
@@ -284,8 +325,13 @@ pub fn stencil7_step(
     push_first: DevicePtr,
     push_last: DevicePtr,
 ) -> Result<()> {
-    let need = (z_end + 1) * nx * ny;
-    if a.len() < need || a_new.len() < need || z_start == 0 || nx < 3 || ny < 3 {
+    let need = z_end.checked_add(1).and_then(|p| p.checked_mul(nx)?.checked_mul(ny)).ok_or_else(|| {
+        Error::Overflow {
+            routine: "stencil7_step",
+            what: format!("a grid of {z_end} + 1 planes of {nx} x {ny}"),
+        }
+    })?;
+    if a.len() < need || a_new.len() < need || z_start == 0 || z_end < z_start || nx < 3 || ny < 3 {
         return Err(Error::KernelArgument {
             kernel: "stencil7_step",
             index: 0,
@@ -296,6 +342,7 @@ pub fn stencil7_step(
             ),
         });
     }
+    views_apart("stencil7_step", &[a, a_new])?;
     let planes = planes_per_thread.max(1);
     let n = (nx - 2) * (ny - 2) * (z_end - z_start).div_ceil(planes);
     let u = |v: usize| v as u64;

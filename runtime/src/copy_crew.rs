@@ -106,9 +106,9 @@ impl Shared {
         }
     }
 
-    /// The job number with unclaimed pieces, if any.
-    fn open_job(&self) -> Option<u64> {
-        let (job, pieces, next) = claim_parts(self.claim.load(Ordering::Acquire));
+    /// The job number with unclaimed pieces, if any, read with `order`.
+    fn open_job(&self, order: Ordering) -> Option<u64> {
+        let (job, pieces, next) = claim_parts(self.claim.load(order));
         (next < pieces).then_some(job)
     }
 }
@@ -117,8 +117,10 @@ impl Shared {
 pub(crate) struct CopyCrew {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-    /// One job at a time (the two directions of a ring share the crew).
+    /// One job at a time (a crew serves one direction of a ring, or both when the ring has
+    /// one crew); holds the last job's number.
     caller: Mutex<u64>,
+    /// Smallest piece of a job, in bytes (rounded up to whole pages when cut).
     min_piece: usize,
 }
 
@@ -149,12 +151,8 @@ impl CopyCrew {
             #[cfg(test)]
             streamed: AtomicUsize::new(0),
         });
-        let mut crew = Self {
-            shared: Arc::clone(&shared),
-            threads: Vec::new(),
-            caller: Mutex::new(0),
-            min_piece: min_piece.max(4096),
-        };
+        let mut crew =
+            Self { shared: Arc::clone(&shared), threads: Vec::new(), caller: Mutex::new(0), min_piece };
         for i in 0..threads {
             let (s, bind) = (Arc::clone(&shared), bind.clone());
             let t = std::thread::Builder::new().name(format!("{name}-copy{i}")).spawn(move || {
@@ -185,14 +183,23 @@ impl CopyCrew {
     /// destination of fresh pages is then faulted in, in the kernel, before the chunks are
     /// copied into it, rather than 4 KiB at a time by the threads copying each chunk. A
     /// kernel without it (before 5.14) refuses, and the copies fault the pages in as before.
-    /// `threads == 0` does nothing.
+    /// `threads == 0` does nothing. Only the range's whole pages are populated, cut at page
+    /// boundaries (a piece rounding its own ends inward would skip a page at every cut).
     pub(crate) fn populate(&self, dst: *mut u8, n: usize, threads: usize) {
-        if threads == 0 {
+        let page = page_size();
+        let (Some(start), end) =
+            (dst.addr().checked_next_multiple_of(page), dst.addr().saturating_add(n) / page * page)
+        else {
+            return;
+        };
+        if threads == 0 || end <= start {
             return;
         }
-        // SAFETY: a null source makes every piece a populate of its part of `dst`, which
-        // reads and writes nothing (see `populate_writable`).
-        unsafe { self.run(dst, std::ptr::null(), n, false, threads) }
+        // SAFETY: a null source makes every piece a populate of its part of the whole pages
+        // of `dst`, which stores nothing (see `populate_writable`).
+        unsafe {
+            self.run(dst.wrapping_add(start - dst.addr()), std::ptr::null(), end - start, false, threads)
+        }
     }
 
     /// `dst[..n] = src[..n]` with every crew thread and the calling one; with `streaming`,
@@ -217,9 +224,11 @@ impl CopyCrew {
         }
         let mut last = self.caller.lock();
         let s = &*self.shared;
-        // At most one piece per thread, so a job never has more than MAX_PIECES.
-        let ways = threads.clamp(1, self.threads());
-        let piece = n.div_ceil(ways).next_multiple_of(4096).max(self.min_piece);
+        // At most one piece per thread, and never more than MAX_PIECES. Pieces are whole
+        // pages (a populate's range is), so that no two pieces share one.
+        let ways = threads.clamp(1, self.threads().min(MAX_PIECES));
+        let page = page_size();
+        let piece = n.div_ceil(ways).max(self.min_piece).next_multiple_of(page);
         let pieces = n.div_ceil(piece);
         debug_assert!(pieces <= MAX_PIECES);
         let id = (*last + 1) & 0xffff_ffff;
@@ -232,6 +241,9 @@ impl CopyCrew {
         s.job.piece.store(piece, Ordering::Relaxed);
         s.job.streaming.store(streaming, Ordering::Relaxed);
         s.done.store(0, Ordering::Relaxed);
+        // From here until every piece is done, unwinding out of this call would free memory
+        // the helpers still write; nothing below can panic, and this makes sure of it.
+        let guard = AbortOnUnwind;
         // Publishing the job number with piece 0 opens the job.
         s.claim.store(claim_word(id, pieces, 0), Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
@@ -242,6 +254,7 @@ impl CopyCrew {
         while s.done.load(Ordering::Acquire) < pieces {
             std::hint::spin_loop();
         }
+        std::mem::forget(guard);
     }
 }
 
@@ -318,19 +331,50 @@ fn fence_streams() {
     };
 }
 
+/// Aborts the process when dropped by an unwinding panic: a job's caller or crew thread
+/// that unwound mid-job would leave the others writing memory the caller then frees, or
+/// the caller waiting for pieces no one copies. Forgotten on the way out of a job.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        std::process::abort();
+    }
+}
+
+/// The system's page size (4 KiB where it cannot be read, and under Miri).
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        #[cfg(all(unix, not(miri)))]
+        {
+            // SAFETY: sysconf reads a system constant.
+            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            if let Ok(p) = usize::try_from(p) {
+                if p.is_power_of_two() {
+                    return p;
+                }
+            }
+        }
+        4096
+    })
+}
+
 /// `MADV_POPULATE_WRITE` over the whole pages of `ptr..ptr+n`; a refusal changes nothing.
 fn populate_writable(ptr: *mut u8, n: usize) {
     // Under Miri, which runs no system call, a populate is a no-op: the claim protocol
     // around it is what the tests there check.
     #[cfg(all(target_os = "linux", not(miri)))]
     {
-        const PAGE: usize = 4096;
         const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let page = page_size();
         let (start, end) =
-            ((ptr as usize).next_multiple_of(PAGE), (ptr as usize).saturating_add(n) / PAGE * PAGE);
+            ((ptr as usize).next_multiple_of(page), (ptr as usize).saturating_add(n) / page * page);
         if end > start {
-            // SAFETY: populating faults the range's pages in as a write would, without
-            // accessing them, so no byte changes; the range lies inside the caller's.
+            // SAFETY: the range lies inside the caller's, which the caller is about to
+            // overwrite. Populating faults its pages in as a write would, with no store:
+            // anonymous memory keeps its bytes (file-backed pages are copied or dirtied as a
+            // write would, which the copy that follows does anyway).
             let _ = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
         }
     }
@@ -340,12 +384,15 @@ fn populate_writable(ptr: *mut u8, n: usize) {
 
 /// A crew thread: spins for jobs, parks when idle, ends when the crew is dropped.
 fn helper(s: &Shared) {
+    // A helper that unwound mid-piece would leave its job's caller waiting forever.
+    let guard = AbortOnUnwind;
     let mut idle = Instant::now();
     loop {
         if s.stop.load(Ordering::Acquire) {
+            std::mem::forget(guard);
             return;
         }
-        if let Some(id) = s.open_job() {
+        if let Some(id) = s.open_job(Ordering::Acquire) {
             if s.work(id) > 0 {
                 idle = Instant::now();
             }
@@ -359,7 +406,9 @@ fn helper(s: &Shared) {
         }
         let mut g = s.lock.lock();
         s.sleepers.fetch_add(1, Ordering::SeqCst);
-        if s.open_job().is_none() && !s.stop.load(Ordering::SeqCst) {
+        // SeqCst, as the caller's store of the claim and load of `sleepers` are: either it
+        // sees this sleeper, or this load sees its job.
+        if s.open_job(Ordering::SeqCst).is_none() && !s.stop.load(Ordering::SeqCst) {
             // The timeout bounds the cost of a wake-up lost to any ordering not foreseen.
             s.wake.wait_for(&mut g, Duration::from_millis(50));
         }
@@ -473,6 +522,42 @@ mod tests {
         unsafe { c.copy(fresh.as_mut_ptr(), data.as_ptr(), data.len(), true) };
         assert_eq!(&fresh[..data.len()], &data[..]);
         c.populate(std::ptr::null_mut(), 0, 1);
+    }
+
+    /// Every whole page of a range that starts 16 bytes past a page (as glibc's large
+    /// allocations do) is faulted in, the pages at the cuts between pieces included.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "system calls")]
+    fn populate_covers_every_whole_page_at_an_unaligned_start() {
+        let (c, page) = (crew(3, 4096), page_size());
+        let len = 64 * page;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base.cast::<u8>();
+        let mut resident = vec![0u8; 64];
+        // SAFETY: the mapping's pages, one status byte each.
+        let residency =
+            |r: &mut Vec<u8>| assert_eq!(unsafe { libc::mincore(base.cast(), len, r.as_mut_ptr()) }, 0);
+        residency(&mut resident);
+        assert!(resident.iter().all(|&r| r & 1 == 0), "a fresh mapping is not resident: {resident:?}");
+        c.populate(base.wrapping_add(16), len - 16, 4);
+        residency(&mut resident);
+        // Page 0 is only partly in the range; every other page is whole.
+        assert_eq!(resident[0] & 1, 0, "a partial page is left alone");
+        assert!(resident[1..].iter().all(|&r| r & 1 == 1), "{resident:?}");
+        // SAFETY: the mapping made above, no longer used.
+        assert_eq!(unsafe { libc::munmap(base.cast(), len) }, 0);
     }
 
     /// A populate asked of fewer threads is cut in that many pieces (of the crew's 4), and

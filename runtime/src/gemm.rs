@@ -386,9 +386,12 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
     let cols = g.n.div_ceil(pool.current_num_threads().max(1)).max(16);
     let (a, b) = (a.as_ptr() as usize, b.as_ptr() as usize);
     pool.install(|| {
-        c.par_chunks_mut(g.ldc * cols).enumerate().for_each(|(block, out)| {
+        // `extents` bounds ldc * (n - 1), not ldc * cols: with fewer columns than a block
+        // (n = 1 and a huge ldc) the product can overflow, and then there is one block.
+        let block_len = g.ldc.saturating_mul(cols);
+        c.par_chunks_mut(block_len).enumerate().for_each(|(block, out)| {
             let j0 = block * cols;
-            let n = cols.min(g.n - j0);
+            let n = cols.min(g.n.saturating_sub(j0));
             if g.k == 0 {
                 // op(A) op(B) is zero: C = beta C (C not read when beta is 0, as BLAS says).
                 for j in 0..n {

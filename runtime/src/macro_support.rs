@@ -297,6 +297,10 @@ pub struct TeamBarrier {
 #[derive(Debug, Default)]
 struct BarrierState {
     waiting: usize,
+    /// Threads that have finished: no longer waited for (the kernel language refuses
+    /// control flow that lets some threads skip a barrier, but a finished thread must not
+    /// hang the others whatever happens).
+    finished: usize,
     generation: u64,
     broken: bool,
 }
@@ -317,7 +321,7 @@ impl TeamBarrier {
             panic!("{TEAM_BROKEN}");
         }
         s.waiting += 1;
-        if s.waiting == self.threads {
+        if s.waiting + s.finished >= self.threads {
             s.waiting = 0;
             s.generation += 1;
             self.turned.notify_all();
@@ -329,6 +333,17 @@ impl TeamBarrier {
         }
         if s.broken {
             panic!("{TEAM_BROKEN}");
+        }
+    }
+
+    /// A thread of the team has finished its body: the others stop waiting for it.
+    fn finish(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.finished += 1;
+        if s.waiting > 0 && s.waiting + s.finished >= self.threads {
+            s.waiting = 0;
+            s.generation += 1;
+            self.turned.notify_all();
         }
     }
 
@@ -344,19 +359,29 @@ impl TeamBarrier {
 /// resumed here once every thread has stopped.
 pub fn run_team(threads: usize, barrier: &TeamBarrier, body: impl Fn(usize) + Sync) {
     let failure = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let body = &body;
-                s.spawn(move || {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(t)));
-                    if r.is_err() {
-                        barrier.break_it();
-                    }
-                    r
-                })
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(threads);
         let mut first: Option<Box<dyn std::any::Any + Send>> = None;
+        for t in 0..threads {
+            let body = &body;
+            let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(t)));
+                if r.is_err() {
+                    barrier.break_it();
+                } else {
+                    barrier.finish();
+                }
+                r
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads started wait at the barrier for this one: stopped.
+                    barrier.break_it();
+                    first = Some(Box::new(format!("a team thread could not be started: {e}")));
+                    break;
+                }
+            }
+        }
         for h in handles {
             let payload = match h.join() {
                 Ok(Ok(())) => continue,
@@ -1103,6 +1128,28 @@ impl<'k> ArgCollector<'k> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A team thread that finishes while the others wait at a barrier no longer holds them
+    /// there (the kernel language refuses the control flow that leads to it; the host twin
+    /// does not hang whatever happens). A regression would hang: a watchdog fails it.
+    #[test]
+    fn a_finished_team_thread_is_not_waited_for() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let barrier = TeamBarrier::new(4);
+            let passed = std::sync::atomic::AtomicUsize::new(0);
+            run_team(4, &barrier, |t| {
+                if t != 0 {
+                    barrier.wait();
+                    barrier.wait();
+                    passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            let _ = tx.send(passed.into_inner());
+        });
+        let passed = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(passed, Ok(3), "the team's other threads waited for the finished one");
+    }
     use crate::kernel::{KernelArg, Scalar};
 
     const PARTS: &[SourcePart] = &[

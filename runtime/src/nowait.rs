@@ -19,6 +19,12 @@
 //! the lane goes on with the next task). Its dependents fail as after an error, and
 //! clean-up tasks after it still unmap what was entered.
 //!
+//! A scope opened by a running task (a pipeline inside a pipeline's compute, say) runs its
+//! tasks at once, each on the opening task's thread after its dependences, as OpenMP lets
+//! any task be undeferred: queued on a lane, one could wait behind work that waits for the
+//! opener itself, for ever. A [`Pipeline::serve`](crate::pipeline::Pipeline::serve), whose
+//! batches are queued from threads of its own, is refused inside a task for that reason.
+//!
 //! ```
 //! use offload::{map, HostLaunch, Kernel, Runtime};
 //!
@@ -162,7 +168,7 @@ pub struct NowaitScope<'scope, 'env: 'scope> {
     unexited: Mutex<Vec<(usize, HostRange)>>,
     exits: Mutex<Vec<(Task, usize, Vec<HostRange>)>>,
     /// The task that opened the scope, when a task did: it waits for the scope's tasks
-    /// while it occupies its lane.
+    /// while it occupies its lane, so they run at once, on its thread (see `spawn`).
     opened_by: RunningTask,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
@@ -233,20 +239,13 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         cleanup: bool,
         work: impl FnOnce(Result<()>) -> Result<()> + Send + 'scope,
     ) -> Result<Task> {
-        // A scope opened by a task waits for its tasks while that task occupies its lane:
-        // a task of the scope queued on that lane (by anyone) would wait behind the task
-        // that waits for it, for ever. Refused; other lanes and devices are fine.
-        if let Some((r, d, l)) = self.opened_by {
-            if (r, d, l) == (runtime_id(self.rt), device, lane) {
-                return Err(Error::InvalidArgument {
-                    routine: "NowaitScope",
-                    what: format!(
-                        "device {device}: a scope opened by a task of the {lane:?} lane cannot queue on \
-                         that lane: the scope would wait for work queued behind the task itself"
-                    ),
-                });
-            }
-        }
+        // A scope opened by a task waits for its tasks while that task occupies its lane,
+        // and a lane runs its jobs in order, each waiting for its dependences: a task of the
+        // scope queued on any lane could wait behind work that waits for the opener (its
+        // own lane; another lane's exit after it; another device's lane whose task waits
+        // for this one), for ever. So its tasks are undeferred, as OpenMP lets any task be:
+        // each runs at once on the opener's thread, after its dependences.
+        let undeferred = self.opened_by.is_some();
         let task = Task::new();
         let deps: Vec<Task> = after.iter().map(|t| (*t).clone()).collect();
         // Counted before submission, by a caller that is itself counted (a running task)
@@ -256,7 +255,9 @@ impl<'scope, 'env> NowaitScope<'scope, 'env> {
         // SAFETY: the job borrows only data that outlives 'scope, and the scope does not
         // return (nor unwind) before its count of outstanding tasks is zero; `pending`
         // counts this job until it has finished or been dropped.
-        unsafe { queue_task(self.rt, device, lane, task.clone(), deps, cleanup, Some(pending), work)? };
+        unsafe {
+            queue_task(self.rt, device, lane, task.clone(), deps, cleanup, Some(pending), undeferred, work)?
+        };
         Ok(task)
     }
 
@@ -547,8 +548,10 @@ pub(crate) fn running_a_task() -> bool {
 /// Queues `work` as `task` on `lane` of `device`, to run once every task of `deps` has
 /// finished (if one failed, `work` is dropped unrun and `task` fails with
 /// [`Error::Dependency`], unless `cleanup`: then `work` runs and is told). `pending` counts
-/// the task as outstanding until its result is recorded (`None`: nothing waits on a count). The core of [`NowaitScope`]'s
-/// constructs and of [`crate::omp`]'s asynchronous routines.
+/// the task as outstanding until its result is recorded (`None`: nothing waits on a
+/// count). `undeferred`: run it now, on this thread, instead (as the lane would: after
+/// `deps`, marked as a task of `lane`). The core of [`NowaitScope`]'s constructs and of
+/// [`crate::omp`]'s asynchronous routines.
 ///
 /// # Safety
 /// Whatever `work` borrows must outlive the job: the caller waits for `pending`'s latch, or
@@ -562,12 +565,21 @@ pub(crate) unsafe fn queue_task<'w>(
     deps: Vec<Task>,
     cleanup: bool,
     pending: Option<Pending>,
+    undeferred: bool,
     work: impl FnOnce(Result<()>) -> Result<()> + Send + 'w,
 ) -> Result<()> {
     let done = Completion { task, device, _pending: pending };
     // The task comes after the constructs the program made before it: what they queued
     // on the device is waited for first (tasks run on other queues).
-    let lanes = match rt.device_state(device).and_then(|s| s.settle().and_then(|()| s.lanes())) {
+    let lanes = rt.device_state(device).and_then(|s| {
+        s.settle()?;
+        if undeferred {
+            Ok(None)
+        } else {
+            s.lanes().map(Some)
+        }
+    });
+    let lanes = match lanes {
         Ok(lanes) => lanes,
         Err(e) => {
             done.finish(Err(e.clone()));
@@ -593,6 +605,10 @@ pub(crate) unsafe fn queue_task<'w>(
         };
         // The last thing the job does: its waiter may end as soon as it is counted down.
         done.finish(r);
+    };
+    let Some(lanes) = lanes else {
+        job();
+        return Ok(());
     };
     let job: Box<dyn FnOnce() + Send + 'w> = Box::new(job);
     // SAFETY: the job is counted by `pending` (when given) from before it is submitted

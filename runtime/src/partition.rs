@@ -56,14 +56,24 @@ impl BlockPartition {
     }
 
     /// The items of part `p` (empty for parts beyond `n`).
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`), as an index past a slice's end does.
     pub fn range(&self, p: usize) -> Range<usize> {
+        assert!(p < self.parts, "part {p} of a partition into {} parts", self.parts);
         let (base, extra) = (self.n / self.parts, self.n % self.parts);
         let start = p * base + p.min(extra);
         start..start + base + usize::from(p < extra)
     }
 
     /// The part that owns item `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not an item (`i >= n`).
     pub fn owner(&self, i: usize) -> usize {
+        assert!(i < self.n, "item {i} of a partition of {} items", self.n);
         let (base, extra) = (self.n / self.parts, self.n % self.parts);
         let long = extra * (base + 1);
         if i < long {
@@ -120,12 +130,20 @@ impl RowPartition {
     }
 
     /// The rows part `p` owns (computes and gathers).
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`).
     pub fn owned(&self, p: usize) -> Range<usize> {
         let r = self.interior.range(p);
         r.start + self.halo..r.end + self.halo
     }
 
     /// The rows part `p` maps: its owned rows and a halo on each side.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`).
     pub fn mapped(&self, p: usize) -> Range<usize> {
         let o = self.owned(p);
         o.start - self.halo..o.end + self.halo
@@ -197,6 +215,10 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     }
 
     /// The device of part `p`.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`), as for every method here that takes a part.
     pub fn device(&self, p: usize) -> usize {
         self.devices[p]
     }
@@ -205,9 +227,15 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// the grid exclusively). An exit through it copies nothing back
     /// ([`DeviceSlice::copies_back`]): neighbours' views overlap in their halos, and
     /// [`DistributedArray::gather`] brings each row back once, from its owner.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`), before any address is formed from it.
     pub fn view(&self, p: usize) -> DeviceSlice<'_, T> {
+        // Checks `p` (`mapped` panics past the last part) before any pointer is formed.
         let r = self.part.mapped(p);
-        // SAFETY: the slice is inside `host`; the view only names it for translation.
+        // SAFETY: `p` is a part, so its mapped rows lie inside `host` (`map` checked that
+        // `host` is rows x row_len); the view only names them for translation.
         let s = unsafe {
             std::slice::from_raw_parts(
                 self.host.as_ptr().add(r.start * self.part.row_len),
@@ -220,10 +248,22 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     }
 
     /// Device address of global row `row` in part `p`'s copy.
+    ///
+    /// Errors: `row` outside part `p`'s mapped rows ([`Error::InvalidArgument`]).
     pub fn row_addr(&self, p: usize, row: usize) -> Result<u64> {
+        let (device, mapped) = (self.device(p), self.part.mapped(p));
+        if !mapped.contains(&row) {
+            return Err(Error::InvalidArgument {
+                routine: "DistributedArray::row_addr",
+                what: format!(
+                    "row {row} of part {p} (device {device}); expected one of the rows it maps, {}..{}",
+                    mapped.start, mapped.end
+                ),
+            });
+        }
         let r = self.rows_range(row..row + 1);
-        self.rt.mapped_ptr(r.begin, self.devices[p])?.ok_or(Error::NotPresent {
-            device: self.devices[p],
+        self.rt.mapped_ptr(r.begin, device)?.ok_or(Error::NotPresent {
+            device,
             range: r,
             what: "a distributed array's row",
         })
@@ -239,15 +279,21 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// Part `p`'s half of [`DistributedArray::exchange_halos`]: its first owned rows to the
     /// previous part's bottom halo, its last owned rows to the next part's top halo. Parts
     /// can send concurrently (each from its own thread), since every send writes a
-    /// different halo.
+    /// different halo. Rows on the initial device are the host grid itself: a send that
+    /// reads or writes them waits for the initial device's running kernels (which may
+    /// write the grid through a view) and is refused inside one.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part (`p >= parts`).
     #[track_caller]
     pub fn send_halos(&self, p: usize, periodic: bool) -> Result<()> {
         let (parts, h, len) = (self.part.parts(), self.part.halo, self.part.row_len);
+        let own = self.part.owned(p);
         if h == 0 {
             return Ok(());
         }
         let bytes = h * len * std::mem::size_of::<T>();
-        let own = self.part.owned(p);
         let (prev, next) = if periodic {
             (Some((p + parts - 1) % parts), Some((p + 1) % parts))
         } else {
@@ -289,9 +335,19 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
                 }
             }
         }
+        // On the initial device a part's "copy" is the host grid itself, which a kernel of
+        // the initial device (from another thread, through a view) may be writing: hold
+        // its memory as every host-side access of it does.
+        let initial = self.rt.initial_device();
+        let _hold = if self.devices[dst] == initial || self.devices[src] == initial {
+            Some(self.rt.hold_initial_device(false, "DistributedArray::send_halos")?)
+        } else {
+            None
+        };
         let (d, _dst_pin) = self.pinned_row(dst, dst_row)?;
         let (s, _src_pin) = self.pinned_row(src, src_row)?;
-        // SAFETY: `bytes` are whole rows inside both parts' mapped copies, pinned.
+        // SAFETY: `bytes` are whole rows inside both parts' mapped copies, pinned; host
+        // rows are held from the initial device's kernels.
         unsafe { self.rt.target_memcpy(d, s, bytes, 0, 0, self.devices[dst], self.devices[src]) }
     }
 
@@ -343,10 +399,13 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
 
 impl<T: DeviceCopy> Drop for DistributedArray<'_, T> {
     fn drop(&mut self) {
-        if self.mapped {
-            let n = self.part.parts();
-            self.unmap_first(n);
-        }
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            if self.mapped {
+                let n = self.part.parts();
+                self.unmap_first(n);
+            }
+        })
     }
 }
 
@@ -381,5 +440,22 @@ mod tests {
         assert_eq!((r.owned(0), r.owned(1), r.owned(2)), (1..5, 5..8, 8..11));
         assert_eq!((r.mapped(0), r.mapped(2)), (0..6, 7..12));
         assert!(RowPartition::new(4, 8, 3, 1).is_err());
+    }
+
+    /// A part or item past the end panics before any address is worked out from it, as an
+    /// index past a slice's end does (a view of part `parts` once formed a slice outside
+    /// the grid before the index of its device panicked).
+    #[test]
+    fn parts_and_items_past_the_end_are_refused() {
+        fn panics<R>(f: impl FnOnce() -> R) -> bool {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
+        }
+        let b = BlockPartition::new(10, 3).unwrap();
+        assert!(panics(|| b.range(3)));
+        assert!(panics(|| b.owner(10)));
+        assert_eq!((b.range(2), b.owner(9)), (7..10, 2));
+        let r = RowPartition::new(12, 8, 3, 1).unwrap();
+        assert!(panics(|| r.owned(3)));
+        assert!(panics(|| r.mapped(3)));
     }
 }

@@ -46,9 +46,12 @@
 //! ```
 //!
 //! Only launches can be recorded: a map, update, copy back or reduction inside the body is
-//! refused (they synchronise or change the present table, which a replay cannot repeat),
-//! and so is a checked launch of a generated kernel (it maps its report): record unchecked
-//! kernels (`checked = false`, or a release build).
+//! refused (they synchronise or change the present table, which a replay cannot repeat), as
+//! are a [`Device::gemm`] (a library's call, not a launch) and a checked launch of a
+//! generated kernel (it maps its report): record unchecked kernels (`checked = false`, or a
+//! release build). What the body drops is ended at once, as outside a body: a guard's exit,
+//! a buffer's free, a distributed array's unmap (their memory is going; none of them is
+//! recorded). A launch recorded before such a drop keeps the device memory it names.
 
 use std::panic::Location;
 

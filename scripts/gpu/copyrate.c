@@ -9,7 +9,10 @@
 //   populate by 2 MiB: the same, each thread whole 2 MiB-aligned pieces (one page-table
 //        page each, so no two threads take the same page-table lock)
 // Medians of 5 runs, GB/s. Build: cc -O2 -pthread -o copyrate copyrate.c
-// Run: ./copyrate [threads]   (16 by default)
+// Run: ./copyrate [threads [offset [head]]]   (16 threads by default). `offset`: the
+// destination starts that many bytes past a 2 MiB boundary (0; glibc's large allocations,
+// `offload::zeroed_vec` among them, start 16 bytes past a page). `head`: streaming stores
+// start at the destination's first `head`-byte boundary, 16 or 64 (16).
 #define _GNU_SOURCE
 #include <emmintrin.h>
 #include <pthread.h>
@@ -29,13 +32,14 @@
 #define DEPTH 4
 
 static int threads = 16;
+static size_t dst_off = 0, head_align = 16;
 static uint8_t *ring[DEPTH];
 
 struct job { uint8_t *src, *dst; int into_ring, streaming, t, populate; };
 
 static void copy(uint8_t *d, const uint8_t *s, size_t n, int streaming) {
   if (!streaming) { memcpy(d, s, n); return; }
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  size_t head = (head_align - ((uintptr_t)d & (head_align - 1))) & (head_align - 1);
   if (head > n) head = n;
   memcpy(d, s, head);
   size_t lines = (n - head) / 64, off = head;
@@ -67,7 +71,7 @@ static void *work(void *p) {
       continue;
     }
     uint8_t *r = ring[c % DEPTH] + j->t * piece;
-    uint8_t *h = (j->into_ring ? j->src : j->dst) + c * CHUNK + j->t * piece;
+    uint8_t *h = (j->into_ring ? j->src : j->dst + dst_off) + c * CHUNK + j->t * piece;
     if (j->into_ring) copy(r, h, piece, j->streaming);
     else copy(h, r, piece, j->streaming);
   }
@@ -93,11 +97,12 @@ static double run_mode(uint8_t *src, int into_ring, int streaming, int mode) {
     uint8_t *dst = NULL, *base = NULL;
     if (!into_ring) {
       // 2 MiB-aligned, so that 2 MiB pieces are whole page-table pages.
-      uint8_t *m = mmap(NULL, TOTAL + (2UL << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      uint8_t *m = mmap(NULL, TOTAL + (4UL << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (m == MAP_FAILED) { perror("mmap"); exit(1); }
       base = m;
       dst = (uint8_t *)(((uintptr_t)m + (2UL << 20) - 1) & ~((2UL << 20) - 1));
-      if (mode == 0) madvise(dst, TOTAL, MADV_POPULATE_WRITE);
+      // The copies write from dst + dst_off (see work()); populate whole pages around it.
+      if (mode == 0) madvise(dst, TOTAL + (2UL << 20), MADV_POPULATE_WRITE);
     }
     pthread_t th[256];
     struct job js[256];
@@ -108,7 +113,7 @@ static double run_mode(uint8_t *src, int into_ring, int streaming, int mode) {
     }
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
     gbs[k] = TOTAL / (now() - t0) / 1e9;
-    if (dst) munmap(base, TOTAL + (2UL << 20));
+    if (dst) munmap(base, TOTAL + (4UL << 20));
   }
   qsort(gbs, 5, sizeof gbs[0], cmp);
   return gbs[2];
@@ -118,12 +123,15 @@ static double run(uint8_t *src, int into_ring, int streaming) { return run_mode(
 
 int main(int argc, char **argv) {
   if (argc > 1) threads = atoi(argv[1]);
+  if (argc > 2) dst_off = strtoul(argv[2], NULL, 10);
+  if (argc > 3) head_align = strtoul(argv[3], NULL, 10);
   if (threads < 1 || threads > 256 || CHUNK % threads) { fprintf(stderr, "threads: 1-256, dividing 16 MiB\n"); return 1; }
+  if (dst_off > (1UL << 20) || (head_align != 16 && head_align != 64)) { fprintf(stderr, "offset: 0-1048576; head: 16 or 64\n"); return 1; }
   uint8_t *src = malloc(TOTAL);
   if (!src) return 1;
   memset(src, 7, TOTAL);
   for (int i = 0; i < DEPTH; i++) { ring[i] = aligned_alloc(4096, CHUNK); memset(ring[i], 1, CHUNK); }
-  printf("copyrate, %d threads, 1 GiB in 16 MiB chunks, ring of %d (GB/s, median of 5)\n", threads, DEPTH);
+  printf("copyrate, %d threads, 1 GiB in 16 MiB chunks, ring of %d, destination %zu bytes past 2 MiB, streaming from a %zu-byte boundary (GB/s, median of 5)\n", threads, DEPTH, dst_off, head_align);
   for (int round = 0; round < 2; round++) {
     printf("in  (pageable -> ring): ordinary %.1f  streaming %.1f\n", run(src, 1, 0), run(src, 1, 1));
     printf("out (ring -> fresh):    ordinary %.1f  streaming %.1f\n", run(src, 0, 0), run(src, 0, 1));

@@ -20,11 +20,28 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
             "DeviceCopy: generic structs are not supported: name the types",
         ));
     }
-    let repr_c = d.attrs.iter().any(|a| {
-        a.path().is_ident("repr")
-            && a.parse_args_with(syn::punctuated::Punctuated::<syn::Ident, syn::Token![,]>::parse_terminated)
-                .is_ok_and(|l| l.iter().any(|i| i == "C"))
-    });
+    // The items of every `#[repr(...)]`, by name (`packed(2)` and `align(8)` by theirs).
+    let mut repr = Vec::new();
+    for a in d.attrs.iter().filter(|a| a.path().is_ident("repr")) {
+        a.parse_nested_meta(|m| {
+            if let Some(id) = m.path.get_ident() {
+                repr.push(id.clone());
+            }
+            if m.input.peek(syn::token::Paren) {
+                let _content;
+                syn::parenthesized!(_content in m.input);
+            }
+            Ok(())
+        })?;
+    }
+    if let Some(bad) = repr.iter().find(|i| *i == "packed" || *i == "align") {
+        return Err(syn::Error::new_spanned(
+            bad,
+            "DeviceCopy: `packed` and `align` change the layout from the C struct the GPU's code declares: \
+             use plain `#[repr(C)]`",
+        ));
+    }
+    let repr_c = repr.iter().any(|i| i == "C");
     if !repr_c {
         return Err(syn::Error::new_spanned(
             name,
@@ -49,6 +66,7 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
     let mut parts = Vec::new();
     let mut decls = Vec::new();
     let mut types = Vec::new();
+    let mut scalars = Vec::new();
     for f in &fields.named {
         let fname = f.ident.as_ref().expect("named").unraw().to_string();
         if crate::lower::is_reserved(&fname) {
@@ -65,7 +83,10 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
                     "DeviceCopy: a `bool` field is not supported (not every byte is a bool): use u32",
                 ))
             }
-            (Some(t), _) => t.c().to_string(),
+            (Some(t), _) => {
+                scalars.push((ty.clone(), t.rust()));
+                t.c().to_string()
+            }
             (None, Some(st)) => {
                 parts.push(Part::Struct(st.clone()));
                 st.c_name
@@ -99,6 +120,19 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
          fields): padding bytes would be copied to the device unset"
     );
     let assert_fields = types.iter().map(|t| quote!(::offload::__private::assert_kernel_field::<#t>();));
+    // A scalar field is known by its written name, which a type alias in scope could give
+    // another type: its size and alignment must be the primitive's that the C side uses.
+    let alias = format!(
+        "DeviceCopy: a field of `{c_name}` is named as a scalar type but is not that primitive (a type alias?): \
+         the C struct would differ"
+    );
+    let assert_scalars = scalars.iter().map(|(t, prim)| {
+        quote!(::core::assert!(
+            ::core::mem::size_of::<#t>() == ::core::mem::size_of::<::core::primitive::#prim>()
+                && ::core::mem::align_of::<#t>() == ::core::mem::align_of::<::core::primitive::#prim>(),
+            #alias
+        );)
+    });
     Ok(quote! {
         const _: () = {
             #(#items)*
@@ -107,13 +141,16 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
             // is valid too.
             unsafe impl ::offload::DeviceCopy for #name {}
             // SAFETY: `C_SOURCE` declares the same fields, of the same C types, in the same
-            // order, in a C struct: the layouts agree.
+            // order, in a C struct: the layouts agree (plain `repr(C)`, never `packed` or
+            // `align`; each scalar field the size and alignment of its primitive: asserted
+            // below).
             unsafe impl ::offload::KernelStruct for #name {
                 const C_SOURCE: &'static str = #src;
             }
             #[allow(clippy::all)]
             const _: () = {
                 #(#assert_fields)*
+                #(#assert_scalars)*
                 ::core::assert!(
                     ::core::mem::size_of::<#name>() == 0 #(+ ::core::mem::size_of::<#types>())*,
                     #msg

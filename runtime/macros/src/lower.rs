@@ -198,12 +198,26 @@ fn float_method_list() -> String {
     FLOAT_METHODS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
 }
 
+/// A loop being lowered, for the rule that every thread of a team takes the same
+/// iterations of a loop with a barrier: a `break` or `continue` under a branch inside it
+/// would let some threads skip barriers that the others wait at.
+struct LoopFrame {
+    /// `divergent` inside the loop's body.
+    divergent: usize,
+    /// Whether the body (at any depth) has a barrier.
+    barrier: bool,
+    /// The first `break` or `continue` of this loop under a branch inside it.
+    exit: Option<Span>,
+}
+
 pub struct Lowerer {
     /// A teams kernel (barriers and team-local arrays allowed).
     teams: bool,
     /// Nesting depth of branches and loops threads may take differently (a barrier there
     /// would not be reached by every thread of the team).
     divergent: usize,
+    /// The loops being lowered, innermost last (see [`LoopFrame`]).
+    loops: Vec<LoopFrame>,
     vars: Vec<Var>,
     scopes: Vec<HashMap<String, VarId>>,
     used: HashSet<String>,
@@ -227,6 +241,7 @@ impl Lowerer {
         Self {
             teams: false,
             divergent: 0,
+            loops: Vec::new(),
             vars: Vec::new(),
             scopes: vec![HashMap::new()],
             used: RESERVED.iter().map(|s| s.to_string()).collect(),
@@ -403,6 +418,17 @@ impl Lowerer {
                 SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => n.base10_parse()?,
                 other => return err(other, "a team-local array's length is an integer literal"),
             };
+            // CUDA's static shared memory per block: larger arrays do not compile for a
+            // GPU, and the host twin would allocate them per team.
+            const SHARED_BYTES: u64 = 48 * 1024;
+            let bytes =
+                len.checked_mul(if matches!(elem, Ty::F64 | Ty::I64 | Ty::U64 | Ty::Usize) { 8 } else { 4 });
+            if bytes.is_none_or(|b| b > SHARED_BYTES) {
+                return err(
+                    &arr.len,
+                    "a team-local array holds at most 48 KiB (a GPU block's static shared memory)",
+                );
+            }
             if !c.args.is_empty() {
                 return err(c, "`offload::team_local()` takes no arguments");
             }
@@ -541,7 +567,7 @@ impl Lowerer {
                 let end_c = self.fresh(&format!("{}_end", self.vars[var].c));
                 let thread_bound = self.on_thread(&start) || self.on_thread(&end);
                 self.divergent += usize::from(thread_bound);
-                let body = self.block(&f.body);
+                let body = self.loop_body(&f.body);
                 self.divergent -= usize::from(thread_bound);
                 self.scopes.pop();
                 out.push(Stmt::For {
@@ -561,7 +587,7 @@ impl Lowerer {
                 }
                 let cond = self.value(&w.cond, Some(&Type::Scalar(Ty::Bool)))?;
                 self.divergent += 1;
-                let body = self.block(&w.body);
+                let body = self.loop_body(&w.body);
                 self.divergent -= 1;
                 out.push(Stmt::While { cond, body: body? });
                 Ok(())
@@ -569,7 +595,7 @@ impl Lowerer {
             SynExpr::Loop(l) => {
                 self.no_label(&l.label)?;
                 self.divergent += 1;
-                let body = self.block(&l.body);
+                let body = self.loop_body(&l.body);
                 self.divergent -= 1;
                 out.push(Stmt::Loop(body?));
                 Ok(())
@@ -582,6 +608,7 @@ impl Lowerer {
             }
             SynExpr::Continue(c) => {
                 self.no_label(&c.label)?;
+                self.loop_exit(c.span());
                 out.push(Stmt::Continue);
                 Ok(())
             }
@@ -590,6 +617,7 @@ impl Lowerer {
                 if let Some(v) = &b.expr {
                     return err(v, "`break` with a value is not in the kernel language");
                 }
+                self.loop_exit(b.span());
                 out.push(Stmt::Break);
                 Ok(())
             }
@@ -610,6 +638,7 @@ impl Lowerer {
                 if !c.args.is_empty() {
                     return err(c, "`offload::barrier()` takes no arguments");
                 }
+                self.loops.iter_mut().for_each(|l| l.barrier = true);
                 out.push(Stmt::Barrier);
                 Ok(())
             }
@@ -670,6 +699,32 @@ impl Lowerer {
                 let e = self.expr(other, None)?;
                 out.push(Stmt::Expr(e));
                 Ok(())
+            }
+        }
+    }
+
+    /// A loop's body, checked against [`LoopFrame`]'s rule once lowered.
+    fn loop_body(&mut self, body: &syn::Block) -> syn::Result<Vec<Stmt>> {
+        self.loops.push(LoopFrame { divergent: self.divergent, barrier: false, exit: None });
+        let lowered = self.block(body);
+        let frame = self.loops.pop();
+        let lowered = lowered?;
+        if let Some(LoopFrame { barrier: true, exit: Some(span), .. }) = frame {
+            return Err(syn::Error::new(
+                span,
+                "a `break` or `continue` under a branch, in a loop with a barrier: threads of the team that \
+                 take it would skip barriers the others wait at; make every thread leave the loop together",
+            ));
+        }
+        Ok(lowered)
+    }
+
+    /// Notes a `break` or `continue` of the innermost loop that only some threads may take.
+    fn loop_exit(&mut self, span: Span) {
+        let divergent = self.divergent;
+        if let Some(l) = self.loops.last_mut() {
+            if divergent > l.divergent && l.exit.is_none() {
+                l.exit = Some(span);
             }
         }
     }

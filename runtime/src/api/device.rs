@@ -240,7 +240,8 @@ impl<'rt> Device<'rt> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a view of another device, one too short for its
-    /// operand, a C that kernels may not write, or TF32 asked of elements that are not f32;
+    /// operand, a C that kernels may not write, TF32 asked of elements that are not f32, or
+    /// a call inside a [`Device::record`] body (a recording holds launches only);
     /// [`Error::NotPresent`] for an operand not mapped whole; [`Error::NoKernelImpl`] on a
     /// backend without BLAS (HIP); the library's errors as [`Error::Driver`].
     pub fn gemm<T: crate::GemmElement>(
@@ -260,6 +261,8 @@ impl<'rt> Device<'rt> {
                 T::TYPE.name()
             )));
         }
+        // A recording holds kernel launches only (a library's product is not one).
+        self.rt.not_recording(self.number, "a gemm")?;
         let d = match self.rt.settled(self.number)? {
             crate::device::Target::Device(d) => d,
             crate::device::Target::Initial => {

@@ -275,10 +275,13 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
-        let who = Caller { routine: "omp_target_free of the DeviceBuffer made", at: self.made_at };
-        // SAFETY: the allocation is this value's; launches borrowing it have returned and
-        // an association borrows it, so none is left.
-        let _ = unsafe { self.device.runtime().target_free_by(self.addr, self.device.number(), who) };
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            let who = Caller { routine: "omp_target_free of the DeviceBuffer made", at: self.made_at };
+            // SAFETY: the allocation is this value's; launches borrowing it have returned and
+            // an association borrows it, so none is left.
+            let _ = unsafe { self.device.runtime().target_free_by(self.addr, self.device.number(), who) };
+        })
     }
 }
 
@@ -377,9 +380,13 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
 
 impl<T: DeviceCopy> Drop for Association<'_, '_, T> {
     fn drop(&mut self) {
-        let d = self.buffer.device;
-        let who = Caller { routine: "omp_target_disassociate_ptr of the Association made", at: self.made_at };
-        // SAFETY: launches through the view have returned (they borrow the guard).
-        let _ = unsafe { d.runtime().disassociate_ptr_by(self.host.as_ptr() as usize, d.number(), who) };
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            let d = self.buffer.device;
+            let who =
+                Caller { routine: "omp_target_disassociate_ptr of the Association made", at: self.made_at };
+            // SAFETY: launches through the view have returned (they borrow the guard).
+            let _ = unsafe { d.runtime().disassociate_ptr_by(self.host.as_ptr() as usize, d.number(), who) };
+        })
     }
 }

@@ -11,6 +11,19 @@
 //! device the variable is the host copy itself (a kernel's writes reach it when its launch
 //! returns).
 //!
+//! A global's device copies outlive any borrow (they are present until the runtime ends),
+//! so the methods that make or use them take `&'static self`: a `DeviceGlobal` lives in a
+//! `static`, as a `declare target` variable does. One in a local variable would leave its
+//! device copies keyed by a stack address after it is gone; that does not compile:
+//!
+//! ```compile_fail
+//! use offload::{DeviceGlobal, Runtime};
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let local = DeviceGlobal::new(5u32);
+//! local.update_to(&rt.device(0)?)?; // `local` does not live for 'static
+//! # Ok::<(), offload::Error>(())
+//! ```
+//!
 //! ```
 //! use offload::{DeviceGlobal, HostLaunch, Kernel, Runtime};
 //!
@@ -78,7 +91,7 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
 
     /// The device copy's address on `device`, made from the host copy on first use. The
     /// caller holds the host lock.
-    fn device_copy(&self, device: &Device<'_>, _host: &MutexGuard<'_, T>) -> Result<u64> {
+    fn device_copy(&'static self, device: &Device<'_>, _host: &MutexGuard<'_, T>) -> Result<u64> {
         let (rt, d) = (device.runtime(), device.number());
         let host = self.host_ptr() as usize;
         if d == rt.initial_device() {
@@ -120,7 +133,7 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
 
     /// The device copy's address on `device` (C's `omp_get_mapped_ptr(&x, d)`), made on
     /// first use.
-    pub fn device_addr(&self, device: &Device<'_>) -> Result<u64> {
+    pub fn device_addr(&'static self, device: &Device<'_>) -> Result<u64> {
         let host = self.host.lock();
         self.device_copy(device, &host)
     }
@@ -128,7 +141,7 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
     /// The global as a kernel argument on `device`. On the initial device the kernel works
     /// on a copy of the host value that goes back into it when the argument drops (at the
     /// end of the launch it was given to), so no lock is held across the launch.
-    pub fn arg(&self, device: &Device<'_>) -> Result<GlobalArg<'_, T>> {
+    pub fn arg(&'static self, device: &Device<'_>) -> Result<GlobalArg<'static, T>> {
         let host = self.host.lock();
         if device.number() == device.runtime().initial_device() {
             let copy = Box::into_raw(Box::new(*host));
@@ -140,18 +153,18 @@ impl<T: DeviceCopy> DeviceGlobal<T> {
 
     /// `#pragma omp target update to(x)`: the host copy into `device`'s copy.
     #[track_caller]
-    pub fn update_to(&self, device: &Device<'_>) -> Result<()> {
+    pub fn update_to(&'static self, device: &Device<'_>) -> Result<()> {
         self.update(device, UpdateDirection::To)
     }
 
     /// `#pragma omp target update from(x)`: `device`'s copy into the host copy.
     #[track_caller]
-    pub fn update_from(&self, device: &Device<'_>) -> Result<()> {
+    pub fn update_from(&'static self, device: &Device<'_>) -> Result<()> {
         self.update(device, UpdateDirection::From)
     }
 
     #[track_caller]
-    fn update(&self, device: &Device<'_>, dir: UpdateDirection) -> Result<()> {
+    fn update(&'static self, device: &Device<'_>, dir: UpdateDirection) -> Result<()> {
         let host = self.host.lock();
         self.device_copy(device, &host)?;
         // SAFETY: the host copy is locked for the call; any bits are a valid `T`.

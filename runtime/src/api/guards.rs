@@ -4,7 +4,12 @@
 //!
 //! The guard holds the maps, so their slices stay borrowed (shared or exclusive) exactly
 //! as long as they are mapped; dropping it ends the mapping, so the present table never
-//! keeps an entry for freed host memory. Inside, the host copy of an exclusively
+//! keeps an entry for freed host memory, unless the guard is never dropped
+//! (`std::mem::forget`, a reference cycle). That is a leak, which Rust lets safe code make:
+//! the entry stays while its memory can be freed and handed out again, a later map there
+//! finds it present and copies nothing in, and the runtime's drop reports it among the live
+//! mappings. Nothing is ever written through it: copies back go only into what a live
+//! guard or region borrows. Inside, the host copy of an exclusively
 //! borrowed map can be changed ([`Mapped::host_mut`]) and pushed ([`Mapped::update_to`]),
 //! or pulled ([`Mapped::update_from`]), as OpenMP programs do between `target` regions:
 //!
@@ -225,31 +230,34 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 
 impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
     fn drop(&mut self) {
-        // A drop cannot return the error (`exit` does): it is kept for the device's next
-        // synchronising call to report (or, when a failure is pending already, that one is
-        // reported), so that a failed copy back is not silent.
-        if let Err(e) = self.end() {
-            // A failed `exit data` is undone, which would leave the guard's mapping live
-            // after its borrow ends: it is ended again without copying back (`release`).
-            if self.ending == Ending::ExitData {
-                let mut exit = Vec::new();
-                self.maps.exit_items(&mut exit);
-                for item in &mut exit {
-                    item.map_type = MapType::RELEASE;
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            // A drop cannot return the error (`exit` does): it is kept for the device's next
+            // synchronising call to report (or, when a failure is pending already, that one is
+            // reported), so that a failed copy back is not silent.
+            if let Err(e) = self.end() {
+                // A failed `exit data` is undone, which would leave the guard's mapping live
+                // after its borrow ends: it is ended again without copying back (`release`).
+                if self.ending == Ending::ExitData {
+                    let mut exit = Vec::new();
+                    self.maps.exit_items(&mut exit);
+                    for item in &mut exit {
+                        item.map_type = MapType::RELEASE;
+                    }
+                    let (rt, d) = (self.device.runtime(), self.device.number());
+                    // SAFETY: `release` copies nothing into the borrowed ranges.
+                    let _ = unsafe { rt.map_construct_at(MapConstruct::ExitData, d, &exit, self.at) };
                 }
-                let (rt, d) = (self.device.runtime(), self.device.number());
-                // SAFETY: `release` copies nothing into the borrowed ranges.
-                let _ = unsafe { rt.map_construct_at(MapConstruct::ExitData, d, &exit, self.at) };
+                let construct = match self.ending {
+                    Ending::RegionEnd => "exiting target data (a guard's drop)",
+                    Ending::ExitData => "target exit data (a guard's drop)",
+                };
+                let rt = self.device.runtime();
+                if let Ok(d) = rt.device_state(self.device.number()) {
+                    d.keep_failure(crate::device::Origin::new(construct, self.at), e);
+                }
             }
-            let construct = match self.ending {
-                Ending::RegionEnd => "exiting target data (a guard's drop)",
-                Ending::ExitData => "target exit data (a guard's drop)",
-            };
-            let rt = self.device.runtime();
-            if let Ok(d) = rt.device_state(self.device.number()) {
-                d.keep_failure(crate::device::Origin::new(construct, self.at), e);
-            }
-        }
+        })
     }
 }
 

@@ -143,7 +143,9 @@ impl<T: DeviceCopy> HostBuffer<T> {
     /// ```
     ///
     /// Errors (the buffer is then dropped): `src` longer than the buffer, or not mapped on
-    /// its device. On the initial device the copy is made at once.
+    /// its device. On the initial device the copy is made at once, after the initial
+    /// device's running kernels (which may write the view) have finished; it is refused
+    /// inside one of them.
     #[track_caller]
     pub fn read_queued(self, src: DeviceSlice<'_, T>) -> Result<QueuedRead<T>> {
         let (device, range) = (src.device(), src.host_range());
@@ -161,12 +163,18 @@ impl<T: DeviceCopy> HostBuffer<T> {
         let rt = self.rt.clone();
         let d = match rt.target(device)? {
             crate::device::Target::Initial => {
-                // The view is host memory itself (a map on the initial device maps nothing).
-                // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`, and
-                // the buffer holds at least as many; they are distinct allocations.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(range.begin as *const T, self.ptr.as_ptr(), src.len())
-                };
+                // The view is host memory itself (a map on the initial device maps nothing),
+                // which a kernel of the initial device may be writing from another thread:
+                // held from them, as `DeviceBuffer::read` is.
+                {
+                    let _hold = rt.hold_initial_device(false, "HostBuffer::read_queued")?;
+                    // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`,
+                    // and the buffer holds at least as many; they are distinct allocations,
+                    // and no kernel writes the view meanwhile (the hold).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(range.begin as *const T, self.ptr.as_ptr(), src.len())
+                    };
+                }
                 return Ok(QueuedRead { rt, device, buf: Some(self), pending: None });
             }
             crate::device::Target::Device(d) => d,
@@ -289,19 +297,22 @@ impl<T: DeviceCopy> Drop for QueuedRead<T> {
 
 impl<T: DeviceCopy> Drop for HostBuffer<T> {
     fn drop(&mut self) {
-        let item = self.item(MapType::DELETE);
-        for d in 0..self.rt.num_devices() {
-            if self.rt.is_present(item.range.begin, d).unwrap_or(false) {
-                // SAFETY: delete copies nothing back; the buffer is still alive.
-                let _ = unsafe { self.rt.exit_data(d, &[item]) };
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            let item = self.item(MapType::DELETE);
+            for d in 0..self.rt.num_devices() {
+                if self.rt.is_present(item.range.begin, d).unwrap_or(false) {
+                    // SAFETY: delete copies nothing back; the buffer is still alive.
+                    let _ = unsafe { self.rt.exit_data(d, &[item]) };
+                }
             }
-        }
-        if let Some(d) = self.pinned_by {
-            // SAFETY: pinned in `new` by device `d`; every copy has completed.
-            unsafe { self.rt.unpin_host(self.ptr.as_ptr().cast(), d) };
-        }
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
+            if let Some(d) = self.pinned_by {
+                // SAFETY: pinned in `new` by device `d`; every copy has completed.
+                unsafe { self.rt.unpin_host(self.ptr.as_ptr().cast(), d) };
+            }
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
+        })
     }
 }
 

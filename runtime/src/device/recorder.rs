@@ -43,6 +43,25 @@ pub(crate) fn finish() -> Option<(Vec<RecordedLaunch>, Short<u64>)> {
     RECORDING.with_borrow_mut(Option::take).map(|a| (a.launches, a.pins))
 }
 
+/// Runs `f` with this thread's recording, if any, set aside: for the drops of values whose
+/// memory is about to go (a guard's exit, a buffer's free), which must end their mappings
+/// and allocations even inside a recorded body. Nothing of a body runs until it has been
+/// recorded, so these take effect at once, as they would outside; what they end stays
+/// allocated while recorded launches use it (their blocks are pinned). The recording is
+/// put back afterwards, also when `f` unwinds.
+pub(crate) fn outside<R>(f: impl FnOnce() -> R) -> R {
+    struct PutBack(Option<Active>);
+    impl Drop for PutBack {
+        fn drop(&mut self) {
+            if let Some(a) = self.0.take() {
+                RECORDING.with_borrow_mut(|r| *r = Some(a));
+            }
+        }
+    }
+    let _back = PutBack(RECORDING.with_borrow_mut(Option::take));
+    f()
+}
+
 /// The error for a construct that a recorded body cannot hold.
 pub(crate) fn refused(device: usize, what: &str) -> Error {
     Error::InvalidArgument {
@@ -50,7 +69,7 @@ pub(crate) fn refused(device: usize, what: &str) -> Error {
         what: format!(
             "device {device}: {what} inside a recorded body; only launches can be recorded (maps, updates, \
              copies back, reductions and checked launches synchronise or change the present table, which a \
-             replay cannot repeat): make them outside the body"
+             replay cannot repeat, and a gemm is a library's call, not a launch): make them outside the body"
         ),
     }
 }

@@ -211,7 +211,7 @@ fn submit(
         // SAFETY: `work` owns what it uses ('static); the raw memory it reaches is the
         // caller's to keep valid (each routine's contract). One thread queues its tasks in
         // the order it records them, so none waits for one queued behind it on its lane.
-        unsafe { queue_task(rt, device, lane, task.clone(), before, false, None, |_| work())? };
+        unsafe { queue_task(rt, device, lane, task.clone(), before, false, None, false, |_| work())? };
     }
     GRAPH.with_borrow_mut(|g| g.record(&task, depend));
     Ok(task)

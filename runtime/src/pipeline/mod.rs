@@ -273,7 +273,18 @@ impl<'rt> Pipeline<'rt> {
             let items = [MapItem::slice(x, MapType::TO), MapItem::slice(y, MapType::ALLOC)];
             // SAFETY: `x` and `y` are borrowed (shared, exclusive) until the exit below.
             unsafe { self.rt.map_construct_at(MapConstruct::EnterData, dev.number(), &items, at)? };
-            let r = compute(&dev, batch, view_of(x, dev.number(), false), view_of(y, dev.number(), true));
+            let views = (view_of(x, dev.number(), false), view_of(y, dev.number(), true));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compute(&dev, batch, views.0, views.1)
+            }));
+            let r = r.unwrap_or_else(|payload| {
+                // Unmapped before the panic goes on: the borrows of `x` and `y` end with it.
+                let release = [MapItem::slice(y, MapType::RELEASE), MapItem::slice(x, MapType::RELEASE)];
+                // SAFETY: release copies nothing.
+                let _ =
+                    unsafe { self.rt.map_construct_at(MapConstruct::ExitData, dev.number(), &release, at) };
+                std::panic::resume_unwind(payload)
+            });
             let kind = if r.is_ok() { MapType::FROM } else { MapType::RELEASE };
             let exit = [MapItem::slice_mut(y, kind), MapItem::slice(x, MapType::RELEASE)];
             // SAFETY: as above; `y` is exclusively borrowed for the copy back.

@@ -28,6 +28,8 @@ pub struct ServeConfig<L = usize> {
     /// Rows (requests) in a batch at most (at least 1).
     pub max_rows: usize,
     /// How long after its first request's submission a batch that is not full starts.
+    /// A deadline too long to add to an instant (such as `Duration::MAX`) means none: a
+    /// batch then starts only once full or when the server shuts down.
     pub deadline: Duration,
 }
 
@@ -431,6 +433,17 @@ impl<'rt> Pipeline<'rt> {
         S: Send,
         C: FnOnce(&Intake<'_, In, Out>) -> R,
     {
+        // Its batches are queued from threads of its own, on the devices' lanes; inside a
+        // task (a pipeline's compute, a `nowait` task) they could wait behind the task that
+        // waits for them, for ever.
+        if crate::nowait::running_a_task() {
+            return Err(Error::InvalidArgument {
+                routine,
+                what: "a server started inside a nowait task or a pipeline's compute, whose lanes would \
+                       wait for it; expected a call from an ordinary thread"
+                    .into(),
+            });
+        }
         let ServeConfig { in_row, out_row, max_rows, deadline } = config;
         let out_lens = Out::lens(out_row);
         if in_row == 0 || out_lens.contains(&0) || max_rows == 0 {

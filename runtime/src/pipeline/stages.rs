@@ -270,24 +270,14 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
                 // SAFETY: a `DeviceCopy` type accepts every bit pattern, zero included.
                 let anchor: Vec<T> = vec![unsafe { std::mem::zeroed() }; pair[0].out_len];
                 let mut b = Boundary { anchor, devices: Vec::new(), copy: None };
-                for d in if from == to { vec![from] } else { vec![from, to] } {
-                    // SAFETY: the anchor lives in the boundary, which is unmapped from every
-                    // device it was mapped on before the anchor is freed (`Drop`); alloc
-                    // copies nothing.
-                    unsafe { rt.enter_data(d, &[MapItem::slice(&b.anchor, MapType::ALLOC)])? };
-                    b.devices.push(d);
-                }
-                if from != to {
-                    let host = b.anchor.as_ptr() as usize;
-                    let addr = |d: usize| -> Result<u64> {
-                        rt.mapped_ptr(host, d)?.ok_or(Error::InvalidArgument {
-                            routine: "StagePipeline::new",
-                            what: format!("device {d}: a boundary buffer just mapped is not present"),
-                        })
-                    };
-                    b.copy = Some((addr(to)?, addr(from)?));
-                }
+                let mapped = b.map(rt, from, to);
+                // Kept also when it failed part-way: `Drop` unmaps what it mapped before the
+                // anchor is freed.
                 slots.push(b);
+                if let Err(e) = mapped {
+                    self.boundaries.push(slots);
+                    return Err(e);
+                }
             }
             self.boundaries.push(slots);
         }
@@ -297,12 +287,15 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
 
 impl<T: DeviceCopy> Drop for StagePipeline<'_, '_, T> {
     fn drop(&mut self) {
-        for b in self.boundaries.iter().flatten() {
-            for &d in &b.devices {
-                // SAFETY: release copies nothing; the anchor is still alive.
-                let _ = unsafe { self.rt.exit_data(d, &[MapItem::slice(&b.anchor, MapType::RELEASE)]) };
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            for b in self.boundaries.iter().flatten() {
+                for &d in &b.devices {
+                    // SAFETY: release copies nothing; the anchor is still alive.
+                    let _ = unsafe { self.rt.exit_data(d, &[MapItem::slice(&b.anchor, MapType::RELEASE)]) };
+                }
             }
-        }
+        })
     }
 }
 
@@ -318,6 +311,29 @@ struct Boundary<T> {
 }
 
 impl<T> Boundary<T> {
+    /// Maps the anchor `alloc` on the stages' devices `from` and `to` (once when they are
+    /// one), each listed in `devices` once mapped, and takes the hand-off's addresses.
+    fn map(&mut self, rt: &Runtime, from: usize, to: usize) -> Result<()> {
+        for d in if from == to { vec![from] } else { vec![from, to] } {
+            // SAFETY: the anchor lives in the boundary, which is unmapped from every device
+            // in `devices` before the anchor is freed (`StagePipeline`'s drop, which every
+            // boundary reaches, mapped in full or not); alloc copies nothing.
+            unsafe { rt.enter_data(d, &[MapItem::slice(&self.anchor, MapType::ALLOC)])? };
+            self.devices.push(d);
+        }
+        if from != to {
+            let host = self.anchor.as_ptr() as usize;
+            let addr = |d: usize| -> Result<u64> {
+                rt.mapped_ptr(host, d)?.ok_or(Error::InvalidArgument {
+                    routine: "StagePipeline::new",
+                    what: format!("device {d}: a boundary buffer just mapped is not present"),
+                })
+            };
+            self.copy = Some((addr(to)?, addr(from)?));
+        }
+        Ok(())
+    }
+
     /// The activation's view on `device`, writable by kernels.
     fn view(&self, device: usize) -> DeviceSlice<'_, T> {
         scratch_view_of(&self.anchor, device)

@@ -139,10 +139,13 @@ impl<T> std::ops::DerefMut for Pinned<'_, T> {
 
 impl<T> Drop for Pinned<'_, T> {
     fn drop(&mut self) {
-        if let Some(d) = self.by {
-            // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
-            unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
-        }
+        // Inside a recorded body too (see `recorder::outside`).
+        crate::device::recorder::outside(|| {
+            if let Some(d) = self.by {
+                // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
+                unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
+            }
+        })
     }
 }
 
@@ -240,7 +243,7 @@ impl Runtime {
             return Err(Error::InvalidArgument {
                 routine: what,
                 what: format!(
-                    "initial device {}: called from one of its own kernels, which hold its memory;                      expected a call from outside a kernel of the initial device",
+                    "initial device {}: called from one of its own kernels, which hold its memory; expected a call from outside a kernel of the initial device",
                     self.initial_device()
                 ),
             });
