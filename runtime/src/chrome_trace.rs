@@ -60,6 +60,8 @@ struct Shared {
     /// `rank R: ` before each process's name, under an MPI launcher.
     rank: String,
     start: Instant,
+    /// `start` on [`clock_origin`]'s clock, in microseconds.
+    origin_offset: f64,
     state: Mutex<State>,
 }
 
@@ -327,6 +329,13 @@ fn gb_per_s(bytes: Option<u64>, micros: f64) -> Option<f64> {
     (micros > 0.0).then(|| bytes.unwrap_or(0) as f64 / micros / 1e3)
 }
 
+/// The process's clock for device spans' absolute end times (`ended_at_micros`): the first
+/// moment anything asked for it.
+pub(crate) fn clock_origin() -> std::time::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(std::time::Instant::now)
+}
+
 impl ChromeTraceLayer {
     /// A trace to be written to `path`, its clock starting now; under an MPI launcher, the
     /// process's `rank` names its processes (`rank 1: device 0`).
@@ -349,7 +358,10 @@ impl ChromeTraceLayer {
         // The host's process is named from the start; each device's at its first event.
         state.processes.insert(0);
         state.meta("process_name", 0, 0, Arg::S(format!("{rank}host")));
-        Ok(Self { shared: Arc::new(Shared { path, rank, start: Instant::now(), state: Mutex::new(state) }) })
+        let origin = clock_origin();
+        let start = Instant::now();
+        let origin_offset = start.saturating_duration_since(origin).as_secs_f64() * 1e6;
+        Ok(Self { shared: Arc::new(Shared { path, rank, start, origin_offset, state: Mutex::new(state) }) })
     }
 
     /// The file written.
@@ -397,7 +409,13 @@ impl ChromeTraceLayer {
         let here = |name, cat, ts, dur, args| slice(name, cat, (pid, tid), (ts, dur), args);
         if f.queue.is_some() {
             let dur = f.micros.unwrap_or(0.0).max(0.0);
-            let ts = (now - f.ended_ago.unwrap_or(0.0) - dur).max(0.0);
+            // The span's absolute end when the event has it: `ended_ago` is read before this
+            // event reaches the lock, so a thread descheduled in between would shift it.
+            let end = match f.ended_at {
+                Some(at) => at - self.shared.origin_offset,
+                None => now - f.ended_ago.unwrap_or(0.0),
+            };
+            let ts = (end - dur).max(0.0);
             let name = match (kind, &f.kernel, &f.direction) {
                 ("copy", _, Some(d)) => format!("copy {d}"),
                 ("kernel", Some(k), _) => format!("kernel {k}"),
@@ -532,6 +550,7 @@ struct Fields {
     queued: Option<bool>,
     queue: Option<String>,
     ended_ago: Option<f64>,
+    ended_at: Option<f64>,
     usage: Option<Usage>,
     message: Option<String>,
     /// Every other field, for the event's `args`.
@@ -596,6 +615,7 @@ impl Visit for Fields {
         match field.name() {
             "micros" => self.micros = Some(value),
             "ended_micros_ago" => self.ended_ago = Some(value),
+            "ended_at_micros" => self.ended_at = Some(value),
             name => self.rest.push((name, Arg::F(value))),
         }
     }
