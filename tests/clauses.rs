@@ -325,3 +325,82 @@ fn a_global_whose_host_copy_the_program_mapped_is_refused() {
         },
     );
 }
+
+#[test]
+fn a_captured_pointer_is_found_through_its_sections_base() {
+    // C: `target enter data map(tofrom: A[64:128])`, then `target` capturing `A` and indexing
+    // `A[i + 64]`: the pointer is initialised through the section its map named it the
+    // base of (OpenMP 5.2, 5.8.6), as `omp_get_mapped_ptr` of a zero-length section does.
+    each_device_and_the_initial_one("captured base pointers", |rt, d| {
+        let mut a: Vec<i32> = (0..256).collect();
+        let base = a.as_mut_ptr();
+        let section = base.wrapping_add(64);
+        let args =
+            [LaunchArg::Value(Scalar::I32(1000)), LaunchArg::Value(Scalar::U64(64)), LaunchArg::mapped(base)];
+        // SAFETY: `a` outlives the mapping, ended below; the host does not touch it meanwhile.
+        unsafe {
+            rt.enter_data(d, &[MapItem::tofrom(section, 128 * 4).with_base(base)])?;
+            rt.target_launch(d, &ADD_AT, 128, &[], &args)?;
+            rt.exit_data(d, &[MapItem::from(section, 128 * 4)])?;
+        }
+        check!(
+            a[64..192].iter().enumerate().all(|(i, &x)| x == i as i32 + 1064),
+            "device {d}: {:?}",
+            &a[64..66]
+        );
+        check!(a[..64].iter().enumerate().all(|(i, &x)| x == i as i32));
+        check!(a[192..].iter().enumerate().all(|(i, &x)| x == i as i32 + 192));
+        // Without the base in the map, `A` is below the section and maps to nothing there.
+        if d != rt.initial_device() {
+            // SAFETY: as above; the launch fails before running.
+            let e = unsafe {
+                rt.enter_data(d, &[MapItem::to(section.cast_const(), 128 * 4)])?;
+                let r = fails(rt.target_launch(d, &ADD_AT, 128, &[], &args), "A without its base");
+                rt.exit_data(d, &[MapItem::release(section.cast_const(), 128 * 4)])?;
+                r?
+            };
+            check!(matches!(e, Error::KernelArgument { index: 2, .. }), "{e:?}");
+            check!(e.to_string().contains("nor the base of one"), "{e}");
+        }
+        check!(rt.live_mappings().is_empty());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_captured_pointer_to_device_memory_keeps_its_value() {
+    // C: `int *p = omp_target_alloc(...)`, then `target` using `p` with no map and no
+    // `is_device_ptr`: p points to no mapped storage and keeps its value (5.8.6).
+    on_every_backend(
+        "captured device pointers",
+        1,
+        |b| b,
+        |rt| {
+            for d in 0..rt.num_devices() {
+                let p = rt.target_alloc(64 * 4, d)?;
+                let args = [LaunchArg::Value(Scalar::I32(7)), LaunchArg::Mapped(p as usize)];
+                // SAFETY: `p` is 64 i32 of device `d`, freed below.
+                unsafe {
+                    rt.target_memset(p, 0, 64 * 4, d)?;
+                    rt.target_launch(d, &ADD_I32, 64, &[], &args)?;
+                }
+                let mut back = vec![0i32; 64];
+                // SAFETY: `back` holds 64 i32; `p` is device memory of that size.
+                unsafe {
+                    rt.target_memcpy(back.as_mut_ptr() as u64, p, 64 * 4, 0, 0, rt.initial_device(), d)?
+                };
+                // SAFETY: allocated above, no longer used.
+                unsafe { rt.target_free(p, d)? };
+                check_eq!(back, vec![7; 64]);
+                // A host address inside no mapping, and no device memory, is refused.
+                let x = [0i32; 4];
+                let host_args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(x.as_ptr())];
+                // SAFETY: the launch is refused before running.
+                let e = fails(unsafe { rt.target_launch(d, &ADD_I32, 4, &[], &host_args) }, "host memory")?;
+                check!(e.to_string().contains("is not mapped on device"), "{e}");
+            }
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}

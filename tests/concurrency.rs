@@ -4,35 +4,11 @@
 
 use std::sync::Barrier;
 
-use offload::{map, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
+use offload::{map, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{saxpy, ADD_I32, SAXPY};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend, run_threads};
 
 const THREADS: usize = 24;
-
-/// Runs `f(t)` on `n` threads at once; the first failure, naming its thread.
-fn run_threads(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|t| {
-                let f = &f;
-                s.spawn(move || f(t))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::InvalidArgument { routine: "thread", what: "a test thread panicked".into() })
-                })
-            })
-            .collect()
-    });
-    for (t, r) in results.into_iter().enumerate() {
-        r.map_err(|e| Error::InvalidArgument { routine: "thread", what: format!("thread {t}: {e}") })?;
-    }
-    Ok(())
-}
 
 fn all_clean(rt: &Runtime) -> Result<()> {
     check!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
@@ -191,23 +167,34 @@ fn threads_use_the_safe_api_at_once() {
     );
 }
 
-/// Signals that it runs, waits (at most 10 s) until the test lets it go on, then writes 7
-/// into its first argument's `n` i32: so the test can unmap the argument while the kernel
-/// runs.
-fn held_fill(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
-    use std::sync::atomic::Ordering::SeqCst;
-    HELD_FILL_RUNNING.store(true, SeqCst);
-    let start = std::time::Instant::now();
-    while !HELD_FILL_GO.load(SeqCst) && start.elapsed() < std::time::Duration::from_secs(10) {
-        std::thread::yield_now();
+/// Kernels that signal that they run, wait (at most 10 s) until their test lets them go on,
+/// then write 7 into their first argument's `n` i32: so that a test can reach the argument
+/// while the kernel runs. Gate `G` is one test's own (`RUNNING[G]`, `GO[G]`), as tests run at
+/// once.
+mod gate {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    pub static RUNNING: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+    pub static GO: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+
+    pub fn gated_fill<const G: usize>(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+        RUNNING[G].store(true, SeqCst);
+        let start = std::time::Instant::now();
+        while !GO[G].load(SeqCst) && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        // SAFETY: argument 0 is a mapped range of at least n i32.
+        unsafe { l.slice_mut::<i32>(0, l.n())? }.fill(7);
+        Ok(())
     }
-    // SAFETY: argument 0 is a mapped range of at least n i32.
-    unsafe { l.slice_mut::<i32>(0, l.n())? }.fill(7);
-    Ok(())
+
+    /// Waits until gate `G`'s kernel runs.
+    pub fn wait_running<const G: usize>() {
+        while !RUNNING[G].load(SeqCst) {
+            std::thread::yield_now();
+        }
+    }
 }
-static HELD_FILL_RUNNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static HELD_FILL_GO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static HELD_FILL: offload::Kernel = offload::Kernel::new("held_fill").with_host(held_fill);
+static HELD_FILL: offload::Kernel = offload::Kernel::new("held_fill").with_host(gate::gated_fill::<0>);
 
 /// One reference count lets any thread's `exit data delete` end a mapping that another
 /// thread's launch uses; the entry's device block must outlive the launch all the same:
@@ -226,15 +213,13 @@ fn a_block_an_exit_releases_under_a_running_kernel_outlives_the_kernel() {
     let x_block = rt.mapped_ptr(x.as_ptr() as usize, 0).expect("lookup").expect("x mapped");
     let y_block = std::thread::scope(|s| {
         let k = s.spawn(|| gpu.launch(&HELD_FILL, 256, (xv,)));
-        while !HELD_FILL_RUNNING.load(SeqCst) {
-            std::thread::yield_now();
-        }
+        gate::wait_running::<0>();
         // The kernel is running: delete x, then map y, of the same size class (`alloc`:
         // a copy would queue behind the kernel on the host device's worker).
         gpu.exit_data(map::delete(&x)).expect("delete x");
         let y_entered = gpu.enter_data(map::alloc(&y)).expect("enter y");
         let y_block = rt.mapped_ptr(y.as_ptr() as usize, 0).expect("lookup").expect("y mapped");
-        HELD_FILL_GO.store(true, SeqCst);
+        gate::GO[0].store(true, SeqCst);
         k.join().expect("launch thread").expect("launch");
         (y_block, y_entered)
     });
@@ -245,5 +230,69 @@ fn a_block_an_exit_releases_under_a_running_kernel_outlives_the_kernel() {
     assert!(dev_y.iter().all(|&v| v == 5), "the kernel wrote into y's device copy: {:?}", &dev_y[..4]);
     y_entered.exit().expect("exit y");
     drop(x_entered); // x was deleted: its release finds nothing
+    assert_clean(&rt, 0).expect("clean");
+}
+
+static GATED_FILL: offload::Kernel = offload::Kernel::new("gated_fill").with_host(gate::gated_fill::<1>);
+
+/// Runs `host_side` on another thread while `GATED_FILL` runs on the initial device over
+/// `view`, and returns whether `host_side` finished while the kernel was still held (it
+/// must not: on the initial device a view is host memory, and reading or writing it under
+/// a running kernel is a data race), then the kernel's and `host_side`'s results.
+fn runs_under_a_gated_kernel<R: Send>(
+    init: &offload::Device<'_>,
+    view: offload::DeviceSlice<'_, i32>,
+    host_side: impl FnOnce() -> R + Send,
+) -> (bool, Result<()>, R) {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    gate::RUNNING[1].store(false, SeqCst);
+    gate::GO[1].store(false, SeqCst);
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let k = s.spawn(|| init.launch(&GATED_FILL, view.len(), (view,)));
+        gate::wait_running::<1>();
+        let h = s.spawn(|| {
+            let r = host_side();
+            finished.store(true, SeqCst);
+            r
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let early = finished.load(SeqCst);
+        gate::GO[1].store(true, SeqCst);
+        let launched = k.join().expect("launch thread");
+        (early, launched, h.join().expect("host-side thread"))
+    })
+}
+
+/// `HostBuffer::read_queued` and `DistributedArray::send_halos` on the initial device wait
+/// for its running kernels, as `DeviceBuffer::read` does (they once read and wrote the host
+/// memory at once: a torn snapshot, and a data race). Initial device only: its kernels are
+/// host functions.
+#[test]
+fn host_side_copies_on_the_initial_device_wait_for_its_running_kernel() {
+    use offload::partition::{DistributedArray, RowPartition};
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build().expect("runtime");
+    let init = rt.device(rt.initial_device()).expect("initial device");
+    let n = 4096;
+    let buf = offload::DeviceBuffer::<i32>::new(&init, n).expect("buffer");
+    let (early, launched, read) = runs_under_a_gated_kernel(&init, buf.view(), || {
+        offload::HostBuffer::<i32>::new(&rt, n)?.read_queued(buf.view())?.wait()
+    });
+    launched.expect("launch");
+    assert!(!early, "read_queued returned while a kernel of the initial device was writing its view");
+    let read = read.expect("read_queued");
+    assert!(read.iter().all(|&v| v == 7), "read_queued read a torn snapshot: {:?}", &read[..4]);
+
+    // One part, periodic: its halos come from its own first and last owned rows, through
+    // the host grid, which the kernel is writing through the part's view.
+    let part = RowPartition::new(8, 64, 1, 1).expect("partition");
+    let mut grid = vec![0i32; 8 * 64];
+    let d = DistributedArray::map(&rt, &[rt.initial_device()], &mut grid, part, MapType::TO).expect("map");
+    let (early, launched, sent) = runs_under_a_gated_kernel(&init, d.view(0), || d.send_halos(0, true));
+    launched.expect("launch");
+    sent.expect("send_halos");
+    assert!(!early, "send_halos copied rows while a kernel of the initial device was writing them");
+    d.gather().expect("gather");
+    assert!(grid.iter().all(|&v| v == 7));
     assert_clean(&rt, 0).expect("clean");
 }

@@ -826,3 +826,131 @@ fn the_model_reads_conformance_case_24_as_the_runtime_does() {
     assert!(m.exit(0, &[hold], true).is_ok());
     assert!(m.tables[0].is_empty());
 }
+
+// ---- many threads at once ---------------------------------------------------------------
+
+/// What one thread does to the shared counters in one block: every block adds `k` to each
+/// counter it names on the device, and every exit that can be the last copies back, so
+/// whatever the interleaving OpenMP's rules give one result: each counter ends at the sum
+/// of the additions (every entry's life ends with a copy back of all the additions made
+/// during it, and the next life starts from that value).
+#[derive(Clone, Copy, Debug)]
+enum Block {
+    /// `target map(tofrom: c...)` adding `k`.
+    Region(i32),
+    /// `enter data map(to:)`, a region with no map, `exit data map(from:)`.
+    EnterExit(i32),
+    /// `enter data map(to:)`, a `tofrom` region inside it, `exit data map(from:)`.
+    Nested(i32),
+    /// `enter data map(to:)`, a region with no map, `update from`, `exit data map(from:)`.
+    UpdateThenExit(i32),
+}
+
+/// A block and the counters it names (element offsets).
+type Placed = (Block, Vec<usize>);
+
+/// Counters in the host array (elements 0, 16 and 32: apart, so they are three mappings).
+const COUNTERS: [usize; 3] = [0, 16, 32];
+
+fn block() -> impl Strategy<Value = Placed> {
+    let kind = (1i32..4).prop_flat_map(|k| {
+        prop_oneof![
+            Just(Block::Region(k)),
+            Just(Block::EnterExit(k)),
+            Just(Block::Nested(k)),
+            Just(Block::UpdateThenExit(k))
+        ]
+    });
+    // One to three of the counters, in list order.
+    (kind, prop::sample::subsequence(COUNTERS.to_vec(), 1..=3))
+}
+
+/// Runs `block` over the counters at `at` (element offsets) of the array at `base` on `dev`.
+///
+/// # Safety
+/// `base` points to the host array, which only the runtime's copies touch meanwhile.
+unsafe fn run_block(rt: &Runtime, dev: usize, base: usize, (block, at): &Placed) -> Result<()> {
+    let ptr = |i: usize| (base as *mut i32).wrapping_add(i);
+    let maps = |t: MapType| -> Vec<MapItem> { at.iter().map(|&i| MapItem::raw(ptr(i), 4, t)).collect() };
+    let add = |k: i32, maps: &[MapItem]| -> Result<()> {
+        for &i in at {
+            let args = [LaunchArg::Value(Scalar::I32(k)), LaunchArg::mapped(ptr(i).cast_const())];
+            // SAFETY: forwarded from the caller.
+            unsafe { rt.target_launch(dev, &offload_kernels::ADD_I32, 1, maps, &args)? };
+        }
+        Ok(())
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match *block {
+            Block::Region(k) => add(k, &maps(MapType::TOFROM)),
+            Block::EnterExit(k) => {
+                rt.enter_data(dev, &maps(MapType::TO))?;
+                add(k, &[])?;
+                rt.exit_data(dev, &maps(MapType::FROM))
+            }
+            Block::Nested(k) => {
+                rt.enter_data(dev, &maps(MapType::TO))?;
+                add(k, &maps(MapType::TOFROM))?;
+                rt.exit_data(dev, &maps(MapType::FROM))
+            }
+            Block::UpdateThenExit(k) => {
+                rt.enter_data(dev, &maps(MapType::TO))?;
+                add(k, &[])?;
+                let items: Vec<_> =
+                    at.iter().map(|&i| (offload::HostRange::new(ptr(i) as usize, 4), false)).collect();
+                rt.update(dev, UpdateDirection::From, &items)?;
+                rt.exit_data(dev, &maps(MapType::FROM))
+            }
+        }
+    }
+}
+
+/// Random programs of four threads, each a sequence of blocks over three shared counters
+/// on one device, run at once: every counter must end at the sum of what was added to it,
+/// and nothing stay mapped. Each construct's entry and exit being atomic is what makes the
+/// result one; before it, the interleavings lost additions. (One device per program: a
+/// counter mapped on two devices at once has two device copies, each copied back over the
+/// host, and loses additions in C too.)
+#[test]
+fn many_threads_on_shared_counters_agree_with_the_model() {
+    const THREADS: usize = 4;
+    for b in backends() {
+        let builder = if b.name == "host" { b.builder().host_devices(2) } else { b.builder() };
+        let rt = builder.build().unwrap_or_else(|e| panic!("[{}] start: {e}", b.name));
+        let devices = rt.num_devices();
+        if devices == 0 {
+            continue;
+        }
+        let thread = prop::collection::vec(block(), 1..=40);
+        let program = (0..devices, prop::collection::vec(thread, THREADS..=THREADS));
+        let config = Config { cases: 32, failure_persistence: None, ..Config::default() };
+        let case = |(dev, threads): (usize, Vec<Vec<Placed>>)| {
+            let mut host = vec![0i32; ARENA];
+            let base = host.as_mut_ptr() as usize;
+            let ran = offload_tests::run_threads(THREADS, |t| {
+                // SAFETY: only the runtime touches `host` until the threads end.
+                threads[t].iter().try_for_each(|b| unsafe { run_block(&rt, dev, base, b) })
+            });
+            ran.map_err(|e| TestCaseError::fail(format!("a construct failed: {e}")))?;
+            let mut want = vec![0i32; ARENA];
+            for (block, at) in threads.iter().flatten() {
+                let (Block::Region(k) | Block::EnterExit(k) | Block::Nested(k) | Block::UpdateThenExit(k)) =
+                    *block;
+                for &i in at {
+                    want[i] += k;
+                }
+            }
+            prop_assert_eq!(&host, &want, "device {}: the counters lost additions", dev);
+            prop_assert!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+            Ok(())
+        };
+        match TestRunner::new(config).run(&program, case) {
+            Ok(()) => println!("[{}] 32 programs of {THREADS} threads agree with the model", b.name),
+            Err(TestError::Fail(why, (dev, threads))) => {
+                panic!("[{}] device {dev}: {why}\nthreads: {threads:#?}", b.name)
+            }
+            Err(e) => panic!("[{}] {e}", b.name),
+        }
+    }
+}

@@ -668,7 +668,15 @@ impl<'a> HostLaunch<'a> {
 /// An argument of a target launch in the OpenMP shape.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum LaunchArg {
-    /// A host address inside a mapped range: the kernel gets its device address.
+    /// A host address inside a mapped range: the kernel gets its device address. In C's
+    /// `target` ([`crate::Runtime::target_launch`], [`crate::omp::target`]) it is a pointer
+    /// the region captured, initialised as OpenMP 5.2's 5.8.6 says: one inside no mapped
+    /// range gets the device address through the entry whose map named it as the
+    /// section's base (`map(to: A[64:128])`, then `A`), and one pointing to no mapped
+    /// storage keeps its value where that is the device's memory (`omp_target_alloc`). A
+    /// host address that is neither is refused (C would pass it to a device that cannot
+    /// read it; [`LaunchArg::Device`] passes any value unchanged). Elsewhere (the safe API)
+    /// a host address inside no mapped range is an error.
     Mapped(usize),
     /// C's base pointer of an array section (libomptarget's base/begin pair): the kernel
     /// gets the device address of host address `base`, translated through the mapped

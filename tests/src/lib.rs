@@ -408,6 +408,36 @@ pub fn activation_f64(act: offload::Activation, v: f64) -> f64 {
     }
 }
 
+/// Runs `f(t)` on `n` threads at once; the first failure, naming its thread.
+pub fn run_threads(n: usize, f: impl Fn(usize) -> offload::Result<()> + Sync) -> offload::Result<()> {
+    let results: Vec<offload::Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || f(t))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(offload::Error::InvalidArgument {
+                        routine: "thread",
+                        what: "a test thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    for (t, r) in results.into_iter().enumerate() {
+        r.map_err(|e| offload::Error::InvalidArgument {
+            routine: "thread",
+            what: format!("thread {t}: {e}"),
+        })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

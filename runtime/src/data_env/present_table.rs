@@ -195,6 +195,14 @@ pub(crate) struct PresentTable {
     /// address: with one reference count, another thread's exit may end their entry
     /// meanwhile, and then the block is freed by its last user, not by the exit.
     in_use: HashMap<u64, BlockInUse>,
+    /// Host ranges in transit: entries a construct created and has not published yet (their
+    /// copies in are running), and entries an exit took out whose copies back are running.
+    /// Another construct entering any of these bytes waits until the range leaves this
+    /// list, so that each construct's entry and exit steps are atomic as OpenMP requires
+    /// (5.2, 5.8.3): it neither maps anew from a host value about to be overwritten by a
+    /// copy back, nor makes a second device copy beside one about to be published. A
+    /// multiset: the same range may be in transit twice (an exit and, after it, an entry).
+    transit: Vec<HostRange>,
 }
 
 /// Users of one device block, and its entry once that has left the table.
@@ -312,6 +320,31 @@ impl PresentTable {
             }
             _ => Some(e),
         }
+    }
+
+    /// Puts `r` in transit ([`PresentTable::in_transit`]) until [`PresentTable::end_transit`].
+    pub(crate) fn begin_transit(&mut self, r: HostRange) {
+        self.transit.push(r);
+    }
+
+    /// Takes one occurrence of `r` out of transit.
+    pub(crate) fn end_transit(&mut self, r: HostRange) {
+        if let Some(i) = self.transit.iter().position(|t| *t == r) {
+            self.transit.swap_remove(i);
+        }
+    }
+
+    /// Whether any byte of `r` is in transit (a zero-length `r`: whether its address is in
+    /// or at the start of a range in transit, as a zero-length lookup finds an entry).
+    pub(crate) fn in_transit(&self, r: HostRange) -> bool {
+        self.transit.iter().any(|t| {
+            if r.bytes == 0 || t.bytes == 0 {
+                let (point, span) = if r.bytes == 0 { (r.begin, t) } else { (t.begin, &r) };
+                point == span.begin || (span.begin < point && point < span.end())
+            } else {
+                r.begin < t.end() && t.begin < r.end()
+            }
+        })
     }
 
     /// Entries that have left the table whose blocks queued work still uses.

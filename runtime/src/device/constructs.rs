@@ -68,6 +68,47 @@ impl Drop for BlocksInUse<'_> {
     }
 }
 
+/// The host ranges a construct put in transit ([`PresentTable::in_transit`]): taken out,
+/// and the constructs waiting on them woken, by [`Transit::end`] or, on a failure or an
+/// unwind, when dropped. Declared before any guard of the table in the same scope, so that
+/// its drop, which locks the table, comes after theirs.
+struct Transit<'a> {
+    device: &'a DeviceState,
+    ranges: Short<HostRange>,
+}
+
+impl<'a> Transit<'a> {
+    fn new(device: &'a DeviceState) -> Self {
+        Self { device, ranges: Short::new() }
+    }
+
+    /// Puts `r` in transit in `table` (whose lock the caller holds).
+    fn add(&mut self, table: &mut PresentTable, r: HostRange) {
+        table.begin_transit(r);
+        self.ranges.push(r);
+    }
+
+    /// Takes the ranges out of transit in `table` (whose lock the caller holds).
+    fn end(&mut self, table: &mut PresentTable) {
+        if self.ranges.is_empty() {
+            return;
+        }
+        for r in self.ranges.drain(..) {
+            table.end_transit(r);
+        }
+        self.device.transit_done.notify_all();
+    }
+}
+
+impl Drop for Transit<'_> {
+    fn drop(&mut self) {
+        if !self.ranges.is_empty() {
+            let device = self.device;
+            self.end(&mut device.table.lock());
+        }
+    }
+}
+
 /// Bounce slots whose copies a construct queued and has not yet handed to its
 /// [`DeviceState::queued`] record: given back when dropped (on a failure or an unwind),
 /// after the queue has passed the copies.
@@ -379,10 +420,12 @@ impl DeviceState {
         // queued work, which a copy not queued behind it must wait for.
         let mut existing: SmallSet<usize> = SmallSet::new();
         // Declared before `in_use`, so dropped after it: blocks in use outlive their pins.
+        let mut transit = Transit::new(self);
         let mut blocks = NewBlocks::new(self);
         let mut in_use = BlocksInUse::new(self);
         let names = {
             let mut table = self.table.lock();
+            self.wait_for_transit(&mut table, items);
             let alloc = |bytes| blocks.alloc(bytes);
             let exists = |e: &Entry, it: &MapItem, moved: bool| {
                 self.entry_event(InfoFlags::MAPPING_EXISTS, "mapping exists", e);
@@ -395,7 +438,9 @@ impl DeviceState {
             }
             // Traced now, before their copies: the entries exist from here on (published
             // with their data below, or undone with a failed construct, which says so).
+            // Until then they are in transit: another construct entering them waits.
             for p in plan.planned.iter() {
+                transit.add(&mut table, p.range);
                 let line = EntryLine {
                     device: self.number,
                     range: p.range,
@@ -443,6 +488,7 @@ impl DeviceState {
             drop(slots);
             return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
+        transit.end(&mut table);
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
@@ -464,6 +510,16 @@ impl DeviceState {
         }
         drop(table);
         self.queued(origin, in_use, std::mem::take(&mut slots.1))
+    }
+
+    /// Waits (the table's lock released meanwhile) until no byte that `items` name is in
+    /// transit: another construct's new entries not yet published, or removed entries
+    /// whose copies back have not landed. Only entering constructs wait, and a construct
+    /// in transit never waits for another, so the waits form no cycle.
+    fn wait_for_transit(&self, table: &mut parking_lot::MutexGuard<'_, PresentTable>, items: &[MapItem]) {
+        while items.iter().any(|it| table.in_transit(it.range)) {
+            self.transit_done.wait(table);
+        }
     }
 
     /// Copies `host` to `dst` for a construct: queued from a bounce slot (added to
@@ -697,6 +753,7 @@ impl DeviceState {
     /// As [`DeviceState::map_exit`].
     unsafe fn exit_list(&self, items: &[MapItem], c: Construct, devices: &[DeviceState]) -> Result<()> {
         // Under the lock: move the counts, list the copies, take released entries out.
+        let mut transit = Transit::new(self);
         let mut in_use = BlocksInUse::new(self);
         let mut plan = ExitPlan::default();
         let names = {
@@ -707,6 +764,13 @@ impl DeviceState {
                 }
             }
             plan.fill(&mut table, items, c, self.number)?;
+            // A removed entry stays in transit until its copy back has landed: a construct
+            // mapping it anew before then would copy in the host's old value.
+            for (e, _) in &plan.removed {
+                if plan.copies.iter().any(|&(_, _, key)| key == e.range.begin) {
+                    transit.add(&mut table, e.range);
+                }
+            }
             if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
                 self.not_copied_out(&table, items, &plan);
             }
@@ -756,6 +820,7 @@ impl DeviceState {
             return first_err.map_or(Ok(()), Err);
         }
         let mut table = self.table.lock();
+        transit.end(&mut table);
         for &(range, _, key) in &plan.copies {
             self.note_copy(&mut table, key, range);
         }
@@ -821,6 +886,9 @@ impl DeviceState {
         origin: Origin,
         devices: &[DeviceState],
     ) -> Result<()> {
+        // A copy from the device is in transit until it has landed: a construct mapping the
+        // range anew meanwhile would read the host memory it is about to overwrite.
+        let mut transit = Transit::new(self);
         // The entries copied stay allocated until the copies are done.
         let mut in_use = BlocksInUse::new(self);
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
@@ -836,6 +904,9 @@ impl DeviceState {
                     let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);
                     found.push(copy);
                     in_use.pin(&mut table, block);
+                    if dir == UpdateDirection::From {
+                        transit.add(&mut table, range);
+                    }
                 }
             }
             self.copy_names(&found, |k| table.get(k).and_then(Entry::array))
@@ -865,6 +936,7 @@ impl DeviceState {
             return Err(e);
         }
         let mut table = self.table.lock();
+        transit.end(&mut table);
         for &(range, _, key) in &found {
             self.note_copy(&mut table, key, range);
         }

@@ -95,6 +95,9 @@ pub(crate) struct DeviceState {
     pub(crate) backend: Arc<dyn Backend>,
     pool: MemoryPool,
     table: Mutex<PresentTable>,
+    /// Signalled when host ranges leave the table's transit list
+    /// ([`PresentTable::in_transit`]), for the constructs waiting on them.
+    transit_done: parking_lot::Condvar,
     stats: TransferCounters,
     trace: Arc<Trace>,
     placement: Placement,
@@ -141,6 +144,7 @@ impl DeviceState {
             backend: Arc::from(backend),
             pool: MemoryPool::new(setup.pool, number),
             table: Mutex::new(PresentTable::default()),
+            transit_done: parking_lot::Condvar::new(),
             stats: TransferCounters::default(),
             trace: Arc::clone(&setup.trace),
             placement,
@@ -247,10 +251,18 @@ impl DeviceState {
     /// Translates launch arguments: mapped host addresses through the present table.
     /// The mapped entries' blocks stay pinned while the returned guard lives (through the
     /// launch).
+    ///
+    /// With `c_pointers` (C's `target`, where a [`LaunchArg::Mapped`] is a pointer the
+    /// region captured), a pointer inside no entry is initialised as OpenMP 5.2's 5.8.6
+    /// says: through the entry whose map named it as the section's base (`map(to:
+    /// A[64:128])` and the pointer `A`, found as a zero-length section finds it), else it
+    /// keeps its own value (memory from `omp_target_alloc`, say). The safe API's views
+    /// are always inside their entry, and a view whose entry is gone stays an error.
     pub(crate) fn translate_args(
         &self,
         kernel: &Kernel,
         args: &[LaunchArg],
+        c_pointers: bool,
     ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
         let mut in_use = BlocksInUse::new(self);
         let mut table = self.table.lock();
@@ -291,12 +303,37 @@ impl DeviceState {
                             in_use.pin(&mut table, block);
                             arg
                         }
+                        None if c_pointers => {
+                            let below_entry = table.named_by_zero_length(h).map(|e| (e.device_addr, e.range.begin - h));
+                            if let Some((block, below)) = below_entry {
+                                // From the map's base, below its entry: as far below the device
+                                // block as the pointer is below the section (C's arithmetic).
+                                in_use.pin(&mut table, block);
+                                KernelArg::Ptr { addr: block.wrapping_sub(below as u64), bytes: None }
+                            } else if let Some(bytes) = self.pool.extent(h as u64) {
+                                // Pointing to no mapped storage but to the device's own memory
+                                // (`omp_target_alloc`): the value itself.
+                                KernelArg::Ptr { addr: h as u64, bytes: Some(bytes) }
+                            } else {
+                                return Err(Error::KernelArgument {
+                                    kernel: kernel.name(),
+                                    index,
+                                    what: format!(
+                                        "host {h:#x} is not mapped on device {}; neither inside a mapped range, \
+                                         nor the base of one, nor the device's memory (C would pass the host \
+                                         address as is, which the device cannot read; LaunchArg::Device passes \
+                                         a value unchanged)",
+                                        self.number
+                                    ),
+                                });
+                            }
+                        }
                         None => {
                             return Err(Error::KernelArgument {
                                 kernel: kernel.name(),
                                 index,
                                 what: format!("host {h:#x} is not mapped on device {}", self.number),
-                            })
+                            });
                         }
                     },
                 })

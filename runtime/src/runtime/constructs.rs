@@ -297,7 +297,7 @@ impl Runtime {
                 ));
             }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
-            let (a, mut in_use) = d.translate_args(kernel, args)?;
+            let (a, mut in_use) = d.translate_args(kernel, args, shape == ArgShape::OpenMp)?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
@@ -305,12 +305,15 @@ impl Runtime {
             return Ok(());
         }
         d.audited("target", AuditRule::Unchanged, || {
+            let shapes = (c_shaped, shape == ArgShape::OpenMp);
             // SAFETY: forwarded from the caller.
-            unsafe { self.target_on(d, kernel, n, maps, args, c_shaped, reaches_peer, at) }
+            unsafe { self.target_on(d, kernel, n, maps, args, shapes, reaches_peer, at) }
         })
     }
 
-    /// The device half of [`Runtime::target_launch_at`]: maps, launches, unmaps.
+    /// The device half of [`Runtime::target_launch_at`]: maps, launches, unmaps. `c_shaped`:
+    /// the kernel's hidden values are added; `c_pointers`: mapped arguments are C's captured
+    /// pointers ([`DeviceState::translate_args`]).
     ///
     /// # Safety
     /// As [`Runtime::target_launch`].
@@ -322,7 +325,7 @@ impl Runtime {
         n: usize,
         maps: &[MapItem],
         args: &[LaunchArg],
-        c_shaped: bool,
+        (c_shaped, c_pointers): (bool, bool),
         reaches_peer: bool,
         at: &'static Location<'static>,
     ) -> Result<()> {
@@ -332,7 +335,7 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter(maps, Construct::Target, origin) }.map_err(|e| origin.failed(device, e))?;
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
-        let launched = d.translate_args(kernel, args).and_then(|(a, in_use)| {
+        let launched = d.translate_args(kernel, args, c_pointers).and_then(|(a, in_use)| {
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             // A kernel that writes another device's memory (peer access) is seen there by
@@ -379,7 +382,7 @@ impl Runtime {
     }
 
     /// An error when this thread is recording a body for `device` (`what` is refused there).
-    fn not_recording(&self, device: usize, what: &str) -> Result<()> {
+    pub(crate) fn not_recording(&self, device: usize, what: &str) -> Result<()> {
         if recorder::recording(self.identity(), device) {
             return Err(recorder::refused(device, what));
         }
