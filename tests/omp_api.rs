@@ -782,6 +782,84 @@ fn asynchronous_routines_follow_their_dependences() -> Result<()> {
 }
 
 #[test]
+fn host_tasks_take_their_place_in_the_device_dependence_graph() -> Result<()> {
+    let (_g, rt) = setup()?;
+    const N: usize = 1 << 18;
+    for dev in devices()? {
+        // C: target nowait depend(out: x) (x += 1); task depend(inout: x) (x *= 10 on the
+        // host); target nowait depend(in: x) (y = x + 1 on the device, copied back into y).
+        // Six rounds, each checked: a task out of order sees, or leaves, the wrong values.
+        let mut x = vec![0i32; N];
+        let xp = x.as_mut_ptr();
+        let (xa, bytes) = (xp as usize, N * 4);
+        let xd = |k| [Depend::new(k, xp)];
+        let mut expected = 0i32;
+        for round in 0..6 {
+            let seen = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(-1));
+            let s = std::sync::Arc::clone(&seen);
+            // SAFETY: `x` lives past the taskwait; between the calls only the tasks touch it,
+            // in the order their dependences give.
+            unsafe {
+                let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(xp)];
+                target_nowait(dev, &ADD_I32, N, &[MapItem::tofrom(xp, bytes)], &args, &xd(DependType::Out))?;
+            }
+            task(&xd(DependType::InOut), move || {
+                // SAFETY: the region before has copied `x` back; the region after waits.
+                let x = unsafe { std::slice::from_raw_parts_mut(xa as *mut i32, N) };
+                s.store(x[N - 1], std::sync::atomic::Ordering::Relaxed);
+                x.iter_mut().for_each(|v| *v *= 10);
+                Ok(())
+            })?;
+            // SAFETY: as above.
+            unsafe {
+                let args = [LaunchArg::Value(Scalar::I32(1)), LaunchArg::mapped(xp)];
+                target_nowait(
+                    dev,
+                    &ADD_I32,
+                    N,
+                    &[MapItem::tofrom(xp, bytes)],
+                    &args,
+                    &xd(DependType::InOut),
+                )?;
+            }
+            omp_taskwait()?;
+            let before_task = expected + 1;
+            expected = before_task * 10 + 1;
+            let seen = seen.load(std::sync::atomic::Ordering::Relaxed);
+            check!(
+                seen == before_task,
+                "device {dev}, round {round}: the host task saw {seen}, not {before_task}"
+            );
+            check!(x.iter().all(|&v| v == expected), "device {dev}, round {round}: {} != {expected}", x[0]);
+        }
+        // A failed dependence fails the host task without running it; a panic fails it.
+        let mut y = [0i32; 16];
+        let yp = y.as_mut_ptr();
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r = std::sync::Arc::clone(&ran);
+        // SAFETY: `y` outlives the taskwait; the exit fails before copying anything.
+        let bad = unsafe {
+            target_exit_data_nowait(
+                dev,
+                &[MapItem::from(yp, 64).present()],
+                &[Depend::new(DependType::Out, yp)],
+            )?
+        };
+        let after = task(&[Depend::new(DependType::In, yp)], move || {
+            r.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        })?;
+        let panics = task(&[], || panic!("host task panicked on purpose"))?;
+        fails(omp_taskwait(), "taskwait after failed tasks")?;
+        check!(matches!(bad.wait(), Err(Error::NotPresent { .. })));
+        check!(matches!(after.wait(), Err(Error::Dependency { .. })), "{:?}", after.wait());
+        check!(!ran.load(std::sync::atomic::Ordering::Relaxed), "a task whose dependence failed ran");
+        check!(matches!(panics.wait(), Err(Error::Panicked { .. })), "{:?}", panics.wait());
+    }
+    all_clean(rt)
+}
+
+#[test]
 fn rect_copy_query_forms_answer_the_dimensions() -> Result<()> {
     let (_g, rt) = setup()?;
     let init = omp_get_initial_device()?;

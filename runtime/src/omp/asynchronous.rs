@@ -20,7 +20,9 @@
 //! inside a kernel), where they could wait for work queued behind the caller.
 //!
 //! Work of the initial device alone (a host-to-host copy, a region on the initial device)
-//! runs on the calling thread, after its dependences, as an undeferred task.
+//! runs on the calling thread, after its dependences, as an undeferred task. Host code
+//! joins the same graph through [`task`] (C's `#pragma omp task depend(...)`), deferred on
+//! a thread of its own.
 //!
 //! ```
 //! use offload::omp::*;
@@ -213,6 +215,83 @@ fn submit(
         // the order it records them, so none waits for one queued behind it on its lane.
         unsafe { queue_task(rt, device, lane, task.clone(), before, false, None, false, |_| work())? };
     }
+    GRAPH.with_borrow_mut(|g| g.record(&task, depend));
+    Ok(task)
+}
+
+/// `#pragma omp task depend(...)` around host code: `work` runs on a thread of its own once
+/// the tasks its dependences name have finished, and a later routine's dependence on the
+/// same address (or on the returned [`Task`]) waits for it; [`omp_taskwait`] waits for it
+/// with the device tasks. So host code takes its place in the same graph as `target nowait`
+/// and the asynchronous copies: a host task with `depend(in: x)` after a `target nowait
+/// depend(out: x)` reads what the region copied back, and a region with `depend(in: x)`
+/// after a host task with `depend(out: x)` maps what the task wrote. A dependence that
+/// failed fails the task with [`Error::Dependency`] without running it; a panic of `work`
+/// fails it with [`Error::Panicked`]. Refused inside a `nowait` task, as the other routines.
+///
+/// ```
+/// use offload::omp::*;
+/// use offload::{HostLaunch, Kernel, LaunchArg, MapItem, Runtime};
+/// use std::sync::atomic::{AtomicI32, Ordering};
+/// use std::sync::Arc;
+///
+/// fn add_one(l: &HostLaunch<'_>) -> Result<(), String> {
+///     // SAFETY: argument 0 is a mapped range of n i32.
+///     unsafe { l.slice_mut::<i32>(0, l.n())? }.iter_mut().for_each(|v| *v += 1);
+///     Ok(())
+/// }
+/// static ADD: Kernel = Kernel::new("add_one").with_host(add_one);
+///
+/// use_runtime(Runtime::builder().host_devices(1).build()?)?;
+/// let x: &'static mut [i32; 1024] = Box::leak(Box::new([1; 1024])); // C's global array
+/// let p = x.as_mut_ptr();
+/// let seen = Arc::new(AtomicI32::new(0));
+/// // SAFETY: `x` lives for ever; between the tasks only they touch it, in dependence order.
+/// unsafe {
+///     // #pragma omp target map(tofrom: x) nowait depend(out: x)  (x[i] += 1)
+///     let args = [LaunchArg::mapped(p.cast_const())];
+///     target_nowait(0, &ADD, 1024, &[MapItem::tofrom(p, 4096)], &args, &[Depend::new(DependType::Out, p)])?;
+/// }
+/// // #pragma omp task depend(in: x): reads what the region copied back.
+/// let (addr, s) = (p as usize, Arc::clone(&seen));
+/// task(&[Depend::new(DependType::In, p)], move || {
+///     // SAFETY: the region that wrote `x` has finished (the dependence).
+///     s.store(unsafe { *(addr as *const i32) }, Ordering::Relaxed);
+///     Ok(())
+/// })?;
+/// omp_taskwait()?;
+/// assert_eq!(seen.load(Ordering::Relaxed), 2);
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub fn task(depend: &[Depend], work: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Task> {
+    if running_a_task() {
+        return Err(Error::InvalidArgument {
+            routine: "omp::task",
+            what: "called from inside a nowait task; expected a call from the program's own threads".into(),
+        });
+    }
+    let host = rt()?.initial_device();
+    let task = Task::new();
+    let before = GRAPH.with_borrow(|g| g.before(depend));
+    let done = task.clone();
+    let run = move || {
+        let r =
+            wait_for_all(&before).map_err(|e| Error::Dependency { cause: e.to_string() }).and_then(|()| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|payload| {
+                    Err(Error::Panicked {
+                        device: host,
+                        what: "a host task",
+                        message: panic_message(&*payload),
+                    })
+                })
+            });
+        done.finish(r);
+    };
+    std::thread::Builder::new().name("offload-host-task".into()).spawn(run).map_err(|e| Error::Driver {
+        device: host,
+        call: "spawn a host task's thread",
+        message: e.to_string(),
+    })?;
     GRAPH.with_borrow_mut(|g| g.record(&task, depend));
     Ok(task)
 }

@@ -42,7 +42,7 @@ use crate::runtime::Runtime;
 mod asynchronous;
 pub use asynchronous::{
     omp_target_memcpy_async, omp_target_memcpy_rect_async, omp_target_memset_async, omp_taskwait,
-    target_enter_data_nowait, target_exit_data_nowait, target_nowait, target_update_nowait, Depend,
+    target_enter_data_nowait, target_exit_data_nowait, target_nowait, target_update_nowait, task, Depend,
     DependType, RectCopy,
 };
 
