@@ -404,3 +404,65 @@ fn a_captured_pointer_to_device_memory_keeps_its_value() {
         },
     );
 }
+
+#[test]
+fn an_implicit_map_of_a_partly_mapped_variable_maps_the_part_present() {
+    // C: `target enter data map(to: arr[50:2])`, then `target` using `arr` with no map clause
+    // (an implicit `tofrom: arr[0:100]`): only the part present keeps device storage (OpenMP
+    // 5.2, 5.8.3), the region moves its count and the kernel's `arr` is translated through it.
+    on_every_backend(
+        "implicit maps",
+        1,
+        |b| b,
+        |rt| {
+            for d in 0..rt.num_devices() {
+                let mut arr: Vec<i32> = (0..100).collect();
+                let p = arr.as_mut_ptr();
+                let part = p.wrapping_add(50);
+                let implicit = [MapItem::tofrom(p, 400).implicit()];
+                let args = [
+                    LaunchArg::Value(Scalar::I32(1000)),
+                    LaunchArg::Value(Scalar::U64(50)),
+                    LaunchArg::mapped(p),
+                ];
+                // SAFETY: `arr` outlives every mapping, all ended below; the host does not touch
+                // it meanwhile.
+                unsafe {
+                    rt.enter_data(d, &[MapItem::to(part.cast_const(), 8)])?;
+                    rt.target_launch(d, &ADD_AT, 2, &implicit, &args)?;
+                    let e = rt.entry(part as usize, d)?;
+                    check!(
+                        e.as_ref().is_some_and(|e| e.ref_count == 1 && e.range.bytes == 8),
+                        "device {d}: {e:?}"
+                    );
+                    check_eq!(rt.live_mappings().len(), 1);
+                    // The same map written explicitly is an extension, as before.
+                    let explicit = [MapItem::tofrom(p, 400)];
+                    let e = fails(rt.target_launch(d, &ADD_AT, 2, &explicit, &args), "explicit extension")?;
+                    check!(matches!(e, Error::Extension { .. }), "{e:?}");
+                    rt.exit_data(d, &[MapItem::from(part, 8)])?;
+                }
+                check!(arr[50..52] == [1050, 1051], "device {d}: {:?}", &arr[48..54]);
+                check!(arr.iter().enumerate().all(|(i, &v)| v == i as i32 || (50..52).contains(&i)));
+                // Nothing of it mapped: the implicit map is the whole variable's, copied both ways.
+                let args = [
+                    LaunchArg::Value(Scalar::I32(1)),
+                    LaunchArg::Value(Scalar::U64(0)),
+                    LaunchArg::mapped(p),
+                ];
+                // SAFETY: as above.
+                unsafe { rt.target_launch(d, &ADD_AT, 100, &implicit, &args)? };
+                check!(arr[0] == 1 && arr[99] == 100 && arr[50] == 1051, "device {d}: {:?}", &arr[..3]);
+                // Implicit maps are a target region's: refused on the data constructs.
+                // SAFETY: refused before anything is mapped.
+                let e = fails(
+                    unsafe { rt.enter_data(d, &[MapItem::to(p.cast_const(), 400).implicit()]) },
+                    "enter",
+                )?;
+                check!(e.to_string().contains("implicit"), "{e}");
+                check!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+            }
+            Ok(())
+        },
+    );
+}

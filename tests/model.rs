@@ -71,7 +71,13 @@ struct Item {
 
 impl Item {
     fn map_type(self) -> MapType {
-        let mut t = MapType { kind: self.kind, always: self.always, present: self.present, hold: false };
+        let mut t = MapType {
+            kind: self.kind,
+            always: self.always,
+            present: self.present,
+            hold: false,
+            implicit: false,
+        };
         if self.hold {
             t = t.hold();
         }

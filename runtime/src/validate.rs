@@ -48,9 +48,10 @@ fn host_range_ok(r: HostRange) -> bool {
 /// The map kinds construct `c` accepts, for messages.
 fn allowed_kinds(c: Construct) -> &'static str {
     match c {
-        Construct::TargetData | Construct::Target => "to, from, tofrom or alloc, with or without hold",
-        Construct::EnterData => "to, tofrom or alloc, without hold",
-        Construct::ExitData => "from, tofrom, release or delete, without hold",
+        Construct::Target => "to, from, tofrom or alloc, with or without hold or implicit",
+        Construct::TargetData => "to, from, tofrom or alloc, with or without hold, not implicit",
+        Construct::EnterData => "to, tofrom or alloc, without hold or implicit",
+        Construct::ExitData => "from, tofrom, release or delete, without hold or implicit",
     }
 }
 

@@ -71,11 +71,17 @@ pub struct MapType {
     /// reference count, so no `exit data` removes the entry while the region lasts. Only on
     /// `target data` and target launches.
     pub hold: bool,
+    /// Implicit: the map a C `target` region makes of a variable it uses with no map clause
+    /// (OpenMP 5.2, 5.8.3). Where part of the range is already mapped, only that part is
+    /// mapped (its entry's count moves, nothing is allocated, and the kernel's pointer to
+    /// the range is translated through that entry), where an explicit map is an extension
+    /// error. Only on target launches.
+    pub implicit: bool,
 }
 
 impl MapType {
     const fn of(kind: MapKind) -> Self {
-        Self { kind, always: false, present: false, hold: false }
+        Self { kind, always: false, present: false, hold: false, implicit: false }
     }
     /// `map(to: ...)`.
     pub const TO: Self = Self::of(MapKind::To);
@@ -108,6 +114,12 @@ impl MapType {
         self
     }
 
+    /// Made implicitly by a target region ([`MapType::implicit`]).
+    pub const fn implicit(mut self) -> Self {
+        self.implicit = true;
+        self
+    }
+
     /// Whether this map copies host->device at entry (when it copies at all).
     pub const fn copies_in(self) -> bool {
         matches!(self.kind, MapKind::To | MapKind::ToFrom)
@@ -129,6 +141,9 @@ impl fmt::Display for MapType {
         }
         if self.hold {
             f.write_str("hold, ")?;
+        }
+        if self.implicit {
+            f.write_str("implicit, ")?;
         }
         f.write_str(match self.kind {
             MapKind::To => "to",
@@ -334,6 +349,42 @@ impl MapItem {
         self.map_type = self.map_type.hold();
         self
     }
+
+    /// Made implicitly, as C's `target` maps a variable it uses with no map clause: where
+    /// part of the range is mapped, only that part is ([`MapType::implicit`]; on
+    /// [`crate::Runtime::target_launch`] and [`crate::omp::target`] only).
+    ///
+    /// ```
+    /// use offload::omp::*;
+    /// use offload::{HostLaunch, Kernel, LaunchArg, MapItem, Runtime};
+    ///
+    /// fn bump(l: &HostLaunch<'_>) -> Result<(), String> {
+    ///     let (base, _) = l.ptr::<i32>(0)?;
+    ///     // SAFETY: the launch maps arr[50:2] and passes arr's base.
+    ///     unsafe { (50..52).for_each(|i| *base.add(i) += 1) };
+    ///     Ok(())
+    /// }
+    /// static BUMP: Kernel = Kernel::new("bump").with_host(bump);
+    ///
+    /// use_runtime(Runtime::builder().host_devices(1).build()?)?;
+    /// let mut arr = [0i32; 100];
+    /// let p = arr.as_mut_ptr();
+    /// // SAFETY: `arr` outlives the mapping; the host does not touch it meanwhile.
+    /// unsafe {
+    ///     // #pragma omp target enter data map(to: arr[50:2])
+    ///     target_enter_data(0, &[MapItem::to(p.wrapping_add(50), 8)])?;
+    ///     // #pragma omp target  (arr used, no map clause: implicitly tofrom, the part present)
+    ///     target(0, &BUMP, 1, &[MapItem::tofrom(p, 400).implicit()], &[LaunchArg::mapped(p)])?;
+    ///     // #pragma omp target exit data map(from: arr[50:2])
+    ///     target_exit_data(0, &[MapItem::from(p.wrapping_add(50), 8)])?;
+    /// }
+    /// assert_eq!((arr[49], arr[50], arr[51], arr[52]), (0, 1, 1, 0));
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub const fn implicit(mut self) -> Self {
+        self.map_type = self.map_type.implicit();
+        self
+    }
 }
 
 /// One range of a `target update` (`to(...)` or `from(...)`: the direction is the call's),
@@ -402,7 +453,7 @@ impl Construct {
 
     pub(crate) const fn allows(self, t: MapType) -> bool {
         use MapKind::*;
-        if t.hold && !self.is_region() {
+        if (t.hold && !self.is_region()) || (t.implicit && !matches!(self, Construct::Target)) {
             return false;
         }
         let kind = t.kind;

@@ -7,6 +7,7 @@
 //! calls a driver (allocation is a closure), so these rules are unit-tested, under Miri
 //! too, without any device.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use smallvec::SmallVec;
@@ -183,6 +184,7 @@ impl EnterPlan {
         mut alloc: impl FnMut(usize) -> Result<u64>,
         mut on_exists: impl FnMut(&Entry, &MapItem, bool),
     ) -> Result<()> {
+        let items = &*present_parts(table, items);
         if let [it] = items {
             // One item (most constructs): no list bookkeeping.
             let lookup = check_entry(table, it, device)?;
@@ -273,6 +275,26 @@ impl EnterPlan {
         }
         Ok(())
     }
+}
+
+/// `items` as `table` reads them: an implicit item ([`MapType::implicit`]) that extends a
+/// mapped range stands for the part of it that is mapped, as OpenMP 5.2 (5.8.3) and
+/// libomptarget read a variable a region maps implicitly where part of it is present.
+/// Borrowed when no item is implicit (every explicit construct).
+///
+/// [`MapType::implicit`]: crate::MapType::implicit
+pub(crate) fn present_parts<'a>(table: &PresentTable, items: &'a [MapItem]) -> Cow<'a, [MapItem]> {
+    if !items.iter().any(|it| it.map_type.implicit) {
+        return Cow::Borrowed(items);
+    }
+    let part = |it: &MapItem| match table.lookup(it.range) {
+        Lookup::Extends(e) if it.map_type.implicit => {
+            let (begin, end) = (it.range.begin.max(e.begin), it.range.end().min(e.end()));
+            MapItem { range: HostRange::new(begin, end.saturating_sub(begin)), ..*it }
+        }
+        _ => *it,
+    };
+    Cow::Owned(items.iter().map(part).collect())
 }
 
 /// What item `it` of an entry construct names in `table`: an error when it extends a
@@ -413,6 +435,7 @@ impl ExitPlan {
         c: Construct,
         device: usize,
     ) -> Result<()> {
+        let items = &*present_parts(table, items);
         if let [it] = items {
             return self.fill_one(table, it, c, device);
         }

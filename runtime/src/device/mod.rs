@@ -24,7 +24,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Backend, BackendKind, Queue};
 use crate::copy_crew::CopyCrew;
-use crate::data_env::{Entry, PresentTable};
+use crate::data_env::{Entry, Lookup, MapItem, PresentTable};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFields, InfoFlags, Trace};
 use crate::kernel::LaunchArg;
@@ -252,9 +252,11 @@ impl DeviceState {
     /// The mapped entries' blocks stay pinned while the returned guard lives (through the
     /// launch).
     ///
-    /// With `c_pointers` (C's `target`, where a [`LaunchArg::Mapped`] is a pointer the
-    /// region captured), a pointer inside no entry is initialised as OpenMP 5.2's 5.8.6
-    /// says: through the entry whose map named it as the section's base (`map(to:
+    /// With `c_maps` (C's `target` and its map list, where a [`LaunchArg::Mapped`] is a
+    /// pointer the region captured), a pointer inside no entry is initialised as OpenMP
+    /// 5.2's 5.8.6 says: through the entry an implicit map of the list starting there
+    /// found ([`crate::MapType::implicit`]: the part of the variable present), or through
+    /// the entry whose map named it as the section's base (`map(to:
     /// A[64:128])` and the pointer `A`, found as a zero-length section finds it), else it
     /// keeps its own value (memory from `omp_target_alloc`, say). The safe API's views
     /// are always inside their entry, and a view whose entry is gone stays an error.
@@ -262,7 +264,7 @@ impl DeviceState {
         &self,
         kernel: &Kernel,
         args: &[LaunchArg],
-        c_pointers: bool,
+        c_maps: Option<&[MapItem]>,
     ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
         let mut in_use = BlocksInUse::new(self);
         let mut table = self.table.lock();
@@ -303,8 +305,15 @@ impl DeviceState {
                             in_use.pin(&mut table, block);
                             arg
                         }
-                        None if c_pointers => {
-                            let below_entry = table.named_by_zero_length(h).map(|e| (e.device_addr, e.range.begin - h));
+                        None if c_maps.is_some() => {
+                            // The entry the implicit map of the variable at `h` found, else
+                            // the one whose map named `h` as its base.
+                            let implicit = c_maps.into_iter().flatten().find(|m| m.map_type.implicit && m.range.begin == h);
+                            let entry = match implicit.map(|m| table.lookup(m.range)) {
+                                Some(Lookup::Extends(e)) => table.get(e.begin),
+                                _ => table.named_by_zero_length(h),
+                            };
+                            let below_entry = entry.map(|e| (e.device_addr, e.range.begin.wrapping_sub(h)));
                             if let Some((block, below)) = below_entry {
                                 // From the map's base, below its entry: as far below the device
                                 // block as the pointer is below the section (C's arithmetic).

@@ -297,7 +297,8 @@ impl Runtime {
                 ));
             }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
-            let (a, mut in_use) = d.translate_args(kernel, args, shape == ArgShape::OpenMp)?;
+            let (a, mut in_use) =
+                d.translate_args(kernel, args, (shape == ArgShape::OpenMp).then_some(maps))?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
@@ -335,7 +336,7 @@ impl Runtime {
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter(maps, Construct::Target, origin) }.map_err(|e| origin.failed(device, e))?;
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
-        let launched = d.translate_args(kernel, args, c_pointers).and_then(|(a, in_use)| {
+        let launched = d.translate_args(kernel, args, c_pointers.then_some(maps)).and_then(|(a, in_use)| {
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             // A kernel that writes another device's memory (peer access) is seen there by
