@@ -465,6 +465,30 @@ mod tests {
     }
 
     #[test]
+    fn ranges_in_transit_are_found_by_any_byte_and_leave_once_each() {
+        let mut t = PresentTable::default();
+        let r = HostRange::new(100, 10);
+        t.begin_transit(r);
+        // An exit's copy back, then an entry of the same range.
+        t.begin_transit(r);
+        for (probe, hit) in [((95, 5), false), ((95, 6), true), ((109, 4), true), ((110, 4), false)] {
+            assert_eq!(t.in_transit(HostRange::new(probe.0, probe.1)), hit, "{probe:?}");
+        }
+        // Zero-length probes: an address inside, or the start; not one past the end.
+        assert!(t.in_transit(HostRange::new(100, 0)) && t.in_transit(HostRange::new(109, 0)));
+        assert!(!t.in_transit(HostRange::new(110, 0)) && !t.in_transit(HostRange::new(99, 0)));
+        t.end_transit(r);
+        assert!(t.in_transit(r), "one occurrence is still in transit");
+        t.end_transit(r);
+        assert!(!t.in_transit(r));
+        // Ending what is not in transit changes nothing.
+        t.end_transit(r);
+        // A zero-length range in transit holds its address only.
+        t.begin_transit(HostRange::new(200, 0));
+        assert!(t.in_transit(HostRange::new(190, 11)) && !t.in_transit(HostRange::new(190, 10)));
+    }
+
+    #[test]
     fn a_retired_entry_waits_for_the_last_user_of_its_block() {
         let mut t = table(&[(100, 10)]);
         let addr = t.get(100).map(|e| e.device_addr).unwrap();
