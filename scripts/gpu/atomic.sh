@@ -2,7 +2,7 @@
 # Issue 44 on the lent GPU machine, after ../shared/gpu/bundle -p offload-tests, in one call:
 # the atomicity race tests (tests/atomic_constructs.rs: 4 threads x 2048 regions on one
 # variable, four paths, queued and OFFLOAD_SYNC=1, on the host devices and the GPU) 30 times
-# in a loop, the model test's many-thread programs 5 times, the captured-pointer and host-task
+# in a loop, the model test's many-thread programs 5 times, the captured-pointer, implicit-map and host-task
 # tests, and
 # then the whole suite queued and with OFFLOAD_SYNC=1 (OFFLOAD_REQUIRE_DEVICES=1: a case that
 # would skip for lack of a GPU fails). Logs under $OUT.
@@ -27,7 +27,7 @@ for i in $(seq 5); do
   $t/tests--test-model many_threads --nocapture > /tmp/model.log 2>&1 && pass=$((pass+1))
 done
 echo "model many_threads: $pass of 5 runs passed"; grep -E "agree|panicked" /tmp/model.log | head -4
-$t/tests--test-clauses captured --nocapture 2>&1 | grep -E "^test |test result"
+$t/tests--test-clauses captured implicit --nocapture 2>&1 | grep -E "^test |test result"
 $t/tests--test-omp_api host_tasks --nocapture 2>&1 | grep -E "^test |test result|check failed"
 for sync in 0 1; do
   echo "== whole suite, OFFLOAD_SYNC=$sync"
