@@ -151,9 +151,9 @@ fn a_deadline_runs_a_partial_batch() {
             check!(answers.iter().all(|a| a.batch == 1), "{answers:?}");
             check_eq!(report.batch_rows, vec![1, 3]);
             // The batch started at its deadline: not before (nothing else starts it), and
-            // not much later (it did not wait to be full).
+            // without waiting to be full (it never would be: it would wait until shutdown).
             check!(answers[0].latency >= deadline, "{:?}", answers[0].latency);
-            check!(waited < Duration::from_secs(1), "3 requests took {waited:?}");
+            check!(waited < LONG / 2, "3 requests took {waited:?}");
             for (i, a) in answers.iter().enumerate() {
                 check!(a.row == expected(&row(0, i + 1)), "request {i}: {:?}", a.row);
             }

@@ -4,6 +4,8 @@
 //! suite runs in (`OFFLOAD_SYNC=1` or not); the failure cases also build a runtime of
 //! each mode explicitly.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use offload::{map, Error, HostLaunch, Kernel, MapItem, MapType};
@@ -254,41 +256,97 @@ fn under_offload_sync_a_failing_kernel_fails_its_own_launch() {
     failing_kernel_case(true);
 }
 
+/// A gate a host kernel waits at: [`GATE`] sets `started`, waits until `open` (an error
+/// after a minute, so that a broken case fails rather than hangs), then sets `done`.
+static GATE_STARTED: AtomicBool = AtomicBool::new(false);
+static GATE_OPEN: AtomicBool = AtomicBool::new(false);
+static GATE_DONE: AtomicBool = AtomicBool::new(false);
+
+fn gate(_: &HostLaunch<'_>) -> Result<(), String> {
+    GATE_STARTED.store(true, SeqCst);
+    let start = std::time::Instant::now();
+    while !GATE_OPEN.load(SeqCst) {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("the gate was never opened".into());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    GATE_DONE.store(true, SeqCst);
+    Ok(())
+}
+
+/// A host kernel that finishes only once the test opens its gate: whether a launch
+/// returned before its kernel finished is then a fact, not a clock reading.
+static GATE: Kernel = Kernel::new("gate").with_host(gate);
+
 #[test]
 fn the_suite_mode_is_the_runtime_mode() {
-    // What `OFFLOAD_SYNC` says is what the suite's runtimes do: a launch of a slow kernel
-    // returns at once when queued, after it when synchronous. (The fault runs set the mode
-    // themselves, both in turn.)
+    // What `OFFLOAD_SYNC` says is what the suite's runtimes do: a launch returns before its
+    // kernel has finished when queued, after it when synchronous. (The fault runs set the
+    // mode themselves, both in turn.)
     if offload_tests::every_step::faults_mode() {
         println!("SKIP the suite's mode: OFFLOAD_TEST_FAULTS=1 runs every case in both modes");
         return;
     }
     on_every_device("mode", |rt, d| {
         let gpu = rt.device(d)?;
-        // Compiled and run once first: a GPU's first launch compiles the kernel, and with
-        // CUDA's lazy loading its first run loads it.
+        if rt.describe(d)?.kind == offload::BackendKind::Host {
+            // On a host device, order alone: queued, the launch returns while the kernel
+            // waits at its closed gate; synchronous, a helper opens the gate once the kernel
+            // has started, and the launch returns after the kernel has finished.
+            for flag in [&GATE_STARTED, &GATE_OPEN, &GATE_DONE] {
+                flag.store(false, SeqCst);
+            }
+            let opener = (synchronous()).then(|| {
+                std::thread::spawn(|| {
+                    while !GATE_STARTED.load(SeqCst) {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    GATE_OPEN.store(true, SeqCst);
+                })
+            });
+            let launched = gpu.launch(&GATE, 1, ());
+            let done_at_return = GATE_DONE.load(SeqCst);
+            GATE_OPEN.store(true, SeqCst);
+            launched?;
+            rt.synchronize(d)?;
+            if let Some(h) = opener {
+                h.join().map_err(|_| Error::InvalidArgument {
+                    routine: "check",
+                    what: "the opener panicked".into(),
+                })?;
+            }
+            check!(GATE_DONE.load(SeqCst), "the kernel never finished");
+            check_eq!(done_at_return, synchronous());
+            return Ok(());
+        }
+        // On a GPU the kernel spins on the device's clock, and only time tells: compiled and
+        // run once first (a first launch compiles, and CUDA's lazy loading loads on the
+        // first run), then a 2 s kernel whose queued launch must return well before it ends
+        // (tried three times: on a cold machine the driver can hold a launch while other
+        // tests load their modules; a synchronous runtime never returns early, so a retry
+        // cannot pass one). No GPU runs in CI.
         gpu.prepare(&SPIN)?;
         gpu.launch(&SPIN, 1, (0u64,))?;
         rt.synchronize(d)?;
-        // Queued, a launch returns at once; but on a cold machine the driver can hold a
-        // launch while other tests of this binary load their modules, so a slow return is
-        // tried again (twice): a synchronous runtime never returns early, so a retry cannot
-        // pass one.
         let mut tries = Vec::new();
         for _ in 0..3 {
             let start = std::time::Instant::now();
-            gpu.launch(&SPIN, 1, (200u64,))?;
+            gpu.launch(&SPIN, 1, (2000u64,))?;
             let took = start.elapsed();
             rt.synchronize(d)?;
             tries.push(took);
-            if synchronous() || took < Duration::from_millis(150) {
+            if synchronous() || took < Duration::from_millis(1000) {
                 break;
             }
         }
         if synchronous() {
-            check!(tries[0] >= Duration::from_millis(150), "a synchronous launch returned after {tries:?}");
+            check!(tries[0] >= Duration::from_millis(1000), "a synchronous launch returned after {tries:?}");
         } else {
-            check!(tries.iter().any(|t| *t < Duration::from_millis(150)), "queued launches waited {tries:?}");
+            check!(
+                tries.iter().any(|t| *t < Duration::from_millis(1000)),
+                "queued launches waited {tries:?}"
+            );
         }
         Ok(())
     });
