@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 . scripts/setup.sh
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-# The atomicity race tests (docs/SEMANTICS.md, R13) 20 times more: each run is 4 threads x 2048
+# The atomicity race tests (docs/SEMANTICS.md, R13) 10 times more: each run is 4 threads x 2048
 # regions on one variable, 4 paths, queued and synchronous (on GPUs too when present).
-for _ in $(seq 20); do cargo test -q -p offload-tests --test atomic_constructs; done
+for _ in $(seq 10); do cargo test -q -p offload-tests --test atomic_constructs; done
 # Every step fails once (docs/RELIABILITY.md): the conformance cases and the construct
 # suites again on host devices, each case run once per device operation it makes with that
 # operation failing, synchronous and queued, checking what every failure left. Each case
