@@ -466,3 +466,85 @@ fn an_implicit_map_of_a_partly_mapped_variable_maps_the_part_present() {
         },
     );
 }
+
+/// Set by [`gated_add`] once it runs; it then waits until [`IMPLICIT_GATE_OPEN`].
+static IMPLICIT_GATE_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static IMPLICIT_GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `add_at`, once the test opens its gate (an error after a minute).
+fn gated_add(l: &HostLaunch<'_>) -> std::result::Result<(), String> {
+    use std::sync::atomic::Ordering::SeqCst;
+    IMPLICIT_GATE_STARTED.store(true, SeqCst);
+    let start = std::time::Instant::now();
+    while !IMPLICIT_GATE_OPEN.load(SeqCst) {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            return Err("the gate was never opened".into());
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    add_at(l)
+}
+
+static GATED_ADD_AT: Kernel = Kernel::new("gated_add_at").with_host(gated_add);
+
+#[test]
+fn an_implicit_map_ends_on_the_part_it_entered_whatever_others_map_meanwhile() {
+    // A region maps `arr[0:100]` implicitly where `arr[50:2]` is present; while its kernel
+    // runs, another thread maps `arr[10:5]`. The region's end and its kernel's pointer must
+    // use the part the region entered, not a new lookup (which would now find `arr[10:5]`,
+    // end that thread's mapping and leave `arr[50:2]` counted for ever). Host devices, each
+    // construct waiting, so that the region's end comes after the other thread's map.
+    use std::sync::atomic::Ordering::SeqCst;
+    let rt = Runtime::builder()
+        .env(|_| None)
+        .gpus(false)
+        .host_devices(1)
+        .synchronous(true)
+        .build()
+        .expect("runtime");
+    let mut arr: Vec<i32> = (0..100).collect();
+    let p = arr.as_mut_ptr();
+    let (part, other) = (p.wrapping_add(50), p.wrapping_add(10));
+    IMPLICIT_GATE_STARTED.store(false, SeqCst);
+    IMPLICIT_GATE_OPEN.store(false, SeqCst);
+    let (pa, oa) = (p as usize, other as usize);
+    let r: Result<()> = std::thread::scope(|s| {
+        // SAFETY: `arr` outlives every mapping, all ended below; only the runtime's copies
+        // touch it until then (the same for each block below).
+        unsafe { rt.enter_data(0, &[MapItem::to(part.cast_const(), 8)])? };
+        let region = s.spawn(|| {
+            let p = pa as *mut i32;
+            let args = [
+                LaunchArg::Value(Scalar::I32(1000)),
+                LaunchArg::Value(Scalar::U64(50)),
+                LaunchArg::mapped(p),
+            ];
+            // SAFETY: as above.
+            unsafe { rt.target_launch(0, &GATED_ADD_AT, 2, &[MapItem::tofrom(p, 400).implicit()], &args) }
+        });
+        while !IMPLICIT_GATE_STARTED.load(SeqCst) {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        // `alloc`: a copy would queue behind the gated kernel on the host device's one worker.
+        // SAFETY: as above.
+        let mapped = unsafe { rt.enter_data(0, &[MapItem::alloc(oa as *const i32, 20)]) };
+        IMPLICIT_GATE_OPEN.store(true, SeqCst);
+        let ran = region
+            .join()
+            .unwrap_or_else(|_| Err(Error::InvalidArgument { routine: "thread", what: "panicked".into() }));
+        mapped?;
+        ran?;
+        let counts = |at: *mut i32| rt.entry(at as usize, 0).map(|e| e.map(|e| e.ref_count));
+        check_eq!(counts(part)?, Some(1));
+        check_eq!(counts(other)?, Some(1));
+        // SAFETY: as above.
+        unsafe {
+            rt.exit_data(0, &[MapItem::release(oa as *const i32, 20)])?;
+            rt.exit_data(0, &[MapItem::from(part, 8)])?;
+        }
+        Ok(())
+    });
+    r.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&arr[48..54], &[48, 49, 1050, 1051, 52, 53]);
+    assert!(rt.live_mappings().is_empty(), "{:?}", rt.live_mappings());
+}

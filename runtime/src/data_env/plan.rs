@@ -184,7 +184,6 @@ impl EnterPlan {
         mut alloc: impl FnMut(usize) -> Result<u64>,
         mut on_exists: impl FnMut(&Entry, &MapItem, bool),
     ) -> Result<()> {
-        let items = &*present_parts(table, items);
         if let [it] = items {
             // One item (most constructs): no list bookkeeping.
             let lookup = check_entry(table, it, device)?;
@@ -280,7 +279,8 @@ impl EnterPlan {
 /// `items` as `table` reads them: an implicit item ([`MapType::implicit`]) that extends a
 /// mapped range stands for the part of it that is mapped, as OpenMP 5.2 (5.8.3) and
 /// libomptarget read a variable a region maps implicitly where part of it is present.
-/// Borrowed when no item is implicit (every explicit construct).
+/// Borrowed when no item is implicit (every explicit construct). Read once, when a region
+/// enters: its launch and its end use that reading, not a later lookup.
 ///
 /// [`MapType::implicit`]: crate::MapType::implicit
 pub(crate) fn present_parts<'a>(table: &PresentTable, items: &'a [MapItem]) -> Cow<'a, [MapItem]> {
@@ -435,7 +435,6 @@ impl ExitPlan {
         c: Construct,
         device: usize,
     ) -> Result<()> {
-        let items = &*present_parts(table, items);
         if let [it] = items {
             return self.fill_one(table, it, c, device);
         }

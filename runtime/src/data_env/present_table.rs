@@ -201,8 +201,12 @@ pub(crate) struct PresentTable {
     /// list, so that each construct's entry and exit steps are atomic as OpenMP requires
     /// (5.2, 5.8.3): it neither maps anew from a host value about to be overwritten by a
     /// copy back, nor makes a second device copy beside one about to be published. A
-    /// multiset: the same range may be in transit twice (an exit and, after it, an entry).
-    transit: Vec<HostRange>,
+    /// multiset, by (begin, end), with each range's number of occurrences: the same range may
+    /// be in transit twice (an exit and, after it, an entry).
+    transit: BTreeMap<(usize, usize), u32>,
+    /// The longest range in transit (0 when none): a search for overlaps starts that far
+    /// below the probe, so it is a descent of the tree, not a scan.
+    transit_span: usize,
 }
 
 /// Users of one device block, and its entry once that has left the table.
@@ -324,27 +328,40 @@ impl PresentTable {
 
     /// Puts `r` in transit ([`PresentTable::in_transit`]) until [`PresentTable::end_transit`].
     pub(crate) fn begin_transit(&mut self, r: HostRange) {
-        self.transit.push(r);
+        *self.transit.entry((r.begin, r.end())).or_default() += 1;
+        self.transit_span = self.transit_span.max(r.bytes);
     }
 
     /// Takes one occurrence of `r` out of transit.
     pub(crate) fn end_transit(&mut self, r: HostRange) {
-        if let Some(i) = self.transit.iter().position(|t| *t == r) {
-            self.transit.swap_remove(i);
+        if let std::collections::btree_map::Entry::Occupied(mut o) = self.transit.entry((r.begin, r.end())) {
+            *o.get_mut() -= 1;
+            if *o.get() == 0 {
+                o.remove();
+            }
+        }
+        if self.transit.is_empty() {
+            self.transit_span = 0;
         }
     }
 
     /// Whether any byte of `r` is in transit (a zero-length `r`: whether its address is in
     /// or at the start of a range in transit, as a zero-length lookup finds an entry).
     pub(crate) fn in_transit(&self, r: HostRange) -> bool {
-        self.transit.iter().any(|t| {
+        if self.transit.is_empty() {
+            return false;
+        }
+        let overlaps = |&(begin, end): &(usize, usize)| {
+            let t = HostRange::new(begin, end - begin);
             if r.bytes == 0 || t.bytes == 0 {
-                let (point, span) = if r.bytes == 0 { (r.begin, t) } else { (t.begin, &r) };
+                let (point, span) = if r.bytes == 0 { (r.begin, t) } else { (t.begin, r) };
                 point == span.begin || (span.begin < point && point < span.end())
             } else {
                 r.begin < t.end() && t.begin < r.end()
             }
-        })
+        };
+        let from = (r.begin.saturating_sub(self.transit_span), 0);
+        self.transit.range(from..).take_while(|((begin, _), _)| *begin <= r.end()).any(|(k, _)| overlaps(k))
     }
 
     /// Entries that have left the table whose blocks queued work still uses.

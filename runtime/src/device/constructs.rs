@@ -8,13 +8,15 @@
 //! construct's own changes (counts by the amounts it moved them, entries it created or
 //! removed), so nothing is leaked and other threads' changes are kept.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::HashSet;
 
 use super::in_flight::SLOT_BYTES;
 use super::{CopyPath, DeviceState, Origin};
 use crate::data_env::plan::{
-    increment, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short, SmallSet,
+    increment, present_parts, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short,
+    SmallSet,
 };
 use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{ArrayName, Error, HostRange, RangeName, Result};
@@ -390,7 +392,26 @@ impl DeviceState {
     /// Every item's host range must be valid for reads for the duration of the call.
     pub(crate) unsafe fn map_enter(&self, items: &[MapItem], c: Construct, origin: Origin) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c, origin) })
+        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c, origin, None) })
+    }
+
+    /// [`DeviceState::map_enter`] for a target region whose list may hold implicit maps
+    /// ([`crate::MapType::implicit`]): `resolved` receives the list as the table read it
+    /// under the construct's lock (each implicit item narrowed to the part present), for
+    /// the launch's pointers and the region's end to use, rather than a later lookup that
+    /// another thread's maps could change meanwhile. Left empty when no item is implicit.
+    ///
+    /// # Safety
+    /// As [`DeviceState::map_enter`].
+    pub(crate) unsafe fn map_enter_resolved(
+        &self,
+        items: &[MapItem],
+        c: Construct,
+        origin: Origin,
+        resolved: &mut Vec<MapItem>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        self.dump_on_error(c.name(), unsafe { self.enter_list(items, c, origin, Some(resolved)) })
     }
 
     /// Shows the present table with a failed construct's error when table dumps are on
@@ -414,7 +435,13 @@ impl DeviceState {
 
     /// # Safety
     /// As [`DeviceState::map_enter`].
-    unsafe fn enter_list(&self, items: &[MapItem], c: Construct, origin: Origin) -> Result<()> {
+    unsafe fn enter_list(
+        &self,
+        items: &[MapItem],
+        c: Construct,
+        origin: Origin,
+        resolved: Option<&mut Vec<MapItem>>,
+    ) -> Result<()> {
         let mut plan = EnterPlan::default();
         // Existing entries the copies write (`always`): their memory may be in use by
         // queued work, which a copy not queued behind it must wait for.
@@ -426,6 +453,12 @@ impl DeviceState {
         let names = {
             let mut table = self.table.lock();
             self.wait_for_transit(&mut table, items);
+            // Implicit items read once, here, under the lock that plans them.
+            let read = present_parts(&table, items);
+            if let (Cow::Owned(list), Some(out)) = (&read, resolved) {
+                out.clone_from(list);
+            }
+            let items = &*read;
             let alloc = |bytes| blocks.alloc(bytes);
             let exists = |e: &Entry, it: &MapItem, moved: bool| {
                 self.entry_event(InfoFlags::MAPPING_EXISTS, "mapping exists", e);
@@ -435,6 +468,18 @@ impl DeviceState {
             };
             if let Err(e) = plan.build(&mut table, items, self.number, alloc, exists) {
                 return Err(self.undo_enter(table, &plan, e, false));
+            }
+            // A construct that copies or creates can still fail and be undone: until it is
+            // published, the existing entries whose counts it moved are in transit too, so
+            // that another thread's exit does not decide on a count this undo would take
+            // back (an exit that skips its copy back at a count of 2, then an undo that
+            // takes the entry to 0, would lose that copy).
+            if !(plan.copies.is_empty() && plan.planned.is_empty()) {
+                for &(key, _, _) in &plan.counted {
+                    if let Some(range) = table.get(key).map(|e| e.range) {
+                        transit.add(&mut table, range);
+                    }
+                }
             }
             // Traced now, before their copies: the entries exist from here on (published
             // with their data below, or undone with a failed construct, which says so).
@@ -513,9 +558,11 @@ impl DeviceState {
     }
 
     /// Waits (the table's lock released meanwhile) until no byte that `items` name is in
-    /// transit: another construct's new entries not yet published, or removed entries
-    /// whose copies back have not landed. Only entering constructs wait, and a construct
-    /// in transit never waits for another, so the waits form no cycle.
+    /// transit: another construct's new entries not yet published, entries whose counts an
+    /// unpublished construct moved, removed entries whose copies back have not landed, or
+    /// ranges an `update from` is writing. Entering and exiting constructs wait, before
+    /// they put anything in transit themselves; a construct in transit never waits for
+    /// another, so the waits form no cycle.
     fn wait_for_transit(&self, table: &mut parking_lot::MutexGuard<'_, PresentTable>, items: &[MapItem]) {
         while items.iter().any(|it| table.in_transit(it.range)) {
             self.transit_done.wait(table);
@@ -763,11 +810,13 @@ impl DeviceState {
                     self.trace_skip(&table, c.name(), i.range);
                 }
             }
+            self.wait_for_transit(&mut table, items);
             plan.fill(&mut table, items, c, self.number)?;
             // A removed entry stays in transit until its copy back has landed: a construct
             // mapping it anew before then would copy in the host's old value.
-            for (e, _) in &plan.removed {
-                if plan.copies.iter().any(|&(_, _, key)| key == e.range.begin) {
+            if !plan.removed.is_empty() {
+                let copied: HashSet<usize> = plan.copies.iter().map(|&(_, _, key)| key).collect();
+                for (e, _) in plan.removed.iter().filter(|(e, _)| copied.contains(&e.range.begin)) {
                     transit.add(&mut table, e.range);
                 }
             }

@@ -24,7 +24,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Backend, BackendKind, Queue};
 use crate::copy_crew::CopyCrew;
-use crate::data_env::{Entry, Lookup, MapItem, PresentTable};
+use crate::data_env::{Entry, PresentTable};
 use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFields, InfoFlags, Trace};
 use crate::kernel::LaunchArg;
@@ -252,11 +252,12 @@ impl DeviceState {
     /// The mapped entries' blocks stay pinned while the returned guard lives (through the
     /// launch).
     ///
-    /// With `c_maps` (C's `target` and its map list, where a [`LaunchArg::Mapped`] is a
-    /// pointer the region captured), a pointer inside no entry is initialised as OpenMP
-    /// 5.2's 5.8.6 says: through the entry an implicit map of the list starting there
-    /// found ([`crate::MapType::implicit`]: the part of the variable present), or through
-    /// the entry whose map named it as the section's base (`map(to:
+    /// With `c_pointers` (C's `target`, where a [`LaunchArg::Mapped`] is a pointer the
+    /// region captured; each pair is the start of a variable the region mapped implicitly
+    /// and the start of the part of it present, [`crate::MapType::implicit`]), a pointer
+    /// inside no entry is initialised as OpenMP 5.2's 5.8.6 says: through the entry of
+    /// that part when the pointer starts such a variable, or through the entry whose map
+    /// named it as the section's base (`map(to:
     /// A[64:128])` and the pointer `A`, found as a zero-length section finds it), else it
     /// keeps its own value (memory from `omp_target_alloc`, say). The safe API's views
     /// are always inside their entry, and a view whose entry is gone stays an error.
@@ -264,7 +265,7 @@ impl DeviceState {
         &self,
         kernel: &Kernel,
         args: &[LaunchArg],
-        c_maps: Option<&[MapItem]>,
+        c_pointers: Option<&[(usize, usize)]>,
     ) -> Result<(Vec<KernelArg>, BlocksInUse<'_>)> {
         let mut in_use = BlocksInUse::new(self);
         let mut table = self.table.lock();
@@ -305,20 +306,20 @@ impl DeviceState {
                             in_use.pin(&mut table, block);
                             arg
                         }
-                        None if c_maps.is_some() => {
-                            // The entry the implicit map of the variable at `h` found, else
-                            // the one whose map named `h` as its base.
-                            let implicit = c_maps.into_iter().flatten().find(|m| m.map_type.implicit && m.range.begin == h);
-                            let entry = match implicit.map(|m| table.lookup(m.range)) {
-                                Some(Lookup::Extends(e)) => table.get(e.begin),
-                                _ => table.named_by_zero_length(h),
+                        None if c_pointers.is_some() => {
+                            // The part present of the variable the region mapped implicitly
+                            // from `h`, else the section whose map named `h` as its base.
+                            let part = c_pointers.into_iter().flatten().find(|&&(v, _)| v == h).map(|&(_, p)| p);
+                            let entry = match part {
+                                Some(p) => table.containing(p).map(|e| (e, p)),
+                                None => table.named_by_zero_length(h).map(|e| (e, e.range.begin)),
                             };
-                            let below_entry = entry.map(|e| (e.device_addr, e.range.begin.wrapping_sub(h)));
-                            if let Some((block, below)) = below_entry {
-                                // From the map's base, below its entry: as far below the device
-                                // block as the pointer is below the section (C's arithmetic).
+                            let below_entry = entry.map(|(e, at)| (e.device_addr, e.translate(at), at.wrapping_sub(h)));
+                            if let Some((block, at, below)) = below_entry {
+                                // As far below the part's device address as the pointer is
+                                // below the part (C's arithmetic).
                                 in_use.pin(&mut table, block);
-                                KernelArg::Ptr { addr: block.wrapping_sub(below as u64), bytes: None }
+                                KernelArg::Ptr { addr: at.wrapping_sub(below as u64), bytes: None }
                             } else if let Some(bytes) = self.pool.extent(h as u64) {
                                 // Pointing to no mapped storage but to the device's own memory
                                 // (`omp_target_alloc`): the value itself.

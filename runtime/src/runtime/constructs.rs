@@ -298,7 +298,7 @@ impl Runtime {
             }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
             let (a, mut in_use) =
-                d.translate_args(kernel, args, (shape == ArgShape::OpenMp).then_some(maps))?;
+                d.translate_args(kernel, args, (shape == ArgShape::OpenMp).then_some(&[]))?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
             d.trace_launch(kernel, n, &a);
             let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
@@ -333,22 +333,37 @@ impl Runtime {
         let device = d.number;
         d.poll()?;
         let origin = Origin { construct: "target", kernel: Some(kernel.name()), at };
+        // Implicit maps are read once, as the region enters (`resolved`: the list as the
+        // table read it), and the launch and the region's end use that reading.
+        let mut resolved = Vec::new();
         // SAFETY: forwarded from the caller.
-        unsafe { d.map_enter(maps, Construct::Target, origin) }.map_err(|e| origin.failed(device, e))?;
+        unsafe { d.map_enter_resolved(maps, Construct::Target, origin, &mut resolved) }
+            .map_err(|e| origin.failed(device, e))?;
+        let read = if resolved.is_empty() { maps } else { &resolved[..] };
+        let parts: Vec<(usize, usize)> = maps
+            .iter()
+            .zip(read)
+            .filter(|(v, p)| v.map_type.implicit && v.range.begin != p.range.begin)
+            .map(|(v, p)| (v.range.begin, p.range.begin))
+            .collect();
+        let maps = read;
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
-        let launched = d.translate_args(kernel, args, c_pointers.then_some(maps)).and_then(|(a, in_use)| {
-            let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
-            d.trace_launch(kernel, n, &a);
-            // A kernel that writes another device's memory (peer access) is seen there by
-            // work no construct on this device orders: it waits, as OpenMP's target does.
-            let what = || crate::device::kernel_span(kernel, n);
-            if d.ordered() && !reaches_peer {
-                d.timed(Queue::Compute, what, || d.backend.enqueue_launch(Queue::Compute, kernel, n, &a))?;
-                d.queued(origin, in_use, Default::default())
-            } else {
-                d.timed(Queue::Compute, what, || d.backend.launch(kernel, n, &a))
-            }
-        });
+        let launched =
+            d.translate_args(kernel, args, c_pointers.then_some(&parts[..])).and_then(|(a, in_use)| {
+                let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
+                d.trace_launch(kernel, n, &a);
+                // A kernel that writes another device's memory (peer access) is seen there by
+                // work no construct on this device orders: it waits, as OpenMP's target does.
+                let what = || crate::device::kernel_span(kernel, n);
+                if d.ordered() && !reaches_peer {
+                    d.timed(Queue::Compute, what, || {
+                        d.backend.enqueue_launch(Queue::Compute, kernel, n, &a)
+                    })?;
+                    d.queued(origin, in_use, Default::default())
+                } else {
+                    d.timed(Queue::Compute, what, || d.backend.launch(kernel, n, &a))
+                }
+            });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target, &self.inner.devices) };
