@@ -409,12 +409,9 @@ impl ChromeTraceLayer {
         let here = |name, cat, ts, dur, args| slice(name, cat, (pid, tid), (ts, dur), args);
         if f.queue.is_some() {
             let dur = f.micros.unwrap_or(0.0).max(0.0);
-            // The span's absolute end when the event has it: `ended_ago` is read before this
-            // event reaches the lock, so a thread descheduled in between would shift it.
-            let end = match f.ended_at {
-                Some(at) => at - self.shared.origin_offset,
-                None => now - f.ended_ago.unwrap_or(0.0),
-            };
+            // By the span's absolute end (a time read before the event reaches this lock
+            // would shift the span by however long the thread waited); `now` without one.
+            let end = f.ended_at.map_or(now, |at| at - self.shared.origin_offset);
             let ts = (end - dur).max(0.0);
             let name = match (kind, &f.kernel, &f.direction) {
                 ("copy", _, Some(d)) => format!("copy {d}"),
@@ -549,7 +546,6 @@ struct Fields {
     construct: Option<u64>,
     queued: Option<bool>,
     queue: Option<String>,
-    ended_ago: Option<f64>,
     ended_at: Option<f64>,
     usage: Option<Usage>,
     message: Option<String>,
@@ -614,7 +610,6 @@ impl Visit for Fields {
     fn record_f64(&mut self, field: &Field, value: f64) {
         match field.name() {
             "micros" => self.micros = Some(value),
-            "ended_micros_ago" => self.ended_ago = Some(value),
             "ended_at_micros" => self.ended_at = Some(value),
             name => self.rest.push((name, Arg::F(value))),
         }
@@ -666,9 +661,10 @@ mod tests {
             tracing::debug!(target: "offload", info = 0x8000_0000u32, kind = "construct end", device = 1usize,
                 construct = 7u64, live_entries = 1usize, mapped_bytes = 4000usize, pool_in_use = 4096usize,
                 pool_cached = 0usize, "end");
-            // Reached by the device after the construct ended: 5 us long, ended 1 us ago.
+            // Reached by the device after the construct ended: 5 us long, ended just now.
+            let ended_at = clock_origin().elapsed().as_secs_f64() * 1e6;
             tracing::debug!(target: "offload", info = 0x8000_0000u32, kind = "kernel", device = 1usize,
-                kernel = "k", n = 10usize, queue = "compute", micros = 5.0f64, ended_micros_ago = 1.0f64,
+                kernel = "k", n = 10usize, queue = "compute", micros = 5.0f64, ended_at_micros = ended_at,
                 construct = 7u64, "span");
             tracing::debug!(target: "elsewhere", kind = "copy", "not offload's");
         });

@@ -162,10 +162,9 @@ pub(crate) struct InfoFields<'a> {
     pub(crate) construct: Option<u64>,
     /// A copy that was queued, not made (its `micros`: the queueing).
     pub(crate) queued: Option<bool>,
-    /// A device-side span's queue (`copy-in`, `compute`, `copy-out`), how long ago, in
-    /// microseconds, it ended, and when it ended on [`crate::chrome_trace::clock_origin`]'s clock (microseconds).
+    /// A device-side span's queue (`copy-in`, `compute`, `copy-out`) and when it ended, in
+    /// microseconds on [`crate::chrome_trace::clock_origin`]'s clock.
     pub(crate) queue: Option<&'static str>,
-    pub(crate) ended_ago: Option<f64>,
     pub(crate) ended_at: Option<f64>,
     /// A device's state at a construct's end.
     pub(crate) usage: Option<DeviceUsage>,
@@ -355,7 +354,6 @@ macro_rules! offload_event {
             construct = $f.construct,
             queued = $f.queued,
             queue = $f.queue,
-            ended_micros_ago = $f.ended_ago,
             ended_at_micros = $f.ended_at,
             live_entries = $f.usage.map(|u| u.entries),
             mapped_bytes = $f.usage.map(|u| u.mapped_bytes),
@@ -483,13 +481,11 @@ impl Trace {
         (begin, end): (std::time::Instant, std::time::Instant),
     ) {
         let micros = end.saturating_duration_since(begin).as_secs_f64() * 1e6;
-        let ago = std::time::Instant::now().saturating_duration_since(end).as_secs_f64() * 1e6;
         let at = end.saturating_duration_since(crate::chrome_trace::clock_origin()).as_secs_f64() * 1e6;
         let fields = || InfoFields {
             device: Some(device),
             queue: Some(queue),
             micros: Some(micros),
-            ended_ago: Some(ago),
             ended_at: Some(at),
             ..what
         };

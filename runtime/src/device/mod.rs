@@ -257,10 +257,10 @@ impl DeviceState {
     /// and the start of the part of it present, [`crate::MapType::implicit`]), a pointer
     /// inside no entry is initialised as OpenMP 5.2's 5.8.6 says: through the entry of
     /// that part when the pointer starts such a variable, or through the entry whose map
-    /// named it as the section's base (`map(to:
-    /// A[64:128])` and the pointer `A`, found as a zero-length section finds it), else it
-    /// keeps its own value (memory from `omp_target_alloc`, say). The safe API's views
-    /// are always inside their entry, and a view whose entry is gone stays an error.
+    /// named it as the section's base (`map(to: A[64:128])` and the pointer `A`, found as a
+    /// zero-length section finds it), else it keeps its value where that is the device's
+    /// own memory (`omp_target_alloc`); any other host address is refused. The safe API's
+    /// views are always inside their entry, and a view whose entry is gone stays an error.
     pub(crate) fn translate_args(
         &self,
         kernel: &Kernel,

@@ -198,17 +198,7 @@ fn submit(
     let task = Task::new();
     let before = GRAPH.with_borrow(|g| g.before(depend));
     if device == rt.initial_device() {
-        let r =
-            wait_for_all(&before).map_err(|e| Error::Dependency { cause: e.to_string() }).and_then(|()| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|payload| {
-                    Err(Error::Panicked {
-                        device,
-                        what: "an undeferred task",
-                        message: panic_message(&*payload),
-                    })
-                })
-            });
-        task.finish(r);
+        task.finish(run_after(&before, device, "an undeferred task", work));
     } else {
         // SAFETY: `work` owns what it uses ('static); the raw memory it reaches is the
         // caller's to keep valid (each routine's contract). One thread queues its tasks in
@@ -217,6 +207,19 @@ fn submit(
     }
     GRAPH.with_borrow_mut(|g| g.record(&task, depend));
     Ok(task)
+}
+
+/// Runs `work` (`what`, on `device`) on the calling thread once `before` has finished: a
+/// failed dependence fails it unrun, a panic fails it with [`Error::Panicked`].
+fn run_after(
+    before: &[Task],
+    device: usize,
+    what: &'static str,
+    work: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    wait_for_all(before).map_err(|e| Error::Dependency { cause: e.to_string() })?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+        .unwrap_or_else(|payload| Err(Error::Panicked { device, what, message: panic_message(&*payload) }))
 }
 
 /// `#pragma omp task depend(...)` around host code: `work` runs on a thread of its own once
@@ -274,19 +277,7 @@ pub fn task(depend: &[Depend], work: impl FnOnce() -> Result<()> + Send + 'stati
     let task = Task::new();
     let before = GRAPH.with_borrow(|g| g.before(depend));
     let done = task.clone();
-    let run = move || {
-        let r =
-            wait_for_all(&before).map_err(|e| Error::Dependency { cause: e.to_string() }).and_then(|()| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|payload| {
-                    Err(Error::Panicked {
-                        device: host,
-                        what: "a host task",
-                        message: panic_message(&*payload),
-                    })
-                })
-            });
-        done.finish(r);
-    };
+    let run = move || done.finish(run_after(&before, host, "a host task", work));
     std::thread::Builder::new().name("offload-host-task".into()).spawn(run).map_err(|e| Error::Driver {
         device: host,
         call: "spawn a host task's thread",
