@@ -504,6 +504,152 @@ fn a_failing_thread_fails_its_teams_launch_without_hanging() {
     });
 }
 
+/// A team's inclusive prefix sums over its block, `rounds` times (a scan of the scan), in
+/// barrier loops nested two deep whose inner bound is a local; values that live across
+/// barriers (`v`, `add`, `g`, `live`) and a last team that runs past the data; each team's
+/// last sum into a reduction.
+#[offload::kernel(teams = 32, reduction(+: total))]
+fn team_scan(team: usize, thread: usize, rounds: u32, x: &[u32], y: &mut [u32], total: &mut u64) {
+    let mut buf: [u32; 32] = offload::team_local();
+    let g = team * 32 + thread;
+    let live = g < x.len();
+    let mut v = if live { x[g] } else { 0 };
+    let steps = 5u32;
+    for _ in 0..rounds {
+        buf[thread] = v;
+        offload::barrier();
+        for s in 0..steps {
+            let d = 1usize << s;
+            let add = if thread >= d { buf[thread - d] } else { 0 };
+            offload::barrier();
+            v += add;
+            buf[thread] = v;
+            offload::barrier();
+        }
+    }
+    if live {
+        y[g] = v;
+    }
+    if thread == 31 {
+        *total += v as u64;
+    }
+}
+
+#[test]
+fn teams_kernels_keep_values_across_barriers_in_nested_loops_and_uneven_teams() {
+    on_every_device("team scan", |rt, d| {
+        let gpu = rt.device(d)?;
+        // 1000 teams, the last one 5 threads past the data: tasks of uneven size too.
+        let n = 1000 * 32 - 5;
+        let x: Vec<u32> = (0..n).map(|i| (i % 7) as u32).collect();
+        let (mut y, mut total) = (vec![0u32; n], vec![0u64]);
+        gpu.data((map::to(&x), map::from(&mut y), map::tofrom(&mut total)), |(x, y, t)| {
+            team_scan::launch(&gpu, n.div_ceil(32), 2, x, y, t)
+        })?;
+        let (mut want, mut want_total) = (vec![0u32; n], 0u64);
+        for team in 0..n.div_ceil(32) {
+            let mut b: Vec<u32> = (0..32).map(|t| x.get(team * 32 + t).copied().unwrap_or(0)).collect();
+            for _ in 0..2 {
+                for t in 1..32 {
+                    b[t] += b[t - 1];
+                }
+            }
+            for (t, v) in b.iter().enumerate() {
+                if let Some(w) = want.get_mut(team * 32 + t) {
+                    *w = *v;
+                }
+            }
+            want_total += b[31] as u64;
+        }
+        check_eq!(y, want);
+        check_eq!(total, vec![want_total]);
+        Ok(())
+    });
+}
+
+/// `y[i]` written where the item is: plain.
+#[offload::kernel]
+fn own_store(i: usize, a: f32, x: &[f32], y: &mut [f32]) {
+    y[i] += a * x[i];
+}
+
+/// `y[i + 1]` written: another item's element, so the shared (atomic) path.
+#[offload::kernel]
+fn shifted_store(i: usize, x: &[f32], y: &mut [f32]) {
+    y[i + 1] = x[i];
+}
+
+/// A 2-D kernel storing at `row * nx + col` (its own element) and reading neighbours.
+#[offload::kernel(dims = 2)]
+fn own_rows(row: usize, col: usize, nx: usize, x: &[f32], y: &mut [f32]) {
+    let c = row * nx + col;
+    y[c] += x[c - 1] + x[c + 1];
+}
+
+/// The host twin says which views it reads and writes plainly, and a kernel whose stores
+/// may land on another item's element keeps them atomic; each gives what the Rust loop
+/// gives, bit for bit, whatever path a launch takes (columns wider than `nx` make rows
+/// overlap: the shared path).
+#[test]
+fn host_twins_say_their_path_and_give_the_loops_results() {
+    let path = |k: &offload::Kernel| k.host_path().unwrap_or_default().to_string();
+    let p = path(&own_store::KERNEL);
+    assert!(p.contains("plain loads of `x`") && p.contains("plain stores of `y`"), "{p}");
+    let p = path(&shifted_store::KERNEL);
+    assert!(p.contains("plain loads of `x`") && p.contains("relaxed-atomic accesses of `y`"), "{p}");
+    assert!(path(&own_rows::KERNEL).contains("plain stores of `y`"));
+    assert!(path(&reverse_blocks::KERNEL).contains("teams of 64 as loops"));
+    on_every_device("host paths", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 10_000;
+        let x: Vec<f32> = (0..n).map(|v| (v % 13) as f32 * 0.37).collect();
+        let mut y: Vec<f32> = (0..n).map(|v| (v % 7) as f32 * 1.1).collect();
+        let mut want = y.clone();
+        for i in 100..n {
+            want[i] += 1.5 * x[i];
+        }
+        gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| own_store::launch(&gpu, 100..n, 1.5, x, y))?;
+        check_eq!(y, want);
+        let mut z = vec![0f32; n];
+        gpu.data((map::to(&x), map::tofrom(&mut z)), |(x, z)| shifted_store::launch(&gpu, n - 1, x, z))?;
+        check!(z[0] == 0.0 && z[1..] == x[..n - 1]);
+        // 2-D: interior of a 100 x 100 grid, then columns 1..120 of rows of 100 (rows
+        // overlap each other's elements: shared path, still the loop's result).
+        for (nx, cols) in [(100usize, 1..99usize), (100, 1..120)] {
+            let mut y: Vec<f32> = (0..n).map(|v| (v % 5) as f32).collect();
+            let mut want = y.clone();
+            for row in 1..80 {
+                for col in cols.clone() {
+                    let c = row * nx + col;
+                    want[c] += x[c - 1] + x[c + 1];
+                }
+            }
+            let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
+                own_rows::launch(&gpu, (1..80, cols.clone()), nx, x, y)
+            });
+            if cols.end <= nx {
+                r?;
+                check_eq!(y, want);
+            } else {
+                // Items store to one element from two rows: the shared path, where a checked
+                // host twin's store log names them (GPUs do not log stores).
+                let host = rt.describe(d)?.kind == offload::BackendKind::Host;
+                match r.map_err(cause) {
+                    Ok(()) => check!(!(own_rows::CHECKED && host), "the store log missed the overlap"),
+                    Err(Error::KernelFailed { message, .. }) => {
+                        check!(
+                            own_rows::CHECKED && host && message.contains("both store element"),
+                            "{message}"
+                        )
+                    }
+                    Err(e) => check!(false, "{e:?}"),
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn every_kernel_of_this_file_compiles_with_nvrtc() {
     offload_tests::compile_with_nvrtc(
@@ -526,6 +672,10 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &reverse_blocks::KERNEL_CHECKED,
             &smooth_blocks::KERNEL,
             &failing_team::KERNEL_CHECKED,
+            &team_scan::KERNEL,
+            &own_store::KERNEL,
+            &shifted_store::KERNEL,
+            &own_rows::KERNEL,
         ],
     );
 }

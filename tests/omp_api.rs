@@ -388,6 +388,28 @@ fn target_data_region_and_launch() -> Result<()> {
     all_clean(rt)
 }
 
+/// A C port may pass one array as two arguments (`saxpy(n, a, x, x)`): the generated host
+/// twin then reads the read-only view through the shared path, not as a plain slice, and
+/// gives what C gives; the initial device (the host itself) too.
+#[test]
+fn one_array_as_a_read_and_a_written_argument() -> Result<()> {
+    use offload_kernels::generated::saxpy;
+    let (_g, rt) = setup()?;
+    for dev in devices()?.into_iter().chain([omp_get_initial_device()?]) {
+        let mut x: Vec<f32> = (0..3000).map(|v| v as f32).collect();
+        let p = x.as_mut_ptr();
+        let args = [
+            LaunchArg::Value(Scalar::F32(0.5)),
+            LaunchArg::mapped(p.cast_const()),
+            LaunchArg::mapped(p.cast_const()),
+        ];
+        // SAFETY: `x` outlives the construct and is not touched during it.
+        unsafe { target(dev, &saxpy::KERNEL, 3000, &[MapItem::tofrom(p, 12000)], &args)? };
+        check!(x.iter().enumerate().all(|(i, &v)| v == i as f32 * 1.5), "device {dev}: {:?}", &x[..4]);
+    }
+    all_clean(rt)
+}
+
 /// A line-by-line port's kernel: `#pragma omp target teams distribute parallel for
 /// map(to: x[0:n]) map(tofrom: y[0:n]) reduction(+: s)` over `y[i] += a * x[i]`.
 #[offload::kernel(reduction(+: s))]

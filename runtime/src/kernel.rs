@@ -49,6 +49,7 @@ pub struct Kernel {
     block: u32,
     grid_stride: bool,
     thread_map: Option<&'static str>,
+    host_path: Option<&'static str>,
     shape: Option<&'static KernelShape>,
 }
 
@@ -92,6 +93,7 @@ impl Kernel {
             block: DEFAULT_BLOCK,
             grid_stride: false,
             thread_map: None,
+            host_path: None,
             shape: None,
         }
     }
@@ -130,6 +132,14 @@ impl Kernel {
     /// `#[offload::kernel]` writes it).
     pub const fn with_thread_map(mut self, note: &'static str) -> Self {
         self.thread_map = Some(note);
+        self
+    }
+
+    /// Says how the host twin runs the kernel on host devices: which views it reads and
+    /// writes as plain memory (vectorisable) and which through relaxed atomics, and why
+    /// (the launch trace shows it; `#[offload::kernel]` writes it).
+    pub const fn with_host_path(mut self, note: &'static str) -> Self {
+        self.host_path = Some(note);
         self
     }
 
@@ -189,6 +199,12 @@ impl Kernel {
         self.thread_map
     }
 
+    /// How the host twin runs the kernel on host devices, when it says (see
+    /// [`Kernel::with_host_path`]).
+    pub const fn host_path(&self) -> Option<&'static str> {
+        self.host_path
+    }
+
     /// A generated kernel's parameter shape, when it says.
     pub const fn shape(&self) -> Option<&'static KernelShape> {
         self.shape
@@ -226,6 +242,7 @@ impl fmt::Debug for Kernel {
             .field("block", &self.block)
             .field("grid_stride", &self.grid_stride)
             .field("thread_map", &self.thread_map)
+            .field("host_path", &self.host_path)
             .finish()
     }
 }

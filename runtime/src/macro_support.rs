@@ -183,10 +183,7 @@ impl<'a, T: Element> SharedSlice<'a, T> {
     #[cold]
     #[inline(never)]
     fn out_of_range(&self, i: usize) -> ! {
-        panic!(
-            "kernel `{}` argument `{}`: index {i} is out of range for a view of {} elements",
-            self.kernel, self.name, self.len
-        )
+        out_of_range(self.kernel, self.name, i, self.len)
     }
 
     /// Elements `start..end` (`&x[start..end]`); panics (failing the launch) naming the
@@ -230,6 +227,187 @@ impl<'a, T: Element> SharedSlice<'a, T> {
     }
 }
 
+impl<T> SharedSlice<'_, T> {
+    /// The bytes the view spans: its address and length in bytes.
+    pub fn span(&self) -> (usize, usize) {
+        (self.ptr as usize, self.len * std::mem::size_of::<T>())
+    }
+}
+
+impl<'a, T: Element> SharedSlice<'a, T> {
+    /// The same view as a plain slice, for a read-only argument that no written view of
+    /// the launch overlaps ([`views_apart`]).
+    ///
+    /// # Safety
+    /// Nothing may write the view's elements while the result lives: the launch writes no
+    /// element of it, and nothing else runs on the device's memory meanwhile (a host
+    /// device's worker runs its work in order; the initial device's views are borrowed
+    /// from the host program by the construct).
+    pub unsafe fn plain(self) -> ReadView<'a, T> {
+        let data = if self.len == 0 {
+            &[]
+        } else {
+            // SAFETY: `new` checked that the launch's range holds `len` elements, aligned;
+            // the memory is initialised (host devices zero their allocations); the caller
+            // guarantees no write meanwhile.
+            unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        };
+        ReadView { data, kernel: self.kernel, name: self.name }
+    }
+}
+
+/// A read-only view argument of a generated host twin as a plain slice: its loads are
+/// plain loads, which rustc may keep in registers and vectorise (a [`SharedSlice`]'s
+/// atomic loads are neither).
+#[derive(Clone, Copy, Debug)]
+pub struct ReadView<'a, T> {
+    data: &'a [T],
+    kernel: &'static str,
+    name: &'static str,
+}
+
+impl<T: Copy> ReadView<'_, T> {
+    /// Elements in the view.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Element `i`; panics as [`SharedSlice::get`] when `i` is out of range.
+    #[inline]
+    pub fn get(&self, i: usize) -> T {
+        match self.data.get(i) {
+            Some(v) => *v,
+            None => out_of_range(self.kernel, self.name, i, self.data.len()),
+        }
+    }
+}
+
+impl<'a, T: Element> SharedSlice<'a, T> {
+    /// Elements `lo..hi` of a written view as the plain elements of one task of the
+    /// launch, for a view whose every access is at the work item's own element (the
+    /// macro's analysis) and whose task spans [`own_rows_fit`] checked. Panics (failing
+    /// the launch) when the range is not inside the view.
+    ///
+    /// # Safety
+    /// No other task, view or thread may access elements `lo..hi` while the result lives.
+    pub unsafe fn own(self, lo: usize, hi: usize) -> OwnView<'a, T> {
+        if lo > hi || hi > self.len {
+            self.out_of_range(hi.max(lo))
+        }
+        let data: &'a [std::cell::Cell<T>] = if lo == hi {
+            &[]
+        } else {
+            // SAFETY: `lo..hi` is inside the launch's checked, aligned, initialised range;
+            // the caller guarantees nothing else accesses it meanwhile.
+            let elems = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(lo).cast_mut(), hi - lo) };
+            std::cell::Cell::from_mut(elems).as_slice_of_cells()
+        };
+        OwnView { data, lo, len: self.len, kernel: self.kernel, name: self.name }
+    }
+}
+
+/// The elements a task of a generated host twin owns in a written view (each work item
+/// only its own): plain loads and stores, which rustc may vectorise.
+pub struct OwnView<'a, T> {
+    data: &'a [std::cell::Cell<T>],
+    /// The view's index of `data[0]`.
+    lo: usize,
+    /// The whole view's length.
+    len: usize,
+    kernel: &'static str,
+    name: &'static str,
+}
+
+impl<T> std::fmt::Debug for OwnView<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnView")
+            .field("name", &self.name)
+            .field("lo", &self.lo)
+            .field("elements", &self.data.len())
+            .finish()
+    }
+}
+
+impl<T> Clone for OwnView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for OwnView<'_, T> {}
+
+impl<T: Copy> OwnView<'_, T> {
+    /// The whole view's length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the whole view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn cell(&self, i: usize) -> &std::cell::Cell<T> {
+        match self.data.get(i.wrapping_sub(self.lo)) {
+            Some(c) => c,
+            None => out_of_range(self.kernel, self.name, i, self.len),
+        }
+    }
+
+    /// Element `i` (of the whole view); panics as [`SharedSlice::get`] outside the task's
+    /// elements (which the analysis proved cannot happen inside the view).
+    #[inline]
+    pub fn get(&self, i: usize) -> T {
+        self.cell(i).get()
+    }
+
+    /// Stores `v` at element `i`, panicking as [`OwnView::get`].
+    #[inline]
+    pub fn set(&self, i: usize, v: T) {
+        self.cell(i).set(v)
+    }
+}
+
+/// Whether the elements the work items of a launch own in a written view indexed
+/// `row * width + col` (`v[i]` in one dimension: `width` 1, one column) stay apart and
+/// inside its `len` elements: `rows` rows from `row0`, `cols` columns from `col0`.
+pub fn own_rows_fit(row0: usize, rows: usize, col0: usize, cols: usize, width: usize, len: usize) -> bool {
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    let last = (row0 + rows - 1)
+        .checked_mul(width)
+        .and_then(|r| r.checked_add(col0))
+        .and_then(|r| r.checked_add(cols));
+    col0.checked_add(cols).is_some_and(|c| c <= width) && last.is_some_and(|l| l <= len)
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(kernel: &str, name: &str, i: usize, len: usize) -> ! {
+    panic!("kernel `{kernel}` argument `{name}`: index {i} is out of range for a view of {len} elements")
+}
+
+/// Whether no written view of a launch overlaps another of its views (each given as its
+/// [`SharedSlice::span`] and whether the launch writes it): the twin may then read its
+/// read-only views as plain slices.
+pub fn views_apart(views: &[((usize, usize), bool)]) -> bool {
+    let overlap =
+        |a: (usize, usize), b: (usize, usize)| a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+    views
+        .iter()
+        .enumerate()
+        .all(|(k, &(a, wa))| views[k + 1..].iter().all(|&(b, wb)| !(wa || wb) || !overlap(a, b)))
+}
+
 /// Views longer than this are not logged by checked twins (the log takes 4 bytes an
 /// element).
 pub const STORE_LOG_LIMIT: usize = 1 << 24;
@@ -259,19 +437,25 @@ impl StoreLog {
         !self.owners.is_empty()
     }
 
+    // Inline: a call in a twin's loop would make rustc keep its values in memory.
+    #[inline]
     fn record(&self, element: usize, kernel: &str, name: &str) {
         let Some(slot) = self.owners.get(element) else { return };
         let me = (CURRENT_ITEM.with(|c| c.get()) as u32).wrapping_add(1);
         let before = slot.swap(me, Ordering::Relaxed);
         if before != 0 && before != me {
-            panic!(
-                "kernel `{kernel}` argument `{name}`: work items {} and {} both store element {element} (a checked \
-                 launch; iterations must write distinct elements, as in OpenMP's `parallel for`)",
-                before - 1,
-                me - 1
-            )
+            two_stores(kernel, name, element, before - 1, me - 1)
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn two_stores(kernel: &str, name: &str, element: usize, first: u32, second: u32) -> ! {
+    panic!(
+        "kernel `{kernel}` argument `{name}`: work items {first} and {second} both store element {element} (a checked \
+         launch; iterations must write distinct elements, as in OpenMP's `parallel for`)"
+    )
 }
 
 thread_local! {
@@ -284,122 +468,35 @@ pub fn set_item(t: usize) {
     CURRENT_ITEM.with(|c| c.set(t));
 }
 
-/// The barrier of a teams kernel's host twin: the team's threads wait for each other, as
-/// `__syncthreads()` makes a GPU block's. A thread that fails (panics) breaks it: the
-/// others stop waiting and fail too, so a failed team never hangs.
-#[derive(Debug)]
-pub struct TeamBarrier {
-    threads: usize,
-    state: std::sync::Mutex<BarrierState>,
-    turned: std::sync::Condvar,
-}
+/// Work items one task of [`run_chunks`] runs at most (unless one unit holds more, or
+/// that would leave fewer than [`MIN_TASKS`] tasks): bounds how many values a float
+/// partial sums in sequence (its error grows with that count).
+pub const CHUNK_ITEMS: usize = 4096;
 
-#[derive(Debug, Default)]
-struct BarrierState {
-    waiting: usize,
-    /// Threads that have finished: no longer waited for (the kernel language refuses
-    /// control flow that lets some threads skip a barrier, but a finished thread must not
-    /// hang the others whatever happens).
-    finished: usize,
-    generation: u64,
-    broken: bool,
-}
+/// Tasks [`run_chunks`] makes at least, where there are that many units: enough for the
+/// pool to balance.
+pub const MIN_TASKS: usize = 64;
 
-/// The message of a thread that stopped because another of its team failed.
-const TEAM_BROKEN: &str = "another thread of the team failed";
-
-impl TeamBarrier {
-    /// A barrier for `threads` threads.
-    pub fn new(threads: usize) -> Self {
-        Self { threads, state: Default::default(), turned: std::sync::Condvar::new() }
-    }
-
-    /// Waits until every thread of the team has reached the barrier (`offload::barrier()`).
-    pub fn wait(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.broken {
-            panic!("{TEAM_BROKEN}");
-        }
-        s.waiting += 1;
-        if s.waiting + s.finished >= self.threads {
-            s.waiting = 0;
-            s.generation += 1;
-            self.turned.notify_all();
-            return;
-        }
-        let generation = s.generation;
-        while s.generation == generation && !s.broken {
-            s = self.turned.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
-        if s.broken {
-            panic!("{TEAM_BROKEN}");
-        }
-    }
-
-    /// A thread of the team has finished its body: the others stop waiting for it.
-    fn finish(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.finished += 1;
-        if s.waiting > 0 && s.waiting + s.finished >= self.threads {
-            s.waiting = 0;
-            s.generation += 1;
-            self.turned.notify_all();
-        }
-    }
-
-    fn break_it(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.broken = true;
-        self.turned.notify_all();
-    }
-}
-
-/// Runs `body(thread)` on `threads` threads at once (a teams kernel's twin runs a team's
-/// threads so, that its barrier means what `__syncthreads()` means); the first failure is
-/// resumed here once every thread has stopped.
-pub fn run_team(threads: usize, barrier: &TeamBarrier, body: impl Fn(usize) + Sync) {
-    let failure = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(threads);
-        let mut first: Option<Box<dyn std::any::Any + Send>> = None;
-        for t in 0..threads {
-            let body = &body;
-            let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(t)));
-                if r.is_err() {
-                    barrier.break_it();
-                } else {
-                    barrier.finish();
-                }
-                r
-            });
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    // The threads started wait at the barrier for this one: stopped.
-                    barrier.break_it();
-                    first = Some(Box::new(format!("a team thread could not be started: {e}")));
-                    break;
-                }
-            }
-        }
-        for h in handles {
-            let payload = match h.join() {
-                Ok(Ok(())) => continue,
-                Ok(Err(p)) | Err(p) => p,
-            };
-            let secondary = crate::error::panic_message(&*payload) == TEAM_BROKEN;
-            if first.is_none()
-                || (!secondary
-                    && first.as_deref().is_some_and(|f| crate::error::panic_message(f) == TEAM_BROKEN))
-            {
-                first = Some(payload);
-            }
-        }
-        first
-    });
-    if let Some(p) = failure {
-        std::panic::resume_unwind(p);
-    }
+/// Runs a generated kernel's host twin over `units` units (a teams kernel's teams, else the
+/// rows of the space's outer dimension) of `per_unit` work items each: consecutive units
+/// in tasks on the current `rayon` pool, `chunk(first, end)` running units `first..end` in
+/// order and returning their reduction partial; the partials are combined in order. The
+/// tasks depend only on `units` and `per_unit`, so a float reduction's result does not
+/// depend on the pool's size. A panic in a task (a failing item) is resumed here.
+pub fn run_chunks<A: Send>(
+    units: usize,
+    per_unit: usize,
+    identity: A,
+    chunk: impl Fn(usize, usize) -> A + Sync + Send,
+    combine: impl Fn(A, A) -> A,
+) -> A {
+    use rayon::prelude::*;
+    let per = CHUNK_ITEMS.div_ceil(per_unit.max(1)).min(units / MIN_TASKS).max(1);
+    let parts: Vec<A> = (0..units.div_ceil(per))
+        .into_par_iter()
+        .map(|c| chunk(c * per, ((c + 1) * per).min(units)))
+        .collect();
+    parts.into_iter().fold(identity, combine)
 }
 
 /// The work items of a launch over `points` of its space, `per_point` each (a teams
@@ -421,28 +518,6 @@ pub fn index_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<usize, Str
 /// Scalar argument `k` (passed as `u32`) as a `bool`.
 pub fn bool_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<bool, String> {
     Ok(l.scalar::<u32>(k)? != 0)
-}
-
-/// Runs `f(t)` for every `t < n` on the current `rayon` pool.
-pub fn par_for(n: usize, f: impl Fn(usize) + Sync + Send) {
-    use rayon::prelude::*;
-    (0..n).into_par_iter().for_each(f);
-}
-
-/// Items one task of [`par_reduce`] folds in order: bounds how many values a float partial
-/// sums in sequence (its error grows with that count), the rest is a tree.
-pub const REDUCE_CHUNK: usize = 4096;
-
-/// Folds `body(acc, t)` over every `t < n` on the current `rayon` pool, each task from
-/// `identity` over at most [`REDUCE_CHUNK`] items, and combines the tasks' partials.
-pub fn par_reduce<A: Copy + Send + Sync>(
-    n: usize,
-    identity: A,
-    body: impl Fn(A, usize) -> A + Sync + Send,
-    combine: impl Fn(A, A) -> A + Sync + Send,
-) -> A {
-    use rayon::prelude::*;
-    (0..n).into_par_iter().with_max_len(REDUCE_CHUNK).fold(|| identity, &body).reduce(|| identity, &combine)
 }
 
 /// Types a reduction may have, with each operator's identity and combination as the GPU
@@ -1129,26 +1204,38 @@ impl<'k> ArgCollector<'k> {
 mod tests {
     use super::*;
 
-    /// A team thread that finishes while the others wait at a barrier no longer holds them
-    /// there (the kernel language refuses the control flow that leads to it; the host twin
-    /// does not hang whatever happens). A regression would hang: a watchdog fails it.
+    /// Units (teams, rows) go in order into tasks that depend only on the launch: partials
+    /// combine in order whatever the pool.
     #[test]
-    fn a_finished_team_thread_is_not_waited_for() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let barrier = TeamBarrier::new(4);
-            let passed = std::sync::atomic::AtomicUsize::new(0);
-            run_team(4, &barrier, |t| {
-                if t != 0 {
-                    barrier.wait();
-                    barrier.wait();
-                    passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-            let _ = tx.send(passed.into_inner());
-        });
-        let passed = rx.recv_timeout(std::time::Duration::from_secs(60));
-        assert_eq!(passed, Ok(3), "the team's other threads waited for the finished one");
+    fn units_run_in_ordered_tasks_of_whole_units() {
+        for (teams, threads) in [(0usize, 32usize), (1, 1024), (40, 64), (8192, 256), (100, 1), (1 << 20, 1)]
+        {
+            let seen = std::sync::Mutex::new(Vec::new());
+            let order = run_chunks(
+                teams,
+                threads,
+                Vec::new(),
+                |a, b| {
+                    seen.lock().unwrap().push((a, b));
+                    vec![(a, b)]
+                },
+                |mut x: Vec<(usize, usize)>, y| {
+                    x.extend(y);
+                    x
+                },
+            );
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort_unstable();
+            assert_eq!(order, seen, "partials combine in team order");
+            assert!(order.windows(2).all(|w| w[0].1 == w[1].0), "consecutive, whole: {order:?}");
+            assert_eq!(order.first().map_or(0, |c| c.0), 0);
+            assert_eq!(order.last().map_or(0, |c| c.1), teams);
+            assert!(order.len() >= teams.min(MIN_TASKS), "{teams} units in {} tasks", order.len());
+            assert!(
+                order.iter().all(|c| c.1 - c.0 == 1 || (c.1 - c.0) * threads <= CHUNK_ITEMS),
+                "{order:?}"
+            );
+        }
     }
     use crate::kernel::{KernelArg, Scalar};
 
@@ -1251,6 +1338,61 @@ mod tests {
         assert!(msg.contains("work items 3 and 8 both store element 1"), "{msg}");
         // Past the limit, or off, nothing is logged.
         assert!(!StoreLog::new(false, 4).on() && !StoreLog::new(true, STORE_LOG_LIMIT + 1).on());
+    }
+
+    #[test]
+    fn views_are_apart_unless_a_written_one_overlaps_another() {
+        let (x, y, z) = ((1000, 400), (1400, 400), (1200, 400));
+        assert!(views_apart(&[(x, false), (y, true)]), "adjacent");
+        assert!(!views_apart(&[(x, false), (x, true)]), "the same range twice, one written");
+        assert!(!views_apart(&[(x, false), (z, true)]) && !views_apart(&[(z, true), (y, false)]));
+        assert!(views_apart(&[(x, false), (z, false)]), "two reads may overlap");
+        assert!(views_apart(&[(x, true), ((1100, 0), false)]), "an empty view overlaps nothing");
+        assert!(views_apart(&[]));
+    }
+
+    #[test]
+    fn own_rows_stay_apart_and_inside_the_view() {
+        // 4 rows of 3 columns from (1, 1) in rows of width 5: elements 6..=23.
+        assert!(own_rows_fit(1, 4, 1, 3, 5, 24));
+        assert!(!own_rows_fit(1, 4, 1, 3, 5, 23), "past the view");
+        assert!(!own_rows_fit(1, 4, 3, 3, 5, 100), "columns past the width: rows would overlap");
+        assert!(own_rows_fit(7, 100, 0, 1, 1, 107) && !own_rows_fit(7, 100, 0, 1, 1, 106), "1-D");
+        assert!(own_rows_fit(0, 0, 0, 3, 1, 0), "nothing launched");
+        assert!(!own_rows_fit(usize::MAX / 2, 4, 0, 1, 4, usize::MAX), "overflow");
+    }
+
+    #[test]
+    fn own_views_read_and_write_only_their_tasks_elements() {
+        let mut v: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let args = [
+            KernelArg::Ptr { addr: v.as_mut_ptr() as u64, bytes: Some(32) },
+            KernelArg::Scalar(Scalar::U64(8)),
+        ];
+        let l = HostLaunch::new("k", 8, &args);
+        let s = SharedSlice::<f32>::new(&l, "k", "y", 0, 1).unwrap();
+        assert!(views_apart(&[(s.span(), true)]));
+        {
+            // SAFETY: the two tasks' elements are apart; nothing else touches `v`.
+            let (a, b) = unsafe { (s.own(0, 4), s.own(4, 8)) };
+            for i in 0..4 {
+                a.set(i, a.get(i) * 2.0);
+                b.set(i + 4, b.get(i + 4) + 1.0);
+            }
+            assert_eq!(a.len(), 8);
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.get(4))).unwrap_err();
+            assert!(crate::error::panic_message(&*e).contains("argument `y`: index 4 is out of range"));
+            // SAFETY: read-only while `a` and `b` are not used.
+            let r = unsafe { s.plain() };
+            assert_eq!(r.get(7), 8.0);
+            assert!(std::panic::catch_unwind(|| r.get(8)).is_err());
+        }
+        assert_eq!(v, [0.0, 2.0, 4.0, 6.0, 5.0, 6.0, 7.0, 8.0]);
+        let e = std::panic::catch_unwind(|| {
+            // SAFETY: refused before any access.
+            unsafe { s.own(4, 9) };
+        });
+        assert!(e.is_err(), "a range past the view is refused");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! threads then read neighbouring elements: coalesced loads), whatever its position in the
 //! signature.
 
-use crate::ir::{Body, Expr, ExprKind, Place, Role, Stmt};
+use std::collections::HashSet;
+
+use crate::ir::{visit_exprs, Body, Expr, ExprKind, Place, Role, Stmt, VarId};
 
 /// How a kernel's indices are mapped to GPU threads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,4 +196,108 @@ pub fn thread_map(body: &Body, names: &[String]) -> ThreadMap {
         names[fast], names[order[0]]
     );
     ThreadMap { order, note }
+}
+
+/// The views the body uses whole (a sub-slice, or passed to a device function), not only
+/// element by element and by length: the host twin keeps those as shared slices.
+pub fn whole_view_uses(body: &Body) -> HashSet<VarId> {
+    let mut out = HashSet::new();
+    visit_exprs(&body.stmts, &mut |e| match &e.kind {
+        ExprKind::Sub { view, .. } | ExprKind::ViewOf(view) => {
+            out.insert(*view);
+        }
+        _ => {}
+    });
+    out
+}
+
+/// How a written view is indexed when every access of it (load or store) is at the work
+/// item's own element, which no other item touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnIndex {
+    /// A 1-D kernel's `v[i]`.
+    Linear,
+    /// A 2-D kernel's `v[row * width + col]`: `row` the outer index, `col` the unit-stride
+    /// one, `width` a `usize` parameter (the twin checks per launch that rows do not
+    /// overlap: the launch's columns fit in `width`).
+    Rows { width: VarId },
+}
+
+/// The own-element form of every access of view `view`, if all its accesses have it (and
+/// there is at least one); `indices` are the kernel's index variables, `order` its thread
+/// map's (outer to unit stride).
+pub fn own_index(body: &Body, view: VarId, indices: &[VarId], order: &[usize]) -> Option<OwnIndex> {
+    let mut forms = Vec::new();
+    visit_exprs(&body.stmts, &mut |e| {
+        if let ExprKind::Load { view: v, index } = &e.kind {
+            if *v == view {
+                forms.push(own_form(body, index, indices, order));
+            }
+        }
+    });
+    crate::ir::visit_places(&body.stmts, &mut |p| {
+        let mut root = p;
+        while let Place::Field { base, .. } = root {
+            root = base;
+        }
+        if let Place::Elem { view: v, index } = root {
+            if *v == view {
+                forms.push(own_form(body, index, indices, order));
+            }
+        }
+    });
+    let first = *forms.first()?;
+    forms.iter().all(|f| *f == first).then_some(first).flatten()
+}
+
+/// `e` with immutable locals replaced by their values (and casts looked through).
+fn resolved<'b>(body: &'b Body, e: &'b Expr) -> &'b Expr {
+    match &e.kind {
+        ExprKind::Var(v) => match (&body.vars[*v].role, &body.vars[*v].init, body.vars[*v].mutable) {
+            (Role::Local, Some(init), false) => resolved(body, init),
+            _ => e,
+        },
+        _ => e,
+    }
+}
+
+fn is_var(body: &Body, e: &Expr, v: VarId) -> bool {
+    matches!(resolved(body, e).kind, ExprKind::Var(x) if x == v)
+}
+
+fn own_form(body: &Body, index: &Expr, indices: &[VarId], order: &[usize]) -> Option<OwnIndex> {
+    use syn::BinOp;
+    match indices.len() {
+        1 => is_var(body, index, indices[0]).then_some(OwnIndex::Linear),
+        2 => {
+            let (row, col) = (indices[order[0]], indices[order[1]]);
+            let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, index).kind else { return None };
+            let product = if is_var(body, a, col) {
+                b
+            } else if is_var(body, b, col) {
+                a
+            } else {
+                return None;
+            };
+            let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, product).kind else { return None };
+            let width = |w: &Expr| match resolved(body, w).kind {
+                ExprKind::Var(x)
+                    if matches!(body.vars[x].role, Role::Param(_))
+                        && body.vars[x].ty.scalar() == Some(crate::ty::Ty::Usize) =>
+                {
+                    Some(x)
+                }
+                _ => None,
+            };
+            let w = if is_var(body, p, row) {
+                width(q)
+            } else if is_var(body, q, row) {
+                width(p)
+            } else {
+                None
+            };
+            w.map(|width| OwnIndex::Rows { width })
+        }
+        _ => None,
+    }
 }

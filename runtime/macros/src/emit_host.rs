@@ -2,6 +2,8 @@
 //! `offload::__private::SharedSlice` (bounds-checked relaxed atomic loads and stores, never
 //! a `&mut [T]`), so iterations running at once cannot hold aliasing references.
 
+use std::collections::HashSet;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::BinOp;
@@ -13,6 +15,12 @@ pub struct RustEmitter<'a> {
     pub body: &'a Body,
     /// The code sits in the kernel's module (paths written in the parent get `super::`).
     pub nested: bool,
+    /// A teams twin's locals that live across a barrier: each is an array with an element
+    /// per thread of the team (`__offload_pt_N[__offload_thread]`), see `emit_teams`.
+    pub per_thread: HashSet<VarId>,
+    /// The kernel's reduction variables are plain `let mut` locals of the twin's task (kept
+    /// in registers), not `&mut` partials.
+    pub local_reductions: bool,
 }
 
 /// The twin of device function `path` (as written), for calling it.
@@ -30,7 +38,12 @@ pub fn twin_name(name: &syn::Ident) -> syn::Ident {
     format_ident!("__offload_twin_{}", name.unraw())
 }
 
-impl RustEmitter<'_> {
+impl<'a> RustEmitter<'a> {
+    /// An emitter of `body`'s statements (in the kernel's module when `nested`).
+    pub fn new(body: &'a Body, nested: bool) -> Self {
+        Self { body, nested, per_thread: HashSet::new(), local_reductions: false }
+    }
+
     fn path(&self, p: &syn::Path) -> TokenStream {
         if self.nested {
             crate::signature::outer_path(p)
@@ -40,7 +53,7 @@ impl RustEmitter<'_> {
     }
 
     /// The Rust type of `t` where it is known.
-    fn ty(&self, t: &Type) -> Option<TokenStream> {
+    pub fn ty(&self, t: &Type) -> Option<TokenStream> {
         match t {
             Type::Scalar(t) => Some(t.rust()),
             Type::Struct(s) => Some(self.path(&s.path)),
@@ -54,6 +67,10 @@ impl RustEmitter<'_> {
             Role::Const(path) => {
                 let p = self.path(path);
                 quote_spanned!(span=> #p)
+            }
+            _ if self.per_thread.contains(&v) => {
+                let a = per_thread_array(v);
+                quote_spanned!(span=> #a[__offload_thread])
             }
             _ => {
                 let id = &var.rust;
@@ -185,6 +202,14 @@ impl RustEmitter<'_> {
                 let id = &v.rust;
                 let m = v.mutable.then(|| quote!(mut));
                 let value = self.expr(init);
+                if self.per_thread.contains(var) {
+                    // The thread's element: threads run in order, each once per stretch.
+                    let a = per_thread_array(*var);
+                    return match self.ty(&v.ty) {
+                        Some(t) => quote!({ let __offload_v: #t = #value; #a.push(__offload_v); }),
+                        None => quote!(#a.push(#value);),
+                    };
+                }
                 match (&v.role, self.ty(&v.ty)) {
                     (Role::BodyConst, Some(t)) => quote!(let #id: #t = #value;),
                     (_, Some(t)) => quote!(let #m #id: #t = #value;),
@@ -198,12 +223,13 @@ impl RustEmitter<'_> {
             Stmt::Reduce { var, value, span } => {
                 let id = &self.body.vars[*var].rust;
                 let v = self.expr(value);
+                let id = if self.local_reductions { quote!(#id) } else { quote!((*#id)) };
                 match self.body.vars[*var].role {
-                    Role::Reduction(RedOp::Add) => quote_spanned!(*span=> *#id += #v;),
+                    Role::Reduction(RedOp::Add) => quote_spanned!(*span=> #id += #v;),
                     Role::Reduction(RedOp::Min) => {
-                        quote_spanned!(*span=> *#id = ::offload::__private::Reducible::min(*#id, #v);)
+                        quote_spanned!(*span=> #id = ::offload::__private::Reducible::min(#id, #v);)
                     }
-                    _ => quote_spanned!(*span=> *#id = ::offload::__private::Reducible::max(*#id, #v);),
+                    _ => quote_spanned!(*span=> #id = ::offload::__private::Reducible::max(#id, #v);),
                 }
             }
             Stmt::Expr(e) => {
@@ -251,6 +277,11 @@ impl RustEmitter<'_> {
             }
         }
     }
+}
+
+/// The array holding a teams twin's per-thread local `v`.
+pub fn per_thread_array(v: VarId) -> syn::Ident {
+    format_ident!("__offload_pt_{}", v)
 }
 
 /// A literal: with its type's suffix where the macro knows the type, bare otherwise

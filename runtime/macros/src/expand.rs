@@ -129,7 +129,7 @@ fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
     let vis = &f.vis;
 
     // The twin: the same function over the twins' views.
-    let emit = RustEmitter { body: &body, nested: false };
+    let emit = RustEmitter::new(&body, false);
     let twin = twin_name(&f.sig.ident);
     let twin_params: Vec<TokenStream> = params
         .iter()
@@ -257,6 +257,16 @@ pub fn kernel_c(
     Ok((emit_c::joined(&parts), k.map))
 }
 
+/// A teams kernel's twin for one team: its per-thread arrays, then its code.
+#[cfg(test)]
+pub fn teams_twin(attr: TokenStream, f: TokenStream) -> Result<String, String> {
+    let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
+    let (_, k, _) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
+    let threads = k.sig.teams.ok_or("not a teams kernel")? as usize;
+    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, quote!());
+    Ok(format!("{} {}", twin.arrays(), twin.team()))
+}
+
 /// Device function `f`'s source with placeholders, or the compile error.
 #[cfg(test)]
 pub fn device_c(f: TokenStream) -> Result<String, String> {
@@ -361,7 +371,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     });
 
     // ---- the host twin ----
-    let emit = RustEmitter { body: &k.body, nested: true };
+    let mut emit = RustEmitter::new(&k.body, true);
+    emit.local_reductions = sig.teams.is_none();
     let mut reads = Vec::new();
     let starts: Vec<syn::Ident> = (0..dims).map(|d| format_ident!("__offload_s{}", d)).collect();
     for (s, pos) in slots.iter().zip(&positions) {
@@ -417,32 +428,6 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let idx: Vec<&syn::Ident> = sig.indices.iter().collect();
     let len_of = |d: usize| format_ident!("__offload_l{}", d);
     let order = &k.map.order;
-    let decode = match sig.indices.len() {
-        _ if sig.teams.is_some() => quote!(),
-        1 => {
-            let i = idx[0];
-            quote!(let #i: usize = __offload_s0 + __offload_t;)
-        }
-        2 => {
-            let (a, b) = (order[0], order[1]);
-            let (ia, ib, sa, sb, lb) = (idx[a], idx[b], &starts[a], &starts[b], len_of(b));
-            quote!(
-                let #ia: usize = #sa + __offload_t / #lb;
-                let #ib: usize = #sb + __offload_t % #lb;
-            )
-        }
-        _ => {
-            let (a, b, c) = (order[0], order[1], order[2]);
-            let (ia, ib, ic) = (idx[a], idx[b], idx[c]);
-            let (sa, sb, sc) = (&starts[a], &starts[b], &starts[c]);
-            let (lb, lc) = (len_of(b), len_of(c));
-            quote!(
-                let #ia: usize = #sa + __offload_t / (#lb * #lc);
-                let #ib: usize = #sb + (__offload_t / #lc) % #lb;
-                let #ic: usize = #sc + __offload_t % #lc;
-            )
-        }
-    };
     let inner_lens: Vec<syn::Ident> = (1..dims).map(len_of).collect();
     let l0 = (dims > 1 && sig.teams.is_none()).then(|| {
         quote!(
@@ -459,9 +444,6 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             _ => None,
         })
         .collect();
-    let mark = quote!(if __OFFLOAD_CHECK {
-        ::offload::__private::set_item(__offload_t);
-    });
     let red = quote!(::offload::__private::Reducible);
     let red_types: Vec<TokenStream> = reductions.iter().map(|(_, t, _)| t.rust()).collect();
     let red_names: Vec<&syn::Ident> = reductions.iter().map(|(n, _, _)| *n).collect();
@@ -496,72 +478,189 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, _)| t).collect();
         let lens: Vec<usize> = team_locals.iter().map(|(_, _, n)| *n as usize).collect();
         let (rt, rn, rk, ri, rc, rtg) = (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
+        // Each thread's reduction partials, for all the task's teams, combined in thread order.
+        let partials = (!reductions.is_empty()).then(|| {
+            quote! {
+                let __offload_acc = &mut __offload_accs[__offload_thread];
+                #(let #rn: &mut #rt = &mut __offload_acc.#rk;)*
+            }
+        });
+        let enter = quote! {
+            if __OFFLOAD_CHECK {
+                ::offload::__private::set_item(__offload_q * #t + __offload_thread);
+            }
+            let #thread: usize = __offload_thread;
+            #partials
+        };
+        let twin = crate::emit_teams::TeamsTwin::new(&k.body, t, enter);
+        let (arrays, team_code) = (twin.arrays(), twin.team());
         quote! {
-            let __offload_teams: usize = __offload_l.n() / #t;
-            #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
-            #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
-            let __offload_barrier = ::offload::__private::TeamBarrier::new(#t);
-            // Each thread's reduction partials, combined in thread order after the team.
-            let __offload_parts: ::std::sync::Mutex<::std::vec::Vec<(usize, (#(#rt,)*))>> =
-                ::std::sync::Mutex::new(::std::vec::Vec::new());
-            ::offload::__private::run_team(#t, &__offload_barrier, |__offload_thread: usize| {
-                let mut __offload_acc: (#(#rt,)*) = (#(#ri,)*);
-                {
-                    #(let #rn: &mut #rt = &mut __offload_acc.#rk;)*
-                    for __offload_q in 0..__offload_teams {
-                        if __OFFLOAD_CHECK {
-                            ::offload::__private::set_item(__offload_q * #t + __offload_thread);
-                        }
+            let __offload_total: (#(#rt,)*) = ::offload::__private::run_chunks(
+                __offload_l.n() / #t,
+                #t,
+                (#(#ri,)*),
+                |__offload_first: usize, __offload_end: usize| {
+                    #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
+                    #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
+                    #arrays
+                    let mut __offload_accs: ::std::vec::Vec<(#(#rt,)*)> = ::std::vec![(#(#ri,)*); #t];
+                    for __offload_q in __offload_first..__offload_end {
                         let #team: usize = __offload_s0 + __offload_q;
-                        let #thread: usize = __offload_thread;
-                        { #body_stmts }
-                        __offload_barrier.wait();
+                        #team_code
                     }
-                }
-                __offload_parts.lock().unwrap_or_else(|e| e.into_inner()).push((__offload_thread, __offload_acc));
-            });
-            let mut __offload_parts = __offload_parts.into_inner().unwrap_or_else(|e| e.into_inner());
-            __offload_parts.sort_by_key(|p| p.0);
-            let __offload_total: (#(#rt,)*) = __offload_parts
-                .into_iter()
-                .fold((#(#ri,)*), |__offload_a, (_, __offload_b)| (#(#rc(__offload_a.#rk, __offload_b.#rk),)*));
+                    __offload_accs
+                        .into_iter()
+                        .fold((#(#ri,)*), |__offload_a, __offload_b| (#(#rc(__offload_a.#rk, __offload_b.#rk),)*))
+                },
+                |__offload_a: (#(#rt,)*), __offload_b: (#(#rt,)*)| (#(#rc(__offload_a.#rk, __offload_b.#rk),)*),
+            );
             #(#rtg.set(0, #rc(#rtg.get(0), __offload_total.#rk));)*
         }
     });
-    let host_loop = if let Some(teams) = teams_loop {
-        teams
-    } else if reductions.is_empty() {
-        quote! {
-            ::offload::__private::par_for(__offload_l.n(), |__offload_t: usize| {
-                #mark
-                #decode
-                #body_stmts
-            });
-        }
-    } else {
-        // Each rayon task folds its items into its own partials (the body sees them as
-        // its `&mut` arguments); the partials are then combined, and into the views.
-        let (types, names, targets, ks, identity, combine) =
-            (&red_types, &red_names, &red_targets, &red_ks, &red_identity, &red_combine);
-        quote! {
-            let __offload_total: (#(#types,)*) = ::offload::__private::par_reduce(
-                __offload_l.n(),
-                (#(#identity,)*),
-                |mut __offload_acc: (#(#types,)*), __offload_t: usize| {
-                    {
-                        #(let #names: &mut #types = &mut __offload_acc.#ks;)*
-                        let mut __offload_item = || {
-                            #mark
-                            #decode
-                            #body_stmts
-                        };
-                        __offload_item();
+    // The views the twin may read and write plainly: read-only views the body reads element
+    // by element, and (outside teams kernels) written views every access of which is at the
+    // item's own element. They are plain when no written view overlaps another and the
+    // items' own elements stay apart (checked per launch: plain loads and stores rustc can
+    // vectorise); otherwise (a C port passing one array as two arguments, columns wider
+    // than the row) the shared path runs, as every view does in the other case.
+    let whole = crate::access::whole_view_uses(&k.body);
+    let mut spans = Vec::new();
+    let mut plain = Vec::new();
+    let mut own = Vec::new();
+    for (i, p) in sig.params.iter().enumerate() {
+        let n = &p.name;
+        let var = k.param_vars[i];
+        match p.kind {
+            ParamKind::View { mutable, .. } => {
+                spans.push(quote!((#n.span(), #mutable)));
+                if whole.contains(&var) {
+                } else if !mutable {
+                    plain.push(n);
+                } else if sig.teams.is_none() {
+                    if let Some(form) = crate::access::own_index(&k.body, var, &k.index_vars, order) {
+                        own.push((n, form));
                     }
-                    __offload_acc
-                },
-                |__offload_a: (#(#types,)*), __offload_b: (#(#types,)*)| (#(#combine(__offload_a.#ks, __offload_b.#ks),)*),
-            );
-            #(#targets.set(0, #combine(#targets.get(0), __offload_total.#ks));)*
+                }
+            }
+            ParamKind::Reduction { .. } => {
+                let target = format_ident!("__offload_red_{}", n);
+                spans.push(quote!((#target.span(), true)));
+            }
+            _ => {}
+        }
+    }
+    // Each own view's rows: (first row, rows, first column, columns, row width).
+    let own_rows = |form: crate::access::OwnIndex| -> [TokenStream; 5] {
+        match form {
+            crate::access::OwnIndex::Linear => [
+                quote!(__offload_s0),
+                quote!(__offload_l.n()),
+                quote!(0usize),
+                quote!(1usize),
+                quote!(1usize),
+            ],
+            crate::access::OwnIndex::Rows { width } => {
+                let (a, b) = (order[0], order[1]);
+                let (sa, sb, lb) = (&starts[a], &starts[b], len_of(b));
+                let w = &k.body.vars[width].rust;
+                [quote!(#sa), quote!(__offload_l0), quote!(#sb), quote!(#lb), quote!(#w)]
+            }
+        }
+    };
+    let own_fit: Vec<TokenStream> = own
+        .iter()
+        .map(|(n, form)| {
+            let [r0, rows, c0, cols, w] = own_rows(*form);
+            quote!(::offload::__private::own_rows_fit(#r0, #rows, #c0, #cols, #w, #n.len()))
+        })
+        .collect();
+    let own_bind: Vec<TokenStream> = own
+        .iter()
+        .map(|(n, form)| {
+            let [r0, _, c0, cols, w] = own_rows(*form);
+            quote! {
+                // SAFETY: this task's rows of `#n`, apart from every other task's and view's
+                // (checked for the launch); its items touch only their own elements.
+                let #n = unsafe {
+                    #n.own((#r0 + __offload_first) * #w + #c0, (#r0 + __offload_end - 1) * #w + #c0 + #cols)
+                };
+            }
+        })
+        .collect();
+
+    let host_loop = |own_bind: &[TokenStream]| match &teams_loop {
+        Some(teams) => teams.clone(),
+        None => {
+            // Each pool task runs whole rows of the space's outer dimension in order, as nested
+            // loops (no division per item), folding its items into its own reduction partials
+            // (the body sees them as its `&mut` arguments); the partials are then combined, in
+            // order, and into the views.
+            let (types, names, targets, ks, identity, combine) =
+                (&red_types, &red_names, &red_targets, &red_ks, &red_identity, &red_combine);
+            // `return;` ends the item: the body is then a closure called once per item.
+            let item = if k.body.returns { quote!((|| { #body_stmts })();) } else { quote!(#body_stmts) };
+            let (units, per_unit, loops) = item_loops(&idx, order, &starts, &item);
+            quote! {
+                let __offload_total: (#(#types,)*) = ::offload::__private::run_chunks(
+                    #units,
+                    #per_unit,
+                    (#(#identity,)*),
+                    |__offload_first: usize, __offload_end: usize| {
+                        #(#own_bind)*
+                        #(let mut #names: #types = #identity;)*
+                        #loops
+                        (#(#names,)*)
+                    },
+                    |__offload_a: (#(#types,)*), __offload_b: (#(#types,)*)| (#(#combine(__offload_a.#ks, __offload_b.#ks),)*),
+                );
+                #(#targets.set(0, #combine(#targets.get(0), __offload_total.#ks));)*
+            }
+        }
+    };
+    // What the twin does, for `KERNEL.host_path()` and the launch trace.
+    let mut path = Vec::new();
+    if let Some(t) = sig.teams {
+        path.push(format!("teams of {t} as loops over the threads between barriers, a team per pool thread"));
+    }
+    let names = |v: &[&syn::Ident]| v.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    if !plain.is_empty() {
+        path.push(format!("plain loads of {} (read only)", names(&plain)));
+    }
+    if !own.is_empty() {
+        let own_names: Vec<&syn::Ident> = own.iter().map(|(n, _)| *n).collect();
+        path.push(format!("plain stores of {} (each item only at its own element)", names(&own_names)));
+    }
+    if !plain.is_empty() || !own.is_empty() {
+        path.push("when no written view overlaps another (else all atomic)".into());
+    }
+    let atomic: Vec<&syn::Ident> = sig
+        .params
+        .iter()
+        .filter(|p| match p.kind {
+            ParamKind::View { .. } => !plain.contains(&&p.name) && !own.iter().any(|(n, _)| *n == &p.name),
+            _ => false,
+        })
+        .map(|p| &p.name)
+        .collect();
+    if !atomic.is_empty() {
+        let why =
+            if sig.teams.is_some() { "written by a team's threads" } else { "not proven each item's own" };
+        path.push(format!("relaxed-atomic accesses of {} ({why}, or used whole)", names(&atomic)));
+    }
+    let host_path = format!("host twin: {}", path.join("; "));
+    let host_loop = if plain.is_empty() && own.is_empty() {
+        host_loop(&[])
+    } else {
+        let (fast, shared) = (host_loop(&own_bind), host_loop(&[]));
+        quote! {
+            if ::offload::__private::views_apart(&[#(#spans),*]) #(&& #own_fit)* {
+                // SAFETY: no view this launch writes overlaps these, and nothing else runs
+                // on the device's memory during the launch.
+                #(let #plain = unsafe { #plain.plain() };)*
+                #fast
+            } else {
+                #shared
+            }
         }
     };
 
@@ -846,6 +945,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 .with_block(#block)
                 #grid_stride
                 .with_thread_map(#note)
+                .with_host_path(#host_path)
                 .with_shape(&__OFFLOAD_SHAPE);
 
             /// The bounds-checked variant of [`KERNEL`]: on GPUs every element access is
@@ -860,7 +960,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 .with_host(#host_fn::<true>)
                 .with_block(#block)
                 #grid_stride
-                .with_thread_map(#note);
+                .with_thread_map(#note)
+                .with_host_path(#host_path);
 
             /// Whether [`launch`] runs [`KERNEL_CHECKED`]: the kernel's `checked` option, or
             /// else whether the crate is built with debug assertions.
@@ -944,4 +1045,68 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             #reduce
         }
     })
+}
+
+/// A launch's work as nested loops over a task's rows `__offload_first..__offload_end` of
+/// the outer dimension (in `order`, outer to unit stride): the rows, the items a row
+/// holds, and the loops running `item` for each, its index variables bound.
+fn item_loops(
+    idx: &[&syn::Ident],
+    order: &[usize],
+    starts: &[syn::Ident],
+    item: &TokenStream,
+) -> (TokenStream, TokenStream, TokenStream) {
+    let len_of = |d: usize| format_ident!("__offload_l{}", d);
+    let mark = |t: TokenStream| quote!(if __OFFLOAD_CHECK { ::offload::__private::set_item(#t); });
+    match idx.len() {
+        1 => {
+            let (i, s) = (idx[0], &starts[0]);
+            let mark = mark(quote!(__offload_t));
+            let loops = quote! {
+                for __offload_t in __offload_first..__offload_end {
+                    #mark
+                    let #i: usize = #s + __offload_t;
+                    #item
+                }
+            };
+            (quote!(__offload_l.n()), quote!(1usize), loops)
+        }
+        2 => {
+            let (a, b) = (order[0], order[1]);
+            let (ia, ib, sa, sb, lb) = (idx[a], idx[b], &starts[a], &starts[b], len_of(b));
+            let mark = mark(quote!(__offload_r * #lb + __offload_c));
+            let loops = quote! {
+                for __offload_r in __offload_first..__offload_end {
+                    let #ia: usize = #sa + __offload_r;
+                    for __offload_c in 0..#lb {
+                        #mark
+                        let #ib: usize = #sb + __offload_c;
+                        #item
+                    }
+                }
+            };
+            (quote!(__offload_l0), quote!(#lb), loops)
+        }
+        _ => {
+            let (a, b, c) = (order[0], order[1], order[2]);
+            let (ia, ib, ic) = (idx[a], idx[b], idx[c]);
+            let (sa, sb, sc) = (&starts[a], &starts[b], &starts[c]);
+            let (lb, lc) = (len_of(b), len_of(c));
+            let mark = mark(quote!((__offload_r * #lb + __offload_p) * #lc + __offload_c));
+            let loops = quote! {
+                for __offload_r in __offload_first..__offload_end {
+                    let #ia: usize = #sa + __offload_r;
+                    for __offload_p in 0..#lb {
+                        let #ib: usize = #sb + __offload_p;
+                        for __offload_c in 0..#lc {
+                            #mark
+                            let #ic: usize = #sc + __offload_c;
+                            #item
+                        }
+                    }
+                }
+            };
+            (quote!(__offload_l0), quote!(#lb * #lc), loops)
+        }
+    }
 }

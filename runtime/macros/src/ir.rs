@@ -254,3 +254,149 @@ pub fn compound(op: &syn::BinOp) -> Option<syn::BinOp> {
         _ => return None,
     })
 }
+
+/// Calls `f` with every variable `e` reads.
+pub fn visit_vars(e: &Expr, f: &mut impl FnMut(VarId)) {
+    walk_expr(e, &mut |x| match &x.kind {
+        ExprKind::Var(v) | ExprKind::Len(v) | ExprKind::ViewOf(v) => f(*v),
+        ExprKind::Load { view, .. } | ExprKind::Sub { view, .. } => f(*view),
+        _ => {}
+    });
+}
+
+/// Calls `f` with `e` and every expression inside it.
+pub fn walk_expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Load { index: a, .. }
+        | ExprKind::Field { base: a, .. }
+        | ExprKind::Neg(a)
+        | ExprKind::Not(a)
+        | ExprKind::Cast(a, _) => walk_expr(a, f),
+        ExprKind::Sub { start, end, .. } => {
+            walk_expr(start, f);
+            walk_expr(end, f);
+        }
+        ExprKind::Binary(_, a, b) => {
+            walk_expr(a, f);
+            walk_expr(b, f);
+        }
+        ExprKind::Select(c, a, b) => {
+            walk_expr(c, f);
+            walk_expr(a, f);
+            walk_expr(b, f);
+        }
+        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| walk_expr(a, f)),
+        ExprKind::Var(_)
+        | ExprKind::Len(_)
+        | ExprKind::ViewOf(_)
+        | ExprKind::Lit(_)
+        | ExprKind::Builtin { .. } => {}
+    }
+}
+
+/// Calls `f` with every variable the statements read or store to (at any depth).
+pub fn visit_stmt_vars(stmts: &[Stmt], f: &mut impl FnMut(VarId)) {
+    for s in stmts {
+        match s {
+            Stmt::Let { var, init } => {
+                f(*var);
+                visit_vars(init, f);
+            }
+            Stmt::Assign { place, value, .. } => {
+                visit_place_vars(place, f);
+                visit_vars(value, f);
+            }
+            Stmt::Reduce { var, value, .. } => {
+                f(*var);
+                visit_vars(value, f);
+            }
+            Stmt::Expr(e) | Stmt::Return(Some(e), _) => visit_vars(e, f),
+            Stmt::If { cond, then, els } => {
+                visit_vars(cond, f);
+                visit_stmt_vars(then, f);
+                visit_stmt_vars(els.as_deref().unwrap_or_default(), f);
+            }
+            Stmt::For { var, start, end, body, .. } => {
+                f(*var);
+                visit_vars(start, f);
+                visit_vars(end, f);
+                visit_stmt_vars(body, f);
+            }
+            Stmt::While { cond, body } => {
+                visit_vars(cond, f);
+                visit_stmt_vars(body, f);
+            }
+            Stmt::Loop(b) | Stmt::Block(b) => visit_stmt_vars(b, f),
+            Stmt::Barrier | Stmt::Break | Stmt::Continue | Stmt::Return(None, _) => {}
+        }
+    }
+}
+
+fn visit_place_vars(p: &Place, f: &mut impl FnMut(VarId)) {
+    match p {
+        Place::Var(v) => f(*v),
+        Place::Elem { view, index } => {
+            f(*view);
+            visit_vars(index, f);
+        }
+        Place::Field { base, .. } => visit_place_vars(base, f),
+    }
+}
+
+/// Calls `f` with every expression of the statements and every expression inside it.
+pub fn visit_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
+    use walk_expr as expr;
+    fn place(p: &Place, f: &mut impl FnMut(&Expr)) {
+        match p {
+            Place::Var(_) => {}
+            Place::Elem { index, .. } => expr(index, f),
+            Place::Field { base, .. } => place(base, f),
+        }
+    }
+    for s in stmts {
+        match s {
+            Stmt::Let { init: e, .. }
+            | Stmt::Reduce { value: e, .. }
+            | Stmt::Expr(e)
+            | Stmt::Return(Some(e), _) => expr(e, f),
+            Stmt::Assign { place: p, value, .. } => {
+                place(p, f);
+                expr(value, f);
+            }
+            Stmt::If { cond, then, els } => {
+                expr(cond, f);
+                visit_exprs(then, f);
+                visit_exprs(els.as_deref().unwrap_or_default(), f);
+            }
+            Stmt::For { start, end, body, .. } => {
+                expr(start, f);
+                expr(end, f);
+                visit_exprs(body, f);
+            }
+            Stmt::While { cond, body } => {
+                expr(cond, f);
+                visit_exprs(body, f);
+            }
+            Stmt::Loop(b) | Stmt::Block(b) => visit_exprs(b, f),
+            Stmt::Barrier | Stmt::Break | Stmt::Continue | Stmt::Return(None, _) => {}
+        }
+    }
+}
+
+/// Calls `f` with every place the statements store to.
+pub fn visit_places(stmts: &[Stmt], f: &mut impl FnMut(&Place)) {
+    for s in stmts {
+        match s {
+            Stmt::Assign { place, .. } => f(place),
+            Stmt::If { then, els, .. } => {
+                visit_places(then, f);
+                visit_places(els.as_deref().unwrap_or_default(), f);
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+                visit_places(body, f)
+            }
+            _ => {}
+        }
+    }
+}

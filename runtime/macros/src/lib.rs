@@ -125,6 +125,7 @@ mod access;
 mod derive;
 mod emit_c;
 mod emit_host;
+mod emit_teams;
 mod expand;
 mod ir;
 mod lower;

@@ -8,7 +8,9 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr as SynExpr, Ident, Pat, RangeLimits, Stmt as SynStmt, UnOp};
 
-use crate::ir::{compound, Block, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, Var, VarId};
+use crate::ir::{
+    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, Var, VarId,
+};
 use crate::signature::{err, struct_type, Elem, Param, ParamKind, Ret};
 use crate::ty::{scalar_type, RedOp, Ty};
 
@@ -1331,37 +1333,6 @@ fn is_offload_fn(f: &SynExpr, name: &str) -> bool {
     let SynExpr::Path(p) = f else { return false };
     let segs = &p.path.segments;
     segs.last().is_some_and(|s| s.ident == name) && (segs.len() == 1 || segs[0].ident == "offload")
-}
-
-/// Calls `f` with every variable `e` reads.
-fn visit_vars(e: &Expr, f: &mut impl FnMut(VarId)) {
-    match &e.kind {
-        ExprKind::Var(v) | ExprKind::Len(v) | ExprKind::ViewOf(v) => f(*v),
-        ExprKind::Load { view, index } => {
-            f(*view);
-            visit_vars(index, f);
-        }
-        ExprKind::Sub { view, start, end } => {
-            f(*view);
-            visit_vars(start, f);
-            visit_vars(end, f);
-        }
-        ExprKind::Field { base, .. }
-        | ExprKind::Neg(base)
-        | ExprKind::Not(base)
-        | ExprKind::Cast(base, _) => visit_vars(base, f),
-        ExprKind::Binary(_, a, b) => {
-            visit_vars(a, f);
-            visit_vars(b, f);
-        }
-        ExprKind::Select(c, a, b) => {
-            visit_vars(c, f);
-            visit_vars(a, f);
-            visit_vars(b, f);
-        }
-        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| visit_vars(a, f)),
-        ExprKind::Lit(_) | ExprKind::Builtin { .. } => {}
-    }
 }
 
 /// The type of `a op b`: the known one of the two.

@@ -733,6 +733,44 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
     assert!(e.contains("its team and its thread"), "{e}");
 }
 
+/// A teams twin cuts its body at the barriers into loops over the team's threads, and
+/// keeps per thread only the locals read after their stretch.
+#[test]
+fn teams_twins_are_loops_over_threads_between_barriers() {
+    let code = crate::expand::teams_twin(
+        quote!(teams = 32),
+        quote!(
+            fn k(team: usize, thread: usize, n: u32, x: &[f32], y: &mut [f32]) {
+                let mut tile: [f32; 32] = offload::team_local();
+                let g = team * 32 + thread;
+                let scratch = x[g] * 2.0;
+                let mut v = scratch + 1.0;
+                for _ in 0..n {
+                    tile[thread] = v;
+                    offload::barrier();
+                    let w = tile[31 - thread];
+                    v += w;
+                }
+                y[g] = v;
+            }
+        ),
+    )
+    .unwrap();
+    let code = code.replace(' ', "");
+    // Three stretches: before the loop, the loop's two halves; the tail after it.
+    assert_eq!(code.matches("for__offload_threadin0..32usize").count(), 4, "{code}");
+    // `g` and `v` live past their stretch; `scratch` and `w` do not.
+    assert_eq!(code.matches("=::std::vec::Vec::with_capacity(32usize)").count(), 2, "{code}");
+    assert!(!code.contains("barrier") && !code.contains("thread::scope"), "{code}");
+    // The loop's bound is read once by the team.
+    assert!(
+        code.contains(
+            "for__offload_kin({let__offload_thread:usize=0;0u32})..({let__offload_thread:usize=0;n})"
+        ),
+        "{code}"
+    );
+}
+
 #[test]
 fn erf_is_cudas() {
     let c = ok(quote!(

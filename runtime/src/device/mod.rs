@@ -407,9 +407,10 @@ impl DeviceState {
                 kernel.thread_map().map(|m| format!("; {m}")).unwrap_or_default()
             ),
             None => format!(
-                "device {}: launch `{}` n={n}: on the device's kernel threads",
+                "device {}: launch `{}` n={n}: on the device's kernel threads{}",
                 self.number,
-                kernel.name()
+                kernel.name(),
+                kernel.host_path().map(|m| format!("; {m}")).unwrap_or_default()
             ),
         });
     }

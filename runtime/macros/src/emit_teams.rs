@@ -1,0 +1,231 @@
+//! A teams kernel's host twin as loops, not threads (POCL's work-item loops): a team runs
+//! on one pool thread, and its threads become a loop over each stretch of the body between
+//! barriers. Running every thread to the barrier before any goes on is what a barrier
+//! guarantees, so no OS thread and no wake-up is needed.
+//!
+//! The body is cut at each statement that holds a barrier. Such a statement (a `for` of
+//! uniform bounds, a block) is run once by the team, its bounds read for thread 0 (the
+//! kernel language makes them the same for every thread), and its body is cut in turn.
+//! A `let` whose variable is read after its stretch lives in an array with an element per
+//! thread ([`RustEmitter::per_thread`]); every other local stays a plain local of the
+//! thread loop, where rustc optimises it as in any loop.
+
+use std::collections::HashSet;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::emit_host::{per_thread_array, RustEmitter};
+use crate::ir::{visit_stmt_vars, Body, Stmt, VarId};
+
+/// The team-level code of a teams kernel's twin.
+pub struct TeamsTwin<'a> {
+    emit: RustEmitter<'a>,
+    threads: usize,
+    /// What each thread runs first in each stretch (the thread's index, its reduction
+    /// partials, the checked twin's item).
+    enter: TokenStream,
+}
+
+/// A run of statements without barriers, or one statement the team runs once.
+enum Segment<'s> {
+    Stretch(Vec<&'s Stmt>),
+    Team(&'s Stmt),
+}
+
+impl<'a> TeamsTwin<'a> {
+    /// The twin of `body` for teams of `threads`, each thread running `enter` at the start
+    /// of each stretch.
+    pub fn new(body: &'a Body, threads: usize, enter: TokenStream) -> Self {
+        let mut emit = RustEmitter::new(body, true);
+        let mut per_thread = HashSet::new();
+        find_per_thread(&body.stmts, &mut per_thread);
+        emit.per_thread = per_thread;
+        Self { emit, threads, enter }
+    }
+
+    /// The arrays of the locals that live across a barrier, one element per thread: made
+    /// once per pool task, filled anew each time their stretch runs.
+    pub fn arrays(&self) -> TokenStream {
+        let mut vars: Vec<VarId> = self.emit.per_thread.iter().copied().collect();
+        vars.sort_unstable();
+        let t = self.threads;
+        let decls = vars.iter().map(|&v| {
+            let a = per_thread_array(v);
+            match self.emit.ty(&self.emit.body.vars[v].ty) {
+                Some(ty) => quote!(let mut #a: ::std::vec::Vec<#ty> = ::std::vec::Vec::with_capacity(#t);),
+                None => quote!(let mut #a = ::std::vec::Vec::with_capacity(#t);),
+            }
+        });
+        quote!(#(#decls)*)
+    }
+
+    /// One team's code (its index variables bound by the caller).
+    pub fn team(&self) -> TokenStream {
+        self.list(&self.emit.body.stmts)
+    }
+
+    fn list(&self, stmts: &[Stmt]) -> TokenStream {
+        let parts = segments(stmts).into_iter().map(|s| match s {
+            Segment::Stretch(stmts) => self.stretch(&stmts),
+            Segment::Team(s) => self.team_stmt(s),
+        });
+        quote!(#(#parts)*)
+    }
+
+    fn stretch(&self, stmts: &[&Stmt]) -> TokenStream {
+        let clears = stmts.iter().filter_map(|s| match s {
+            Stmt::Let { var, .. } if self.emit.per_thread.contains(var) => {
+                let a = per_thread_array(*var);
+                Some(quote!(#a.clear();))
+            }
+            _ => None,
+        });
+        let body = stmts.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
+        let (t, enter) = (self.threads, &self.enter);
+        quote! {
+            #(#clears)*
+            for __offload_thread in 0..#t {
+                #enter
+                #(#body)*
+            }
+        }
+    }
+
+    /// A value the team reads once: the kernel language makes it the same for every
+    /// thread, so thread 0's locals give it.
+    fn uniform(&self, e: &crate::ir::Expr) -> TokenStream {
+        let e = self.emit.expr(e);
+        quote!(({ let __offload_thread: usize = 0; #e }))
+    }
+
+    fn team_stmt(&self, s: &Stmt) -> TokenStream {
+        match s {
+            // Every thread has run the stretch before it: that is the barrier.
+            Stmt::Barrier => quote!(),
+            Stmt::Break => quote!(break;),
+            Stmt::Continue => quote!(continue;),
+            Stmt::Block(b) => {
+                let b = self.list(b);
+                quote!({ #b })
+            }
+            Stmt::For { var, start, end, inclusive, body, .. } => {
+                let id = &self.emit.body.vars[*var].rust;
+                let (a, b) = (self.uniform(start), self.uniform(end));
+                let body = self.list(body);
+                let range = if *inclusive { quote!(#a..=#b) } else { quote!(#a..#b) };
+                quote!(for #id in #range { #body })
+            }
+            Stmt::If { cond, then, els } => {
+                let c = self.uniform(cond);
+                let t = self.list(then);
+                let e = self.list(els.as_deref().unwrap_or_default());
+                quote!(if #c { #t } else { #e })
+            }
+            Stmt::While { cond, body } => {
+                let c = self.uniform(cond);
+                let b = self.list(body);
+                quote!(while #c { #b })
+            }
+            Stmt::Loop(b) => {
+                let b = self.list(b);
+                quote!(loop { #b })
+            }
+            // Nothing else holds a barrier or leaves a loop.
+            other => self.emit.stmts(std::slice::from_ref(other)),
+        }
+    }
+}
+
+/// `stmts` cut into stretches and the statements the team runs once.
+fn segments(stmts: &[Stmt]) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    let mut stretch = Vec::new();
+    for s in stmts {
+        if team_level(s) {
+            if !stretch.is_empty() {
+                out.push(Segment::Stretch(std::mem::take(&mut stretch)));
+            }
+            out.push(Segment::Team(s));
+        } else {
+            stretch.push(s);
+        }
+    }
+    if !stretch.is_empty() {
+        out.push(Segment::Stretch(stretch));
+    }
+    out
+}
+
+/// Whether the team runs `s` once: it holds a barrier, or leaves the loop around it (a
+/// `break` inside a thread loop would leave the thread loop instead).
+fn team_level(s: &Stmt) -> bool {
+    has_barrier(std::slice::from_ref(s)) || leaves_loop(s)
+}
+
+fn has_barrier(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Barrier => true,
+        Stmt::If { then, els, .. } => has_barrier(then) || has_barrier(els.as_deref().unwrap_or_default()),
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+            has_barrier(body)
+        }
+        _ => false,
+    })
+}
+
+/// Whether `s` holds a `break` or `continue` of the loop around it.
+fn leaves_loop(s: &Stmt) -> bool {
+    match s {
+        Stmt::Break | Stmt::Continue => true,
+        Stmt::Block(b) => b.iter().any(leaves_loop),
+        Stmt::If { then, els, .. } => then.iter().chain(els.iter().flatten()).any(leaves_loop),
+        _ => false,
+    }
+}
+
+/// Adds to `out` the locals of `stmts` (and of the team-level statements in it) that are
+/// read or stored after the stretch that declares them.
+fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>) {
+    let segs = segments(stmts);
+    for (k, seg) in segs.iter().enumerate() {
+        match seg {
+            Segment::Stretch(stmts) => {
+                let lets: HashSet<VarId> = stmts
+                    .iter()
+                    .filter_map(|s| match s {
+                        Stmt::Let { var, .. } => Some(*var),
+                        _ => None,
+                    })
+                    .collect();
+                if lets.is_empty() {
+                    continue;
+                }
+                let mut later = HashSet::new();
+                for after in &segs[k + 1..] {
+                    match after {
+                        Segment::Stretch(s) => s.iter().for_each(|s| {
+                            visit_stmt_vars(std::slice::from_ref(*s), &mut |v| {
+                                later.insert(v);
+                            })
+                        }),
+                        Segment::Team(s) => visit_stmt_vars(std::slice::from_ref(*s), &mut |v| {
+                            later.insert(v);
+                        }),
+                    }
+                }
+                out.extend(lets.intersection(&later));
+            }
+            Segment::Team(s) => match s {
+                Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+                    find_per_thread(body, out)
+                }
+                Stmt::If { then, els, .. } => {
+                    find_per_thread(then, out);
+                    find_per_thread(els.as_deref().unwrap_or_default(), out);
+                }
+                _ => {}
+            },
+        }
+    }
+}
