@@ -252,7 +252,7 @@ impl<'a, T: Element> SharedSlice<'a, T> {
             // guarantees no write meanwhile.
             unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
         };
-        ReadView { data, kernel: self.kernel, name: self.name }
+        ReadView { data, lo: 0, len: self.len, kernel: self.kernel, name: self.name }
     }
 }
 
@@ -262,28 +262,43 @@ impl<'a, T: Element> SharedSlice<'a, T> {
 #[derive(Clone, Copy, Debug)]
 pub struct ReadView<'a, T> {
     data: &'a [T],
+    /// The view's index of `data[0]` (0 unless [`ReadView::part`] made it).
+    lo: usize,
+    /// The whole view's length.
+    len: usize,
     kernel: &'static str,
     name: &'static str,
 }
 
 impl<T: Copy> ReadView<'_, T> {
-    /// Elements in the view.
+    /// Elements in the (whole) view.
     #[inline]
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.len
     }
 
     /// Whether the view is empty.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len == 0
+    }
+
+    /// Only elements `lo..hi` of the view, indexed as in the whole view: a task's part of a
+    /// view its items read only at their own elements, so that its loads need no check
+    /// rustc cannot prove. Panics (failing the launch) when the range is not inside.
+    #[inline]
+    pub fn part(self, lo: usize, hi: usize) -> Self {
+        match self.data.get(lo.wrapping_sub(self.lo)..hi.wrapping_sub(self.lo)) {
+            Some(data) => ReadView { data, lo, ..self },
+            None => out_of_range(self.kernel, self.name, hi.max(lo), self.len),
+        }
     }
 
     /// Element `i`; panics as [`SharedSlice::get`] when `i` is out of range.
     #[inline]
     pub fn get(&self, i: usize) -> T {
-        match self.data.get(i) {
+        match self.data.get(i.wrapping_sub(self.lo)) {
             Some(v) => *v,
-            None => out_of_range(self.kernel, self.name, i, self.data.len()),
+            None => out_of_range(self.kernel, self.name, i, self.len),
         }
     }
 }
@@ -342,7 +357,14 @@ impl<T> Clone for OwnView<'_, T> {
 
 impl<T> Copy for OwnView<'_, T> {}
 
-impl<T: Copy> OwnView<'_, T> {
+impl<'a, T: Copy> OwnView<'a, T> {
+    /// A teams kernel's team-local array over `buf` (the task's own, one team at a time):
+    /// its threads run in turn on one pool thread, so plain cells share it.
+    pub fn team_local(buf: &'a mut [T], kernel: &'static str, name: &'static str) -> Self {
+        let len = buf.len();
+        OwnView { data: std::cell::Cell::from_mut(buf).as_slice_of_cells(), lo: 0, len, kernel, name }
+    }
+
     /// The whole view's length.
     #[inline]
     pub fn len(&self) -> usize {
@@ -468,34 +490,48 @@ pub fn set_item(t: usize) {
     CURRENT_ITEM.with(|c| c.set(t));
 }
 
-/// Work items one task of [`run_chunks`] runs at most (unless one unit holds more, or
-/// that would leave fewer than [`MIN_TASKS`] tasks): bounds how many values a float
-/// partial sums in sequence (its error grows with that count).
+/// Work items one task of [`run_chunks`] runs at most when the kernel has a reduction
+/// (unless one unit holds more, or that would leave fewer than [`MIN_TASKS`] tasks):
+/// bounds how many values a float partial sums in sequence (its error grows with that
+/// count).
 pub const CHUNK_ITEMS: usize = 4096;
 
-/// Tasks [`run_chunks`] makes at least, where there are that many units: enough for the
-/// pool to balance.
+/// Tasks [`run_chunks`] makes at least for a reduction, where there are that many units.
 pub const MIN_TASKS: usize = 64;
+
+/// Tasks per pool thread [`run_chunks`] makes for a kernel without a reduction: enough to
+/// balance uneven items, few enough that a task's start costs nothing beside its work.
+pub const TASKS_PER_THREAD: usize = 4;
 
 /// Runs a generated kernel's host twin over `units` units (a teams kernel's teams, else the
 /// rows of the space's outer dimension) of `per_unit` work items each: consecutive units
 /// in tasks on the current `rayon` pool, `chunk(first, end)` running units `first..end` in
-/// order and returning their reduction partial; the partials are combined in order. The
-/// tasks depend only on `units` and `per_unit`, so a float reduction's result does not
-/// depend on the pool's size. A panic in a task (a failing item) is resumed here.
+/// order and returning its reduction partial; the partials are combined in order. With
+/// `reduces`, the tasks depend only on `units` and `per_unit` (at most [`CHUNK_ITEMS`]
+/// items each), so a float reduction's result does not depend on the pool's size;
+/// without, there are [`TASKS_PER_THREAD`] per pool thread. A panic in a task (a failing
+/// item) is resumed here.
 pub fn run_chunks<A: Send>(
     units: usize,
     per_unit: usize,
+    reduces: bool,
     identity: A,
     chunk: impl Fn(usize, usize) -> A + Sync + Send,
     combine: impl Fn(A, A) -> A,
 ) -> A {
     use rayon::prelude::*;
-    let per = CHUNK_ITEMS.div_ceil(per_unit.max(1)).min(units / MIN_TASKS).max(1);
-    let parts: Vec<A> = (0..units.div_ceil(per))
-        .into_par_iter()
-        .map(|c| chunk(c * per, ((c + 1) * per).min(units)))
-        .collect();
+    let per = if reduces {
+        CHUNK_ITEMS.div_ceil(per_unit.max(1)).min(units / MIN_TASKS)
+    } else {
+        units.div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
+    }
+    .max(1);
+    let tasks = units.div_ceil(per);
+    if tasks == 1 {
+        return combine(identity, chunk(0, units));
+    }
+    let parts: Vec<A> =
+        (0..tasks).into_par_iter().map(|c| chunk(c * per, ((c + 1) * per).min(units))).collect();
     parts.into_iter().fold(identity, combine)
 }
 
@@ -1204,37 +1240,45 @@ impl<'k> ArgCollector<'k> {
 mod tests {
     use super::*;
 
-    /// Units (teams, rows) go in order into tasks that depend only on the launch: partials
-    /// combine in order whatever the pool.
+    /// Units (teams, rows) go in order into tasks of whole units, whose partials combine in
+    /// order; with a reduction the tasks depend only on the launch (at most `CHUNK_ITEMS`
+    /// items each), without one there are a few per pool thread.
     #[test]
     fn units_run_in_ordered_tasks_of_whole_units() {
-        for (teams, threads) in [(0usize, 32usize), (1, 1024), (40, 64), (8192, 256), (100, 1), (1 << 20, 1)]
-        {
-            let seen = std::sync::Mutex::new(Vec::new());
-            let order = run_chunks(
-                teams,
-                threads,
-                Vec::new(),
-                |a, b| {
-                    seen.lock().unwrap().push((a, b));
-                    vec![(a, b)]
-                },
-                |mut x: Vec<(usize, usize)>, y| {
-                    x.extend(y);
-                    x
-                },
-            );
-            let mut seen = seen.into_inner().unwrap();
-            seen.sort_unstable();
-            assert_eq!(order, seen, "partials combine in team order");
-            assert!(order.windows(2).all(|w| w[0].1 == w[1].0), "consecutive, whole: {order:?}");
-            assert_eq!(order.first().map_or(0, |c| c.0), 0);
-            assert_eq!(order.last().map_or(0, |c| c.1), teams);
-            assert!(order.len() >= teams.min(MIN_TASKS), "{teams} units in {} tasks", order.len());
-            assert!(
-                order.iter().all(|c| c.1 - c.0 == 1 || (c.1 - c.0) * threads <= CHUNK_ITEMS),
-                "{order:?}"
-            );
+        for reduces in [true, false] {
+            for (units, per_unit) in
+                [(0usize, 32usize), (1, 1024), (40, 64), (8192, 256), (100, 1), (1 << 20, 1)]
+            {
+                let seen = std::sync::Mutex::new(Vec::new());
+                let order = run_chunks(
+                    units,
+                    per_unit,
+                    reduces,
+                    Vec::new(),
+                    |a, b| {
+                        seen.lock().unwrap().push((a, b));
+                        vec![(a, b)]
+                    },
+                    |mut x: Vec<(usize, usize)>, y| {
+                        x.extend(y);
+                        x
+                    },
+                );
+                let mut seen = seen.into_inner().unwrap();
+                seen.sort_unstable();
+                assert_eq!(order, seen, "partials combine in order");
+                assert!(order.windows(2).all(|w| w[0].1 == w[1].0), "consecutive, whole: {order:?}");
+                assert_eq!(order.first().map_or(0, |c| c.0), 0);
+                assert_eq!(order.last().map_or(0, |c| c.1), units);
+                if reduces {
+                    assert!(order.len() >= units.min(MIN_TASKS), "{units} units in {} tasks", order.len());
+                    let small = |c: &(usize, usize)| c.1 - c.0 == 1 || (c.1 - c.0) * per_unit <= CHUNK_ITEMS;
+                    assert!(order.iter().all(small), "{order:?}");
+                } else {
+                    let most = TASKS_PER_THREAD * rayon::current_num_threads();
+                    assert!(order.len() <= most.max(1), "{units} units in {} tasks", order.len());
+                }
+            }
         }
     }
     use crate::kernel::{KernelArg, Scalar};
@@ -1386,6 +1430,14 @@ mod tests {
             let r = unsafe { s.plain() };
             assert_eq!(r.get(7), 8.0);
             assert!(std::panic::catch_unwind(|| r.get(8)).is_err());
+            // A part reads as the whole view, only its own elements.
+            let p = r.part(2, 5);
+            assert_eq!((p.get(2), p.get(4), p.len()), (4.0, 5.0, 8));
+            assert!(
+                std::panic::catch_unwind(|| p.get(5)).is_err()
+                    && std::panic::catch_unwind(|| p.get(1)).is_err()
+            );
+            assert!(std::panic::catch_unwind(|| r.part(6, 9)).is_err());
         }
         assert_eq!(v, [0.0, 2.0, 4.0, 6.0, 5.0, 6.0, 7.0, 8.0]);
         let e = std::panic::catch_unwind(|| {

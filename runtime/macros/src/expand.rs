@@ -308,13 +308,19 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let per_item = sig.teams.map_or(1usize, |t| t as usize);
     // Team-local arrays: their names (a checked launch's report names them after the
     // parameters), element types and lengths.
-    let team_locals: Vec<(&syn::Ident, TokenStream, u64)> = k
+    // Views the body uses whole (sub-slices, device function arguments): shared slices
+    // in the twin; the others may be plain (see below).
+    let whole = crate::access::whole_view_uses(&k.body);
+    // A team runs on one pool thread: its team-local arrays are plain cells, unless used
+    // whole.
+    let team_locals: Vec<(&syn::Ident, TokenStream, u64, bool)> = k
         .body
         .vars
         .iter()
-        .filter_map(|v| match (&v.role, &v.ty) {
+        .enumerate()
+        .filter_map(|(id, v)| match (&v.role, &v.ty) {
             (crate::ir::Role::TeamLocal(n), crate::ir::Type::View { elem, .. }) => {
-                Some((&v.rust, elem.rust_inner(), *n))
+                Some((&v.rust, elem.rust_inner(), *n, !whole.contains(&id)))
             }
             _ => None,
         })
@@ -469,14 +475,37 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             RedOp::Max => quote!(#red::max),
         })
         .collect();
+    let reduces = !reductions.is_empty();
+    // A task's own copies of what its loops read: locals rustc knows no store can change
+    // (captured by reference, they would be reloaded after every store through a cell).
+    let copied: Vec<syn::Ident> = sig
+        .params
+        .iter()
+        .filter(|p| !matches!(p.kind, ParamKind::Reduction { .. }))
+        .map(|p| p.name.clone())
+        .chain(starts.iter().cloned())
+        .chain((1..dims).map(len_of))
+        .chain((dims > 1 && sig.teams.is_none()).then(|| format_ident!("__offload_l0")))
+        .collect();
+    let copies = quote!(#(let #copied = #copied;)*);
     let teams_loop = sig.teams.map(|t| {
         let t = t as usize;
         let (team, thread) = (idx[0], idx[1]);
-        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, _, _)| format_ident!("__offload_tl_{}", n)).collect();
-        let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, _, _)| *n).collect();
+        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, ..)| format_ident!("__offload_tl_{}", n)).collect();
+        let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, ..)| *n).collect();
+        let kinds: Vec<TokenStream> = team_locals
+            .iter()
+            .map(|(_, t, _, cells)| {
+                if *cells {
+                    quote!(::offload::__private::OwnView::<#t>)
+                } else {
+                    quote!(::offload::__private::SharedSlice::<#t>)
+                }
+            })
+            .collect();
         let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, _)| t).collect();
-        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n)| *n as usize).collect();
+        let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, ..)| t).collect();
+        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n, _)| *n as usize).collect();
         let (rt, rn, rk, ri, rc, rtg) = (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
         // Each thread's reduction partials, for all the task's teams, combined in thread order.
         let partials = (!reductions.is_empty()).then(|| {
@@ -498,10 +527,12 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             let __offload_total: (#(#rt,)*) = ::offload::__private::run_chunks(
                 __offload_l.n() / #t,
                 #t,
+                #reduces,
                 (#(#ri,)*),
                 |__offload_first: usize, __offload_end: usize| {
+                    #copies
                     #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
-                    #(let #names = ::offload::__private::SharedSlice::<#types>::team_local(&mut #bufs, #name_str, #name_strs);)*
+                    #(let #names = #kinds::team_local(&mut #bufs, #name_str, #name_strs);)*
                     #arrays
                     let mut __offload_accs: ::std::vec::Vec<(#(#rt,)*)> = ::std::vec![(#(#ri,)*); #t];
                     for __offload_q in __offload_first..__offload_end {
@@ -523,10 +554,10 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     // items' own elements stay apart (checked per launch: plain loads and stores rustc can
     // vectorise); otherwise (a C port passing one array as two arguments, columns wider
     // than the row) the shared path runs, as every view does in the other case.
-    let whole = crate::access::whole_view_uses(&k.body);
     let mut spans = Vec::new();
     let mut plain = Vec::new();
     let mut own = Vec::new();
+    let mut own_reads = Vec::new();
     for (i, p) in sig.params.iter().enumerate() {
         let n = &p.name;
         let var = k.param_vars[i];
@@ -536,6 +567,12 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 if whole.contains(&var) {
                 } else if !mutable {
                     plain.push(n);
+                    // Read only at the item's own element: each task reads its part.
+                    if sig.teams.is_none() {
+                        if let Some(form) = crate::access::own_index(&k.body, var, &k.index_vars, order) {
+                            own_reads.push((n, form));
+                        }
+                    }
                 } else if sig.teams.is_none() {
                     if let Some(form) = crate::access::own_index(&k.body, var, &k.index_vars, order) {
                         own.push((n, form));
@@ -574,18 +611,24 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             quote!(::offload::__private::own_rows_fit(#r0, #rows, #c0, #cols, #w, #n.len()))
         })
         .collect();
+    let task_span = |form: crate::access::OwnIndex| {
+        let [r0, _, c0, cols, w] = own_rows(form);
+        quote!((#r0 + __offload_first) * #w + #c0, (#r0 + __offload_end - 1) * #w + #c0 + #cols)
+    };
     let own_bind: Vec<TokenStream> = own
         .iter()
         .map(|(n, form)| {
-            let [r0, _, c0, cols, w] = own_rows(*form);
+            let span = task_span(*form);
             quote! {
                 // SAFETY: this task's rows of `#n`, apart from every other task's and view's
                 // (checked for the launch); its items touch only their own elements.
-                let #n = unsafe {
-                    #n.own((#r0 + __offload_first) * #w + #c0, (#r0 + __offload_end - 1) * #w + #c0 + #cols)
-                };
+                let #n = unsafe { #n.own(#span) };
             }
         })
+        .chain(own_reads.iter().map(|(n, form)| {
+            let span = task_span(*form);
+            quote!(let #n = #n.part(#span);)
+        }))
         .collect();
 
     let host_loop = |own_bind: &[TokenStream]| match &teams_loop {
@@ -604,8 +647,10 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 let __offload_total: (#(#types,)*) = ::offload::__private::run_chunks(
                     #units,
                     #per_unit,
+                    #reduces,
                     (#(#identity,)*),
                     |__offload_first: usize, __offload_end: usize| {
+                        #copies
                         #(#own_bind)*
                         #(let mut #names: #types = #identity;)*
                         #loops
@@ -764,12 +809,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         Some(false) => quote!(false),
         None => quote!(::core::cfg!(debug_assertions)),
     };
-    let param_strs: Vec<String> = sig
-        .params
-        .iter()
-        .map(|p| p.text())
-        .chain(team_locals.iter().map(|(n, _, _)| n.to_string()))
-        .collect();
+    let param_strs: Vec<String> =
+        sig.params.iter().map(|p| p.text()).chain(team_locals.iter().map(|(n, ..)| n.to_string())).collect();
     let param_positions: Vec<&TokenStream> = (0..sig.params.len()).map(|i| &param_pos[&i]).collect();
     let nb = 2 * dims - 1;
     let bounds: Vec<TokenStream> = (0..dims)
@@ -1062,8 +1103,11 @@ fn item_loops(
         1 => {
             let (i, s) = (idx[0], &starts[0]);
             let mark = mark(quote!(__offload_t));
+            // Counted from 0 to the task's length: rustc then sees that the task's parts of
+            // the views hold every index and drops their checks.
             let loops = quote! {
-                for __offload_t in __offload_first..__offload_end {
+                for __offload_k in 0..__offload_end - __offload_first {
+                    let __offload_t = __offload_first + __offload_k;
                     #mark
                     let #i: usize = #s + __offload_t;
                     #item
