@@ -1244,6 +1244,7 @@ mod tests {
     /// order; with a reduction the tasks depend only on the launch (at most `CHUNK_ITEMS`
     /// items each), without one there are a few per pool thread.
     #[test]
+    #[cfg_attr(miri, ignore = "starts rayon's global pool, which Miri reports as leaked")]
     fn units_run_in_ordered_tasks_of_whole_units() {
         for reduces in [true, false] {
             for (units, per_unit) in

@@ -9,19 +9,29 @@
 //! A `let` whose variable is read after its stretch lives in an array with an element per
 //! thread ([`RustEmitter::per_thread`]); every other local stays a plain local of the
 //! thread loop, where rustc optimises it as in any loop.
+//!
+//! A stretch that is only `if thread < E { .. }` or `if thread == E { .. }` (after lets the
+//! same for every thread), with `E` the same for every thread, loops over just the threads
+//! that take it: a tree reduction's steps then cost their active threads, not the team.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::emit_host::{per_thread_array, RustEmitter};
-use crate::ir::{visit_stmt_vars, Body, Stmt, VarId};
+use crate::ir::{visit_stmt_vars, visit_vars, Body, Expr, ExprKind, Role, Stmt, VarId};
 
 /// The team-level code of a teams kernel's twin.
 pub struct TeamsTwin<'a> {
     emit: RustEmitter<'a>,
     threads: usize,
+    /// The kernel's thread index.
+    thread: VarId,
+    /// Locals the same for every thread of the team where the code being emitted reads
+    /// them: the loop variables of the team-level loops around it.
+    uniform: RefCell<HashSet<VarId>>,
     /// What each thread runs first in each stretch (the thread's index, its reduction
     /// partials, the checked twin's item).
     enter: TokenStream,
@@ -36,12 +46,12 @@ enum Segment<'s> {
 impl<'a> TeamsTwin<'a> {
     /// The twin of `body` for teams of `threads`, each thread running `enter` at the start
     /// of each stretch.
-    pub fn new(body: &'a Body, threads: usize, enter: TokenStream) -> Self {
+    pub fn new(body: &'a Body, threads: usize, thread: VarId, enter: TokenStream) -> Self {
         let mut emit = RustEmitter::new(body, true);
         let mut per_thread = HashSet::new();
         find_per_thread(&body.stmts, &mut per_thread);
         emit.per_thread = per_thread;
-        Self { emit, threads, enter }
+        Self { emit, threads, thread, uniform: RefCell::default(), enter }
     }
 
     /// The arrays of the locals that live across a barrier, one element per thread: made
@@ -74,6 +84,9 @@ impl<'a> TeamsTwin<'a> {
     }
 
     fn stretch(&self, stmts: &[&Stmt]) -> TokenStream {
+        if let Some(guarded) = self.guarded(stmts) {
+            return guarded;
+        }
         let clears = stmts.iter().filter_map(|s| match s {
             Stmt::Let { var, .. } if self.emit.per_thread.contains(var) => {
                 let a = per_thread_array(*var);
@@ -90,6 +103,66 @@ impl<'a> TeamsTwin<'a> {
                 #(#body)*
             }
         }
+    }
+
+    /// A stretch of uniform lets then `if thread < E` / `if thread == E` (no `else`): the
+    /// lets run once, and the loop covers only the threads that take the branch.
+    fn guarded(&self, stmts: &[&Stmt]) -> Option<TokenStream> {
+        let (Stmt::If { cond, then, els: None }, lets) = stmts.split_last()? else { return None };
+        let mut uniform_lets = Vec::new();
+        for s in lets {
+            let Stmt::Let { var, init } = s else { return None };
+            let v = &self.emit.body.vars[*var];
+            if v.mutable || self.emit.per_thread.contains(var) || !self.is_uniform(init, &uniform_lets) {
+                return None;
+            }
+            uniform_lets.push(*var);
+        }
+        let ExprKind::Binary(op, a, b) = &cond.kind else { return None };
+        let is_thread = |e: &Expr| matches!(e.kind, ExprKind::Var(v) if v == self.thread);
+        use syn::BinOp;
+        let (bound, lt) = match op {
+            BinOp::Lt(_) if is_thread(a) => (b, true),
+            BinOp::Gt(_) if is_thread(b) => (a, true),
+            BinOp::Eq(_) if is_thread(a) => (b, false),
+            BinOp::Eq(_) if is_thread(b) => (a, false),
+            _ => return None,
+        };
+        if !self.is_uniform(bound, &uniform_lets) {
+            return None;
+        }
+        let lets: Vec<TokenStream> = lets.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s))).collect();
+        let (e, t, enter, body) = (self.emit.expr(bound), self.threads, &self.enter, self.emit.stmts(then));
+        let range = if lt {
+            quote!(0..::core::cmp::min(#t, #e))
+        } else {
+            quote!(({ let __offload_e: usize = #e; __offload_e..if __offload_e < #t { __offload_e + 1 } else { __offload_e } }))
+        };
+        Some(quote! {
+            {
+                #(#lets)*
+                for __offload_thread in #range {
+                    #enter
+                    #body
+                }
+            }
+        })
+    }
+
+    /// Whether `e` is the same for every thread: it reads only parameters, constants, the
+    /// team's index, the team-level loops' variables and `lets` (themselves so).
+    fn is_uniform(&self, e: &Expr, lets: &[VarId]) -> bool {
+        let mut ok = true;
+        visit_vars(e, &mut |v| {
+            ok &= match self.emit.body.vars[v].role {
+                Role::Param(_) | Role::Const(_) | Role::BodyConst | Role::Index(0) => true,
+                Role::Local => lets.contains(&v) || self.uniform.borrow().contains(&v),
+                _ => false,
+            }
+        });
+        // A device function may store through a view: not known to give the same value.
+        crate::ir::walk_expr(e, &mut |x| ok &= !matches!(x.kind, ExprKind::Call { .. }));
+        ok
     }
 
     /// A value the team reads once: the kernel language makes it the same for every
@@ -112,6 +185,7 @@ impl<'a> TeamsTwin<'a> {
             Stmt::For { var, start, end, inclusive, body, .. } => {
                 let id = &self.emit.body.vars[*var].rust;
                 let (a, b) = (self.uniform(start), self.uniform(end));
+                self.uniform.borrow_mut().insert(*var);
                 let body = self.list(body);
                 let range = if *inclusive { quote!(#a..=#b) } else { quote!(#a..#b) };
                 quote!(for #id in #range { #body })

@@ -263,7 +263,7 @@ pub fn teams_twin(attr: TokenStream, f: TokenStream) -> Result<String, String> {
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, _) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
     let threads = k.sig.teams.ok_or("not a teams kernel")? as usize;
-    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, quote!());
+    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, k.index_vars[1], quote!());
     Ok(format!("{} {}", twin.arrays(), twin.team()))
 }
 
@@ -521,7 +521,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             let #thread: usize = __offload_thread;
             #partials
         };
-        let twin = crate::emit_teams::TeamsTwin::new(&k.body, t, enter);
+        let twin = crate::emit_teams::TeamsTwin::new(&k.body, t, k.index_vars[1], enter);
         let (arrays, team_code) = (twin.arrays(), twin.team());
         quote! {
             let __offload_total: (#(#rt,)*) = ::offload::__private::run_chunks(

@@ -769,6 +769,38 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
         ),
         "{code}"
     );
+    // A tree step's stretch loops over its active threads only, `thread == 0` over one,
+    // but a guard on a value that differs per thread keeps the whole team.
+    let code = crate::expand::teams_twin(
+        quote!(teams = 32),
+        quote!(
+            fn k(team: usize, thread: usize, x: &[f32], y: &mut [f32]) {
+                let mut part: [f32; 32] = offload::team_local();
+                part[thread] = x[team * 32 + thread];
+                offload::barrier();
+                for s in 0..5u32 {
+                    let w = 16usize >> s;
+                    if thread < w {
+                        part[thread] += part[thread + w];
+                    }
+                    offload::barrier();
+                }
+                if thread == 0 {
+                    y[team] = part[0];
+                }
+                offload::barrier();
+                let v = part[thread];
+                if thread < v as usize {
+                    y[team] += 1.0;
+                }
+            }
+        ),
+    )
+    .unwrap()
+    .replace(' ', "");
+    assert!(code.contains("for__offload_threadin0..::core::cmp::min(32usize,w)"), "{code}");
+    assert!(code.contains("__offload_e..if__offload_e<32usize"), "{code}");
+    assert_eq!(code.matches("for__offload_threadin0..32usize").count(), 2, "{code}");
 }
 
 #[test]
