@@ -112,15 +112,30 @@ const SPIN: Duration = Duration::from_micros(50);
 
 /// Polls `ready` for [`SPIN`] (a few busy rounds, then yielding the CPU, which matters on
 /// a machine with fewer cores than busy threads) and gives its first `Some`.
-fn spin<R>(mut ready: impl FnMut() -> Option<R>) -> Option<R> {
+fn spin<R>(ready: impl FnMut() -> Option<R>) -> Option<R> {
+    spin_for(ready, SPIN)
+}
+
+thread_local! {
+    /// Whether this thread's last wait for a job's result outlasted [`SPIN`]: its next wait
+    /// then sleeps after the busy rounds instead of yielding for [`SPIN`] (a long kernel's
+    /// caller would only take CPU time from the kernel's threads).
+    static WAITS_ARE_LONG: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// [`spin`] for at most `budget` after the busy rounds.
+fn spin_for<R>(mut ready: impl FnMut() -> Option<R>, budget: Duration) -> Option<R> {
     for _ in 0..64 {
         if let Some(r) = ready() {
             return Some(r);
         }
         std::hint::spin_loop();
     }
+    if budget.is_zero() {
+        return None;
+    }
     let start = Instant::now();
-    while start.elapsed() < SPIN {
+    while start.elapsed() < budget {
         if let Some(r) = ready() {
             return Some(r);
         }
@@ -166,10 +181,17 @@ impl<T> Handback<T> {
     /// made the slot may wait: its [`Filler`] unparks that thread.
     fn wait(&self) -> Option<T> {
         let done = || (self.state.load(Ordering::Acquire) != PENDING).then_some(());
-        if spin(done).is_none() {
+        // Spin only while this thread's waits end within the spin: the waits of a long
+        // kernel's caller park at once and leave the cores to the kernel.
+        let long = WAITS_ARE_LONG.with(|l| l.get());
+        let start = Instant::now();
+        if spin_for(done, if long { Duration::ZERO } else { SPIN }).is_none() {
             while done().is_none() {
                 std::thread::park();
             }
+            WAITS_ARE_LONG.with(|l| l.set(start.elapsed() >= SPIN));
+        } else {
+            WAITS_ARE_LONG.with(|l| l.set(false));
         }
         // SAFETY: the state is no longer pending, so the filler has written the value (or
         // abandoned it) before its release store, and touches the slot no more.
@@ -283,6 +305,18 @@ mod tests {
         });
         assert_eq!(slot.wait(), Some(vec![1, 2, 3]));
         t.join().unwrap();
+        // That wait outlasted the spin: this thread's next wait parks without spinning (and
+        // still gets its value).
+        assert!(WAITS_ARE_LONG.with(|l| l.get()));
+        let slot = Handback::new();
+        let filler = Filler(&slot);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(SPIN * 4);
+            filler.fill(5u8);
+        });
+        assert_eq!(slot.wait(), Some(5));
+        t.join().unwrap();
+        assert!(WAITS_ARE_LONG.with(|l| l.get()));
         // Dropped unfilled (a job dropped unrun): the waiter learns it.
         let slot = Handback::<u32>::new();
         let filler = Filler(&slot);
