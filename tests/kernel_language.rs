@@ -586,6 +586,23 @@ fn own_rows(row: usize, col: usize, nx: usize, x: &[f32], y: &mut [f32]) {
     y[c] += x[c - 1] + x[c + 1];
 }
 
+/// A row per item, `y[row * cols + c]` for `c` in `0..cols`: each item's own elements.
+#[offload::kernel(dims = 1)]
+fn scale_rows(row: usize, cols: usize, x: &[f32], y: &mut [f32]) {
+    let base = row * cols;
+    for c in 0..cols {
+        y[base + c] = x[base + c] * 2.0 + y[base + c];
+    }
+}
+
+/// The same, one element past the row: the next item's first element, so atomic.
+#[offload::kernel(dims = 1)]
+fn scale_rows_past(row: usize, cols: usize, x: &[f32], y: &mut [f32]) {
+    for c in 0..cols + 1 {
+        y[row * cols + c] = x[row * cols + c];
+    }
+}
+
 /// The host twin says which views it reads and writes plainly, and a kernel whose stores
 /// may land on another item's element keeps them atomic; each gives what the Rust loop
 /// gives, bit for bit, whatever path a launch takes (columns wider than `nx` make rows
@@ -598,6 +615,9 @@ fn host_twins_say_their_path_and_give_the_loops_results() {
     let p = path(&shifted_store::KERNEL);
     assert!(p.contains("plain loads of `x`") && p.contains("relaxed-atomic accesses of `y`"), "{p}");
     assert!(path(&own_rows::KERNEL).contains("plain stores of `y`"));
+    let p = path(&scale_rows::KERNEL);
+    assert!(p.contains("plain loads of `x`") && p.contains("plain stores of `y`"), "{p}");
+    assert!(path(&scale_rows_past::KERNEL).contains("relaxed-atomic accesses of `y`"));
     assert!(path(&reverse_blocks::KERNEL).contains("teams of 64 as loops"));
     on_every_device("host paths", |rt, d| {
         let gpu = rt.device(d)?;
@@ -610,6 +630,14 @@ fn host_twins_say_their_path_and_give_the_loops_results() {
         }
         gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| own_store::launch(&gpu, 100..n, 1.5, x, y))?;
         check_eq!(y, want);
+        // Rows of 100: rows 3..97 of the 100.
+        let mut r: Vec<f32> = (0..n).map(|v| (v % 3) as f32).collect();
+        let mut want = r.clone();
+        for (k, w) in want.iter_mut().enumerate().take(9700).skip(300) {
+            *w += x[k] * 2.0;
+        }
+        gpu.data((map::to(&x), map::tofrom(&mut r)), |(x, r)| scale_rows::launch(&gpu, 3..97, 100, x, r))?;
+        check_eq!(r, want);
         let mut z = vec![0f32; n];
         gpu.data((map::to(&x), map::tofrom(&mut z)), |(x, z)| shifted_store::launch(&gpu, n - 1, x, z))?;
         check!(z[0] == 0.0 && z[1..] == x[..n - 1]);
@@ -676,6 +704,8 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &own_store::KERNEL,
             &shifted_store::KERNEL,
             &own_rows::KERNEL,
+            &scale_rows::KERNEL,
+            &scale_rows_past::KERNEL,
         ],
     );
 }

@@ -221,6 +221,9 @@ pub enum OwnIndex {
     /// one, `width` a `usize` parameter (the twin checks per launch that rows do not
     /// overlap: the launch's columns fit in `width`).
     Rows { width: VarId },
+    /// A 1-D kernel's `v[i * width + k]`, `k` the variable of a `for k in 0..width` (a row
+    /// of `width` elements per item, as a row-wise softmax writes it).
+    Block { width: VarId },
 }
 
 /// The own-element form of every access of view `view`, if all its accesses have it (and
@@ -265,10 +268,64 @@ fn is_var(body: &Body, e: &Expr, v: VarId) -> bool {
     matches!(resolved(body, e).kind, ExprKind::Var(x) if x == v)
 }
 
+/// The `width` of a `usize` parameter `w`, if `w` is one.
+fn width_param(body: &Body, w: &Expr) -> Option<VarId> {
+    match resolved(body, w).kind {
+        ExprKind::Var(x)
+            if matches!(body.vars[x].role, Role::Param(_))
+                && body.vars[x].ty.scalar() == Some(crate::ty::Ty::Usize) =>
+        {
+            Some(x)
+        }
+        _ => None,
+    }
+}
+
+/// `Some(width)` when `e` is `i * width + k` (in any order), `k` the variable of a
+/// `for k in 0..width`.
+fn block_form(body: &Body, e: &Expr, i: VarId) -> Option<OwnIndex> {
+    use syn::BinOp;
+    let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, e).kind else { return None };
+    [(a, b), (b, a)].into_iter().find_map(|(prod, k)| {
+        let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
+        let width = if is_var(body, p, i) {
+            width_param(body, q)?
+        } else if is_var(body, q, i) {
+            width_param(body, p)?
+        } else {
+            return None;
+        };
+        let ExprKind::Var(k) = resolved(body, k).kind else { return None };
+        (loop_range(&body.stmts, k)? == width).then_some(OwnIndex::Block { width })
+    })
+}
+
+/// The parameter `w` of loop `for k in 0..w` (exclusive), if `k` is such a loop's variable.
+fn loop_range(stmts: &[Stmt], k: VarId) -> Option<VarId> {
+    stmts.iter().find_map(|s| match s {
+        Stmt::For { var, start, end, inclusive: false, .. }
+            if *var == k && matches!(&start.kind, ExprKind::Lit(crate::ir::Lit::Int(z)) if z == "0") =>
+        {
+            match end.kind {
+                ExprKind::Var(w) => Some(w),
+                _ => None,
+            }
+        }
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+            loop_range(body, k)
+        }
+        Stmt::If { then, els, .. } => {
+            loop_range(then, k).or_else(|| loop_range(els.as_deref().unwrap_or_default(), k))
+        }
+        _ => None,
+    })
+}
+
 fn own_form(body: &Body, index: &Expr, indices: &[VarId], order: &[usize]) -> Option<OwnIndex> {
     use syn::BinOp;
     match indices.len() {
-        1 => is_var(body, index, indices[0]).then_some(OwnIndex::Linear),
+        1 if is_var(body, index, indices[0]) => Some(OwnIndex::Linear),
+        1 => block_form(body, index, indices[0]),
         2 => {
             let (row, col) = (indices[order[0]], indices[order[1]]);
             let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, index).kind else { return None };
@@ -280,19 +337,10 @@ fn own_form(body: &Body, index: &Expr, indices: &[VarId], order: &[usize]) -> Op
                 return None;
             };
             let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, product).kind else { return None };
-            let width = |w: &Expr| match resolved(body, w).kind {
-                ExprKind::Var(x)
-                    if matches!(body.vars[x].role, Role::Param(_))
-                        && body.vars[x].ty.scalar() == Some(crate::ty::Ty::Usize) =>
-                {
-                    Some(x)
-                }
-                _ => None,
-            };
             let w = if is_var(body, p, row) {
-                width(q)
+                width_param(body, q)
             } else if is_var(body, q, row) {
-                width(p)
+                width_param(body, p)
             } else {
                 None
             };

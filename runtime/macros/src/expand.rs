@@ -596,6 +596,10 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 quote!(1usize),
                 quote!(1usize),
             ],
+            crate::access::OwnIndex::Block { width } => {
+                let w = &k.body.vars[width].rust;
+                [quote!(__offload_s0), quote!(__offload_l.n()), quote!(0usize), quote!(#w), quote!(#w)]
+            }
             crate::access::OwnIndex::Rows { width } => {
                 let (a, b) = (order[0], order[1]);
                 let (sa, sb, lb) = (&starts[a], &starts[b], len_of(b));
