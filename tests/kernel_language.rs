@@ -591,7 +591,7 @@ fn own_rows(row: usize, col: usize, nx: usize, x: &[f32], y: &mut [f32]) {
 fn scale_rows(row: usize, cols: usize, x: &[f32], y: &mut [f32]) {
     let base = row * cols;
     for c in 0..cols {
-        y[base + c] = x[base + c] * 2.0 + y[base + c];
+        y[base + c] += x[base + c] * 2.0;
     }
 }
 
