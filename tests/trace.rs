@@ -152,7 +152,14 @@ fn a_region_and_an_enter_exit_pair_make_a_timeline() -> Result<()> {
         // A launch names its kernel's arguments, and its geometry is traced beside it.
         let launches = t.of(pid, "i", Some("launch"));
         assert!(launches.iter().all(|l| l["args"]["message"].as_str().is_some_and(|m| m.contains("args ["))));
-        assert_eq!(t.of(pid, "i", Some("launch geometry")).len(), launches.len(), "{launches:?}");
+        let geometry = t.of(pid, "i", Some("launch geometry"));
+        assert_eq!(geometry.len(), launches.len(), "{launches:?}");
+        // On a host device it says how a generated kernel's twin runs: device 0 ran the
+        // generated `fill_i32`, which stores `x[i]`, its item's own element.
+        for g in geometry.iter().filter(|_| pid == 1) {
+            let m = g["args"]["message"].as_str().unwrap_or_default();
+            assert!(!m.contains("kernel threads") || m.contains("host twin: plain stores of `x`"), "{m}");
+        }
         // What the calling thread did lies inside its construct's span.
         for e in t.of(pid, "X", Some("host copy")).into_iter().chain(t.of(pid, "i", Some("launch"))) {
             assert!(t.construct_around(e).is_some(), "device {}: {e} is in no construct", pid - 1);
@@ -204,18 +211,22 @@ fn every_backend_times_its_queues_on_the_device() {
             // The region's two halves and the kernel's target construct.
             offload_tests::check!(constructs.len() == 3);
             let first = constructs.iter().map(|c| ts(c)).fold(f64::INFINITY, f64::min);
-            let last = constructs.iter().map(|c| ts(c) + dur(c)).fold(0.0, f64::max);
             let spans: Vec<&Value> =
                 t.of(1, "X", Some("copy")).into_iter().chain(t.of(1, "X", Some("kernel"))).collect();
             // The copy in, the kernel and the copy back, each timed on its queue, caused by a
-            // construct, and (the region waits for its copy back) inside the constructs' time,
-            // to the anchor's error of a few microseconds.
+            // construct, and begun after the first construct began (to the anchor's error of a
+            // few microseconds). Their ends are not bounded by the region's: a queue's end is
+            // stamped by the device after the work, which on a loaded machine may come after
+            // the waiting thread has seen the work done and ended its construct.
             offload_tests::check!(spans.len() == 3);
             for e in spans {
                 let queue = t.named("thread_name", 1, e["tid"].as_u64()).unwrap_or_default();
                 offload_tests::check!(queue.ends_with(" queue"));
                 offload_tests::check!(t.cause_of(e).is_some());
-                offload_tests::check!(first - 50.0 <= ts(e) && ts(e) + dur(e) <= last + 50.0);
+                offload_tests::check!(
+                    first - 50.0 <= ts(e) && dur(e) >= 0.0,
+                    "{e} before the first construct at {first}"
+                );
             }
             let copies = t.of(1, "X", Some("copy"));
             offload_tests::check!(copies.iter().all(|c| c["args"]["bytes"] == 1 << 20 && dur(c) > 0.0));
