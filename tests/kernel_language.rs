@@ -603,6 +603,20 @@ fn scale_rows_past(row: usize, cols: usize, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Jacobi's periodic copy: row 1 also stored to row `last`, row `last - 1` to row 0 (rows
+/// no item owns when the launch covers `1..last`).
+#[offload::kernel(dims = 2)]
+fn wrap_rows(row: usize, col: usize, nx: usize, last: usize, x: &[f32], y: &mut [f32]) {
+    let v = x[row * nx + col] + 1.0;
+    y[row * nx + col] = v;
+    if row == 1 {
+        y[last * nx + col] = v;
+    }
+    if row == last - 1 {
+        y[col] = v;
+    }
+}
+
 /// The host twin says which views it reads and writes plainly, and a kernel whose stores
 /// may land on another item's element keeps them atomic; each gives what the Rust loop
 /// gives, bit for bit, whatever path a launch takes (columns wider than `nx` make rows
@@ -618,6 +632,8 @@ fn host_twins_say_their_path_and_give_the_loops_results() {
     let p = path(&scale_rows::KERNEL);
     assert!(p.contains("plain loads of `x`") && p.contains("plain stores of `y`"), "{p}");
     assert!(path(&scale_rows_past::KERNEL).contains("relaxed-atomic accesses of `y`"));
+    let p = path(&wrap_rows::KERNEL);
+    assert!(p.contains("plain stores of `y`") && p.contains("atomic stores of `y` beside them"), "{p}");
     assert!(path(&reverse_blocks::KERNEL).contains("teams of 64 as loops"));
     on_every_device("host paths", |rt, d| {
         let gpu = rt.device(d)?;
@@ -630,6 +646,35 @@ fn host_twins_say_their_path_and_give_the_loops_results() {
         }
         gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| own_store::launch(&gpu, 100..n, 1.5, x, y))?;
         check_eq!(y, want);
+        // Rows 1..99 of 100, rows 0 and 99 stored beside them (plain path); then rows 1..99
+        // with `last` = 50, a row the launch owns (the atomic path; rows 1 and 50 both
+        // store row 50: any order is OpenMP's, and a checked twin's log names them).
+        let mut w = vec![0f32; n];
+        gpu.data((map::to(&x), map::tofrom(&mut w)), |(x, w)| {
+            wrap_rows::launch(&gpu, (1..99, 1..99), 100, 99, x, w)
+        })?;
+        let mut want = vec![0f32; n];
+        for row in 1..99 {
+            for col in 1..99 {
+                want[row * 100 + col] = x[row * 100 + col] + 1.0;
+            }
+        }
+        for col in 1..99 {
+            want[99 * 100 + col] = want[100 + col];
+            want[col] = want[98 * 100 + col];
+        }
+        check_eq!(w, want);
+        let r = gpu.data((map::to(&x), map::tofrom(&mut w)), |(x, w)| {
+            wrap_rows::launch(&gpu, (1..99, 1..99), 100, 50, x, w)
+        });
+        let host = rt.describe(d)?.kind == offload::BackendKind::Host;
+        match r.map_err(cause) {
+            Ok(()) => check!(!(wrap_rows::CHECKED && host), "the store log missed row 50"),
+            Err(Error::KernelFailed { message, .. }) => {
+                check!(wrap_rows::CHECKED && host && message.contains("both store element"), "{message}")
+            }
+            Err(e) => check!(false, "{e:?}"),
+        }
         // Rows of 100: rows 3..97 of the 100.
         let mut r: Vec<f32> = (0..n).map(|v| (v % 3) as f32).collect();
         let mut want = r.clone();
@@ -706,6 +751,7 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &own_rows::KERNEL,
             &scale_rows::KERNEL,
             &scale_rows_past::KERNEL,
+            &wrap_rows::KERNEL,
         ],
     );
 }

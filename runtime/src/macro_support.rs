@@ -323,7 +323,7 @@ impl<'a, T: Element> SharedSlice<'a, T> {
             let elems = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(lo).cast_mut(), hi - lo) };
             std::cell::Cell::from_mut(elems).as_slice_of_cells()
         };
-        OwnView { data, lo, len: self.len, kernel: self.kernel, name: self.name }
+        OwnView { data, lo, len: self.len, kernel: self.kernel, name: self.name, beside: None }
     }
 }
 
@@ -331,6 +331,9 @@ impl<'a, T: Element> SharedSlice<'a, T> {
 /// only its own): plain loads and stores, which rustc may vectorise.
 pub struct OwnView<'a, T> {
     data: &'a [std::cell::Cell<T>],
+    /// The whole view, for stores outside the task's elements that the macro proved land
+    /// in rows no task owns (checked per launch, [`rows_outside`]): relaxed atomics.
+    beside: Option<SharedSlice<'a, T>>,
     /// The view's index of `data[0]`.
     lo: usize,
     /// The whole view's length.
@@ -362,7 +365,14 @@ impl<'a, T: Copy> OwnView<'a, T> {
     /// its threads run in turn on one pool thread, so plain cells share it.
     pub fn team_local(buf: &'a mut [T], kernel: &'static str, name: &'static str) -> Self {
         let len = buf.len();
-        OwnView { data: std::cell::Cell::from_mut(buf).as_slice_of_cells(), lo: 0, len, kernel, name }
+        OwnView {
+            data: std::cell::Cell::from_mut(buf).as_slice_of_cells(),
+            lo: 0,
+            len,
+            kernel,
+            name,
+            beside: None,
+        }
     }
 
     /// The whole view's length.
@@ -391,11 +401,36 @@ impl<'a, T: Copy> OwnView<'a, T> {
         self.cell(i).get()
     }
 
-    /// Stores `v` at element `i`, panicking as [`OwnView::get`].
+    /// Stores `v` at element `i`: one of the task's own, or (a view with stores beside its
+    /// own) one in a row no task owns, through the whole view's relaxed atomics; panics as
+    /// [`OwnView::get`] otherwise.
     #[inline]
-    pub fn set(&self, i: usize, v: T) {
-        self.cell(i).set(v)
+    pub fn set(&self, i: usize, v: T)
+    where
+        T: Element,
+    {
+        match (self.data.get(i.wrapping_sub(self.lo)), &self.beside) {
+            (Some(c), _) => c.set(v),
+            (None, Some(whole)) => whole.set(i, v),
+            (None, None) => out_of_range(self.kernel, self.name, i, self.len),
+        }
     }
+
+    /// The same task's elements, its stores outside them going through `whole` (the view
+    /// this was made from): for a view the macro found stored beside its own elements,
+    /// in rows [`rows_outside`] checked no task owns.
+    pub fn with_beside<'b>(self, whole: SharedSlice<'b, T>) -> OwnView<'b, T>
+    where
+        'a: 'b,
+    {
+        OwnView { beside: Some(whole), ..self }
+    }
+}
+
+/// Whether every row of `rows` is outside `row0..row0 + count`, the rows a launch's tasks
+/// own: stores there reach no task's elements.
+pub fn rows_outside(rows: &[usize], row0: usize, count: usize) -> bool {
+    rows.iter().all(|&r| r < row0 || r - row0 >= count)
 }
 
 /// Whether the elements the work items of a launch own in a written view indexed
@@ -1405,6 +1440,30 @@ mod tests {
         assert!(own_rows_fit(7, 100, 0, 1, 1, 107) && !own_rows_fit(7, 100, 0, 1, 1, 106), "1-D");
         assert!(own_rows_fit(0, 0, 0, 3, 1, 0), "nothing launched");
         assert!(!own_rows_fit(usize::MAX / 2, 4, 0, 1, 4, usize::MAX), "overflow");
+    }
+
+    #[test]
+    fn stores_beside_a_tasks_rows_go_to_rows_no_task_owns() {
+        assert!(rows_outside(&[0, 9], 1, 8) && !rows_outside(&[0, 8], 1, 8) && !rows_outside(&[1], 1, 8));
+        assert!(rows_outside(&[], 1, 8) && rows_outside(&[3], 4, 0));
+        // Rows 1..3 of 4 columns owned by one task; a store to row 0 goes beside.
+        let mut v = [0u32; 16];
+        let args = [
+            KernelArg::Ptr { addr: v.as_mut_ptr() as u64, bytes: Some(64) },
+            KernelArg::Scalar(Scalar::U64(16)),
+        ];
+        let l = HostLaunch::new("k", 8, &args);
+        let s = SharedSlice::<u32>::new(&l, "k", "y", 0, 1).unwrap();
+        {
+            // SAFETY: elements 4..12 are this task's; row 0 and 3 are no task's.
+            let own = unsafe { s.own(4, 12) }.with_beside(s);
+            own.set(5, 1);
+            own.set(1, 2);
+            own.set(13, 3);
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| own.set(16, 4))).unwrap_err();
+            assert!(crate::error::panic_message(&*e).contains("index 16 is out of range"));
+        }
+        assert_eq!((v[5], v[1], v[13]), (1, 2, 3));
     }
 
     #[test]

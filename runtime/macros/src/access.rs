@@ -230,6 +230,19 @@ pub enum OwnIndex {
 /// there is at least one); `indices` are the kernel's index variables, `order` its thread
 /// map's (outer to unit stride).
 pub fn own_index(body: &Body, view: VarId, indices: &[VarId], order: &[usize]) -> Option<OwnIndex> {
+    own_index_beside(body, view, indices, order).filter(|(_, rows)| rows.is_empty()).map(|(form, _)| form)
+}
+
+/// As [`own_index`], but a 2-D kernel may also store (plain `=`, no load) at
+/// `r * width + col` (or `col`, row 0) of its own column `col`, `r` made of `usize`
+/// parameters and literals only: those rows are given, for the twin to check per launch
+/// that none is a launched row (so no task owns what those stores reach).
+pub fn own_index_beside<'b>(
+    body: &'b Body,
+    view: VarId,
+    indices: &[VarId],
+    order: &[usize],
+) -> Option<(OwnIndex, Vec<Option<&'b Expr>>)> {
     let mut forms = Vec::new();
     visit_exprs(&body.stmts, &mut |e| {
         if let ExprKind::Load { view: v, index } = &e.kind {
@@ -238,19 +251,91 @@ pub fn own_index(body: &Body, view: VarId, indices: &[VarId], order: &[usize]) -
             }
         }
     });
-    crate::ir::visit_places(&body.stmts, &mut |p| {
-        let mut root = p;
-        while let Place::Field { base, .. } = root {
-            root = base;
+    let mut stores = Vec::new();
+    stores_of(&body.stmts, view, &mut stores);
+    let mut beside = Vec::new();
+    for (index, plain) in &stores {
+        match own_form(body, index, indices, order) {
+            Some(f) => forms.push(Some(f)),
+            None if *plain && indices.len() == 2 => beside.push(*index),
+            None => return None,
         }
-        if let Place::Elem { view: v, index } = root {
-            if *v == view {
-                forms.push(own_form(body, index, indices, order));
+    }
+    let first = (*forms.first()?)?;
+    if !forms.iter().all(|f| *f == Some(first)) {
+        return None;
+    }
+    let OwnIndex::Rows { width } = first else {
+        return beside.is_empty().then_some((first, Vec::new()));
+    };
+    let col = indices[order[1]];
+    let rows = beside.into_iter().map(|e| other_row(body, e, col, width)).collect::<Option<Vec<_>>>()?;
+    Some((first, rows))
+}
+
+/// The element index of every store to `view` in `stmts` (through fields), and whether it
+/// is a plain `=` (no load of the element).
+fn stores_of<'b>(stmts: &'b [Stmt], view: VarId, out: &mut Vec<(&'b Expr, bool)>) {
+    for s in stmts {
+        match s {
+            Stmt::Assign { place, op, .. } => {
+                let mut root = place;
+                let mut field = false;
+                while let Place::Field { base, .. } = root {
+                    root = base;
+                    field = true;
+                }
+                if let Place::Elem { view: v, index } = root {
+                    if *v == view {
+                        out.push((index, op.is_none() && !field));
+                    }
+                }
             }
+            Stmt::If { then, els, .. } => {
+                stores_of(then, view, out);
+                stores_of(els.as_deref().unwrap_or_default(), view, out);
+            }
+            Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+                stores_of(body, view, out)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The row `r` of a store at `r * width + col` (`None` for `col`: row 0), if `r` is made
+/// of parameters and literals only.
+fn other_row<'b>(body: &'b Body, index: &'b Expr, col: VarId, width: VarId) -> Option<Option<&'b Expr>> {
+    use syn::BinOp;
+    let e = resolved(body, index);
+    if is_var(body, e, col) {
+        return Some(None);
+    }
+    let ExprKind::Binary(BinOp::Add(_), a, b) = &e.kind else { return None };
+    let prod = if is_var(body, a, col) {
+        b
+    } else if is_var(body, b, col) {
+        a
+    } else {
+        return None;
+    };
+    let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
+    let r = if is_var(body, q, width) {
+        p
+    } else if is_var(body, p, width) {
+        q
+    } else {
+        return None;
+    };
+    let mut ok = true;
+    crate::ir::walk_expr(r, &mut |x| {
+        ok &= match &x.kind {
+            ExprKind::Var(v) => matches!(body.vars[*v].role, Role::Param(_)),
+            ExprKind::Lit(_) | ExprKind::Binary(..) | ExprKind::Cast(..) => true,
+            _ => false,
         }
     });
-    let first = *forms.first()?;
-    forms.iter().all(|f| *f == first).then_some(first).flatten()
+    ok.then_some(Some(r))
 }
 
 /// `e` with immutable locals replaced by their values (and casts looked through).

@@ -168,12 +168,19 @@ impl<'a> RustEmitter<'a> {
                     None => quote_spanned!(span=> __offload_v),
                     Some(op) => quote_spanned!(span=> __offload_e #(.#fields)* #op __offload_v),
                 };
-                if fields.is_empty() {
+                if fields.is_empty() && binop.is_none() {
+                    // A plain store loads nothing (a view stored beside its own elements can
+                    // load only those).
+                    quote_spanned!(span=> {
+                        let __offload_i: usize = #i;
+                        let __offload_v = #value;
+                        #x.set(__offload_i, __offload_v);
+                    })
+                } else if fields.is_empty() {
                     quote_spanned!(span=> {
                         let __offload_i: usize = #i;
                         let __offload_v = #value;
                         let __offload_e = #x.get(__offload_i);
-                        let _ = __offload_e;
                         #x.set(__offload_i, #new);
                     })
                 } else {

@@ -574,8 +574,20 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                         }
                     }
                 } else if sig.teams.is_none() {
-                    if let Some(form) = crate::access::own_index(&k.body, var, &k.index_vars, order) {
-                        own.push((n, form));
+                    if let Some((form, rows)) =
+                        crate::access::own_index_beside(&k.body, var, &k.index_vars, order)
+                    {
+                        let rows: Vec<TokenStream> = rows
+                            .into_iter()
+                            .map(|r| match r {
+                                Some(e) => {
+                                    let e = emit.expr(e);
+                                    quote!((#e) as usize)
+                                }
+                                None => quote!(0usize),
+                            })
+                            .collect();
+                        own.push((n, form, rows));
                     }
                 }
             }
@@ -610,9 +622,11 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     };
     let own_fit: Vec<TokenStream> = own
         .iter()
-        .map(|(n, form)| {
+        .map(|(n, form, beside)| {
             let [r0, rows, c0, cols, w] = own_rows(*form);
-            quote!(::offload::__private::own_rows_fit(#r0, #rows, #c0, #cols, #w, #n.len()))
+            let beside = (!beside.is_empty())
+                .then(|| quote!(&& ::offload::__private::rows_outside(&[#(#beside),*], #r0, #rows)));
+            quote!(::offload::__private::own_rows_fit(#r0, #rows, #c0, #cols, #w, #n.len()) #beside)
         })
         .collect();
     let task_span = |form: crate::access::OwnIndex| {
@@ -621,12 +635,14 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     };
     let own_bind: Vec<TokenStream> = own
         .iter()
-        .map(|(n, form)| {
+        .map(|(n, form, beside)| {
             let span = task_span(*form);
+            let beside = (!beside.is_empty()).then(|| quote!(.with_beside(#n)));
             quote! {
                 // SAFETY: this task's rows of `#n`, apart from every other task's and view's
-                // (checked for the launch); its items touch only their own elements.
-                let #n = unsafe { #n.own(#span) };
+                // (checked for the launch); its items load only their own elements and store
+                // there or in rows no task owns (checked for the launch).
+                let #n = unsafe { #n.own(#span) } #beside;
             }
         })
         .chain(own_reads.iter().map(|(n, form)| {
@@ -676,8 +692,15 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         path.push(format!("plain loads of {} (read only)", names(&plain)));
     }
     if !own.is_empty() {
-        let own_names: Vec<&syn::Ident> = own.iter().map(|(n, _)| *n).collect();
+        let own_names: Vec<&syn::Ident> = own.iter().map(|(n, ..)| *n).collect();
         path.push(format!("plain stores of {} (each item only at its own element)", names(&own_names)));
+        let beside: Vec<&syn::Ident> = own.iter().filter(|o| !o.2.is_empty()).map(|(n, ..)| *n).collect();
+        if !beside.is_empty() {
+            path.push(format!(
+                "atomic stores of {} beside them, in rows the launch must not own",
+                names(&beside)
+            ));
+        }
     }
     if !plain.is_empty() || !own.is_empty() {
         path.push("when no written view overlaps another (else all atomic)".into());
@@ -686,7 +709,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         .params
         .iter()
         .filter(|p| match p.kind {
-            ParamKind::View { .. } => !plain.contains(&&p.name) && !own.iter().any(|(n, _)| *n == &p.name),
+            ParamKind::View { .. } => !plain.contains(&&p.name) && !own.iter().any(|(n, ..)| *n == &p.name),
             _ => false,
         })
         .map(|p| &p.name)

@@ -383,20 +383,3 @@ pub fn visit_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
         }
     }
 }
-
-/// Calls `f` with every place the statements store to.
-pub fn visit_places(stmts: &[Stmt], f: &mut impl FnMut(&Place)) {
-    for s in stmts {
-        match s {
-            Stmt::Assign { place, .. } => f(place),
-            Stmt::If { then, els, .. } => {
-                visit_places(then, f);
-                visit_places(els.as_deref().unwrap_or_default(), f);
-            }
-            Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
-                visit_places(body, f)
-            }
-            _ => {}
-        }
-    }
-}
