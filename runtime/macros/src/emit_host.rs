@@ -18,6 +18,9 @@ pub struct RustEmitter<'a> {
     /// A teams twin's locals that live across a barrier: each is an array with an element
     /// per thread of the team (`__offload_pt_N[__offload_thread]`), see `emit_teams`.
     pub per_thread: HashSet<VarId>,
+    /// A teams twin's locals that every later stretch assigns before reading: declared
+    /// before their stretch's thread loop, so their `let` is an assignment.
+    pub declared_outside: HashSet<VarId>,
     /// The kernel's reduction variables are plain `let mut` locals of the twin's task (kept
     /// in registers), not `&mut` partials.
     pub local_reductions: bool,
@@ -41,7 +44,13 @@ pub fn twin_name(name: &syn::Ident) -> syn::Ident {
 impl<'a> RustEmitter<'a> {
     /// An emitter of `body`'s statements (in the kernel's module when `nested`).
     pub fn new(body: &'a Body, nested: bool) -> Self {
-        Self { body, nested, per_thread: HashSet::new(), local_reductions: false }
+        Self {
+            body,
+            nested,
+            per_thread: HashSet::new(),
+            declared_outside: HashSet::new(),
+            local_reductions: false,
+        }
     }
 
     fn path(&self, p: &syn::Path) -> TokenStream {
@@ -209,6 +218,9 @@ impl<'a> RustEmitter<'a> {
                 let id = &v.rust;
                 let m = v.mutable.then(|| quote!(mut));
                 let value = self.expr(init);
+                if self.declared_outside.contains(var) {
+                    return quote!(#id = #value;);
+                }
                 if self.per_thread.contains(var) {
                     // The thread's element: threads run in order, each once per stretch.
                     let a = per_thread_array(*var);

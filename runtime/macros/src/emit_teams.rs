@@ -7,7 +7,10 @@
 //! uniform bounds, a block) is run once by the team, its bounds read for thread 0 (the
 //! kernel language makes them the same for every thread), and its body is cut in turn.
 //! A `let` whose variable is read after its stretch lives in an array with an element per
-//! thread ([`RustEmitter::per_thread`]); every other local stays a plain local of the
+//! thread ([`RustEmitter::per_thread`]), unless every later stretch that uses it first
+//! assigns it (a block-stride loop's counter, `c = thread; while c < n { .. }`): no value
+//! crosses a barrier, and it is one local of the team's code that each thread's turn sets
+//! anew ([`RustEmitter::declared_outside`]). Every other local stays a plain local of the
 //! thread loop, where rustc optimises it as in any loop.
 //!
 //! A stretch that is only `if thread < E { .. }` or `if thread == E { .. }` (after lets the
@@ -32,6 +35,9 @@ pub struct TeamsTwin<'a> {
     /// Locals the same for every thread of the team where the code being emitted reads
     /// them: the loop variables of the team-level loops around it.
     uniform: RefCell<HashSet<VarId>>,
+    /// Immutable locals whose value is the same for every thread and reads no memory:
+    /// computed once, before their stretch's thread loop.
+    hoisted: HashSet<VarId>,
     /// What each thread runs first in each stretch (the thread's index, its reduction
     /// partials, the checked twin's item).
     enter: TokenStream,
@@ -48,10 +54,15 @@ impl<'a> TeamsTwin<'a> {
     /// of each stretch.
     pub fn new(body: &'a Body, threads: usize, thread: VarId, enter: TokenStream) -> Self {
         let mut emit = RustEmitter::new(body, true);
-        let mut per_thread = HashSet::new();
-        find_per_thread(&body.stmts, &mut per_thread);
+        let mut hoisted = HashSet::new();
+        find_hoisted(body, &body.stmts, &mut HashSet::new(), &mut hoisted);
+        let (mut per_thread, mut outside) = (HashSet::new(), HashSet::new());
+        find_per_thread(&body.stmts, &mut per_thread, &mut outside);
+        per_thread.retain(|v| !hoisted.contains(v));
+        outside.retain(|v| !hoisted.contains(v));
         emit.per_thread = per_thread;
-        Self { emit, threads, thread, uniform: RefCell::default(), enter }
+        emit.declared_outside = outside;
+        Self { emit, threads, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter }
     }
 
     /// The arrays of the locals that live across a barrier, one element per thread: made
@@ -84,6 +95,21 @@ impl<'a> TeamsTwin<'a> {
     }
 
     fn stretch(&self, stmts: &[&Stmt]) -> TokenStream {
+        let is_hoisted = |s: &Stmt| matches!(s, Stmt::Let { var, .. } if self.hoisted.contains(var));
+        let hoisted: Vec<TokenStream> = stmts
+            .iter()
+            .filter(|s| is_hoisted(s))
+            .map(|s| self.emit.stmts(std::slice::from_ref(*s)))
+            .collect();
+        let rest: Vec<&Stmt> = stmts.iter().filter(|s| !is_hoisted(s)).copied().collect();
+        let looped = self.thread_loop(&rest);
+        quote!(#(#hoisted)* #looped)
+    }
+
+    fn thread_loop(&self, stmts: &[&Stmt]) -> TokenStream {
+        if stmts.is_empty() {
+            return quote!();
+        }
         if let Some(guarded) = self.guarded(stmts) {
             return guarded;
         }
@@ -94,10 +120,22 @@ impl<'a> TeamsTwin<'a> {
             }
             _ => None,
         });
+        // Locals each later stretch assigns first: declared here, for the team's code.
+        let declared = stmts.iter().filter_map(|s| match s {
+            Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
+                let id = &self.emit.body.vars[*var].rust;
+                Some(match self.emit.ty(&self.emit.body.vars[*var].ty) {
+                    Some(t) => quote!(let mut #id: #t;),
+                    None => quote!(let mut #id;),
+                })
+            }
+            _ => None,
+        });
         let body = stmts.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
         let (t, enter) = (self.threads, &self.enter);
         quote! {
             #(#clears)*
+            #(#declared)*
             for __offload_thread in 0..#t {
                 #enter
                 #(#body)*
@@ -259,8 +297,9 @@ fn leaves_loop(s: &Stmt) -> bool {
 }
 
 /// Adds to `out` the locals of `stmts` (and of the team-level statements in it) that are
-/// read or stored after the stretch that declares them.
-fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>) {
+/// read or stored after the stretch that declares them, and to `outside` those of them
+/// that every later stretch using them assigns first (no value crosses a barrier).
+fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>, outside: &mut HashSet<VarId>) {
     let segs = segments(stmts);
     for (k, seg) in segs.iter().enumerate() {
         match seg {
@@ -288,18 +327,93 @@ fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>) {
                         }),
                     }
                 }
-                out.extend(lets.intersection(&later));
+                for &v in lets.intersection(&later) {
+                    if assigned_first(v, &segs[k + 1..]) {
+                        outside.insert(v);
+                    } else {
+                        out.insert(v);
+                    }
+                }
             }
             Segment::Team(s) => match s {
                 Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
-                    find_per_thread(body, out)
+                    find_per_thread(body, out, outside)
                 }
                 Stmt::If { then, els, .. } => {
-                    find_per_thread(then, out);
-                    find_per_thread(els.as_deref().unwrap_or_default(), out);
+                    find_per_thread(then, out, outside);
+                    find_per_thread(els.as_deref().unwrap_or_default(), out, outside);
                 }
                 _ => {}
             },
         }
     }
+}
+
+/// Adds to `out` the immutable locals declared directly in a stretch of `stmts` (or of
+/// its team-level statements) whose value reads only parameters' values and lengths,
+/// constants, the team's index, team-level loops' variables and other such locals: the same
+/// for every thread, and the same wherever in the stretch it is computed.
+fn find_hoisted(body: &Body, stmts: &[Stmt], uniform: &mut HashSet<VarId>, out: &mut HashSet<VarId>) {
+    for seg in segments(stmts) {
+        match seg {
+            Segment::Stretch(stmts) => {
+                for s in stmts {
+                    let Stmt::Let { var, init } = s else { continue };
+                    let mut ok = !body.vars[*var].mutable;
+                    crate::ir::walk_expr(init, &mut |e| {
+                        ok &= match &e.kind {
+                            ExprKind::Var(v) => match body.vars[*v].role {
+                                Role::Param(_) | Role::Const(_) | Role::BodyConst | Role::Index(0) => true,
+                                Role::Local => uniform.contains(v) || out.contains(v),
+                                _ => false,
+                            },
+                            ExprKind::Len(v) => matches!(body.vars[*v].role, Role::Param(_)),
+                            ExprKind::Load { .. }
+                            | ExprKind::Call { .. }
+                            | ExprKind::Sub { .. }
+                            | ExprKind::ViewOf(_) => false,
+                            _ => true,
+                        }
+                    });
+                    if ok {
+                        out.insert(*var);
+                    }
+                }
+            }
+            Segment::Team(Stmt::For { var, body: b, .. }) => {
+                uniform.insert(*var);
+                find_hoisted(body, b, uniform, out);
+            }
+            Segment::Team(Stmt::While { body: b, .. } | Stmt::Loop(b) | Stmt::Block(b)) => {
+                find_hoisted(body, b, uniform, out)
+            }
+            Segment::Team(Stmt::If { then, els, .. }) => {
+                find_hoisted(body, then, uniform, out);
+                find_hoisted(body, els.as_deref().unwrap_or_default(), uniform, out);
+            }
+            Segment::Team(_) => {}
+        }
+    }
+}
+
+/// Whether every stretch of `segs` that uses `v` first assigns it (`v = e`, `e` not
+/// reading `v`, as a statement of the stretch itself), and no team-level statement uses it.
+fn assigned_first(v: VarId, segs: &[Segment<'_>]) -> bool {
+    let uses = |s: &Stmt| {
+        let mut found = false;
+        visit_stmt_vars(std::slice::from_ref(s), &mut |x| found |= x == v);
+        found
+    };
+    segs.iter().all(|seg| match seg {
+        Segment::Team(s) => !uses(s),
+        Segment::Stretch(stmts) => match stmts.iter().find(|s| uses(s)) {
+            None => true,
+            Some(Stmt::Assign { place: crate::ir::Place::Var(x), op: None, value, .. }) => {
+                let mut reads = false;
+                visit_vars(value, &mut |y| reads |= y == v);
+                *x == v && !reads
+            }
+            Some(_) => false,
+        },
+    })
 }

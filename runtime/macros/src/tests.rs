@@ -769,6 +769,34 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
         ),
         "{code}"
     );
+    // A block-stride counter set anew after each barrier carries nothing across one: a
+    // local of the team's code, not an array per thread.
+    let code = crate::expand::teams_twin(
+        quote!(teams = 32),
+        quote!(
+            fn k(team: usize, thread: usize, n: usize, x: &[f32], y: &mut [f32]) {
+                let base = team * n;
+                let mut s = 0.0f32;
+                let mut c = thread;
+                while c < n {
+                    s += x[c];
+                    c += 32;
+                }
+                offload::barrier();
+                c = thread;
+                while c < n {
+                    y[base + c] = s;
+                    c += 32;
+                }
+            }
+        ),
+    )
+    .unwrap()
+    .replace(' ', "");
+    assert!(code.contains("letmutc:usize;for__offload_threadin0..32usize"), "{code}");
+    // `base` is the same for every thread and reads no memory: computed once per team.
+    assert!(code.contains("letbase:usize=(team*n);"), "{code}");
+    assert_eq!(code.matches("::std::vec::Vec::with_capacity").count(), 1, "only `s`: {code}");
     // A tree step's stretch loops over its active threads only, `thread == 0` over one,
     // but a guard on a value that differs per thread keeps the whole team.
     let code = crate::expand::teams_twin(
