@@ -2,13 +2,14 @@
 //! with gcc's `parallel for` and with clang-19 on libomptarget's host plugin by
 //! `scripts/host-kernels.sh`, which runs the three sides in turn and prints the table of
 //! docs/PERFORMANCE.md): saxpy at 2^16, 2^20 and 2^24 (generated and hand-written), Jacobi
-//! 2048^2 x 100 with the norm each step (tuned, generated and teams kernels), a row-wise
+//! 2048^2 x 100 with the norm each step (tuned, generated and teams kernels), the 3-D
+//! 7-point stencil of `examples/stencil3d.rs` at 256^3 x 100 (its tuned kernel), a row-wise
 //! layer normalisation at 8192 x 768 (its teams form, a team of 256 per row with per-team
 //! tree reductions, and its 1-D form, a row per work item) and a row-wise softmax.
 //!
 //! Each case prints `side<TAB>case<TAB>size<TAB>median seconds` over the samples, the C
 //! twin's format: `cargo bench -p offload-benches --bench host_kernels [-- CASE]`, CASE one
-//! of saxpy, jacobi, layernorm, softmax.
+//! of saxpy, jacobi, stencil3d, layernorm, softmax.
 
 use std::time::Instant;
 
@@ -186,6 +187,25 @@ fn jacobi_cases(rt: &Runtime) -> Result<(), offload::Error> {
     Ok(())
 }
 
+fn stencil_case(rt: &Runtime) -> Result<(), offload::Error> {
+    let args = offload_examples::stencil3d::Args {
+        nx: 256,
+        ny: 256,
+        nz: 256,
+        niter: 100,
+        ndev: Some(1),
+        csv: true,
+        ..Default::default()
+    };
+    let mut samples = Vec::new();
+    for _ in 0..=JACOBI_SAMPLES {
+        samples.push(offload_examples::stencil3d::solve(rt, &[0], &args)?.0);
+    }
+    samples.remove(0);
+    report("tuned", "stencil3d", 256 * 256 * 256, samples);
+    Ok(())
+}
+
 fn row_cases(rt: &Runtime, dev: &Device<'_>, case: &str) -> Result<(), offload::Error> {
     let (rows, cols) = (8192usize, 768usize);
     let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 7) % 101) as f32 * 0.01).collect();
@@ -240,6 +260,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if want("jacobi") {
         jacobi_cases(&rt)?;
+    }
+    if want("stencil3d") {
+        stencil_case(&rt)?;
     }
     for case in ["layernorm", "softmax"] {
         if want(case) {

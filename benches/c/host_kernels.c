@@ -111,6 +111,42 @@ static void jacobi(int nx, int ny, int niter) {
   free(an0);
 }
 
+// A 3-D 7-point stencil on an nx x ny x nz cube (examples/stencil3d.rs): zero inside, the
+// z = 0 face at 1 and the x = 0 face at 0.5; each step sets every interior point to the
+// mean of its six neighbours.
+static void stencil3d(int nx, int ny, int nz, int niter) {
+  long plane = (long)nx * ny, len = plane * nz;
+  float *a = calloc(len, sizeof *a), *an = calloc(len, sizeof *an);
+  for (int z = 0; z < nz; z++)
+    for (int y = 0; y < ny; y++)
+      for (int x = 0; x < nx; x++) {
+        float v = z == 0 ? 1.0f : x == 0 ? 0.5f : 0.0f;
+        a[z * plane + (long)y * nx + x] = an[z * plane + (long)y * nx + x] = v;
+      }
+  double t[JACOBI_SAMPLES];
+  float *a0 = a, *an0 = an;
+#pragma omp target data map(tofrom : a0[0 : len], an0[0 : len])
+  for (int s = -1; s < JACOBI_SAMPLES; s++) {
+    double t0 = omp_get_wtime();
+    for (int it = 0; it < niter; it++) {
+      LOOP
+      for (int z = 1; z < nz - 1; z++)
+        for (int y = 1; y < ny - 1; y++)
+          for (int x = 1; x < nx - 1; x++) {
+            long i = z * plane + (long)y * nx + x;
+            an[i] = (1.0f / 6.0f) * (a[i - 1] + a[i + 1] + a[i - nx] + a[i + nx] + a[i - plane] + a[i + plane]);
+          }
+      float *tmp = a;
+      a = an;
+      an = tmp;
+    }
+    if (s >= 0) t[s] = omp_get_wtime() - t0;
+  }
+  report_of("stencil3d", len, t, JACOBI_SAMPLES);
+  free(a0);
+  free(an0);
+}
+
 // Row-wise layer normalisation (mean, variance, scale and shift), a row per iteration.
 static void layernorm(int rows, int cols) {
   long len = (long)rows * cols;
@@ -173,6 +209,7 @@ int main(int argc, char **argv) {
   if (!*only || !strcmp(only, "saxpy"))
     for (long n = 1 << 16; n <= 1 << 24; n <<= 4) saxpy(n);
   if (!*only || !strcmp(only, "jacobi")) jacobi(2048, 2048, 100);
+  if (!*only || !strcmp(only, "stencil3d")) stencil3d(256, 256, 256, 100);
   if (!*only || !strcmp(only, "layernorm")) layernorm(8192, 768);
   if (!*only || !strcmp(only, "softmax")) softmax(8192, 768);
   return 0;
