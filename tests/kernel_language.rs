@@ -535,6 +535,55 @@ fn team_scan(team: usize, thread: usize, rounds: u32, x: &[u32], y: &mut [u32], 
     }
 }
 
+/// Each team scales its row by the row's sum: block-stride loops whose counter is set anew
+/// after the barrier (no value crosses it), a row start the same for every thread, a tree
+/// in team-local memory.
+#[offload::kernel(teams = 64)]
+fn normalise_rows(row: usize, thread: usize, cols: usize, x: &[f32], y: &mut [f32]) {
+    let mut part: [f32; 64] = offload::team_local();
+    let base = row * cols;
+    let mut s = 0.0f32;
+    let mut c = thread;
+    while c < cols {
+        s += x[base + c];
+        c += 64;
+    }
+    part[thread] = s;
+    offload::barrier();
+    for k in 0..6u32 {
+        let w = 32usize >> k;
+        if thread < w {
+            part[thread] += part[thread + w];
+        }
+        offload::barrier();
+    }
+    let total = part[0];
+    c = thread;
+    while c < cols {
+        y[base + c] = x[base + c] / total;
+        c += 64;
+    }
+}
+
+#[test]
+fn teams_kernels_set_a_block_stride_counter_anew_after_each_barrier() {
+    on_every_device("normalise rows", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (rows, cols) = (37, 300);
+        let x: Vec<f32> = (0..rows * cols).map(|i| 1.0 + (i % 11) as f32).collect();
+        let mut y = vec![0f32; rows * cols];
+        gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| normalise_rows::launch(&gpu, rows, cols, x, y))?;
+        for r in 0..rows {
+            let sum: f32 = x[r * cols..(r + 1) * cols].iter().sum();
+            for c in 0..cols {
+                let (got, want) = (y[r * cols + c], x[r * cols + c] / sum);
+                check!((got - want).abs() <= 1e-6 * want.abs().max(1e-3), "row {r} col {c}: {got} vs {want}");
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn teams_kernels_keep_values_across_barriers_in_nested_loops_and_uneven_teams() {
     on_every_device("team scan", |rt, d| {
@@ -746,6 +795,7 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &smooth_blocks::KERNEL,
             &failing_team::KERNEL_CHECKED,
             &team_scan::KERNEL,
+            &normalise_rows::KERNEL,
             &own_store::KERNEL,
             &shifted_store::KERNEL,
             &own_rows::KERNEL,

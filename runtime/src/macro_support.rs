@@ -440,8 +440,8 @@ pub fn own_rows_fit(row0: usize, rows: usize, col0: usize, cols: usize, width: u
     if rows == 0 || cols == 0 {
         return true;
     }
-    let last = (row0 + rows - 1)
-        .checked_mul(width)
+    let last = (row0.checked_add(rows - 1))
+        .and_then(|r| r.checked_mul(width))
         .and_then(|r| r.checked_add(col0))
         .and_then(|r| r.checked_add(cols));
     col0.checked_add(cols).is_some_and(|c| c <= width) && last.is_some_and(|l| l <= len)
@@ -457,8 +457,9 @@ fn out_of_range(kernel: &str, name: &str, i: usize, len: usize) -> ! {
 /// [`SharedSlice::span`] and whether the launch writes it): the twin may then read its
 /// read-only views as plain slices.
 pub fn views_apart(views: &[((usize, usize), bool)]) -> bool {
-    let overlap =
-        |a: (usize, usize), b: (usize, usize)| a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+    let overlap = |a: (usize, usize), b: (usize, usize)| {
+        a.1 > 0 && b.1 > 0 && a.0 < b.0.saturating_add(b.1) && b.0 < a.0.saturating_add(a.1)
+    };
     views
         .iter()
         .enumerate()
@@ -1440,6 +1441,7 @@ mod tests {
         assert!(own_rows_fit(7, 100, 0, 1, 1, 107) && !own_rows_fit(7, 100, 0, 1, 1, 106), "1-D");
         assert!(own_rows_fit(0, 0, 0, 3, 1, 0), "nothing launched");
         assert!(!own_rows_fit(usize::MAX / 2, 4, 0, 1, 4, usize::MAX), "overflow");
+        assert!(!own_rows_fit(usize::MAX, 2, 0, 1, 1, usize::MAX), "rows past usize");
     }
 
     #[test]

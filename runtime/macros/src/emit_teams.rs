@@ -190,17 +190,9 @@ impl<'a> TeamsTwin<'a> {
     /// Whether `e` is the same for every thread: it reads only parameters, constants, the
     /// team's index, the team-level loops' variables and `lets` (themselves so).
     fn is_uniform(&self, e: &Expr, lets: &[VarId]) -> bool {
-        let mut ok = true;
-        visit_vars(e, &mut |v| {
-            ok &= match self.emit.body.vars[v].role {
-                Role::Param(_) | Role::Const(_) | Role::BodyConst | Role::Index(0) => true,
-                Role::Local => lets.contains(&v) || self.uniform.borrow().contains(&v),
-                _ => false,
-            }
-        });
-        // A device function may store through a view: not known to give the same value.
-        crate::ir::walk_expr(e, &mut |x| ok &= !matches!(x.kind, ExprKind::Call { .. }));
-        ok
+        same_for_every_thread(self.emit.body, e, true, |v| {
+            lets.contains(&v) || self.uniform.borrow().contains(&v)
+        })
     }
 
     /// A value the team reads once: the kernel language makes it the same for every
@@ -349,6 +341,28 @@ fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>, outside: &mut HashS
     }
 }
 
+/// Whether `e` is the same for every thread of a team: it reads only parameters (their
+/// values, lengths and, with `memory`, elements), constants, the team's index and locals
+/// `uniform_local` accepts, and calls no device function (one may store through a view).
+fn same_for_every_thread(body: &Body, e: &Expr, memory: bool, uniform_local: impl Fn(VarId) -> bool) -> bool {
+    let param = |v: VarId| matches!(body.vars[v].role, Role::Param(_));
+    let mut ok = true;
+    crate::ir::walk_expr(e, &mut |x| {
+        ok &= match &x.kind {
+            ExprKind::Var(v) => match body.vars[*v].role {
+                Role::Param(_) | Role::Const(_) | Role::BodyConst | Role::Index(0) => true,
+                Role::Local => uniform_local(*v),
+                _ => false,
+            },
+            ExprKind::Len(v) => param(*v),
+            ExprKind::Load { view, .. } => memory && param(*view),
+            ExprKind::Call { .. } | ExprKind::Sub { .. } | ExprKind::ViewOf(_) => false,
+            _ => true,
+        }
+    });
+    ok
+}
+
 /// Adds to `out` the immutable locals declared directly in a stretch of `stmts` (or of
 /// its team-level statements) whose value reads only parameters' values and lengths,
 /// constants, the team's index, team-level loops' variables and other such locals: the same
@@ -359,22 +373,10 @@ fn find_hoisted(body: &Body, stmts: &[Stmt], uniform: &mut HashSet<VarId>, out: 
             Segment::Stretch(stmts) => {
                 for s in stmts {
                     let Stmt::Let { var, init } = s else { continue };
-                    let mut ok = !body.vars[*var].mutable;
-                    crate::ir::walk_expr(init, &mut |e| {
-                        ok &= match &e.kind {
-                            ExprKind::Var(v) => match body.vars[*v].role {
-                                Role::Param(_) | Role::Const(_) | Role::BodyConst | Role::Index(0) => true,
-                                Role::Local => uniform.contains(v) || out.contains(v),
-                                _ => false,
-                            },
-                            ExprKind::Len(v) => matches!(body.vars[*v].role, Role::Param(_)),
-                            ExprKind::Load { .. }
-                            | ExprKind::Call { .. }
-                            | ExprKind::Sub { .. }
-                            | ExprKind::ViewOf(_) => false,
-                            _ => true,
-                        }
-                    });
+                    let ok = !body.vars[*var].mutable
+                        && same_for_every_thread(body, init, false, |v| {
+                            uniform.contains(&v) || out.contains(&v)
+                        });
                     if ok {
                         out.insert(*var);
                     }
