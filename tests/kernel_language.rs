@@ -687,8 +687,10 @@ fn host_twins_say_their_path_and_give_the_loops_results() {
     on_every_device("host paths", |rt, d| {
         let gpu = rt.device(d)?;
         let n = 10_000;
-        let x: Vec<f32> = (0..n).map(|v| (v % 13) as f32 * 0.37).collect();
-        let mut y: Vec<f32> = (0..n).map(|v| (v % 7) as f32 * 1.1).collect();
+        // Quarters and halves: every product and sum is exact, so a GPU that fuses
+        // `y + a * x` into one rounding gives the loop's bits too.
+        let x: Vec<f32> = (0..n).map(|v| (v % 13) as f32 * 0.25).collect();
+        let mut y: Vec<f32> = (0..n).map(|v| (v % 7) as f32 * 0.5).collect();
         let mut want = y.clone();
         for i in 100..n {
             want[i] += 1.5 * x[i];
@@ -804,4 +806,87 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &wrap_rows::KERNEL,
         ],
     );
+}
+
+/// A row's run of `x` at `shift` past each item's element, with a halo row copy when
+/// `edge` (row 1 to row 0, outside the launch), a sum and a maximum.
+#[offload::kernel(dims = 2, reduction(+: total), reduction(max: top))]
+#[allow(clippy::too_many_arguments)]
+fn shifted_rows(
+    row: usize,
+    col: usize,
+    nx: usize,
+    shift: usize,
+    edge: bool,
+    x: &[f32],
+    y: &mut [f32],
+    total: &mut f32,
+    top: &mut f32,
+) {
+    let c = row * nx + col;
+    let v = x[c + shift] * 2.0 + x[c];
+    y[c] = v;
+    if edge && row == 1 {
+        y[col] = v;
+    }
+    *total += v;
+    *top = (*top).max(v);
+}
+
+/// Host twins run rows that need less than the whole body with a copy that does less:
+/// without the `if`s no item of the row enters, and with each row's run of a view as one
+/// slice checked once. Rows of every length (under, at and over a multiple of the
+/// reduction's lanes) give the loop's results bit for bit where the sums are exact, and a
+/// run that leaves the view fails at the item that reads outside it, as the body would.
+#[test]
+fn fast_rows_give_the_loops_results_and_fail_where_the_body_fails() {
+    let p = shifted_rows::KERNEL.host_path().unwrap_or_default().to_string();
+    assert!(p.contains("row-invariant `if`s") && p.contains("runs of `x`, `y` as slices"), "{p}");
+    assert!(p.contains("reductions in 8 lanes"), "{p}");
+    on_every_device("fast rows", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (nx, rows) = (40usize, 30usize);
+        // Small integers: every sum is exact in f32, in any order.
+        let x: Vec<f32> = (0..nx * rows).map(|v| (v % 11) as f32).collect();
+        for (cols, shift, edge) in
+            [(0..7usize, 1usize, true), (0..8, 2, false), (3..20, 1, true), (0..39, 1, false)]
+        {
+            let mut y = vec![-1f32; nx * rows];
+            let (mut want, mut sum, mut max) = (y.clone(), 0f32, f32::NEG_INFINITY);
+            for row in 1..rows - 1 {
+                for col in cols.clone() {
+                    let c = row * nx + col;
+                    let v = x[c + shift] * 2.0 + x[c];
+                    want[c] = v;
+                    if edge && row == 1 {
+                        want[col] = v;
+                    }
+                    sum += v;
+                    max = max.max(v);
+                }
+            }
+            let got = gpu.data((map::to(&x), map::tofrom(&mut y)), |(xv, yv)| {
+                shifted_rows::reduce(&gpu, (1..rows - 1, cols.clone()), nx, shift, edge, xv, yv)
+            })?;
+            check_eq!(y, want);
+            check!(got == (sum, max), "{cols:?}: {got:?}, want {:?}", (sum, max));
+        }
+        // The last row's run ends past `x`: the launch fails naming the first index outside
+        // (host devices check every load; a GPU's unchecked kernel does not).
+        if rt.describe(d)?.kind != offload::BackendKind::Host {
+            return Ok(());
+        }
+        let mut y = vec![0f32; nx * rows];
+        let r = gpu.data((map::to(&x), map::tofrom(&mut y)), |(xv, yv)| {
+            shifted_rows::reduce(&gpu, (1..rows, 0..nx), nx, 5, false, xv, yv)
+        });
+        match r.map_err(cause) {
+            Err(Error::KernelFailed { message, .. }) => {
+                let first_outside = nx * rows;
+                check!(message.contains(&format!("`x`: index {first_outside} is out of range")), "{message}")
+            }
+            other => check!(false, "expected a failed launch, got {other:?}"),
+        }
+        Ok(())
+    });
 }

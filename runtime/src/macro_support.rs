@@ -293,6 +293,18 @@ impl<T: Copy> ReadView<'_, T> {
         }
     }
 
+    /// Elements `start..start + n` of the view as a view of their own, indexed from 0: a
+    /// row's run of a load whose index is the row's first plus the item's place in it
+    /// (the macro's analysis), so that the load `window.get(k)`, `k < n`, needs no check
+    /// rustc cannot drop. `None` (the row then runs the body as written) when the run is
+    /// not inside the view.
+    #[inline]
+    pub fn window(self, start: usize, n: usize) -> Option<Self> {
+        let lo = start.wrapping_sub(self.lo);
+        let data = self.data.get(lo..lo.checked_add(n)?)?;
+        Some(ReadView { data, lo: 0, ..self })
+    }
+
     /// Element `i`; panics as [`SharedSlice::get`] when `i` is out of range.
     #[inline]
     pub fn get(&self, i: usize) -> T {
@@ -394,6 +406,16 @@ impl<'a, T: Copy> OwnView<'a, T> {
         }
     }
 
+    /// Elements `start..start + n` (of the whole view) as a view of their own, indexed
+    /// from 0: a row's run of an access whose index is the row's first plus the item's
+    /// place in it (see [`ReadView::window`]). `None` when the run is not the task's.
+    #[inline]
+    pub fn window(self, start: usize, n: usize) -> Option<Self> {
+        let lo = start.wrapping_sub(self.lo);
+        let data = self.data.get(lo..lo.checked_add(n)?)?;
+        Some(OwnView { data, lo: 0, beside: None, ..self })
+    }
+
     /// Element `i` (of the whole view); panics as [`SharedSlice::get`] outside the task's
     /// elements (which the analysis proved cannot happen inside the view).
     #[inline]
@@ -411,7 +433,7 @@ impl<'a, T: Copy> OwnView<'a, T> {
     {
         match (self.data.get(i.wrapping_sub(self.lo)), &self.beside) {
             (Some(c), _) => c.set(v),
-            (None, Some(whole)) => whole.set(i, v),
+            (None, Some(whole)) => set_beside(whole, i, v),
             (None, None) => out_of_range(self.kernel, self.name, i, self.len),
         }
     }
@@ -425,6 +447,14 @@ impl<'a, T: Copy> OwnView<'a, T> {
     {
         OwnView { beside: Some(whole), ..self }
     }
+}
+
+/// A store outside a task's elements, in a row no task owns: rare (halo rows), so kept
+/// out of the loop that makes it.
+#[cold]
+#[inline(never)]
+fn set_beside<T: Element>(whole: &SharedSlice<'_, T>, i: usize, v: T) {
+    whole.set(i, v)
 }
 
 /// Whether every row of `rows` is outside `row0..row0 + count`, the rows a launch's tasks
@@ -1507,6 +1537,41 @@ mod tests {
             unsafe { s.own(4, 9) };
         });
         assert!(e.is_err(), "a range past the view is refused");
+    }
+
+    #[test]
+    fn windows_are_runs_inside_the_view_or_nothing() {
+        let mut v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let args = [
+            KernelArg::Ptr { addr: v.as_mut_ptr() as u64, bytes: Some(48) },
+            KernelArg::Scalar(Scalar::U64(12)),
+        ];
+        let l = HostLaunch::new("k", 12, &args);
+        let s = SharedSlice::<f32>::new(&l, "k", "y", 0, 1).unwrap();
+        {
+            // SAFETY: read only while `r` and its windows live.
+            let r = unsafe { s.plain() };
+            let w = r.window(3, 4).unwrap();
+            assert_eq!((w.get(0), w.get(3), w.len()), (3.0, 6.0, 12));
+            assert!(std::panic::catch_unwind(|| w.get(4)).is_err(), "only the run");
+            assert!(
+                r.window(9, 4).is_none() && r.window(usize::MAX, 2).is_none() && r.window(12, 0).is_some()
+            );
+            // A part's window is indexed as the whole view, inside the part only.
+            let p = r.part(2, 8);
+            assert_eq!(p.window(4, 3).unwrap().get(2), 6.0);
+            assert!(p.window(1, 2).is_none() && p.window(6, 3).is_none());
+        }
+        {
+            // SAFETY: this task's elements 4..10, nothing else touches `v`.
+            let own = unsafe { s.own(4, 10) }.with_beside(s);
+            let w = own.window(5, 3).unwrap();
+            w.set(0, -1.0);
+            w.set(2, w.get(2) * 2.0);
+            assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.set(3, 0.0))).is_err());
+            assert!(own.window(8, 3).is_none() && own.window(2, 3).is_none());
+        }
+        assert_eq!(&v[4..9], [4.0, -1.0, 6.0, 14.0, 8.0]);
     }
 
     #[test]

@@ -651,7 +651,16 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         }))
         .collect();
 
-    let host_loop = |own_bind: &[TokenStream]| match &teams_loop {
+    // The views a fast path's rows may take windows of: plain reads and own elements.
+    let window_vars: Vec<VarId> = sig
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| plain.contains(&&p.name) || own.iter().any(|(n, ..)| *n == &p.name))
+        .map(|(i, _)| k.param_vars[i])
+        .collect();
+    // `fast`: the plain views are `ReadView`s (their rows may be windows).
+    let host_loop = |own_bind: &[TokenStream], fast: bool| match &teams_loop {
         Some(teams) => teams.clone(),
         None => {
             // Each pool task runs whole rows of the space's outer dimension in order, as nested
@@ -661,8 +670,38 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             let (types, names, targets, ks, identity, combine) =
                 (&red_types, &red_names, &red_targets, &red_ks, &red_identity, &red_combine);
             // `return;` ends the item: the body is then a closure called once per item.
-            let item = if k.body.returns { quote!((|| { #body_stmts })();) } else { quote!(#body_stmts) };
-            let (units, per_unit, loops) = item_loops(&idx, order, &starts, &item);
+            let as_item = |stmts: TokenStream| {
+                if k.body.returns {
+                    quote!((|| { #stmts })();)
+                } else {
+                    stmts
+                }
+            };
+            let item = as_item(body_stmts.clone());
+            // Rows that need less than the whole body run a copy that does less.
+            let inner = k.index_vars[*order.last().unwrap_or(&0)];
+            let counter = if dims == 1 { "__offload_k" } else { "__offload_c" };
+            let views = if fast { &window_vars[..] } else { &[] };
+            let rows = crate::fast_rows::fast_rows(&k.body, inner, counter, views).map(|f| {
+                let guards = f.guards.iter().map(|g| {
+                    let terms = g.iter().map(|t| emit.expr(t));
+                    quote!((#((#terms))&&*))
+                });
+                let mut fast_emit = RustEmitter::new(&f.body, true);
+                fast_emit.local_reductions = emit.local_reductions;
+                let windows = f
+                    .windows
+                    .iter()
+                    .map(|(v, start)| (k.body.vars[*v].rust.clone(), emit.expr(start)))
+                    .collect();
+                FastRowsCode {
+                    rare: if f.guards.is_empty() { quote!(false) } else { quote!(#(#guards)||*) },
+                    windows,
+                    item: as_item(fast_emit.stmts(&f.body.stmts)),
+                }
+            });
+            let lanes = Lanes { names, types, identity, combine };
+            let (units, per_unit, loops) = item_loops(&idx, order, &starts, &item, rows.as_ref(), &lanes);
             quote! {
                 let __offload_total: (#(#types,)*) = ::offload::__private::run_chunks(
                     #units,
@@ -705,6 +744,29 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     if !plain.is_empty() || !own.is_empty() {
         path.push("when no written view overlaps another (else all atomic)".into());
     }
+    if sig.teams.is_none() {
+        let inner = k.index_vars[*order.last().unwrap_or(&0)];
+        if let Some(f) = crate::fast_rows::fast_rows(&k.body, inner, "__offload_c", &window_vars) {
+            if !f.guards.is_empty() {
+                path.push(format!(
+                    "rows that enter none of {} row-invariant `if`s run the body without them",
+                    f.guards.len()
+                ));
+            }
+            let mut seen: Vec<&syn::Ident> = Vec::new();
+            for (v, _) in &f.windows {
+                if !seen.contains(&&k.body.vars[*v].rust) {
+                    seen.push(&k.body.vars[*v].rust);
+                }
+            }
+            if !seen.is_empty() {
+                path.push(format!("each row's runs of {} as slices checked once per row", names(&seen)));
+            }
+        }
+    }
+    if !reductions.is_empty() && sig.teams.is_none() {
+        path.push(format!("reductions in {LANES} lanes per task"));
+    }
     let atomic: Vec<&syn::Ident> = sig
         .params
         .iter()
@@ -721,9 +783,9 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     }
     let host_path = format!("host twin: {}", path.join("; "));
     let host_loop = if plain.is_empty() && own.is_empty() {
-        host_loop(&[])
+        host_loop(&[], false)
     } else {
-        let (fast, shared) = (host_loop(&own_bind), host_loop(&[]));
+        let (fast, shared) = (host_loop(&own_bind, true), host_loop(&[], false));
         quote! {
             if ::offload::__private::views_apart(&[#(#spans),*]) #(&& #own_fit)* {
                 // SAFETY: no view this launch writes overlaps these, and nothing else runs
@@ -1115,45 +1177,158 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     })
 }
 
+/// The fast rows of a host twin's innermost loop ([`crate::fast_rows`]), as code: when a
+/// row must run the body as written, each window (its view, and the index of its first
+/// element in terms of the innermost index) and the fast body.
+struct FastRowsCode {
+    rare: TokenStream,
+    windows: Vec<(syn::Ident, TokenStream)>,
+    item: TokenStream,
+}
+
+/// Reduction partials kept in [`LANES`] independent accumulators by the innermost loop:
+/// each lane's sum is its own dependency chain (a single one would wait an add's latency
+/// per item), and rustc may vectorise the lanes. Name, type and identity of each.
+pub(crate) struct Lanes<'a> {
+    pub names: &'a [&'a syn::Ident],
+    pub types: &'a [TokenStream],
+    pub identity: &'a [TokenStream],
+    pub combine: &'a [TokenStream],
+}
+
+/// Accumulators per reduction variable in the innermost loop of a host twin (8: an AVX
+/// register of `f32`, and enough chains to cover an add's latency at two adds a cycle).
+const LANES: usize = 8;
+
+impl Lanes<'_> {
+    /// The innermost loop: `item` for `counter` in `0..len`, `pre` first (binds the index).
+    /// With reductions, whole groups of [`LANES`] items run with lane `k`'s accumulators as
+    /// the reduction variables, the rest with the task's; the lanes are folded into the
+    /// task's after the loop ([`Lanes::fold`]).
+    fn inner(
+        &self,
+        counter: &syn::Ident,
+        len: &TokenStream,
+        pre: &TokenStream,
+        item: &TokenStream,
+    ) -> TokenStream {
+        if self.names.is_empty() {
+            return quote! {
+                for #counter in 0..#len {
+                    #pre
+                    #item
+                }
+            };
+        }
+        let names = self.names;
+        let arrays: Vec<syn::Ident> = names.iter().map(|n| format_ident!("__offload_lanes_{}", n)).collect();
+        let n = LANES;
+        quote! {
+            let __offload_groups = #len / #n;
+            for __offload_g in 0..__offload_groups {
+                for __offload_lane in 0..#n {
+                    let #counter = __offload_g * #n + __offload_lane;
+                    #(let mut #names = #arrays[__offload_lane];)*
+                    #pre
+                    #item
+                    #(#arrays[__offload_lane] = #names;)*
+                }
+            }
+            for #counter in __offload_groups * #n..#len {
+                #pre
+                #item
+            }
+        }
+    }
+
+    /// The lanes' declarations, before a task's loops.
+    fn declare(&self) -> TokenStream {
+        let (types, identity) = (self.types, self.identity);
+        let arrays: Vec<syn::Ident> =
+            self.names.iter().map(|n| format_ident!("__offload_lanes_{}", n)).collect();
+        let n = LANES;
+        quote!(#(let mut #arrays: [#types; #n] = [#identity; #n];)*)
+    }
+
+    /// The lanes folded, in order, into the task's accumulators, after its loops.
+    fn fold(&self) -> TokenStream {
+        let (names, combine) = (self.names, self.combine);
+        let arrays: Vec<syn::Ident> = names.iter().map(|n| format_ident!("__offload_lanes_{}", n)).collect();
+        quote!(#(for __offload_v in #arrays { #names = #combine(#names, __offload_v); })*)
+    }
+}
+
 /// A launch's work as nested loops over a task's rows `__offload_first..__offload_end` of
 /// the outer dimension (in `order`, outer to unit stride): the rows, the items a row
-/// holds, and the loops running `item` for each, its index variables bound.
+/// holds, and the loops running `item` for each, its index variables bound; the innermost
+/// loop keeps reduction partials in `lanes`.
 fn item_loops(
     idx: &[&syn::Ident],
     order: &[usize],
     starts: &[syn::Ident],
     item: &TokenStream,
+    rows: Option<&FastRowsCode>,
+    lanes: &Lanes<'_>,
 ) -> (TokenStream, TokenStream, TokenStream) {
+    // The innermost loop over `len` items, the first of which has index `first`: twice
+    // where some rows can run a fast body.
+    let inner =
+        |index: &syn::Ident, first: TokenStream, counter: &str, len: TokenStream, pre: &TokenStream| {
+            let counter = format_ident!("{}", counter);
+            let general = lanes.inner(&counter, &len, pre, item);
+            let Some(rows) = rows else { return general };
+            let fast = lanes.inner(&counter, &len, pre, &rows.item);
+            let rare = &rows.rare;
+            let names: Vec<syn::Ident> =
+                (0..rows.windows.len()).map(|w| format_ident!("__offload_w{}", w)).collect();
+            let made = rows
+                .windows
+                .iter()
+                .map(|(view, start)| quote!(#view.window({ let #index: usize = #first; #start }, #len)));
+            quote! {
+                if let (false, #(Some(#names),)*) = (#rare, #(#made,)*) {
+                    #fast
+                } else {
+                    #general
+                }
+            }
+        };
     let len_of = |d: usize| format_ident!("__offload_l{}", d);
     let mark = |t: TokenStream| quote!(if __OFFLOAD_CHECK { ::offload::__private::set_item(#t); });
-    match idx.len() {
+    let (declare, fold) = (lanes.declare(), lanes.fold());
+    let (units, per_unit, loops) = match idx.len() {
         1 => {
             let (i, s) = (idx[0], &starts[0]);
             let mark = mark(quote!(__offload_t));
             // Counted from 0 to the task's length: rustc then sees that the task's parts of
             // the views hold every index and drops their checks.
-            let loops = quote! {
-                for __offload_k in 0..__offload_end - __offload_first {
-                    let __offload_t = __offload_first + __offload_k;
-                    #mark
-                    let #i: usize = #s + __offload_t;
-                    #item
-                }
+            let pre = quote! {
+                let __offload_t = __offload_first + __offload_k;
+                #mark
+                let #i: usize = #s + __offload_t;
             };
-            (quote!(__offload_l.n()), quote!(1usize), loops)
+            let inner = inner(
+                i,
+                quote!(#s + __offload_first),
+                "__offload_k",
+                quote!((__offload_end - __offload_first)),
+                &pre,
+            );
+            (quote!(__offload_l.n()), quote!(1usize), inner)
         }
         2 => {
             let (a, b) = (order[0], order[1]);
             let (ia, ib, sa, sb, lb) = (idx[a], idx[b], &starts[a], &starts[b], len_of(b));
             let mark = mark(quote!(__offload_r * #lb + __offload_c));
+            let pre = quote! {
+                #mark
+                let #ib: usize = #sb + __offload_c;
+            };
+            let inner = inner(ib, quote!(#sb), "__offload_c", quote!(#lb), &pre);
             let loops = quote! {
                 for __offload_r in __offload_first..__offload_end {
                     let #ia: usize = #sa + __offload_r;
-                    for __offload_c in 0..#lb {
-                        #mark
-                        let #ib: usize = #sb + __offload_c;
-                        #item
-                    }
+                    #inner
                 }
             };
             (quote!(__offload_l0), quote!(#lb), loops)
@@ -1164,20 +1339,22 @@ fn item_loops(
             let (sa, sb, sc) = (&starts[a], &starts[b], &starts[c]);
             let (lb, lc) = (len_of(b), len_of(c));
             let mark = mark(quote!((__offload_r * #lb + __offload_p) * #lc + __offload_c));
+            let pre = quote! {
+                #mark
+                let #ic: usize = #sc + __offload_c;
+            };
+            let inner = inner(ic, quote!(#sc), "__offload_c", quote!(#lc), &pre);
             let loops = quote! {
                 for __offload_r in __offload_first..__offload_end {
                     let #ia: usize = #sa + __offload_r;
                     for __offload_p in 0..#lb {
                         let #ib: usize = #sb + __offload_p;
-                        for __offload_c in 0..#lc {
-                            #mark
-                            let #ic: usize = #sc + __offload_c;
-                            #item
-                        }
+                        #inner
                     }
                 }
             };
             (quote!(__offload_l0), quote!(#lb * #lc), loops)
         }
-    }
+    };
+    (units, per_unit, quote!(#declare #loops #fold))
 }

@@ -127,6 +127,7 @@ mod emit_c;
 mod emit_host;
 mod emit_teams;
 mod expand;
+mod fast_rows;
 mod ir;
 mod lower;
 mod options;

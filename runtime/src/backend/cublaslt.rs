@@ -144,15 +144,21 @@ impl LtBlas {
             _ => ops,
         };
         let align = |addr: u64| addr.trailing_zeros().min(8) as u8;
+        // A matrix of one column never steps by its leading dimension, which may then be
+        // anything from its rows up (the caller checked only what is reached); cuBLASLt
+        // refuses a huge one, so such a matrix is described with its rows.
+        let (a_cols, b_cols) = (if g.transa { g.m } else { g.k }, if g.transb { g.k } else { g.n });
+        let (a_rows, b_rows) = (if g.transa { g.k } else { g.m }, if g.transb { g.n } else { g.k });
+        let one_column = |cols: usize, rows: usize, ld: usize| if cols == 1 { rows.max(1) } else { ld };
         let key = PlanKey {
             transa: g.transa,
             transb: g.transb,
             m: g.m,
             n: g.n,
             k: g.k,
-            lda: g.lda,
-            ldb: g.ldb,
-            ldc: g.ldc,
+            lda: one_column(a_cols, a_rows, g.lda),
+            ldb: one_column(b_cols, b_rows, g.ldb),
+            ldc: one_column(g.n, g.m, g.ldc),
             ty,
             tf32: g.tf32,
             activation: g.activation,

@@ -1,0 +1,287 @@
+//! A host twin's fast rows: a copy of the body for the rows of the innermost loop that
+//! need less than the whole body, chosen once per row.
+//!
+//! - **Row-invariant `if`s.** An `if` without `else` whose condition (or its leading `&&`
+//!   terms) names only parameters, the outer indices and constants is false for a whole
+//!   row or true for it. Jacobi's `if wrap { if iy == 1 { .. } }` and
+//!   `if iy == 1 && ix == 1 { .. }` are such: almost every row enters none of them, and
+//!   runs a copy of the body without them (no branch per item). The row evaluates the same
+//!   terms, in the same order and under the same enclosing conditions, as its items would.
+//! - **Windows.** A load `v[e]` of a read-only view that every item makes (at the body's
+//!   top level, before anything that may end the item), with `e` the innermost index plus
+//!   terms the same for the whole row, reads one run of consecutive elements per row. The
+//!   row takes that run as a slice of the row's length, checked once (`ReadView::window`),
+//!   and the load becomes `window[counter]`, which rustc need not check: the loop then
+//!   looks like a hand-written one (the tuned Jacobi's row slices). A row whose run is not
+//!   inside the view runs the body as written, which fails at the item that reads outside.
+
+use proc_macro2::Span;
+use syn::BinOp;
+
+use crate::ir::{Body, Expr, ExprKind, Place, Role, Stmt, Type, Var, VarId};
+
+/// The fast rows of a body: when a row takes them, and the body they run.
+pub struct FastRows {
+    /// Per skipped `if`: the conjunction (enclosing conditions first) under which a row
+    /// must run it, and so the body as written.
+    pub guards: Vec<Vec<Expr>>,
+    /// Per window: the view, and its first element's index (at the row's first item) as
+    /// an expression of parameters and indices, the innermost index standing for that item.
+    pub windows: Vec<(VarId, Expr)>,
+    /// The body of the fast rows: without the skipped `if`s, with window loads, and with a
+    /// variable per window (`__offload_w{k}`) and one for the loop counter.
+    pub body: Body,
+}
+
+/// The fast rows of `body` for a loop whose counter is `counter` (`0..` the row's length)
+/// and whose index is `inner`, with `views` the views whose rows may be windows (read
+/// only as plain slices, or each task's own elements); `None` when every row needs the
+/// whole body.
+pub fn fast_rows(body: &Body, inner: VarId, counter: &str, views: &[VarId]) -> Option<FastRows> {
+    let mut guards = Vec::new();
+    let stmts = prune(body, inner, &body.stmts, &[], &mut guards);
+    let mut fast = Body { stmts, ..body.clone() };
+    let count = fast.vars.len();
+    fast.vars.push(Var {
+        rust: syn::Ident::new(counter, Span::call_site()),
+        c: String::new(),
+        ty: Type::Scalar(crate::ty::Ty::Usize),
+        mutable: false,
+        role: Role::Local,
+        init: None,
+    });
+    let mut windows = Vec::new();
+    let mut w = Windows { body, inner, views, count, windows: &mut windows, new_vars: Vec::new() };
+    let mut stmts = std::mem::take(&mut fast.stmts);
+    for s in &mut stmts {
+        if may_end(s) {
+            break;
+        }
+        w.stmt(s);
+    }
+    fast.stmts = stmts;
+    let new_vars = std::mem::take(&mut w.new_vars);
+    fast.vars.extend(new_vars);
+    (!guards.is_empty() || !windows.is_empty()).then_some(FastRows { guards, windows, body: fast })
+}
+
+/// `stmts` without its skippable `if`s, whose guards go to `out` (`enclosing`: the
+/// conditions of the row-invariant `if`s around `stmts`).
+fn prune(
+    body: &Body,
+    inner: VarId,
+    stmts: &[Stmt],
+    enclosing: &[Expr],
+    out: &mut Vec<Vec<Expr>>,
+) -> Vec<Stmt> {
+    let mut kept = Vec::new();
+    // After a statement that may end the item, a row's items might all skip an `if` whose
+    // condition the row would then evaluate for nothing (and, in a debug build, might
+    // overflow): those are kept.
+    let mut ended = false;
+    for s in stmts {
+        let lead = match s {
+            Stmt::If { cond, els: None, .. } if !ended => {
+                let terms = conjuncts(cond);
+                let lead: Vec<&Expr> =
+                    terms.iter().copied().take_while(|t| invariant(body, inner, t)).collect();
+                (!lead.is_empty()).then_some((lead, terms.len()))
+            }
+            _ => None,
+        };
+        let (Some((lead, terms)), Stmt::If { cond, then, .. }) = (lead, s) else {
+            ended |= may_end(s);
+            kept.push(s.clone());
+            continue;
+        };
+        let mut guard: Vec<Expr> = enclosing.to_vec();
+        guard.extend(lead.iter().map(|t| (*t).clone()));
+        // A row-invariant `if` that holds only `if`s: its inner ones may be skippable
+        // where it is not (Jacobi's `if wrap { if iy == 1 { .. } }`, `wrap` true).
+        if lead.len() == terms && then.iter().all(|t| matches!(t, Stmt::If { .. })) {
+            let before = out.len();
+            let inner_kept = prune(body, inner, then, &guard, out);
+            if out.len() > before {
+                kept.push(Stmt::If { cond: cond.clone(), then: inner_kept, els: None });
+                continue;
+            }
+        }
+        out.push(guard);
+    }
+    kept
+}
+
+/// Whether `s` may end the item (a `return;` anywhere in it).
+fn may_end(s: &Stmt) -> bool {
+    let any = |b: &[Stmt]| b.iter().any(may_end);
+    match s {
+        Stmt::Return(..) => true,
+        Stmt::If { then, els, .. } => any(then) || els.as_deref().is_some_and(any),
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => any(body),
+        _ => false,
+    }
+}
+
+/// The terms of `a && b && ..`, in order.
+fn conjuncts(e: &Expr) -> Vec<&Expr> {
+    match &e.kind {
+        ExprKind::Binary(BinOp::And(_), a, b) => {
+            let mut v = conjuncts(a);
+            v.extend(conjuncts(b));
+            v
+        }
+        _ => vec![e],
+    }
+}
+
+/// Whether variable `v` is a value fixed for the launch or the row: a parameter, an index
+/// (`inner` only where `with_inner`) or a constant.
+fn fixed(body: &Body, v: VarId) -> bool {
+    let var = &body.vars[v];
+    !var.mutable
+        && matches!(var.role, Role::Param(_) | Role::Index(_) | Role::Const(_) | Role::BodyConst)
+        && var.ty.scalar().is_some()
+}
+
+/// Whether `e` is the same for every item of a row: made of literals, constants,
+/// parameters, and indices other than `inner`, through arithmetic, comparisons, logic and
+/// casts (nothing that loads, calls or reads a local).
+fn invariant(body: &Body, inner: VarId, e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Lit(_) | ExprKind::Builtin { .. } => true,
+        ExprKind::Var(v) => *v != inner && fixed(body, *v),
+        ExprKind::Neg(a) | ExprKind::Not(a) | ExprKind::Cast(a, _) => invariant(body, inner, a),
+        ExprKind::Binary(_, a, b) => invariant(body, inner, a) && invariant(body, inner, b),
+        _ => false,
+    }
+}
+
+/// `e` with every immutable local replaced by its value, if it then names only fixed
+/// values and `inner` (through arithmetic and casts).
+fn inlined(body: &Body, e: &Expr, depth: usize) -> Option<Expr> {
+    let kind = match &e.kind {
+        ExprKind::Lit(_) | ExprKind::Builtin { .. } => return Some(e.clone()),
+        ExprKind::Var(v) => {
+            let var = &body.vars[*v];
+            return match (&var.role, &var.init) {
+                (Role::Local, Some(init)) if !var.mutable && depth < 16 => inlined(body, init, depth + 1),
+                _ if fixed(body, *v) => Some(e.clone()),
+                _ => None,
+            };
+        }
+        ExprKind::Neg(a) => ExprKind::Neg(Box::new(inlined(body, a, depth)?)),
+        ExprKind::Not(a) => ExprKind::Not(Box::new(inlined(body, a, depth)?)),
+        ExprKind::Cast(a, t) => ExprKind::Cast(Box::new(inlined(body, a, depth)?), *t),
+        ExprKind::Binary(op, a, b) => {
+            ExprKind::Binary(*op, Box::new(inlined(body, a, depth)?), Box::new(inlined(body, b, depth)?))
+        }
+        _ => return None,
+    };
+    Some(Expr { kind, ty: e.ty.clone(), span: e.span })
+}
+
+/// How often `inner` occurs in `e`, and whether every occurrence is a plain `+` term
+/// (through `+`, and the left side of `-`): `e` is then `inner` plus the same for the row.
+fn unit_term(e: &Expr, inner: VarId) -> (usize, bool) {
+    match &e.kind {
+        ExprKind::Var(v) if *v == inner => (1, true),
+        ExprKind::Binary(BinOp::Add(_), a, b) => {
+            let ((na, ua), (nb, ub)) = (unit_term(a, inner), unit_term(b, inner));
+            (na + nb, ua && ub)
+        }
+        ExprKind::Binary(BinOp::Sub(_), a, b) => {
+            let ((na, ua), (nb, _)) = (unit_term(a, inner), unit_term(b, inner));
+            (na + nb, ua && nb == 0)
+        }
+        _ => {
+            let mut n = 0;
+            crate::ir::walk_expr(e, &mut |x| {
+                n += usize::from(matches!(x.kind, ExprKind::Var(v) if v == inner))
+            });
+            (n, n == 0)
+        }
+    }
+}
+
+/// The rewriting of a fast body's loads into window loads.
+struct Windows<'b, 'w> {
+    body: &'b Body,
+    inner: VarId,
+    views: &'b [VarId],
+    /// The loop counter's variable.
+    count: VarId,
+    windows: &'w mut Vec<(VarId, Expr)>,
+    new_vars: Vec<Var>,
+}
+
+impl Windows<'_, '_> {
+    fn stmt(&mut self, s: &mut Stmt) {
+        match s {
+            Stmt::Let { init, .. } => self.expr(init),
+            Stmt::Assign { place, value, .. } => {
+                self.expr(value);
+                if let Place::Elem { view, index } = place {
+                    self.expr(index);
+                    if let Some(w) = self.window(*view, index) {
+                        *index = self.counter(index);
+                        *view = w;
+                    }
+                }
+            }
+            Stmt::Reduce { value, .. } => self.expr(value),
+            Stmt::Expr(e) => self.expr(e),
+            // What runs only for some items stays as written.
+            _ => {}
+        }
+    }
+
+    /// Rewrites the loads of `e` that every evaluation of `e` makes.
+    fn expr(&mut self, e: &mut Expr) {
+        match &mut e.kind {
+            ExprKind::Load { view, index } => {
+                self.expr(index);
+                if let Some(w) = self.window(*view, index) {
+                    e.kind = ExprKind::Load { view: w, index: Box::new(self.counter(index)) };
+                }
+            }
+            ExprKind::Field { base, .. } => self.expr(base),
+            ExprKind::Neg(a) | ExprKind::Not(a) | ExprKind::Cast(a, _) => self.expr(a),
+            // The right side of `&&` and `||` runs only for some items.
+            ExprKind::Binary(BinOp::And(_) | BinOp::Or(_), a, _) => self.expr(a),
+            ExprKind::Binary(_, a, b) => {
+                self.expr(a);
+                self.expr(b);
+            }
+            ExprKind::Select(c, _, _) => self.expr(c),
+            ExprKind::Math(_, args) => args.iter_mut().for_each(|a| self.expr(a)),
+            _ => {}
+        }
+    }
+
+    /// The loop counter, where `index` was.
+    fn counter(&self, index: &Expr) -> Expr {
+        Expr { kind: ExprKind::Var(self.count), ty: index.ty.clone(), span: index.span }
+    }
+
+    /// The window variable for `view[index]`, if the access is one run per row.
+    fn window(&mut self, view: VarId, index: &Expr) -> Option<VarId> {
+        if !self.views.contains(&view) {
+            return None;
+        }
+        let start = inlined(self.body, index, 0)?;
+        if unit_term(&start, self.inner) != (1, true) {
+            return None;
+        }
+        let id = self.body.vars.len() + 1 + self.new_vars.len();
+        self.new_vars.push(Var {
+            rust: quote::format_ident!("__offload_w{}", self.windows.len()),
+            c: String::new(),
+            ty: self.body.vars[view].ty.clone(),
+            mutable: false,
+            role: Role::Local,
+            init: None,
+        });
+        self.windows.push((view, start));
+        Some(id)
+    }
+}
