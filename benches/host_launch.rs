@@ -12,9 +12,12 @@
 //! - *batch of 64, per launch*: 64 launches and one synchronize, divided by 64 (the same as
 //!   the first while launches wait for their kernel; less once they only enqueue).
 //!
+//! Then `enter(to)` + `exit(from)` of a new 4 KiB range (allocate, copy in, copy back,
+//! free), as the C twin's `target enter data` / `target exit data`.
+//!
 //! `cargo bench -p offload-benches --bench host_launch` (prints the rows of docs/PERFORMANCE.md).
 
-use offload::{map, Runtime};
+use offload::{map, MapItem, Runtime};
 use offload::{DeviceSlice, Kernel};
 use offload_benches::{Bench, Budget};
 use offload_kernels::generated::saxpy;
@@ -59,10 +62,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(())
     })?;
+    let mut z = vec![1f32; 1024];
+    let zp = z.as_mut_ptr();
+    let (to, from) = ([MapItem::to(zp, 4096)], [MapItem::from(zp, 4096)]);
+    let pair = b.wall("enter_exit_new_4KiB", Budget::FAST, || {
+        // SAFETY: `z` outlives the mapping, which each iteration makes and ends, and is not
+        // touched meanwhile.
+        unsafe {
+            rt.enter_data(0, std::hint::black_box(&to)).expect("enter");
+            rt.exit_data(0, std::hint::black_box(&from)).expect("exit");
+        }
+    });
     println!("\nhost device, saxpy on mapped data, median per launch\n");
     println!("| kernel | n | launch + synchronize | batch of {BATCH}, per launch |\n|---|---|---|---|");
     for (name, n, one, batch) in rows {
         println!("| {name} | {n} | {:.2} us | {:.2} us |", one * 1e6, batch * 1e6);
     }
+    println!("\nenter(to) + exit(from) of a new 4 KiB range: {:.2} us per pair", pair * 1e6);
     Ok(())
 }

@@ -3,7 +3,8 @@
 // one `target teams distribute parallel for` of y[i] += a * x[i] over n = 1, 1024 and
 // 65536 floats already mapped by `target data`. Per size it prints the median over 51
 // samples of the time per launch, each sample a run of LAUNCHES launches (argv[1],
-// default 2000) after a warm-up.
+// default 2000) after a warm-up. Then the same for `target enter data map(to:)` + `target
+// exit data map(from:)` of a new 4 KiB array (1024 floats).
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,19 @@ int main(int argc, char **argv) {
     printf("libomptarget host plugin n=%d: median %.2f us per launch (min %.2f, max %.2f)\n", n,
            per[SAMPLES / 2] * 1e6, per[0] * 1e6, per[SAMPLES - 1] * 1e6);
   }
+  float *z = x + N / 2;
+  for (int k = -5; k < SAMPLES; k++) {
+    double t0 = omp_get_wtime();
+    for (int r = 0; r < launches; r++) {
+#pragma omp target enter data map(to : z[0:1024])
+#pragma omp target exit data map(from : z[0:1024])
+    }
+    if (k >= 0)
+      per[k] = (omp_get_wtime() - t0) / launches;
+  }
+  qsort(per, SAMPLES, sizeof(double), by_value);
+  printf("libomptarget host plugin enter(to)+exit(from) 4 KiB: median %.2f us per pair (min %.2f, max %.2f)\n",
+         per[SAMPLES / 2] * 1e6, per[0] * 1e6, per[SAMPLES - 1] * 1e6);
   printf("checksum %g\n", (double)y[N - 1]);
   free(x);
   free(y);

@@ -95,6 +95,10 @@ impl Drop for Firing {
     }
 }
 
+/// Copies up to this size are made by the caller when the device's worker is idle: a
+/// hand-off to the worker and back (a few microseconds) costs more than such a copy.
+const INLINE_BYTES: usize = 64 * 1024;
+
 /// A host device's own kernel threads, started on its first kernel (a machine with many
 /// cores and several host devices does not start a pool per device up front).
 ///
@@ -316,17 +320,49 @@ impl HostDevice {
         Error::QueueClosed { device: self.number, why: "the device's worker thread ended" }
     }
 
-    /// Runs `f` on the device's worker, in queue order, and waits for its result.
+    /// Runs `f` in queue order and waits for its result: on the calling thread when the
+    /// worker is idle ([`DeviceWorker::run_here_if_idle`]), else on the worker. Not for
+    /// kernels, which run on the worker (thread 0 of the device's kernel pool).
     fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-        self.worker.as_ref().ok_or_else(|| self.closed())?.run(f).map_err(|_| self.closed())
+        let worker = self.worker.as_ref().ok_or_else(|| self.closed())?;
+        match worker.run_here_if_idle(f) {
+            Ok(v) => Ok(v),
+            Err(f) => worker.run(f).map_err(|_| self.closed()),
+        }
+    }
+
+    /// Queues a short job `f` (a copy of at most [`INLINE_BYTES`], a memset, an event):
+    /// run at once on the calling thread when the worker is idle (the queue is at this
+    /// point; see [`DeviceWorker::run_here_if_idle`]), as [`HostDevice::submit`] otherwise.
+    fn submit_short(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let worker = self.worker.as_ref().ok_or_else(|| self.closed())?;
+        match worker.run_here_if_idle(self.guarded(f)) {
+            Ok(()) => Ok(()),
+            Err(job) => worker.submit(Box::new(job)).map_err(|_| self.closed()),
+        }
     }
 
     /// Queues `f` on the device's worker, after everything queued before it (every
-    /// [`Queue`] of a host device is its one worker). A panic of `f` becomes the failure
-    /// the next synchronisation reports.
+    /// [`Queue`] of a host device is its one worker).
     fn submit(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let job = self.guarded(f);
+        self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(job)).map_err(|_| self.closed())
+    }
+
+    /// Queues copy (or memset) `f` of `bytes`: a short one through
+    /// [`HostDevice::submit_short`], a long one on the worker (the caller goes on meanwhile).
+    fn queue_copy(&self, bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        if bytes <= INLINE_BYTES {
+            self.submit_short(f)
+        } else {
+            self.submit(f)
+        }
+    }
+
+    /// `f` as a queued job: a panic becomes the failure the next synchronisation reports.
+    fn guarded(&self, f: impl FnOnce() + Send + 'static) -> impl FnOnce() + Send + 'static {
         let (failed, device) = (Arc::clone(&self.failed), self.number);
-        let job = move || {
+        move || {
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                 failed.lock().get_or_insert(Error::Driver {
                     device,
@@ -334,8 +370,7 @@ impl HostDevice {
                     message: format!("a queued job panicked: {}", crate::error::panic_message(&*p)),
                 });
             }
-        };
-        self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(job)).map_err(|_| self.closed())
+        }
     }
 
     /// Checks that `addr..addr+bytes` lies inside one live allocation.
@@ -467,7 +502,7 @@ impl Backend for HostDevice {
     unsafe fn enqueue_write(&self, _q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
         self.check_range(dst, bytes, "copy to device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.submit(move || {
+        self.queue_copy(bytes, move || {
             let (d, s) = (d, s);
             // SAFETY: the caller keeps `src` valid for `bytes` reads until the queue has
             // passed this job; `dst` is inside one of this device's allocations (checked),
@@ -479,7 +514,7 @@ impl Backend for HostDevice {
     unsafe fn enqueue_read(&self, _q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
         self.check_range(src, bytes, "copy from device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.submit(move || {
+        self.queue_copy(bytes, move || {
             let (d, s) = (d, s);
             // SAFETY: as in `enqueue_write`, with the directions swapped.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
@@ -490,7 +525,7 @@ impl Backend for HostDevice {
         self.check_range(dst, bytes, "copy within device")?;
         self.check_range(src, bytes, "copy within device")?;
         let (d, s) = (Addr(dst as usize), Addr(src as usize));
-        self.submit(move || {
+        self.queue_copy(bytes, move || {
             let (d, s) = (d, s);
             // SAFETY: both ranges lie inside live allocations (checked), freed only on this
             // queue, after this job; they may overlap.
@@ -501,7 +536,7 @@ impl Backend for HostDevice {
     fn enqueue_memset(&self, _q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
         self.check_range(dst, bytes, "memset")?;
         let d = Addr(dst as usize);
-        self.submit(move || {
+        self.queue_copy(bytes, move || {
             let d = d;
             // SAFETY: inside a live allocation (checked), freed only after this job.
             unsafe { std::ptr::write_bytes(d.0 as *mut u8, value, bytes) }
@@ -511,7 +546,7 @@ impl Backend for HostDevice {
     fn record(&self, _q: Queue) -> Result<Event> {
         let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
         let (firing, failed) = (Firing(Arc::clone(&e)), Arc::clone(&self.failed));
-        self.submit(move || firing.0.set(1, failed.lock().take()))?;
+        self.submit_short(move || firing.0.set(1, failed.lock().take()))?;
         Ok(Event::new(e))
     }
 
@@ -594,7 +629,8 @@ impl Backend for HostDevice {
     /// thread's enqueued kernel left on the shared worker).
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let job = self.kernel_job(kernel, n, args)?;
-        self.run(job)?
+        // On the worker: thread 0 of the device's kernel pool.
+        self.worker.as_ref().ok_or_else(|| self.closed())?.run(job).map_err(|_| self.closed())?
     }
 
     fn has_blas(&self) -> bool {
