@@ -584,6 +584,62 @@ fn teams_kernels_set_a_block_stride_counter_anew_after_each_barrier() {
     });
 }
 
+/// Per thread of a team of 32: a scaled block-stride sum of its row (a value before the
+/// loop, read in it and after it), stored at the thread's slot with the thread's count of
+/// elements; the row's last thread also stores the row's bound.
+#[offload::kernel(teams = 32)]
+fn strided_sums(row: usize, thread: usize, cols: usize, x: &[u32], sums: &mut [u64], counts: &mut [u32]) {
+    let base = row * cols;
+    let scale = (thread as u64) + 1;
+    let mut s = 0u64;
+    let mut n = 0u32;
+    let mut c = thread;
+    while c < cols {
+        s += (x[base + c] as u64) * scale;
+        n += 1;
+        c += 32;
+    }
+    sums[row * 32 + thread] = s;
+    counts[row * 32 + thread] = n;
+    if thread == 31 {
+        counts[row * 32 + thread] += cols as u32;
+    }
+}
+
+/// A teams stretch whose threads walk a block-stride loop runs in rounds on host devices
+/// (every thread's statements before the loop, then round by round, then after it): each
+/// thread's values are the ones it computes alone, for rows shorter than the team, not a
+/// multiple of it, and longer; the twin says so.
+#[test]
+fn block_stride_stretches_run_in_rounds_with_each_threads_own_values() {
+    let p = strided_sums::KERNEL.host_path().unwrap_or_default().to_string();
+    assert!(p.contains("block-stride loops in rounds"), "{p}");
+    on_every_device("strided sums", |rt, d| {
+        let gpu = rt.device(d)?;
+        for cols in [5usize, 32, 100, 257] {
+            let rows = 9;
+            let x: Vec<u32> = (0..rows * cols).map(|i| (i % 13) as u32 + 1).collect();
+            let (mut sums, mut counts) = (vec![0u64; rows * 32], vec![0u32; rows * 32]);
+            gpu.data((map::to(&x), map::from(&mut sums), map::from(&mut counts)), |(x, s, n)| {
+                strided_sums::launch(&gpu, rows, cols, x, s, n)
+            })?;
+            for r in 0..rows {
+                for t in 0..32 {
+                    let mine: Vec<u64> = (t..cols).step_by(32).map(|c| x[r * cols + c] as u64).collect();
+                    let want_sum = mine.iter().sum::<u64>() * (t as u64 + 1);
+                    let want_count = mine.len() as u32 + if t == 31 { cols as u32 } else { 0 };
+                    let (got_sum, got_count) = (sums[r * 32 + t], counts[r * 32 + t]);
+                    check!(
+                        (got_sum, got_count) == (want_sum, want_count),
+                        "cols {cols} row {r} thread {t}: {got_sum}, {got_count} vs {want_sum}, {want_count}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn teams_kernels_keep_values_across_barriers_in_nested_loops_and_uneven_teams() {
     on_every_device("team scan", |rt, d| {

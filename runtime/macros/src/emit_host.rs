@@ -222,11 +222,15 @@ impl<'a> RustEmitter<'a> {
                     return quote!(#id = #value;);
                 }
                 if self.per_thread.contains(var) {
-                    // The thread's element: threads run in order, each once per stretch.
+                    // The thread's element: an array's for a scalar; else pushed (threads
+                    // run in order, each once per stretch).
                     let a = per_thread_array(*var);
-                    return match self.ty(&v.ty) {
-                        Some(t) => quote!({ let __offload_v: #t = #value; #a.push(__offload_v); }),
-                        None => quote!(#a.push(#value);),
+                    return match (v.ty.scalar(), self.ty(&v.ty)) {
+                        (Some(_), Some(t)) => {
+                            quote!({ let __offload_v: #t = #value; #a[__offload_thread] = __offload_v; })
+                        }
+                        (None, Some(t)) => quote!({ let __offload_v: #t = #value; #a.push(__offload_v); }),
+                        (_, None) => quote!(#a.push(#value);),
                     };
                 }
                 match (&v.role, self.ty(&v.ty)) {

@@ -41,6 +41,8 @@ pub struct TeamsTwin<'a> {
     /// What each thread runs first in each stretch (the thread's index, its reduction
     /// partials, the checked twin's item).
     enter: TokenStream,
+    /// The block-stride loops (by address) whose stretches run in rounds ([`Strided`]).
+    strided: HashSet<*const Stmt>,
 }
 
 /// A run of statements without barriers, or one statement the team runs once.
@@ -60,9 +62,20 @@ impl<'a> TeamsTwin<'a> {
         find_per_thread(&body.stmts, &mut per_thread, &mut outside);
         per_thread.retain(|v| !hoisted.contains(v));
         outside.retain(|v| !hoisted.contains(v));
+        // Stretches that run in rounds: the locals their rounds carry live per thread.
+        let mut strided = HashSet::new();
+        let find = StridedSearch { body, thread, threads, hoisted: &hoisted, per_thread: &per_thread };
+        let mut carried = HashSet::new();
+        find.walk(&body.stmts, &mut hoisted.clone(), &mut strided, &mut carried);
+        per_thread.extend(carried);
         emit.per_thread = per_thread;
         emit.declared_outside = outside;
-        Self { emit, threads, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter }
+        Self { emit, threads, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter, strided }
+    }
+
+    /// How many stretches run in rounds (for the twin's description).
+    pub fn rounds_count(&self) -> usize {
+        self.strided.len()
     }
 
     /// The arrays of the locals that live across a barrier, one element per thread: made
@@ -73,9 +86,17 @@ impl<'a> TeamsTwin<'a> {
         let t = self.threads;
         let decls = vars.iter().map(|&v| {
             let a = per_thread_array(v);
-            match self.emit.ty(&self.emit.body.vars[v].ty) {
-                Some(ty) => quote!(let mut #a: ::std::vec::Vec<#ty> = ::std::vec::Vec::with_capacity(#t);),
-                None => quote!(let mut #a = ::std::vec::Vec::with_capacity(#t);),
+            let ty = &self.emit.body.vars[v].ty;
+            // A scalar's array has the team's length: indexing it with a thread number
+            // below that needs no check.
+            match (ty.scalar(), self.emit.ty(ty)) {
+                (Some(_), Some(ty)) => {
+                    quote!(let mut #a: [#ty; #t] = [<#ty as ::core::default::Default>::default(); #t];)
+                }
+                (None, Some(ty)) => {
+                    quote!(let mut #a: ::std::vec::Vec<#ty> = ::std::vec::Vec::with_capacity(#t);)
+                }
+                (_, None) => quote!(let mut #a = ::std::vec::Vec::with_capacity(#t);),
             }
         });
         quote!(#(#decls)*)
@@ -113,13 +134,10 @@ impl<'a> TeamsTwin<'a> {
         if let Some(guarded) = self.guarded(stmts) {
             return guarded;
         }
-        let clears = stmts.iter().filter_map(|s| match s {
-            Stmt::Let { var, .. } if self.emit.per_thread.contains(var) => {
-                let a = per_thread_array(*var);
-                Some(quote!(#a.clear();))
-            }
-            _ => None,
-        });
+        if let Some(rounds) = self.rounds(stmts) {
+            return rounds;
+        }
+        let clears = self.clears(stmts);
         // Locals each later stretch assigns first: declared here, for the team's code.
         let declared = stmts.iter().filter_map(|s| match s {
             Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
@@ -141,6 +159,85 @@ impl<'a> TeamsTwin<'a> {
                 #(#body)*
             }
         }
+    }
+
+    /// The emptying of the pushed per-thread arrays (not a scalar's, which every thread's
+    /// turn overwrites) of the locals `stmts` declare, before their stretch runs again.
+    fn clears(&self, stmts: &[&Stmt]) -> Vec<TokenStream> {
+        stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { var, .. }
+                    if self.emit.per_thread.contains(var)
+                        && self.emit.body.vars[*var].ty.scalar().is_none() =>
+                {
+                    let a = per_thread_array(*var);
+                    Some(quote!(#a.clear();))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A stretch with a block-stride loop ([`Strided`]) run in rounds: every thread's
+    /// statements before the loop, then the loop one round at a time (in round `k`, the
+    /// threads whose counter `thread + k * T` is below the bound, in order: consecutive
+    /// elements, a loop rustc may vectorise), then every thread's statements after it. Each
+    /// thread does what it did, in its order; only the interleaving of the threads, which
+    /// nothing between two barriers may rely on, differs.
+    fn rounds(&self, stmts: &[&Stmt]) -> Option<TokenStream> {
+        let w = stmts.iter().find(|s| self.strided.contains(&(**s as *const Stmt)))?;
+        let f = strided_form(stmts, self.thread, self.threads)?;
+        debug_assert!(std::ptr::eq(*w, f.looped));
+        let clears = self.clears(stmts);
+        let declared = stmts.iter().filter_map(|s| match s {
+            Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
+                let id = &self.emit.body.vars[*var].rust;
+                Some(match self.emit.ty(&self.emit.body.vars[*var].ty) {
+                    Some(t) => quote!(let mut #id: #t;),
+                    None => quote!(let mut #id;),
+                })
+            }
+            _ => None,
+        });
+        let (t, enter) = (self.threads, &self.enter);
+        let each = |part: &[&Stmt]| {
+            if part.is_empty() {
+                return quote!();
+            }
+            let body = part.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
+            quote! {
+                for __offload_thread in 0..#t {
+                    #enter
+                    #(#body)*
+                }
+            }
+        };
+        let (before, after) = (each(&f.before), each(&f.after));
+        let counter = &self.emit.body.vars[f.counter].rust;
+        let bound = self.uniform(f.bound);
+        let step = self.emit.stmts(f.step_body);
+        Some(quote! {
+            #(#clears)*
+            #(#declared)*
+            #before
+            {
+                let __offload_n: usize = #bound;
+                let mut __offload_r: usize = 0;
+                while __offload_r < __offload_n {
+                    for __offload_thread in 0..::core::cmp::min(#t, __offload_n - __offload_r) {
+                        #enter
+                        let #counter: usize = __offload_r + __offload_thread;
+                        #step
+                    }
+                    __offload_r = match __offload_r.checked_add(#t) {
+                        Some(r) => r,
+                        None => break,
+                    };
+                }
+            }
+            #after
+        })
     }
 
     /// A stretch of uniform lets then `if thread < E` / `if thread == E` (no `else`): the
@@ -190,7 +287,7 @@ impl<'a> TeamsTwin<'a> {
     /// Whether `e` is the same for every thread: it reads only parameters, constants, the
     /// team's index, the team-level loops' variables and `lets` (themselves so).
     fn is_uniform(&self, e: &Expr, lets: &[VarId]) -> bool {
-        same_for_every_thread(self.emit.body, e, true, |v| {
+        same_for_every_thread(self.emit.body, e, Memory { params: true, still: &|_| false }, |v| {
             lets.contains(&v) || self.uniform.borrow().contains(&v)
         })
     }
@@ -237,6 +334,196 @@ impl<'a> TeamsTwin<'a> {
             }
             // Nothing else holds a barrier or leaves a loop.
             other => self.emit.stmts(std::slice::from_ref(other)),
+        }
+    }
+}
+
+/// A stretch whose threads each walk a block-stride loop, as a CUDA block strides over a
+/// row: `before`; `c = thread` (or `let mut c = thread`); `while c < n { body; c += T }`
+/// with `T` the team's size and `n` the same for every thread; `after`. The body does not
+/// assign `c`, leave the loop or end the item, and nothing else in the stretch names `c`
+/// or holds a loop.
+struct Strided<'s> {
+    before: Vec<&'s Stmt>,
+    after: Vec<&'s Stmt>,
+    /// The `while` statement.
+    looped: &'s Stmt,
+    counter: VarId,
+    bound: &'s Expr,
+    /// The loop's body without its step.
+    step_body: &'s [Stmt],
+}
+
+/// The block-stride form of stretch `stmts` (hoisted lets left out), if it has it; `n`'s
+/// uniformity is left to the caller.
+fn strided_form<'s>(stmts: &[&'s Stmt], thread: VarId, threads: usize) -> Option<Strided<'s>> {
+    use syn::BinOp;
+    let at = stmts.iter().position(|s| matches!(s, Stmt::While { .. }))?;
+    let (Stmt::While { cond, body }, Some(set)) = (stmts[at], at.checked_sub(1).map(|k| stmts[k])) else {
+        return None;
+    };
+    let is_var = |e: &Expr, v: VarId| matches!(e.kind, ExprKind::Var(x) if x == v);
+    let counter = match set {
+        Stmt::Let { var, init } if is_var(init, thread) => *var,
+        Stmt::Assign { place: crate::ir::Place::Var(var), op: None, value, .. } if is_var(value, thread) => {
+            *var
+        }
+        _ => return None,
+    };
+    let ExprKind::Binary(BinOp::Lt(_), c, bound) = &cond.kind else { return None };
+    let is_team =
+        |e: &Expr| matches!(&e.kind, ExprKind::Lit(crate::ir::Lit::Int(n)) if n.parse() == Ok(threads));
+    let (step, step_body) = body.split_last()?;
+    let steps = match step {
+        Stmt::Assign { place: crate::ir::Place::Var(v), op: Some(BinOp::AddAssign(_)), value, .. } => {
+            *v == counter && is_team(value)
+        }
+        Stmt::Assign { place: crate::ir::Place::Var(v), op: None, value, .. } => {
+            *v == counter
+                && matches!(&value.kind, ExprKind::Binary(BinOp::Add(_), a, b) if is_var(a, counter) && is_team(b))
+        }
+        _ => false,
+    };
+    if !is_var(c, counter) || !steps {
+        return None;
+    }
+    let (before, after) = (&stmts[..at - 1], &stmts[at + 1..]);
+    let names = |s: &Stmt, v: VarId| {
+        let mut found = false;
+        visit_stmt_vars(std::slice::from_ref(s), &mut |x| found |= x == v);
+        found
+    };
+    let mut bound_reads_counter = false;
+    visit_vars(bound, &mut |x| bound_reads_counter |= x == counter);
+    let simple = |s: &Stmt| !has_loop_or_exit(std::slice::from_ref(s));
+    if bound_reads_counter
+        || !step_body.iter().all(|s| !assigns(s, counter) && !has_exit(std::slice::from_ref(s)))
+        || !before.iter().chain(after).all(|s| simple(s) && !names(s, counter))
+    {
+        return None;
+    }
+    Some(Strided {
+        before: before.to_vec(),
+        after: after.to_vec(),
+        looped: stmts[at],
+        counter,
+        bound,
+        step_body,
+    })
+}
+
+/// Whether `stmts` hold a loop, a `break`, a `continue` or a `return`.
+fn has_loop_or_exit(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::For { .. } | Stmt::While { .. } | Stmt::Loop(_) => true,
+        Stmt::If { then, els, .. } => {
+            has_loop_or_exit(then) || has_loop_or_exit(els.as_deref().unwrap_or_default())
+        }
+        Stmt::Block(b) => has_loop_or_exit(b),
+        s => has_exit(std::slice::from_ref(s)),
+    })
+}
+
+/// Whether `stmts` hold a `break` or `continue` of a loop around them, or a `return`.
+fn has_exit(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Break | Stmt::Continue | Stmt::Return(..) => true,
+        Stmt::If { then, els, .. } => has_exit(then) || has_exit(els.as_deref().unwrap_or_default()),
+        Stmt::Block(b) => has_exit(b),
+        // A nested loop's own `break` and `continue` stay inside it.
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) => has_return(body),
+        _ => false,
+    })
+}
+
+fn has_return(stmts: &[Stmt]) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Return(..) => true,
+        Stmt::If { then, els, .. } => has_return(then) || has_return(els.as_deref().unwrap_or_default()),
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+            has_return(body)
+        }
+        _ => false,
+    })
+}
+
+/// Whether `s` assigns variable `v` (anywhere in it).
+fn assigns(s: &Stmt, v: VarId) -> bool {
+    let any = |b: &[Stmt]| b.iter().any(|s| assigns(s, v));
+    match s {
+        Stmt::Assign { place: crate::ir::Place::Var(x), .. } => *x == v,
+        Stmt::If { then, els, .. } => any(then) || els.as_deref().is_some_and(any),
+        Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => any(body),
+        _ => false,
+    }
+}
+
+/// The search, before emitting, for the stretches that run in rounds.
+struct StridedSearch<'b> {
+    body: &'b Body,
+    thread: VarId,
+    threads: usize,
+    hoisted: &'b HashSet<VarId>,
+    /// Locals that already live per thread (across barriers).
+    per_thread: &'b HashSet<VarId>,
+}
+
+impl StridedSearch<'_> {
+    /// Records in `loops` the block-stride loops of `stmts` whose stretch runs in rounds,
+    /// and in `carried` the locals of their stretches that live from one phase into
+    /// another (each then per thread); `uniform` holds the team-level loops' variables.
+    fn walk(
+        &self,
+        stmts: &[Stmt],
+        uniform: &mut HashSet<VarId>,
+        loops: &mut HashSet<*const Stmt>,
+        carried: &mut HashSet<VarId>,
+    ) {
+        for seg in segments(stmts) {
+            match seg {
+                Segment::Stretch(stmts) => {
+                    let rest: Vec<&Stmt> = stmts
+                        .into_iter()
+                        .filter(|s| !matches!(s, Stmt::Let { var, .. } if self.hoisted.contains(var)))
+                        .collect();
+                    let Some(f) = strided_form(&rest, self.thread, self.threads) else { continue };
+                    let uniform_bound = same_for_every_thread(
+                        self.body,
+                        f.bound,
+                        Memory { params: false, still: &|_| false },
+                        |v| uniform.contains(&v) || self.hoisted.contains(&v),
+                    );
+                    if !uniform_bound || self.per_thread.contains(&f.counter) {
+                        continue;
+                    }
+                    let mut later = HashSet::new();
+                    for s in f.step_body.iter().chain(f.after.iter().copied()) {
+                        visit_stmt_vars(std::slice::from_ref(s), &mut |v| {
+                            later.insert(v);
+                        });
+                    }
+                    for s in &f.before {
+                        if let Stmt::Let { var, .. } = s {
+                            if later.contains(var) {
+                                carried.insert(*var);
+                            }
+                        }
+                    }
+                    loops.insert(f.looped as *const Stmt);
+                }
+                Segment::Team(Stmt::For { var, body, .. }) => {
+                    uniform.insert(*var);
+                    self.walk(body, uniform, loops, carried);
+                }
+                Segment::Team(Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body)) => {
+                    self.walk(body, uniform, loops, carried)
+                }
+                Segment::Team(Stmt::If { then, els, .. }) => {
+                    self.walk(then, uniform, loops, carried);
+                    self.walk(els.as_deref().unwrap_or_default(), uniform, loops, carried);
+                }
+                Segment::Team(_) => {}
+            }
         }
     }
 }
@@ -341,10 +628,24 @@ fn find_per_thread(stmts: &[Stmt], out: &mut HashSet<VarId>, outside: &mut HashS
     }
 }
 
+/// What a value [`same_for_every_thread`] may read besides values: parameters' elements
+/// (`params`), and elements of the team-local arrays `still` accepts (ones no thread
+/// stores to where the value is read).
+struct Memory<'f> {
+    params: bool,
+    still: &'f dyn Fn(VarId) -> bool,
+}
+
 /// Whether `e` is the same for every thread of a team: it reads only parameters (their
-/// values, lengths and, with `memory`, elements), constants, the team's index and locals
-/// `uniform_local` accepts, and calls no device function (one may store through a view).
-fn same_for_every_thread(body: &Body, e: &Expr, memory: bool, uniform_local: impl Fn(VarId) -> bool) -> bool {
+/// values, lengths and elements as `memory` allows), team-local arrays' elements as
+/// `memory` allows, constants, the team's index and locals `uniform_local` accepts, and
+/// calls no device function (one may store through a view).
+fn same_for_every_thread(
+    body: &Body,
+    e: &Expr,
+    memory: Memory<'_>,
+    uniform_local: impl Fn(VarId) -> bool,
+) -> bool {
     let param = |v: VarId| matches!(body.vars[v].role, Role::Param(_));
     let mut ok = true;
     crate::ir::walk_expr(e, &mut |x| {
@@ -355,7 +656,11 @@ fn same_for_every_thread(body: &Body, e: &Expr, memory: bool, uniform_local: imp
                 _ => false,
             },
             ExprKind::Len(v) => param(*v),
-            ExprKind::Load { view, .. } => memory && param(*view),
+            ExprKind::Load { view, .. } => match body.vars[*view].role {
+                Role::Param(_) => memory.params,
+                Role::TeamLocal(_) => (memory.still)(*view),
+                _ => false,
+            },
             ExprKind::Call { .. } | ExprKind::Sub { .. } | ExprKind::ViewOf(_) => false,
             _ => true,
         }
@@ -371,10 +676,15 @@ fn find_hoisted(body: &Body, stmts: &[Stmt], uniform: &mut HashSet<VarId>, out: 
     for seg in segments(stmts) {
         match seg {
             Segment::Stretch(stmts) => {
+                // Team-local arrays no thread of the stretch stores to (or hands to a device
+                // function): what the barrier before it left, the same for every thread.
+                let stored = stored_team_locals(body, &stmts);
+                let still = |v: VarId| !stored.contains(&v);
                 for s in stmts {
                     let Stmt::Let { var, init } = s else { continue };
+                    let memory = Memory { params: false, still: &still };
                     let ok = !body.vars[*var].mutable
-                        && same_for_every_thread(body, init, false, |v| {
+                        && same_for_every_thread(body, init, memory, |v| {
                             uniform.contains(&v) || out.contains(&v)
                         });
                     if ok {
@@ -396,6 +706,45 @@ fn find_hoisted(body: &Body, stmts: &[Stmt], uniform: &mut HashSet<VarId>, out: 
             Segment::Team(_) => {}
         }
     }
+}
+
+/// The team-local arrays `stmts` may store to: assigned elements, and arrays handed whole
+/// or as sub-slices to a device function.
+fn stored_team_locals(body: &Body, stmts: &[&Stmt]) -> HashSet<VarId> {
+    fn place_view(p: &crate::ir::Place) -> Option<VarId> {
+        match p {
+            crate::ir::Place::Elem { view, .. } => Some(*view),
+            crate::ir::Place::Field { base, .. } => place_view(base),
+            crate::ir::Place::Var(_) => None,
+        }
+    }
+    fn assigned(stmts: &[Stmt], out: &mut HashSet<VarId>) {
+        for s in stmts {
+            match s {
+                Stmt::Assign { place, .. } => out.extend(place_view(place)),
+                Stmt::If { then, els, .. } => {
+                    assigned(then, out);
+                    assigned(els.as_deref().unwrap_or_default(), out);
+                }
+                Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+                    assigned(body, out)
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashSet::new();
+    for s in stmts {
+        let s = std::slice::from_ref(*s);
+        assigned(s, &mut out);
+        crate::ir::visit_exprs(s, &mut |x| {
+            if let ExprKind::ViewOf(v) | ExprKind::Sub { view: v, .. } = &x.kind {
+                out.insert(*v);
+            }
+        });
+    }
+    out.retain(|v| matches!(body.vars[*v].role, Role::TeamLocal(_)));
+    out
 }
 
 /// Whether every stretch of `segs` that uses `v` first assigns it (`v = e`, `e` not

@@ -725,6 +725,11 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     let mut path = Vec::new();
     if let Some(t) = sig.teams {
         path.push(format!("teams of {t} as loops over the threads between barriers, a team per pool thread"));
+        let rounds =
+            crate::emit_teams::TeamsTwin::new(&k.body, t as usize, k.index_vars[1], quote!()).rounds_count();
+        if rounds > 0 {
+            path.push(format!("{rounds} stretches with block-stride loops in rounds of the team's threads"));
+        }
     }
     let names = |v: &[&syn::Ident]| v.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
     if !plain.is_empty() {

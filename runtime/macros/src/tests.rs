@@ -759,8 +759,9 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     let code = code.replace(' ', "");
     // Three stretches: before the loop, the loop's two halves; the tail after it.
     assert_eq!(code.matches("for__offload_threadin0..32usize").count(), 4, "{code}");
-    // `g` and `v` live past their stretch; `scratch` and `w` do not.
-    assert_eq!(code.matches("=::std::vec::Vec::with_capacity(32usize)").count(), 2, "{code}");
+    // `g` and `v` live past their stretch, in arrays of the team's length; `scratch` and
+    // `w` do not.
+    assert_eq!(code.matches("::core::default::Default>::default();32usize]").count(), 2, "{code}");
     assert!(!code.contains("barrier") && !code.contains("thread::scope"), "{code}");
     // The loop's bound is read once by the team.
     assert!(
@@ -793,10 +794,18 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     )
     .unwrap()
     .replace(' ', "");
-    assert!(code.contains("letmutc:usize;for__offload_threadin0..32usize"), "{code}");
+    assert!(code.contains("letmutc:usize;"), "{code}");
     // `base` is the same for every thread and reads no memory: computed once per team.
     assert!(code.contains("letbase:usize=(team*n);"), "{code}");
-    assert_eq!(code.matches("::std::vec::Vec::with_capacity").count(), 1, "only `s`: {code}");
+    assert_eq!(code.matches("::core::default::Default>::default();32usize]").count(), 1, "only `s`: {code}");
+    // Both stretches run their block-stride loops in rounds: thread `t` of round `r` takes
+    // element `r + t`, the threads below the bound only.
+    assert_eq!(
+        code.matches("for__offload_threadin0..::core::cmp::min(32usize,__offload_n-__offload_r)").count(),
+        2,
+        "{code}"
+    );
+    assert!(code.contains("letc:usize=__offload_r+__offload_thread;"), "{code}");
     // A tree step's stretch loops over its active threads only, `thread == 0` over one,
     // but a guard on a value that differs per thread keeps the whole team.
     let code = crate::expand::teams_twin(
