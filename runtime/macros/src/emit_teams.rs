@@ -138,17 +138,7 @@ impl<'a> TeamsTwin<'a> {
             return rounds;
         }
         let clears = self.clears(stmts);
-        // Locals each later stretch assigns first: declared here, for the team's code.
-        let declared = stmts.iter().filter_map(|s| match s {
-            Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
-                let id = &self.emit.body.vars[*var].rust;
-                Some(match self.emit.ty(&self.emit.body.vars[*var].ty) {
-                    Some(t) => quote!(let mut #id: #t;),
-                    None => quote!(let mut #id;),
-                })
-            }
-            _ => None,
-        });
+        let declared = self.declared(stmts);
         let body = stmts.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
         let (t, enter) = (self.threads, &self.enter);
         quote! {
@@ -159,6 +149,24 @@ impl<'a> TeamsTwin<'a> {
                 #(#body)*
             }
         }
+    }
+
+    /// The declarations, for the team's code, of the locals `stmts` declare that each later
+    /// stretch assigns first.
+    fn declared(&self, stmts: &[&Stmt]) -> Vec<TokenStream> {
+        stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
+                    let id = &self.emit.body.vars[*var].rust;
+                    Some(match self.emit.ty(&self.emit.body.vars[*var].ty) {
+                        Some(t) => quote!(let mut #id: #t;),
+                        None => quote!(let mut #id;),
+                    })
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The emptying of the pushed per-thread arrays (not a scalar's, which every thread's
@@ -190,16 +198,7 @@ impl<'a> TeamsTwin<'a> {
         let f = strided_form(stmts, self.thread, self.threads)?;
         debug_assert!(std::ptr::eq(*w, f.looped));
         let clears = self.clears(stmts);
-        let declared = stmts.iter().filter_map(|s| match s {
-            Stmt::Let { var, .. } if self.emit.declared_outside.contains(var) => {
-                let id = &self.emit.body.vars[*var].rust;
-                Some(match self.emit.ty(&self.emit.body.vars[*var].ty) {
-                    Some(t) => quote!(let mut #id: #t;),
-                    None => quote!(let mut #id;),
-                })
-            }
-            _ => None,
-        });
+        let declared = self.declared(stmts);
         let (t, enter) = (self.threads, &self.enter);
         let each = |part: &[&Stmt]| {
             if part.is_empty() {
