@@ -640,6 +640,74 @@ fn block_stride_stretches_run_in_rounds_with_each_threads_own_values() {
     });
 }
 
+/// Threads `2k` and `2k + 1` of a team store the same element of the team's row (its
+/// stores stay in the row: the own-rows form), checked.
+#[offload::kernel(teams = 32, checked = true)]
+fn paired_rows(row: usize, thread: usize, cols: usize, y: &mut [u32]) {
+    let base = row * cols;
+    let mut c = thread / 2;
+    while c < cols {
+        y[base + c] = thread as u32;
+        c += 32;
+    }
+}
+
+/// Each team writes one element past its row: not the own-rows form.
+#[offload::kernel(teams = 32)]
+fn past_rows(row: usize, thread: usize, cols: usize, x: &[u32], y: &mut [u32]) {
+    let base = row * cols;
+    let mut c = thread;
+    while c < cols {
+        y[base + c + 1] = x[base + c] + 1;
+        c += 32;
+    }
+}
+
+/// A teams kernel whose every access of a written view is `team * w + c` inside `while c <
+/// w` (a team's block-stride walk of its row) stores plainly into the team's row; one that
+/// reaches past its row stays atomic; a checked twin keeps the rows shared, so that its
+/// store log still names two threads storing one element; a view too short for the rows
+/// fails the launch as before.
+#[test]
+fn teams_stores_in_their_own_rows_are_plain_and_still_checked() {
+    let path = |k: &offload::Kernel| k.host_path().unwrap_or_default().to_string();
+    let p = path(&normalise_rows::KERNEL);
+    assert!(p.contains("plain stores of `y` (each team only in its own row"), "{p}");
+    assert!(path(&past_rows::KERNEL).contains("relaxed-atomic accesses of `y`"));
+    on_every_device("own rows", |rt, d| {
+        let gpu = rt.device(d)?;
+        let host = rt.describe(d)?.kind == offload::BackendKind::Host;
+        let (rows, cols) = (7usize, 70usize);
+        let x: Vec<u32> = (0..rows * cols).map(|i| i as u32 * 3).collect();
+        let mut y = vec![0u32; rows * cols + 1];
+        gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| past_rows::launch(&gpu, rows, cols, x, y))?;
+        check!(y[0] == 0 && y[1..] == x.iter().map(|v| v + 1).collect::<Vec<_>>()[..]);
+        if host {
+            let mut y = vec![0u32; rows * cols];
+            let r = gpu.data(map::tofrom(&mut y), |y| paired_rows::launch(&gpu, rows, cols, y));
+            match r.map_err(cause) {
+                Err(Error::KernelFailed { message, .. }) => {
+                    check!(message.contains("both store element") && message.contains("`y`"), "{message}")
+                }
+                other => check!(false, "expected KernelFailed, got {other:?}"),
+            }
+            // Rows past the view: the launch fails naming the index, as before.
+            let x: Vec<f32> = vec![1.0; rows * cols];
+            let mut short = vec![0f32; rows * cols - 1];
+            let r = gpu.data((map::to(&x), map::tofrom(&mut short)), |(x, y)| {
+                normalise_rows::launch(&gpu, rows, cols, x, y)
+            });
+            match r.map_err(cause) {
+                Err(Error::KernelFailed { message, .. }) => {
+                    check!(message.contains("out of range"), "{message}")
+                }
+                other => check!(false, "expected KernelFailed, got {other:?}"),
+            }
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn teams_kernels_keep_values_across_barriers_in_nested_loops_and_uneven_teams() {
     on_every_device("team scan", |rt, d| {

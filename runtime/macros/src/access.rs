@@ -224,6 +224,10 @@ pub enum OwnIndex {
     /// A 1-D kernel's `v[i * width + k]`, `k` the variable of a `for k in 0..width` (a row
     /// of `width` elements per item, as a row-wise softmax writes it).
     Block { width: VarId },
+    /// A teams kernel's `v[team * width + c]`, every access inside a `while c < width`
+    /// before anything in it assigns `c` (a team's block-stride walk of its row): each team
+    /// touches only its own row of `width` elements.
+    TeamRows { width: VarId },
 }
 
 /// The own-element form of every access of view `view`, if all its accesses have it (and
@@ -271,6 +275,131 @@ pub fn own_index_beside<'b>(
     let col = indices[order[1]];
     let rows = beside.into_iter().map(|e| other_row(body, e, col, width)).collect::<Option<Vec<_>>>()?;
     Some((first, rows))
+}
+
+/// Pairs `(c, width)` known to satisfy `c < width` where the analysis stands.
+type Bounds = Vec<(VarId, VarId)>;
+
+/// The [`OwnIndex::TeamRows`] form of every access (load or store) of view `view` in a
+/// teams kernel whose team index is `team`, if all have it (and there is one).
+pub fn team_rows(body: &Body, view: VarId, team: VarId) -> Option<OwnIndex> {
+    let mut widths = Vec::new();
+    team_row_accesses(body, &body.stmts, view, team, &[], &mut widths);
+    let first = (*widths.first()?)?;
+    widths.iter().all(|w| *w == Some(first)).then_some(OwnIndex::TeamRows { width: first })
+}
+
+/// Pushes to `out`, for each access of `view` in `stmts`, its row width if it has the
+/// team-row form under `facts` (pairs `(c, width)` with `c < width` known to hold).
+fn team_row_accesses(
+    body: &Body,
+    stmts: &[Stmt],
+    view: VarId,
+    team: VarId,
+    facts: &[(VarId, VarId)],
+    out: &mut Vec<Option<VarId>>,
+) {
+    let mut facts = facts.to_vec();
+    for s in stmts {
+        // Accesses in this statement's own expressions (not in nested statements).
+        let mut own_exprs: Vec<&Expr> = Vec::new();
+        let mut nested: Vec<(&[Stmt], Bounds)> = Vec::new();
+        match s {
+            Stmt::Let { init, .. } => own_exprs.push(init),
+            Stmt::Reduce { value, .. } | Stmt::Expr(value) | Stmt::Return(Some(value), _) => {
+                own_exprs.push(value)
+            }
+            Stmt::Assign { place, value, .. } => {
+                own_exprs.push(value);
+                let mut root = place;
+                while let Place::Field { base, .. } = root {
+                    root = base;
+                }
+                if let Place::Elem { view: v, index } = root {
+                    own_exprs.push(index);
+                    if *v == view {
+                        out.push(team_row_width(body, index, team, &facts));
+                    }
+                }
+            }
+            Stmt::If { cond, then, els } => {
+                own_exprs.push(cond);
+                nested.push((then, facts.clone()));
+                nested.push((els.as_deref().unwrap_or_default(), facts.clone()));
+            }
+            Stmt::For { start, end, body: b, .. } => {
+                own_exprs.extend([start, end]);
+                let kept = facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
+                nested.push((b, kept));
+            }
+            Stmt::While { cond, body: b } => {
+                own_exprs.push(cond);
+                let mut kept: Vec<(VarId, VarId)> =
+                    facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
+                if let ExprKind::Binary(syn::BinOp::Lt(_), c, w) = &cond.kind {
+                    if let (ExprKind::Var(c), Some(w)) = (&resolved(body, c).kind, width_param(body, w)) {
+                        if matches!(body.vars[*c].role, Role::Local) {
+                            kept.push((*c, w));
+                        }
+                    }
+                }
+                // The fact holds in the body until a statement of it assigns `c`.
+                nested.push((b, kept));
+            }
+            Stmt::Loop(b) | Stmt::Block(b) => {
+                let kept = facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
+                nested.push((b, kept));
+            }
+            _ => {}
+        }
+        for e in own_exprs {
+            crate::ir::walk_expr(e, &mut |x| {
+                if let ExprKind::Load { view: v, index } = &x.kind {
+                    if *v == view {
+                        out.push(team_row_width(body, index, team, &facts));
+                    }
+                }
+            });
+        }
+        for (b, f) in nested {
+            team_row_accesses(body, b, view, team, &f, out);
+        }
+        // A statement that assigns `c` ends what was known of it.
+        facts.retain(|(c, _)| !assigns_var(std::slice::from_ref(s), *c));
+    }
+}
+
+/// The width `w` if `index` is `team * w + c` (in any order, through immutable locals)
+/// with `(c, w)` among `facts`.
+fn team_row_width(body: &Body, index: &Expr, team: VarId, facts: &[(VarId, VarId)]) -> Option<VarId> {
+    use syn::BinOp;
+    let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, index).kind else { return None };
+    [(a, b), (b, a)].into_iter().find_map(|(prod, c)| {
+        let ExprKind::Var(c) = resolved(body, c).kind else { return None };
+        let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
+        let w = if is_var(body, p, team) {
+            width_param(body, q)?
+        } else if is_var(body, q, team) {
+            width_param(body, p)?
+        } else {
+            return None;
+        };
+        facts.contains(&(c, w)).then_some(w)
+    })
+}
+
+/// Whether `stmts` assign variable `v` anywhere.
+fn assigns_var(stmts: &[Stmt], v: VarId) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Assign { place: Place::Var(x), .. } => *x == v,
+        Stmt::Let { var, .. } => *var == v,
+        Stmt::If { then, els, .. } => {
+            assigns_var(then, v) || assigns_var(els.as_deref().unwrap_or_default(), v)
+        }
+        Stmt::For { var, body, .. } => *var == v || assigns_var(body, v),
+        Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => assigns_var(body, v),
+        _ => false,
+    })
 }
 
 /// The element index of every store to `view` in `stmts` (through fields), and whether it
@@ -358,6 +487,7 @@ fn width_param(body: &Body, w: &Expr) -> Option<VarId> {
     match resolved(body, w).kind {
         ExprKind::Var(x)
             if matches!(body.vars[x].role, Role::Param(_))
+                && !body.vars[x].mutable
                 && body.vars[x].ty.scalar() == Some(crate::ty::Ty::Usize) =>
         {
             Some(x)

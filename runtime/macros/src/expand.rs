@@ -488,10 +488,11 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         .chain((dims > 1 && sig.teams.is_none()).then(|| format_ident!("__offload_l0")))
         .collect();
     let copies = quote!(#(let #copied = #copied;)*);
-    let teams_loop = sig.teams.map(|t| {
-        let t = t as usize;
+    let teams_loop = |own_bind: &[TokenStream]| {
+        let t = sig.teams? as usize;
         let (team, thread) = (idx[0], idx[1]);
-        let bufs: Vec<syn::Ident> = team_locals.iter().map(|(n, ..)| format_ident!("__offload_tl_{}", n)).collect();
+        let bufs: Vec<syn::Ident> =
+            team_locals.iter().map(|(n, ..)| format_ident!("__offload_tl_{}", n)).collect();
         let names: Vec<&syn::Ident> = team_locals.iter().map(|(n, ..)| *n).collect();
         let kinds: Vec<TokenStream> = team_locals
             .iter()
@@ -506,7 +507,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, ..)| t).collect();
         let lens: Vec<usize> = team_locals.iter().map(|(_, _, n, _)| *n as usize).collect();
-        let (rt, rn, rk, ri, rc, rtg) = (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
+        let (rt, rn, rk, ri, rc, rtg) =
+            (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
         // Each thread's reduction partials, for all the task's teams, combined in thread order.
         let partials = (!reductions.is_empty()).then(|| {
             quote! {
@@ -523,7 +525,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         };
         let twin = crate::emit_teams::TeamsTwin::new(&k.body, t, k.index_vars[1], enter);
         let (arrays, team_code) = (twin.arrays(), twin.team());
-        quote! {
+        Some(quote! {
             let __offload_total: (#(#rt,)*) = ::offload::__private::run_chunks(
                 __offload_l.n() / #t,
                 #t,
@@ -531,6 +533,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 (#(#ri,)*),
                 |__offload_first: usize, __offload_end: usize| {
                     #copies
+                    #(#own_bind)*
                     #(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec![::core::default::Default::default(); #lens];)*
                     #(let #names = #kinds::team_local(&mut #bufs, #name_str, #name_strs);)*
                     #arrays
@@ -546,8 +549,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                 |__offload_a: (#(#rt,)*), __offload_b: (#(#rt,)*)| (#(#rc(__offload_a.#rk, __offload_b.#rk),)*),
             );
             #(#rtg.set(0, #rc(#rtg.get(0), __offload_total.#rk));)*
-        }
-    });
+        })
+    };
     // The views the twin may read and write plainly: read-only views the body reads element
     // by element, and (outside teams kernels) written views every access of which is at the
     // item's own element. They are plain when no written view overlaps another and the
@@ -589,6 +592,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                             .collect();
                         own.push((n, form, rows));
                     }
+                } else if let Some(form) = crate::access::team_rows(&k.body, var, k.index_vars[0]) {
+                    own.push((n, form, Vec::new()));
                 }
             }
             ParamKind::Reduction { .. } => {
@@ -611,6 +616,10 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             crate::access::OwnIndex::Block { width } => {
                 let w = &k.body.vars[width].rust;
                 [quote!(__offload_s0), quote!(__offload_l.n()), quote!(0usize), quote!(#w), quote!(#w)]
+            }
+            crate::access::OwnIndex::TeamRows { width } => {
+                let (w, t) = (&k.body.vars[width].rust, sig.teams.unwrap_or(1) as usize);
+                [quote!(__offload_s0), quote!((__offload_l.n() / #t)), quote!(0usize), quote!(#w), quote!(#w)]
             }
             crate::access::OwnIndex::Rows { width } => {
                 let (a, b) = (order[0], order[1]);
@@ -660,8 +669,8 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         .map(|(i, _)| k.param_vars[i])
         .collect();
     // `fast`: the plain views are `ReadView`s (their rows may be windows).
-    let host_loop = |own_bind: &[TokenStream], fast: bool| match &teams_loop {
-        Some(teams) => teams.clone(),
+    let host_loop = |own_bind: &[TokenStream], fast: bool| match teams_loop(own_bind) {
+        Some(teams) => teams,
         None => {
             // Each pool task runs whole rows of the space's outer dimension in order, as nested
             // loops (no division per item), folding its items into its own reduction partials
@@ -737,7 +746,12 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
     }
     if !own.is_empty() {
         let own_names: Vec<&syn::Ident> = own.iter().map(|(n, ..)| *n).collect();
-        path.push(format!("plain stores of {} (each item only at its own element)", names(&own_names)));
+        let whose = if sig.teams.is_some() {
+            "each team only in its own row, unless checked"
+        } else {
+            "each item only at its own element"
+        };
+        path.push(format!("plain stores of {} ({whose})", names(&own_names)));
         let beside: Vec<&syn::Ident> = own.iter().filter(|o| !o.2.is_empty()).map(|(n, ..)| *n).collect();
         if !beside.is_empty() {
             path.push(format!(
@@ -787,12 +801,15 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
         path.push(format!("relaxed-atomic accesses of {} ({why}, or used whole)", names(&atomic)));
     }
     let host_path = format!("host twin: {}", path.join("; "));
+    // A teams kernel's own rows hold each thread's stores unlogged: the checked twin, whose
+    // store log names two threads storing one element, keeps them shared.
+    let unlogged = (sig.teams.is_some() && !own.is_empty()).then(|| quote!(!__OFFLOAD_CHECK &&));
     let host_loop = if plain.is_empty() && own.is_empty() {
         host_loop(&[], false)
     } else {
         let (fast, shared) = (host_loop(&own_bind, true), host_loop(&[], false));
         quote! {
-            if ::offload::__private::views_apart(&[#(#spans),*]) #(&& #own_fit)* {
+            if #unlogged ::offload::__private::views_apart(&[#(#spans),*]) #(&& #own_fit)* {
                 // SAFETY: no view this launch writes overlaps these, and nothing else runs
                 // on the device's memory during the launch.
                 #(let #plain = unsafe { #plain.plain() };)*
