@@ -957,6 +957,18 @@ fn shifted_rows(
     *top = (*top).max(v);
 }
 
+/// The same sum, only of values above 10: an update not every item makes, so the row's
+/// partials stay in lanes in its loop.
+#[offload::kernel(dims = 2, reduction(+: total))]
+fn shifted_rows_above(row: usize, col: usize, nx: usize, x: &[f32], y: &mut [f32], total: &mut f32) {
+    let c = row * nx + col;
+    let v = x[c + 1] * 2.0 + x[c];
+    y[c] = v;
+    if v > 10.0 {
+        *total += v;
+    }
+}
+
 /// Host twins run rows that need less than the whole body with a copy that does less:
 /// without the `if`s no item of the row enters, and with each row's run of a view as one
 /// slice checked once. Rows of every length (under, at and over a multiple of the
@@ -966,7 +978,12 @@ fn shifted_rows(
 fn fast_rows_give_the_loops_results_and_fail_where_the_body_fails() {
     let p = shifted_rows::KERNEL.host_path().unwrap_or_default().to_string();
     assert!(p.contains("row-invariant `if`s") && p.contains("runs of `x`, `y` as slices"), "{p}");
-    assert!(p.contains("reductions in 8 lanes"), "{p}");
+    assert!(
+        p.contains("reductions in 8 lanes") && p.contains("each item's reduction values stored per row"),
+        "{p}"
+    );
+    let p = shifted_rows_above::KERNEL.host_path().unwrap_or_default().to_string();
+    assert!(p.contains("runs of `x`, `y`") && !p.contains("stored per row"), "{p}");
     on_every_device("fast rows", |rt, d| {
         let gpu = rt.device(d)?;
         let (nx, rows) = (40usize, 30usize);
@@ -994,6 +1011,16 @@ fn fast_rows_give_the_loops_results_and_fail_where_the_body_fails() {
             })?;
             check_eq!(y, want);
             check!(got == (sum, max), "{cols:?}: {got:?}, want {:?}", (sum, max));
+            let mut z = vec![-1f32; nx * rows];
+            let above = gpu.data((map::to(&x), map::tofrom(&mut z)), |(xv, zv)| {
+                shifted_rows_above::reduce(&gpu, (1..rows - 1, cols.clone()), nx, xv, zv)
+            })?;
+            let want_above: f32 = (1..rows - 1)
+                .flat_map(|row| cols.clone().map(move |col| row * nx + col))
+                .map(|c| x[c + 1] * 2.0 + x[c])
+                .filter(|v| *v > 10.0)
+                .sum();
+            check!(above == want_above, "{cols:?}: {above}, want {want_above}");
         }
         // The last row's run ends past `x`: the launch fails naming the first index outside
         // (host devices check every load; a GPU's unchecked kernel does not).

@@ -707,6 +707,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
                     rare: if f.guards.is_empty() { quote!(false) } else { quote!(#(#guards)||*) },
                     windows,
                     item: as_item(fast_emit.stmts(&f.body.stmts)),
+                    deferred: !f.deferred.is_empty(),
                 }
             });
             let lanes = Lanes { names, types, identity, combine };
@@ -780,6 +781,9 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
             }
             if !seen.is_empty() {
                 path.push(format!("each row's runs of {} as slices checked once per row", names(&seen)));
+            }
+            if !f.deferred.is_empty() {
+                path.push("each item's reduction values stored per row, then summed in lanes".into());
             }
         }
     }
@@ -1206,6 +1210,9 @@ struct FastRowsCode {
     rare: TokenStream,
     windows: Vec<(syn::Ident, TokenStream)>,
     item: TokenStream,
+    /// Every reduction's update is a store into a row-long scratch, folded into the lanes
+    /// after the row ([`crate::fast_rows::FastRows::deferred`]).
+    deferred: bool,
 }
 
 /// Reduction partials kept in [`LANES`] independent accumulators by the innermost loop:
@@ -1263,6 +1270,58 @@ impl Lanes<'_> {
         }
     }
 
+    /// The innermost loop of a fast row whose reduction updates store each item's value
+    /// into a scratch of the row's length (`__offload_sv_{name}` over
+    /// `__offload_sbuf_{name}`): a loop with no dependency chain, then the scratch folded
+    /// into the lanes (item `k` into lane `k % LANES`, the rest into the task's
+    /// accumulators), as [`Lanes::inner`] would have.
+    fn deferred(
+        &self,
+        counter: &syn::Ident,
+        len: &TokenStream,
+        pre: &TokenStream,
+        item: &TokenStream,
+    ) -> TokenStream {
+        let n = LANES;
+        let (names, identity, combine) = (self.names, self.identity, self.combine);
+        let bufs: Vec<syn::Ident> = names.iter().map(|v| format_ident!("__offload_sbuf_{}", v)).collect();
+        let views: Vec<syn::Ident> = names.iter().map(|v| format_ident!("__offload_sv_{}", v)).collect();
+        let arrays: Vec<syn::Ident> = names.iter().map(|v| format_ident!("__offload_lanes_{}", v)).collect();
+        let strs: Vec<String> = names.iter().map(|v| v.to_string()).collect();
+        quote! {
+            #(if #bufs.len() != #len {
+                #bufs.clear();
+                #bufs.resize(#len, #identity);
+            })*
+            {
+                #(let #views = ::offload::__private::OwnView::team_local(&mut #bufs[..], "reduction", #strs);)*
+                for #counter in 0..#len {
+                    #pre
+                    #item
+                }
+            }
+            #({
+                let mut __offload_ch = #bufs.chunks_exact(#n);
+                for __offload_g in &mut __offload_ch {
+                    for __offload_lane in 0..#n {
+                        #arrays[__offload_lane] = #combine(#arrays[__offload_lane], __offload_g[__offload_lane]);
+                    }
+                }
+                for __offload_v in __offload_ch.remainder() {
+                    #names = #combine(#names, *__offload_v);
+                }
+            })*
+        }
+    }
+
+    /// The scratch buffers of [`Lanes::deferred`], before a task's loops.
+    fn declare_scratch(&self) -> TokenStream {
+        let bufs: Vec<syn::Ident> =
+            self.names.iter().map(|v| format_ident!("__offload_sbuf_{}", v)).collect();
+        let types = self.types;
+        quote!(#(let mut #bufs: ::std::vec::Vec<#types> = ::std::vec::Vec::new();)*)
+    }
+
     /// The lanes' declarations, before a task's loops.
     fn declare(&self) -> TokenStream {
         let (types, identity) = (self.types, self.identity);
@@ -1299,7 +1358,11 @@ fn item_loops(
             let counter = format_ident!("{}", counter);
             let general = lanes.inner(&counter, &len, pre, item);
             let Some(rows) = rows else { return general };
-            let fast = lanes.inner(&counter, &len, pre, &rows.item);
+            let fast = if rows.deferred {
+                lanes.deferred(&counter, &len, pre, &rows.item)
+            } else {
+                lanes.inner(&counter, &len, pre, &rows.item)
+            };
             let rare = &rows.rare;
             let names: Vec<syn::Ident> =
                 (0..rows.windows.len()).map(|w| format_ident!("__offload_w{}", w)).collect();
@@ -1378,5 +1441,6 @@ fn item_loops(
             (quote!(__offload_l0), quote!(#lb * #lc), loops)
         }
     };
-    (units, per_unit, quote!(#declare #loops #fold))
+    let scratch = rows.filter(|r| r.deferred).map(|_| lanes.declare_scratch());
+    (units, per_unit, quote!(#declare #scratch #loops #fold))
 }

@@ -31,6 +31,11 @@ pub struct FastRows {
     /// The body of the fast rows: without the skipped `if`s, with window loads, and with a
     /// variable per window (`__offload_w{k}`) and one for the loop counter.
     pub body: Body,
+    /// Reduction variables whose one update became a store of the item's value into a
+    /// row-long scratch (`__offload_sv_{name}`, a view variable of `body`), folded after the
+    /// row: the row's loop then holds no dependency chain. Empty unless every reduction
+    /// variable is updated once, unconditionally, by the body's top level.
+    pub deferred: Vec<VarId>,
 }
 
 /// The fast rows of `body` for a loop whose counter is `counter` (`0..` the row's length)
@@ -62,7 +67,51 @@ pub fn fast_rows(body: &Body, inner: VarId, counter: &str, views: &[VarId]) -> O
     fast.stmts = stmts;
     let new_vars = std::mem::take(&mut w.new_vars);
     fast.vars.extend(new_vars);
-    (!guards.is_empty() || !windows.is_empty()).then_some(FastRows { guards, windows, body: fast })
+    let deferred = if windows.is_empty() { Vec::new() } else { defer_reductions(&mut fast, count) };
+    (!guards.is_empty() || !windows.is_empty()).then_some(FastRows { guards, windows, body: fast, deferred })
+}
+
+/// Turns each reduction update `*r op= v` of `fast`'s top level into a store of `v` at the
+/// loop counter (variable `count`) of a scratch view, when every reduction variable is
+/// named exactly once, by such an update before anything that may end the item; returns
+/// the reduction variables so deferred (none otherwise).
+fn defer_reductions(fast: &mut Body, count: VarId) -> Vec<VarId> {
+    let reductions: Vec<VarId> =
+        (0..fast.vars.len()).filter(|&v| matches!(fast.vars[v].role, Role::Reduction(_))).collect();
+    if reductions.is_empty() {
+        return Vec::new();
+    }
+    let mut uses = vec![0usize; fast.vars.len()];
+    crate::ir::visit_stmt_vars(&fast.stmts, &mut |v| uses[v] += 1);
+    let mut updates = Vec::new();
+    for (k, s) in fast.stmts.iter().enumerate() {
+        if may_end(s) {
+            break;
+        }
+        if let Stmt::Reduce { var, .. } = s {
+            updates.push((k, *var));
+        }
+    }
+    let once = |r: VarId| uses[r] == 1 && updates.iter().filter(|(_, v)| *v == r).count() == 1;
+    if !reductions.iter().all(|&r| once(r)) {
+        return Vec::new();
+    }
+    for (k, r) in updates {
+        let scratch = fast.vars.len();
+        let var = &fast.vars[r];
+        fast.vars.push(Var {
+            rust: quote::format_ident!("__offload_sv_{}", var.rust),
+            c: String::new(),
+            ty: var.ty.clone(),
+            mutable: false,
+            role: Role::Local,
+            init: None,
+        });
+        let Stmt::Reduce { value, span, .. } = fast.stmts[k].clone() else { continue };
+        let index = Expr { kind: ExprKind::Var(count), ty: Type::Scalar(crate::ty::Ty::Usize), span };
+        fast.stmts[k] = Stmt::Assign { place: Place::Elem { view: scratch, index }, op: None, value, span };
+    }
+    reductions
 }
 
 /// `stmts` without its skippable `if`s, whose guards go to `out` (`enclosing`: the
