@@ -708,6 +708,70 @@ fn teams_stores_in_their_own_rows_are_plain_and_still_checked() {
     });
 }
 
+/// A thread's sums in two block-stride stretches, one local reused across the barrier:
+/// set by a `let` (to 1) before the first loop and by an assignment before the second.
+/// `j` copies the counter before it is set: an index in the next team's row, not the
+/// walk's.
+#[offload::kernel(teams = 32)]
+fn reused_sums(team: usize, thread: usize, n: usize, x: &[f32], a: &mut [f32], b: &mut [f32], e: &mut [f32]) {
+    let mut s = 1.0f32;
+    let mut c = thread;
+    while c < n {
+        s += x[team * n + c];
+        c += 32;
+    }
+    a[team * 32 + thread] = s;
+    offload::barrier();
+    s = 0.0;
+    c = thread;
+    while c < n {
+        s += x[team * n + c];
+        c += 32;
+    }
+    b[team * 32 + thread] = s;
+    offload::barrier();
+    c = n;
+    let j = c;
+    c = thread;
+    while c < n {
+        if thread == 0 {
+            e[team * n + j] = 1.0;
+        }
+        c += 32;
+    }
+}
+
+/// Locals a thread carries from before a block-stride loop into it or after it are its own
+/// in every stretch that runs in rounds, however they were set (a `let`, an assignment
+/// after a barrier); an index copied from the counter before the walk is not taken for it.
+#[test]
+fn rounds_keep_each_threads_locals_apart() {
+    on_every_device("reused sums", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (teams, n) = (5usize, 70usize);
+        let x: Vec<f32> = (0..teams * n).map(|i| (i % 9) as f32).collect();
+        let (mut a, mut b, mut e) =
+            (vec![0f32; teams * 32], vec![0f32; teams * 32], vec![0f32; teams * n + 1]);
+        gpu.data(
+            (map::to(&x), map::from(&mut a), map::from(&mut b), map::tofrom(&mut e)),
+            |(x, a, b, e)| reused_sums::launch(&gpu, teams, n, x, a, b, e),
+        )?;
+        for t in 0..teams {
+            for th in 0..32 {
+                let mine: f32 = (th..n).step_by(32).map(|c| x[t * n + c]).sum();
+                let (ga, gb) = (a[t * 32 + th], b[t * 32 + th]);
+                check!(
+                    ga == 1.0 + mine && gb == mine,
+                    "team {t} thread {th}: {ga}, {gb} vs {}, {mine}",
+                    1.0 + mine
+                );
+            }
+            check!(e[(t + 1) * n] == 1.0 && e[t * n + 1..(t + 1) * n].iter().all(|v| *v == 0.0), "team {t}");
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn teams_kernels_keep_values_across_barriers_in_nested_loops_and_uneven_teams() {
     on_every_device("team scan", |rt, d| {
@@ -967,6 +1031,46 @@ fn shifted_rows_above(row: usize, col: usize, nx: usize, x: &[f32], y: &mut [f32
     if v > 10.0 {
         *total += v;
     }
+}
+
+/// Rows that return early on a parameter or a row before their index arithmetic would
+/// leave the view (or divide by zero): a fast row's windows are made only for rows that
+/// skip those `if`s.
+#[offload::kernel(dims = 2)]
+fn guarded_rows(iy: usize, ix: usize, nx: usize, d: usize, x: &[f32], y: &mut [f32]) {
+    if d == 0 {
+        return;
+    }
+    if iy == 0 {
+        return;
+    }
+    y[iy * nx + ix] = x[(iy - 1) * nx + ix] + x[iy * nx + ix + nx / d];
+}
+
+#[test]
+fn rows_that_return_before_their_arithmetic_never_compute_it() {
+    on_every_device("guarded rows", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (nx, ny) = (16usize, 6usize);
+        let x: Vec<f32> = (0..nx * ny + nx).map(|v| v as f32).collect();
+        for div in [0usize, 2] {
+            let mut y = vec![-1f32; nx * ny];
+            gpu.data((map::to(&x), map::tofrom(&mut y)), |(xv, yv)| {
+                guarded_rows::launch(&gpu, (0..ny, 0..nx), nx, div, xv, yv)
+            })?;
+            for iy in 0..ny {
+                for ix in 0..nx {
+                    let want = if div == 0 || iy == 0 {
+                        -1.0
+                    } else {
+                        x[(iy - 1) * nx + ix] + x[iy * nx + ix + nx / div]
+                    };
+                    check!(y[iy * nx + ix] == want, "d {div} ({iy}, {ix}): {} vs {want}", y[iy * nx + ix]);
+                }
+            }
+        }
+        Ok(())
+    });
 }
 
 /// Host twins run rows that need less than the whole body with a copy that does less:

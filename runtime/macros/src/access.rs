@@ -333,11 +333,17 @@ fn team_row_accesses(
                 nested.push((b, kept));
             }
             Stmt::While { cond, body: b } => {
-                own_exprs.push(cond);
-                let mut kept: Vec<(VarId, VarId)> =
-                    facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
+                // The condition runs again after the body: only what the body keeps holds.
+                let mut kept: Bounds = facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
+                crate::ir::walk_expr(cond, &mut |x| {
+                    if let ExprKind::Load { view: v, index } = &x.kind {
+                        if *v == view {
+                            out.push(team_row_width(body, index, team, &kept));
+                        }
+                    }
+                });
                 if let ExprKind::Binary(syn::BinOp::Lt(_), c, w) = &cond.kind {
-                    if let (ExprKind::Var(c), Some(w)) = (&resolved(body, c).kind, width_param(body, w)) {
+                    if let (ExprKind::Var(c), Some(w)) = (&c.kind, width_param(body, w)) {
                         if matches!(body.vars[*c].role, Role::Local) {
                             kept.push((*c, w));
                         }
@@ -369,14 +375,15 @@ fn team_row_accesses(
     }
 }
 
-/// The width `w` if `index` is `team * w + c` (in any order, through immutable locals)
-/// with `(c, w)` among `facts`.
+/// The width `w` if `index` is `team * w + c` (in any order; through immutable locals
+/// whose values name no mutable variable, so they are what they were wherever read) with
+/// `(c, w)` among `facts`, `c` named as itself.
 fn team_row_width(body: &Body, index: &Expr, team: VarId, facts: &[(VarId, VarId)]) -> Option<VarId> {
     use syn::BinOp;
-    let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, index).kind else { return None };
+    let ExprKind::Binary(BinOp::Add(_), a, b) = &stable(body, index).kind else { return None };
     [(a, b), (b, a)].into_iter().find_map(|(prod, c)| {
-        let ExprKind::Var(c) = resolved(body, c).kind else { return None };
-        let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
+        let ExprKind::Var(c) = c.kind else { return None };
+        let ExprKind::Binary(BinOp::Mul(_), p, q) = &stable(body, prod).kind else { return None };
         let w = if is_var(body, p, team) {
             width_param(body, q)?
         } else if is_var(body, q, team) {
@@ -386,6 +393,33 @@ fn team_row_width(body: &Body, index: &Expr, team: VarId, facts: &[(VarId, VarId
         };
         facts.contains(&(c, w)).then_some(w)
     })
+}
+
+/// `e` with immutable locals replaced by their values where those values name no mutable
+/// variable (directly or through other locals).
+fn stable<'b>(body: &'b Body, e: &'b Expr) -> &'b Expr {
+    fn fixed(body: &Body, e: &Expr, depth: usize) -> bool {
+        let mut ok = true;
+        crate::ir::walk_expr(e, &mut |x| {
+            if let ExprKind::Var(v) = x.kind {
+                let var = &body.vars[v];
+                ok &= !var.mutable
+                    && match (&var.role, &var.init) {
+                        (Role::Local, Some(init)) => depth < 8 && fixed(body, init, depth + 1),
+                        (Role::Local, None) => false,
+                        _ => true,
+                    };
+            }
+        });
+        ok
+    }
+    match &e.kind {
+        ExprKind::Var(v) => match (&body.vars[*v].role, &body.vars[*v].init, body.vars[*v].mutable) {
+            (Role::Local, Some(init), false) if fixed(body, init, 0) => stable(body, init),
+            _ => e,
+        },
+        _ => e,
+    }
 }
 
 /// Whether `stmts` assign variable `v` anywhere.

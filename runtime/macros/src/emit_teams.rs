@@ -68,6 +68,8 @@ impl<'a> TeamsTwin<'a> {
         let mut carried = HashSet::new();
         find.walk(&body.stmts, &mut hoisted.clone(), &mut strided, &mut carried);
         per_thread.extend(carried);
+        // A carried local lives in its array everywhere, its `let` included.
+        outside.retain(|v| !per_thread.contains(v));
         emit.per_thread = per_thread;
         emit.declared_outside = outside;
         Self { emit, threads, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter, strided }
@@ -457,6 +459,44 @@ fn assigns(s: &Stmt, v: VarId) -> bool {
     }
 }
 
+/// Adds to `written` every variable `stmts` declare or assign (anywhere in them, a field's
+/// root included), and to `lets` those they declare.
+fn written_vars<'s>(
+    stmts: impl Iterator<Item = &'s Stmt>,
+    written: &mut HashSet<VarId>,
+    lets: &mut HashSet<VarId>,
+) {
+    fn root(p: &crate::ir::Place) -> Option<VarId> {
+        match p {
+            crate::ir::Place::Var(v) => Some(*v),
+            crate::ir::Place::Field { base, .. } => root(base),
+            crate::ir::Place::Elem { .. } => None,
+        }
+    }
+    for s in stmts {
+        match s {
+            Stmt::Let { var, .. } => {
+                written.insert(*var);
+                lets.insert(*var);
+            }
+            Stmt::Assign { place, .. } => written.extend(root(place)),
+            Stmt::If { then, els, .. } => {
+                written_vars(then.iter(), written, lets);
+                written_vars(els.iter().flatten(), written, lets);
+            }
+            Stmt::For { var, body, .. } => {
+                written.insert(*var);
+                lets.insert(*var);
+                written_vars(body.iter(), written, lets);
+            }
+            Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
+                written_vars(body.iter(), written, lets)
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The search, before emitting, for the stretches that run in rounds.
 struct StridedSearch<'b> {
     body: &'b Body,
@@ -495,17 +535,23 @@ impl StridedSearch<'_> {
                     if !uniform_bound || self.per_thread.contains(&f.counter) {
                         continue;
                     }
+                    // A local a thread sets before the loop or in it and reads in a later
+                    // phase (the loop's next round, or after it) is the thread's own:
+                    // other threads run between the phases.
                     let mut later = HashSet::new();
                     for s in f.step_body.iter().chain(f.after.iter().copied()) {
                         visit_stmt_vars(std::slice::from_ref(s), &mut |v| {
                             later.insert(v);
                         });
                     }
-                    for s in &f.before {
-                        if let Stmt::Let { var, .. } = s {
-                            if later.contains(var) {
-                                carried.insert(*var);
-                            }
+                    let mut written = HashSet::new();
+                    let (mut inner_lets, mut none) = (HashSet::new(), HashSet::new());
+                    written_vars(f.before.iter().copied(), &mut written, &mut none);
+                    written_vars(f.step_body.iter(), &mut written, &mut inner_lets);
+                    for v in written {
+                        let local = matches!(self.body.vars[v].role, Role::Local);
+                        if local && v != f.counter && later.contains(&v) && !inner_lets.contains(&v) {
+                            carried.insert(v);
                         }
                     }
                     loops.insert(f.looped as *const Stmt);

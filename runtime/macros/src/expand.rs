@@ -1370,8 +1370,18 @@ fn item_loops(
                 .windows
                 .iter()
                 .map(|(view, start)| quote!(#view.window({ let #index: usize = #first; #start }, #len)));
+            // The windows are made only for a row that skips the rare `if`s, which may be
+            // what keeps their index arithmetic in range (`if d == 0 { return; }`).
             quote! {
-                if let (false, #(Some(#names),)*) = (#rare, #(#made,)*) {
+                let __offload_windows = if #rare {
+                    None
+                } else {
+                    match (#(#made,)*) {
+                        (#(Some(#names),)*) => Some((#(#names,)*)),
+                        _ => None,
+                    }
+                };
+                if let Some((#(#names,)*)) = __offload_windows {
                     #fast
                 } else {
                     #general

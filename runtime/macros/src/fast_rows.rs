@@ -151,7 +151,9 @@ fn prune(
             let before = out.len();
             let inner_kept = prune(body, inner, then, &guard, out);
             if out.len() > before {
-                kept.push(Stmt::If { cond: cond.clone(), then: inner_kept, els: None });
+                let kept_if = Stmt::If { cond: cond.clone(), then: inner_kept, els: None };
+                ended |= may_end(&kept_if);
+                kept.push(kept_if);
                 continue;
             }
         }
