@@ -120,6 +120,28 @@ thread_local! {
     /// Whether this thread is running a host device's kernel: tells a worker that is
     /// thread 0 of its kernel pool inside a kernel from the same worker between jobs.
     static IN_KERNEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this thread is one of a kernel pool's own threads (which run only kernels).
+    static KERNEL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps the panics of host kernels off stderr: a failing work item's panic is the
+/// launch's [`Error::KernelFailed`], message included, and a kernel whose items fail in
+/// several tasks would otherwise print each panic (and its backtrace). Every other panic
+/// goes to the hook that was in place. Installed once, when the first kernel pool starts;
+/// a hook the program sets later replaces it.
+fn quiet_kernel_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let flag = |k: &'static std::thread::LocalKey<std::cell::Cell<bool>>| {
+                k.try_with(|k| k.get()).unwrap_or(false)
+            };
+            if !(flag(&IN_KERNEL) || flag(&KERNEL_THREAD)) {
+                previous(info)
+            }
+        }));
+    });
 }
 
 /// Marks the current thread as running a kernel until dropped.
@@ -150,17 +172,21 @@ impl KernelPool {
     fn get(&self, device: usize) -> Result<&rayon::ThreadPool> {
         self.pool
             .get_or_init(|| {
-                let builder = || {
+                quiet_kernel_panics();
+                // Threads from `own` on are the pool's own (thread 0 may be the worker).
+                let builder = |own: usize| {
                     let name = self.name.clone();
-                    let b = rayon::ThreadPoolBuilder::new().thread_name(move |i| format!("{name}-k{i}"));
+                    let b = rayon::ThreadPoolBuilder::new()
+                        .thread_name(move |i| format!("{name}-k{i}"))
+                        .start_handler(move |i| KERNEL_THREAD.with(|k| k.set(i >= own)));
                     match self.threads {
                         Some(n) => b.num_threads(n),
                         None => b,
                     }
                 };
-                match builder().use_current_thread().build() {
+                match builder(1).use_current_thread().build() {
                     Ok(p) => Ok((p, true)),
-                    Err(_) => builder().build().map(|p| (p, false)).map_err(|e| e.to_string()),
+                    Err(_) => builder(0).build().map(|p| (p, false)).map_err(|e| e.to_string()),
                 }
             })
             .as_ref()
