@@ -81,9 +81,9 @@ impl DeviceWorker {
     /// back when the worker is busy. A panic of `f` unwinds in the caller, the queue
     /// released.
     pub(crate) fn run_here_if_idle<T, F: FnOnce() -> T>(&self, f: F) -> Result<T, F> {
-        if self.queue.is_none()
-            || self.pending.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
+        // The turn first: a job the worker takes after the claim below then waits for `f`.
+        let Some(_held) = self.queue.as_ref().and_then(|_| self.running.try_lock()) else { return Err(f) };
+        if self.pending.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return Err(f);
         }
         /// Releases the queue's place (also when `f` unwinds).
@@ -94,7 +94,6 @@ impl DeviceWorker {
             }
         }
         let _claim = Claim(&self.pending);
-        let _held = self.running.lock();
         Ok(f())
     }
 
