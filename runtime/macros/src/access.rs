@@ -379,20 +379,35 @@ fn team_row_accesses(
 /// whose values name no mutable variable, so they are what they were wherever read) with
 /// `(c, w)` among `facts`, `c` named as itself.
 fn team_row_width(body: &Body, index: &Expr, team: VarId, facts: &[(VarId, VarId)]) -> Option<VarId> {
-    use syn::BinOp;
-    let ExprKind::Binary(BinOp::Add(_), a, b) = &stable(body, index).kind else { return None };
+    let ExprKind::Binary(syn::BinOp::Add(_), a, b) = &stable(body, index).kind else { return None };
     [(a, b), (b, a)].into_iter().find_map(|(prod, c)| {
         let ExprKind::Var(c) = c.kind else { return None };
-        let ExprKind::Binary(BinOp::Mul(_), p, q) = &stable(body, prod).kind else { return None };
-        let w = if is_var(body, p, team) {
-            width_param(body, q)?
-        } else if is_var(body, q, team) {
-            width_param(body, p)?
-        } else {
-            return None;
-        };
+        let w = width_param(body, other_operand(stable(body, prod), is_mul, |x| is_var(body, x, team))?)?;
         facts.contains(&(c, w)).then_some(w)
     })
+}
+
+/// The other operand of `e` when it is `a op b` (`op` as `is_op` accepts) and one operand
+/// is what `is` accepts: `b` for `a`, `a` for `b`.
+fn other_operand(e: &Expr, is_op: fn(&syn::BinOp) -> bool, is: impl Fn(&Expr) -> bool) -> Option<&Expr> {
+    let ExprKind::Binary(op, a, b) = &e.kind else { return None };
+    if !is_op(op) {
+        None
+    } else if is(a) {
+        Some(b)
+    } else if is(b) {
+        Some(a)
+    } else {
+        None
+    }
+}
+
+fn is_add(op: &syn::BinOp) -> bool {
+    matches!(op, syn::BinOp::Add(_))
+}
+
+fn is_mul(op: &syn::BinOp) -> bool {
+    matches!(op, syn::BinOp::Mul(_))
 }
 
 /// `e` with immutable locals replaced by their values where those values name no mutable
@@ -469,27 +484,12 @@ fn stores_of<'b>(stmts: &'b [Stmt], view: VarId, out: &mut Vec<(&'b Expr, bool)>
 /// The row `r` of a store at `r * width + col` (`None` for `col`: row 0), if `r` is made
 /// of parameters and literals only.
 fn other_row<'b>(body: &'b Body, index: &'b Expr, col: VarId, width: VarId) -> Option<Option<&'b Expr>> {
-    use syn::BinOp;
     let e = resolved(body, index);
     if is_var(body, e, col) {
         return Some(None);
     }
-    let ExprKind::Binary(BinOp::Add(_), a, b) = &e.kind else { return None };
-    let prod = if is_var(body, a, col) {
-        b
-    } else if is_var(body, b, col) {
-        a
-    } else {
-        return None;
-    };
-    let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
-    let r = if is_var(body, q, width) {
-        p
-    } else if is_var(body, p, width) {
-        q
-    } else {
-        return None;
-    };
+    let prod = other_operand(e, is_add, |x| is_var(body, x, col))?;
+    let r = other_operand(resolved(body, prod), is_mul, |x| is_var(body, x, width))?;
     let mut ok = true;
     crate::ir::walk_expr(r, &mut |x| {
         ok &= match &x.kind {
@@ -533,17 +533,9 @@ fn width_param(body: &Body, w: &Expr) -> Option<VarId> {
 /// `Some(width)` when `e` is `i * width + k` (in any order), `k` the variable of a
 /// `for k in 0..width`.
 fn block_form(body: &Body, e: &Expr, i: VarId) -> Option<OwnIndex> {
-    use syn::BinOp;
-    let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, e).kind else { return None };
+    let ExprKind::Binary(syn::BinOp::Add(_), a, b) = &resolved(body, e).kind else { return None };
     [(a, b), (b, a)].into_iter().find_map(|(prod, k)| {
-        let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, prod).kind else { return None };
-        let width = if is_var(body, p, i) {
-            width_param(body, q)?
-        } else if is_var(body, q, i) {
-            width_param(body, p)?
-        } else {
-            return None;
-        };
+        let width = width_param(body, other_operand(resolved(body, prod), is_mul, |x| is_var(body, x, i))?)?;
         let ExprKind::Var(k) = resolved(body, k).kind else { return None };
         (loop_range(&body.stmts, k)? == width).then_some(OwnIndex::Block { width })
     })
@@ -571,29 +563,15 @@ fn loop_range(stmts: &[Stmt], k: VarId) -> Option<VarId> {
 }
 
 fn own_form(body: &Body, index: &Expr, indices: &[VarId], order: &[usize]) -> Option<OwnIndex> {
-    use syn::BinOp;
     match indices.len() {
         1 if is_var(body, index, indices[0]) => Some(OwnIndex::Linear),
         1 => block_form(body, index, indices[0]),
         2 => {
             let (row, col) = (indices[order[0]], indices[order[1]]);
-            let ExprKind::Binary(BinOp::Add(_), a, b) = &resolved(body, index).kind else { return None };
-            let product = if is_var(body, a, col) {
-                b
-            } else if is_var(body, b, col) {
-                a
-            } else {
-                return None;
-            };
-            let ExprKind::Binary(BinOp::Mul(_), p, q) = &resolved(body, product).kind else { return None };
-            let w = if is_var(body, p, row) {
-                width_param(body, q)
-            } else if is_var(body, q, row) {
-                width_param(body, p)
-            } else {
-                None
-            };
-            w.map(|width| OwnIndex::Rows { width })
+            let product = other_operand(resolved(body, index), is_add, |x| is_var(body, x, col))?;
+            let width =
+                width_param(body, other_operand(resolved(body, product), is_mul, |x| is_var(body, x, row))?)?;
+            Some(OwnIndex::Rows { width })
         }
         _ => None,
     }
