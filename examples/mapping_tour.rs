@@ -221,6 +221,23 @@ fn main() -> Result<()> {
         Ok(format!("b = {b:?}: b[3] is device 1's halo, not device 0's 1"))
     })?;
 
+    let mut t = [0i32; 4];
+    let tp = t.as_mut_ptr();
+    step(rt, "13. timing target regions: `omp_get_wtime()`", "A C `target` region is complete when it returns; here a launch returns once queued, so a clock read right after a loop of launches would time only their queuing. `omp_get_wtime()` first waits for the work queued on every device, and a C timer ports line for line.", || {
+        // SAFETY: the arrays outlive the step; the host touches none during a construct.
+        unsafe {
+            target_enter_data(d0, &[MapItem::to(tp, 16).named("t")])?;
+            let start = omp_get_wtime()?;
+            for _ in 0..3 {
+                target(d0, &ADD_I32, 4, &[], &add(tp, 1))?;
+            }
+            // The three kernels have run: this read waited for them.
+            let _elapsed = omp_get_wtime()? - start;
+            target_exit_data(d0, &[MapItem::from(tp, 16)])?;
+        }
+        Ok(format!("t = {t:?}; the second `omp_get_wtime()` returned after the three kernels had run"))
+    })?;
+
     // The runtime is the program's global one, never dropped: with OFFLOAD_TRACE set, the
     // timeline is written here (scripts/trace-pictures.sh draws it).
     rt.flush_trace()?;
@@ -234,7 +251,7 @@ fn main() -> Result<()> {
             what: "a step gave a wrong result".into(),
         });
     }
-    if a != split || halo != 20 || b != raced {
+    if a != split || halo != 20 || b != raced || t != [3; 4] {
         return Err(offload::Error::InvalidArgument {
             routine: "mapping_tour",
             what: "a step gave a wrong result".into(),

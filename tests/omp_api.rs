@@ -1059,3 +1059,30 @@ fn each_thread_waits_for_its_own_tasks() -> Result<()> {
     let _ = &mut y;
     all_clean(rt)
 }
+
+fn nap(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    std::thread::sleep(std::time::Duration::from_millis(l.scalar::<u64>(0)?));
+    Ok(())
+}
+
+/// Sleeps the given milliseconds (host devices: the CUDA case is `tests/stream_order.rs`'s).
+static NAP: offload::Kernel = offload::Kernel::new("nap_ms").with_host(nap);
+
+/// `omp_get_wtime` waits for the work queued on every device before it reads the clock, so
+/// a port's timer spans its target regions as in C (where they are complete on return): a
+/// queued 50 ms kernel lies between the two reads (a lower bound; without the wait they
+/// are microseconds apart).
+#[test]
+fn omp_get_wtime_spans_queued_target_regions() -> Result<()> {
+    let (_serial, rt) = setup()?;
+    check!(omp_get_wtick() > 0.0 && omp_get_wtick() < 1e-3, "tick {}", omp_get_wtick());
+    let hosts = (0..rt.num_devices()).filter(|&d| rt.describe(d).is_ok_and(|x| x.kind == BackendKind::Host));
+    for d in hosts {
+        let start = omp_get_wtime()?;
+        // SAFETY: no maps; the kernel reads one scalar.
+        unsafe { target(d as i32, &NAP, 1, &[], &[LaunchArg::Value(Scalar::U64(50))])? };
+        let seconds = omp_get_wtime()? - start;
+        check!(seconds >= 0.050, "device {d}: the timer read {seconds} s across a 50 ms region");
+    }
+    all_clean(rt)
+}

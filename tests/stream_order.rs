@@ -558,3 +558,49 @@ fn more_small_copies_than_bounce_slots_still_copy_what_the_host_had() {
         offload_tests::assert_clean(rt, d)
     });
 }
+
+/// A timer read with `Runtime::wtime` spans the work queued between its two reads, as a C
+/// program's `omp_get_wtime` spans its (synchronous) target regions: the queued 50 ms
+/// kernel has run before the second read. (A lower bound: a loaded machine only lengthens
+/// it.) Without the wait the two reads are microseconds apart.
+#[test]
+fn a_wtime_timer_spans_the_queued_work_between_its_reads() {
+    on_every_device("wtime spans queued work", |rt, d| {
+        let gpu = rt.device(d)?;
+        let start = rt.wtime()?;
+        gpu.launch(&SPIN, 1, (50u64,))?;
+        let seconds = rt.wtime()? - start;
+        // The GPU's spin counts 2e6 clock cycles a millisecond: 40 ms leaves room for a
+        // clock above 2 GHz.
+        check!(seconds >= 0.040, "the timer read {seconds} s across a 50 ms kernel");
+        check!(rt.wtime()? >= start + seconds, "the clock goes forward");
+        Ok(())
+    });
+}
+
+/// `wtime` is a synchronising call: it reports the failure of queued work (host devices:
+/// see [`FAIL`]), naming the construct, as `Runtime::synchronize` does.
+#[test]
+fn wtime_reports_a_failure_of_queued_work() {
+    on_every_backend(
+        "wtime reports failures",
+        1,
+        |b| b.synchronous(false),
+        |rt| {
+            let Some(d) = (0..rt.num_devices())
+                .find(|&d| rt.describe(d).map(|x| x.kind == offload::BackendKind::Host).unwrap_or(false))
+            else {
+                println!("SKIP wtime failure: no host device in this runtime (GPU kernels that fail end the context)");
+                return Ok(());
+            };
+            rt.device(d)?.launch(&FAIL, 16, ())?;
+            let read = rt.wtime();
+            check!(
+                matches!(&read, Err(Error::Queued { construct, .. }) if construct.contains("always_fails")),
+                "the failure of the queued kernel: {read:?}"
+            );
+            check!(rt.wtime().is_ok(), "reported once");
+            Ok(())
+        },
+    );
+}

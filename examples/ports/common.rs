@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::time::Instant;
-
 /// A port's options: `-name value` pairs and positional arguments, as the original's.
 pub struct Options {
     flags: Vec<(String, String)>,
@@ -80,11 +78,6 @@ pub fn median(v: &[f64]) -> f64 {
     } else {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
-}
-
-/// Seconds since `t`.
-pub fn since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64()
 }
 
 /// C's `%g` (and `std::cout`'s default) with 6 significant digits.

@@ -77,6 +77,20 @@ pub fn omp_get_num_devices() -> Result<i32> {
     c_int("omp_get_num_devices", rt()?.num_devices())
 }
 
+/// `omp_get_wtime()`: waits for the work queued on every device, then the wall clock in
+/// seconds since a point fixed for the process, so that a C port's timer measures the
+/// target regions it surrounds as in C, where they are complete when they return (here a
+/// launch returns once queued). See [`Runtime::wtime`].
+pub fn omp_get_wtime() -> Result<f64> {
+    rt()?.wtime()
+}
+
+/// `omp_get_wtick()`: the resolution of [`omp_get_wtime`], in seconds (the monotonic
+/// clock's nanosecond).
+pub fn omp_get_wtick() -> f64 {
+    1e-9
+}
+
 /// `omp_get_initial_device()`: equal to `omp_get_num_devices()`.
 pub fn omp_get_initial_device() -> Result<i32> {
     c_int("omp_get_initial_device", rt()?.initial_device())

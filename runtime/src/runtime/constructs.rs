@@ -576,4 +576,54 @@ impl Runtime {
             Target::Initial => Ok(()),
         }
     }
+
+    /// OpenMP's `omp_get_wtime()` for a stream-ordered runtime: waits for the work queued
+    /// on every device (as [`Runtime::synchronize`] does for one: a failure of it is
+    /// reported, after the other devices were waited for), then reads the wall clock, in
+    /// seconds since a point fixed for the process.
+    ///
+    /// C's `target` regions are complete when they return; here a launch returns once
+    /// queued (docs/SEMANTICS.md R11), so `Instant::now()` around a loop of launches
+    /// measures the queuing only. A timer read with `wtime` measures the work it surrounds,
+    /// as `omp_get_wtime` does in the C program: the work of every thread of the program
+    /// queued before the call included.
+    ///
+    /// ```
+    /// # use offload::{map, Runtime};
+    /// #[offload::kernel]
+    /// fn scale(i: usize, x: &mut [f32]) {
+    ///     x[i] *= 2.0;
+    /// }
+    ///
+    /// let rt = Runtime::builder().host_devices(1).build()?;
+    /// let gpu = rt.device(0)?;
+    /// let mut x = vec![1f32; 1 << 16];
+    /// let seconds = gpu.data(map::tofrom(&mut x), |xv| {
+    ///     let start = rt.wtime()?;
+    ///     for _ in 0..10 {
+    ///         scale::launch(&gpu, 1 << 16, xv)?; // returns once queued
+    ///     }
+    ///     Ok(rt.wtime()? - start) // the ten kernels have run
+    /// })?;
+    /// assert!(seconds >= 0.0);
+    /// assert_eq!(x[0], 1024.0);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn wtime(&self) -> Result<f64> {
+        // Every device is waited for; the first failure is the one reported.
+        let mut first = Ok(());
+        for d in 0..self.num_devices() {
+            let waited = self.synchronize(d);
+            if first.is_ok() {
+                first = waited;
+            }
+        }
+        first.map(|()| wall_clock())
+    }
+}
+
+/// Seconds since a point fixed for the process (the first call).
+fn wall_clock() -> f64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
 }
