@@ -159,6 +159,11 @@ fn an_exit_does_not_free_memory_a_queued_kernel_uses() {
     });
 }
 
+/// The runtime's first host device, if it has one.
+fn first_host_device(rt: &offload::Runtime) -> Option<usize> {
+    (0..rt.num_devices()).find(|&d| rt.describe(d).is_ok_and(|x| x.kind == offload::BackendKind::Host))
+}
+
 /// The failure of a queued kernel, on host devices (see [`FAIL`]), in the mode asked for.
 fn failing_kernel_case(sync: bool) {
     on_every_backend(
