@@ -171,9 +171,7 @@ fn failing_kernel_case(sync: bool) {
         1,
         |b| b.synchronous(sync),
         |rt| {
-            let Some(d) = (0..rt.num_devices())
-                .find(|&d| rt.describe(d).map(|x| x.kind == offload::BackendKind::Host).unwrap_or(false))
-            else {
+            let Some(d) = first_host_device(rt) else {
                 println!("SKIP failing kernel: no host device in this runtime (GPU kernels that fail end the context)");
                 return Ok(());
             };
@@ -592,9 +590,7 @@ fn wtime_reports_a_failure_of_queued_work() {
         1,
         |b| b.synchronous(false),
         |rt| {
-            let Some(d) = (0..rt.num_devices())
-                .find(|&d| rt.describe(d).map(|x| x.kind == offload::BackendKind::Host).unwrap_or(false))
-            else {
+            let Some(d) = first_host_device(rt) else {
                 println!("SKIP wtime failure: no host device in this runtime (GPU kernels that fail end the context)");
                 return Ok(());
             };
