@@ -34,7 +34,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("generic device", &["device"]),
     ("device services", &["data_env", "memory_pool", "staging", "copy_crew", "config", "validate"]),
     ("backends", &["backend", "kernel_cache", "worker", "topology"]),
-    ("foundation", &["kernel", "gemm", "index_space", "info", "chrome_trace", "latch", "error"]),
+    (
+        "foundation",
+        &["kernel", "kernel_dump", "gemm", "index_space", "info", "chrome_trace", "latch", "error"],
+    ),
 ];
 
 /// The top-level module a file of `runtime/src` belongs to.

@@ -13,7 +13,7 @@ use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
 const CHILD: &str = "OFFLOAD_TEST_CHILD";
 
 /// Every variable the children read, cleared unless a case sets it.
-const VARS: [&str; 12] = [
+const VARS: [&str; 13] = [
     "OMP_TARGET_OFFLOAD",
     "OMP_DEFAULT_DEVICE",
     "OFFLOAD_HOST_DEVICES",
@@ -25,6 +25,7 @@ const VARS: [&str; 12] = [
     "OFFLOAD_SPLIT_CREWS",
     "OFFLOAD_TOPOLOGY_XML",
     "OFFLOAD_TRACE",
+    "OFFLOAD_DUMP_KERNELS",
     REQUIRE_DEVICES,
 ];
 
@@ -75,6 +76,8 @@ fn environment_values_that_are_not_accepted_are_errors() {
         ("OFFLOAD_TRACE", b" ", "Chrome trace-event file"),
         ("OFFLOAD_TRACE", b"/nonexistent-offload-dir/t.json", "existing folder"),
         ("OFFLOAD_POPULATE_THREADS", b"-1", "0..=1024 threads"),
+        ("OFFLOAD_DUMP_KERNELS", b" ", "every kernel's CUDA and HIP source"),
+        ("OFFLOAD_DUMP_KERNELS", b"/proc/offload-cannot-make-this", "a folder"),
     ] {
         let (ok, out) = run_child(child, &[(var, OsStr::from_bytes(value))]);
         assert!(ok, "{var}: the child crashed: {out}");

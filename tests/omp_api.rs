@@ -8,7 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use offload::omp::*;
 use offload::{
-    BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection, UpdateItem,
+    map, BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection,
+    UpdateItem,
 };
 use offload_kernels::{ADD_I32, FILL_I32};
 use offload_tests::{assert_clean, check, check_eq, fails};
@@ -1083,6 +1084,74 @@ fn omp_get_wtime_spans_queued_target_regions() -> Result<()> {
         unsafe { target(d as i32, &NAP, 1, &[], &[LaunchArg::Value(Scalar::U64(50))])? };
         let seconds = omp_get_wtime()? - start;
         check!(seconds >= 0.050, "device {d}: the timer read {seconds} s across a 50 ms region");
+    }
+    all_clean(rt)
+}
+
+/// One step of a 1-D heat equation with fixed ends, from `src` into `dst`.
+#[offload::kernel(dims = 1)]
+fn heat_step(i: usize, n: usize, src: &[f32], dst: &mut [f32]) {
+    if i == 0 || i == n - 1 {
+        dst[i] = src[i];
+    } else {
+        dst[i] = 0.25 * src[i - 1] + 0.5 * src[i] + 0.25 * src[i + 1];
+    }
+}
+
+/// The usual ping-pong of two grids inside `target data`: the host swaps its two pointers
+/// after each step (C's `tmp = a; a = b; b = tmp;`), and each launch's arguments are
+/// translated through the present table, so the device copies swap with them. The raw
+/// form, as a line-by-line port writes it, and the safe one (the views are `Copy`: swap
+/// them). Both end with the host's own loop's values.
+#[test]
+fn two_grids_swapped_on_the_host_inside_target_data() -> Result<()> {
+    let (_serial, rt) = setup()?;
+    let (n, steps) = (64usize, 7);
+    let start: Vec<f32> = (0..n).map(|i| if i == n / 2 { 64.0 } else { 0.0 }).collect();
+    // The host's loop.
+    let (mut want, mut other) = (start.clone(), vec![0f32; n]);
+    for _ in 0..steps {
+        for i in 0..n {
+            other[i] = if i == 0 || i == n - 1 {
+                want[i]
+            } else {
+                0.25 * want[i - 1] + 0.5 * want[i] + 0.25 * want[i + 1]
+            };
+        }
+        std::mem::swap(&mut want, &mut other);
+    }
+    for d in devices()? {
+        // #pragma omp target data map(tofrom: a[0:n], b[0:n])
+        let (mut a, mut b) = (start.clone(), vec![0f32; n]);
+        let maps = [MapItem::tofrom(a.as_mut_ptr(), 4 * n), MapItem::tofrom(b.as_mut_ptr(), 4 * n)];
+        let (mut src, mut dst) = (a.as_mut_ptr(), b.as_mut_ptr());
+        // SAFETY: the maps name live vectors of the sizes given; the host touches neither
+        // inside the region.
+        unsafe {
+            target_data_begin(d, &maps)?;
+            for _ in 0..steps {
+                let args =
+                    [LaunchArg::Value(Scalar::U64(n as u64)), LaunchArg::mapped(src), LaunchArg::mapped(dst)];
+                target(d, &heat_step::KERNEL, n, &[], &args)?;
+                std::mem::swap(&mut src, &mut dst);
+            }
+            target_data_end(d, &maps)?;
+        }
+        let newest = if steps % 2 == 0 { &a } else { &b };
+        check!(*newest == want, "device {d}: {:?}", &newest[n / 2 - 2..n / 2 + 3]);
+        // The safe form: both grids mapped tofrom, the views swapped.
+        let (mut a, mut b) = (start.clone(), vec![0f32; n]);
+        let gpu = rt.device(d as usize)?;
+        gpu.data((map::tofrom(&mut a), map::tofrom(&mut b)), |(av, bv)| {
+            let (mut src, mut dst) = (av, bv);
+            for _ in 0..steps {
+                heat_step::launch(&gpu, n, n, src, dst)?;
+                std::mem::swap(&mut src, &mut dst);
+            }
+            Ok(())
+        })?;
+        let newest = if steps % 2 == 0 { &a } else { &b };
+        check!(*newest == want, "device {d}: {:?}", &newest[n / 2 - 2..n / 2 + 3]);
     }
     all_clean(rt)
 }

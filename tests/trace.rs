@@ -461,3 +461,60 @@ fn a_failed_construct_is_a_span_and_leaves_the_counters_at_nothing() -> Result<(
     assert_eq!(t.of(1, "X", Some("copy")).len(), 1);
     Ok(())
 }
+
+#[offload::kernel]
+fn dumped_triple(i: usize, x: &mut [f32]) {
+    x[i] *= 3.0;
+}
+
+/// `RuntimeBuilder::dump_kernels` (`OFFLOAD_DUMP_KERNELS`): at its first launch a kernel's
+/// CUDA and HIP sources are written under its symbol, on every backend (host devices
+/// included), once; the folder is made when missing.
+#[test]
+fn kernels_sources_are_written_at_their_first_launch_on_every_backend() {
+    let root = std::env::temp_dir().join(format!("offload-dump-kernels-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dirs = std::sync::Mutex::new(0usize);
+    offload_tests::on_every_backend(
+        "kernel dump",
+        1,
+        |b| {
+            let mut n = dirs.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            b.dump_kernels(root.join(format!("run{n}")))
+        },
+        |rt| {
+            let n = *dirs.lock().unwrap_or_else(|e| e.into_inner());
+            let dir = root.join(format!("run{n}"));
+            let launched =
+                if dumped_triple::CHECKED { &dumped_triple::KERNEL_CHECKED } else { &dumped_triple::KERNEL };
+            let file = dir.join(format!("{}.cu", launched.symbol()));
+            offload_tests::check!(!file.exists(), "nothing is written before the first launch");
+            let io = |e: std::io::Error| offload::Error::InvalidArgument {
+                routine: "kernel dump test",
+                what: format!("{}: {e}", file.display()),
+            };
+            for d in 0..rt.num_devices() {
+                let mut x = vec![1f32; 64];
+                let gpu = rt.device(d)?;
+                gpu.data(map::tofrom(&mut x), |xv| dumped_triple::launch(&gpu, 64, xv))?;
+                offload_tests::check_eq!(x[63], 3.0);
+                if d == 0 {
+                    let cuda = std::fs::read_to_string(&file).map_err(io)?;
+                    offload_tests::check!(
+                        cuda.contains("__global__") && cuda.contains(launched.symbol()),
+                        "{cuda}"
+                    );
+                    let hip = dir.join(format!("{}.hip", launched.symbol()));
+                    offload_tests::check!(hip.exists(), "the HIP source too");
+                    // Written once per runtime: later launches, on any device, leave it.
+                    std::fs::write(&file, "read").map_err(io)?;
+                }
+            }
+            let again = std::fs::read_to_string(&file).unwrap_or_default();
+            offload_tests::check_eq!(again, "read");
+            Ok(())
+        },
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}

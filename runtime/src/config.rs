@@ -1,7 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
-//! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`, and the
-//! builder that can set each of them.
+//! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`,
+//! `OFFLOAD_DUMP_KERNELS`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -120,6 +120,9 @@ pub(crate) struct Settings {
     pub trace_file: Option<PathBuf>,
     /// The MPI rank an MPI launcher gave this process, when a trace is written.
     pub trace_rank: Option<u32>,
+    /// `OFFLOAD_DUMP_KERNELS=dir`: the folder every kernel's CUDA and HIP source is
+    /// written to at its first launch.
+    pub dump_kernels: Option<PathBuf>,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -232,6 +235,20 @@ impl Settings {
             (None, Some(v)) => Some(PathBuf::from(v)),
             (None, None) => None,
         };
+        let dump_kernels =
+            match (&over.dump_kernels, read("OFFLOAD_DUMP_KERNELS", over.dump_kernels.is_some())?) {
+                (Some(dir), _) => Some(dir.clone()),
+                (None, Some(v)) if v.trim().is_empty() => {
+                    return Err(Error::InvalidSetting {
+                        var: "OFFLOAD_DUMP_KERNELS",
+                        value: v,
+                        expected:
+                            "the folder to write every kernel's CUDA and HIP source into, e.g. kernels/",
+                    })
+                }
+                (None, Some(v)) => Some(PathBuf::from(v)),
+                (None, None) => None,
+            };
         // Under an MPI launcher, a file per rank.
         let trace_rank = match trace_file {
             Some(_) => launcher_rank(&**env)?,
@@ -251,6 +268,7 @@ impl Settings {
             synchronous,
             trace_file,
             trace_rank,
+            dump_kernels,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -330,6 +348,7 @@ pub(crate) struct Overrides {
     pub host_memory: Option<usize>,
     pub synchronous: Option<bool>,
     pub trace_file: Option<PathBuf>,
+    pub dump_kernels: Option<PathBuf>,
 }
 
 /// The rank an MPI launcher gave this process: Open MPI's `OMPI_COMM_WORLD_RANK`, PMIx's
@@ -383,10 +402,12 @@ mod tests {
                 ("OFFLOAD_STREAMING_STORES", "0"),
                 ("OFFLOAD_POPULATE_THREADS", " 4"),
                 ("OFFLOAD_SPLIT_CREWS", "on"),
+                ("OFFLOAD_DUMP_KERNELS", "out/kernels"),
             ]),
             &Overrides::default(),
         )
         .unwrap();
+        assert_eq!(s.dump_kernels.as_deref(), Some(std::path::Path::new("out/kernels")));
         assert_eq!(s.policy, OffloadPolicy::Mandatory);
         assert_eq!(s.host_devices, 3);
         assert_eq!(s.default_device, Some(1));
@@ -481,6 +502,7 @@ mod tests {
             "OFFLOAD_SYNC",
             "OFFLOAD_TOPOLOGY_XML",
             "OFFLOAD_TRACE",
+            "OFFLOAD_DUMP_KERNELS",
         ] {
             let bad: EnvLookup = std::sync::Arc::new(move |k| {
                 if k == var {
@@ -508,6 +530,7 @@ mod tests {
             topology_xml: Some("t.xml".into()),
             synchronous: Some(false),
             trace_file: Some("t.json".into()),
+            dump_kernels: Some("kernels".into()),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();

@@ -92,6 +92,7 @@ pub mod index_space;
 pub mod info;
 pub mod kernel;
 pub mod kernel_cache;
+mod kernel_dump;
 mod latch;
 mod macro_support;
 mod memory_pool;

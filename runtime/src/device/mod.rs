@@ -29,6 +29,7 @@ use crate::error::{Error, HostRange, Result};
 use crate::info::{InfoFields, InfoFlags, Trace};
 use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelArg};
+use crate::kernel_dump::KernelDump;
 use crate::memory_pool::{MemoryPool, Owner};
 use crate::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
@@ -115,6 +116,8 @@ pub(crate) struct DeviceState {
     audit: Option<audit::ConstructAudit>,
     /// Device-side spans whose times are not read yet (`OFFLOAD_TRACE` only).
     timeline: timeline::PendingSpans,
+    /// Where kernels' sources are written at their first launch (`OFFLOAD_DUMP_KERNELS`).
+    dump: Option<Arc<KernelDump>>,
 }
 
 /// What every device of a runtime shares or is set up with, for [`DeviceState::new`].
@@ -126,6 +129,8 @@ pub(crate) struct DeviceSetup {
     pub(crate) pinned: Arc<PinnedRanges>,
     /// Every construct waits (`OFFLOAD_SYNC=1`).
     pub(crate) synchronous: bool,
+    /// Where kernels' sources are written at their first launch (`OFFLOAD_DUMP_KERNELS`).
+    pub(crate) dump: Option<Arc<KernelDump>>,
     /// Failed constructs are audited (fault tests).
     pub(crate) audit: Option<Arc<audit::AuditActivity>>,
 }
@@ -157,6 +162,7 @@ impl DeviceState {
             in_flight: InFlight::new(setup.synchronous),
             audit: setup.audit.as_ref().map(|a| audit::ConstructAudit::new(Arc::clone(a))),
             timeline: timeline::PendingSpans::default(),
+            dump: setup.dump.clone(),
         }
     }
 }
@@ -376,6 +382,12 @@ impl DeviceState {
         in_use.pin(&mut table, block);
         drop(table);
         Some((addr, in_use))
+    }
+
+    /// Writes `kernel`'s sources at its first launch, when the runtime dumps them
+    /// (`OFFLOAD_DUMP_KERNELS`); a failed write is the launch's error.
+    pub(crate) fn dump_source(&self, kernel: &Kernel) -> Result<()> {
+        self.dump.as_ref().map_or(Ok(()), |d| d.first_launch(kernel))
     }
 
     pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {

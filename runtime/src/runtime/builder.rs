@@ -17,6 +17,7 @@ use crate::device::audit::AuditActivity;
 use crate::device::{DeviceSetup, DeviceState, PinnedRanges};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
+use crate::kernel_dump::KernelDump;
 use crate::memory_pool::PoolConfig;
 use crate::runtime::{Inner, Runtime};
 use crate::staging::StagingConfig;
@@ -103,6 +104,35 @@ impl RuntimeBuilder {
     /// cannot be created.
     pub fn trace_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.over.trace_file = Some(path.into());
+        self
+    }
+
+    /// Write every kernel's CUDA and HIP source into the folder `dir` (made when missing) at
+    /// the kernel's first launch, on any device, host devices included
+    /// (`OFFLOAD_DUMP_KERNELS=dir`), as libomptarget's `-save-temps` keeps what it compiled:
+    /// a generated kernel's files are what NVRTC compiles for it, under its symbol
+    /// (`<symbol>.cu`, `<symbol>.hip`). `build` fails when the folder cannot be made.
+    ///
+    /// ```
+    /// # use offload::Runtime;
+    /// #[offload::kernel]
+    /// fn twice(i: usize, x: &mut [f32]) {
+    ///     x[i] *= 2.0;
+    /// }
+    ///
+    /// let dir = std::env::temp_dir().join(format!("offload-doc-dump-{}", std::process::id()));
+    /// let rt = Runtime::builder().host_devices(1).dump_kernels(&dir).build()?;
+    /// let mut x = vec![1f32; 8];
+    /// rt.device(0)?.data(offload::map::tofrom(&mut x), |xv| twice::launch(&rt.device(0)?, 8, xv))?;
+    /// // The variant launched: the checked one in a debug build (`twice::KERNEL_CHECKED`).
+    /// let launched = if twice::CHECKED { &twice::KERNEL_CHECKED } else { &twice::KERNEL };
+    /// let cuda = std::fs::read_to_string(dir.join(format!("{}.cu", launched.symbol())))?;
+    /// assert!(cuda.contains("__global__"));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn dump_kernels(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.over.dump_kernels = Some(dir.into());
         self
     }
 
@@ -199,6 +229,7 @@ impl RuntimeBuilder {
             .map(|path| ChromeTraceLayer::new(path, settings.trace_rank))
             .transpose()?;
         let trace = Arc::new(Trace::with_file(settings.info, self.capture_info, file));
+        let dump = settings.dump_kernels.clone().map(KernelDump::new).transpose()?.map(Arc::new);
         let topology = Arc::new(match &settings.topology_xml {
             Some(path) => Topology::from_xml_file(path)?,
             None => Topology::system(),
@@ -309,6 +340,7 @@ impl RuntimeBuilder {
             staging: settings.staging,
             pinned: Arc::clone(&pinned),
             synchronous: settings.synchronous,
+            dump,
             audit: self.faults.is_some().then(|| Arc::new(AuditActivity::default())),
         };
         let devices = devices

@@ -300,6 +300,7 @@ impl Runtime {
             let (a, mut in_use) =
                 d.translate_args(kernel, args, (shape == ArgShape::OpenMp).then_some(&[]))?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
+            d.dump_source(kernel)?;
             d.trace_launch(kernel, n, &a);
             let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
             recorder::push(launch, in_use.take_blocks());
@@ -351,6 +352,7 @@ impl Runtime {
         let launched =
             d.translate_args(kernel, args, c_pointers.then_some(&parts[..])).and_then(|(a, in_use)| {
                 let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
+                d.dump_source(kernel)?;
                 d.trace_launch(kernel, n, &a);
                 // A kernel that writes another device's memory (peer access) is seen there by
                 // work no construct on this device orders: it waits, as OpenMP's target does.
