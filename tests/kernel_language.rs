@@ -992,6 +992,9 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &scale_rows::KERNEL,
             &scale_rows_past::KERNEL,
             &wrap_rows::KERNEL,
+            &walks::KERNEL,
+            &walks::KERNEL_CHECKED,
+            &tree_by_levels::KERNEL,
         ],
     );
 }
@@ -1142,6 +1145,83 @@ fn fast_rows_give_the_loops_results_and_fail_where_the_body_fails() {
             }
             other => check!(false, "expected a failed launch, got {other:?}"),
         }
+        Ok(())
+    });
+}
+
+/// An order-sensitive fold of a walk's values (small: no overflow in any order).
+const FOLD: u64 = 1_000_003;
+
+/// Each item folds the values of five walks of ranges in the order it visits them:
+/// `.step_by` with a step of its own (1 to 5), `.rev()`, `.rev().step_by`, `.step_by.rev()`,
+/// over `usize`, inclusive ranges and a signed range crossing zero.
+#[offload::kernel(dims = 1)]
+fn walks(i: usize, n: usize, out: &mut [u64]) {
+    let s = i % 5 + 1;
+    let mut up: u64 = 0;
+    for k in (i..n).step_by(s) {
+        up = (up * 7 + k as u64) % FOLD;
+    }
+    let mut down: u64 = 0;
+    for k in (0..=i).rev() {
+        down = (down * 7 + k as u64) % FOLD;
+    }
+    let mut down_by: u64 = 0;
+    for k in (i..=n).rev().step_by(s) {
+        down_by = (down_by * 7 + k as u64) % FOLD;
+    }
+    let mut up_reversed: u64 = 0;
+    for k in (0..n).step_by(s).rev() {
+        up_reversed = (up_reversed * 7 + k as u64) % FOLD;
+    }
+    let mut signed: i64 = 0;
+    for k in (-7i32..(i as i32) - 3).rev().step_by(s) {
+        signed = (signed * 7 + k as i64) % (FOLD as i64);
+    }
+    out[5 * i] = up;
+    out[5 * i + 1] = down;
+    out[5 * i + 2] = down_by;
+    out[5 * i + 3] = up_reversed;
+    out[5 * i + 4] = signed as u64;
+}
+
+/// A per-team sum as a tree whose loop walks its levels downwards with `.rev()`: barriers
+/// inside a loop whose bounds (and step) are the same for every thread.
+#[offload::kernel(teams = 64)]
+fn tree_by_levels(team: usize, thread: usize, x: &[f32], sums: &mut [f32]) {
+    let mut partial: [f32; 64] = offload::team_local();
+    partial[thread] = x[team * 64 + thread];
+    offload::barrier();
+    for level in (0..6usize).rev().step_by(1) {
+        let width = 1usize << level;
+        if thread < width {
+            partial[thread] += partial[thread + width];
+        }
+        offload::barrier();
+    }
+    if thread == 0 {
+        sums[team] = partial[0];
+    }
+}
+
+#[test]
+fn loops_walk_ranges_with_step_by_and_rev_as_rust_does() {
+    on_every_device("step_by and rev", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 23;
+        let mut want = vec![0u64; 5 * n];
+        for i in 0..n {
+            walks(i, n, &mut want);
+        }
+        let mut out = vec![0u64; 5 * n];
+        gpu.data(map::from(&mut out), |o| walks::launch(&gpu, n, n, o))?;
+        check_eq!(out, want);
+        let teams = 9;
+        let x: Vec<f32> = (0..teams * 64).map(|i| (i % 17) as f32).collect();
+        let mut sums = vec![0f32; teams];
+        gpu.data((map::to(&x), map::from(&mut sums)), |(x, s)| tree_by_levels::launch(&gpu, teams, x, s))?;
+        let want: Vec<f32> = (0..teams).map(|t| x[t * 64..t * 64 + 64].iter().sum()).collect();
+        check_eq!(sums, want);
         Ok(())
     });
 }

@@ -147,9 +147,10 @@ fn element_indices<'a>(stmts: &'a [Stmt], out: &mut Vec<&'a Expr>) {
                     element_indices(e, out);
                 }
             }
-            Stmt::For { start, end, body, .. } => {
+            Stmt::For { start, end, step, body, .. } => {
                 expr(start, out);
                 expr(end, out);
+                step.iter().for_each(|s| expr(s, out));
                 element_indices(body, out);
             }
             Stmt::While { cond, body } => {
@@ -327,8 +328,9 @@ fn team_row_accesses(
                 nested.push((then, facts.clone()));
                 nested.push((els.as_deref().unwrap_or_default(), facts.clone()));
             }
-            Stmt::For { start, end, body: b, .. } => {
+            Stmt::For { start, end, step, body: b, .. } => {
                 own_exprs.extend([start, end]);
+                own_exprs.extend(step);
                 let kept = facts.iter().copied().filter(|(c, _)| !assigns_var(b, *c)).collect();
                 nested.push((b, kept));
             }

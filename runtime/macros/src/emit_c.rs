@@ -9,7 +9,9 @@ use std::fmt::Write;
 use syn::BinOp;
 
 use crate::access::ThreadMap;
-use crate::ir::{view_repr, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, VarId, ViewRepr};
+use crate::ir::{
+    view_repr, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, Type, VarId, ViewRepr,
+};
 use crate::signature::{Elem, KernelSig, ParamKind, Ret, Slot, StructTy};
 use crate::ty::{RedOp, Ty};
 
@@ -369,7 +371,7 @@ impl Emitter<'_> {
                     }
                 }
             }
-            Stmt::For { var, start, end, inclusive, end_c, body } => {
+            Stmt::For { var, start, end, inclusive, end_c, step: None, order: Order::Up, body } => {
                 let v = self.body.vars[*var].clone();
                 let t = self.decl_type(&v.ty);
                 let (a, b) = (self.expr(start), self.expr(end));
@@ -379,6 +381,46 @@ impl Emitter<'_> {
                     c = v.c
                 ));
                 self.block(body);
+                self.line("}");
+            }
+            Stmt::For { var, start, end, inclusive, end_c, step, order, body } => {
+                // A counted loop over the values' places: no sum runs past the type's
+                // range (as Rust's `step_by` and `rev` never do), whatever the bounds. The
+                // sums are unsigned (wrapping), converted back to the loop's type.
+                let v = self.body.vars[*var].clone();
+                let t = self.decl_type(&v.ty);
+                let (a, b) = (self.expr(start), self.expr(end));
+                let st = step.as_ref().map_or_else(
+                    || "1ull".to_string(),
+                    |s| format!("(unsigned long long)({})", self.expr(s)),
+                );
+                let (c, n, k) = (&v.c, format!("{end_c}_n"), format!("{end_c}_k"));
+                let (first, last, stride) =
+                    (format!("{end_c}_a"), format!("{end_c}_b"), format!("{end_c}_s"));
+                const ULL: &str = "unsigned long long";
+                self.line("{");
+                self.line(&format!("    {t} {first} = {a};"));
+                self.line(&format!("    decltype({first}) {last} = {b};"));
+                self.line(&format!("    const {ULL} {stride} = {st};"));
+                // The number of values in the range, then of those the walk takes (none for
+                // a step of 0, where Rust's `step_by` panics).
+                let len = if *inclusive {
+                    format!("({first} <= {last} ? ({ULL}){last} - ({ULL}){first} + 1ull : 0ull)")
+                } else {
+                    format!("({first} < {last} ? ({ULL}){last} - ({ULL}){first} : 0ull)")
+                };
+                self.line(&format!("    const {ULL} {n} = {stride} == 0ull || {len} == 0ull ? 0ull : ({len} - 1ull) / {stride} + 1ull;"));
+                let top =
+                    if *inclusive { format!("({ULL}){last}") } else { format!("(({ULL}){last} - 1ull)") };
+                let place = match order {
+                    Order::Up => format!("({ULL}){first} + {k} * {stride}"),
+                    Order::Down => format!("{top} - {k} * {stride}"),
+                    Order::UpReversed => format!("({ULL}){first} + ({n} - 1ull - {k}) * {stride}"),
+                };
+                self.line(&format!("    for ({ULL} {k} = 0ull; {k} < {n}; ++{k}) {{"));
+                self.line(&format!("        const decltype({first}) {c} = (decltype({first}))({place});"));
+                self.block(body);
+                self.line("    }");
                 self.line("}");
             }
             Stmt::While { cond, body } => {

@@ -270,11 +270,12 @@ impl<'a> RustEmitter<'a> {
                     }
                 }
             }
-            Stmt::For { var, start, end, inclusive, body, .. } => {
+            Stmt::For { var, start, end, inclusive, step, order, body, .. } => {
                 let id = &self.body.vars[*var].rust;
                 let (a, b) = (self.expr(start), self.expr(end));
+                let step = step.as_ref().map(|s| self.expr(s));
                 let body = self.stmts(body);
-                let range = if *inclusive { quote!(#a..=#b) } else { quote!(#a..#b) };
+                let range = walk(a, b, *inclusive, step, *order);
                 quote!(for #id in #range { #body })
             }
             Stmt::While { cond, body } => {
@@ -332,5 +333,24 @@ fn lit(l: &Lit, ty: &Type, span: Span) -> TokenStream {
             let l = syn::LitFloat::new(&text, span);
             quote!(#l)
         }
+    }
+}
+
+/// The Rust iterator of a `for` over `a..b` (or `a..=b`) walked in `order`, by `step`.
+pub(crate) fn walk(
+    a: TokenStream,
+    b: TokenStream,
+    inclusive: bool,
+    step: Option<TokenStream>,
+    order: crate::ir::Order,
+) -> TokenStream {
+    use crate::ir::Order;
+    let range = if inclusive { quote!(#a..=#b) } else { quote!(#a..#b) };
+    match (order, step) {
+        (Order::Up, None) => range,
+        (Order::Up, Some(s)) => quote!((#range).step_by(#s)),
+        (Order::Down | Order::UpReversed, None) => quote!((#range).rev()),
+        (Order::Down, Some(s)) => quote!((#range).rev().step_by(#s)),
+        (Order::UpReversed, Some(s)) => quote!((#range).step_by(#s).rev()),
     }
 }

@@ -310,12 +310,13 @@ impl<'a> TeamsTwin<'a> {
                 let b = self.list(b);
                 quote!({ #b })
             }
-            Stmt::For { var, start, end, inclusive, body, .. } => {
+            Stmt::For { var, start, end, inclusive, step, order, body, .. } => {
                 let id = &self.emit.body.vars[*var].rust;
                 let (a, b) = (self.uniform(start), self.uniform(end));
+                let step = step.as_ref().map(|s| self.uniform(s));
                 self.uniform.borrow_mut().insert(*var);
                 let body = self.list(body);
-                let range = if *inclusive { quote!(#a..=#b) } else { quote!(#a..#b) };
+                let range = crate::emit_host::walk(a, b, *inclusive, step, *order);
                 quote!(for #id in #range { #body })
             }
             Stmt::If { cond, then, els } => {

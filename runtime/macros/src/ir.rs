@@ -166,6 +166,19 @@ pub enum Place {
     Field { base: Box<Place>, field: Ident },
 }
 
+/// How a `for` walks its range `start..end` (or `..=`) of values `start`, `start + step`,
+/// ... (`step` 1 without `.step_by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// `a..b`, `(a..b).step_by(s)`: upwards from `start`.
+    Up,
+    /// `(a..b).rev()`, `(a..b).rev().step_by(s)`: downwards from the range's last value,
+    /// by `step`.
+    Down,
+    /// `(a..b).step_by(s).rev()`: the values of `Up`, last first.
+    UpReversed,
+}
+
 #[derive(Clone, Debug)]
 pub enum Stmt {
     Let {
@@ -197,6 +210,10 @@ pub enum Stmt {
         end: Expr,
         inclusive: bool,
         end_c: String,
+        /// `.step_by(step)` (a `usize`), when given.
+        step: Option<Expr>,
+        /// The order the range is walked in (`.rev()`).
+        order: Order,
         body: Block,
     },
     While {
@@ -317,10 +334,11 @@ pub fn visit_stmt_vars(stmts: &[Stmt], f: &mut impl FnMut(VarId)) {
                 visit_stmt_vars(then, f);
                 visit_stmt_vars(els.as_deref().unwrap_or_default(), f);
             }
-            Stmt::For { var, start, end, body, .. } => {
+            Stmt::For { var, start, end, step, body, .. } => {
                 f(*var);
                 visit_vars(start, f);
                 visit_vars(end, f);
+                step.iter().for_each(|s| visit_vars(s, f));
                 visit_stmt_vars(body, f);
             }
             Stmt::While { cond, body } => {
@@ -369,9 +387,10 @@ pub fn visit_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
                 visit_exprs(then, f);
                 visit_exprs(els.as_deref().unwrap_or_default(), f);
             }
-            Stmt::For { start, end, body, .. } => {
+            Stmt::For { start, end, step, body, .. } => {
                 expr(start, f);
                 expr(end, f);
+                step.iter().for_each(|s| expr(s, f));
                 visit_exprs(body, f);
             }
             Stmt::While { cond, body } => {

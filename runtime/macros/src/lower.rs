@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use syn::{BinOp, Expr as SynExpr, Ident, Pat, RangeLimits, Stmt as SynStmt, UnOp};
 
 use crate::ir::{
-    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Place, Role, Stmt, Type, Var, VarId,
+    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, Type, Var, VarId,
 };
 use crate::signature::{err, struct_type, Elem, Param, ParamKind, Ret};
 use crate::ty::{scalar_type, RedOp, Ty};
@@ -476,12 +476,25 @@ impl Lowerer {
         let v = self.value(&init.expr, annotated.as_ref())?;
         let ty = match (annotated, &v.ty) {
             (Some(t), _) => t,
-            (None, Type::IntLit | Type::FloatLit) => {
+            // The suggestion follows the operands: integer literals (`THREADS >> (k + 1)`)
+            // want an integer type, float ones a float type.
+            (None, Type::IntLit) => {
                 return err(
                     l,
                     format!(
-                        "the type of `{ident}` cannot be inferred by the kernel language: annotate it \
-                         (`let {ident}: f32 = ...`) or give the literal a suffix (`1.0f32`)"
+                        "the type of `{ident}` cannot be inferred by the kernel language: its operands are \
+                         integer literals; annotate it (`let {ident}: usize = ...`, or `u32`, `i32`, ...) \
+                         or give a literal a suffix (`1usize`)"
+                    ),
+                )
+            }
+            (None, Type::FloatLit) => {
+                return err(
+                    l,
+                    format!(
+                        "the type of `{ident}` cannot be inferred by the kernel language: its operands are \
+                         float literals; annotate it (`let {ident}: f32 = ...`, or `f64`) or give a literal \
+                         a suffix (`1.0f32`)"
                     ),
                 )
             }
@@ -536,16 +549,13 @@ impl Lowerer {
                     Pat::Wild(w) => Ident::new("__offload_k", w.underscore_token.span),
                     _ => return err(&f.pat, "patterns are not in the kernel language: `for x in a..b`"),
                 };
-                let SynExpr::Range(r) = &*f.expr else {
-                    return err(
-                        &f.expr,
-                        "iterators are not in the kernel language: loop over a range `a..b` or `a..=b`",
-                    );
-                };
+                let (r, step, order) = range_walk(&f.expr)?;
                 let (Some(a), Some(b)) = (&r.start, &r.end) else {
                     return err(r, "open ranges are not in the kernel language: write both bounds");
                 };
                 let (start, end) = self.operands(a, b, None)?;
+                // Rust's `step_by` takes a `usize`; it is read once, before the loop.
+                let step = step.map(|e| self.value(e, Some(&Type::Scalar(Ty::Usize)))).transpose()?;
                 let opaque = matches!(start.ty, Type::Opaque(_)) || matches!(end.ty, Type::Opaque(_));
                 let ty = match start.ty.scalar().or(end.ty.scalar()) {
                     Some(t) if !t.is_int() => {
@@ -567,7 +577,9 @@ impl Lowerer {
                     self.vars[var].ty = Type::Opaque(Box::new(ex(ExprKind::Var(var), Type::Unit, r.span())));
                 }
                 let end_c = self.fresh(&format!("{}_end", self.vars[var].c));
-                let thread_bound = self.on_thread(&start) || self.on_thread(&end);
+                let thread_bound = self.on_thread(&start)
+                    || self.on_thread(&end)
+                    || step.as_ref().is_some_and(|s| self.on_thread(s));
                 self.divergent += usize::from(thread_bound);
                 let body = self.loop_body(&f.body);
                 self.divergent -= usize::from(thread_bound);
@@ -578,6 +590,8 @@ impl Lowerer {
                     end,
                     inclusive: matches!(r.limits, RangeLimits::Closed(_)),
                     end_c,
+                    step,
+                    order,
                     body: body?,
                 });
                 Ok(())
@@ -1468,5 +1482,55 @@ fn reduction_misuse<T>(at: impl quote::ToTokens, op: RedOp) -> syn::Result<T> {
                 ),
             )
         }
+    }
+}
+
+/// The range a `for` walks and how: `a..b` (or `a..=b`), `(a..b).rev()`,
+/// `(a..b).step_by(s)`, `(a..b).rev().step_by(s)` or `(a..b).step_by(s).rev()`.
+fn range_walk(e: &SynExpr) -> syn::Result<(&syn::ExprRange, Option<&SynExpr>, Order)> {
+    fn unparen(e: &SynExpr) -> &SynExpr {
+        match e {
+            SynExpr::Paren(p) => unparen(&p.expr),
+            other => other,
+        }
+    }
+    // One method call on a receiver: `.rev()` or `.step_by(s)`.
+    fn call(e: &SynExpr) -> Option<(&SynExpr, &'static str, Option<&SynExpr>)> {
+        let SynExpr::MethodCall(m) = e else { return None };
+        match (m.method.to_string().as_str(), m.args.len(), m.turbofish.is_none()) {
+            ("rev", 0, true) => Some((&m.receiver, "rev", None)),
+            ("step_by", 1, true) => Some((&m.receiver, "step_by", m.args.first())),
+            _ => None,
+        }
+    }
+    let refused = || {
+        err(
+            e,
+            "iterators are not in the kernel language: loop over a range `a..b` or `a..=b`, optionally \
+             `.rev()`, `.step_by(s)` or both",
+        )
+    };
+    fn range(e: &SynExpr) -> Option<&syn::ExprRange> {
+        match unparen(e) {
+            SynExpr::Range(r) => Some(r),
+            _ => None,
+        }
+    }
+    let found = match call(unparen(e)) {
+        None => range(e).map(|r| (r, None, Order::Up)),
+        Some((inner, "rev", _)) => match call(unparen(inner)) {
+            None => range(inner).map(|r| (r, None, Order::Down)),
+            Some((inner, "step_by", s)) => range(inner).map(|r| (r, s, Order::UpReversed)),
+            Some(_) => None,
+        },
+        Some((inner, _, s)) => match call(unparen(inner)) {
+            None => range(inner).map(|r| (r, s, Order::Up)),
+            Some((inner, "rev", None)) => range(inner).map(|r| (r, s, Order::Down)),
+            Some(_) => None,
+        },
+    };
+    match found {
+        Some(f) => Ok(f),
+        None => refused(),
     }
 }

@@ -243,7 +243,26 @@ fn constructs_outside_the_subset_are_errors_that_say_why() {
                     y[i] = x;
                 }
             ),
-            "annotate it",
+            "float literals; annotate it (`let x: f32 = ...`",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    for q in (0..4usize).skip(1) {
+                        y[q] = 0.0;
+                    }
+                }
+            ),
+            "optionally `.rev()`, `.step_by(s)` or both",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f32]) {
+                    let half = 256 >> (2 + 1);
+                    y[i] = 0.0;
+                }
+            ),
+            "integer literals; annotate it (`let half: usize = ...`",
         ),
         (
             quote!(
@@ -689,6 +708,11 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
     }));
     assert!(e.contains("a barrier is reached by every thread of the team"), "{e}");
     let e = teams(quote!(for k in 0..thread {
+        offload::barrier();
+    }));
+    assert!(e.contains("a barrier is reached by every thread"), "{e}");
+    // A step that depends on the thread makes the loop's trip count the thread's own.
+    let e = teams(quote!(for k in (0..64usize).step_by(thread + 1) {
         offload::barrier();
     }));
     assert!(e.contains("a barrier is reached by every thread"), "{e}");
