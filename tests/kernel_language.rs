@@ -995,6 +995,9 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &walks::KERNEL,
             &walks::KERNEL_CHECKED,
             &tree_by_levels::KERNEL,
+            &aliased::KERNEL,
+            &aliased::KERNEL_CHECKED,
+            &aliased_team_sum::KERNEL,
         ],
     );
 }
@@ -1221,6 +1224,71 @@ fn loops_walk_ranges_with_step_by_and_rev_as_rust_does() {
         let mut sums = vec![0f32; teams];
         gpu.data((map::to(&x), map::from(&mut sums)), |(x, s)| tree_by_levels::launch(&gpu, teams, x, s))?;
         let want: Vec<f32> = (0..teams).map(|t| x[t * 64..t * 64 + 64].iter().sum()).collect();
+        check_eq!(sums, want);
+        Ok(())
+    });
+}
+
+/// C's `typedef float Real;` and `typedef unsigned Index;`, as a port writes them.
+type Real = f32;
+type Index = u32;
+
+/// A device function over the aliases, told of them with `types(..)`.
+#[offload::device(types(Real = f32))]
+fn clamp_low(v: Real, low: Real) -> Real {
+    if v < low {
+        low
+    } else {
+        v
+    }
+}
+
+/// A kernel over the aliases: parameters, views, locals, casts, `Real::MAX`, compound
+/// assignment, and a team-local array of `Real` (a teams kernel below).
+#[offload::kernel(types(Real = f32, Index = u32))]
+fn aliased(i: usize, a: Real, every: Index, x: &[Real], y: &mut [Real]) {
+    let mut v: Real = a * x[i];
+    if (i as Index) % every == 0 {
+        v += 1.0;
+    }
+    v = clamp_low(v, -Real::MAX);
+    y[i] = v as Real;
+}
+
+#[offload::kernel(teams = 32, types(Real = f32))]
+fn aliased_team_sum(team: usize, thread: usize, x: &[Real], sums: &mut [Real]) {
+    let mut part: [Real; 32] = offload::team_local();
+    part[thread] = x[team * 32 + thread];
+    offload::barrier();
+    if thread == 0 {
+        let mut s: Real = 0.0;
+        let mut k = 0usize;
+        while k < 32 {
+            s += part[k];
+            k += 1;
+        }
+        sums[team] = s;
+    }
+}
+
+#[test]
+fn aliases_of_scalar_types_named_in_types_are_the_scalar_types() {
+    on_every_device("type aliases", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 100;
+        let x: Vec<Real> = (0..n).map(|i| i as Real).collect();
+        let mut y = vec![0.0 as Real; n];
+        gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| aliased::launch(&gpu, n, 2.0, 3, x, y))?;
+        let mut want = vec![0.0 as Real; n];
+        for i in 0..n {
+            aliased(i, 2.0, 3, &x, &mut want);
+        }
+        check_eq!(y, want);
+        let teams = 5;
+        let x: Vec<Real> = (0..teams * 32).map(|i| (i % 7) as Real).collect();
+        let mut sums = vec![0.0 as Real; teams];
+        gpu.data((map::to(&x), map::from(&mut sums)), |(x, s)| aliased_team_sum::launch(&gpu, teams, x, s))?;
+        let want: Vec<Real> = (0..teams).map(|t| x[t * 32..t * 32 + 32].iter().sum()).collect();
         check_eq!(sums, want);
         Ok(())
     });

@@ -545,6 +545,13 @@ pub(crate) fn expand_c_shaped(
 /// `C_SOURCE` must define (guarded by `#ifndef`) a C struct of the type's name with the
 /// same layout: the same fields, of the same sizes, at the same offsets; the type has no
 /// padding, and its size is a multiple of 4 bytes.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel struct, but a kernel or device function uses it as one",
+    label = "a type name the kernel macro does not know is read as a `#[derive(offload::DeviceCopy)]` struct",
+    note = "if the name is an alias of a scalar type (`type Real = f32;`), tell the macro: \
+            `#[offload::kernel(types(Real = f32))]` or `#[offload::device(types(Real = f32))]`, or write the \
+            scalar type; deriving DeviceCopy is for structs"
+)]
 pub unsafe trait KernelStruct: DeviceCopy {
     /// The C definition (with those of the structs it holds, first).
     const C_SOURCE: &'static str;

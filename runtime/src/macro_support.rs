@@ -601,6 +601,24 @@ pub fn run_chunks<A: Send>(
     parts.into_iter().fold(identity, combine)
 }
 
+/// Implemented by a type for itself only: `A: AliasOf<T>` holds when `A` is `T`. The
+/// kernel macro asserts each entry of `types(Alias = T)` with it.
+#[diagnostic::on_unimplemented(
+    message = "an alias in `types(..)` is `{Self}`, not `{T}` as the option says",
+    label = "this alias is `{Self}`",
+    note = "`types(Real = f32)` tells the kernel macro what the alias `Real` stands for: give the type the alias has"
+)]
+pub trait AliasOf<T> {}
+
+impl<T> AliasOf<T> for T {}
+
+/// Compiles only when `A` is `T` (see [`AliasOf`]).
+pub const fn alias_is<A: AliasOf<T>, T>() {}
+
+/// Compiles only when `T` is a kernel struct: asserted, at the type's place in the
+/// signature, for each type a kernel takes as a struct (a name it does not know).
+pub const fn is_kernel_struct<T: KernelStruct>() {}
+
 /// The work items of a launch over `points` of its space, `per_point` each (a teams
 /// kernel's threads per team, else 1): an error naming `kernel` when the count overflows.
 pub fn work_items(kernel: &'static str, points: usize, per_point: usize) -> Result<usize> {

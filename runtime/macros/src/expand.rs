@@ -103,12 +103,43 @@ pub fn device(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
-    if !attr.is_empty() {
-        return Err(syn::Error::new_spanned(
-            attr,
-            "offload::device takes no options (device functions it calls are found by name)",
-        ));
+    let aliases = device_aliases(attr)?;
+    let checks = aliases.assertions();
+    device_items(&aliases.resolve(f), f).map(|items| quote!(#checks #items))
+}
+
+/// The one option of `#[offload::device(..)]`: `types(Real = f32, ..)`.
+fn device_aliases(attr: TokenStream) -> syn::Result<crate::aliases::Aliases> {
+    if attr.is_empty() {
+        return Ok(Default::default());
     }
+    let refused = |t: &dyn quote::ToTokens| {
+        syn::Error::new_spanned(
+            t,
+            "offload::device takes one option, `types(Alias = f32, ..)` (device functions it calls are found \
+             by name)",
+        )
+    };
+    syn::parse::Parser::parse2(
+        |input: syn::parse::ParseStream<'_>| {
+            let key: syn::Ident = input.parse()?;
+            if key != "types" {
+                return Err(refused(&key));
+            }
+            let content;
+            syn::parenthesized!(content in input);
+            let aliases = crate::aliases::Aliases::parse_list(&content)?;
+            if !input.is_empty() {
+                return Err(input.error("offload::device: nothing after `types(..)`"));
+            }
+            Ok(aliases)
+        },
+        attr,
+    )
+}
+
+/// A device function's items, `f` read with its aliases resolved, `original` as written.
+fn device_items(f: &ItemFn, original: &ItemFn) -> syn::Result<TokenStream> {
     let (params, ret) = device_sig(f)?;
     let name = f.sig.ident.to_string();
     if is_reserved(&name) {
@@ -171,7 +202,7 @@ fn device_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
     };
     let twin_body = emit.stmts(&body.stmts);
     Ok(quote! {
-        #f
+        #original
         #[doc(hidden)]
         #[allow(unused, unused_parens, clippy::all, non_snake_case)]
         #vis fn #twin(#(#twin_params),*) #ret_tokens {
@@ -198,14 +229,30 @@ struct Lowered {
     map: ThreadMap,
 }
 
-fn kernel_impl(attr: TokenStream, f: &ItemFn) -> syn::Result<TokenStream> {
-    let (opts, k, rows) = lower_kernel(attr, f)?;
-    generate(f, &opts, &k, rows)
+fn kernel_impl(attr: TokenStream, original: &ItemFn) -> syn::Result<TokenStream> {
+    let (opts, k, rows) = lower_kernel(attr, original)?;
+    // The kernel as read with its aliases resolved (the same types to rustc).
+    let f = opts.aliases.resolve(original);
+    let checks = opts.aliases.assertions();
+    // Each type taken as a struct is asserted one at its place in the signature: a scalar's
+    // alias the macro was not told of fails there first, naming the fix.
+    let structs = k.sig.params.iter().filter_map(|p| match &p.kind {
+        crate::signature::ParamKind::Struct(s)
+        | crate::signature::ParamKind::View { elem: crate::signature::Elem::Struct(s), .. } => Some(&s.path),
+        _ => None,
+    });
+    let structs = structs.map(
+        |p| quote::quote_spanned!(syn::spanned::Spanned::span(p)=> const _: () = ::offload::__private::is_kernel_struct::<#p>();),
+    );
+    // The function itself is emitted as written (the aliases are the same types to rustc).
+    let generated = generate(&f, original, &opts, &k, rows)?;
+    Ok(quote!(#checks #(#structs)* #generated))
 }
 
 /// A kernel's options, lowered body and strip length.
 fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lowered, u32)> {
     let opts: KernelOptions = syn::parse2(attr)?;
+    let f = &opts.aliases.resolve(f);
     let sig = kernel_sig(f, &opts)?;
     let rows = match opts.rows {
         Some((_, span)) if sig.indices.len() == 1 || sig.teams.is_some() => {
@@ -279,7 +326,14 @@ pub fn device_c(f: TokenStream) -> Result<String, String> {
     Ok(emit_c::joined(&emit_c::device_source(&f.sig.ident.to_string(), &params, &param_vars, &ret, &body)))
 }
 
-fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Result<TokenStream> {
+/// The items of kernel `f` (read with its aliases resolved), `original` as written.
+fn generate(
+    f: &ItemFn,
+    original: &ItemFn,
+    opts: &KernelOptions,
+    k: &Lowered,
+    rows: u32,
+) -> syn::Result<TokenStream> {
     let sig = &k.sig;
     let name = &sig.name;
     let name_str = name.to_string();
@@ -1072,7 +1126,7 @@ fn generate(f: &ItemFn, opts: &KernelOptions, k: &Lowered, rows: u32) -> syn::Re
 
     Ok(quote! {
         #[allow(dead_code)]
-        #f
+        #original
 
         #[doc = #doc]
         #[allow(dead_code, clippy::all)]

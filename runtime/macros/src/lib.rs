@@ -122,6 +122,7 @@
 use proc_macro::TokenStream;
 
 mod access;
+mod aliases;
 mod derive;
 mod emit_c;
 mod emit_host;

@@ -414,7 +414,9 @@ impl Lowerer {
                 return err(id, "a team-local array is `let mut`: the team's threads write it");
             }
             let Some(elem) = scalar_type(&arr.elem).filter(|t| *t != Ty::Bool) else {
-                return err(&arr.elem, "a team-local array holds f32, f64, i32, u32, i64, u64 or usize");
+                let what = "a team-local array holds f32, f64, i32, u32, i64, u64 or usize";
+                let named = struct_type(&arr.elem).map(Type::Struct);
+                return err(&arr.elem, named.map_or_else(|| what.to_string(), |t| for_scalars(what, &t)));
             };
             let len: u64 = match &arr.len {
                 SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => n.base10_parse()?,
@@ -704,7 +706,7 @@ impl Lowerer {
                 let place = self.place(&b.left)?;
                 let t = self.place_type(&place);
                 if matches!(t, Type::Struct(_) | Type::View { .. }) {
-                    return err(b, "compound assignment is for scalars");
+                    return err(b, for_scalars("compound assignment is for scalars", &t));
                 }
                 let shift = matches!(b.op, BinOp::ShlAssign(_) | BinOp::ShrAssign(_));
                 let value = if shift { self.value(&b.right, None)? } else { self.value(&b.right, Some(&t))? };
@@ -1177,7 +1179,7 @@ impl Lowerer {
             Eq(_) | Lt(_) | Le(_) | Ne(_) | Ge(_) | Gt(_) => {
                 let (l, r) = self.operands(&b.left, &b.right, None)?;
                 if matches!(l.ty, Type::Struct(_) | Type::View { .. }) {
-                    return err(b, "comparisons are for scalars");
+                    return err(b, for_scalars("comparisons are for scalars", &l.ty));
                 }
                 Ok(ex(ExprKind::Binary(b.op, Box::new(l), Box::new(r)), Type::Scalar(Ty::Bool), span))
             }
@@ -1532,5 +1534,20 @@ fn range_walk(e: &SynExpr) -> syn::Result<(&syn::ExprRange, Option<&SynExpr>, Or
     match found {
         Some(f) => Ok(f),
         None => refused(),
+    }
+}
+
+/// `what` (an error for a value that is not a scalar), with a hint when the value's type is
+/// a one-word name the macro took for a struct: it may be an alias of a scalar type, which
+/// the macro cannot see through unless told.
+fn for_scalars(what: &str, t: &Type) -> String {
+    match t {
+        Type::Struct(s) if s.path.segments.len() == 1 => format!(
+            "{what}: `{n}` is read as a struct, since the macro does not know the name; if it is an alias of \
+             a scalar type (`type {n} = f32;`), tell the macro: `#[offload::kernel(types({n} = f32))]` (or \
+             `#[offload::device(types(..))]`)",
+            n = s.c_name
+        ),
+        _ => what.to_string(),
     }
 }

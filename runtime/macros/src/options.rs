@@ -19,6 +19,8 @@ pub struct KernelOptions {
     pub rows: Option<(u32, Span)>,
     /// A teams kernel's threads per team, and where it was given.
     pub teams: Option<(u32, Span)>,
+    /// `types(Real = f32, ..)`: aliases of scalar types the kernel uses.
+    pub aliases: crate::aliases::Aliases,
 }
 
 /// Outer indices a GPU thread of a 2-D or 3-D kernel walks unless `rows = N` says.
@@ -70,6 +72,15 @@ impl Parse for KernelOptions {
                 }
                 continue;
             }
+            if key == "types" {
+                let content;
+                syn::parenthesized!(content in input);
+                o.aliases = crate::aliases::Aliases::parse_list(&content)?;
+                if !input.is_empty() {
+                    input.parse::<Token![,]>()?;
+                }
+                continue;
+            }
             if key == "device_fns" {
                 return Err(syn::Error::new_spanned(
                     key,
@@ -113,7 +124,7 @@ impl Parse for KernelOptions {
                 _ => return Err(syn::Error::new_spanned(
                     key,
                     "offload::kernel: unknown option; expected `dims = N`, `teams = THREADS`, `reduction(+: x, \
-                     ..)` (or min, max), `checked = true|false` or `rows = N`",
+                     ..)` (or min, max), `checked = true|false`, `rows = N` or `types(Alias = f32, ..)`",
                 )),
             }
             if !input.is_empty() {
