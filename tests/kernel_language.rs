@@ -998,6 +998,8 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &aliased::KERNEL,
             &aliased::KERNEL_CHECKED,
             &aliased_team_sum::KERNEL,
+            &const_sized_tiles::KERNEL,
+            &const_sized_tiles::KERNEL_CHECKED,
         ],
     );
 }
@@ -1290,6 +1292,45 @@ fn aliases_of_scalar_types_named_in_types_are_the_scalar_types() {
         gpu.data((map::to(&x), map::from(&mut sums)), |(x, s)| aliased_team_sum::launch(&gpu, teams, x, s))?;
         let want: Vec<Real> = (0..teams).map(|t| x[t * 32..t * 32 + 32].iter().sum()).collect();
         check_eq!(sums, want);
+        Ok(())
+    });
+}
+
+/// A tile's side, as a C port's `#define BSIZE 8`.
+const BSIZE: usize = 8;
+
+/// Team-local arrays sized by constant expressions of module constants (`4 * BSIZE *
+/// BSIZE`, `BSIZE + 2`): each team transposes its 8 x 8 tile through one and keeps a
+/// halo'd row in the other.
+#[offload::kernel(teams = 64)]
+fn const_sized_tiles(team: usize, thread: usize, x: &[f32], y: &mut [f32]) {
+    let mut tile: [f32; 4 * BSIZE * BSIZE] = offload::team_local();
+    let mut row: [f32; BSIZE + 2] = offload::team_local();
+    let r = thread / BSIZE;
+    let c = thread % BSIZE;
+    tile[thread] = x[team * 64 + thread];
+    if thread < BSIZE + 2 {
+        row[thread] = thread as f32;
+    }
+    offload::barrier();
+    y[team * 64 + thread] = tile[c * BSIZE + r] + row[c + 1] + (tile.len() + row.len()) as f32;
+}
+
+#[test]
+fn team_local_lengths_may_be_constant_expressions() {
+    on_every_device("team-local lengths from constants", |rt, d| {
+        let gpu = rt.device(d)?;
+        let teams = 3;
+        let x: Vec<f32> = (0..teams * 64).map(|i| i as f32).collect();
+        let mut y = vec![0f32; teams * 64];
+        gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| const_sized_tiles::launch(&gpu, teams, x, y))?;
+        let want: Vec<f32> = (0..teams * 64)
+            .map(|i| {
+                let (t, r, c) = (i / 64, (i % 64) / 8, i % 8);
+                x[t * 64 + c * 8 + r] + (c + 1) as f32 + (256 + 10) as f32
+            })
+            .collect();
+        check_eq!(y, want);
         Ok(())
     });
 }

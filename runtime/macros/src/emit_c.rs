@@ -10,7 +10,7 @@ use syn::BinOp;
 
 use crate::access::ThreadMap;
 use crate::ir::{
-    view_repr, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, Type, VarId, ViewRepr,
+    view_repr, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, TeamLen, Type, VarId, ViewRepr,
 };
 use crate::signature::{Elem, KernelSig, ParamKind, Ret, Slot, StructTy};
 use crate::ty::{RedOp, Ty};
@@ -170,11 +170,12 @@ impl Emitter<'_> {
         }
     }
 
-    /// A team-local array's length.
-    fn array_len(&self, v: VarId) -> u64 {
-        match self.body.vars[v].role {
-            Role::TeamLocal(n) => n,
-            _ => 0,
+    /// A team-local array's length, as a C `unsigned long long`.
+    fn array_len(&self, v: VarId) -> String {
+        match &self.body.vars[v].role {
+            Role::TeamLocal(TeamLen::Lit(n)) => format!("{n}ull"),
+            Role::TeamLocal(TeamLen::Const(e, _)) => format!("((unsigned long long)({}))", self.expr(e)),
+            _ => "0ull".into(),
         }
     }
 
@@ -187,11 +188,7 @@ impl Emitter<'_> {
                 format!("(*offload_at({c}, {i}, __offload_len_{c}, {}u, __offload_err))", self.arg_of(v))
             }
             ViewRepr::Array if self.checked => {
-                format!(
-                    "(*offload_at({c}, {i}, {}ull, {}u, __offload_err))",
-                    self.array_len(v),
-                    self.arg_of(v)
-                )
+                format!("(*offload_at({c}, {i}, {}, {}u, __offload_err))", self.array_len(v), self.arg_of(v))
             }
             ViewRepr::Bare | ViewRepr::Boxed | ViewRepr::Array => format!("{c}[{i}]"),
         }
@@ -202,7 +199,7 @@ impl Emitter<'_> {
         let c = self.c(v);
         let len = match self.repr(v) {
             ViewRepr::Boxed => return c.to_string(),
-            ViewRepr::Array => format!("{}ull", self.array_len(v)),
+            ViewRepr::Array => self.array_len(v),
             ViewRepr::Bare => format!("__offload_len_{c}"),
         };
         let (elem, mutable) = self.view_elem(v);
@@ -227,7 +224,7 @@ impl Emitter<'_> {
             ExprKind::Field { base, field } => format!("{}.{}", self.expr(base), unraw(field)),
             ExprKind::Len(v) => match self.repr(*v) {
                 ViewRepr::Bare => format!("__offload_len_{}", self.c(*v)),
-                ViewRepr::Array => format!("{}ull", self.array_len(*v)),
+                ViewRepr::Array => self.array_len(*v),
                 ViewRepr::Boxed => format!("{}.len", self.c(*v)),
             },
             ExprKind::ViewOf(v) => self.view_value(*v),
@@ -599,9 +596,16 @@ pub fn kernel_source(
     if let Some(t) = sig.teams {
         // One team per block, the blocks looping over the teams (a uniform trip count per
         // block, so every barrier is reached by all of a team's threads).
+        let lens =
+            Emitter { body, out: String::new(), depth: 1, kernel: true, checked, label: "__offload_next" };
         for v in &body.vars {
-            if let (Role::TeamLocal(n), Type::View { elem, .. }) = (&v.role, &v.ty) {
-                let _ = writeln!(s, "    __shared__ {} {}[{n}];", elem.c(), v.c);
+            let len = match &v.role {
+                Role::TeamLocal(TeamLen::Lit(n)) => n.to_string(),
+                Role::TeamLocal(TeamLen::Const(e, _)) => lens.expr(e),
+                _ => continue,
+            };
+            if let Type::View { elem, .. } = &v.ty {
+                let _ = writeln!(s, "    __shared__ {} {}[{len}];", elem.c(), v.c);
             }
         }
         let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / {t}ull;");

@@ -367,14 +367,48 @@ fn generate(
     let whole = crate::access::whole_view_uses(&k.body);
     // A team runs on one pool thread: its team-local arrays are plain cells, unless used
     // whole.
-    let team_locals: Vec<(&syn::Ident, TokenStream, u64, bool)> = k
+    let lens = RustEmitter::new(&k.body, true);
+    let team_locals: Vec<(&syn::Ident, TokenStream, TokenStream, bool)> = k
         .body
         .vars
         .iter()
         .enumerate()
         .filter_map(|(id, v)| match (&v.role, &v.ty) {
             (crate::ir::Role::TeamLocal(n), crate::ir::Type::View { elem, .. }) => {
-                Some((&v.rust, elem.rust_inner(), *n, !whole.contains(&id)))
+                let len = match n {
+                    crate::ir::TeamLen::Lit(n) => {
+                        let n = *n as usize;
+                        quote!(#n)
+                    }
+                    crate::ir::TeamLen::Const(e, _) => {
+                        let e = lens.expr(e);
+                        quote!(((#e) as usize))
+                    }
+                };
+                Some((&v.rust, elem.rust_inner(), len, !whole.contains(&id)))
+            }
+            _ => None,
+        })
+        .collect();
+    // A constant length's size is checked by rustc, beside the kernel (a literal's by the
+    // macro).
+    let size_checks: Vec<TokenStream> = k
+        .body
+        .vars
+        .iter()
+        .filter_map(|v| match (&v.role, &v.ty) {
+            (
+                crate::ir::Role::TeamLocal(crate::ir::TeamLen::Const(_, written)),
+                crate::ir::Type::View { elem: crate::signature::Elem::Scalar(t), .. },
+            ) => {
+                let (bytes, most, what) =
+                    (t.bytes(), crate::lower::SHARED_BYTES, crate::lower::TEAM_LOCAL_TOO_LARGE);
+                Some(quote::quote_spanned! {syn::spanned::Spanned::span(&**written)=>
+                    const _: () = ::core::assert!(
+                        ((#written) as u64).saturating_mul(#bytes) <= #most,
+                        #what
+                    );
+                })
             }
             _ => None,
         })
@@ -560,7 +594,7 @@ fn generate(
             .collect();
         let name_strs: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let types: Vec<&TokenStream> = team_locals.iter().map(|(_, t, ..)| t).collect();
-        let lens: Vec<usize> = team_locals.iter().map(|(_, _, n, _)| *n as usize).collect();
+        let lens: Vec<&TokenStream> = team_locals.iter().map(|(_, _, n, _)| n).collect();
         let (rt, rn, rk, ri, rc, rtg) =
             (&red_types, &red_names, &red_ks, &red_identity, &red_combine, &red_targets);
         // Each thread's reduction partials, for all the task's teams, combined in thread order.
@@ -1125,6 +1159,7 @@ fn generate(
     };
 
     Ok(quote! {
+        #(#size_checks)*
         #[allow(dead_code)]
         #original
 

@@ -63,7 +63,30 @@ pub enum Role {
     /// A `const` item inside the body.
     BodyConst,
     /// A teams kernel's team-local array of this many elements (`__shared__` on GPUs).
-    TeamLocal(u64),
+    TeamLocal(TeamLen),
+}
+
+/// A team-local array's length: a literal, or a constant expression of module constants
+/// (`4 * BSIZE * BSIZE`), which rustc and the C compiler evaluate.
+#[derive(Clone, Debug)]
+pub enum TeamLen {
+    Lit(u64),
+    /// The expression (a `usize`), and as written (for the size check beside the kernel).
+    Const(Box<Expr>, Box<syn::Expr>),
+}
+
+impl PartialEq for TeamLen {
+    /// The same literal, or the same expression as written.
+    fn eq(&self, other: &Self) -> bool {
+        use quote::ToTokens;
+        match (self, other) {
+            (TeamLen::Lit(a), TeamLen::Lit(b)) => a == b,
+            (TeamLen::Const(_, a), TeamLen::Const(_, b)) => {
+                a.to_token_stream().to_string() == b.to_token_stream().to_string()
+            }
+            _ => false,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -9,7 +9,8 @@ use syn::spanned::Spanned;
 use syn::{BinOp, Expr as SynExpr, Ident, Pat, RangeLimits, Stmt as SynStmt, UnOp};
 
 use crate::ir::{
-    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, Type, Var, VarId,
+    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, TeamLen, Type,
+    Var, VarId,
 };
 use crate::signature::{err, struct_type, Elem, Param, ParamKind, Ret};
 use crate::ty::{scalar_type, RedOp, Ty};
@@ -418,21 +419,38 @@ impl Lowerer {
                 let named = struct_type(&arr.elem).map(Type::Struct);
                 return err(&arr.elem, named.map_or_else(|| what.to_string(), |t| for_scalars(what, &t)));
             };
-            let len: u64 = match &arr.len {
-                SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => n.base10_parse()?,
-                other => return err(other, "a team-local array's length is an integer literal"),
+            let len = match &arr.len {
+                SynExpr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => {
+                    let len: u64 = n.base10_parse()?;
+                    // CUDA's static shared memory per block: larger arrays do not compile for
+                    // a GPU, and the host twin would allocate them per team. (A constant
+                    // expression's size is checked beside the kernel, by rustc.)
+                    let bytes = len.checked_mul(elem.bytes());
+                    if bytes.is_none_or(|b| b > SHARED_BYTES) {
+                        return err(&arr.len, TEAM_LOCAL_TOO_LARGE);
+                    }
+                    TeamLen::Lit(len)
+                }
+                other => {
+                    let e = self.value(other, Some(&Type::Scalar(Ty::Usize))).map_err(|e| {
+                        syn::Error::new(
+                            e.span(),
+                            format!(
+                                "a team-local array's length is an integer literal or a constant expression of \
+                                 module constants (`4 * BSIZE * BSIZE`): {e}"
+                            ),
+                        )
+                    })?;
+                    if !is_constant(&e, &self.vars) {
+                        return err(
+                            other,
+                            "a team-local array's length is an integer literal or a constant expression of module \
+                             constants (`4 * BSIZE * BSIZE`), not of the kernel's values",
+                        );
+                    }
+                    TeamLen::Const(Box::new(e), Box::new(other.clone()))
+                }
             };
-            // CUDA's static shared memory per block: larger arrays do not compile for a
-            // GPU, and the host twin would allocate them per team.
-            const SHARED_BYTES: u64 = 48 * 1024;
-            let bytes =
-                len.checked_mul(if matches!(elem, Ty::F64 | Ty::I64 | Ty::U64 | Ty::Usize) { 8 } else { 4 });
-            if bytes.is_none_or(|b| b > SHARED_BYTES) {
-                return err(
-                    &arr.len,
-                    "a team-local array holds at most 48 KiB (a GPU block's static shared memory)",
-                );
-            }
             if !c.args.is_empty() {
                 return err(c, "`offload::team_local()` takes no arguments");
             }
@@ -1550,4 +1568,22 @@ fn for_scalars(what: &str, t: &Type) -> String {
         ),
         _ => what.to_string(),
     }
+}
+
+/// CUDA's static shared memory per block, which team-local arrays share.
+pub const SHARED_BYTES: u64 = 48 * 1024;
+
+/// The error of a team-local array past [`SHARED_BYTES`].
+pub const TEAM_LOCAL_TOO_LARGE: &str =
+    "a team-local array holds at most 48 KiB (a GPU block's static shared memory)";
+
+/// Whether `e` reads only literals and constants outside the body.
+fn is_constant(e: &Expr, vars: &[Var]) -> bool {
+    let mut constant = true;
+    crate::ir::walk_expr(e, &mut |x| {
+        if let ExprKind::Var(v) = &x.kind {
+            constant &= matches!(vars[*v].role, Role::Const(_));
+        }
+    });
+    constant
 }

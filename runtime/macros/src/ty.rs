@@ -46,6 +46,15 @@ impl Ty {
         }
     }
 
+    /// Bytes of a value in device memory (`usize` is 64-bit there).
+    pub fn bytes(self) -> u64 {
+        match self {
+            Ty::F64 | Ty::I64 | Ty::U64 | Ty::Usize => 8,
+            Ty::F32 | Ty::I32 | Ty::U32 => 4,
+            Ty::Bool => 1,
+        }
+    }
+
     /// The Rust type name.
     pub fn rust_name(self) -> &'static str {
         match self {
