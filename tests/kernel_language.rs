@@ -1000,6 +1000,9 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &aliased_team_sum::KERNEL,
             &const_sized_tiles::KERNEL,
             &const_sized_tiles::KERNEL_CHECKED,
+            &const_team_size::KERNEL,
+            &const_team_size::KERNEL_CHECKED,
+            &row_sums_by_const::KERNEL,
         ],
     );
 }
@@ -1331,6 +1334,70 @@ fn team_local_lengths_may_be_constant_expressions() {
             })
             .collect();
         check_eq!(y, want);
+        Ok(())
+    });
+}
+
+/// Threads per team of [`const_team_size`], as a C port's `#define THREADS 64`.
+const THREADS: usize = 64;
+
+/// A teams kernel whose team size is a constant expression of module constants
+/// (`teams = BSIZE * BSIZE`), with team-local arrays sized the same way, and a block-stride
+/// loop whose stride is the constant `teams` names in another kernel.
+#[offload::kernel(teams = BSIZE * BSIZE)]
+fn const_team_size(team: usize, thread: usize, x: &[f32], y: &mut [f32]) {
+    let mut tile: [f32; BSIZE * BSIZE] = offload::team_local();
+    tile[thread] = x[team * BSIZE * BSIZE + thread];
+    offload::barrier();
+    y[team * BSIZE * BSIZE + thread] = tile[BSIZE * BSIZE - 1 - thread];
+}
+
+/// Each team sums a row of `w` values with a block-stride loop over `THREADS` (the
+/// constant `teams = THREADS` names), then a tree.
+#[offload::kernel(teams = THREADS)]
+fn row_sums_by_const(team: usize, thread: usize, w: usize, x: &[f32], sums: &mut [f32]) {
+    let mut part: [f32; THREADS] = offload::team_local();
+    let mut s = 0.0f32;
+    let mut c = thread;
+    while c < w {
+        s += x[team * w + c];
+        c += THREADS;
+    }
+    part[thread] = s;
+    offload::barrier();
+    for level in (0..6usize).rev() {
+        let width = 1usize << level;
+        if thread < width {
+            part[thread] += part[thread + width];
+        }
+        offload::barrier();
+    }
+    if thread == 0 {
+        sums[team] = part[0];
+    }
+}
+
+#[test]
+fn a_team_size_may_be_a_constant_expression() {
+    on_every_device("teams = constants", |rt, d| {
+        let gpu = rt.device(d)?;
+        let teams = 4;
+        let x: Vec<f32> = (0..teams * 64).map(|i| i as f32).collect();
+        let mut y = vec![0f32; teams * 64];
+        gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| const_team_size::launch(&gpu, teams, x, y))?;
+        let want: Vec<f32> = (0..teams * 64).map(|i| x[(i / 64) * 64 + 63 - i % 64]).collect();
+        check_eq!(y, want);
+        let w = 200;
+        let x: Vec<f32> = (0..teams * w).map(|i| (i % 11) as f32).collect();
+        let mut sums = vec![0f32; teams];
+        gpu.data((map::to(&x), map::from(&mut sums)), |(x, s)| {
+            row_sums_by_const::launch(&gpu, teams, w, x, s)
+        })?;
+        let want: Vec<f32> = (0..teams).map(|t| x[t * w..(t + 1) * w].iter().sum()).collect();
+        check_eq!(sums, want);
+        // The host twin knows `c += THREADS` for the team's stride: it runs in rounds.
+        let path = row_sums_by_const::KERNEL.host_path().unwrap_or_default();
+        check!(path.contains("teams of THREADS") && path.contains("in rounds"), "{path}");
         Ok(())
     });
 }

@@ -544,7 +544,8 @@ pub fn kernel_source(
 ) -> Vec<Part> {
     const ULL: &str = "unsigned long long";
     let d = sig.indices.len();
-    let block = sig.teams.unwrap_or(BLOCK);
+    let symbol_text = symbol(sig, checked);
+    let block = sig.teams.as_ref().map_or_else(|| BLOCK.to_string(), |t| t.c(&symbol_text));
     let mut decls = Vec::new();
     let mut lines = Vec::new();
     let mut reductions = Vec::new();
@@ -581,11 +582,12 @@ pub fn kernel_source(
 
     let mut parts = vec![Part::Text(dialect.header().to_string()), Part::Text(PRELUDE.to_string())];
     parts.extend(dependencies(body, structs_of(sig.params.iter().map(|p| &p.kind))));
+    // A team size from constants: declared before the function, for `__launch_bounds__`.
+    parts.extend(sig.teams.as_ref().and_then(|t| t.c_decl(&sig.name, &symbol_text)));
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "extern \"C\" __global__ void __launch_bounds__({block}) {}({}) {{",
-        symbol(sig, checked),
+        "extern \"C\" __global__ void __launch_bounds__({block}) {symbol_text}({}) {{",
         decls.join(", ")
     );
     parts.push(Part::Text(std::mem::take(&mut s)));
@@ -593,7 +595,7 @@ pub fn kernel_source(
     for l in lines {
         let _ = writeln!(s, "    {l}");
     }
-    if let Some(t) = sig.teams {
+    if let Some(t) = sig.teams.as_ref().map(|t| t.c_ull(&symbol_text)) {
         // One team per block, the blocks looping over the teams (a uniform trip count per
         // block, so every barrier is reached by all of a team's threads).
         let lens =
@@ -608,7 +610,7 @@ pub fn kernel_source(
                 let _ = writeln!(s, "    __shared__ {} {}[{len}];", elem.c(), v.c);
             }
         }
-        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / {t}ull;");
+        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / {t};");
         s.push_str("    for (unsigned long long __offload_q = blockIdx.x; __offload_q < __offload_teams; __offload_q += gridDim.x) {\n        {\n");
         let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_q;", idx[0]);
         let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);

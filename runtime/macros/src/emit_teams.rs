@@ -20,16 +20,20 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use crate::emit_host::{per_thread_array, RustEmitter};
 use crate::ir::{visit_stmt_vars, visit_vars, Body, Expr, ExprKind, Role, Stmt, VarId};
+use crate::signature::Threads;
 
 /// The team-level code of a teams kernel's twin.
 pub struct TeamsTwin<'a> {
     emit: RustEmitter<'a>,
-    threads: usize,
+    /// The threads per team, as a `usize` expression of the kernel's module.
+    threads: TokenStream,
+    /// Which expressions are the team size (a block-stride loop's step).
+    size: TeamSize<'a>,
     /// The kernel's thread index.
     thread: VarId,
     /// Locals the same for every thread of the team where the code being emitted reads
@@ -45,6 +49,26 @@ pub struct TeamsTwin<'a> {
     strided: HashSet<*const Stmt>,
 }
 
+/// What tells the team size in a kernel's body: a literal equal to a literal `teams`, or
+/// the constant a `teams = CONST` names.
+#[derive(Clone, Copy)]
+struct TeamSize<'a> {
+    body: &'a Body,
+    threads: &'a Threads,
+}
+
+impl TeamSize<'_> {
+    fn is(&self, e: &Expr) -> bool {
+        match (self.threads, &e.kind) {
+            (Threads::Lit(t), ExprKind::Lit(crate::ir::Lit::Int(n))) => n.parse() == Ok(*t as usize),
+            (Threads::Const(syn::Expr::Path(p)), ExprKind::Var(v)) => {
+                matches!(&self.body.vars[*v].role, Role::Const(c) if *c == p.path)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A run of statements without barriers, or one statement the team runs once.
 enum Segment<'s> {
     Stretch(Vec<&'s Stmt>),
@@ -54,7 +78,14 @@ enum Segment<'s> {
 impl<'a> TeamsTwin<'a> {
     /// The twin of `body` for teams of `threads`, each thread running `enter` at the start
     /// of each stretch.
-    pub fn new(body: &'a Body, threads: usize, thread: VarId, enter: TokenStream) -> Self {
+    pub fn new(
+        body: &'a Body,
+        threads: &'a Threads,
+        kernel: &Ident,
+        thread: VarId,
+        enter: TokenStream,
+    ) -> Self {
+        let size = TeamSize { body, threads };
         let mut emit = RustEmitter::new(body, true);
         let mut hoisted = HashSet::new();
         find_hoisted(body, &body.stmts, &mut HashSet::new(), &mut hoisted);
@@ -64,7 +95,7 @@ impl<'a> TeamsTwin<'a> {
         outside.retain(|v| !hoisted.contains(v));
         // Stretches that run in rounds: the locals their rounds carry live per thread.
         let mut strided = HashSet::new();
-        let find = StridedSearch { body, thread, threads, hoisted: &hoisted, per_thread: &per_thread };
+        let find = StridedSearch { body, thread, size, hoisted: &hoisted, per_thread: &per_thread };
         let mut carried = HashSet::new();
         find.walk(&body.stmts, &mut hoisted.clone(), &mut strided, &mut carried);
         per_thread.extend(carried);
@@ -72,7 +103,8 @@ impl<'a> TeamsTwin<'a> {
         outside.retain(|v| !per_thread.contains(v));
         emit.per_thread = per_thread;
         emit.declared_outside = outside;
-        Self { emit, threads, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter, strided }
+        let threads = threads.rust(kernel);
+        Self { emit, threads, size, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter, strided }
     }
 
     /// How many stretches run in rounds (for the twin's description).
@@ -85,7 +117,7 @@ impl<'a> TeamsTwin<'a> {
     pub fn arrays(&self) -> TokenStream {
         let mut vars: Vec<VarId> = self.emit.per_thread.iter().copied().collect();
         vars.sort_unstable();
-        let t = self.threads;
+        let t = &self.threads;
         let decls = vars.iter().map(|&v| {
             let a = per_thread_array(v);
             let ty = &self.emit.body.vars[v].ty;
@@ -142,7 +174,7 @@ impl<'a> TeamsTwin<'a> {
         let clears = self.clears(stmts);
         let declared = self.declared(stmts);
         let body = stmts.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
-        let (t, enter) = (self.threads, &self.enter);
+        let (t, enter) = (&self.threads, &self.enter);
         quote! {
             #(#clears)*
             #(#declared)*
@@ -197,11 +229,11 @@ impl<'a> TeamsTwin<'a> {
     /// nothing between two barriers may rely on, differs.
     fn rounds(&self, stmts: &[&Stmt]) -> Option<TokenStream> {
         let w = stmts.iter().find(|s| self.strided.contains(&(**s as *const Stmt)))?;
-        let f = strided_form(stmts, self.thread, self.threads)?;
+        let f = strided_form(stmts, self.thread, self.size)?;
         debug_assert!(std::ptr::eq(*w, f.looped));
         let clears = self.clears(stmts);
         let declared = self.declared(stmts);
-        let (t, enter) = (self.threads, &self.enter);
+        let (t, enter) = (&self.threads, &self.enter);
         let each = |part: &[&Stmt]| {
             if part.is_empty() {
                 return quote!();
@@ -268,7 +300,7 @@ impl<'a> TeamsTwin<'a> {
             return None;
         }
         let lets: Vec<TokenStream> = lets.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s))).collect();
-        let (e, t, enter, body) = (self.emit.expr(bound), self.threads, &self.enter, self.emit.stmts(then));
+        let (e, t, enter, body) = (self.emit.expr(bound), &self.threads, &self.enter, self.emit.stmts(then));
         let range = if lt {
             quote!(0..::core::cmp::min(#t, #e))
         } else {
@@ -358,7 +390,7 @@ struct Strided<'s> {
 
 /// The block-stride form of stretch `stmts` (hoisted lets left out), if it has it; `n`'s
 /// uniformity is left to the caller.
-fn strided_form<'s>(stmts: &[&'s Stmt], thread: VarId, threads: usize) -> Option<Strided<'s>> {
+fn strided_form<'s>(stmts: &[&'s Stmt], thread: VarId, size: TeamSize<'_>) -> Option<Strided<'s>> {
     use syn::BinOp;
     let at = stmts.iter().position(|s| matches!(s, Stmt::While { .. }))?;
     let (Stmt::While { cond, body }, Some(set)) = (stmts[at], at.checked_sub(1).map(|k| stmts[k])) else {
@@ -373,8 +405,7 @@ fn strided_form<'s>(stmts: &[&'s Stmt], thread: VarId, threads: usize) -> Option
         _ => return None,
     };
     let ExprKind::Binary(BinOp::Lt(_), c, bound) = &cond.kind else { return None };
-    let is_team =
-        |e: &Expr| matches!(&e.kind, ExprKind::Lit(crate::ir::Lit::Int(n)) if n.parse() == Ok(threads));
+    let is_team = |e: &Expr| size.is(e);
     let (step, step_body) = body.split_last()?;
     let steps = match step {
         Stmt::Assign { place: crate::ir::Place::Var(v), op: Some(BinOp::AddAssign(_)), value, .. } => {
@@ -502,7 +533,7 @@ fn written_vars<'s>(
 struct StridedSearch<'b> {
     body: &'b Body,
     thread: VarId,
-    threads: usize,
+    size: TeamSize<'b>,
     hoisted: &'b HashSet<VarId>,
     /// Locals that already live per thread (across barriers).
     per_thread: &'b HashSet<VarId>,
@@ -526,7 +557,7 @@ impl StridedSearch<'_> {
                         .into_iter()
                         .filter(|s| !matches!(s, Stmt::Let { var, .. } if self.hoisted.contains(var)))
                         .collect();
-                    let Some(f) = strided_form(&rest, self.thread, self.threads) else { continue };
+                    let Some(f) = strided_form(&rest, self.thread, self.size) else { continue };
                     let uniform_bound = same_for_every_thread(
                         self.body,
                         f.bound,

@@ -277,10 +277,10 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     let stmts = lower.stmts(&f.block.stmts, false)?;
     let body = lower.finish(stmts);
     let names: Vec<String> = sig.indices.iter().map(|i| i.to_string()).collect();
-    let map = match sig.teams {
+    let map = match &sig.teams {
         Some(t) => ThreadMap {
             order: vec![0, 1],
-            note: format!("teams of {t} threads: a block per team, `{}` = threadIdx.x", names[1]),
+            note: format!("teams of {} threads: a block per team, `{}` = threadIdx.x", t.text(), names[1]),
         },
         None => thread_map(&body, &names),
     };
@@ -309,8 +309,8 @@ pub fn kernel_c(
 pub fn teams_twin(attr: TokenStream, f: TokenStream) -> Result<String, String> {
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, _) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
-    let threads = k.sig.teams.ok_or("not a teams kernel")? as usize;
-    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, k.index_vars[1], quote!());
+    let threads = k.sig.teams.as_ref().ok_or("not a teams kernel")?;
+    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, &k.sig.name, k.index_vars[1], quote!());
     Ok(format!("{} {}", twin.arrays(), twin.team()))
 }
 
@@ -354,12 +354,21 @@ fn generate(
     }
     let [cuda, cuda_checked, hip, hip_checked] = <[TokenStream; 4]>::try_from(sources).expect("four sources");
     let symbol_checked = emit_c::symbol(sig, true);
-    let block = sig.teams.unwrap_or(emit_c::BLOCK);
+    let block = match &sig.teams {
+        Some(t) => {
+            let t = t.rust(name);
+            quote!((#t) as u32)
+        }
+        None => {
+            let b = emit_c::BLOCK;
+            quote!(#b)
+        }
+    };
     // A teams kernel gets a block per team (its blocks loop over the teams all the same):
     // on the H200 the Jacobi teams step took 0.90 ms so, 0.99 ms in one wave of blocks.
     let grid_stride = sig.teams.is_none().then(|| quote!(.with_grid_stride()));
     // A teams launch runs `block` work items per team.
-    let per_item = sig.teams.map_or(1usize, |t| t as usize);
+    let per_item = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
     // Team-local arrays: their names (a checked launch's report names them after the
     // parameters), element types and lengths.
     // Views the body uses whole (sub-slices, device function arguments): shared slices
@@ -404,6 +413,7 @@ fn generate(
                 let (bytes, most, what) =
                     (t.bytes(), crate::lower::SHARED_BYTES, crate::lower::TEAM_LOCAL_TOO_LARGE);
                 Some(quote::quote_spanned! {syn::spanned::Spanned::span(&**written)=>
+                    #[allow(clippy::unnecessary_cast)]
                     const _: () = ::core::assert!(
                         ((#written) as u64).saturating_mul(#bytes) <= #most,
                         #what
@@ -577,7 +587,7 @@ fn generate(
         .collect();
     let copies = quote!(#(let #copied = #copied;)*);
     let teams_loop = |own_bind: &[TokenStream]| {
-        let t = sig.teams? as usize;
+        let t = sig.teams.as_ref()?.rust(name);
         let (team, thread) = (idx[0], idx[1]);
         let bufs: Vec<syn::Ident> =
             team_locals.iter().map(|(n, ..)| format_ident!("__offload_tl_{}", n)).collect();
@@ -611,7 +621,8 @@ fn generate(
             let #thread: usize = __offload_thread;
             #partials
         };
-        let twin = crate::emit_teams::TeamsTwin::new(&k.body, t, k.index_vars[1], enter);
+        let twin =
+            crate::emit_teams::TeamsTwin::new(&k.body, sig.teams.as_ref()?, name, k.index_vars[1], enter);
         let (arrays, team_code) = (twin.arrays(), twin.team());
         Some(quote! {
             let __offload_total: (#(#rt,)*) = ::offload::__private::run_chunks(
@@ -706,7 +717,8 @@ fn generate(
                 [quote!(__offload_s0), quote!(__offload_l.n()), quote!(0usize), quote!(#w), quote!(#w)]
             }
             crate::access::OwnIndex::TeamRows { width } => {
-                let (w, t) = (&k.body.vars[width].rust, sig.teams.unwrap_or(1) as usize);
+                let w = &k.body.vars[width].rust;
+                let t = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
                 [quote!(__offload_s0), quote!((__offload_l.n() / #t)), quote!(0usize), quote!(#w), quote!(#w)]
             }
             crate::access::OwnIndex::Rows { width } => {
@@ -821,10 +833,13 @@ fn generate(
     };
     // What the twin does, for `KERNEL.host_path()` and the launch trace.
     let mut path = Vec::new();
-    if let Some(t) = sig.teams {
-        path.push(format!("teams of {t} as loops over the threads between barriers, a team per pool thread"));
+    if let Some(t) = &sig.teams {
+        path.push(format!(
+            "teams of {} as loops over the threads between barriers, a team per pool thread",
+            t.text()
+        ));
         let rounds =
-            crate::emit_teams::TeamsTwin::new(&k.body, t as usize, k.index_vars[1], quote!()).rounds_count();
+            crate::emit_teams::TeamsTwin::new(&k.body, t, name, k.index_vars[1], quote!()).rounds_count();
         if rounds > 0 {
             path.push(format!("{rounds} stretches with block-stride loops in rounds of the team's threads"));
         }
@@ -1158,8 +1173,10 @@ fn generate(
         }
     };
 
+    let threads_item = sig.teams.as_ref().map(|t| t.item(name, !opts.reductions.is_empty()));
     Ok(quote! {
         #(#size_checks)*
+        #threads_item
         #[allow(dead_code)]
         #original
 

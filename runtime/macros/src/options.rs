@@ -18,7 +18,7 @@ pub struct KernelOptions {
     /// Outer indices one GPU thread walks in a row (2-D and 3-D), and where it was given.
     pub rows: Option<(u32, Span)>,
     /// A teams kernel's threads per team, and where it was given.
-    pub teams: Option<(u32, Span)>,
+    pub teams: Option<(crate::signature::Threads, Span)>,
     /// `types(Real = f32, ..)`: aliases of scalar types the kernel uses.
     pub aliases: crate::aliases::Aliases,
 }
@@ -103,15 +103,24 @@ impl Parse for KernelOptions {
                     o.rows = Some((r, n.span()));
                 }
                 "teams" => {
-                    let n: syn::LitInt = input.parse()?;
-                    let t: u32 = n.base10_parse()?;
-                    if !(1..=1024).contains(&t) {
-                        return Err(syn::Error::new_spanned(
-                            n,
-                            "offload::kernel: a team has 1 to 1024 threads",
-                        ));
-                    }
-                    o.teams = Some((t, n.span()));
+                    // A literal is checked here; a constant expression by rustc, beside
+                    // the kernel.
+                    let e: syn::Expr = input.parse()?;
+                    let span = syn::spanned::Spanned::span(&e);
+                    let threads = match &e {
+                        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => {
+                            let t: u32 = n.base10_parse()?;
+                            if !(1..=1024).contains(&t) {
+                                return Err(syn::Error::new_spanned(
+                                    n,
+                                    "offload::kernel: a team has 1 to 1024 threads",
+                                ));
+                            }
+                            crate::signature::Threads::Lit(t)
+                        }
+                        _ => crate::signature::Threads::Const(e),
+                    };
+                    o.teams = Some((threads, span));
                 }
                 "dims" => {
                     let n: syn::LitInt = input.parse()?;

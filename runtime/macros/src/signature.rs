@@ -3,8 +3,9 @@
 //! derived from [`KernelSig::slots`].
 
 use proc_macro2::TokenStream;
-use quote::{quote, ToTokens};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
+use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::options::KernelOptions;
@@ -89,7 +90,98 @@ pub struct KernelSig {
     pub params: Vec<Param>,
     /// A teams kernel's threads per team (its indices are the team and the thread; its
     /// space is the teams').
-    pub teams: Option<u32>,
+    pub teams: Option<Threads>,
+}
+
+/// A teams kernel's threads per team: a literal (`teams = 256`), or a constant expression of
+/// module constants (`teams = BSIZE * BSIZE`) that rustc evaluates into a constant beside
+/// the kernel ([`Threads::item`]), which the generated Rust and C name.
+#[derive(Clone, Debug)]
+pub enum Threads {
+    Lit(u32),
+    Const(syn::Expr),
+}
+
+impl Threads {
+    /// The constant holding a constant expression's value, beside kernel `kernel`.
+    fn const_name(kernel: &Ident) -> Ident {
+        quote::format_ident!("__OFFLOAD_THREADS_{}", syn::ext::IdentExt::unraw(kernel))
+    }
+
+    /// The count as a `usize` expression inside the kernel's module.
+    pub fn rust(&self, kernel: &Ident) -> TokenStream {
+        match self {
+            Threads::Lit(t) => {
+                let t = *t as usize;
+                quote!(#t)
+            }
+            Threads::Const(_) => {
+                let c = Self::const_name(kernel);
+                quote!(super::#c)
+            }
+        }
+    }
+
+    /// The count in C: a literal, or the file-scope constant [`Threads::c_decl`] declares.
+    pub fn c(&self, symbol: &str) -> String {
+        match self {
+            Threads::Lit(t) => t.to_string(),
+            Threads::Const(_) => format!("__offload_threads_{symbol}"),
+        }
+    }
+
+    /// The count in C as an `unsigned long long`.
+    pub fn c_ull(&self, symbol: &str) -> String {
+        match self {
+            Threads::Lit(t) => format!("{t}ull"),
+            Threads::Const(_) => self.c(symbol),
+        }
+    }
+
+    /// The C declaration of a constant expression's value (before the kernel function), as
+    /// a source part; none for a literal.
+    pub fn c_decl(&self, kernel: &Ident, symbol: &str) -> Option<crate::emit_c::Part> {
+        match self {
+            Threads::Lit(_) => None,
+            Threads::Const(_) => Some(crate::emit_c::Part::Const {
+                name: self.c(symbol),
+                path: Self::const_name(kernel).into(),
+            }),
+        }
+    }
+
+    /// How the kernel's text says it (`256`, `BSIZE * BSIZE`).
+    pub fn text(&self) -> String {
+        match self {
+            Threads::Lit(t) => t.to_string(),
+            Threads::Const(e) => quote!(#e).to_string(),
+        }
+    }
+
+    /// The constant beside the kernel, with rustc's checks of its value (1 to 1024; whole
+    /// warps with `reductions`); nothing for a literal (the macro checked it).
+    pub fn item(&self, kernel: &Ident, reductions: bool) -> TokenStream {
+        let Threads::Const(e) = self else { return TokenStream::new() };
+        let c = Self::const_name(kernel);
+        let warps = reductions.then(|| {
+            quote_spanned! {e.span()=>
+                const _: () = ::core::assert!(
+                    #c % 32 == 0,
+                    "offload::kernel: a teams kernel with reductions has whole warps: THREADS a multiple of 32"
+                );
+            }
+        });
+        quote_spanned! {e.span()=>
+            #[doc(hidden)]
+            #[allow(non_upper_case_globals, clippy::unnecessary_cast)]
+            const #c: usize = (#e) as usize;
+            const _: () = ::core::assert!(
+                #c >= 1 && #c <= 1024,
+                "offload::kernel: a team has 1 to 1024 threads"
+            );
+            #warps
+        }
+    }
 }
 
 /// One value of a launch's argument block, in order (the runtime appends the work-item
@@ -264,16 +356,16 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
     }
     let typed: Vec<(&Ident, &Type)> = f.sig.inputs.iter().map(param_name).collect::<syn::Result<_>>()?;
     let leading = typed.iter().take_while(|(_, t)| scalar_type(t) == Some(Ty::Usize)).count();
-    let dims = match (opts.teams, opts.dims) {
+    let dims = match (&opts.teams, opts.dims) {
         (Some(_), Some((_, span))) => {
             return Err(syn::Error::new(
                 span,
                 "offload::kernel: a teams kernel's indices are its team and its thread: leave out `dims`",
             ))
         }
-        (Some((t, span)), None) if !opts.reductions.is_empty() && t % 32 != 0 => {
+        (Some((Threads::Lit(t), span)), None) if !opts.reductions.is_empty() && t % 32 != 0 => {
             return Err(syn::Error::new(
-                span,
+                *span,
                 "offload::kernel: a teams kernel with reductions has whole warps: THREADS a multiple of 32",
             ))
         }
@@ -353,7 +445,7 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
             return err(r, "this reduction variable is not an argument of the kernel");
         }
     }
-    Ok(KernelSig { name: f.sig.ident.clone(), indices, params, teams: opts.teams.map(|(t, _)| t) })
+    Ok(KernelSig { name: f.sig.ident.clone(), indices, params, teams: opts.teams.clone().map(|(t, _)| t) })
 }
 
 /// What a device function returns.
