@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use offload::omp::*;
 use offload::{
-    map, BackendKind, Error, LaunchArg, MapItem, MapType, Result, Runtime, Scalar, UpdateDirection,
+    map, BackendKind, Error, LaunchArg, MapItem, MapType, OmpSpace, Result, Runtime, Scalar, UpdateDirection,
     UpdateItem,
 };
 use offload_kernels::{ADD_I32, FILL_I32};
@@ -1153,5 +1153,106 @@ fn two_grids_swapped_on_the_host_inside_target_data() -> Result<()> {
         let newest = if steps % 2 == 0 { &a } else { &b };
         check!(*newest == want, "device {d}: {:?}", &newest[n / 2 - 2..n / 2 + 3]);
     }
+    all_clean(rt)
+}
+
+/// A 2-D kernel in the OpenMP shape: `collapse(2)` over the interior of an `ny x nx` grid.
+#[offload::kernel(dims = 2)]
+fn ported_stencil(i: usize, j: usize, nx: usize, u: &[f32], v: &mut [f32]) {
+    v[i * nx + j] =
+        0.25 * (u[(i - 1) * nx + j] + u[(i + 1) * nx + j] + u[i * nx + j - 1] + u[i * nx + j + 1]);
+}
+
+/// A 3-D kernel in the OpenMP shape: `collapse(3)`.
+#[offload::kernel(dims = 3)]
+fn ported_cube(i: usize, j: usize, k: usize, n: usize, w: &mut [u32]) {
+    w[(i * n + j) * n + k] = (i * 100 + j * 10 + k) as u32;
+}
+
+/// A teams kernel in the OpenMP shape: `target teams num_teams(t) thread_limit(32)`, each
+/// team reversing its block of 32 through a team-local array.
+#[offload::kernel(teams = 32)]
+fn ported_teams(team: usize, thread: usize, x: &[u32], y: &mut [u32]) {
+    let mut tile: [u32; 32] = offload::team_local();
+    tile[thread] = x[team * 32 + thread];
+    offload::barrier();
+    y[team * 32 + thread] = tile[31 - thread];
+}
+
+#[test]
+fn target_launches_every_kernel_shape_in_the_openmp_shape() -> Result<()> {
+    let (_serial, rt) = setup()?;
+    let mut all = devices()?;
+    all.push(omp_get_initial_device()?);
+    let (ny, nx) = (9usize, 13usize);
+    let u: Vec<f32> = (0..ny * nx).map(|i| (i % 7) as f32).collect();
+    let mut want = vec![0f32; ny * nx];
+    for i in 1..ny - 1 {
+        for j in 1..nx - 1 {
+            ported_stencil(i, j, nx, &u, &mut want);
+        }
+    }
+    let n = 4usize;
+    let cube: Vec<u32> = (0..n * n * n).map(|x| ((x / 16) * 100 + (x / 4 % 4) * 10 + x % 4) as u32).collect();
+    let teams = 5usize;
+    let x: Vec<u32> = (0..teams * 32).map(|i| i as u32).collect();
+    let reversed: Vec<u32> = (0..teams * 32).map(|i| ((i / 32) * 32 + 31 - i % 32) as u32).collect();
+    for dev in all {
+        // collapse(2) over the interior.
+        let mut v = vec![0f32; ny * nx];
+        let maps = [MapItem::to(u.as_ptr(), 4 * ny * nx), MapItem::tofrom(v.as_mut_ptr(), 4 * ny * nx)];
+        let args = [
+            LaunchArg::Value(Scalar::U64(nx as u64)),
+            LaunchArg::mapped(u.as_ptr()),
+            LaunchArg::mapped(v.as_ptr()),
+        ];
+        // SAFETY: the maps name live vectors of the sizes given; nothing else touches them.
+        unsafe { target_loops(dev, &ported_stencil::KERNEL, &[1..ny - 1, 1..nx - 1], &maps, &args) }?;
+        check!(v == want, "device {dev}: {:?}", &v[nx..2 * nx]);
+        // collapse(3) over a whole cube.
+        let mut w = vec![0u32; n * n * n];
+        let maps = [MapItem::tofrom(w.as_mut_ptr(), 4 * n * n * n)];
+        let args = [LaunchArg::Value(Scalar::U64(n as u64)), LaunchArg::mapped(w.as_ptr())];
+        // SAFETY: as above.
+        unsafe { target_loops(dev, &ported_cube::KERNEL, &[0..n, 0..n, 0..n], &maps, &args) }?;
+        check!(w == cube, "device {dev}: {:?}", &w[..8]);
+        // num_teams(5) thread_limit(32), and with no thread_limit.
+        for limit in [Some(32), None, Some(1024)] {
+            let mut y = vec![0u32; teams * 32];
+            let maps =
+                [MapItem::to(x.as_ptr(), 4 * teams * 32), MapItem::tofrom(y.as_mut_ptr(), 4 * teams * 32)];
+            let args = [LaunchArg::mapped(x.as_ptr()), LaunchArg::mapped(y.as_ptr())];
+            // SAFETY: as above.
+            unsafe { target_teams(dev, &ported_teams::KERNEL, teams, limit, &maps, &args) }?;
+            check!(y == reversed, "device {dev}, thread_limit {limit:?}: {:?}", &y[..4]);
+        }
+        // Shapes that do not fit the kernel are refused, naming the fix, and map nothing.
+        let mut y = vec![0u32; 32];
+        let maps = [MapItem::to(x.as_ptr(), 4 * 32), MapItem::tofrom(y.as_mut_ptr(), 4 * 32)];
+        let args = [LaunchArg::mapped(x.as_ptr()), LaunchArg::mapped(y.as_ptr())];
+        let refused = |r: Result<()>, needle: &str| -> Result<()> {
+            let e = fails(r, needle)?;
+            check!(matches!(&e, Error::KernelArgument { what, .. } if what.contains(needle)), "{e:?}");
+            Ok(())
+        };
+        // SAFETY: each is refused before it maps or runs anything.
+        unsafe {
+            refused(
+                target_teams(dev, &ported_teams::KERNEL, 1, Some(16), &maps, &args),
+                "thread_limit(16) is below",
+            )?;
+            refused(target(dev, &ported_teams::KERNEL, 32, &maps, &args), "omp::target_teams")?;
+            refused(target_loops(dev, &ported_cube::KERNEL, &[0..2, 0..2], &maps, &args), "not collapse(2)")?;
+            refused(target_teams(dev, &ported_cube::KERNEL, 1, None, &maps, &args), "not teams")?;
+            refused(target_loops(dev, &ADD_I32, &[0..4, 0..4], &maps, &args), "a kernel written by hand")?;
+        }
+        if dev != omp_get_initial_device()? {
+            check!(!omp_target_is_present(vp(x.as_ptr()), dev)?, "device {dev}: a refused launch maps nothing");
+        }
+    }
+    check!(
+        matches!(OmpSpace::loops(&[0..1, 0..1, 0..1, 0..1]), Err(Error::InvalidArgument { .. })),
+        "collapse(4) is refused"
+    );
     all_clean(rt)
 }

@@ -59,8 +59,11 @@ pub struct Kernel {
 /// start and each view's length (from its mapped extent). `#[offload::kernel]` writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
-    /// Dimensions of the index space (launches in the OpenMP shape take 1-D kernels).
+    /// Dimensions of the index space: 1 to 3 for a loop kernel (`collapse(d)`), 0 for a
+    /// teams kernel (whose space is its teams).
     pub dims: usize,
+    /// A teams kernel's threads per team (0 for a loop kernel).
+    pub threads: usize,
     /// The parameters, in order.
     pub params: &'static [ShapeParam],
 }
@@ -455,40 +458,141 @@ pub fn team_local<T: Copy + Default, const N: usize>() -> [T; N] {
 /// those). Called as ordinary Rust, it does nothing.
 pub fn barrier() {}
 
+/// What a launch in the OpenMP shape runs ([`crate::omp::target`], [`crate::omp::target_loops`],
+/// [`crate::omp::target_teams`], [`crate::Runtime::target_launch_space`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OmpSpace {
+    /// `for (i = 0; i < n; i++)`: a loop of `n` iterations from 0 (a 1-D kernel, or any
+    /// kernel written by hand, over `n` work items).
+    Items(usize),
+    /// `collapse(d)` loops, outermost first: `dims` (1 to 3) loops, loop `k` over
+    /// `starts[k]..ends[k]` (a 1-D, 2-D or 3-D generated kernel of as many indices).
+    Loops {
+        /// How many loops.
+        dims: usize,
+        /// Each loop's first value.
+        starts: [usize; 3],
+        /// Each loop's end (excluded).
+        ends: [usize; 3],
+    },
+    /// `target teams num_teams(t) thread_limit(l)`: a teams kernel's teams; the team size is
+    /// the kernel's, and a `thread_limit` below it is refused.
+    Teams {
+        /// `num_teams`.
+        num_teams: usize,
+        /// `thread_limit`, when given.
+        thread_limit: Option<usize>,
+    },
+}
+
+impl OmpSpace {
+    /// `collapse(loops.len())` loops over `loops`, outermost first (1 to 3).
+    ///
+    /// ```
+    /// use offload::OmpSpace;
+    /// let s = OmpSpace::loops(&[1..63, 1..127])?;
+    /// assert_eq!(s, OmpSpace::Loops { dims: 2, starts: [1, 1, 0], ends: [63, 127, 0] });
+    /// assert!(OmpSpace::loops(&[]).is_err());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn loops(loops: &[std::ops::Range<usize>]) -> crate::Result<Self> {
+        if !(1..=3).contains(&loops.len()) {
+            return Err(crate::Error::InvalidArgument {
+                routine: "target_loops",
+                what: format!("collapse({}): 1 to 3 loops, outermost first", loops.len()),
+            });
+        }
+        let (mut starts, mut ends) = ([0; 3], [0; 3]);
+        for (k, r) in loops.iter().enumerate() {
+            starts[k] = r.start;
+            ends[k] = r.end.max(r.start);
+        }
+        Ok(OmpSpace::Loops { dims: loops.len(), starts, ends })
+    }
+}
+
+/// The work items of `kernel` launched in the OpenMP shape over `space`, with the values its
+/// argument block starts with (the loops' starts and inner lengths; a teams kernel's first
+/// team, 0), or why `space` does not fit the kernel. A kernel without a [`KernelShape`]
+/// takes [`OmpSpace::Items`] only, and nothing before its arguments.
+pub(crate) fn omp_space(
+    kernel: &Kernel,
+    device: usize,
+    space: OmpSpace,
+) -> crate::Result<(usize, Vec<KernelArg>)> {
+    let fail = |what: String| crate::Error::KernelArgument { kernel: kernel.name(), index: 0, what };
+    let Some(shape) = kernel.shape() else {
+        return match space {
+            OmpSpace::Items(n) => Ok((n, Vec::new())),
+            _ => Err(fail(format!(
+                "device {device}: a kernel written by hand takes `n` work items (`omp::target`): loops and teams are \
+                 for generated kernels, whose launch shape the runtime knows"
+            ))),
+        };
+    };
+    let loops_of = |d: usize| match d {
+        0 => "a teams kernel".to_string(),
+        d => format!("a {d}-D generated kernel"),
+    };
+    let overflow = || fail(format!("device {device}: the launch's work items overflow a usize"));
+    match (shape.dims, space) {
+        (1, OmpSpace::Items(n)) => Ok((n, vec![KernelArg::Scalar(Scalar::U64(0))])),
+        (d, OmpSpace::Loops { dims, starts, ends }) if d == dims => {
+            let lens: Vec<usize> = (0..d).map(|k| ends[k].saturating_sub(starts[k])).collect();
+            let n = lens.iter().try_fold(1usize, |a, &l| a.checked_mul(l)).ok_or_else(overflow)?;
+            let block = (0..d)
+                .map(|k| KernelArg::Scalar(Scalar::U64(starts[k] as u64)))
+                .chain((1..d).map(|k| KernelArg::Scalar(Scalar::U64(lens[k] as u64))))
+                .collect();
+            Ok((n, block))
+        }
+        (0, OmpSpace::Teams { num_teams, thread_limit }) => {
+            if let Some(limit) = thread_limit.filter(|&l| l < shape.threads) {
+                return Err(fail(format!(
+                    "device {device}: thread_limit({limit}) is below the kernel's {} threads per team (its `teams = ...`)",
+                    shape.threads
+                )));
+            }
+            let n = num_teams.checked_mul(shape.threads).ok_or_else(overflow)?;
+            Ok((n, vec![KernelArg::Scalar(Scalar::U64(0))]))
+        }
+        (0, _) => Err(fail(format!(
+            "a teams kernel launches as teams in the OpenMP shape: `omp::target_teams` with num_teams (or `{}::launch`)",
+            kernel.name()
+        ))),
+        (d, OmpSpace::Loops { dims, .. }) => {
+            Err(fail(format!("{} launches over {d} loops, not collapse({dims})", loops_of(d))))
+        }
+        (d, OmpSpace::Items(_)) => Err(fail(format!(
+            "{} takes its loops in the OpenMP shape from `omp::target_loops` (collapse({d})), not from `n`",
+            loops_of(d)
+        ))),
+        (d, OmpSpace::Teams { .. }) => {
+            Err(fail(format!("{} is a loop kernel: `omp::target_loops`, not teams", loops_of(d))))
+        }
+    }
+}
+
 /// `args`, one per parameter of `kernel` (translated, in the OpenMP shape), as the full
-/// argument block of a kernel with a [`KernelShape`]: the space's start (0), the
-/// arguments, each view's length (its extent in elements). Kernels without a shape take
-/// `args` as they are.
+/// argument block of a kernel with a [`KernelShape`] launched over `space` (see
+/// [`omp_space`]), then each view's length (its extent in elements). Kernels without a
+/// shape take `args` as they are.
 pub(crate) fn expand_c_shaped(
     kernel: &Kernel,
     device: usize,
     args: Vec<KernelArg>,
+    space: OmpSpace,
 ) -> crate::Result<Vec<KernelArg>> {
-    let Some(shape) = kernel.shape() else { return Ok(args) };
     let fail =
         |index: usize, what: String| crate::Error::KernelArgument { kernel: kernel.name(), index, what };
-    if shape.dims != 1 {
-        let what = if shape.dims == 0 {
-            "a teams kernel".to_string()
-        } else {
-            format!("a {}-D generated kernel", shape.dims)
-        };
-        return Err(fail(
-            0,
-            format!(
-                "{what} takes its index space from its launcher (`{}::launch`), not from a launch in the OpenMP \
-                 shape's `n`",
-                kernel.name()
-            ),
-        ));
-    }
+    let Some(shape) = kernel.shape() else { return Ok(args) };
+    let (_, mut full) = omp_space(kernel, device, space)?;
     if args.len() != shape.params.len() {
         return Err(fail(
             args.len().min(shape.params.len()),
             format!("device {device}: the kernel takes {} arguments, got {}", shape.params.len(), args.len()),
         ));
     }
-    let mut full = vec![KernelArg::Scalar(Scalar::U64(0))];
     let mut lens = Vec::new();
     for (k, (a, p)) in args.iter().zip(shape.params).enumerate() {
         match (p, a) {

@@ -125,8 +125,8 @@ pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
 pub use kernel::{barrier, erf, erfc, team_local, zeroed_vec, ErrorFunction};
 pub use kernel::{
-    DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, Scalar,
-    ShapeParam,
+    DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, OmpSpace,
+    Scalar, ShapeParam,
 };
 pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};

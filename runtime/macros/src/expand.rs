@@ -1037,6 +1037,7 @@ fn generate(
         .collect();
     // A teams kernel's space is not the OpenMP shape's `n` either.
     let shape_dims = if sig.teams.is_some() { 0 } else { dims };
+    let shape_threads = sig.teams.as_ref().map_or_else(|| quote!(0usize), |t| t.rust(name));
     let shape_params: Vec<TokenStream> = sig
         .params
         .iter()
@@ -1195,7 +1196,7 @@ fn generate(
             #(#items)*
             #size_check
 
-            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #shape_dims, params: &[#(#shape_params),*] };
+            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #shape_dims, threads: #shape_threads, params: &[#(#shape_params),*] };
 
             /// The kernel: its CUDA C and HIP C sources and its host twin. Launched in the
             /// OpenMP shape (`offload::omp::target`, one argument per parameter), the runtime

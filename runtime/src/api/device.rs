@@ -190,10 +190,9 @@ impl<'rt> Device<'rt> {
             self.rt.target_launch_at(
                 self.number,
                 kernel,
-                n,
                 &[],
                 &launch_args,
-                crate::runtime::ArgShape::Full,
+                crate::runtime::ArgShape::Full(n),
                 at,
             )
         }

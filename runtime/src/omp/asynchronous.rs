@@ -52,7 +52,7 @@ use std::panic::Location;
 use super::{dev, rt};
 use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
 use crate::error::{panic_message, Error, HostRange, Result};
-use crate::kernel::{Kernel, LaunchArg};
+use crate::kernel::{Kernel, LaunchArg, OmpSpace};
 use crate::memcpy::RectSide;
 use crate::nowait::{copy_lane, queue_task, running_a_task, wait_for_all, Lane, Task};
 use crate::runtime::{MapConstruct, Runtime};
@@ -530,6 +530,6 @@ pub unsafe fn target_nowait(
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.
     submit(rt, d, Lane::Compute, depend, move || unsafe {
-        rt.target_launch_at(d, kernel, n, &maps, &args, crate::runtime::ArgShape::OpenMp, at)
+        rt.target_launch_at(d, kernel, &maps, &args, crate::runtime::ArgShape::OpenMp(OmpSpace::Items(n)), at)
     })
 }

@@ -457,3 +457,67 @@ pub unsafe fn target(
     // SAFETY: forwarded from the caller.
     unsafe { rt.target_launch(dev(rt, device_num)?, kernel, n, maps, args) }
 }
+
+/// `#pragma omp target teams distribute parallel for collapse(d) map(...) device(dev)` over
+/// `d = loops.len()` nested loops (1 to 3), outermost first, each `for (i = a; i < b; i++)`
+/// given as `a..b`: a 1-D, 2-D or 3-D generated kernel of as many indices, one `LaunchArg`
+/// per parameter as [`target`] takes them.
+///
+/// ```
+/// use offload::omp::*;
+/// use offload::{LaunchArg, MapItem, Runtime, Scalar};
+///
+/// #[offload::kernel(dims = 2)]
+/// fn interior(i: usize, j: usize, nx: usize, u: &mut [f32]) {
+///     u[i * nx + j] = 1.0;
+/// }
+///
+/// use_runtime(Runtime::builder().host_devices(1).build()?)?;
+/// let (ny, nx) = (4usize, 6usize);
+/// let mut u = vec![0f32; ny * nx];
+/// // #pragma omp target teams distribute parallel for collapse(2) map(tofrom: u[0:ny*nx])
+/// // for (i = 1; i < ny - 1; i++) for (j = 1; j < nx - 1; j++) u[i * nx + j] = 1.0f;
+/// let args = [LaunchArg::Value(Scalar::U64(nx as u64)), LaunchArg::mapped(u.as_ptr())];
+/// // SAFETY: the map names a live vector of the size given.
+/// unsafe { target_loops(0, &interior::KERNEL, &[1..ny - 1, 1..nx - 1], &[MapItem::tofrom(u.as_mut_ptr(), 4 * ny * nx)], &args) }?;
+/// assert_eq!(u.iter().filter(|&&v| v == 1.0).count(), (ny - 2) * (nx - 2));
+/// # Ok::<(), offload::Error>(())
+/// ```
+///
+/// # Safety
+/// See [`Runtime::target_launch`].
+#[track_caller]
+pub unsafe fn target_loops(
+    device_num: i32,
+    kernel: &Kernel,
+    loops: &[std::ops::Range<usize>],
+    maps: &[MapItem],
+    args: &[LaunchArg],
+) -> Result<()> {
+    let rt = rt()?;
+    let space = crate::OmpSpace::loops(loops)?;
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_launch_space(dev(rt, device_num)?, kernel, space, maps, args) }
+}
+
+/// `#pragma omp target teams num_teams(num_teams) thread_limit(limit) map(...) device(dev)`
+/// with a `parallel` region inside: a teams kernel (`#[offload::kernel(teams = T)]`) over
+/// `num_teams` teams of its `T` threads. A `thread_limit` below `T` is refused (the kernel's
+/// team size is its own); one at or above it is met.
+///
+/// # Safety
+/// See [`Runtime::target_launch`].
+#[track_caller]
+pub unsafe fn target_teams(
+    device_num: i32,
+    kernel: &Kernel,
+    num_teams: usize,
+    thread_limit: Option<usize>,
+    maps: &[MapItem],
+    args: &[LaunchArg],
+) -> Result<()> {
+    let rt = rt()?;
+    let space = crate::OmpSpace::Teams { num_teams, thread_limit };
+    // SAFETY: forwarded from the caller.
+    unsafe { rt.target_launch_space(dev(rt, device_num)?, kernel, space, maps, args) }
+}

@@ -9,6 +9,7 @@ use crate::device::audit::AuditRule;
 use crate::device::{recorder, DeviceState, Origin, Wait};
 use crate::error::{ArrayName, RangeName};
 use crate::info::{InfoFields, InfoFlags};
+use crate::kernel::OmpSpace;
 
 /// The map constructs, for [`Runtime::map_construct_at`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,15 +44,16 @@ impl Drop for ConstructSpan<'_> {
     }
 }
 
-/// How a launch's arguments are given.
+/// How a launch's work and arguments are given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ArgShape {
-    /// Every value of the kernel's argument block (a generated kernel's launcher, a
-    /// hand-written kernel).
-    Full,
-    /// One per parameter, as OpenMP's `target` passes them: a generated kernel's hidden
-    /// values (see [`crate::kernel::KernelShape`]) are added by the runtime.
-    OpenMp,
+    /// Every value of the kernel's argument block, over this many work items (a generated
+    /// kernel's launcher, a hand-written kernel).
+    Full(usize),
+    /// One argument per parameter, as OpenMP's `target` passes them, over the loops or
+    /// teams of an [`OmpSpace`]: a generated kernel's hidden values (see
+    /// [`crate::kernel::KernelShape`]) are added by the runtime.
+    OpenMp(OmpSpace),
 }
 
 impl Runtime {
@@ -231,7 +233,40 @@ impl Runtime {
         args: &[LaunchArg],
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.target_launch_at(device, kernel, n, maps, args, ArgShape::OpenMp, Location::caller()) }
+        unsafe {
+            self.target_launch_at(
+                device,
+                kernel,
+                maps,
+                args,
+                ArgShape::OpenMp(OmpSpace::Items(n)),
+                Location::caller(),
+            )
+        }
+    }
+
+    /// [`Runtime::target_launch`] over the loops or teams of `space`: `collapse(2)` and
+    /// `collapse(3)` loops for 2-D and 3-D generated kernels ([`OmpSpace::loops`]),
+    /// `num_teams`/`thread_limit` for teams kernels ([`OmpSpace::Teams`]). A space that does
+    /// not fit the kernel (a 2-D kernel over three loops, teams for a loop kernel, a
+    /// `thread_limit` below the kernel's team) is [`Error::KernelArgument`], before anything
+    /// is mapped.
+    ///
+    /// # Safety
+    /// As [`Runtime::target_launch`].
+    #[track_caller]
+    pub unsafe fn target_launch_space(
+        &self,
+        device: usize,
+        kernel: &Kernel,
+        space: OmpSpace,
+        maps: &[MapItem],
+        args: &[LaunchArg],
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.target_launch_at(device, kernel, maps, args, ArgShape::OpenMp(space), Location::caller())
+        }
     }
 
     /// [`Runtime::target_launch`] as called from `at`.
@@ -243,16 +278,25 @@ impl Runtime {
         &self,
         device: usize,
         kernel: &Kernel,
-        n: usize,
         maps: &[MapItem],
         args: &[LaunchArg],
         shape: ArgShape,
         at: &'static Location<'static>,
     ) -> Result<()> {
+        // The work items, and whether the space fits the kernel, before anything is mapped.
+        let (n, space) = match shape {
+            ArgShape::Full(n) => (Ok(n), OmpSpace::Items(n)),
+            ArgShape::OpenMp(space) => {
+                (crate::kernel::omp_space(kernel, device, space).map(|(n, _)| n), space)
+            }
+        };
         let checked = self
             .construct_target(device)
-            .and_then(|t| validate::map_list(Construct::Target, device, maps).map(|()| t));
-        let c_shaped = shape == ArgShape::OpenMp && kernel.shape().is_some();
+            .and_then(|t| validate::map_list(Construct::Target, device, maps).map(|()| t))
+            .and_then(|t| n.as_ref().map(|_| t).map_err(Clone::clone));
+        let n = n.unwrap_or(0);
+        let omp = matches!(shape, ArgShape::OpenMp(_));
+        let c_shaped = omp && kernel.shape().is_some();
         let _span = (self.inner.trace.on(InfoFlags::KERNEL_ARGS)
             || tracing::enabled!(target: "offload", tracing::Level::DEBUG))
         .then(|| {
@@ -274,7 +318,7 @@ impl Runtime {
                         _ => None,
                     })
                     .collect();
-                return self.run_on_host_shaped(kernel, n, args, &extents, true);
+                return self.run_on_host_shaped(kernel, n, args, &extents, Some(space));
             }
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
@@ -297,9 +341,8 @@ impl Runtime {
                 ));
             }
             // Kept, not run: translated now, its blocks pinned while the recording lives.
-            let (a, mut in_use) =
-                d.translate_args(kernel, args, (shape == ArgShape::OpenMp).then_some(&[]))?;
-            let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
+            let (a, mut in_use) = d.translate_args(kernel, args, omp.then_some(&[]))?;
+            let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a, space)? } else { a };
             d.dump_source(kernel)?;
             d.trace_launch(kernel, n, &a);
             let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
@@ -307,7 +350,7 @@ impl Runtime {
             return Ok(());
         }
         d.audited("target", AuditRule::Unchanged, || {
-            let shapes = (c_shaped, shape == ArgShape::OpenMp);
+            let shapes = (c_shaped.then_some(space), omp);
             // SAFETY: forwarded from the caller.
             unsafe { self.target_on(d, kernel, n, maps, args, shapes, reaches_peer, at) }
         })
@@ -327,7 +370,7 @@ impl Runtime {
         n: usize,
         maps: &[MapItem],
         args: &[LaunchArg],
-        (c_shaped, c_pointers): (bool, bool),
+        (c_shaped, c_pointers): (Option<OmpSpace>, bool),
         reaches_peer: bool,
         at: &'static Location<'static>,
     ) -> Result<()> {
@@ -351,7 +394,10 @@ impl Runtime {
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
         let launched =
             d.translate_args(kernel, args, c_pointers.then_some(&parts[..])).and_then(|(a, in_use)| {
-                let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a)? } else { a };
+                let a = match c_shaped {
+                    Some(space) => crate::kernel::expand_c_shaped(kernel, device, a, space)?,
+                    None => a,
+                };
                 d.dump_source(kernel)?;
                 d.trace_launch(kernel, n, &a);
                 // A kernel that writes another device's memory (peer access) is seen there by
@@ -523,7 +569,7 @@ impl Runtime {
         args: &[LaunchArg],
         extents: &[Option<usize>],
     ) -> Result<()> {
-        self.run_on_host_shaped(kernel, n, args, extents, false)
+        self.run_on_host_shaped(kernel, n, args, extents, None)
     }
 
     /// [`Runtime::run_on_host`], the arguments in the OpenMP shape when `c_shaped`.
@@ -533,7 +579,7 @@ impl Runtime {
         n: usize,
         args: &[LaunchArg],
         extents: &[Option<usize>],
-        c_shaped: bool,
+        c_shaped: Option<OmpSpace>,
     ) -> Result<()> {
         let f = kernel.host_fn().ok_or(Error::NoKernelImpl {
             device: self.initial_device(),
@@ -552,10 +598,9 @@ impl Runtime {
                 LaunchArg::Value(s) => KernelArg::Scalar(s),
             })
             .collect();
-        let args = if c_shaped {
-            crate::kernel::expand_c_shaped(kernel, self.initial_device(), args)?
-        } else {
-            args
+        let args = match c_shaped {
+            Some(space) => crate::kernel::expand_c_shaped(kernel, self.initial_device(), args, space)?,
+            None => args,
         };
         let _hold = self.hold_initial_device(true, kernel.name())?;
         run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
