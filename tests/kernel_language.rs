@@ -1003,6 +1003,8 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &const_team_size::KERNEL,
             &const_team_size::KERNEL_CHECKED,
             &row_sums_by_const::KERNEL,
+            &normalise_with_team_sums::KERNEL,
+            &normalise_with_team_sums::KERNEL_CHECKED,
         ],
     );
 }
@@ -1398,6 +1400,86 @@ fn a_team_size_may_be_a_constant_expression() {
         // The host twin knows `c += THREADS` for the team's stride: it runs in rounds.
         let path = row_sums_by_const::KERNEL.host_path().unwrap_or_default();
         check!(path.contains("teams of THREADS") && path.contains("in rounds"), "{path}");
+        Ok(())
+    });
+}
+
+/// A row-wise normalisation written as a C port writes `parallel for reduction(+: ..)`
+/// inside a team: each team walks its row with a block-stride loop, and two team sums give
+/// the mean and the variance every thread needs. Also the team's min, max and an integer
+/// product.
+#[offload::kernel(teams = 64)]
+fn normalise_with_team_sums(
+    team: usize,
+    thread: usize,
+    w: usize,
+    x: &[f32],
+    y: &mut [f32],
+    stats: &mut [f32],
+) {
+    let mut s = 0.0f32;
+    let mut c = thread;
+    while c < w {
+        s += x[team * w + c];
+        c += 64;
+    }
+    let total = offload::team_sum(s);
+    let mean = total / w as f32;
+    let mut q = 0.0f32;
+    c = thread;
+    while c < w {
+        let d = x[team * w + c] - mean;
+        q += d * d;
+        c += 64;
+    }
+    let squares = offload::team_sum(q);
+    let var = squares / w as f32;
+    let inv = 1.0f32 / (var + 1.0e-5f32).sqrt();
+    c = thread;
+    while c < w {
+        y[team * w + c] = (x[team * w + c] - mean) * inv;
+        c += 64;
+    }
+    let lo = offload::team_min(if thread < w { x[team * w + thread] } else { f32::MAX });
+    let hi = offload::team_max(if thread < w { x[team * w + thread] } else { f32::MIN });
+    let odd: u32 = offload::team_product(if thread % 16 == 0 { 2u32 } else { 1u32 });
+    if thread == 0 {
+        stats[4 * team] = mean;
+        stats[4 * team + 1] = lo;
+        stats[4 * team + 2] = hi;
+        stats[4 * team + 3] = odd as f32;
+    }
+}
+
+#[test]
+fn team_reductions_give_every_thread_the_teams_value() {
+    on_every_device("team reductions", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (teams, w) = (6usize, 200usize);
+        // Small integers: every sum is exact in any order.
+        let x: Vec<f32> = (0..teams * w).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let mut y = vec![0f32; teams * w];
+        let mut stats = vec![0f32; 4 * teams];
+        gpu.data((map::to(&x), map::from(&mut y), map::from(&mut stats)), |(x, y, s)| {
+            normalise_with_team_sums::launch(&gpu, teams, w, x, y, s)
+        })?;
+        for t in 0..teams {
+            let row = &x[t * w..(t + 1) * w];
+            let mean = row.iter().sum::<f32>() / w as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / w as f32;
+            let (lo, hi) = row[..64].iter().fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            check_eq!(stats[4 * t], mean);
+            check_eq!((stats[4 * t + 1], stats[4 * t + 2], stats[4 * t + 3]), (lo, hi, 16.0));
+            for c in 0..w {
+                let want = (row[c] - mean) / (var + 1.0e-5).sqrt();
+                let got = y[t * w + c];
+                // The squares' sum is exact too, but the GPU may fuse `d * d + q`.
+                check!(
+                    (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "team {t} column {c}: {got} vs {want}"
+                );
+            }
+        }
         Ok(())
     });
 }

@@ -1247,7 +1247,10 @@ fn target_launches_every_kernel_shape_in_the_openmp_shape() -> Result<()> {
             refused(target_loops(dev, &ADD_I32, &[0..4, 0..4], &maps, &args), "a kernel written by hand")?;
         }
         if dev != omp_get_initial_device()? {
-            check!(!omp_target_is_present(vp(x.as_ptr()), dev)?, "device {dev}: a refused launch maps nothing");
+            check!(
+                !omp_target_is_present(vp(x.as_ptr()), dev)?,
+                "device {dev}: a refused launch maps nothing"
+            );
         }
     }
     check!(

@@ -458,6 +458,32 @@ pub fn team_local<T: Copy + Default, const N: usize>() -> [T; N] {
 /// those). Called as ordinary Rust, it does nothing.
 pub fn barrier() {}
 
+/// A team reduction of a teams kernel: every thread of the team gets the sum of every
+/// thread's `v` (OpenMP's `parallel for reduction(+: x)` inside a team, its value shared).
+/// Written as a `let`'s value where a [`barrier`] may stand (`let s =
+/// offload::team_sum(v);`); on GPUs warp shuffles and shared memory, on host devices a
+/// loop over the team's threads; the team's threads are whole warps (`teams = T`, `T` a
+/// multiple of 32). Float sums are in tree order on GPUs, thread order on host devices.
+/// Called as ordinary Rust (a team of one thread), it is `v`.
+pub fn team_sum<T: KernelScalar>(v: T) -> T {
+    v
+}
+
+/// The product over the team's threads of their `v`, as [`team_sum`].
+pub fn team_product<T: KernelScalar>(v: T) -> T {
+    v
+}
+
+/// The smallest `v` of the team's threads, as [`team_sum`] (floats: NaN ignored, as `fmin`).
+pub fn team_min<T: KernelScalar>(v: T) -> T {
+    v
+}
+
+/// The largest `v` of the team's threads, as [`team_sum`] (floats: NaN ignored, as `fmax`).
+pub fn team_max<T: KernelScalar>(v: T) -> T {
+    v
+}
+
 /// What a launch in the OpenMP shape runs ([`crate::omp::target`], [`crate::omp::target_loops`],
 /// [`crate::omp::target_teams`], [`crate::Runtime::target_launch_space`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

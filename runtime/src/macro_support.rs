@@ -652,10 +652,14 @@ pub trait Reducible: Copy + Send + Sync {
     const MAX_IDENTITY: Self;
     /// `a + b`.
     fn add(a: Self, b: Self) -> Self;
+    /// `a * b` (integers wrap, as unsigned C arithmetic does).
+    fn mul(a: Self, b: Self) -> Self;
     /// The smaller.
     fn min(a: Self, b: Self) -> Self;
     /// The larger.
     fn max(a: Self, b: Self) -> Self;
+    /// The identity of `*`.
+    const ONE: Self;
 }
 
 macro_rules! reducible_int {
@@ -665,6 +669,8 @@ macro_rules! reducible_int {
             const MIN_IDENTITY: Self = <$t>::MAX;
             const MAX_IDENTITY: Self = <$t>::MIN;
             fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            const ONE: Self = 1;
             fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
             fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
         }
@@ -679,6 +685,8 @@ macro_rules! reducible_float {
             const MIN_IDENTITY: Self = <$t>::INFINITY;
             const MAX_IDENTITY: Self = <$t>::NEG_INFINITY;
             fn add(a: Self, b: Self) -> Self { a + b }
+            fn mul(a: Self, b: Self) -> Self { a * b }
+            const ONE: Self = 1.0;
             fn min(a: Self, b: Self) -> Self { a.min(b) }
             fn max(a: Self, b: Self) -> Self { a.max(b) }
         }

@@ -258,6 +258,16 @@ impl Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             ExprKind::Builtin { c, .. } => c.clone(),
+            ExprKind::TeamReduce(op, value) => {
+                let t = e.ty.scalar().unwrap_or(Ty::F32);
+                format!(
+                    "offload_team_reduce<{}>({}, {}, {})",
+                    t.c(),
+                    self.expr(value),
+                    op.c_identity(t),
+                    op.c_functor()
+                )
+            }
         }
     }
 

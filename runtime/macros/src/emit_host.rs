@@ -147,6 +147,9 @@ impl<'a> RustEmitter<'a> {
                 quote_spanned!(s=> #f(#(#args),*))
             }
             ExprKind::Builtin { rust, .. } => quote_spanned!(s=> #rust),
+            // One thread's own value: the teams twin combines the team's threads around it
+            // (a team reduction is a `let`'s value, which the twin runs at team level).
+            ExprKind::TeamReduce(_, value) => self.expr(value),
         }
     }
 

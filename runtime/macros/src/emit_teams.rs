@@ -24,7 +24,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use crate::emit_host::{per_thread_array, RustEmitter};
-use crate::ir::{visit_stmt_vars, visit_vars, Body, Expr, ExprKind, Role, Stmt, VarId};
+use crate::ir::{visit_stmt_vars, visit_vars, Body, Expr, ExprKind, Role, Stmt, TeamOp, VarId};
 use crate::signature::Threads;
 
 /// The team-level code of a teams kernel's twin.
@@ -366,6 +366,31 @@ impl<'a> TeamsTwin<'a> {
                 let b = self.list(b);
                 quote!(loop { #b })
             }
+            // A team reduction: every thread's value combined in thread order, once for the
+            // team; every thread then reads the one result.
+            Stmt::Let { var, init: Expr { kind: ExprKind::TeamReduce(op, value), ty, .. } } => {
+                let id = &self.emit.body.vars[*var].rust;
+                let ty = self.emit.ty(ty);
+                let r = quote!(::offload::__private::Reducible);
+                let (identity, combine) = match op {
+                    TeamOp::Add => (quote!(<#ty as #r>::ZERO), quote!(<#ty as #r>::add)),
+                    TeamOp::Mul => (quote!(<#ty as #r>::ONE), quote!(<#ty as #r>::mul)),
+                    TeamOp::Min => (quote!(<#ty as #r>::MIN_IDENTITY), quote!(<#ty as #r>::min)),
+                    TeamOp::Max => (quote!(<#ty as #r>::MAX_IDENTITY), quote!(<#ty as #r>::max)),
+                };
+                let (v, t, enter) = (self.emit.expr(value), &self.threads, &self.enter);
+                self.uniform.borrow_mut().insert(*var);
+                quote! {
+                    let #id: #ty = {
+                        let mut __offload_acc: #ty = #identity;
+                        for __offload_thread in 0..#t {
+                            #enter
+                            __offload_acc = #combine(__offload_acc, #v);
+                        }
+                        __offload_acc
+                    };
+                }
+            }
             // Nothing else holds a barrier or leaves a loop.
             other => self.emit.stmts(std::slice::from_ref(other)),
         }
@@ -633,7 +658,8 @@ fn team_level(s: &Stmt) -> bool {
 
 fn has_barrier(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| match s {
-        Stmt::Barrier => true,
+        // A team reduction waits for the team as a barrier does.
+        Stmt::Barrier | Stmt::Let { init: Expr { kind: ExprKind::TeamReduce(..), .. }, .. } => true,
         Stmt::If { then, els, .. } => has_barrier(then) || has_barrier(els.as_deref().unwrap_or_default()),
         Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop(body) | Stmt::Block(body) => {
             has_barrier(body)

@@ -227,6 +227,8 @@ struct Lowered {
     index_vars: Vec<VarId>,
     param_vars: Vec<VarId>,
     map: ThreadMap,
+    /// Whether the body reduces over its teams (`offload::team_sum`).
+    team_reduce: bool,
 }
 
 fn kernel_impl(attr: TokenStream, original: &ItemFn) -> syn::Result<TokenStream> {
@@ -275,6 +277,17 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     let param_vars = lower.params(&sig.params);
     let index_vars = lower.indices(&sig.indices);
     let stmts = lower.stmts(&f.block.stmts, false)?;
+    // A team reduction shuffles within warps on GPUs: the team is whole warps (a constant
+    // expression's size is checked by rustc, beside the kernel).
+    let team_reduce = lower.team_reduce().is_some();
+    if let (Some(span), Some(crate::signature::Threads::Lit(t))) = (lower.team_reduce(), &sig.teams) {
+        if t % 32 != 0 {
+            return Err(syn::Error::new(
+                span,
+                format!("a team reduction needs whole warps: the team's {t} threads (`teams = ...`) a multiple of 32"),
+            ));
+        }
+    }
     let body = lower.finish(stmts);
     let names: Vec<String> = sig.indices.iter().map(|i| i.to_string()).collect();
     let map = match &sig.teams {
@@ -284,7 +297,7 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
         },
         None => thread_map(&body, &names),
     };
-    let k = Lowered { sig, body, index_vars, param_vars, map };
+    let k = Lowered { sig, body, index_vars, param_vars, map, team_reduce };
     Ok((opts, k, rows))
 }
 
@@ -1174,7 +1187,7 @@ fn generate(
         }
     };
 
-    let threads_item = sig.teams.as_ref().map(|t| t.item(name, !opts.reductions.is_empty()));
+    let threads_item = sig.teams.as_ref().map(|t| t.item(name, !opts.reductions.is_empty() || k.team_reduce));
     Ok(quote! {
         #(#size_checks)*
         #threads_item

@@ -179,6 +179,52 @@ pub enum ExprKind {
         c: String,
         rust: syn::Path,
     },
+    /// `offload::team_sum(value)` (or product, min, max): every thread of the team gets
+    /// the combination of every thread's `value`. Only a `let`'s value, where a barrier may
+    /// stand.
+    TeamReduce(TeamOp, Box<Expr>),
+}
+
+/// The operator of a team reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TeamOp {
+    Add,
+    Mul,
+    Min,
+    Max,
+}
+
+impl TeamOp {
+    /// The operator of `offload::NAME`.
+    pub fn of(name: &str) -> Option<TeamOp> {
+        Some(match name {
+            "team_sum" => TeamOp::Add,
+            "team_product" => TeamOp::Mul,
+            "team_min" => TeamOp::Min,
+            "team_max" => TeamOp::Max,
+            _ => return None,
+        })
+    }
+
+    /// The prelude's functor (`offload_op_add`, ...).
+    pub fn c_functor(self) -> &'static str {
+        match self {
+            TeamOp::Add => "offload_op_add()",
+            TeamOp::Mul => "offload_op_mul()",
+            TeamOp::Min => "offload_op_min()",
+            TeamOp::Max => "offload_op_max()",
+        }
+    }
+
+    /// The identity in C for type `t`.
+    pub fn c_identity(self, t: crate::ty::Ty) -> String {
+        match self {
+            TeamOp::Add => crate::ty::RedOp::Add.c_identity(t).to_string(),
+            TeamOp::Min => crate::ty::RedOp::Min.c_identity(t).to_string(),
+            TeamOp::Max => crate::ty::RedOp::Max.c_identity(t).to_string(),
+            TeamOp::Mul => format!("({})1", t.c()),
+        }
+    }
 }
 
 /// A place a value is stored to.
@@ -312,7 +358,8 @@ pub fn walk_expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
         | ExprKind::Field { base: a, .. }
         | ExprKind::Neg(a)
         | ExprKind::Not(a)
-        | ExprKind::Cast(a, _) => walk_expr(a, f),
+        | ExprKind::Cast(a, _)
+        | ExprKind::TeamReduce(_, a) => walk_expr(a, f),
         ExprKind::Sub { start, end, .. } => {
             walk_expr(start, f);
             walk_expr(end, f);

@@ -9,8 +9,8 @@ use syn::spanned::Spanned;
 use syn::{BinOp, Expr as SynExpr, Ident, Pat, RangeLimits, Stmt as SynStmt, UnOp};
 
 use crate::ir::{
-    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, TeamLen, Type,
-    Var, VarId,
+    compound, visit_vars, Block, Body, Expr, ExprKind, Lit, Math, Order, Place, Role, Stmt, TeamLen, TeamOp,
+    Type, Var, VarId,
 };
 use crate::signature::{err, struct_type, Elem, Param, ParamKind, Ret};
 use crate::ty::{scalar_type, RedOp, Ty};
@@ -228,6 +228,8 @@ pub struct Lowerer {
     returns: bool,
     consts: Vec<VarId>,
     calls: Vec<syn::Path>,
+    /// Where the body reduces over its team (`offload::team_sum`), first.
+    team_reduce: Option<Span>,
 }
 
 fn name_of(id: &Ident) -> String {
@@ -252,7 +254,14 @@ impl Lowerer {
             returns: false,
             consts: Vec::new(),
             calls: Vec::new(),
+            team_reduce: None,
         }
+    }
+
+    /// Where the lowered body first reduces over its team, if it does (a team's threads
+    /// must then be whole warps).
+    pub fn team_reduce(&self) -> Option<Span> {
+        self.team_reduce
     }
 
     /// Lowers a teams kernel: `offload::barrier()` and team-local arrays are allowed.
@@ -493,7 +502,14 @@ impl Lowerer {
         if let Some((_, d)) = &init.diverge {
             return err(d, "`let ... else` is not in the kernel language");
         }
-        let v = self.value(&init.expr, annotated.as_ref())?;
+        let team_op = match &*init.expr {
+            SynExpr::Call(c) => team_op_of(&c.func).map(|op| (c, op)),
+            _ => None,
+        };
+        let v = match team_op {
+            Some((c, op)) => self.team_reduction(c, op, annotated.as_ref())?,
+            None => self.value(&init.expr, annotated.as_ref())?,
+        };
         let ty = match (annotated, &v.ty) {
             (Some(t), _) => t,
             // The suggestion follows the operands: integer literals (`THREADS >> (k + 1)`)
@@ -1287,8 +1303,43 @@ impl Lowerer {
         Ok(ex(ExprKind::Math(math, all), rt, span))
     }
 
+    /// `offload::team_sum(v)` (or product, min, max) as a `let`'s value: a collective every
+    /// thread of the team reaches, as a barrier.
+    fn team_reduction(&mut self, c: &syn::ExprCall, op: TeamOp, want: Option<&Type>) -> syn::Result<Expr> {
+        if !self.teams {
+            return err(
+                c,
+                "a team reduction is in a teams kernel only (`#[offload::kernel(teams = THREADS)]`)",
+            );
+        }
+        if self.divergent > 0 {
+            return err(
+                c,
+                "a team reduction is reached by every thread of the team, as a barrier: not inside `if`, `while`, \
+                 `loop` or a `for` whose bounds depend on the thread",
+            );
+        }
+        let [arg] = &c.args.iter().collect::<Vec<_>>()[..] else {
+            return err(c, "a team reduction takes one value: `offload::team_sum(v)`");
+        };
+        let value = self.value(arg, want)?;
+        if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool) && !value.ty.is_lit() {
+            return err(arg, "a team reduction combines a number (f32, f64, i32, u32, i64, u64, usize)");
+        }
+        self.loops.iter_mut().for_each(|l| l.barrier = true);
+        self.team_reduce.get_or_insert(c.span());
+        let ty = value.ty.clone();
+        Ok(ex(ExprKind::TeamReduce(op, Box::new(value)), ty, c.span()))
+    }
+
     fn call(&mut self, c: &syn::ExprCall, want: Option<&Type>) -> syn::Result<Expr> {
         let span = c.span();
+        if team_op_of(&c.func).is_some() {
+            return err(
+                c,
+                "a team reduction is a `let`'s value, where a barrier may stand: `let s = offload::team_sum(v);`",
+            );
+        }
         let SynExpr::Path(p) = &*c.func else {
             return err(
                 &c.func,
@@ -1363,6 +1414,14 @@ impl Lowerer {
 
 /// Whether `f` names `offload::NAME` (or `NAME` imported from it: any path ending in it
 /// whose first segment is `offload`, or the bare name).
+/// The operator of a call of `offload::team_sum` (product, min, max), if it is one.
+fn team_op_of(f: &SynExpr) -> Option<TeamOp> {
+    ["team_sum", "team_product", "team_min", "team_max"]
+        .into_iter()
+        .find(|n| is_offload_fn(f, n))
+        .and_then(TeamOp::of)
+}
+
 fn is_offload_fn(f: &SynExpr, name: &str) -> bool {
     let SynExpr::Path(p) = f else { return false };
     let segs = &p.path.segments;

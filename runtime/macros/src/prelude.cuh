@@ -18,6 +18,9 @@ template <typename T> __device__ __forceinline__ T* offload_at(T* p, unsigned lo
 struct offload_op_add {
     template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
+struct offload_op_mul {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; }
+};
 struct offload_op_min {
     __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); }
     __device__ __forceinline__ double operator()(double a, double b) const { return fmin(a, b); }
@@ -80,6 +83,25 @@ template <typename T, typename Op> __device__ __forceinline__ void offload_reduc
         for (int o = 16; o > 0; o >>= 1) v = op(v, offload_shfl_down(v, o));
         if (lane == 0) offload_atomic(op, out, v);
     }
+}
+// `offload::team_sum(v)` and its kin: the team's (the block's, whole warps) combination of
+// every thread's v, returned to every thread. Shuffles within each warp, the warps'
+// partials through shared memory, the first warp combines them; its own barriers keep an
+// earlier reduction of the same type from reading the partials this one writes.
+template <typename T, typename Op> __device__ __forceinline__ T offload_team_reduce(T v, T identity, Op op) {
+    __shared__ T partials[33];
+    for (int o = 16; o > 0; o >>= 1) v = op(v, offload_shfl_down(v, o));
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < ((blockDim.x + 31u) >> 5) ? partials[lane] : identity;
+        for (int o = 16; o > 0; o >>= 1) v = op(v, offload_shfl_down(v, o));
+        if (lane == 0) partials[32] = v;
+    }
+    __syncthreads();
+    return partials[32];
 }
 // Views that are not a kernel's bare parameters (device functions' parameters,
 // sub-slices): element access checked when `err` is set (a checked launch).

@@ -711,6 +711,40 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
         offload::barrier();
     }));
     assert!(e.contains("a barrier is reached by every thread"), "{e}");
+    // Team reductions: a `let`'s value where a barrier may stand, in whole warps.
+    let e = teams(quote!(y[thread] = offload::team_sum(1.0f32);));
+    assert!(e.contains("a team reduction is a `let`'s value"), "{e}");
+    let e = teams(quote!(if thread == 0 {
+        let s = offload::team_max(1.0f32);
+    }));
+    assert!(e.contains("a team reduction is reached by every thread of the team"), "{e}");
+    let e = cuda(
+        quote!(teams = 48),
+        quote!(
+            fn k(team: usize, thread: usize, y: &mut [f32]) {
+                let s = offload::team_sum(y[thread]);
+            }
+        ),
+    )
+    .unwrap_err();
+    assert!(e.contains("needs whole warps: the team's 48 threads"), "{e}");
+    let e = fails(quote!(
+        fn k(i: usize, y: &mut [f32]) {
+            let s = offload::team_sum(y[i]);
+        }
+    ));
+    assert!(e.contains("a team reduction is in a teams kernel only"), "{e}");
+    let c = cuda(
+        quote!(teams = 64),
+        quote!(
+            fn k(team: usize, thread: usize, y: &mut [f32]) {
+                let s = offload::team_product(y[thread]);
+                y[thread] = s;
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("offload_team_reduce<float>(y[thread], (float)1, offload_op_mul())"), "{c}");
     // A step that depends on the thread makes the loop's trip count the thread's own.
     let e = teams(quote!(for k in (0..64usize).step_by(thread + 1) {
         offload::barrier();
