@@ -1005,6 +1005,8 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &row_sums_by_const::KERNEL,
             &normalise_with_team_sums::KERNEL,
             &normalise_with_team_sums::KERNEL_CHECKED,
+            &uniform_barriers::KERNEL,
+            &uniform_barriers::KERNEL_CHECKED,
         ],
     );
 }
@@ -1479,6 +1481,69 @@ fn team_reductions_give_every_thread_the_teams_value() {
                     "team {t} column {c}: {got} vs {want}"
                 );
             }
+        }
+        Ok(())
+    });
+}
+
+/// Barriers under conditions and loop bounds that are the same for every thread of the
+/// team: a `while` over a `let mut` local set from the team's number, an `if` on a kernel
+/// argument, a `loop` with a uniform step count. Each pass doubles the team's block
+/// through a team-local array (a thread reads another's element: only a barrier makes it
+/// safe).
+#[offload::kernel(teams = 32)]
+fn uniform_barriers(team: usize, thread: usize, passes: usize, mirror: bool, x: &[f32], y: &mut [f32]) {
+    let mut tile: [f32; 32] = offload::team_local();
+    let mut v = x[team * 32 + thread];
+    let mut left = team % 3 + passes;
+    while left > 0 {
+        tile[thread] = v;
+        offload::barrier();
+        v = tile[thread] + tile[31 - thread];
+        offload::barrier();
+        left -= 1;
+    }
+    if mirror {
+        tile[thread] = v;
+        offload::barrier();
+        v = tile[31 - thread];
+    }
+    let mut k = 0usize;
+    loop {
+        offload::barrier();
+        k += 1;
+        if k == 2 {
+            y[team * 32 + thread] = v;
+        }
+        if k >= 2 {
+            break;
+        }
+    }
+}
+
+#[test]
+fn barriers_stand_under_conditions_the_same_for_every_thread() {
+    on_every_device("uniform barriers", |rt, d| {
+        let gpu = rt.device(d)?;
+        let teams = 5usize;
+        let x: Vec<f32> = (0..teams * 32).map(|i| (i % 9) as f32).collect();
+        for (passes, mirror) in [(1usize, false), (2, true)] {
+            let mut y = vec![0f32; teams * 32];
+            gpu.data((map::to(&x), map::from(&mut y)), |(x, y)| {
+                uniform_barriers::launch(&gpu, teams, passes, mirror, x, y)
+            })?;
+            let mut want = vec![0f32; teams * 32];
+            for t in 0..teams {
+                let mut v: Vec<f32> = x[t * 32..(t + 1) * 32].to_vec();
+                for _ in 0..t % 3 + passes {
+                    v = (0..32).map(|i| v[i] + v[31 - i]).collect();
+                }
+                if mirror {
+                    v = (0..32).map(|i| v[31 - i]).collect();
+                }
+                want[t * 32..(t + 1) * 32].copy_from_slice(&v);
+            }
+            check_eq!(y, want);
         }
         Ok(())
     });

@@ -453,9 +453,10 @@ pub fn team_local<T: Copy + Default, const N: usize>() -> [T; N] {
 }
 
 /// The barrier of a teams kernel: every thread of the team waits until all have reached
-/// it (`__syncthreads()` on GPUs). It must be reached by all of them: not inside an `if`,
-/// a `while`, a `loop`, or a `for` whose bounds depend on the thread (the macro refuses
-/// those). Called as ordinary Rust, it does nothing.
+/// it (`__syncthreads()` on GPUs). It must be reached by all of them or by none: under an
+/// `if`, a `while`, a `loop` or a `for` only when the conditions and loop bounds around it
+/// are the same for every thread (the macro refuses the others, naming the value that can
+/// differ). Called as ordinary Rust, it does nothing.
 pub fn barrier() {}
 
 /// A team reduction of a teams kernel: every thread of the team gets the sum of every

@@ -277,6 +277,7 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     let param_vars = lower.params(&sig.params);
     let index_vars = lower.indices(&sig.indices);
     let stmts = lower.stmts(&f.block.stmts, false)?;
+    lower.check_sync(&stmts)?;
     // A team reduction shuffles within warps on GPUs: the team is whole warps (a constant
     // expression's size is checked by rustc, beside the kernel).
     let team_reduce = lower.team_reduce().is_some();

@@ -353,27 +353,32 @@ pub fn visit_vars(e: &Expr, f: &mut impl FnMut(VarId)) {
 /// Calls `f` with `e` and every expression inside it.
 pub fn walk_expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
     f(e);
+    walk_children(e, &mut |c| walk_expr(c, f));
+}
+
+/// Calls `f` with each direct sub-expression of `e`.
+pub fn walk_children(e: &Expr, f: &mut impl FnMut(&Expr)) {
     match &e.kind {
         ExprKind::Load { index: a, .. }
         | ExprKind::Field { base: a, .. }
         | ExprKind::Neg(a)
         | ExprKind::Not(a)
         | ExprKind::Cast(a, _)
-        | ExprKind::TeamReduce(_, a) => walk_expr(a, f),
+        | ExprKind::TeamReduce(_, a) => f(a),
         ExprKind::Sub { start, end, .. } => {
-            walk_expr(start, f);
-            walk_expr(end, f);
+            f(start);
+            f(end);
         }
         ExprKind::Binary(_, a, b) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
+            f(a);
+            f(b);
         }
         ExprKind::Select(c, a, b) => {
-            walk_expr(c, f);
-            walk_expr(a, f);
-            walk_expr(b, f);
+            f(c);
+            f(a);
+            f(b);
         }
-        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(|a| walk_expr(a, f)),
+        ExprKind::Math(_, args) | ExprKind::Call { args, .. } => args.iter().for_each(f),
         ExprKind::Var(_)
         | ExprKind::Len(_)
         | ExprKind::ViewOf(_)

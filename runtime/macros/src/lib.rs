@@ -134,6 +134,7 @@ mod lower;
 mod options;
 mod signature;
 mod ty;
+mod uniform;
 
 /// Makes a loop body a kernel for every backend: see the crate docs and `docs/KERNELS.md`.
 #[proc_macro_attribute]

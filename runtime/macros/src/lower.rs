@@ -209,8 +209,11 @@ struct LoopFrame {
     divergent: usize,
     /// Whether the body (at any depth) has a barrier.
     barrier: bool,
-    /// The first `break` or `continue` of this loop under a branch inside it.
-    exit: Option<Span>,
+    /// How many conditions surround the loop (see [`Lowerer::conds`]).
+    conds_at: usize,
+    /// The `break`s and `continue`s of this loop under a branch inside it, each with the
+    /// conditions between the loop and it.
+    exits: Vec<(Span, Vec<Expr>)>,
 }
 
 pub struct Lowerer {
@@ -230,6 +233,11 @@ pub struct Lowerer {
     calls: Vec<syn::Path>,
     /// Where the body reduces over its team (`offload::team_sum`), first.
     team_reduce: Option<Span>,
+    /// The conditions and loop bounds around the statement being lowered (a teams
+    /// kernel's barriers must be reached by every thread: see [`crate::uniform`]).
+    conds: Vec<Expr>,
+    /// The barriers and team reductions, with the conditions around each.
+    sync_sites: Vec<crate::uniform::SyncSite>,
 }
 
 fn name_of(id: &Ident) -> String {
@@ -255,7 +263,21 @@ impl Lowerer {
             consts: Vec::new(),
             calls: Vec::new(),
             team_reduce: None,
+            conds: Vec::new(),
+            sync_sites: Vec::new(),
         }
+    }
+
+    /// Refuses a barrier or team reduction of `stmts` (the lowered body) that some threads
+    /// of a team could skip ([`crate::uniform::check`]).
+    pub fn check_sync(&self, stmts: &Block) -> syn::Result<()> {
+        crate::uniform::check(&self.vars, stmts, &self.sync_sites)
+    }
+
+    /// Records a barrier (or team reduction) at `span` with the conditions around it.
+    fn sync_site(&mut self, span: Span, what: &'static str) {
+        self.loops.iter_mut().for_each(|l| l.barrier = true);
+        self.sync_sites.push(crate::uniform::SyncSite { span, what, around: self.conds.clone() });
     }
 
     /// Where the lowered body first reduces over its team, if it does (a team's threads
@@ -617,7 +639,11 @@ impl Lowerer {
                     || self.on_thread(&end)
                     || step.as_ref().is_some_and(|s| self.on_thread(s));
                 self.divergent += usize::from(thread_bound);
+                let bounds = [Some(&start), Some(&end), step.as_ref()].into_iter().flatten().cloned();
+                let depth = self.conds.len();
+                self.conds.extend(bounds);
                 let body = self.loop_body(&f.body);
+                self.conds.truncate(depth);
                 self.divergent -= usize::from(thread_bound);
                 self.scopes.pop();
                 out.push(Stmt::For {
@@ -639,7 +665,9 @@ impl Lowerer {
                 }
                 let cond = self.value(&w.cond, Some(&Type::Scalar(Ty::Bool)))?;
                 self.divergent += 1;
+                self.conds.push(cond.clone());
                 let body = self.loop_body(&w.body);
+                self.conds.pop();
                 self.divergent -= 1;
                 out.push(Stmt::While { cond, body: body? });
                 Ok(())
@@ -680,17 +708,10 @@ impl Lowerer {
                         "a barrier is in a teams kernel only (`#[offload::kernel(teams = THREADS)]`)",
                     );
                 }
-                if self.divergent > 0 {
-                    return err(
-                        c,
-                        "a barrier is reached by every thread of the team: not inside `if`, `while`, `loop` or a `for` \
-                         whose bounds depend on the thread",
-                    );
-                }
                 if !c.args.is_empty() {
                     return err(c, "`offload::barrier()` takes no arguments");
                 }
-                self.loops.iter_mut().for_each(|l| l.barrier = true);
+                self.sync_site(c.span(), "a barrier");
                 out.push(Stmt::Barrier);
                 Ok(())
             }
@@ -757,16 +778,24 @@ impl Lowerer {
 
     /// A loop's body, checked against [`LoopFrame`]'s rule once lowered.
     fn loop_body(&mut self, body: &syn::Block) -> syn::Result<Vec<Stmt>> {
-        self.loops.push(LoopFrame { divergent: self.divergent, barrier: false, exit: None });
+        let frame = LoopFrame {
+            divergent: self.divergent,
+            barrier: false,
+            conds_at: self.conds.len(),
+            exits: Vec::new(),
+        };
+        self.loops.push(frame);
         let lowered = self.block(body);
         let frame = self.loops.pop();
         let lowered = lowered?;
-        if let Some(LoopFrame { barrier: true, exit: Some(span), .. }) = frame {
-            return Err(syn::Error::new(
-                span,
-                "a `break` or `continue` under a branch, in a loop with a barrier: threads of the team that \
-                 take it would skip barriers the others wait at; make every thread leave the loop together",
-            ));
+        // In a loop with a barrier, every thread leaves together: a `break` under a branch
+        // stands only under conditions the same for every thread (checked with the
+        // barriers).
+        if let Some(LoopFrame { barrier: true, exits, .. }) = frame {
+            for (span, around) in exits {
+                let what = "a `break` or `continue` of a loop with a barrier";
+                self.sync_sites.push(crate::uniform::SyncSite { span, what, around });
+            }
         }
         Ok(lowered)
     }
@@ -775,8 +804,8 @@ impl Lowerer {
     fn loop_exit(&mut self, span: Span) {
         let divergent = self.divergent;
         if let Some(l) = self.loops.last_mut() {
-            if divergent > l.divergent && l.exit.is_none() {
-                l.exit = Some(span);
+            if divergent > l.divergent {
+                l.exits.push((span, self.conds[l.conds_at..].to_vec()));
             }
         }
     }
@@ -787,6 +816,7 @@ impl Lowerer {
         }
         let cond = self.value(&i.cond, Some(&Type::Scalar(Ty::Bool)))?;
         self.divergent += 1;
+        self.conds.push(cond.clone());
         let r = (|| {
             let then = self.block(&i.then_branch)?;
             let els = match i.else_branch.as_ref().map(|(_, e)| &**e) {
@@ -798,6 +828,7 @@ impl Lowerer {
             Ok(Stmt::If { cond, then, els })
         })();
         self.divergent -= 1;
+        self.conds.pop();
         r
     }
 
@@ -1312,13 +1343,6 @@ impl Lowerer {
                 "a team reduction is in a teams kernel only (`#[offload::kernel(teams = THREADS)]`)",
             );
         }
-        if self.divergent > 0 {
-            return err(
-                c,
-                "a team reduction is reached by every thread of the team, as a barrier: not inside `if`, `while`, \
-                 `loop` or a `for` whose bounds depend on the thread",
-            );
-        }
         let [arg] = &c.args.iter().collect::<Vec<_>>()[..] else {
             return err(c, "a team reduction takes one value: `offload::team_sum(v)`");
         };
@@ -1326,7 +1350,7 @@ impl Lowerer {
         if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool) && !value.ty.is_lit() {
             return err(arg, "a team reduction combines a number (f32, f64, i32, u32, i64, u64, usize)");
         }
-        self.loops.iter_mut().for_each(|l| l.barrier = true);
+        self.sync_site(c.span(), "a team reduction");
         self.team_reduce.get_or_insert(c.span());
         let ty = value.ty.clone();
         Ok(ex(ExprKind::TeamReduce(op, Box::new(value)), ty, c.span()))

@@ -745,6 +745,37 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
     )
     .unwrap();
     assert!(c.contains("offload_team_reduce<float>(y[thread], (float)1, offload_op_mul())"), "{c}");
+    // Conditions the same for every thread may hold barriers; the refusal names the value
+    // that can differ, and why.
+    let e = teams(quote!(let mut k = thread; while k < 64 {
+        offload::barrier();
+        k += 32;
+    }));
+    assert!(e.contains("reads `k` (set from `thread`, the thread's index)"), "{e}");
+    let e = teams(quote!(if y[team] > 0.0 {
+        offload::barrier();
+    }));
+    assert!(e.contains("reads `y[..]`, memory another thread may write"), "{e}");
+    let e = teams(quote!(let mut n = 4usize; if thread == 0 { n = 5; } for k in 0..n {
+        offload::barrier();
+    }));
+    assert!(e.contains("reads `n` (assigned under an `if` that reads `thread`"), "{e}");
+    assert!(cuda(
+        quote!(teams = 64),
+        quote!(
+            fn k(team: usize, thread: usize, n: usize, y: &mut [f32]) {
+                let mut left = team % 3 + n;
+                while left > 0 {
+                    offload::barrier();
+                    left -= 1;
+                }
+                if n > 2 {
+                    offload::barrier();
+                }
+            }
+        )
+    )
+    .is_ok());
     // A step that depends on the thread makes the loop's trip count the thread's own.
     let e = teams(quote!(for k in (0..64usize).step_by(thread + 1) {
         offload::barrier();
