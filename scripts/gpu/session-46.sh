@@ -5,7 +5,9 @@
 # skip for lack of a GPU fails): kernel_language runs the new loop walks (.rev, .step_by),
 # aliases, constant team-local lengths and team sizes on the GPU, stream_order and omp_api
 # the wtime timers and the ping-pong, trace the kernel dump; then the trace tests' binary
-# TRACE_RUNS times (one unexplained death in about 111 runs earlier). Logs under $OUT.
+# TRACE_RUNS times (one unexplained death in about 111 runs earlier); then the team
+# reductions and uniform barriers under compute-sanitizer racecheck and memcheck. Logs under
+# $OUT.
 #   carry: [".gpupack"]; command: bash scripts/gpu/session-46.sh
 cd "$(dirname "$0")/../.."
 set -o pipefail
@@ -29,3 +31,12 @@ for i in $(seq "$runs"); do
     echo "trace run $i: exit $?" >> "$OUT/trace-deaths.log"; tail -30 /tmp/trace.log >> "$OUT/trace-deaths.log"; fi
 done
 echo "trace: $tp of $runs runs passed"
+# The team reductions' shuffles and shared partials, and barriers under uniform conditions,
+# under compute-sanitizer's racecheck (shared-memory hazards) and memcheck.
+k=$t/tests--test-kernel_language
+for tool in racecheck memcheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 9 "$k" team_reductions barriers_stand team_size \
+    > "$OUT/sanitizer-$tool.log" 2>&1
+  echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$tool.log") clean summaries)"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$OUT/sanitizer-$tool.log" | head -6
+done
