@@ -1253,6 +1253,40 @@ fn target_launches_every_kernel_shape_in_the_openmp_shape() -> Result<()> {
             );
         }
     }
+    // The nowait forms, chained on the output: collapse(3) then teams reversing it twice.
+    for dev in devices()? {
+        let mut w = vec![0u32; 4 * n * n * n];
+        let wp = w.as_mut_ptr();
+        let wd = |k| [Depend::new(k, wp)];
+        let cube_args = [LaunchArg::Value(Scalar::U64(n as u64)), LaunchArg::mapped(wp)];
+        let team_args = [LaunchArg::mapped(wp), LaunchArg::mapped(wp.wrapping_add(n * n * n))];
+        // SAFETY: `w` outlives the taskwait; the host touches it only after.
+        unsafe {
+            target_enter_data_nowait(dev, &[MapItem::tofrom(wp, 16 * n * n * n)], &wd(DependType::Out))?;
+            target_loops_nowait(
+                dev,
+                &ported_cube::KERNEL,
+                &[0..n, 0..n, 0..n],
+                &[],
+                &cube_args,
+                &wd(DependType::InOut),
+            )?;
+            target_teams_nowait(
+                dev,
+                &ported_teams::KERNEL,
+                2,
+                Some(32),
+                &[],
+                &team_args,
+                &wd(DependType::InOut),
+            )?;
+            target_exit_data_nowait(dev, &[MapItem::from(wp, 16 * n * n * n)], &wd(DependType::InOut))?;
+        }
+        omp_taskwait()?;
+        check!(w[..n * n * n] == cube[..], "device {dev}: {:?}", &w[..4]);
+        let want: Vec<u32> = (0..n * n * n).map(|i| cube[(i / 32) * 32 + 31 - i % 32]).collect();
+        check!(w[n * n * n..2 * n * n * n] == want[..], "device {dev}: {:?}", &w[n * n * n..n * n * n + 4]);
+    }
     check!(
         matches!(OmpSpace::loops(&[0..1, 0..1, 0..1, 0..1]), Err(Error::InvalidArgument { .. })),
         "collapse(4) is refused"

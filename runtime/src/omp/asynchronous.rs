@@ -523,13 +523,69 @@ pub unsafe fn target_nowait(
     args: &[LaunchArg],
     depend: &[Depend],
 ) -> Result<Task> {
+    let at = Location::caller();
+    // SAFETY: forwarded from the caller.
+    unsafe { target_space_nowait(device_num, kernel, OmpSpace::Items(n), maps, args, depend, at) }
+}
+
+/// `#pragma omp target teams distribute parallel for collapse(d) ... nowait depend(...)`: as
+/// [`super::target_loops`], on the compute lane.
+///
+/// # Safety
+/// As [`super::target`], until the task has finished.
+#[track_caller]
+pub unsafe fn target_loops_nowait(
+    device_num: i32,
+    kernel: &'static Kernel,
+    loops: &[std::ops::Range<usize>],
+    maps: &[MapItem],
+    args: &[LaunchArg],
+    depend: &[Depend],
+) -> Result<Task> {
+    let space = OmpSpace::loops(loops)?;
+    // SAFETY: forwarded from the caller.
+    unsafe { target_space_nowait(device_num, kernel, space, maps, args, depend, Location::caller()) }
+}
+
+/// `#pragma omp target teams num_teams(t) thread_limit(l) ... nowait depend(...)`: as
+/// [`super::target_teams`], on the compute lane.
+///
+/// # Safety
+/// As [`super::target`], until the task has finished.
+#[track_caller]
+pub unsafe fn target_teams_nowait(
+    device_num: i32,
+    kernel: &'static Kernel,
+    num_teams: usize,
+    thread_limit: Option<usize>,
+    maps: &[MapItem],
+    args: &[LaunchArg],
+    depend: &[Depend],
+) -> Result<Task> {
+    let space = OmpSpace::Teams { num_teams, thread_limit };
+    // SAFETY: forwarded from the caller.
+    unsafe { target_space_nowait(device_num, kernel, space, maps, args, depend, Location::caller()) }
+}
+
+/// The task of a `target ... nowait` over `space`, called from `at`.
+///
+/// # Safety
+/// As [`super::target`], until the task has finished.
+unsafe fn target_space_nowait(
+    device_num: i32,
+    kernel: &'static Kernel,
+    space: OmpSpace,
+    maps: &[MapItem],
+    args: &[LaunchArg],
+    depend: &[Depend],
+    at: &'static Location<'static>,
+) -> Result<Task> {
     let rt = rt()?;
     // A construct: refused at the call, not in its task, under mandatory with no device.
     rt.offload_available()?;
-    let at = Location::caller();
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.
     submit(rt, d, Lane::Compute, depend, move || unsafe {
-        rt.target_launch_at(d, kernel, &maps, &args, crate::runtime::ArgShape::OpenMp(OmpSpace::Items(n)), at)
+        rt.target_launch_at(d, kernel, &maps, &args, crate::runtime::ArgShape::OpenMp(space), at)
     })
 }

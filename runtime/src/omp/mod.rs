@@ -42,8 +42,8 @@ use crate::runtime::Runtime;
 mod asynchronous;
 pub use asynchronous::{
     omp_target_memcpy_async, omp_target_memcpy_rect_async, omp_target_memset_async, omp_taskwait,
-    target_enter_data_nowait, target_exit_data_nowait, target_nowait, target_update_nowait, task, Depend,
-    DependType, RectCopy,
+    target_enter_data_nowait, target_exit_data_nowait, target_loops_nowait, target_nowait,
+    target_teams_nowait, target_update_nowait, task, Depend, DependType, RectCopy,
 };
 
 /// Makes `rt` the runtime these routines use, if none was chosen or built yet; returns the
