@@ -528,6 +528,13 @@ impl Lowerer {
             SynExpr::Call(c) => team_op_of(&c.func).map(|op| (c, op)),
             _ => None,
         };
+        if let (Some((c, _)), true) = (team_op, mutable) {
+            return err(
+                c,
+                "a team reduction's result is the team's, one value for every thread: bind it with `let`, not \
+                 `let mut` (copy it into a `let mut` local to change it)",
+            );
+        }
         let v = match team_op {
             Some((c, op)) => self.team_reduction(c, op, annotated.as_ref())?,
             None => self.value(&init.expr, annotated.as_ref())?,
@@ -614,6 +621,15 @@ impl Lowerer {
                 let (start, end) = self.operands(a, b, None)?;
                 // Rust's `step_by` takes a `usize`; it is read once, before the loop.
                 let step = step.map(|e| self.value(e, Some(&Type::Scalar(Ty::Usize)))).transpose()?;
+                if let Some(Expr { kind: ExprKind::Lit(Lit::Int(z)), span, .. }) = &step {
+                    let digits: String = z.chars().take_while(char::is_ascii_digit).collect();
+                    if digits.parse::<u64>() == Ok(0) {
+                        return Err(syn::Error::new(
+                            *span,
+                            "`.step_by(0)`: a step is at least 1 (Rust's `step_by` panics on 0)",
+                        ));
+                    }
+                }
                 let opaque = matches!(start.ty, Type::Opaque(_)) || matches!(end.ty, Type::Opaque(_));
                 let ty = match start.ty.scalar().or(end.ty.scalar()) {
                     Some(t) if !t.is_int() => {
@@ -1347,8 +1363,11 @@ impl Lowerer {
             return err(c, "a team reduction takes one value: `offload::team_sum(v)`");
         };
         let value = self.value(arg, want)?;
-        if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool) && !value.ty.is_lit() {
-            return err(arg, "a team reduction combines a number (f32, f64, i32, u32, i64, u64, usize)");
+        if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool && t != Ty::Usize) && !value.ty.is_lit() {
+            return err(
+                arg,
+                "a team reduction combines f32, f64, i32, u32, i64 or u64 (a `usize`: `team_sum(v as u64)`)",
+            );
         }
         self.sync_site(c.span(), "a team reduction");
         self.team_reduce.get_or_insert(c.span());

@@ -776,6 +776,20 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
         )
     )
     .is_ok());
+    // A view local's length differs as the view does.
+    let e = teams(quote!(let s = &y[0..thread]; if s.len() > 3 {
+        offload::barrier();
+    }));
+    assert!(e.contains("reads `s` (set from `thread`"), "{e}");
+    // A team reduction's result is one value: not `let mut`; not over `usize`.
+    let e = teams(quote!(let mut s = offload::team_sum(y[thread]);));
+    assert!(e.contains("bind it with `let`, not `let mut`"), "{e}");
+    let e = teams(quote!(let s = offload::team_sum(thread);));
+    assert!(e.contains("(a `usize`: `team_sum(v as u64)`)"), "{e}");
+    let e = teams(quote!(for k in (0..4usize).step_by(0) {
+        y[k] = 0.0;
+    }));
+    assert!(e.contains("`.step_by(0)`: a step is at least 1"), "{e}");
     // A step that depends on the thread makes the loop's trip count the thread's own.
     let e = teams(quote!(for k in (0..64usize).step_by(thread + 1) {
         offload::barrier();

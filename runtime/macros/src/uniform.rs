@@ -45,7 +45,9 @@ impl<'a> ThreadDependent<'a> {
         match &e.kind {
             // The team's combined value is every thread's.
             ExprKind::TeamReduce(..) => {}
-            ExprKind::Var(v) => *found = self.var_reason(*v),
+            // A view local's length is the view's: it differs as the view does.
+            ExprKind::Var(v) | ExprKind::Len(v) | ExprKind::ViewOf(v) => *found = self.var_reason(*v),
+            ExprKind::Sub { view, .. } if self.var_reason(*view).is_some() => *found = self.var_reason(*view),
             ExprKind::Load { view, .. } => {
                 *found = Some(format!("`{}[..]`, memory another thread may write", self.vars[*view].rust))
             }
@@ -157,7 +159,8 @@ impl<'a> ThreadDependent<'a> {
                 _ => None,
             })
         }
-        exits(self, body, None).map(|r| format!("a loop some threads may leave early (a `break` under {r})"))
+        exits(self, body, None)
+            .map(|r| format!("a loop some threads may leave early (a `break` or `continue` under {r})"))
     }
 }
 
