@@ -437,6 +437,37 @@ fn generate(
             _ => None,
         })
         .collect();
+    // Together too: the arrays share the block's static shared memory.
+    let terms: Vec<TokenStream> = k
+        .body
+        .vars
+        .iter()
+        .filter_map(|v| match (&v.role, &v.ty) {
+            (
+                crate::ir::Role::TeamLocal(len),
+                crate::ir::Type::View { elem: crate::signature::Elem::Scalar(t), .. },
+            ) => {
+                let bytes = t.bytes();
+                Some(match len {
+                    crate::ir::TeamLen::Lit(n) => quote!((#n as u64).saturating_mul(#bytes)),
+                    crate::ir::TeamLen::Const(_, written) => {
+                        quote!(((#written) as u64).saturating_mul(#bytes))
+                    }
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    let total_check = (terms.len() > 1).then(|| {
+        let most = crate::lower::SHARED_BYTES;
+        quote::quote_spanned! {name.span()=>
+            #[allow(clippy::unnecessary_cast)]
+            const _: () = ::core::assert!(
+                0u64 #(.saturating_add(#terms))* <= #most,
+                "a teams kernel's team-local arrays hold at most 48 KiB together (a GPU block's static shared memory)"
+            );
+        }
+    });
     let note = &k.map.note;
 
     // ---- the argument block: its positions, and its size ----
@@ -1191,6 +1222,7 @@ fn generate(
     let threads_item = sig.teams.as_ref().map(|t| t.item(name, !opts.reductions.is_empty() || k.team_reduce));
     Ok(quote! {
         #(#size_checks)*
+        #total_check
         #threads_item
         #[allow(dead_code)]
         #original
