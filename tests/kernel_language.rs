@@ -1007,6 +1007,8 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &normalise_with_team_sums::KERNEL_CHECKED,
             &uniform_barriers::KERNEL,
             &uniform_barriers::KERNEL_CHECKED,
+            &normalise_any_team::KERNEL,
+            &normalise_any_team::KERNEL_CHECKED,
         ],
     );
 }
@@ -1545,6 +1547,76 @@ fn barriers_stand_under_conditions_the_same_for_every_thread() {
             }
             check_eq!(y, want);
         }
+        Ok(())
+    });
+}
+
+/// A row normalisation whose team size is chosen at launch (`teams = ..=1024`, the port's
+/// run-time block size): a block-stride loop over `offload::team_size()`, two team sums.
+#[offload::kernel(teams = ..=1024)]
+fn normalise_any_team(team: usize, thread: usize, w: usize, x: &[f32], y: &mut [f32], sizes: &mut [u32]) {
+    let mut s = 0.0f32;
+    let mut c = thread;
+    while c < w {
+        s += x[team * w + c];
+        c += offload::team_size();
+    }
+    let total = offload::team_sum(s);
+    let mean = total / w as f32;
+    c = thread;
+    while c < w {
+        y[team * w + c] = x[team * w + c] - mean;
+        c += offload::team_size();
+    }
+    if thread == 0 {
+        sizes[team] = offload::team_size() as u32;
+    }
+}
+
+#[test]
+fn a_team_size_may_be_given_at_launch() {
+    on_every_device("team size at launch", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (teams, w) = (5usize, 300usize);
+        let x: Vec<f32> = (0..teams * w).map(|i| ((i * 5) % 17) as f32).collect();
+        for size in [32usize, 64, 256, 1024] {
+            let mut y = vec![0f32; teams * w];
+            let mut sizes = vec![0u32; teams];
+            gpu.data((map::to(&x), map::from(&mut y), map::from(&mut sizes)), |(x, y, s)| {
+                normalise_any_team::launch(&gpu, teams, size, w, x, y, s)
+            })?;
+            check!(sizes.iter().all(|&s| s as usize == size), "team size {size}: {sizes:?}");
+            for t in 0..teams {
+                let row = &x[t * w..(t + 1) * w];
+                let mean = row.iter().sum::<f32>() / w as f32;
+                check!(
+                    (0..w).all(|c| y[t * w + c] == row[c] - mean),
+                    "team size {size}, team {t}: {:?}",
+                    &y[t * w..t * w + 4]
+                );
+            }
+        }
+        // The nowait form: `args` carries the size, which the launch runs with.
+        let mut y = vec![0f32; teams * w];
+        let mut sizes = vec![0u32; teams];
+        gpu.data((map::to(&x), map::from(&mut y), map::from(&mut sizes)), |(xv, yv, sv)| {
+            let (n, a) = normalise_any_team::args(teams, 128, w, xv, yv, sv)?;
+            rt.nowait(|s| s.launch(d, &normalise_any_team::KERNEL, n, a, &[])?.wait())?
+        })?;
+        check!(sizes.iter().all(|&s| s == 128), "nowait: {sizes:?}");
+        // Sizes outside 1..=1024, or not whole warps (the kernel reduces), are refused.
+        let mut y = vec![0f32; teams * w];
+        let mut sizes = vec![0u32; teams];
+        for (size, needle) in [(0usize, "1 to 1024"), (2048, "1 to 1024"), (48, "whole warps")] {
+            let r = gpu.data((map::to(&x), map::from(&mut y), map::from(&mut sizes)), |(x, y, s)| {
+                normalise_any_team::launch(&gpu, teams, size, w, x, y, s)
+            });
+            check!(
+                matches!(&r, Err(offload::Error::KernelArgument { what, .. }) if what.contains(needle)),
+                "size {size}: {r:?}"
+            );
+        }
+        check!(normalise_any_team::KERNEL.host_path().unwrap_or_default().contains("in rounds"), "rounds");
         Ok(())
     });
 }

@@ -1179,6 +1179,17 @@ fn ported_teams(team: usize, thread: usize, x: &[u32], y: &mut [u32]) {
     y[team * 32 + thread] = tile[31 - thread];
 }
 
+/// A teams kernel whose team size is the launch's (`teams = ..=64`): in the OpenMP shape,
+/// `thread_limit` gives it. Each team reverses its block of `team_size()` elements.
+#[offload::kernel(teams = ..=64)]
+fn ported_any_team(team: usize, thread: usize, x: &[u32], y: &mut [u32]) {
+    let mut tile: [u32; 64] = offload::team_local();
+    let t = offload::team_size();
+    tile[thread] = x[team * t + thread];
+    offload::barrier();
+    y[team * t + thread] = tile[t - 1 - thread];
+}
+
 #[test]
 fn target_launches_every_kernel_shape_in_the_openmp_shape() -> Result<()> {
     let (_serial, rt) = setup()?;
@@ -1225,6 +1236,18 @@ fn target_launches_every_kernel_shape_in_the_openmp_shape() -> Result<()> {
             // SAFETY: as above.
             unsafe { target_teams(dev, &ported_teams::KERNEL, teams, limit, &maps, &args) }?;
             check!(y == reversed, "device {dev}, thread_limit {limit:?}: {:?}", &y[..4]);
+        }
+        // thread_limit is the team size of a kernel whose teams are sized at launch (at most
+        // its 64; none: 64).
+        let x2: Vec<u32> = (0..320).collect();
+        for (limit, size) in [(Some(16), 16usize), (Some(100), 64), (None, 64)] {
+            let mut y = vec![0u32; 320];
+            let maps = [MapItem::to(x2.as_ptr(), 4 * 320), MapItem::tofrom(y.as_mut_ptr(), 4 * 320)];
+            let args = [LaunchArg::mapped(x2.as_ptr()), LaunchArg::mapped(y.as_ptr())];
+            // SAFETY: as above.
+            unsafe { target_teams(dev, &ported_any_team::KERNEL, 320 / size, limit, &maps, &args) }?;
+            let want: Vec<u32> = (0..320).map(|i| ((i / size) * size + size - 1 - i % size) as u32).collect();
+            check!(y == want, "device {dev}, thread_limit {limit:?}: {:?}", &y[..4]);
         }
         // Shapes that do not fit the kernel are refused, naming the fix, and map nothing.
         let mut y = vec![0u32; 32];

@@ -62,8 +62,14 @@ pub struct KernelShape {
     /// Dimensions of the index space: 1 to 3 for a loop kernel (`collapse(d)`), 0 for a
     /// teams kernel (whose space is its teams).
     pub dims: usize,
-    /// A teams kernel's threads per team (0 for a loop kernel).
+    /// A teams kernel's threads per team, the most with `team_size_at_launch` (0 for a
+    /// loop kernel).
     pub threads: usize,
+    /// `teams = ..=MAX`: the team size is the launch's (a slot after the start; in the
+    /// OpenMP shape, `thread_limit`), whole warps when `team_warps`.
+    pub team_size_at_launch: bool,
+    /// The kernel reduces over its teams: a team size given at launch is a multiple of 32.
+    pub team_warps: bool,
     /// The parameters, in order.
     pub params: &'static [ShapeParam],
 }
@@ -459,6 +465,14 @@ pub fn team_local<T: Copy + Default, const N: usize>() -> [T; N] {
 /// differ). Called as ordinary Rust, it does nothing.
 pub fn barrier() {}
 
+/// The number of threads in each team of a teams kernel: its `teams = T`, or the size the
+/// launch gave (`teams = ..=MAX`). The same for every thread: loop bounds and strides may
+/// use it around barriers (`c += offload::team_size()` walks a row in rounds on host
+/// devices). Called as ordinary Rust (a team of one thread), it is 1.
+pub fn team_size() -> usize {
+    1
+}
+
 /// A team reduction of a teams kernel: every thread of the team gets the sum of every
 /// thread's `v` (OpenMP's `parallel for reduction(+: x)` inside a team, its value shared).
 /// Written as a `let`'s value where a [`barrier`] may stand (`let s =
@@ -547,6 +561,44 @@ pub(crate) fn omp_space(
     device: usize,
     space: OmpSpace,
 ) -> crate::Result<(usize, Vec<KernelArg>)> {
+    omp_launch(kernel, device, space).map(|(n, lead, _)| (n, lead))
+}
+
+/// [`omp_space`], with the GPU block the launch needs when it is not the kernel's own (a
+/// team size given at launch: `thread_limit`, at most the kernel's `..=MAX`, rounded down
+/// to whole warps when the kernel reduces over its teams; `MAX` without one).
+pub(crate) fn omp_launch(
+    kernel: &Kernel,
+    device: usize,
+    space: OmpSpace,
+) -> crate::Result<(usize, Vec<KernelArg>, Option<u32>)> {
+    let fail = |what: String| crate::Error::KernelArgument { kernel: kernel.name(), index: 0, what };
+    if let (Some(shape), OmpSpace::Teams { num_teams, thread_limit }) = (kernel.shape(), space) {
+        if shape.dims == 0 && shape.team_size_at_launch {
+            let mut size = thread_limit.unwrap_or(shape.threads).min(shape.threads);
+            if shape.team_warps {
+                size -= size % 32;
+            }
+            if size == 0 {
+                return Err(fail(format!(
+                    "device {device}: thread_limit({}) leaves no team: this kernel's teams are 1 to {} threads{}",
+                    thread_limit.unwrap_or(0),
+                    shape.threads,
+                    if shape.team_warps { ", whole warps (it reduces over its teams)" } else { "" }
+                )));
+            }
+            let n = num_teams
+                .checked_mul(size)
+                .ok_or_else(|| fail(format!("device {device}: the launch's work items overflow a usize")))?;
+            let lead = vec![KernelArg::Scalar(Scalar::U64(0)), KernelArg::Scalar(Scalar::U64(size as u64))];
+            return Ok((n, lead, Some(size as u32)));
+        }
+    }
+    omp_fixed(kernel, device, space).map(|(n, lead)| (n, lead, None))
+}
+
+/// [`omp_space`] for every kernel but those whose team size is the launch's.
+fn omp_fixed(kernel: &Kernel, device: usize, space: OmpSpace) -> crate::Result<(usize, Vec<KernelArg>)> {
     let fail = |what: String| crate::Error::KernelArgument { kernel: kernel.name(), index: 0, what };
     let Some(shape) = kernel.shape() else {
         return match space {

@@ -124,7 +124,8 @@ pub use half;
 pub use index_space::IndexSpace;
 pub use info::{InfoFlags, InfoLayer, InfoLog};
 pub use kernel::{
-    barrier, erf, erfc, team_local, team_max, team_min, team_product, team_sum, zeroed_vec, ErrorFunction,
+    barrier, erf, erfc, team_local, team_max, team_min, team_product, team_size, team_sum, zeroed_vec,
+    ErrorFunction,
 };
 pub use kernel::{
     DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, OmpSpace,

@@ -635,6 +635,34 @@ pub fn index_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<usize, Str
     usize::try_from(v).map_err(|_| format!("argument {k}: {v} does not fit in usize"))
 }
 
+/// A teams kernel's team size given at launch (`teams = ..=MAX`), checked: 1 to `most`
+/// threads, whole warps (a multiple of 32) when `warps` (the kernel reduces over teams).
+pub fn team_size_of(kernel: &'static str, size: usize, most: usize, warps: bool) -> Result<usize> {
+    let bad = |what: String| Error::KernelArgument { kernel, index: 0, what };
+    if size == 0 || size > most {
+        return Err(bad(format!(
+            "a team of {size} threads: this kernel's teams have 1 to {most} (`teams = ..={most}`)"
+        )));
+    }
+    if warps && size % 32 != 0 {
+        return Err(bad(format!(
+            "a team of {size} threads: this kernel reduces over its teams, which are whole warps (a multiple of 32)"
+        )));
+    }
+    Ok(size)
+}
+
+/// Scalar argument `k` as a teams kernel's team size given at launch: 1 to `most` threads.
+pub fn team_size_arg(l: &HostLaunch<'_>, k: usize, most: usize) -> std::result::Result<usize, String> {
+    let t = index_arg(l, k)?;
+    if t == 0 || t > most {
+        return Err(format!(
+            "a team of {t} threads: this kernel's teams have 1 to {most} (its `teams = ..={most}`)"
+        ));
+    }
+    Ok(t)
+}
+
 /// Scalar argument `k` (passed as `u32`) as a `bool`.
 pub fn bool_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<bool, String> {
     Ok(l.scalar::<u32>(k)? != 0)
@@ -793,6 +821,9 @@ unsafe impl<A: KernelArgs> KernelArgs for WithReport<'_, A> {
         }
         v
     }
+    fn block(&self) -> Option<u32> {
+        self.0.block()
+    }
 }
 
 /// Launches the checked variant `kernel` (see `NAME::KERNEL_CHECKED`) of a generated
@@ -923,6 +954,9 @@ unsafe impl<A: KernelArgs> KernelArgs for WithPartials<'_, A> {
             v.push(Some(REPORT_WORDS * 8));
         }
         v
+    }
+    fn block(&self) -> Option<u32> {
+        self.args.block()
     }
 }
 

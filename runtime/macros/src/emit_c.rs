@@ -258,6 +258,7 @@ impl Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             ExprKind::Builtin { c, .. } => c.clone(),
+            ExprKind::TeamSize => "__offload_ts".to_string(),
             ExprKind::TeamReduce(op, value) => {
                 let t = e.ty.scalar().unwrap_or(Ty::F32);
                 format!(
@@ -562,6 +563,7 @@ pub fn kernel_source(
     for slot in sig.slots(checked) {
         match slot {
             Slot::Start(k) => decls.push(format!("{ULL} __offload_s{k}")),
+            Slot::TeamSize => decls.push(format!("{ULL} __offload_ts")),
             Slot::InnerLen(k) => decls.push(format!("{ULL} __offload_l{k}")),
             Slot::Param(k, p) => {
                 let v = &body.vars[param_vars[k]];
@@ -620,7 +622,10 @@ pub fn kernel_source(
                 let _ = writeln!(s, "    __shared__ {} {}[{len}];", elem.c(), v.c);
             }
         }
-        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / {t};");
+        if !sig.team_size_at_launch {
+            let _ = writeln!(s, "    const {ULL} __offload_ts = {t};");
+        }
+        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / __offload_ts;");
         s.push_str("    for (unsigned long long __offload_q = blockIdx.x; __offload_q < __offload_teams; __offload_q += gridDim.x) {\n        {\n");
         let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_q;", idx[0]);
         let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);

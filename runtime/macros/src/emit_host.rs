@@ -150,6 +150,7 @@ impl<'a> RustEmitter<'a> {
             // One thread's own value: the teams twin combines the team's threads around it
             // (a team reduction is a `let`'s value, which the twin runs at team level).
             ExprKind::TeamReduce(_, value) => self.expr(value),
+            ExprKind::TeamSize => quote_spanned!(s=> __offload_ts),
         }
     }
 

@@ -30,8 +30,11 @@ use crate::signature::Threads;
 /// The team-level code of a teams kernel's twin.
 pub struct TeamsTwin<'a> {
     emit: RustEmitter<'a>,
-    /// The threads per team, as a `usize` expression of the kernel's module.
+    /// The threads per team: the host twin's `__offload_ts` (the count, or the launch's).
     threads: TokenStream,
+    /// The most threads per team (the per-thread arrays' length), as a `usize` constant
+    /// expression of the kernel's module.
+    max: TokenStream,
     /// Which expressions are the team size (a block-stride loop's step).
     size: TeamSize<'a>,
     /// The kernel's thread index.
@@ -60,6 +63,7 @@ struct TeamSize<'a> {
 impl TeamSize<'_> {
     fn is(&self, e: &Expr) -> bool {
         match (self.threads, &e.kind) {
+            (_, ExprKind::TeamSize) => true,
             (Threads::Lit(t), ExprKind::Lit(crate::ir::Lit::Int(n))) => n.parse() == Ok(*t as usize),
             (Threads::Const(syn::Expr::Path(p)), ExprKind::Var(v)) => {
                 matches!(&self.body.vars[*v].role, Role::Const(c) if *c == p.path)
@@ -103,8 +107,18 @@ impl<'a> TeamsTwin<'a> {
         outside.retain(|v| !per_thread.contains(v));
         emit.per_thread = per_thread;
         emit.declared_outside = outside;
-        let threads = threads.rust(kernel);
-        Self { emit, threads, size, thread, uniform: RefCell::new(hoisted.clone()), hoisted, enter, strided }
+        let (threads, max) = (quote!(__offload_ts), threads.rust(kernel));
+        Self {
+            emit,
+            threads,
+            max,
+            size,
+            thread,
+            uniform: RefCell::new(hoisted.clone()),
+            hoisted,
+            enter,
+            strided,
+        }
     }
 
     /// How many stretches run in rounds (for the twin's description).
@@ -117,7 +131,7 @@ impl<'a> TeamsTwin<'a> {
     pub fn arrays(&self) -> TokenStream {
         let mut vars: Vec<VarId> = self.emit.per_thread.iter().copied().collect();
         vars.sort_unstable();
-        let t = &self.threads;
+        let t = &self.max;
         let decls = vars.iter().map(|&v| {
             let a = per_thread_array(v);
             let ty = &self.emit.body.vars[v].ty;

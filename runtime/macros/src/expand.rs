@@ -282,7 +282,7 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     // expression's size is checked by rustc, beside the kernel).
     let team_reduce = lower.team_reduce().is_some();
     if let (Some(span), Some(crate::signature::Threads::Lit(t))) = (lower.team_reduce(), &sig.teams) {
-        if t % 32 != 0 {
+        if t % 32 != 0 && !sig.team_size_at_launch {
             return Err(syn::Error::new(
                 span,
                 format!("a team reduction needs whole warps: the team's {t} threads (`teams = ...`) a multiple of 32"),
@@ -382,7 +382,7 @@ fn generate(
     // on the H200 the Jacobi teams step took 0.90 ms so, 0.99 ms in one wave of blocks.
     let grid_stride = sig.teams.is_none().then(|| quote!(.with_grid_stride()));
     // A teams launch runs `block` work items per team.
-    let per_item = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
+    let per_item = if sig.teams.is_some() { quote!(__offload_ts) } else { quote!(1usize) };
     // Team-local arrays: their names (a checked launch's report names them after the
     // parameters), element types and lengths.
     // Views the body uses whole (sub-slices, device function arguments): shared slices
@@ -534,6 +534,10 @@ fn generate(
                 let v = format_ident!("__offload_l{}", d);
                 quote!(let #v: usize = ::offload::__private::index_arg(__offload_l, #pos)?;)
             }
+            Slot::TeamSize => {
+                let most = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
+                quote!(let __offload_ts: usize = ::offload::__private::team_size_arg(__offload_l, #pos, #most)?;)
+            }
             Slot::Param(i, p) => {
                 let pn = &p.name;
                 let ps = p.text();
@@ -573,6 +577,11 @@ fn generate(
             }
             Slot::ViewLen(..) | Slot::Report => quote!(),
         });
+    }
+    if let (Some(t), false) = (&sig.teams, sig.team_size_at_launch) {
+        // A constant: the twin's thread loops keep their known trip count.
+        let t = t.rust(name);
+        reads.push(quote!(#[allow(non_upper_case_globals)] const __offload_ts: usize = #t;));
     }
     let idx: Vec<&syn::Ident> = sig.indices.iter().collect();
     let len_of = |d: usize| format_ident!("__offload_l{}", d);
@@ -632,7 +641,9 @@ fn generate(
         .collect();
     let copies = quote!(#(let #copied = #copied;)*);
     let teams_loop = |own_bind: &[TokenStream]| {
-        let t = sig.teams.as_ref()?.rust(name);
+        // The team size: the host twin's `__offload_ts` (the count, or the launch's).
+        sig.teams.as_ref()?;
+        let t = quote!(__offload_ts);
         let (team, thread) = (idx[0], idx[1]);
         let bufs: Vec<syn::Ident> =
             team_locals.iter().map(|(n, ..)| format_ident!("__offload_tl_{}", n)).collect();
@@ -763,7 +774,7 @@ fn generate(
             }
             crate::access::OwnIndex::TeamRows { width } => {
                 let w = &k.body.vars[width].rust;
-                let t = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
+                let t = if sig.teams.is_some() { quote!(__offload_ts) } else { quote!(1usize) };
                 [quote!(__offload_s0), quote!((__offload_l.n() / #t)), quote!(0usize), quote!(#w), quote!(#w)]
             }
             crate::access::OwnIndex::Rows { width } => {
@@ -1013,6 +1024,8 @@ fn generate(
     for s in &slots {
         visits.push(match s {
             Slot::Start(d) => quote!(__offload_c.index(self.__offload_bounds[#d]);),
+            // After the starts and inner lengths (a teams kernel has one start and none).
+            Slot::TeamSize => quote!(__offload_c.index(self.__offload_bounds[1]);),
             Slot::InnerLen(d) => {
                 let at = dims + d - 1;
                 quote!(__offload_c.index(self.__offload_bounds[#at]);)
@@ -1075,14 +1088,39 @@ fn generate(
     let param_strs: Vec<String> =
         sig.params.iter().map(|p| p.text()).chain(team_locals.iter().map(|(n, ..)| n.to_string())).collect();
     let param_positions: Vec<&TokenStream> = (0..sig.params.len()).map(|i| &param_pos[&i]).collect();
-    let nb = 2 * dims - 1;
+    let at_launch = sig.team_size_at_launch;
+    let nb = 2 * dims - 1 + usize::from(at_launch);
     let bounds: Vec<TokenStream> = (0..dims)
         .map(|d| quote!(__offload_g.starts()[#d] as u64))
         .chain((1..dims).map(|d| quote!(__offload_g.lens()[#d] as u64)))
+        .chain(at_launch.then(|| quote!(__offload_ts as u64)))
         .collect();
+    // `teams = ..=MAX`: the launchers take the team size after the space, checked (1 to
+    // MAX; whole warps with reductions), and the arguments carry it as the GPU block.
+    let (ts_param, ts_arg, ts_check, ts_block) = if at_launch {
+        let most = sig.teams.as_ref().map_or_else(|| quote!(1usize), |t| t.rust(name));
+        let warps = !opts.reductions.is_empty() || k.team_reduce;
+        (
+            quote!(team_size: usize,),
+            quote!(team_size,),
+            quote!(let __offload_ts: usize = ::offload::__private::team_size_of(#name_str, team_size, #most, #warps)?;),
+            quote!(
+                fn block(&self) -> ::core::option::Option<u32> {
+                    ::core::option::Option::Some(self.__offload_bounds[1] as u32)
+                }
+            ),
+        )
+    } else {
+        let fixed = sig.teams.as_ref().map(|t| {
+            let t = t.rust(name);
+            quote!(let __offload_ts: usize = #t;)
+        });
+        (quote!(), quote!(), quote!(#fixed), quote!())
+    };
     // A teams kernel's space is not the OpenMP shape's `n` either.
     let shape_dims = if sig.teams.is_some() { 0 } else { dims };
     let shape_threads = sig.teams.as_ref().map_or_else(|| quote!(0usize), |t| t.rust(name));
+    let shape_warps = !opts.reductions.is_empty() || k.team_reduce;
     let shape_params: Vec<TokenStream> = sig
         .params
         .iter()
@@ -1198,8 +1236,9 @@ fn generate(
             #[doc = #reduce_doc]
             #[allow(clippy::too_many_arguments)]
             #[track_caller]
-            pub fn reduce<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#reduce_params),*) -> ::offload::Result<#ret> {
+            pub fn reduce<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #ts_param #(#reduce_params),*) -> ::offload::Result<#ret> {
                 let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
+                #ts_check
                 #(#reduce_bindings)*
                 #(#reduce_checks)*
                 let __offload_v = ::offload::__private::launch_reduce(
@@ -1219,7 +1258,9 @@ fn generate(
         }
     };
 
-    let threads_item = sig.teams.as_ref().map(|t| t.item(name, !opts.reductions.is_empty() || k.team_reduce));
+    // Whole warps: checked on the count here, on the launch's size with `..=MAX`.
+    let warps = (!opts.reductions.is_empty() || k.team_reduce) && !sig.team_size_at_launch;
+    let threads_item = sig.teams.as_ref().map(|t| t.item(name, warps));
     Ok(quote! {
         #(#size_checks)*
         #total_check
@@ -1242,7 +1283,7 @@ fn generate(
             #(#items)*
             #size_check
 
-            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #shape_dims, threads: #shape_threads, params: &[#(#shape_params),*] };
+            const __OFFLOAD_SHAPE: ::offload::KernelShape = ::offload::KernelShape { dims: #shape_dims, threads: #shape_threads, team_size_at_launch: #at_launch, team_warps: #shape_warps, params: &[#(#shape_params),*] };
 
             /// The kernel: its CUDA C and HIP C sources and its host twin. Launched in the
             /// OpenMP shape (`offload::omp::target`, one argument per parameter), the runtime
@@ -1314,6 +1355,7 @@ fn generate(
                     let _ = self.visit(&mut c);
                     c.into_shared()
                 }
+                #ts_block
                 fn view_extents(&self) -> ::std::vec::Vec<::core::option::Option<usize>> {
                     let mut c = ::offload::__private::ArgCollector::describing();
                     let _ = self.visit(&mut c);
@@ -1326,8 +1368,9 @@ fn generate(
             /// [`launch`] checks before it runs; `n` may be 0 (a launch of it does nothing).
             /// Such launches run [`KERNEL`], whose GPU accesses are not bounds-checked.
             #[allow(clippy::too_many_arguments)]
-            pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
+            pub fn args<#lt>(space: impl ::offload::IndexSpace<#dims>, #ts_param #(#launch_params),*) -> ::offload::Result<(usize, Args<#lt>)> {
                 let __offload_g = ::offload::index_space::Grid::<#dims>::new(#name_str, space)?;
+                #ts_check
                 #(#rebind)*
                 #(#checks)*
                 ::core::result::Result::Ok((::offload::__private::work_items(#name_str, __offload_g.items(), #per_item)?, Args { __offload_bounds: [#(#bounds),*], #(#param_names,)* __offload_life: ::core::marker::PhantomData }))
@@ -1339,8 +1382,8 @@ fn generate(
             /// `Error::KernelFailed` (naming the argument, the index and the view's length).
             #[allow(clippy::too_many_arguments)]
             #[track_caller]
-            pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #(#launch_params),*) -> ::offload::Result<()> {
-                let (n, a) = args(space, #(#param_names),*)?;
+            pub fn launch<#lt>(device: &::offload::Device<'_>, space: impl ::offload::IndexSpace<#dims>, #ts_param #(#launch_params),*) -> ::offload::Result<()> {
+                let (n, a) = args(space, #ts_arg #(#param_names),*)?;
                 if n == 0 {
                     return ::core::result::Result::Ok(());
                 }

@@ -183,6 +183,9 @@ pub enum ExprKind {
     /// the combination of every thread's `value`. Only a `let`'s value, where a barrier may
     /// stand.
     TeamReduce(TeamOp, Box<Expr>),
+    /// `offload::team_size()`: the threads per team (the host twin's and the C's
+    /// `__offload_ts`).
+    TeamSize,
 }
 
 /// The operator of a team reduction.
@@ -383,7 +386,8 @@ pub fn walk_children(e: &Expr, f: &mut impl FnMut(&Expr)) {
         | ExprKind::Len(_)
         | ExprKind::ViewOf(_)
         | ExprKind::Lit(_)
-        | ExprKind::Builtin { .. } => {}
+        | ExprKind::Builtin { .. }
+        | ExprKind::TeamSize => {}
     }
 }
 

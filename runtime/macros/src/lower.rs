@@ -1377,6 +1377,18 @@ impl Lowerer {
 
     fn call(&mut self, c: &syn::ExprCall, want: Option<&Type>) -> syn::Result<Expr> {
         let span = c.span();
+        if is_offload_fn(&c.func, "team_size") {
+            if !self.teams {
+                return err(
+                    c,
+                    "`offload::team_size()` is in teams kernels only (`#[offload::kernel(teams = THREADS)]`)",
+                );
+            }
+            if !c.args.is_empty() {
+                return err(c, "`offload::team_size()` takes no arguments");
+            }
+            return Ok(ex(ExprKind::TeamSize, Type::Scalar(Ty::Usize), span));
+        }
         if team_op_of(&c.func).is_some() {
             return err(
                 c,

@@ -17,8 +17,11 @@ pub struct KernelOptions {
     pub checked: Option<bool>,
     /// Outer indices one GPU thread walks in a row (2-D and 3-D), and where it was given.
     pub rows: Option<(u32, Span)>,
-    /// A teams kernel's threads per team, and where it was given.
+    /// A teams kernel's threads per team (the most, with `teams = ..=MAX`), and where it
+    /// was given.
     pub teams: Option<(crate::signature::Threads, Span)>,
+    /// `teams = ..=MAX`: the team size is given at launch, up to the count above.
+    pub team_size_at_launch: bool,
     /// `types(Real = f32, ..)`: aliases of scalar types the kernel uses.
     pub aliases: crate::aliases::Aliases,
 }
@@ -105,8 +108,24 @@ impl Parse for KernelOptions {
                 "teams" => {
                     // A literal is checked here; a constant expression by rustc, beside
                     // the kernel.
-                    let e: syn::Expr = input.parse()?;
+                    let mut e: syn::Expr = input.parse()?;
                     let span = syn::spanned::Spanned::span(&e);
+                    // `..=MAX`: a team size given at launch, up to MAX.
+                    if let syn::Expr::Range(r) = &e {
+                        match (&r.start, &r.limits, &r.end) {
+                            (None, syn::RangeLimits::Closed(_), Some(end)) => {
+                                o.team_size_at_launch = true;
+                                e = (**end).clone();
+                            }
+                            _ => {
+                                return Err(syn::Error::new(
+                                    span,
+                                    "offload::kernel: `teams = THREADS`, or `teams = ..=MAX` for a team size given at \
+                                     launch (up to MAX)",
+                                ))
+                            }
+                        }
+                    }
                     let threads = match &e {
                         syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(n), .. }) => {
                             let t: u32 = n.base10_parse()?;

@@ -89,8 +89,10 @@ pub struct KernelSig {
     pub indices: Vec<Ident>,
     pub params: Vec<Param>,
     /// A teams kernel's threads per team (its indices are the team and the thread; its
-    /// space is the teams').
+    /// space is the teams'): the count, or the most with [`KernelSig::team_size_at_launch`].
     pub teams: Option<Threads>,
+    /// `teams = ..=MAX`: the launch gives the team size (a slot of the argument block).
+    pub team_size_at_launch: bool,
 }
 
 /// A teams kernel's threads per team: a literal (`teams = 256`), or a constant expression of
@@ -190,6 +192,8 @@ impl Threads {
 pub enum Slot<'a> {
     /// The first index of dimension `k`.
     Start(usize),
+    /// A teams kernel's team size, given at launch (`teams = ..=MAX`).
+    TeamSize,
     /// The length of inner dimension `k` (1 or 2).
     InnerLen(usize),
     /// Parameter `k` itself.
@@ -215,6 +219,9 @@ impl KernelSig {
     pub fn slots(&self, checked: bool) -> Vec<Slot<'_>> {
         let d = self.space_dims();
         let mut v: Vec<Slot<'_>> = (0..d).map(Slot::Start).collect();
+        if self.team_size_at_launch {
+            v.push(Slot::TeamSize);
+        }
         v.extend((1..d).map(Slot::InnerLen));
         v.extend(self.params.iter().enumerate().map(|(k, p)| Slot::Param(k, p)));
         v.extend(
@@ -363,7 +370,9 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
                 "offload::kernel: a teams kernel's indices are its team and its thread: leave out `dims`",
             ))
         }
-        (Some((Threads::Lit(t), span)), None) if !opts.reductions.is_empty() && t % 32 != 0 => {
+        (Some((Threads::Lit(t), span)), None)
+            if !opts.reductions.is_empty() && t % 32 != 0 && !opts.team_size_at_launch =>
+        {
             return Err(syn::Error::new(
                 *span,
                 "offload::kernel: a teams kernel with reductions has whole warps: THREADS a multiple of 32",
@@ -445,7 +454,13 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
             return err(r, "this reduction variable is not an argument of the kernel");
         }
     }
-    Ok(KernelSig { name: f.sig.ident.clone(), indices, params, teams: opts.teams.clone().map(|(t, _)| t) })
+    Ok(KernelSig {
+        name: f.sig.ident.clone(),
+        indices,
+        params,
+        teams: opts.teams.clone().map(|(t, _)| t),
+        team_size_at_launch: opts.team_size_at_launch,
+    })
 }
 
 /// What a device function returns.

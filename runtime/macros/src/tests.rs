@@ -776,6 +776,34 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
         )
     )
     .is_ok());
+    // `teams = ..=MAX`: the team size is the launch's (a slot), `team_size()` reads it.
+    let c = cuda(
+        quote!(teams = ..=256),
+        quote!(
+            fn k(team: usize, thread: usize, y: &mut [f32]) {
+                y[team * offload::team_size() + thread] = 1.0;
+            }
+        ),
+    )
+    .unwrap();
+    assert!(c.contains("__launch_bounds__(256)") && c.contains("unsigned long long __offload_ts,"), "{c}");
+    assert!(c.contains("__offload_teams = __offload_n / __offload_ts;"), "{c}");
+    for bad in [quote!(teams = 16..=64), quote!(teams = ..64)] {
+        let e = cuda(
+            bad,
+            quote!(
+                fn k(team: usize, thread: usize, y: &mut [f32]) {}
+            ),
+        )
+        .unwrap_err();
+        assert!(e.contains("`teams = ..=MAX` for a team size given at launch"), "{e}");
+    }
+    let e = fails(quote!(
+        fn k(i: usize, y: &mut [f32]) {
+            y[i] = offload::team_size() as f32;
+        }
+    ));
+    assert!(e.contains("`offload::team_size()` is in teams kernels only"), "{e}");
     // A view local's length differs as the view does.
     let e = teams(quote!(let s = &y[0..thread]; if s.len() > 3 {
         offload::barrier();
@@ -861,7 +889,7 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     .unwrap();
     let code = code.replace(' ', "");
     // Three stretches: before the loop, the loop's two halves; the tail after it.
-    assert_eq!(code.matches("for__offload_threadin0..32usize").count(), 4, "{code}");
+    assert_eq!(code.matches("for__offload_threadin0..__offload_ts").count(), 4, "{code}");
     // `g` and `v` live past their stretch, in arrays of the team's length; `scratch` and
     // `w` do not.
     assert_eq!(code.matches("::core::default::Default>::default();32usize]").count(), 2, "{code}");
@@ -904,7 +932,8 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     // Both stretches run their block-stride loops in rounds: thread `t` of round `r` takes
     // element `r + t`, the threads below the bound only.
     assert_eq!(
-        code.matches("for__offload_threadin0..::core::cmp::min(32usize,__offload_n-__offload_r)").count(),
+        code.matches("for__offload_threadin0..::core::cmp::min(__offload_ts,__offload_n-__offload_r)")
+            .count(),
         2,
         "{code}"
     );
@@ -938,9 +967,9 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     )
     .unwrap()
     .replace(' ', "");
-    assert!(code.contains("for__offload_threadin0..::core::cmp::min(32usize,w)"), "{code}");
-    assert!(code.contains("__offload_e..if__offload_e<32usize"), "{code}");
-    assert_eq!(code.matches("for__offload_threadin0..32usize").count(), 2, "{code}");
+    assert!(code.contains("for__offload_threadin0..::core::cmp::min(__offload_ts,w)"), "{code}");
+    assert!(code.contains("__offload_e..if__offload_e<__offload_ts"), "{code}");
+    assert_eq!(code.matches("for__offload_threadin0..__offload_ts").count(), 2, "{code}");
 }
 
 #[test]

@@ -106,6 +106,12 @@ pub unsafe trait KernelArgs {
     fn view_extents(&self) -> Vec<Option<usize>> {
         Vec::new()
     }
+    /// The threads per team (a GPU block) a launch of these arguments runs with, when they
+    /// carry one (a teams kernel whose team size is given at launch, `teams = ..=MAX`);
+    /// `None`: the kernel's own.
+    fn block(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Whether an argument is a view of a shared borrow, and of which range.

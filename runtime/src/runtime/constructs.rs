@@ -284,11 +284,21 @@ impl Runtime {
         at: &'static Location<'static>,
     ) -> Result<()> {
         // The work items, and whether the space fits the kernel, before anything is mapped.
-        let (n, space) = match shape {
-            ArgShape::Full(n) => (Ok(n), OmpSpace::Items(n)),
-            ArgShape::OpenMp(space) => {
-                (crate::kernel::omp_space(kernel, device, space).map(|(n, _)| n), space)
+        // A team size the launch gives is the GPU block it runs with.
+        let (n, space, block) = match shape {
+            ArgShape::Full(n) => (Ok(n), OmpSpace::Items(n), None),
+            ArgShape::OpenMp(space) => match crate::kernel::omp_launch(kernel, device, space) {
+                Ok((n, _, block)) => (Ok(n), space, block),
+                Err(e) => (Err(e), space, None),
+            },
+        };
+        let sized;
+        let kernel = match block {
+            Some(b) => {
+                sized = kernel.with_block(b);
+                &sized
             }
+            None => kernel,
         };
         let checked = self
             .construct_target(device)
