@@ -414,52 +414,32 @@ fn generate(
         })
         .collect();
     // A constant length's size is checked by rustc, beside the kernel (a literal's by the
-    // macro).
-    let size_checks: Vec<TokenStream> = k
-        .body
-        .vars
-        .iter()
-        .filter_map(|v| match (&v.role, &v.ty) {
-            (
-                crate::ir::Role::TeamLocal(crate::ir::TeamLen::Const(_, written)),
-                crate::ir::Type::View { elem: crate::signature::Elem::Scalar(t), .. },
-            ) => {
-                let (bytes, most, what) =
-                    (t.bytes(), crate::lower::SHARED_BYTES, crate::lower::TEAM_LOCAL_TOO_LARGE);
-                Some(quote::quote_spanned! {syn::spanned::Spanned::span(&**written)=>
+    // macro), and all the arrays' together: they share the block's static shared memory.
+    let (most, too_large) = (crate::lower::SHARED_BYTES, crate::lower::TEAM_LOCAL_TOO_LARGE);
+    let mut size_checks: Vec<TokenStream> = Vec::new();
+    let mut terms: Vec<TokenStream> = Vec::new();
+    for v in &k.body.vars {
+        let (
+            crate::ir::Role::TeamLocal(len),
+            crate::ir::Type::View { elem: crate::signature::Elem::Scalar(t), .. },
+        ) = (&v.role, &v.ty)
+        else {
+            continue;
+        };
+        let bytes = t.bytes();
+        match len {
+            crate::ir::TeamLen::Lit(n) => terms.push(quote!((#n as u64).saturating_mul(#bytes))),
+            crate::ir::TeamLen::Const(_, written) => {
+                let size = quote!(((#written) as u64).saturating_mul(#bytes));
+                size_checks.push(quote::quote_spanned! {syn::spanned::Spanned::span(&**written)=>
                     #[allow(clippy::unnecessary_cast)]
-                    const _: () = ::core::assert!(
-                        ((#written) as u64).saturating_mul(#bytes) <= #most,
-                        #what
-                    );
-                })
+                    const _: () = ::core::assert!(#size <= #most, #too_large);
+                });
+                terms.push(size);
             }
-            _ => None,
-        })
-        .collect();
-    // Together too: the arrays share the block's static shared memory.
-    let terms: Vec<TokenStream> = k
-        .body
-        .vars
-        .iter()
-        .filter_map(|v| match (&v.role, &v.ty) {
-            (
-                crate::ir::Role::TeamLocal(len),
-                crate::ir::Type::View { elem: crate::signature::Elem::Scalar(t), .. },
-            ) => {
-                let bytes = t.bytes();
-                Some(match len {
-                    crate::ir::TeamLen::Lit(n) => quote!((#n as u64).saturating_mul(#bytes)),
-                    crate::ir::TeamLen::Const(_, written) => {
-                        quote!(((#written) as u64).saturating_mul(#bytes))
-                    }
-                })
-            }
-            _ => None,
-        })
-        .collect();
+        }
+    }
     let total_check = (terms.len() > 1).then(|| {
-        let most = crate::lower::SHARED_BYTES;
         quote::quote_spanned! {name.span()=>
             #[allow(clippy::unnecessary_cast)]
             const _: () = ::core::assert!(

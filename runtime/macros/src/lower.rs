@@ -1471,10 +1471,9 @@ impl Lowerer {
 /// whose first segment is `offload`, or the bare name).
 /// The operator of a call of `offload::team_sum` (product, min, max), if it is one.
 fn team_op_of(f: &SynExpr) -> Option<TeamOp> {
-    ["team_sum", "team_product", "team_min", "team_max"]
-        .into_iter()
-        .find(|n| is_offload_fn(f, n))
-        .and_then(TeamOp::of)
+    let SynExpr::Path(p) = f else { return None };
+    let name = p.path.segments.last()?.ident.to_string();
+    TeamOp::of(&name).filter(|_| is_offload_fn(f, &name))
 }
 
 fn is_offload_fn(f: &SynExpr, name: &str) -> bool {

@@ -47,22 +47,22 @@ impl<'a> ThreadDependent<'a> {
             ExprKind::TeamReduce(..) => {}
             // A view local's length is the view's: it differs as the view does.
             ExprKind::Var(v) | ExprKind::Len(v) | ExprKind::ViewOf(v) => *found = self.var_reason(*v),
-            ExprKind::Sub { view, .. } if self.var_reason(*view).is_some() => *found = self.var_reason(*view),
+            ExprKind::Sub { view, .. } => {
+                *found = self.var_reason(*view);
+                crate::ir::walk_children(e, &mut |c| self.walk(c, found));
+            }
             ExprKind::Load { view, .. } => {
                 *found = Some(format!("`{}[..]`, memory another thread may write", self.vars[*view].rust))
             }
-            ExprKind::Call { path, .. } => {
+            ExprKind::Call { path, args } => {
                 // A device function's result depends only on its arguments (and the memory
                 // of the views among them).
-                let views = matches!(&e.kind, ExprKind::Call { args, .. }
-                    if args.iter().any(|a| matches!(a.kind, ExprKind::ViewOf(_) | ExprKind::Sub { .. })));
-                if views {
+                if args.iter().any(|a| matches!(a.kind, ExprKind::ViewOf(_) | ExprKind::Sub { .. })) {
                     let name = path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
                     *found = Some(format!("`{name}(..)`, which reads memory"));
-                    return;
+                } else {
+                    args.iter().for_each(|a| self.walk(a, found));
                 }
-                let ExprKind::Call { args, .. } = &e.kind else { return };
-                args.iter().for_each(|a| self.walk(a, found));
             }
             _ => crate::ir::walk_children(e, &mut |c| self.walk(c, found)),
         }

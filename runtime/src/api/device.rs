@@ -151,14 +151,7 @@ impl<'rt> Device<'rt> {
         at: &'static std::panic::Location<'static>,
     ) -> Result<()> {
         // A team size given at launch is the GPU block this launch runs with.
-        let sized;
-        let kernel = match args.block() {
-            Some(b) => {
-                sized = kernel.with_block(b);
-                &sized
-            }
-            None => kernel,
-        };
+        let kernel = &args.block().map_or(*kernel, |b| kernel.with_block(b));
         let mut launch_args = args.launch_args(self.number, kernel)?;
         // On the initial device views are host memory itself; a view of a shared borrow
         // gets a private copy so that a kernel writing to it cannot write through `&`.

@@ -292,14 +292,7 @@ impl Runtime {
                 Err(e) => (Err(e), space, None),
             },
         };
-        let sized;
-        let kernel = match block {
-            Some(b) => {
-                sized = kernel.with_block(b);
-                &sized
-            }
-            None => kernel,
-        };
+        let kernel = &block.map_or(*kernel, |b| kernel.with_block(b));
         let checked = self
             .construct_target(device)
             .and_then(|t| validate::map_list(Construct::Target, device, maps).map(|()| t))
