@@ -139,8 +139,10 @@ fn jacobi_kernels(
         }
     };
     let full = |r: u64| ((nx - 2) * (ny - 2).div_ceil(r)).div_ceil(256) as u32;
+    let narrow = generated::jacobi_step::KERNEL_NARROW.cuda_source().ok_or("no narrow source")?;
     let variants = [
         ("generated (rows = 4), one wave", src.to_string(), 0u32),
+        ("generated (rows = 4), one wave, 32-bit indices (KERNEL_NARROW)", narrow.to_string(), 0u32),
         ("generated, rows = 1", var(1, 0), 0),
         ("generated, rows = 2", var(2, 0), 0),
         ("generated, rows = 8", var(8, 0), 0),
@@ -159,7 +161,12 @@ fn jacobi_kernels(
         if let Some(dir) = &dump {
             std::fs::write(std::path::Path::new(dir).join(format!("jacobi-generated-{k}.cu")), &src)?;
         }
-        let f = compile(&src, "jacobi_step")?;
+        let symbol = if src.contains("jacobi_step__offload_narrow(") {
+            "jacobi_step__offload_narrow"
+        } else {
+            "jacobi_step"
+        };
+        let f = compile(&src, symbol)?;
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)?;
         let cfg = LaunchConfig {
             grid_dim: (if blocks == 0 { sms * per_sm } else { blocks }, 1, 1),

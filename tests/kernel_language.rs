@@ -1009,6 +1009,7 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &uniform_barriers::KERNEL_CHECKED,
             &normalise_any_team::KERNEL,
             &normalise_any_team::KERNEL_CHECKED,
+            &index_arithmetic::KERNEL,
         ],
     );
 }
@@ -1619,4 +1620,110 @@ fn a_team_size_may_be_given_at_launch() {
         check!(normalise_any_team::KERNEL.host_path().unwrap_or_default().contains("in rounds"), "rounds");
         Ok(())
     });
+}
+
+/// Index arithmetic whose 32-bit form would differ from the 64-bit one unless the narrow
+/// variant keeps 64 bits where a value is needed whole: a square past 2^60 reduced by `%`,
+/// a sum past 2^32 divided, a shift past 32 bits undone, a walk by a stride of about 2^30
+/// that ends past 2^32, a product past 2^32 compared; and element indices (whose low half
+/// is all an element needs).
+#[offload::kernel(dims = 1)]
+fn index_arithmetic(i: usize, n: usize, big: usize, x: &[f32], out: &mut [u64]) {
+    let k: usize = i + big;
+    let square_mod: usize = k * k % n;
+    let quotient: usize = (i * 3 + big * 4) / 7;
+    let shifted: usize = (big << 3) >> 2;
+    let mut j: usize = i;
+    let mut steps: usize = 0;
+    while j < big * 4 + i {
+        j += big;
+        steps += 1;
+    }
+    let above: usize = if k * 8 > big * 7 { 1 } else { 0 };
+    let near: usize = i * 2 + 1 - 1;
+    out[6 * i] = square_mod as u64;
+    out[6 * i + 1] = quotient as u64;
+    out[6 * i + 2] = shifted as u64;
+    out[6 * i + 3] = (j as u64) * 16 + steps as u64;
+    out[6 * i + 4] = above as u64;
+    out[6 * i + 5] = x[near / 2] as u64;
+}
+
+/// What `index_arithmetic` stores, in 64-bit arithmetic on the host.
+fn index_arithmetic_expected(items: usize, n: u64, big: u64, x: &[f32]) -> Vec<u64> {
+    let mut want = Vec::new();
+    for i in 0..items as u64 {
+        let k = i + big;
+        let (mut j, mut steps) = (i, 0u64);
+        while j < big * 4 + i {
+            j += big;
+            steps += 1;
+        }
+        want.extend([
+            k * k % n,
+            (i * 3 + big * 4) / 7,
+            (big << 3) >> 2,
+            j * 16 + steps,
+            u64::from(k * 8 > big * 7),
+            x[i as usize] as u64,
+        ]);
+    }
+    want
+}
+
+/// The GPU runs `KERNEL_NARROW` when every bound fits (2^30 here, the most it takes) and
+/// `KERNEL` with `narrow_indices(false)`; both give the 64-bit values, as the host twin does.
+#[test]
+fn index_arithmetic_gives_the_64_bit_values_in_either_variant() {
+    let (items, n, big) = (1000usize, 1_000_003usize, 1usize << 30);
+    let x: Vec<f32> = (0..items).map(|i| (i % 97) as f32).collect();
+    let want = index_arithmetic_expected(items, n as u64, big as u64, &x);
+    for narrow in [true, false] {
+        offload_tests::on_every_device_with(
+            "index arithmetic",
+            |b| b.narrow_indices(narrow),
+            |rt, d| {
+                let gpu = rt.device(d)?;
+                let mut out = vec![0u64; 6 * items];
+                gpu.data((map::to(&x), map::from(&mut out)), |(xv, ov)| {
+                    index_arithmetic::launch(&gpu, items, n, big, xv, ov)
+                })?;
+                for (i, (got, want)) in out.chunks(6).zip(want.chunks(6)).enumerate() {
+                    check!(got == want, "item {i}, narrow_indices({narrow}): {got:?}, expected {want:?}");
+                }
+                Ok(())
+            },
+        );
+    }
+}
+
+#[test]
+fn a_launch_runs_the_narrow_variant_only_when_every_bound_fits() {
+    use offload::kernel::{KernelArg, Scalar, NARROW_LIMIT};
+    let k = &index_arithmetic::KERNEL;
+    let narrow = k.narrow_variant().expect("a generated kernel has a narrow variant");
+    assert_eq!(narrow.symbol(), "index_arithmetic__offload_narrow");
+    assert!(narrow.cuda_source().is_some_and(|c| c.contains("unsigned int")));
+    // The block: start, n, big, x, out, then the two views' lengths.
+    let word = |v: u64| KernelArg::Scalar(Scalar::U64(v));
+    let ptr = KernelArg::Ptr { addr: 0x1000, bytes: None };
+    let args = |start: u64, n: u64, big: u64, len: u64| {
+        [word(start), word(n), word(big), ptr, ptr, word(len), word(len)]
+    };
+    let fits = NARROW_LIMIT;
+    assert_eq!(k.for_launch(1000, &args(0, 7, fits, 6000)).symbol(), narrow.symbol());
+    assert_eq!(k.for_launch(1 << 30, &args(fits, fits, fits, fits)).symbol(), narrow.symbol());
+    // Any bound past the limit: the 64-bit kernel.
+    for (items, a) in [
+        ((1 << 30) + 1, args(0, 7, 0, 6)),
+        (1000, args(fits + 1, 7, 0, 6000)),
+        (1000, args(0, fits + 1, 0, 6000)),
+        (1000, args(0, 7, fits + 1, 6000)),
+        (1000, args(0, 7, 0, fits + 1)),
+    ] {
+        assert_eq!(k.for_launch(items, &a).symbol(), "index_arithmetic", "{a:?}");
+    }
+    // The launch's block size is kept (a team size given at launch).
+    let sized = offload::Kernel::new("x").with_block(64).with_narrow(narrow, &[]);
+    assert_eq!(sized.for_launch(10, &[]).block(), 64);
 }

@@ -1,7 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
 //! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`,
-//! `OFFLOAD_DUMP_KERNELS`, and the builder that can set each of them.
+//! `OFFLOAD_DUMP_KERNELS`, `OFFLOAD_NARROW_INDICES`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -123,6 +123,9 @@ pub(crate) struct Settings {
     /// `OFFLOAD_DUMP_KERNELS=dir`: the folder every kernel's CUDA and HIP source is
     /// written to at its first launch.
     pub dump_kernels: Option<PathBuf>,
+    /// `OFFLOAD_NARROW_INDICES` (default on): GPU launches run a kernel's variant with
+    /// 32-bit index arithmetic when every bound fits ([`crate::Kernel::with_narrow`]).
+    pub narrow_indices: bool,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -202,6 +205,12 @@ impl Settings {
             (None, Some(v)) => parse_switch("OFFLOAD_SYNC", v)?,
             (None, None) => false,
         };
+        let narrow_indices =
+            match (over.narrow_indices, read("OFFLOAD_NARROW_INDICES", over.narrow_indices.is_some())?) {
+                (Some(on), _) => on,
+                (None, Some(v)) => parse_switch("OFFLOAD_NARROW_INDICES", v)?,
+                (None, None) => true,
+            };
         let topology_xml = match &over.topology_xml {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
@@ -269,6 +278,7 @@ impl Settings {
             trace_file,
             trace_rank,
             dump_kernels,
+            narrow_indices,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -349,6 +359,7 @@ pub(crate) struct Overrides {
     pub synchronous: Option<bool>,
     pub trace_file: Option<PathBuf>,
     pub dump_kernels: Option<PathBuf>,
+    pub narrow_indices: Option<bool>,
 }
 
 /// The rank an MPI launcher gave this process: Open MPI's `OMPI_COMM_WORLD_RANK`, PMIx's
@@ -531,6 +542,7 @@ mod tests {
             synchronous: Some(false),
             trace_file: Some("t.json".into()),
             dump_kernels: Some("kernels".into()),
+            narrow_indices: Some(true),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();

@@ -51,7 +51,21 @@ pub struct Kernel {
     thread_map: Option<&'static str>,
     host_path: Option<&'static str>,
     shape: Option<&'static KernelShape>,
+    narrow: Option<Narrow>,
 }
+
+/// A kernel's variant with 32-bit index arithmetic, and the argument positions whose
+/// values must fit it (see [`Kernel::with_narrow`]).
+#[derive(Clone, Copy)]
+struct Narrow {
+    kernel: &'static Kernel,
+    bounded: &'static [usize],
+}
+
+/// The most work items, and the largest value at a bounded argument, with which a GPU
+/// launch runs a kernel's narrow variant ([`Kernel::with_narrow`]): every index (a start
+/// plus fewer items than this) then stays under 2^31.
+pub const NARROW_LIMIT: u64 = 1 << 30;
 
 /// How a generated kernel's parameters sit in its argument block, so that a launch in the
 /// OpenMP shape ([`crate::omp::target`], [`crate::Runtime::target_launch`]), which gives one
@@ -104,6 +118,7 @@ impl Kernel {
             thread_map: None,
             host_path: None,
             shape: None,
+            narrow: None,
         }
     }
 
@@ -157,6 +172,50 @@ impl Kernel {
     pub const fn with_shape(mut self, shape: &'static KernelShape) -> Self {
         self.shape = Some(shape);
         self
+    }
+
+    /// Adds a variant of this kernel whose index arithmetic is 32-bit (`#[offload::kernel]`
+    /// writes one: its `KERNEL_NARROW`), which a GPU launch runs instead when the
+    /// work-item count and the `u64` argument at each position of `bounded` are at most
+    /// [`NARROW_LIMIT`]; otherwise, or with `OFFLOAD_NARROW_INDICES=0`, this one runs. The
+    /// variant takes the same arguments and computes the same values.
+    pub const fn with_narrow(mut self, variant: &'static Kernel, bounded: &'static [usize]) -> Self {
+        self.narrow = Some(Narrow { kernel: variant, bounded });
+        self
+    }
+
+    /// The variant with 32-bit index arithmetic, when the kernel has one (see
+    /// [`Kernel::with_narrow`]).
+    pub const fn narrow_variant(&self) -> Option<&'static Kernel> {
+        match self.narrow {
+            Some(n) => Some(n.kernel),
+            None => None,
+        }
+    }
+
+    /// What a GPU launch of this kernel over `n` items with `args` (translated, in the
+    /// argument block's order) runs: the [narrow variant](Kernel::with_narrow) when every
+    /// bounded value fits, with this kernel's block size; otherwise this kernel.
+    ///
+    /// ```
+    /// use offload::kernel::{Kernel, KernelArg, Scalar, NARROW_LIMIT};
+    /// static NARROW: Kernel = Kernel::new("scale").with_symbol("scale_narrow");
+    /// static SCALE: Kernel = Kernel::new("scale").with_narrow(&NARROW, &[0]);
+    /// let args = |len: u64| [KernelArg::Scalar(Scalar::U64(len))];
+    /// assert_eq!(SCALE.for_launch(1000, &args(1000)).symbol(), "scale_narrow");
+    /// assert_eq!(SCALE.for_launch(1000, &args(NARROW_LIMIT + 1)).symbol(), "scale");
+    /// ```
+    pub fn for_launch(&self, n: usize, args: &[KernelArg]) -> Kernel {
+        let fits = |a: Option<&KernelArg>| match a {
+            Some(KernelArg::Scalar(Scalar::U64(v))) => *v <= NARROW_LIMIT,
+            _ => false,
+        };
+        match self.narrow {
+            Some(v) if n as u64 <= NARROW_LIMIT && v.bounded.iter().all(|&p| fits(args.get(p))) => {
+                Kernel { block: self.block, narrow: None, ..*v.kernel }
+            }
+            _ => *self,
+        }
     }
 
     /// Adds the host-device implementation.
@@ -252,6 +311,7 @@ impl fmt::Debug for Kernel {
             .field("grid_stride", &self.grid_stride)
             .field("thread_map", &self.thread_map)
             .field("host_path", &self.host_path)
+            .field("narrow", &self.narrow.map(|n| n.kernel.symbol))
             .finish()
     }
 }

@@ -5,8 +5,9 @@
 //! kernel compiler made of a loop body without a GPU.
 //!
 //! Each kernel is written once per runtime, under its symbol: `<symbol>.cu` and
-//! `<symbol>.hip` (a generated kernel's checked variant has a symbol of its own). A kernel
-//! with neither source (a host-only [`Kernel`]) writes nothing.
+//! `<symbol>.hip` (a generated kernel's checked variant has a symbol of its own; its
+//! variant with 32-bit index arithmetic, [`Kernel::narrow_variant`], is written beside
+//! it). A kernel with neither source (a host-only [`Kernel`]) writes nothing.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,14 @@ impl KernelDump {
     /// only once its files are: a failed write is the launch's error, and the next launch
     /// tries again.
     pub(crate) fn first_launch(&self, kernel: &Kernel) -> Result<()> {
+        if let Some(narrow) = kernel.narrow_variant() {
+            self.write(narrow)?;
+        }
+        self.write(kernel)
+    }
+
+    /// Writes `kernel`'s sources unless they were.
+    fn write(&self, kernel: &Kernel) -> Result<()> {
         let symbol = kernel.symbol();
         let mut written = self.written.lock();
         if written.contains(symbol) {
@@ -72,6 +81,20 @@ mod tests {
 
     static BOTH: Kernel = Kernel::new("both").with_cuda("// cuda").with_hip("// hip");
     static HOST_ONLY: Kernel = Kernel::new("host_only");
+    static NARROW: Kernel = Kernel::new("wide").with_symbol("wide__offload_narrow").with_cuda("// narrow");
+    static WIDE: Kernel = Kernel::new("wide").with_cuda("// wide").with_narrow(&NARROW, &[]);
+
+    #[test]
+    fn a_kernels_narrow_variant_is_written_beside_it() {
+        let dir = std::env::temp_dir().join(format!("offload-dump-narrow-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let dump = KernelDump::new(dir.clone()).unwrap();
+        dump.first_launch(&WIDE).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        assert_eq!(read("wide.cu").as_deref(), Some("// wide"));
+        assert_eq!(read("wide__offload_narrow.cu").as_deref(), Some("// narrow"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn each_kernel_is_written_once_with_each_source_it_has() {

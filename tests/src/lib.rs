@@ -345,7 +345,8 @@ pub fn faulty_runtime(plan: offload::backend::FaultPlan, synchronous: bool) -> R
         .build()
 }
 
-/// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90`, and its HIP source
+/// Compiles each kernel's CUDA source with NVRTC for `sm_80` and `sm_90` (and its variant with
+/// 32-bit index arithmetic, where it has one), and its HIP source
 /// (where it has one of its own) with the HIP shuffle it uses spelled in CUDA (no hiprtc
 /// here: this checks everything but HIP's own headers), and fails naming every kernel that
 /// does not compile (with its source). Without `libnvrtc` it says so and returns, unless
@@ -359,7 +360,10 @@ pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
     }
     let mut failures = Vec::new();
     let mut hip = 0;
-    for k in kernels {
+    // Each kernel's variant with 32-bit index arithmetic, where it has one, as well.
+    let narrow: Vec<&offload::Kernel> = kernels.iter().filter_map(|k| k.narrow_variant()).collect();
+    let kernels: Vec<&offload::Kernel> = kernels.iter().copied().chain(narrow).collect();
+    for k in &kernels {
         let as_hip = k.hip_source().map(|h| {
             let src = format!("#define __shfl_down(v, o, w) __shfl_down_sync(0xffffffffu, v, o, w)\n{h}");
             offload::Kernel::new(k.name()).with_symbol(k.symbol()).with_cuda(Box::leak(src.into_boxed_str()))

@@ -55,15 +55,27 @@ pub enum Part {
 /// Threads per block of generated kernels (whole warps, as the reductions need).
 pub const BLOCK: u32 = 256;
 
+/// Which of a kernel's GPU functions a source defines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// `KERNEL`: 64-bit index arithmetic, no checks.
+    Plain,
+    /// `KERNEL_CHECKED`: every element access checked against its view's length.
+    Checked,
+    /// `KERNEL_NARROW`: `KERNEL` with its `usize` arithmetic in 32 bits where that gives
+    /// the same values (see `narrow`), for launches whose every bound is at most 2^30.
+    Narrow,
+}
+
 /// The C name of the kernel function: the kernel's name, with a suffix for the checked
-/// variant.
-pub fn symbol(sig: &KernelSig, checked: bool) -> String {
+/// and the narrow variant.
+pub fn symbol(sig: &KernelSig, variant: Variant) -> String {
     use syn::ext::IdentExt;
     let name = sig.name.unraw().to_string();
-    if checked {
-        format!("{name}__offload_checked")
-    } else {
-        name
+    match variant {
+        Variant::Plain => name,
+        Variant::Checked => format!("{name}__offload_checked"),
+        Variant::Narrow => format!("{name}__offload_narrow"),
     }
 }
 
@@ -535,8 +547,9 @@ fn dependencies(body: &Body, structs: Vec<StructTy>) -> Vec<Part> {
 }
 
 /// The source of kernel `sig` with lowered `body` (its variables `index_vars` and
-/// `param_vars`), `extern "C"` under [`symbol`]: its parameters are the argument block's
-/// [`Slot`]s, then the runtime's work-item count.
+/// `param_vars`; for [`Variant::Narrow`], the body `narrow::narrow` made), `extern "C"`
+/// under [`symbol`]: its parameters are the argument block's [`Slot`]s, then the
+/// runtime's work-item count.
 ///
 /// The work items are walked with a grid stride (the launch is at most one wave of
 /// blocks). In 2-D and 3-D a thread takes a point of the inner dimensions (in `map`'s
@@ -548,23 +561,47 @@ pub fn kernel_source(
     body: &Body,
     index_vars: &[VarId],
     param_vars: &[VarId],
-    checked: bool,
+    variant: Variant,
     rows: u32,
     map: &ThreadMap,
     dialect: Dialect,
 ) -> Vec<Part> {
     const ULL: &str = "unsigned long long";
+    let checked = variant == Variant::Checked;
+    // The type of indices and of the decode's counters.
+    let idx_t = if variant == Variant::Narrow { "unsigned int" } else { ULL };
     let d = sig.indices.len();
-    let symbol_text = symbol(sig, checked);
+    let symbol_text = symbol(sig, variant);
     let block = sig.teams.as_ref().map_or_else(|| BLOCK.to_string(), |t| t.c(&symbol_text));
     let mut decls = Vec::new();
     let mut lines = Vec::new();
     let mut reductions = Vec::new();
+    // A `usize` value of the argument block: in the narrow variant, a parameter under
+    // another name and the value, in 32 bits, under its own.
+    let word = |decls: &mut Vec<String>, lines: &mut Vec<String>, name: &str, narrow: bool| {
+        if narrow {
+            let whole = match name.strip_prefix("__offload_") {
+                Some(slot) => format!("__offload_arg_{slot}"),
+                None => format!("__offload_param_{name}"),
+            };
+            decls.push(format!("{ULL} {whole}"));
+            lines.push(format!("const unsigned int {name} = (unsigned int){whole};"));
+        } else {
+            decls.push(format!("{ULL} {name}"));
+        }
+    };
+    let narrow = variant == Variant::Narrow;
     for slot in sig.slots(checked) {
         match slot {
-            Slot::Start(k) => decls.push(format!("{ULL} __offload_s{k}")),
-            Slot::TeamSize => decls.push(format!("{ULL} __offload_ts")),
-            Slot::InnerLen(k) => decls.push(format!("{ULL} __offload_l{k}")),
+            Slot::Start(k) => word(&mut decls, &mut lines, &format!("__offload_s{k}"), narrow),
+            Slot::TeamSize => word(&mut decls, &mut lines, "__offload_ts", narrow),
+            Slot::InnerLen(k) => word(&mut decls, &mut lines, &format!("__offload_l{k}"), narrow),
+            Slot::Param(k, p)
+                if matches!(p.kind, ParamKind::Scalar(Ty::Usize))
+                    && matches!(body.vars[param_vars[k]].ty, Type::Scalar(Ty::U32)) =>
+            {
+                word(&mut decls, &mut lines, &body.vars[param_vars[k]].c, true)
+            }
             Slot::Param(k, p) => {
                 let v = &body.vars[param_vars[k]];
                 decls.push(param_decl(&p.kind, &v.c, true));
@@ -589,7 +626,7 @@ pub fn kernel_source(
             Slot::Report => decls.push(format!("{ULL}* __restrict__ __offload_err")),
         }
     }
-    decls.push(format!("{ULL} __offload_n"));
+    word(&mut decls, &mut lines, "__offload_n", narrow);
     let idx: Vec<&str> = index_vars.iter().map(|&v| body.vars[v].c.as_str()).collect();
 
     let mut parts = vec![Part::Text(dialect.header().to_string()), Part::Text(PRELUDE.to_string())];
@@ -623,16 +660,19 @@ pub fn kernel_source(
             }
         }
         if !sig.team_size_at_launch {
-            let _ = writeln!(s, "    const {ULL} __offload_ts = {t};");
+            let _ = writeln!(s, "    const {idx_t} __offload_ts = {t};");
         }
-        let _ = writeln!(s, "    const {ULL} __offload_teams = __offload_n / __offload_ts;");
-        s.push_str("    for (unsigned long long __offload_q = blockIdx.x; __offload_q < __offload_teams; __offload_q += gridDim.x) {\n        {\n");
-        let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_q;", idx[0]);
-        let _ = writeln!(s, "            const {ULL} {} = threadIdx.x;", idx[1]);
+        let _ = writeln!(s, "    const {idx_t} __offload_teams = __offload_n / __offload_ts;");
+        let _ = writeln!(
+            s,
+            "    for ({idx_t} __offload_q = blockIdx.x; __offload_q < __offload_teams; __offload_q += gridDim.x) {{\n        {{"
+        );
+        let _ = writeln!(s, "            const {idx_t} {} = __offload_s0 + __offload_q;", idx[0]);
+        let _ = writeln!(s, "            const {idx_t} {} = threadIdx.x;", idx[1]);
         s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
         s.push_str("        }\n        __syncthreads();\n    }\n");
     } else {
-        loop_nest(&mut s, body, &idx, d, rows, map, checked);
+        loop_nest(&mut s, body, &idx, d, rows, map, checked, idx_t);
     }
     for (c, ty, op) in reductions {
         let _ = writeln!(
@@ -650,13 +690,26 @@ pub fn kernel_source(
 
 /// The grid-stride loop of a 1-D, 2-D or 3-D kernel over its work items, the body in it
 /// (see [`kernel_source`]).
-fn loop_nest(s: &mut String, body: &Body, idx: &[&str], d: usize, rows: u32, map: &ThreadMap, checked: bool) {
-    const ULL: &str = "unsigned long long";
-    let _ = writeln!(s, "    const {ULL} __offload_stride = ({ULL})gridDim.x * blockDim.x;");
-    let _ = writeln!(s, "    {ULL} __offload_t = blockIdx.x * ({ULL})blockDim.x + threadIdx.x;");
+#[allow(clippy::too_many_arguments)]
+fn loop_nest(
+    s: &mut String,
+    body: &Body,
+    idx: &[&str],
+    d: usize,
+    rows: u32,
+    map: &ThreadMap,
+    checked: bool,
+    idx_t: &str,
+) {
+    // Counters and indices in `idx_t`: 64-bit, or 32-bit in the narrow variant (whose
+    // launches have fewer than 2^30 items, a grid stride of one wave and starts under
+    // 2^30, so no sum here wraps).
+    let ull = idx_t;
+    let _ = writeln!(s, "    const {ull} __offload_stride = ({ull})gridDim.x * blockDim.x;");
+    let _ = writeln!(s, "    {ull} __offload_t = blockIdx.x * ({ull})blockDim.x + threadIdx.x;");
     if d == 1 {
         s.push_str("    for (; __offload_t < __offload_n; __offload_t += __offload_stride) {\n        {\n");
-        let _ = writeln!(s, "            const {ULL} {} = __offload_s0 + __offload_t;", idx[0]);
+        let _ = writeln!(s, "            const {ull} {} = __offload_s0 + __offload_t;", idx[0]);
         s.push_str(&body_text(body, true, checked, 3, "__offload_next"));
         s.push_str("        }\n");
         if body.returns {
@@ -673,32 +726,32 @@ fn loop_nest(s: &mut String, body: &Body, idx: &[&str], d: usize, rows: u32, map
         let len = |k: usize| format!("__offload_l{k}");
         let inner: Vec<String> = (1..d).map(len).collect();
         let _ = writeln!(s, "    const unsigned int __offload_rows = {rows}u;");
-        let _ = writeln!(s, "    const {ULL} __offload_l0 = __offload_n / ({});", inner.join(" * "));
+        let _ = writeln!(s, "    const {ull} __offload_l0 = __offload_n / ({});", inner.join(" * "));
         let (strip_dim, rest) = (order[0], &order[1..]);
         let rest_len: Vec<String> = rest.iter().map(|&k| len(k)).collect();
-        let _ = writeln!(s, "    const {ULL} __offload_inner = {};", rest_len.join(" * "));
+        let _ = writeln!(s, "    const {ull} __offload_inner = {};", rest_len.join(" * "));
         let _ = writeln!(
             s,
-            "    const {ULL} __offload_units = ({} + __offload_rows - 1) / __offload_rows * __offload_inner;",
+            "    const {ull} __offload_units = ({} + __offload_rows - 1) / __offload_rows * __offload_inner;",
             len(strip_dim)
         );
         s.push_str("    for (; __offload_t < __offload_units; __offload_t += __offload_stride) {\n");
-        let _ = writeln!(s, "        const {ULL} __offload_strip = __offload_t / __offload_inner;");
+        let _ = writeln!(s, "        const {ull} __offload_strip = __offload_t / __offload_inner;");
         let _ =
-            writeln!(s, "        const {ULL} __offload_w = __offload_t - __offload_strip * __offload_inner;");
+            writeln!(s, "        const {ull} __offload_w = __offload_t - __offload_strip * __offload_inner;");
         let mut decode = Vec::new();
         if rest.len() == 1 {
-            decode.push(format!("const {ULL} {} = __offload_s{} + __offload_w", idx[rest[0]], rest[0]));
+            decode.push(format!("const {ull} {} = __offload_s{} + __offload_w", idx[rest[0]], rest[0]));
         } else {
             let (mid, fast) = (rest[0], rest[1]);
-            let _ = writeln!(s, "        const {ULL} __offload_r1 = __offload_w / {};", len(fast));
+            let _ = writeln!(s, "        const {ull} __offload_r1 = __offload_w / {};", len(fast));
             let _ =
-                writeln!(s, "        const {ULL} __offload_r2 = __offload_w - __offload_r1 * {};", len(fast));
-            decode.push(format!("const {ULL} {} = __offload_s{mid} + __offload_r1", idx[mid]));
-            decode.push(format!("const {ULL} {} = __offload_s{fast} + __offload_r2", idx[fast]));
+                writeln!(s, "        const {ull} __offload_r2 = __offload_w - __offload_r1 * {};", len(fast));
+            decode.push(format!("const {ull} {} = __offload_s{mid} + __offload_r1", idx[mid]));
+            decode.push(format!("const {ull} {} = __offload_s{fast} + __offload_r2", idx[fast]));
         }
-        decode.insert(0, format!("const {ULL} {} = __offload_s{strip_dim} + __offload_q0", idx[strip_dim]));
-        let _ = writeln!(s, "        const {ULL} __offload_first = __offload_strip * __offload_rows;");
+        decode.insert(0, format!("const {ull} {} = __offload_s{strip_dim} + __offload_q0", idx[strip_dim]));
+        let _ = writeln!(s, "        const {ull} __offload_first = __offload_strip * __offload_rows;");
         let strip_len = len(strip_dim);
         let item = |s: &mut String, label: &'static str| {
             s.push_str("                {\n");
@@ -714,13 +767,13 @@ fn loop_nest(s: &mut String, body: &Body, idx: &[&str], d: usize, rows: u32, map
         let _ = writeln!(s, "        if (__offload_first + __offload_rows <= {strip_len}) {{");
         s.push_str("            #pragma unroll\n");
         s.push_str("            for (unsigned int __offload_k = 0u; __offload_k < __offload_rows; ++__offload_k) {\n");
-        let _ = writeln!(s, "                const {ULL} __offload_q0 = __offload_first + __offload_k;");
+        let _ = writeln!(s, "                const {ull} __offload_q0 = __offload_first + __offload_k;");
         item(s, "__offload_next");
         // The partial strip: a plain loop (unrolling it would only cost registers).
         s.push_str("            }\n        } else {\n            #pragma unroll 1\n");
         let _ = writeln!(
             s,
-            "            for ({ULL} __offload_q0 = __offload_first; __offload_q0 < {strip_len}; ++__offload_q0) {{"
+            "            for ({ull} __offload_q0 = __offload_first; __offload_q0 < {strip_len}; ++__offload_q0) {{"
         );
         item(s, "__offload_next_tail");
         s.push_str("            }\n        }\n    }\n");

@@ -9,7 +9,7 @@ use quote::{format_ident, quote};
 use syn::ItemFn;
 
 use crate::access::{thread_map, ThreadMap};
-use crate::emit_c::{self, Dialect, Part};
+use crate::emit_c::{self, Dialect, Part, Variant};
 use crate::emit_host::{twin_name, RustEmitter};
 use crate::ir::{Body, VarId};
 use crate::lower::{is_reserved, Lowerer, Mode};
@@ -311,10 +311,25 @@ pub fn kernel_c(
     checked: bool,
     dialect: Dialect,
 ) -> Result<(String, ThreadMap), String> {
+    let variant = if checked { Variant::Checked } else { Variant::Plain };
+    kernel_c_variant(attr, f, variant, dialect)
+}
+
+/// Kernel `f`'s source for `dialect` and `variant` (the narrow variant from the narrowed
+/// body), as [`kernel_c`].
+#[cfg(test)]
+pub fn kernel_c_variant(
+    attr: TokenStream,
+    f: TokenStream,
+    variant: Variant,
+    dialect: Dialect,
+) -> Result<(String, ThreadMap), String> {
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, rows) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
+    let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
+    let body = if variant == Variant::Narrow { &narrowed.body } else { &k.body };
     let parts =
-        emit_c::kernel_source(&k.sig, &k.body, &k.index_vars, &k.param_vars, checked, rows, &k.map, dialect);
+        emit_c::kernel_source(&k.sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map, dialect);
     Ok((emit_c::joined(&parts), k.map))
 }
 
@@ -356,18 +371,43 @@ fn generate(
     let host_fn = format_ident!("__offload_host_{}", name);
     let mut items = Vec::new();
     let mut sources = Vec::new();
-    for (dialect, checked, tag) in [
-        (Dialect::Cuda, false, "CUDA"),
-        (Dialect::Cuda, true, "CUDA_CHECKED"),
-        (Dialect::Hip, false, "HIP"),
-        (Dialect::Hip, true, "HIP_CHECKED"),
+    let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
+    for (dialect, variant, tag) in [
+        (Dialect::Cuda, Variant::Plain, "CUDA"),
+        (Dialect::Cuda, Variant::Checked, "CUDA_CHECKED"),
+        (Dialect::Hip, Variant::Plain, "HIP"),
+        (Dialect::Hip, Variant::Checked, "HIP_CHECKED"),
+        (Dialect::Cuda, Variant::Narrow, "CUDA_NARROW"),
+        (Dialect::Hip, Variant::Narrow, "HIP_NARROW"),
     ] {
+        let body = if variant == Variant::Narrow { &narrowed.body } else { &k.body };
         let parts =
-            emit_c::kernel_source(sig, &k.body, &k.index_vars, &k.param_vars, checked, rows, &k.map, dialect);
+            emit_c::kernel_source(sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map, dialect);
         sources.push(source_expr(&parts, tag, true, &mut items));
     }
-    let [cuda, cuda_checked, hip, hip_checked] = <[TokenStream; 4]>::try_from(sources).expect("four sources");
-    let symbol_checked = emit_c::symbol(sig, true);
+    let [cuda, cuda_checked, hip, hip_checked, cuda_narrow, hip_narrow] =
+        <[TokenStream; 6]>::try_from(sources).expect("six sources");
+    let symbol_checked = emit_c::symbol(sig, Variant::Checked);
+    let symbol_narrow = emit_c::symbol(sig, Variant::Narrow);
+    // The argument positions the narrow variant reads as 32-bit values: every `usize` of
+    // the block but the parameters it keeps 64-bit.
+    let unchecked = sig.slots(false);
+    let narrow_positions: Vec<TokenStream> = unchecked
+        .iter()
+        .zip(sig.positions(&unchecked))
+        .filter(|(slot, _)| match slot {
+            Slot::Start(_) | Slot::TeamSize | Slot::InnerLen(_) | Slot::ViewLen(..) => true,
+            Slot::Param(i, _) => {
+                matches!(narrowed.body.vars[k.param_vars[*i]].ty, crate::ir::Type::Scalar(crate::ty::Ty::U32))
+                    && matches!(
+                        k.body.vars[k.param_vars[*i]].ty,
+                        crate::ir::Type::Scalar(crate::ty::Ty::Usize)
+                    )
+            }
+            Slot::Report => false,
+        })
+        .map(|(_, p)| p)
+        .collect();
     let block = match &sig.teams {
         Some(t) => {
             let t = t.rust(name);
@@ -1271,6 +1311,21 @@ fn generate(
             pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
                 .with_cuda(#cuda)
                 .with_hip(#hip)
+                .with_host(#host_fn::<false>)
+                .with_block(#block)
+                #grid_stride
+                .with_thread_map(#note)
+                .with_host_path(#host_path)
+                .with_shape(&__OFFLOAD_SHAPE)
+                .with_narrow(&KERNEL_NARROW, &[#(#narrow_positions),*]);
+
+            /// [`KERNEL`] with its `usize` arithmetic in 32 bits wherever that gives the
+            /// same values (GPUs only): what a GPU launch of `KERNEL` runs when the
+            /// work-item count and every `usize` it passes are at most 2^30.
+            pub static KERNEL_NARROW: ::offload::Kernel = ::offload::Kernel::new(#name_str)
+                .with_symbol(#symbol_narrow)
+                .with_cuda(#cuda_narrow)
+                .with_hip(#hip_narrow)
                 .with_host(#host_fn::<false>)
                 .with_block(#block)
                 #grid_stride

@@ -131,6 +131,7 @@ mod expand;
 mod fast_rows;
 mod ir;
 mod lower;
+mod narrow;
 mod options;
 mod signature;
 mod ty;

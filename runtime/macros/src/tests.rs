@@ -981,3 +981,119 @@ fn erf_is_cudas() {
     ));
     assert!(c.contains("erff((((float) i) * 0.01f))") && c.contains("erfc((((double) i) * 0.001))"), "{c}");
 }
+
+/// The narrow variant's CUDA source of kernel `f`.
+fn narrow(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> String {
+    crate::expand::kernel_c_variant(attr, f, crate::emit_c::Variant::Narrow, Dialect::Cuda)
+        .map(|(c, _)| c)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_narrow_variant_computes_element_indices_in_32_bits() {
+    let c = narrow(
+        quote!(dims = 2),
+        quote!(
+            fn red(row: usize, col: usize, num: usize, a: &[f32], b: &mut [f32]) {
+                let half: usize = (num >> 1) + 2;
+                let size: usize = num * num;
+                let ind: usize = 2 * row - (col & 1) - 1 + num * (col - 1);
+                b[col * half + row] = a[5 * size + ind];
+            }
+        ),
+    );
+    // Its own symbol; the block's 64-bit words read as 32-bit values.
+    assert!(c.contains("red__offload_narrow(unsigned long long __offload_arg_s0, unsigned long long __offload_arg_s1, unsigned long long __offload_arg_l1, unsigned long long __offload_param_num,"), "{c}");
+    assert!(c.contains("const unsigned int num = (unsigned int)__offload_param_num;"), "{c}");
+    assert!(c.contains("const unsigned int __offload_n = (unsigned int)__offload_arg_n;"), "{c}");
+    // The decode and the indices.
+    assert!(
+        c.contains("unsigned int __offload_t = blockIdx.x * (unsigned int)blockDim.x + threadIdx.x;"),
+        "{c}"
+    );
+    assert!(c.contains("const unsigned int col = __offload_s1 + __offload_q0;"), "{c}");
+    assert!(c.contains("const unsigned int row = __offload_s0 + __offload_w;"), "{c}");
+    // Every local is an index's arithmetic: 32-bit, including a product past 2^32 and a
+    // difference (only their low halves reach an element index).
+    assert!(c.contains("const unsigned int half = ((num >> 1) + 2u);"), "{c}");
+    assert!(c.contains("const unsigned int size = (num * num);"), "{c}");
+    assert!(c.contains("b[((col * half) + row)] = a[((5u * size) + ind)];"), "{c}");
+    assert!(!c.contains("unsigned long long ind"), "{c}");
+}
+
+#[test]
+fn the_narrow_variant_keeps_64_bits_where_a_value_is_needed_whole() {
+    let c = narrow(
+        quote!(dims = 1),
+        quote!(
+            fn pick(i: usize, n: usize, m: usize, a: &[f32], b: &mut [f32]) {
+                // Bounded (both operands under 2^31): divided in 32 bits.
+                let q: usize = i / n;
+                // A product needs 62 bits: compared in 64, so stored in 64.
+                let k: usize = i * n + q;
+                if k < m {
+                    b[i] = a[k % m];
+                }
+                // A difference has no bound: its comparison is 64-bit.
+                if i - 1 < n {
+                    b[i] = 0.0;
+                }
+                // A loop over bounded values counts in 32 bits.
+                for j in 0..n {
+                    b[i] += a[j];
+                }
+                let s: f32 = k as f32;
+                b[i] += s;
+            }
+        ),
+    );
+    assert!(c.contains("const unsigned int q = (i / n);"), "{c}");
+    assert!(c.contains("const unsigned long long k = ((((unsigned long long) i) * ((unsigned long long) n)) + ((unsigned long long) q));"), "{c}");
+    assert!(c.contains("if ((k < ((unsigned long long) m))) {"), "{c}");
+    assert!(c.contains("b[i] = a[((unsigned int) (k % ((unsigned long long) m)))];"), "{c}");
+    assert!(c.contains("if (((((unsigned long long) i) - 1ull) < ((unsigned long long) n))) {"), "{c}");
+    assert!(c.contains("for (unsigned int j = 0ull, "), "{c}");
+    assert!(c.contains("const float s = ((float) k);"), "{c}");
+}
+
+#[test]
+fn a_narrow_local_that_grows_without_bound_in_a_loop_is_64_bit_where_compared() {
+    let c = narrow(
+        quote!(dims = 1),
+        quote!(
+            fn walk(i: usize, n: usize, a: &mut [f32]) {
+                let mut j: usize = i;
+                while j < n {
+                    a[j] = 1.0;
+                    j += 4;
+                }
+                let mut h: usize = i;
+                h = h * 31 + 7;
+                a[i] = a[h % n];
+            }
+        ),
+    );
+    // `j` is compared each round and has no bound once it grows: 64-bit.
+    assert!(c.contains("unsigned long long j = ((unsigned long long) i);"), "{c}");
+    // `h` is only hashed into a remainder: 64-bit too (the remainder needs it whole).
+    assert!(c.contains("unsigned long long h = ((unsigned long long) i);"), "{c}");
+}
+
+#[test]
+fn the_narrow_variant_of_a_teams_kernel_counts_teams_in_32_bits() {
+    let c = narrow(
+        quote!(teams = ..=1024),
+        quote!(
+            fn rows(row: usize, t: usize, n: usize, x: &mut [f32]) {
+                let ts: usize = offload::team_size();
+                for c in (t..n).step_by(ts) {
+                    x[row * n + c] *= 2.0;
+                }
+            }
+        ),
+    );
+    assert!(c.contains("const unsigned int __offload_ts = (unsigned int)__offload_arg_ts;"), "{c}");
+    assert!(c.contains("for (unsigned int __offload_q = blockIdx.x;"), "{c}");
+    assert!(c.contains("const unsigned int ts = __offload_ts;"), "{c}");
+    assert!(c.contains("x[((row * n) + c)]"), "{c}");
+}

@@ -127,10 +127,11 @@ impl<'rt> Device<'rt> {
     }
 
     /// Gets `kernel` ready on this device (GPUs compile and load it on first use; this
-    /// does it now, e.g. before a timed run). A no-op on host devices.
+    /// does it now, e.g. before a timed run; its 32-bit variant too, which launches that
+    /// fit it run). A no-op on host devices.
     pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
         match self.rt.target(self.number)? {
-            crate::device::Target::Device(d) => d.backend.prepare(kernel),
+            crate::device::Target::Device(d) => d.prepare(kernel),
             crate::device::Target::Initial => Ok(()),
         }
     }

@@ -118,6 +118,9 @@ pub(crate) struct DeviceState {
     timeline: timeline::PendingSpans,
     /// Where kernels' sources are written at their first launch (`OFFLOAD_DUMP_KERNELS`).
     dump: Option<Arc<KernelDump>>,
+    /// Launches run kernels' narrow variants where they fit: a GPU with
+    /// `OFFLOAD_NARROW_INDICES` on.
+    narrow_indices: bool,
 }
 
 /// What every device of a runtime shares or is set up with, for [`DeviceState::new`].
@@ -129,6 +132,8 @@ pub(crate) struct DeviceSetup {
     pub(crate) pinned: Arc<PinnedRanges>,
     /// Every construct waits (`OFFLOAD_SYNC=1`).
     pub(crate) synchronous: bool,
+    /// GPU launches may run kernels' narrow variants (`OFFLOAD_NARROW_INDICES`).
+    pub(crate) narrow_indices: bool,
     /// Where kernels' sources are written at their first launch (`OFFLOAD_DUMP_KERNELS`).
     pub(crate) dump: Option<Arc<KernelDump>>,
     /// Failed constructs are audited (fault tests).
@@ -144,6 +149,7 @@ impl DeviceState {
         worker: Arc<DeviceWorker>,
         setup: &DeviceSetup,
     ) -> Self {
+        let narrow_indices = setup.narrow_indices && backend.description().kind != BackendKind::Host;
         Self {
             number,
             backend: Arc::from(backend),
@@ -163,6 +169,7 @@ impl DeviceState {
             audit: setup.audit.as_ref().map(|a| audit::ConstructAudit::new(Arc::clone(a))),
             timeline: timeline::PendingSpans::default(),
             dump: setup.dump.clone(),
+            narrow_indices,
         }
     }
 }
@@ -386,11 +393,28 @@ impl DeviceState {
 
     /// Writes `kernel`'s sources at its first launch, when the runtime dumps them
     /// (`OFFLOAD_DUMP_KERNELS`); a failed write is the launch's error.
-    pub(crate) fn dump_source(&self, kernel: &Kernel) -> Result<()> {
-        self.dump.as_ref().map_or(Ok(()), |d| d.first_launch(kernel))
+    /// Compiles and loads `kernel` now (GPUs), and the narrow variant launches may run.
+    pub(crate) fn prepare(&self, kernel: &Kernel) -> Result<()> {
+        self.backend.prepare(kernel)?;
+        match kernel.narrow_variant() {
+            Some(narrow) if self.narrow_indices => self.backend.prepare(narrow),
+            _ => Ok(()),
+        }
     }
 
-    pub(crate) fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) {
+    /// What a launch of `kernel` over `n` items with translated `args` runs here: on a
+    /// GPU, the kernel's narrow variant when the launch fits it ([`Kernel::for_launch`]),
+    /// else `kernel`. Its sources are dumped at the first launch and the launch is traced.
+    pub(crate) fn launching(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<Kernel> {
+        if let Some(d) = &self.dump {
+            d.first_launch(kernel)?;
+        }
+        let run = if self.narrow_indices { kernel.for_launch(n, args) } else { *kernel };
+        self.trace_launch(&run, n, args, run.symbol() != kernel.symbol());
+        Ok(run)
+    }
+
+    fn trace_launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg], narrow: bool) {
         let fields = || InfoFields {
             kind: "launch",
             device: Some(self.number),
@@ -413,10 +437,11 @@ impl DeviceState {
         let geometry = || InfoFields { kind: "launch geometry", ..fields() };
         self.trace.event(InfoFlags::LAUNCH, geometry, || match self.backend.launch_geometry(kernel, n) {
             Some((grid, block)) => format!(
-                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads{}",
+                "device {}: launch `{}` n={n}: grid {grid} blocks x {block} threads{}{}",
                 self.number,
                 kernel.name(),
-                kernel.thread_map().map(|m| format!("; {m}")).unwrap_or_default()
+                kernel.thread_map().map(|m| format!("; {m}")).unwrap_or_default(),
+                if narrow { "; 32-bit index arithmetic" } else { "" }
             ),
             None => format!(
                 "device {}: launch `{}` n={n}: on the device's kernel threads{}",

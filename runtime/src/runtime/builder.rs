@@ -165,6 +165,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether GPU launches may run a generated kernel's variant with 32-bit index
+    /// arithmetic when the work-item count and every index, length and `usize` argument
+    /// are at most 2^30 (`OFFLOAD_NARROW_INDICES`, default on; see docs/KERNELS.md,
+    /// "Index arithmetic"). Both variants compute the same values; off, launches always
+    /// run the 64-bit one (for comparing the two).
+    pub fn narrow_indices(mut self, on: bool) -> Self {
+        self.over.narrow_indices = Some(on);
+        self
+    }
+
     /// Test-only: each host device fails operations as `plan` says (see
     /// [`crate::backend::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
     #[doc(hidden)]
@@ -340,6 +350,7 @@ impl RuntimeBuilder {
             staging: settings.staging,
             pinned: Arc::clone(&pinned),
             synchronous: settings.synchronous,
+            narrow_indices: settings.narrow_indices,
             dump,
             audit: self.faults.is_some().then(|| Arc::new(AuditActivity::default())),
         };

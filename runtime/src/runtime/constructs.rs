@@ -346,9 +346,8 @@ impl Runtime {
             // Kept, not run: translated now, its blocks pinned while the recording lives.
             let (a, mut in_use) = d.translate_args(kernel, args, omp.then_some(&[]))?;
             let a = if c_shaped { crate::kernel::expand_c_shaped(kernel, device, a, space)? } else { a };
-            d.dump_source(kernel)?;
-            d.trace_launch(kernel, n, &a);
-            let launch = crate::backend::RecordedLaunch { kernel: *kernel, n, args: a };
+            let kernel = d.launching(kernel, n, &a)?;
+            let launch = crate::backend::RecordedLaunch { kernel, n, args: a };
             recorder::push(launch, in_use.take_blocks());
             return Ok(());
         }
@@ -401,8 +400,7 @@ impl Runtime {
                     Some(space) => crate::kernel::expand_c_shaped(kernel, device, a, space)?,
                     None => a,
                 };
-                d.dump_source(kernel)?;
-                d.trace_launch(kernel, n, &a);
+                let kernel = &d.launching(kernel, n, &a)?;
                 // A kernel that writes another device's memory (peer access) is seen there by
                 // work no construct on this device orders: it waits, as OpenMP's target does.
                 let what = || crate::device::kernel_span(kernel, n);
