@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Differential tests against LLVM's OpenMP runtime. Each C program in tests/differential/
+# Differential tests against LLVM's OpenMP runtime (and, at the end, the ports whose C
+# original is ours: examples/ports/c/). Each C program in tests/differential/
 # is compiled by Debian's clang-19 with OpenMP offloading to the host
 # (-fopenmp-targets=x86_64-unknown-linux-gnu) and run on libomptarget's host plugin (four
 # host devices) under OMP_TARGET_OFFLOAD=mandatory; its Rust twin (examples/differential.rs,
@@ -118,6 +119,33 @@ for c in tests/differential/*.c; do
     fi
     compare "$label" "$work/out.llvm" "$work/out.offload"
   done <<< "$runs"
+done
+# Ports whose C original is our own (examples/ports/c/NAME.c, the port example port_NAME):
+# each `port run: ARGS` line of the C file runs both with ARGS, the C program on
+# libomptarget's host plugin, the port on host devices; their lines must be equal but for
+# those starting with '#' (times).
+for c in examples/ports/c/*.c; do
+  name=$(basename "$c" .c)
+  cargo build -q -p offload-examples --example "port_$name"
+  port=${CARGO_TARGET_DIR:-target}/debug/examples/port_$name
+  exe="$work/port-$name"
+  if ! clang-19 -fopenmp "${host_image[@]}" -O2 -Wall -Werror -o "$exe" "$c" -lm < /dev/null; then
+    echo "FAILED ports/$name: does not compile"; failed=$((failed + 1)); continue
+  fi
+  while read -r args; do
+    label="ports/$name $args"
+    # shellcheck disable=SC2086 # the run's arguments are words
+    if ! LD_LIBRARY_PATH="$lib" OMP_TARGET_OFFLOAD=mandatory "$exe" $args < /dev/null 2> "$work/err.llvm" \
+      | grep -v '^#' > "$work/out.llvm"; then
+      echo "FAILED $label: the libomptarget program ended with an error:"; cat "$work/err.llvm"
+      failed=$((failed + 1))
+    fi
+    # shellcheck disable=SC2086
+    if ! OFFLOAD_HOST_DEVICES=1 "$port" $args < /dev/null | grep -v '^#' > "$work/out.offload"; then
+      echo "FAILED $label: the port ended with an error"; failed=$((failed + 1))
+    fi
+    compare "$label" "$work/out.llvm" "$work/out.offload"
+  done < <(sed -n 's|^ \* port run: \(.*\)$|\1|p' "$c")
 done
 echo "$known_seen known differences (listed above, with the reason)"
 echo "$passed passed, $failed failed"

@@ -36,6 +36,11 @@ for p in laplace jacobi ace; do
     done
   done
 done
+# The teams port (team size at launch, team sums) on the GPU, each block size.
+for bs in 32 64 256 1024; do
+  .gpu/examples/port_layernorm 4096 128 "$bs" 20 > "$OUT/port-layernorm-$bs.log" 2>&1
+  echo "layernorm bs=$bs: exit $? $(tr '\n' ' ' < "$OUT/port-layernorm-$bs.log" | cut -c1-160)"
+done
 for narrow in 1 0; do
   OFFLOAD_NARROW_INDICES=$narrow timeout 240 .gpu/benches/kernels > "$OUT/bench-kernels-narrow$narrow.log" 2>&1
   echo "kernels bench, OFFLOAD_NARROW_INDICES=$narrow: exit $?"
