@@ -51,18 +51,67 @@ fn code_lines(text: &str) -> impl Iterator<Item = &str> {
     code.lines().filter(|l| !l.trim_start().starts_with("//"))
 }
 
-/// Top-level module -> the top-level modules its code names.
+/// The crate root's re-exports: item name -> the top-level module it comes from, read
+/// from `lib.rs`'s `pub use MODULE::...` lines (`pub use error::{Error, HostRange, Result};`,
+/// `pub use runtime::memcpy;`), so that a use through the root (`crate::Error`) counts as
+/// a use of its module.
+fn root_exports(sources: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let lib = sources.iter().find(|(rel, _)| *rel == "lib.rs").map_or("", |(_, t)| t);
+    let mut out = BTreeMap::new();
+    let mut lines = code_lines(lib).map(str::trim);
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("pub use ") else { continue };
+        let module: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+        if module.is_empty() || !rest[module.len()..].starts_with("::") {
+            continue;
+        }
+        // The statement, over as many lines as it takes.
+        let mut text = rest.to_string();
+        while !text.contains(';') {
+            match lines.next() {
+                Some(more) => text.push_str(more),
+                None => break,
+            }
+        }
+        let items = text.trim_end_matches(';').rsplit("::").next().unwrap_or_default();
+        for item in items.trim_matches(|c| c == '{' || c == '}').split(',') {
+            // `a as b` exports `b`.
+            let name = item.split(" as ").last().unwrap_or_default().trim();
+            if !name.is_empty() {
+                out.insert(name.to_string(), module.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Top-level module -> the top-level modules its code names, directly (`crate::device`) or
+/// through the crate root's re-exports (`crate::Error`, `use crate::{map, Error}`).
 fn module_graph(sources: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
+    let exports = root_exports(sources);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let ident =
+        |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
     for (rel, text) in sources {
         let module = top_module(rel);
         let deps = graph.entry(module.clone()).or_default();
         for line in code_lines(text) {
             for (i, _) in line.match_indices("crate::") {
-                let name: String =
-                    line[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
-                if !name.is_empty() && name != module {
-                    deps.insert(name);
+                let after = &line[i + 7..];
+                // `crate::{a, B}`: each name of the group.
+                let names: Vec<String> = match after.strip_prefix('{') {
+                    Some(group) => group.split([',', '}']).map(|n| ident(n.trim())).collect(),
+                    None => vec![ident(after)],
+                };
+                for name in names {
+                    let used = match exports.get(&name) {
+                        Some(m) => m.clone(),
+                        None if name.starts_with(|c: char| c.is_ascii_lowercase()) => name,
+                        None => continue,
+                    };
+                    if used != module {
+                        deps.insert(used);
+                    }
                 }
             }
         }
@@ -153,6 +202,22 @@ fn vendor_libraries_are_named_only_in_their_layer() {
             }
         }
     }
+}
+
+#[test]
+fn uses_through_the_crate_roots_re_exports_count() {
+    let lib = "pub use error::{Error, HostRange, Result};\npub use runtime::memcpy;\npub use kernel::{\n    Kernel,\n    KernelArg as Arg,\n};\n";
+    let sources = [
+        ("lib.rs", lib),
+        ("gemm.rs", "fn f() -> crate::Result<()> { crate::Arg::x() }\nuse crate::{memcpy, index_space};\n"),
+    ];
+    let graph = module_graph(&sources);
+    let deps: Vec<&str> = graph["gemm"].iter().map(String::as_str).collect();
+    assert_eq!(deps, ["error", "index_space", "kernel", "runtime"]);
+    // And the re-exports of the real crate are read.
+    let exports = root_exports(RUNTIME_SOURCES);
+    assert_eq!(exports.get("Error").map(String::as_str), Some("error"));
+    assert_eq!(exports.get("Runtime").map(String::as_str), Some("runtime"));
 }
 
 #[test]
