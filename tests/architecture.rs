@@ -36,7 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("backends", &["backend", "kernel_cache", "worker", "topology"]),
     (
         "foundation",
-        &["kernel", "kernel_dump", "gemm", "index_space", "info", "chrome_trace", "latch", "error"],
+        &["kernel", "kernel_dump", "gemm", "index_space", "info", "chrome_trace", "latch", "origin", "error"],
     ),
 ];
 
@@ -202,6 +202,50 @@ fn vendor_libraries_are_named_only_in_their_layer() {
             }
         }
     }
+}
+
+/// Front ends go through the runtime (the one door): they name no path of the generic
+/// device or of the backends, and take no device state from the runtime. The sites that
+/// still do, by file, are the debt issue 47 pays off: a new one fails here, and a file
+/// whose sites are gone must leave the list.
+const FRONT_END_DEVICE_SITES: &[(&str, usize)] = &[
+    ("api/host_buffer.rs", 6),
+    ("cluster/halo.rs", 2),
+    ("macro_support.rs", 2),
+    ("nowait.rs", 2),
+    ("omp/mod.rs", 1),
+    ("partition.rs", 3),
+    ("pipeline/mod.rs", 1),
+    ("recording.rs", 9),
+];
+
+/// The places in `line` where a front end reaches past the runtime.
+fn reaches_past_the_runtime(line: &str) -> usize {
+    let paths = ["crate::device::", "crate::backend::", ".device_state(", ".settled(", ".backend."];
+    let mut n: usize = paths.iter().map(|p| line.matches(p).count()).sum();
+    n += line.matches("rt.target(").count();
+    n
+}
+
+#[test]
+fn front_ends_reach_the_devices_only_through_the_runtime() {
+    let front: &[&str] = LAYERS[0].1;
+    let mut found: BTreeMap<&str, usize> = BTreeMap::new();
+    for (rel, text) in RUNTIME_SOURCES {
+        if !front.contains(&top_module(rel).as_str()) {
+            continue;
+        }
+        let n: usize = code_lines(text).map(reaches_past_the_runtime).sum();
+        if n > 0 {
+            found.insert(rel, n);
+        }
+    }
+    let known: BTreeMap<&str, usize> = FRONT_END_DEVICE_SITES.iter().copied().collect();
+    assert_eq!(
+        found, known,
+        "front ends' uses of device/ and backend/ (file, sites) against the list of known ones: \
+         go through a Runtime method instead, or, where one was removed, shorten the list"
+    );
 }
 
 #[test]

@@ -98,6 +98,7 @@ mod macro_support;
 mod memory_pool;
 pub mod nowait;
 pub mod omp;
+mod origin;
 pub mod partition;
 pub mod pipeline;
 pub mod recording;

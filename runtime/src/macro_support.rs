@@ -1041,11 +1041,11 @@ pub fn launch_reduce<A: KernelArgs>(
         // The partials: set by a queued copy, read back by one queued copy behind the
         // kernel, the call's one wait. Not inside a recorded body: a replay could not
         // return the value.
-        if crate::device::recorder::recording(rt.identity(), number) {
-            return Err(crate::device::recorder::refused(number, "a reduction's `reduce`"));
+        if crate::runtime::recorder::recording(rt.identity(), number) {
+            return Err(crate::runtime::recorder::refused(number, "a reduction's `reduce`"));
         }
         let d = rt.device_state(number)?;
-        let origin = crate::device::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
+        let origin = crate::origin::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
         d.with_partials(&mut host, |base| {
             let slots = slots_at(base);
             let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);

@@ -313,7 +313,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `nowait` exit can end a part's mapping from another thread).
     #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        let recording = crate::device::recorder::recording(self.rt.identity(), self.devices[dst]);
+        let recording = crate::runtime::recorder::recording(self.rt.identity(), self.devices[dst]);
         if self.devices[dst] == self.devices[src] && !recording {
             if let Target::Device(dev) = self.rt.target(self.devices[dst])? {
                 if dev.ordered() {
@@ -400,7 +400,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
 impl<T: DeviceCopy> Drop for DistributedArray<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             if self.mapped {
                 let n = self.part.parts();
                 self.unmap_first(n);

@@ -58,10 +58,11 @@ use std::panic::Location;
 use crate::api::Device;
 use crate::backend::{Graph, Queue, RecordedLaunch};
 use crate::data_env::plan::Short;
-use crate::device::recorder::{self, refused};
-use crate::device::{BlocksInUse, DeviceState, Origin};
+use crate::device::{BlocksInUse, DeviceState};
 use crate::error::{Error, Result};
 use crate::info::{InfoFields, InfoFlags};
+use crate::origin::Origin;
+use crate::runtime::recorder::{self, refused};
 use crate::runtime::Runtime;
 
 /// Ends this thread's recording when a body returns or unwinds: the blocks it pinned are

@@ -130,10 +130,7 @@ impl<'rt> Device<'rt> {
     /// does it now, e.g. before a timed run; its 32-bit variant too, which launches that
     /// fit it run). A no-op on host devices.
     pub fn prepare(&self, kernel: &Kernel) -> Result<()> {
-        match self.rt.target(self.number)? {
-            crate::device::Target::Device(d) => d.prepare(kernel),
-            crate::device::Target::Initial => Ok(()),
-        }
+        self.rt.prepare_kernel(self.number, kernel)
     }
 
     /// Runs `kernel` over `n` work items; views among `args` must be mapped on this device
@@ -265,16 +262,6 @@ impl<'rt> Device<'rt> {
         }
         // A recording holds kernel launches only (a library's product is not one).
         self.rt.not_recording(self.number, "a gemm")?;
-        let d = match self.rt.settled(self.number)? {
-            crate::device::Target::Device(d) => d,
-            crate::device::Target::Initial => {
-                return Err(invalid("the initial device has no gemm; use a host device".into()))
-            }
-        };
-        if !d.backend.has_blas() {
-            let kind = d.backend.description().kind;
-            return Err(Error::NoKernelImpl { device: self.number, kernel: "gemm", backend: kind.name() });
-        }
         // C is written: as for a generated kernel's `&mut` argument (`check_writable`), only
         // a writable view or device scratch.
         if !c.device_writable() {
@@ -285,11 +272,9 @@ impl<'rt> Device<'rt> {
                 c.host_range()
             )));
         }
-        // The operands stay allocated until the product is done.
-        let mut in_use = crate::device::BlocksInUse::new(d);
-        let mut addrs = [0u64; 4];
-        let operands = [Some((a, ea)), Some((b, eb)), Some((c, ec)), bias.map(|v| (v, g.m))];
-        for (i, (v, need)) in operands.into_iter().enumerate().filter_map(|(i, o)| o.map(|o| (i, o))) {
+        let mut operands = [None; 4];
+        let views = [Some((a, ea)), Some((b, eb)), Some((c, ec)), bias.map(|v| (v, g.m))];
+        for (i, (v, need)) in views.into_iter().enumerate().filter_map(|(i, o)| o.map(|o| (i, o))) {
             let name = ["A", "B", "C", "the bias"][i];
             if v.device() != self.number || v.len() < need {
                 return Err(invalid(format!(
@@ -299,49 +284,10 @@ impl<'rt> Device<'rt> {
                     self.number
                 )));
             }
-            // A buffer's view is device memory, alive while borrowed. Otherwise the whole
-            // operand must lie in one mapped range (a view may name more of its buffer than
-            // is mapped).
-            if v.is_device_resident() {
-                addrs[i] = v.host_range().begin as u64;
-                continue;
-            }
             let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<T>());
-            addrs[i] = d.pin_mapped(&mut in_use, span).ok_or(Error::NotPresent {
-                device: self.number,
-                range: span,
-                what: "a gemm operand",
-            })?;
+            operands[i] = Some(crate::runtime::GemmOperand { span, resident: v.is_device_resident() });
         }
-        // D overwrites C while A, B and the bias are read: C's device memory must be none
-        // of theirs (a buffer's or a scratch view may name the same memory twice).
-        let size = std::mem::size_of::<T>() as u64;
-        let span = |i: usize, n: usize| (addrs[i], addrs[i] + n as u64 * size);
-        let (c0, c1) = span(2, ec);
-        let inputs = [Some((0, span(0, ea))), Some((1, span(1, eb))), bias.map(|_| (3, span(3, g.m)))];
-        if let Some((i, _)) = inputs.into_iter().flatten().find(|&(_, (b0, b1))| c0 < b1 && b0 < c1) {
-            return Err(invalid(format!(
-                "operand 2 (C) overlaps operand {i} ({}) on device {}: C is written while it is read; \
-                 expected distinct memory",
-                ["A", "B", "C", "the bias"][i],
-                self.number
-            )));
-        }
-        let ops = crate::backend::GemmOperands {
-            a: addrs[0],
-            b: addrs[1],
-            c: addrs[2],
-            bias: bias.map(|_| addrs[3]),
-        };
-        d.backend.prepare_blas()?;
-        let kernel = match g.precision::<T>() {
-            crate::Precision::Fp32 => "gemm fp32",
-            crate::Precision::Tf32 => "gemm tf32",
-            crate::Precision::Fp16 => "gemm fp16",
-            crate::Precision::Bf16 => "gemm bf16",
-        };
-        let what = || crate::info::InfoFields { kind: "gemm", kernel: Some(kernel), ..Default::default() };
-        d.timed(crate::backend::Queue::Compute, what, || d.backend.gemm(g, T::TYPE, ops))
+        self.rt.gemm_on(self.number, g, T::TYPE, g.precision::<T>(), operands)
     }
 
     /// `#pragma omp target map(...)`: a launch with its own map list; `args` builds the
@@ -356,7 +302,7 @@ impl<'rt> Device<'rt> {
     ) -> Result<()> {
         let at = std::panic::Location::caller();
         // Its kernel's failure, found by its own copies back, is its own error.
-        let origin = crate::device::Origin { construct: "target", kernel: Some(kernel.name()), at };
+        let origin = crate::origin::Origin { construct: "target", kernel: Some(kernel.name()), at };
         self.data(maps, |views| self.launch_at(kernel, n, args(views), at))
             .map_err(|e| origin.failed(self.number, e))
     }

@@ -276,7 +276,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
 impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             let who = Caller { routine: "omp_target_free of the DeviceBuffer made", at: self.made_at };
             // SAFETY: the allocation is this value's; launches borrowing it have returned and
             // an association borrows it, so none is left.
@@ -381,7 +381,7 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
 impl<T: DeviceCopy> Drop for Association<'_, '_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             let d = self.buffer.device;
             let who =
                 Caller { routine: "omp_target_disassociate_ptr of the Association made", at: self.made_at };

@@ -231,7 +231,7 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             // A drop cannot return the error (`exit` does): it is kept for the device's next
             // synchronising call to report (or, when a failure is pending already, that one is
             // reported), so that a failed copy back is not silent.
@@ -252,10 +252,8 @@ impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
                     Ending::RegionEnd => "exiting target data (a guard's drop)",
                     Ending::ExitData => "target exit data (a guard's drop)",
                 };
-                let rt = self.device.runtime();
-                if let Ok(d) = rt.device_state(self.device.number()) {
-                    d.keep_failure(crate::device::Origin::new(construct, self.at), e);
-                }
+                let origin = crate::origin::Origin::new(construct, self.at);
+                self.device.runtime().keep_failure(self.device.number(), origin, e);
             }
         })
     }

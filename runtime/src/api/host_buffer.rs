@@ -179,15 +179,15 @@ impl<T: DeviceCopy> HostBuffer<T> {
             }
             crate::device::Target::Device(d) => d,
         };
-        if crate::device::recorder::recording(rt.identity(), device) {
-            return Err(crate::device::recorder::refused(device, "HostBuffer::read_queued"));
+        if crate::runtime::recorder::recording(rt.identity(), device) {
+            return Err(crate::runtime::recorder::refused(device, "HostBuffer::read_queued"));
         }
         let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
             device,
             range,
             what: "the view given to HostBuffer::read_queued",
         })?;
-        let origin = crate::device::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
+        let origin = crate::origin::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
         // SAFETY: the buffer is held by the result until the read has been waited for (by
         // `wait` or its drop); `range.bytes` fit in it (checked above).
         let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins, origin)? };
@@ -298,7 +298,7 @@ impl<T: DeviceCopy> Drop for QueuedRead<T> {
 impl<T: DeviceCopy> Drop for HostBuffer<T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             let item = self.item(MapType::DELETE);
             for d in 0..self.rt.num_devices() {
                 if self.rt.is_present(item.range.begin, d).unwrap_or(false) {

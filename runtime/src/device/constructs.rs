@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::collections::HashSet;
 
 use super::in_flight::SLOT_BYTES;
-use super::{CopyPath, DeviceState, Origin};
+use super::{CopyPath, DeviceState};
 use crate::data_env::plan::{
     increment, present_parts, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short,
     SmallSet,
@@ -22,6 +22,7 @@ use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDir
 use crate::error::{ArrayName, Error, HostRange, RangeName, Result};
 use crate::info::{EntryLine, InfoFields, InfoFlags};
 use crate::memory_pool::Owner;
+use crate::origin::Origin;
 
 /// Device blocks of entries that a launch or copy made without the table's lock is using;
 /// on drop each is unpinned, and freed when its entry left the table meanwhile (another

@@ -12,7 +12,7 @@
 //! reads or frees device memory ([`DeviceState::settle`]).
 //!
 //! A failure of queued work is found by the next poll or wait, and kept with the
-//! construct that queued it ([`Origin`]): constructs refuse to run
+//! construct that queued it ([`Origin`](crate::origin::Origin)): constructs refuse to run
 //! ([`Error::EarlierFailure`]) until a synchronising call reports it ([`Error::Queued`]).
 //! `OFFLOAD_SYNC=1` turns all this off: every construct waits, as before.
 
@@ -28,67 +28,13 @@ use super::{BlocksInUse, DeviceState};
 use crate::backend::{Backend, Event, Queue};
 use crate::data_env::plan::Short;
 use crate::error::{Error, HostRange, Result};
+use crate::origin::Origin;
 
 /// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.
 pub(crate) const SLOT_BYTES: usize = 64 << 10;
 
 /// Bounce slots per device (2 MiB of pinned memory, made on first use).
 const SLOTS: usize = 32;
-
-/// The construct that queued some work, for the error that reports its failure.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Origin {
-    /// "target", "target enter data", ...
-    pub construct: &'static str,
-    /// The kernel it launched, if it launched one.
-    pub kernel: Option<&'static str>,
-    /// Where the program called it.
-    pub at: &'static Location<'static>,
-}
-
-impl Origin {
-    /// A construct without a kernel.
-    pub(crate) fn new(construct: &'static str, at: &'static Location<'static>) -> Self {
-        Self { construct, kernel: None, at }
-    }
-
-    /// `e` as the construct itself reports it: the failure of its own queued work, found
-    /// by its own copy back, is its plain error (as if it had waited), not a report of an
-    /// earlier construct's.
-    pub(crate) fn own_failure(&self, e: Error) -> Error {
-        match e {
-            Error::Queued { construct, at, source, .. }
-                if construct == self.construct() && at == self.at() =>
-            {
-                *source
-            }
-            e => e,
-        }
-    }
-
-    /// `e` as this construct returns it on `device`: its own queued failure as its plain
-    /// error ([`Origin::own_failure`]), and a device's failure (a driver call, an
-    /// allocation) inside [`Error::Construct`], which names the construct and its caller.
-    pub(crate) fn failed(&self, device: usize, e: Error) -> Error {
-        match self.own_failure(e) {
-            e @ (Error::Driver { .. } | Error::OutOfMemory { .. }) => {
-                Error::Construct { device, construct: self.construct(), at: self.at(), source: Box::new(e) }
-            }
-            e => e,
-        }
-    }
-
-    fn construct(&self) -> String {
-        match self.kernel {
-            Some(k) => format!("{} (kernel `{k}`)", self.construct),
-            None => self.construct.to_string(),
-        }
-    }
-
-    fn at(&self) -> String {
-        format!("{}:{}", self.at.file(), self.at.line())
-    }
-}
 
 /// One construct's queued work: complete once `event` is.
 struct QueuedOp {

@@ -9,12 +9,12 @@ mod constructs;
 mod in_flight;
 mod operations;
 mod partials;
-pub(crate) mod recorder;
 mod report;
 mod timeline;
 
 pub(crate) use constructs::BlocksInUse;
-pub(crate) use in_flight::{ConstructsWait, InFlight, Origin, PendingRead, Wait};
+
+pub(crate) use in_flight::{ConstructsWait, InFlight, PendingRead, Wait};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -288,7 +288,7 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
 impl<T: DeviceCopy> Drop for StagePipeline<'_, '_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             for b in self.boundaries.iter().flatten() {
                 for &d in &b.devices {
                     // SAFETY: release copies nothing; the anchor is still alive.

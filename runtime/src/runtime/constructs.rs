@@ -3,13 +3,23 @@
 
 use std::panic::Location;
 
+use super::recorder;
 use super::*;
 use crate::backend::Queue;
 use crate::device::audit::AuditRule;
-use crate::device::{recorder, DeviceState, Origin, Wait};
+use crate::device::{DeviceState, Wait};
 use crate::error::{ArrayName, RangeName};
 use crate::info::{InfoFields, InfoFlags};
 use crate::kernel::OmpSpace;
+use crate::origin::Origin;
+
+/// An operand of [`Runtime::gemm_on`]: its bytes, at a host address mapped on the device or
+/// (`resident`) at a device address (a buffer's memory).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GemmOperand {
+    pub(crate) span: HostRange,
+    pub(crate) resident: bool,
+}
 
 /// The map constructs, for [`Runtime::map_construct_at`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -447,6 +457,96 @@ impl Runtime {
     }
 
     /// An error when this thread is recording a body for `device` (`what` is refused there).
+    /// Compiles and loads `kernel` on device `device` now (GPUs; its narrow variant too),
+    /// so that a timed launch does not pay for it. Nothing to do on the initial device.
+    pub(crate) fn prepare_kernel(&self, device: usize, kernel: &Kernel) -> Result<()> {
+        match self.target(device)? {
+            Target::Device(d) => d.prepare(kernel),
+            Target::Initial => Ok(()),
+        }
+    }
+
+    /// Keeps `e`, the failure of construct `origin` on device `device` that had no caller
+    /// to return it to (a guard's drop), for the device's next synchronising call to report.
+    pub(crate) fn keep_failure(&self, device: usize, origin: Origin, e: Error) {
+        if let Ok(d) = self.device_state(device) {
+            d.keep_failure(origin, e);
+        }
+    }
+
+    /// [`crate::Device::gemm`] on device `device`, its operands checked by the caller
+    /// (device, length, C writable): `D = act(alpha op(A) op(B) + beta C + bias)` on the
+    /// device's BLAS, queued on its compute queue, the operands' device memory pinned until
+    /// it is done. `operands` are A, B, C and the bias, each a mapped host span or a
+    /// buffer's device memory.
+    pub(crate) fn gemm_on(
+        &self,
+        device: usize,
+        g: &crate::Gemm,
+        ty: crate::ElementType,
+        precision: crate::Precision,
+        operands: [Option<GemmOperand>; 4],
+    ) -> Result<()> {
+        let invalid = |what: String| Error::InvalidArgument { routine: "gemm", what };
+        let d = match self.settled(device)? {
+            Target::Device(d) => d,
+            Target::Initial => {
+                return Err(invalid("the initial device has no gemm; use a host device".into()))
+            }
+        };
+        if !d.backend.has_blas() {
+            let kind = d.backend.description().kind;
+            return Err(Error::NoKernelImpl { device, kernel: "gemm", backend: kind.name() });
+        }
+        // The operands stay allocated until the product is done.
+        let mut in_use = crate::device::BlocksInUse::new(d);
+        let mut addrs = [0u64; 4];
+        for (i, op) in operands.iter().enumerate() {
+            let Some(op) = op else { continue };
+            // A buffer's view is device memory, alive while borrowed. Otherwise the whole
+            // operand must lie in one mapped range (a view may name more of its buffer than
+            // is mapped).
+            addrs[i] = if op.resident {
+                op.span.begin as u64
+            } else {
+                d.pin_mapped(&mut in_use, op.span).ok_or(Error::NotPresent {
+                    device,
+                    range: op.span,
+                    what: "a gemm operand",
+                })?
+            };
+        }
+        // D overwrites C while A, B and the bias are read: C's device memory must be none
+        // of theirs (a buffer's or a scratch view may name the same memory twice).
+        let span = |i: usize| operands[i].map(|o| (addrs[i], addrs[i] + o.span.bytes as u64));
+        if let Some((c0, c1)) = span(2) {
+            if let Some(i) =
+                [0, 1, 3].into_iter().find(|&i| span(i).is_some_and(|(b0, b1)| c0 < b1 && b0 < c1))
+            {
+                return Err(invalid(format!(
+                    "operand 2 (C) overlaps operand {i} ({}) on device {device}: C is written while it is read; \
+                     expected distinct memory",
+                    ["A", "B", "C", "the bias"][i],
+                )));
+            }
+        }
+        let ops = crate::backend::GemmOperands {
+            a: addrs[0],
+            b: addrs[1],
+            c: addrs[2],
+            bias: operands[3].map(|_| addrs[3]),
+        };
+        d.backend.prepare_blas()?;
+        let kernel = match precision {
+            crate::Precision::Fp32 => "gemm fp32",
+            crate::Precision::Tf32 => "gemm tf32",
+            crate::Precision::Fp16 => "gemm fp16",
+            crate::Precision::Bf16 => "gemm bf16",
+        };
+        let what = || InfoFields { kind: "gemm", kernel: Some(kernel), ..Default::default() };
+        d.timed(Queue::Compute, what, || d.backend.gemm(g, ty, ops))
+    }
+
     pub(crate) fn not_recording(&self, device: usize, what: &str) -> Result<()> {
         if recorder::recording(self.identity(), device) {
             return Err(recorder::refused(device, what));

@@ -5,10 +5,11 @@
 
 mod builder;
 mod constructs;
-pub(crate) use constructs::ArgShape;
+pub(crate) use constructs::{ArgShape, GemmOperand};
 pub mod memcpy;
 mod memory;
 mod queries;
+pub(crate) mod recorder;
 
 pub use builder::RuntimeBuilder;
 pub(crate) use constructs::MapConstruct;
@@ -140,7 +141,7 @@ impl<T> std::ops::DerefMut for Pinned<'_, T> {
 impl<T> Drop for Pinned<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::device::recorder::outside(|| {
+        crate::runtime::recorder::outside(|| {
             if let Some(d) = self.by {
                 // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
                 unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };
