@@ -856,7 +856,7 @@ pub fn launch_checked<A: KernelArgs>(
 fn runs_host_twin(device: &Device<'_>) -> Result<bool> {
     let rt = device.runtime();
     Ok(device.number() == rt.initial_device()
-        || rt.describe(device.number())?.kind == crate::backend::BackendKind::Host)
+        || rt.describe(device.number())?.kind == crate::BackendKind::Host)
 }
 
 /// The error a checked launch's `report` (see [`REPORT_WORDS`]) describes, if any.
@@ -1039,19 +1039,13 @@ pub fn launch_reduce<A: KernelArgs>(
             return device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: None }, at);
         }
         // The partials: set by a queued copy, read back by one queued copy behind the
-        // kernel, the call's one wait. Not inside a recorded body: a replay could not
-        // return the value.
-        if crate::runtime::recorder::recording(rt.identity(), number) {
-            return Err(crate::runtime::recorder::refused(number, "a reduction's `reduce`"));
-        }
-        let d = rt.device_state(number)?;
+        // kernel, the call's one wait.
         let origin = crate::origin::Origin { construct: "target", kernel: Some(r.kernel.name()), at };
-        d.with_partials(&mut host, |base| {
+        rt.with_partials(number, &mut host, origin, "a reduction's `reduce`", |base| {
             let slots = slots_at(base);
             let report_at = report.then(|| base + (count * SLOT_BYTES) as u64);
             device.launch_at(r.kernel, n, WithPartials { args, slots: &slots, report: report_at }, at)
         })
-        .map_err(|e| origin.failed(number, e))
     };
     run().map_err(|e| name_argument(e, r))?;
     if report {

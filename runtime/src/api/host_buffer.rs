@@ -161,36 +161,25 @@ impl<T: DeviceCopy> HostBuffer<T> {
             });
         }
         let rt = self.rt.clone();
-        let d = match rt.target(device)? {
-            crate::device::Target::Initial => {
-                // The view is host memory itself (a map on the initial device maps nothing),
-                // which a kernel of the initial device may be writing from another thread:
-                // held from them, as `DeviceBuffer::read` is.
-                {
-                    let _hold = rt.hold_initial_device(false, "HostBuffer::read_queued")?;
-                    // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`,
-                    // and the buffer holds at least as many; they are distinct allocations,
-                    // and no kernel writes the view meanwhile (the hold).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(range.begin as *const T, self.ptr.as_ptr(), src.len())
-                    };
-                }
-                return Ok(QueuedRead { rt, device, buf: Some(self), pending: None });
+        if device == rt.initial_device() {
+            // The view is host memory itself (a map on the initial device maps nothing),
+            // which a kernel of the initial device may be writing from another thread:
+            // held from them, as `DeviceBuffer::read` is.
+            {
+                let _hold = rt.hold_initial_device(false, "HostBuffer::read_queued")?;
+                // SAFETY: `range` is the view's host memory, `src.len()` elements of `T`,
+                // and the buffer holds at least as many; they are distinct allocations,
+                // and no kernel writes the view meanwhile (the hold).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(range.begin as *const T, self.ptr.as_ptr(), src.len())
+                };
             }
-            crate::device::Target::Device(d) => d,
-        };
-        if crate::runtime::recorder::recording(rt.identity(), device) {
-            return Err(crate::runtime::recorder::refused(device, "HostBuffer::read_queued"));
+            return Ok(QueuedRead { rt, device, buf: Some(self), pending: None });
         }
-        let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
-            device,
-            range,
-            what: "the view given to HostBuffer::read_queued",
-        })?;
         let origin = crate::origin::Origin::new("HostBuffer::read_queued", std::panic::Location::caller());
         // SAFETY: the buffer is held by the result until the read has been waited for (by
         // `wait` or its drop); `range.bytes` fit in it (checked above).
-        let pending = unsafe { d.queue_read(self.ptr.as_ptr().cast(), addr, range.bytes, pins, origin)? };
+        let pending = unsafe { rt.queue_read(device, range, self.ptr.as_ptr().cast(), origin)? };
         Ok(QueuedRead { rt, device, buf: Some(self), pending: Some(pending) })
     }
 
@@ -255,7 +244,7 @@ pub struct QueuedRead<T: DeviceCopy> {
     rt: Runtime,
     device: usize,
     buf: Option<HostBuffer<T>>,
-    pending: Option<crate::device::PendingRead>,
+    pending: Option<crate::runtime::PendingRead>,
 }
 
 impl<T: DeviceCopy> std::fmt::Debug for QueuedRead<T> {
@@ -280,8 +269,7 @@ impl<T: DeviceCopy> QueuedRead<T> {
 
     fn finish(&mut self) -> Result<()> {
         let Some(mut p) = self.pending.take() else { return Ok(()) };
-        let d = self.rt.device_state(self.device)?;
-        p.wait(d)
+        self.rt.wait_read(self.device, &mut p)
     }
 }
 
@@ -289,8 +277,8 @@ impl<T: DeviceCopy> Drop for QueuedRead<T> {
     fn drop(&mut self) {
         // The copy still writes into the buffer: waited for before the buffer goes. A
         // failure stays for the next synchronising call (nowhere to report it here).
-        if let (Some(mut p), Ok(d)) = (self.pending.take(), self.rt.device_state(self.device)) {
-            p.wait_quietly(d);
+        if let Some(mut p) = self.pending.take() {
+            self.rt.wait_read_quietly(self.device, &mut p);
         }
     }
 }

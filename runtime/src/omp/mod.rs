@@ -192,7 +192,7 @@ pub fn omp_get_interop_ptr(device_num: i32, property: InteropProperty) -> Result
 /// every construct does then (it cannot tell the two apart).
 pub fn if_device(condition: bool, device_num: i32) -> Result<i32> {
     let rt = rt()?;
-    rt.target(dev(rt, device_num)?)?;
+    rt.check_target(dev(rt, device_num)?)?;
     if condition {
         Ok(device_num)
     } else {

@@ -93,7 +93,7 @@ impl<'rt> Pipeline<'rt> {
             });
         }
         for &d in devices {
-            rt.device_state(d)?;
+            rt.check_offload_device(d)?;
         }
         Ok(Self { rt, devices: devices.to_vec(), slots })
     }

@@ -466,6 +466,62 @@ impl Runtime {
         }
     }
 
+    /// Runs `launch` with device memory for `values` on device `device`, at the address it
+    /// is given, set to `values` first and copied back into them after (one wait): a
+    /// reduction's partials. Refused inside a recorded body (`what` names the call), since
+    /// a replay could not return the values; a device failure names `origin`.
+    pub(crate) fn with_partials(
+        &self,
+        device: usize,
+        values: &mut [u64],
+        origin: Origin,
+        what: &str,
+        launch: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
+        self.not_recording(device, what)?;
+        let d = self.device_state(device)?;
+        d.with_partials(values, launch).map_err(|e| origin.failed(device, e))
+    }
+
+    /// Queues a copy of `range` (mapped on device `device`, pinned there until the copy is
+    /// done) into `dst`, behind the work queued before it: `HostBuffer::read_queued`.
+    /// Refused inside a recorded body.
+    ///
+    /// # Safety
+    /// `dst` holds `range.bytes` and stays allocated, untouched, until the read has been
+    /// waited for ([`Runtime::wait_read`], [`Runtime::wait_read_quietly`]).
+    pub(crate) unsafe fn queue_read(
+        &self,
+        device: usize,
+        range: HostRange,
+        dst: *mut u8,
+        origin: Origin,
+    ) -> Result<PendingRead> {
+        let d = self.device_state(device)?;
+        self.not_recording(device, origin.construct)?;
+        let (addr, pins) = d.pinned_range(range).ok_or(Error::NotPresent {
+            device,
+            range,
+            what: "the view given to HostBuffer::read_queued",
+        })?;
+        // SAFETY: forwarded from the caller.
+        unsafe { d.queue_read(dst, addr, range.bytes, pins, origin) }
+    }
+
+    /// Waits for a read [`Runtime::queue_read`] queued on device `device` (and the work
+    /// queued before it, a synchronising call that reports its failure).
+    pub(crate) fn wait_read(&self, device: usize, read: &mut PendingRead) -> Result<()> {
+        read.wait(self.device_state(device)?)
+    }
+
+    /// As [`Runtime::wait_read`] where the error has nowhere to go (a drop): it stays for
+    /// the device's next synchronising call.
+    pub(crate) fn wait_read_quietly(&self, device: usize, read: &mut PendingRead) {
+        if let Ok(d) = self.device_state(device) {
+            read.wait_quietly(d);
+        }
+    }
+
     /// Keeps `e`, the failure of construct `origin` on device `device` that had no caller
     /// to return it to (a guard's drop), for the device's next synchronising call to report.
     pub(crate) fn keep_failure(&self, device: usize, origin: Origin, e: Error) {

@@ -5,6 +5,7 @@
 
 mod builder;
 mod constructs;
+pub(crate) use crate::device::PendingRead;
 pub(crate) use constructs::{ArgShape, GemmOperand};
 pub mod memcpy;
 mod memory;
@@ -255,6 +256,16 @@ impl Runtime {
         } else {
             InitialDeviceHold::Host(lock.read())
         })
+    }
+
+    /// `Ok` for an offload device or the initial device, else the error naming `device`.
+    pub(crate) fn check_target(&self, device: usize) -> Result<()> {
+        self.target(device).map(drop)
+    }
+
+    /// `Ok` for an offload device (not the initial device), else the error naming `device`.
+    pub(crate) fn check_offload_device(&self, device: usize) -> Result<()> {
+        self.device_state(device).map(drop)
     }
 
     /// An offload device (not the initial device).
