@@ -56,26 +56,8 @@
 use std::panic::Location;
 
 use crate::api::Device;
-use crate::backend::{Graph, Queue, RecordedLaunch};
-use crate::data_env::plan::Short;
-use crate::device::{BlocksInUse, DeviceState};
 use crate::error::{Error, Result};
-use crate::info::{InfoFields, InfoFlags};
-use crate::origin::Origin;
-use crate::runtime::recorder::{self, refused};
-use crate::runtime::Runtime;
-
-/// Ends this thread's recording when a body returns or unwinds: the blocks it pinned are
-/// unpinned unless they were handed to a [`Recording`].
-struct Armed<'a>(&'a DeviceState);
-
-impl Drop for Armed<'_> {
-    fn drop(&mut self) {
-        if let Some((_, pins)) = recorder::finish() {
-            drop(BlocksInUse::adopt(self.0, pins));
-        }
-    }
-}
+use crate::runtime::{RecordedBody, Runtime};
 
 impl<'rt> Device<'rt> {
     /// Records the launches `body` makes on this device (through the `&Device` it is
@@ -96,9 +78,7 @@ impl<'rt> Device<'rt> {
 pub struct Recording<'rt> {
     rt: &'rt Runtime,
     device: usize,
-    launches: Vec<RecordedLaunch>,
-    graph: Option<Graph>,
-    pins: Short<u64>,
+    body: RecordedBody,
     at: &'static Location<'static>,
 }
 
@@ -120,24 +100,8 @@ impl<'rt> Recording<'rt> {
                 ),
             });
         }
-        let d = rt.device_state(number)?;
-        if !recorder::start(rt.identity(), number) {
-            return Err(refused(number, "a recording"));
-        }
-        let armed = Armed(d);
-        body(device)?;
-        let Some((launches, pins)) = recorder::finish() else {
-            return Err(refused(number, "a recording"));
-        };
-        drop(armed);
-        let graph = match d.backend.capture_graph(&launches) {
-            Ok(g) => g,
-            Err(e) => {
-                drop(BlocksInUse::adopt(d, pins));
-                return Err(e);
-            }
-        };
-        Ok(Self { rt, device: number, launches, graph, pins, at })
+        let body = rt.record(number, || body(device))?;
+        Ok(Self { rt, device: number, body, at })
     }
 
     /// Enqueues the recorded launches once more, in order, on the device's compute queue
@@ -146,55 +110,17 @@ impl<'rt> Recording<'rt> {
     /// synchronising call, naming this call's location.
     #[track_caller]
     pub fn replay(&self) -> Result<()> {
-        let at = Location::caller();
-        let d = self.rt.device_state(self.device)?;
-        if recorder::recording(self.rt.identity(), self.device) {
-            return Err(refused(self.device, "a replay"));
-        }
-        d.poll()?;
-        let fields = || InfoFields {
-            kind: "replay",
-            device: Some(self.device),
-            at: Some(at),
-            n: Some(self.launches.len()),
-            ..InfoFields::default()
-        };
-        d.trace().event(InfoFlags::KERNEL_ARGS, fields, || {
-            format!(
-                "device {}: replay of {} launches{} recorded at {}:{}, at {}:{}",
-                self.device,
-                self.launches.len(),
-                if self.graph.is_some() { " (one graph)" } else { "" },
-                self.at.file(),
-                self.at.line(),
-                at.file(),
-                at.line()
-            )
-        });
-        let what = || InfoFields { kind: "replay", n: Some(self.launches.len()), ..InfoFields::default() };
-        d.timed(Queue::Compute, what, || match &self.graph {
-            Some(g) => d.backend.enqueue_graph(g),
-            None => self
-                .launches
-                .iter()
-                .try_for_each(|l| d.backend.enqueue_launch(Queue::Compute, &l.kernel, l.n, &l.args)),
-        })?;
-        let origin = Origin::new("replay of a recorded body", at);
-        if d.ordered() {
-            d.queued(origin, BlocksInUse::new(d), Short::new())
-        } else {
-            d.backend.sync_queue(Queue::Compute)
-        }
+        self.rt.replay(self.device, &self.body, self.at, Location::caller())
     }
 
     /// The launches recorded.
     pub fn launches(&self) -> usize {
-        self.launches.len()
+        self.body.launches()
     }
 
     /// Whether replays run as one graph (GPUs) rather than launch by launch (host devices).
     pub fn is_graph(&self) -> bool {
-        self.graph.is_some()
+        self.body.is_graph()
     }
 
     /// The device it replays on.
@@ -205,9 +131,6 @@ impl<'rt> Recording<'rt> {
 
 impl Drop for Recording<'_> {
     fn drop(&mut self) {
-        let Ok(d) = self.rt.device_state(self.device) else { return };
-        let pins = BlocksInUse::adopt(d, std::mem::take(&mut self.pins));
-        // The blocks stay pinned until the replays queued so far have run.
-        let _ = d.queued(Origin::new("end of a recorded body", self.at), pins, Short::new());
+        self.rt.end_recording(self.device, &mut self.body, self.at);
     }
 }

@@ -7,6 +7,7 @@ mod builder;
 mod constructs;
 pub(crate) use crate::device::PendingRead;
 pub(crate) use constructs::{ArgShape, GemmOperand};
+pub(crate) use recorder::RecordedBody;
 pub mod memcpy;
 mod memory;
 mod queries;

@@ -3,10 +3,15 @@
 //! running (launches are kept; everything else is refused).
 
 use std::cell::RefCell;
+use std::panic::Location;
 
-use crate::backend::RecordedLaunch;
+use super::Runtime;
+use crate::backend::{Graph, Queue, RecordedLaunch};
 use crate::data_env::plan::Short;
-use crate::error::Error;
+use crate::device::{BlocksInUse, DeviceState};
+use crate::error::{Error, Result};
+use crate::info::{InfoFields, InfoFlags};
+use crate::origin::Origin;
 
 /// The recording this thread is making: its runtime (by address), device, launches and
 /// the blocks they pinned.
@@ -83,4 +88,126 @@ pub(crate) fn push(launch: RecordedLaunch, pins: Short<u64>) {
             a.pins.extend(pins);
         }
     });
+}
+
+/// A recorded body's launches, ready to replay: as one graph where the backend makes them
+/// (CUDA), else the list; the device blocks their views name stay pinned while it lives
+/// ([`Runtime::end_recording`] releases them).
+#[derive(Debug)]
+pub(crate) struct RecordedBody {
+    launches: Vec<RecordedLaunch>,
+    graph: Option<Graph>,
+    pins: Short<u64>,
+}
+
+impl RecordedBody {
+    /// The launches recorded.
+    pub(crate) fn launches(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// Whether replays enqueue one graph.
+    pub(crate) fn is_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+}
+
+/// Ends this thread's recording when a body returns or unwinds: the blocks it pinned are
+/// unpinned unless they were handed to a [`RecordedBody`].
+struct Armed<'a>(&'a DeviceState);
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        if let Some((_, pins)) = finish() {
+            drop(BlocksInUse::adopt(self.0, pins));
+        }
+    }
+}
+
+impl Runtime {
+    /// Records the launches `body` makes on offload device `device` on this thread,
+    /// without running them, and makes them one graph where the backend can.
+    pub(crate) fn record(&self, device: usize, body: impl FnOnce() -> Result<()>) -> Result<RecordedBody> {
+        let d = self.device_state(device)?;
+        if !start(self.identity(), device) {
+            return Err(refused(device, "a recording"));
+        }
+        let armed = Armed(d);
+        body()?;
+        let Some((launches, pins)) = finish() else {
+            return Err(refused(device, "a recording"));
+        };
+        drop(armed);
+        let graph = match d.backend.capture_graph(&launches) {
+            Ok(g) => g,
+            Err(e) => {
+                drop(BlocksInUse::adopt(d, pins));
+                return Err(e);
+            }
+        };
+        Ok(RecordedBody { launches, graph, pins })
+    }
+
+    /// Enqueues `body`'s launches once more on device `device`'s compute queue (one graph
+    /// where it has one) and returns without waiting (`OFFLOAD_SYNC=1`: it waits); a
+    /// failure is reported by the next synchronising call, naming `at`. `recorded_at` is
+    /// where the body was recorded (for the trace).
+    pub(crate) fn replay(
+        &self,
+        device: usize,
+        body: &RecordedBody,
+        recorded_at: &'static Location<'static>,
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        let d = self.device_state(device)?;
+        if recording(self.identity(), device) {
+            return Err(refused(device, "a replay"));
+        }
+        d.poll()?;
+        let n = body.launches.len();
+        let fields = || InfoFields {
+            kind: "replay",
+            device: Some(device),
+            at: Some(at),
+            n: Some(n),
+            ..InfoFields::default()
+        };
+        d.trace().event(InfoFlags::KERNEL_ARGS, fields, || {
+            format!(
+                "device {device}: replay of {n} launches{} recorded at {}:{}, at {}:{}",
+                if body.graph.is_some() { " (one graph)" } else { "" },
+                recorded_at.file(),
+                recorded_at.line(),
+                at.file(),
+                at.line()
+            )
+        });
+        let what = || InfoFields { kind: "replay", n: Some(n), ..InfoFields::default() };
+        d.timed(Queue::Compute, what, || match &body.graph {
+            Some(g) => d.backend.enqueue_graph(g),
+            None => body
+                .launches
+                .iter()
+                .try_for_each(|l| d.backend.enqueue_launch(Queue::Compute, &l.kernel, l.n, &l.args)),
+        })?;
+        let origin = Origin::new("replay of a recorded body", at);
+        if d.ordered() {
+            d.queued(origin, BlocksInUse::new(d), Short::new())
+        } else {
+            d.backend.sync_queue(Queue::Compute)
+        }
+    }
+
+    /// Releases the device blocks `body` pinned on device `device`, once the replays
+    /// queued so far have run (`at`: where it was recorded).
+    pub(crate) fn end_recording(
+        &self,
+        device: usize,
+        body: &mut RecordedBody,
+        at: &'static Location<'static>,
+    ) {
+        let Ok(d) = self.device_state(device) else { return };
+        let pins = BlocksInUse::adopt(d, std::mem::take(&mut body.pins));
+        let _ = d.queued(Origin::new("end of a recorded body", at), pins, Short::new());
+    }
 }
