@@ -571,14 +571,7 @@ pub(crate) unsafe fn queue_task<'w>(
     let done = Completion { task, device, _pending: pending };
     // The task comes after the constructs the program made before it: what they queued
     // on the device is waited for first (tasks run on other queues).
-    let lanes = rt.device_state(device).and_then(|s| {
-        s.settle()?;
-        if undeferred {
-            Ok(None)
-        } else {
-            s.lanes().map(Some)
-        }
-    });
+    let lanes = rt.task_lanes(device, undeferred);
     let lanes = match lanes {
         Ok(lanes) => lanes,
         Err(e) => {
@@ -596,7 +589,7 @@ pub(crate) unsafe fn queue_task<'w>(
             Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
         } else {
             let outer = RUNNING.replace(Some((rt_id, device, lane)));
-            let _waits = crate::device::ConstructsWait::begin();
+            let _waits = crate::runtime::ConstructsWait::begin();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
             RUNNING.set(outer);
             r.unwrap_or_else(|payload| {

@@ -29,9 +29,9 @@ use std::ops::Range;
 
 use crate::api::DeviceSlice;
 use crate::data_env::{MapItem, MapType, UpdateDirection};
-use crate::device::{BlocksInUse, Target};
 use crate::error::{Error, HostRange, Result};
 use crate::kernel::DeviceCopy;
+use crate::runtime::DevicePin;
 use crate::runtime::Runtime;
 
 /// `n` items in `parts` contiguous blocks.
@@ -313,26 +313,20 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `nowait` exit can end a part's mapping from another thread).
     #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        let recording = crate::runtime::recorder::recording(self.rt.identity(), self.devices[dst]);
-        if self.devices[dst] == self.devices[src] && !recording {
-            if let Target::Device(dev) = self.rt.target(self.devices[dst])? {
-                if dev.ordered() {
-                    // Within one device: queued behind the kernels that wrote the rows, as
-                    // a launch is (docs/SEMANTICS.md R11); the rows' blocks stay pinned
-                    // until the copy has run.
-                    let row = |p: usize, row: usize| {
-                        let r = self.rows_range(row..row + 1);
-                        dev.pinned_translation(r.begin).ok_or(Error::NotPresent {
-                            device: self.devices[p],
-                            range: r,
-                            what: "a distributed array's row",
-                        })
-                    };
-                    let (d, dst_pin) = row(dst, dst_row)?;
-                    let (s, src_pin) = row(src, src_row)?;
-                    let at = std::panic::Location::caller();
-                    return dev.queue_copy_within(d, s, bytes, [dst_pin, src_pin], at);
-                }
+        if self.devices[dst] == self.devices[src] {
+            // Within one device: queued behind the kernels that wrote the rows, as a launch
+            // is (docs/SEMANTICS.md R11), where the device runs constructs in order.
+            let (d, s) = (self.rows_range(dst_row..dst_row + 1), self.rows_range(src_row..src_row + 1));
+            let what = "a distributed array's row";
+            if self.rt.queue_copy_within(
+                self.devices[dst],
+                d,
+                s,
+                bytes,
+                what,
+                std::panic::Location::caller(),
+            )? {
+                return Ok(());
             }
         }
         // On the initial device a part's "copy" is the host grid itself, which a kernel of
@@ -354,16 +348,8 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// The device address of global row `row` in part `p`'s copy, with the entry's block
     /// held allocated until the guard drops (on the initial device the "copy" is the host
     /// grid itself, and there is nothing to hold).
-    pub(crate) fn pinned_row(&self, p: usize, row: usize) -> Result<(u64, Option<BlocksInUse<'a>>)> {
-        let r = self.rows_range(row..row + 1);
-        let not_present =
-            Error::NotPresent { device: self.devices[p], range: r, what: "a distributed array's row" };
-        match self.rt.settled(self.devices[p])? {
-            Target::Device(d) => {
-                d.pinned_translation(r.begin).map(|(a, pin)| (a, Some(pin))).ok_or(not_present)
-            }
-            Target::Initial => Ok((r.begin as u64, None)),
-        }
+    pub(crate) fn pinned_row(&self, p: usize, row: usize) -> Result<(u64, Option<DevicePin<'a>>)> {
+        self.rt.pinned_mapped(self.devices[p], self.rows_range(row..row + 1), "a distributed array's row")
     }
 
     /// The devices, part by part.

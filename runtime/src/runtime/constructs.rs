@@ -522,6 +522,69 @@ impl Runtime {
         }
     }
 
+    /// Queues a copy of `bytes` from `src` to `dst`, host ranges mapped on offload device
+    /// `device`, on its compute queue behind the work queued before it (both blocks pinned
+    /// until it has run), and returns `true`; `false`, with nothing done, where the device
+    /// waits for each construct or this thread records (the caller then copies as
+    /// `omp_target_memcpy` does). `what` names the ranges in an error.
+    pub(crate) fn queue_copy_within(
+        &self,
+        device: usize,
+        dst: HostRange,
+        src: HostRange,
+        bytes: usize,
+        what: &'static str,
+        at: &'static Location<'static>,
+    ) -> Result<bool> {
+        if recorder::recording(self.identity(), device) {
+            return Ok(false);
+        }
+        let d = match self.target(device)? {
+            Target::Device(d) if d.ordered() => d,
+            _ => return Ok(false),
+        };
+        let row =
+            |r: HostRange| d.pinned_translation(r.begin).ok_or(Error::NotPresent { device, range: r, what });
+        let (to, dst_pin) = row(dst)?;
+        let (from, src_pin) = row(src)?;
+        d.queue_copy_within(to, from, bytes, [dst_pin, src_pin], at).map(|()| true)
+    }
+
+    /// The device address of mapped `range` on device `device`, its block held allocated
+    /// while the pin lives; on the initial device the host address (nothing to hold).
+    /// After the work queued on the device has completed. `what` names it in an error.
+    pub(crate) fn pinned_mapped(
+        &self,
+        device: usize,
+        range: HostRange,
+        what: &'static str,
+    ) -> Result<(u64, Option<DevicePin<'_>>)> {
+        match self.settled(device)? {
+            Target::Device(d) => d
+                .pinned_translation(range.begin)
+                .map(|(a, pin)| (a, Some(pin)))
+                .ok_or(Error::NotPresent { device, range, what }),
+            Target::Initial => Ok((range.begin as u64, None)),
+        }
+    }
+
+    /// The lanes a `nowait` task on device `device` runs on, after the work the program
+    /// queued there before it (waited for first: tasks run on other queues); `None` for
+    /// an undeferred task, which runs on the calling thread.
+    pub(crate) fn task_lanes(
+        &self,
+        device: usize,
+        undeferred: bool,
+    ) -> Result<Option<&crate::worker::Lanes>> {
+        let d = self.device_state(device)?;
+        d.settle()?;
+        if undeferred {
+            Ok(None)
+        } else {
+            d.lanes().map(Some)
+        }
+    }
+
     /// Keeps `e`, the failure of construct `origin` on device `device` that had no caller
     /// to return it to (a guard's drop), for the device's next synchronising call to report.
     pub(crate) fn keep_failure(&self, device: usize, origin: Origin, e: Error) {

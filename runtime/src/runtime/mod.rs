@@ -5,6 +5,10 @@
 
 mod builder;
 mod constructs;
+/// Device blocks held allocated while a front end uses their memory (a halo row, say).
+pub(crate) use crate::device::BlocksInUse as DevicePin;
+/// Makes the constructs of this thread wait for their work while it lives (a task's body).
+pub(crate) use crate::device::ConstructsWait;
 pub(crate) use crate::device::PendingRead;
 pub(crate) use constructs::{ArgShape, GemmOperand};
 pub(crate) use recorder::RecordedBody;
