@@ -93,7 +93,7 @@ impl TransferCounters {
 /// is its own, reached through its methods (constructs, `report.rs`, `operations.rs`).
 pub(crate) struct DeviceState {
     pub(crate) number: usize,
-    pub(crate) backend: Arc<dyn Backend>,
+    backend: Arc<dyn Backend>,
     pool: MemoryPool,
     table: Mutex<PresentTable>,
     /// Signalled when host ranges leave the table's transit list

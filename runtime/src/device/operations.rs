@@ -4,10 +4,12 @@
 //! layers above call methods rather than reach into its pool, table and counters.
 
 use super::{BlocksInUse, DeviceState};
-use crate::backend::Place;
+use crate::backend::{Copy2d, GemmOperands, Graph, Place, Queue, RecordedLaunch};
 use crate::data_env::Entry;
 use crate::error::{Error, HostRange, Result};
+use crate::gemm::{ElementType, Gemm};
 use crate::info::Trace;
+use crate::kernel::{Kernel, KernelArg};
 use crate::memory_pool::Owner;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer
@@ -168,5 +170,90 @@ impl DeviceState {
             let line = format!("device {}: releasing memory at shutdown failed: {e}", self.number);
             trace.report("shutdown failed", self.number, line);
         }
+    }
+
+    // ---- the backend's operations the runtime asks for, through the device ----------
+
+    /// Queues `kernel` over `n` items with translated `args` on the compute queue.
+    pub(crate) fn enqueue_kernel(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        self.backend.enqueue_launch(Queue::Compute, kernel, n, args)
+    }
+
+    /// Runs `kernel` over `n` items and waits for it ([`crate::backend::Backend::launch`]).
+    pub(crate) fn run_kernel(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
+        self.backend.launch(kernel, n, args)
+    }
+
+    /// Makes recorded launches one graph, where the backend makes graphs.
+    pub(crate) fn capture_graph(&self, launches: &[RecordedLaunch]) -> Result<Option<Graph>> {
+        self.backend.capture_graph(launches)
+    }
+
+    /// Queues a graph [`DeviceState::capture_graph`] made on the compute queue.
+    pub(crate) fn enqueue_graph(&self, graph: &Graph) -> Result<()> {
+        self.backend.enqueue_graph(graph)
+    }
+
+    /// Waits for the compute queue.
+    pub(crate) fn sync_compute(&self) -> Result<()> {
+        self.backend.sync_queue(Queue::Compute)
+    }
+
+    /// Waits for every queue of the device.
+    pub(crate) fn synchronize_queues(&self) -> Result<()> {
+        self.backend.synchronize()
+    }
+
+    /// Whether the device has BLAS (GEMMs).
+    pub(crate) fn has_blas(&self) -> bool {
+        self.backend.has_blas()
+    }
+
+    /// Makes the device's BLAS handle now (before a GEMM's span).
+    pub(crate) fn prepare_blas(&self) -> Result<()> {
+        self.backend.prepare_blas()
+    }
+
+    /// Queues a GEMM on device memory on the compute queue.
+    pub(crate) fn gemm(&self, g: &Gemm, ty: ElementType, ops: GemmOperands) -> Result<()> {
+        self.backend.gemm(g, ty, ops)
+    }
+
+    /// Whether this device can read `other`'s memory directly.
+    pub(crate) fn can_access_peer(&self, other: &DeviceState) -> bool {
+        self.backend.can_access_peer(&*other.backend)
+    }
+
+    /// Sets `bytes` of device memory at `dst` to `value`, waited for.
+    pub(crate) fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        self.backend.memset(dst, value, bytes)
+    }
+
+    /// A pitched 2-D copy as one driver operation, waited for; `false` when the backend
+    /// has none.
+    ///
+    /// # Safety
+    /// As [`crate::backend::Backend::copy_2d`].
+    pub(crate) unsafe fn copy_2d(&self, c: &Copy2d) -> Result<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.copy_2d(c) }
+    }
+
+    /// Page-locks host memory for this device's copies; `false` where it has no such notion.
+    ///
+    /// # Safety
+    /// As [`crate::backend::Backend::register_host`].
+    pub(crate) unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.register_host(ptr, bytes) }
+    }
+
+    /// Undoes [`DeviceState::register_host`].
+    ///
+    /// # Safety
+    /// As [`crate::backend::Backend::unregister_host`].
+    pub(crate) unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.unregister_host(ptr) }
     }
 }

@@ -17,11 +17,6 @@ impl DeviceState {
         self.number
     }
 
-    /// Its backend (the vendor hooks).
-    pub(crate) fn backend(&self) -> &dyn crate::backend::Backend {
-        &*self.backend
-    }
-
     /// What the device says about itself.
     pub(crate) fn description(&self) -> &DeviceDescription {
         self.backend.description()

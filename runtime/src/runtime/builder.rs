@@ -325,7 +325,10 @@ impl RuntimeBuilder {
         // and device constructs fail with `Error::OffloadMandatory` (`Runtime::construct_target`).
         if let Some(uid) = settings.default_device_uid.take() {
             // OMP_DEFAULT_DEVICE as a UID (OpenMP 6.0): "host", or a device's.
-            let found = super::queries::find_uid(devices.iter().map(|(b, _, _)| &**b), &uid);
+            let found = super::queries::find_uid(
+                devices.iter().map(|(b, _, _)| (b.uid(), b.description().pci_bus_id.as_deref())),
+                &uid,
+            );
             settings.default_device = Some(found.ok_or_else(|| Error::InvalidSetting {
                 var: "OMP_DEFAULT_DEVICE",
                 value: uid.clone(),
@@ -393,7 +396,9 @@ fn keep_available(devices: Vec<FoundDevice>, list: &[String]) -> Result<Vec<Foun
         let at = if sel.chars().all(|c| c.is_ascii_digit()) {
             sel.parse::<usize>().ok().filter(|&i| i < devices.len())
         } else {
-            devices.iter().position(|(b, _, _)| super::queries::uid_matches(&**b, sel))
+            devices.iter().position(|(b, _, _)| {
+                super::queries::uid_matches(&b.uid(), b.description().pci_bus_id.as_deref(), sel)
+            })
         };
         let at =
             at.ok_or_else(|| bad(sel, "a device number (as discovered) or the UID of a device present"))?;

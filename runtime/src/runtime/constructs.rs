@@ -415,12 +415,10 @@ impl Runtime {
                 // work no construct on this device orders: it waits, as OpenMP's target does.
                 let what = || crate::device::kernel_span(kernel, n);
                 if d.ordered() && !reaches_peer {
-                    d.timed(Queue::Compute, what, || {
-                        d.backend.enqueue_launch(Queue::Compute, kernel, n, &a)
-                    })?;
+                    d.timed(Queue::Compute, what, || d.enqueue_kernel(kernel, n, &a))?;
                     d.queued(origin, in_use, Default::default())
                 } else {
-                    d.timed(Queue::Compute, what, || d.backend.launch(kernel, n, &a))
+                    d.timed(Queue::Compute, what, || d.run_kernel(kernel, n, &a))
                 }
             });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
@@ -613,8 +611,8 @@ impl Runtime {
                 return Err(invalid("the initial device has no gemm; use a host device".into()))
             }
         };
-        if !d.backend.has_blas() {
-            let kind = d.backend.description().kind;
+        if !d.has_blas() {
+            let kind = d.description().kind;
             return Err(Error::NoKernelImpl { device, kernel: "gemm", backend: kind.name() });
         }
         // The operands stay allocated until the product is done.
@@ -655,7 +653,7 @@ impl Runtime {
             c: addrs[2],
             bias: operands[3].map(|_| addrs[3]),
         };
-        d.backend.prepare_blas()?;
+        d.prepare_blas()?;
         let kernel = match precision {
             crate::Precision::Fp32 => "gemm fp32",
             crate::Precision::Tf32 => "gemm tf32",
@@ -663,7 +661,7 @@ impl Runtime {
             crate::Precision::Bf16 => "gemm bf16",
         };
         let what = || InfoFields { kind: "gemm", kernel: Some(kernel), ..Default::default() };
-        d.timed(Queue::Compute, what, || d.backend.gemm(g, ty, ops))
+        d.timed(Queue::Compute, what, || d.gemm(g, ty, ops))
     }
 
     pub(crate) fn not_recording(&self, device: usize, what: &str) -> Result<()> {
@@ -757,10 +755,7 @@ impl Runtime {
                 continue;
             }
             let peer = self.inner.devices.iter().find(|q| {
-                self.inner.peer_access
-                    && q.number != d.number
-                    && d.backend.can_access_peer(&*q.backend)
-                    && q.owns(p)
+                self.inner.peer_access && q.number != d.number && d.can_access_peer(q) && q.owns(p)
             });
             if let Some(q) = peer {
                 q.finish_queued_quietly(Wait::Events);
@@ -836,7 +831,7 @@ impl Runtime {
                 // One wait for the whole device, then what the constructs queued is known
                 // complete: retired, its failure reported.
                 self.not_recording(device, "synchronize")?;
-                let synced = d.backend.synchronize();
+                let synced = d.synchronize_queues();
                 let finished = d.finish_queued(Wait::Done);
                 d.report(synced.and(finished))
             }

@@ -318,7 +318,7 @@ impl Runtime {
         };
         let c = Copy2d { dst, dst_pitch, src, src_pitch, row_bytes, rows };
         // SAFETY: forwarded from the caller.
-        let done = unsafe { dev.backend.copy_2d(&c)? };
+        let done = unsafe { dev.copy_2d(&c)? };
         if done {
             let bytes = row_bytes * rows;
             dev.record_copy_2d(dst, src, bytes);
@@ -343,7 +343,7 @@ impl Runtime {
         }
         self.check_device_range(MEMSET, "pointer", device, ptr, bytes)?;
         match self.settled(device)? {
-            Target::Device(d) => d.backend.memset(ptr, value, bytes),
+            Target::Device(d) => d.memset(ptr, value, bytes),
             // SAFETY: the caller guarantees the host range.
             Target::Initial => unsafe {
                 std::ptr::write_bytes(ptr as usize as *mut u8, value, bytes);

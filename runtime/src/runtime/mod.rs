@@ -289,9 +289,9 @@ impl Runtime {
     pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
         let by = self.inner.devices.iter().find(|d| {
             // SAFETY: forwarded from the caller.
-            matches!(unsafe { d.backend.register_host(ptr, bytes) }, Ok(true))
+            matches!(unsafe { d.register_host(ptr, bytes) }, Ok(true))
         })?;
-        self.inner.pinned.insert(ptr as usize, bytes, by.backend.description().kind);
+        self.inner.pinned.insert(ptr as usize, bytes, by.description().kind);
         Some(by.number)
     }
 
@@ -303,7 +303,7 @@ impl Runtime {
         self.inner.pinned.remove(ptr as usize);
         if let Some(d) = self.inner.devices.get(device) {
             // SAFETY: forwarded from the caller.
-            let _ = unsafe { d.backend.unregister_host(ptr) };
+            let _ = unsafe { d.unregister_host(ptr) };
         }
     }
 }

@@ -130,7 +130,7 @@ impl Runtime {
     /// [`Runtime::device_uid`]; a GPU's PCI bus id alone is accepted too, in any case), or
     /// `None`.
     pub fn device_from_uid(&self, uid: &str) -> Option<usize> {
-        find_uid(self.inner.devices.iter().map(|d| d.backend()), uid)
+        find_uid(self.inner.devices.iter().map(|d| (d.uid(), d.description().pci_bus_id.as_deref())), uid)
     }
 
     /// The native handles of `device` (its context and compute stream), for the vendor's
@@ -330,26 +330,23 @@ impl Runtime {
     }
 }
 
-/// Whether `uid` names device `b`: its UID, or (for a GPU) its PCI bus id with or without
-/// the `PCI:` prefix; in any case.
-pub(crate) fn uid_matches(b: &dyn crate::backend::Backend, uid: &str) -> bool {
+/// Whether `uid` names the device whose UID is `own` and whose PCI bus id (a GPU's) is
+/// `pci`: its UID, or its PCI bus id with or without the `PCI:` prefix; in any case.
+pub(crate) fn uid_matches(own: &str, pci: Option<&str>, uid: &str) -> bool {
     let uid = uid.trim();
-    b.uid().eq_ignore_ascii_case(uid)
-        || b.description()
-            .pci_bus_id
-            .as_deref()
-            .is_some_and(|p| p.eq_ignore_ascii_case(uid.trim_start_matches("PCI:")))
+    own.eq_ignore_ascii_case(uid)
+        || pci.is_some_and(|p| p.eq_ignore_ascii_case(uid.trim_start_matches("PCI:")))
 }
 
-/// The device of `backends` (numbered in order, the initial device after them) that `uid`
-/// names: `host` is the initial device.
+/// The device (numbered in order, the initial device after them) of `devices`, each its
+/// UID and PCI bus id, that `uid` names: `host` is the initial device.
 pub(crate) fn find_uid<'a>(
-    backends: impl ExactSizeIterator<Item = &'a dyn crate::backend::Backend>,
+    devices: impl ExactSizeIterator<Item = (String, Option<&'a str>)>,
     uid: &str,
 ) -> Option<usize> {
-    let initial = backends.len();
+    let initial = devices.len();
     if uid.trim().eq_ignore_ascii_case("host") {
         return Some(initial);
     }
-    backends.enumerate().find(|(_, b)| uid_matches(*b, uid)).map(|(i, _)| i)
+    devices.enumerate().find(|(_, (own, pci))| uid_matches(own, *pci, uid)).map(|(i, _)| i)
 }

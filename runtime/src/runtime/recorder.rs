@@ -138,7 +138,7 @@ impl Runtime {
             return Err(refused(device, "a recording"));
         };
         drop(armed);
-        let graph = match d.backend.capture_graph(&launches) {
+        let graph = match d.capture_graph(&launches) {
             Ok(g) => g,
             Err(e) => {
                 drop(BlocksInUse::adopt(d, pins));
@@ -184,17 +184,14 @@ impl Runtime {
         });
         let what = || InfoFields { kind: "replay", n: Some(n), ..InfoFields::default() };
         d.timed(Queue::Compute, what, || match &body.graph {
-            Some(g) => d.backend.enqueue_graph(g),
-            None => body
-                .launches
-                .iter()
-                .try_for_each(|l| d.backend.enqueue_launch(Queue::Compute, &l.kernel, l.n, &l.args)),
+            Some(g) => d.enqueue_graph(g),
+            None => body.launches.iter().try_for_each(|l| d.enqueue_kernel(&l.kernel, l.n, &l.args)),
         })?;
         let origin = Origin::new("replay of a recorded body", at);
         if d.ordered() {
             d.queued(origin, BlocksInUse::new(d), Short::new())
         } else {
-            d.backend.sync_queue(Queue::Compute)
+            d.sync_compute()
         }
     }
 
