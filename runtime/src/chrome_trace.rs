@@ -497,18 +497,30 @@ impl ChromeTraceLayer {
     }
 }
 
+/// Whether the runtime's layers (this one, `InfoLayer`) read a callsite: an `offload`
+/// event or `enabled!` hint, not a span.
+pub(crate) fn is_offload_event(meta: &Metadata<'_>) -> bool {
+    meta.target() == "offload" && !meta.is_span()
+}
+
+/// The runtime's layers' interest in a callsite: `sometimes`, never `always`, since a
+/// runtime's layer is registered process-wide and must not make other subscribers skip
+/// their own `enabled` checks.
+pub(crate) fn offload_interest(meta: &Metadata<'_>) -> Interest {
+    if is_offload_event(meta) {
+        Interest::sometimes()
+    } else {
+        Interest::never()
+    }
+}
+
 impl<S: Subscriber> Layer<S> for ChromeTraceLayer {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // As `InfoLayer`'s: `sometimes`, so that other subscribers keep their own checks.
-        if meta.target() == "offload" && !meta.is_span() {
-            Interest::sometimes()
-        } else {
-            Interest::never()
-        }
+        offload_interest(meta)
     }
 
     fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        meta.target() == "offload" && !meta.is_span()
+        is_offload_event(meta)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {

@@ -264,18 +264,11 @@ impl InfoLayer {
 
 impl<S: Subscriber> Layer<S> for InfoLayer {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // `sometimes`, never `always`: a runtime's own layer is registered process-wide and
-        // must not make other subscribers skip their own `enabled` checks. Events and
-        // `enabled!` hints, not spans.
-        if meta.target() == "offload" && !meta.is_span() {
-            Interest::sometimes()
-        } else {
-            Interest::never()
-        }
+        crate::chrome_trace::offload_interest(meta)
     }
 
     fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        meta.target() == "offload" && !meta.is_span()
+        crate::chrome_trace::is_offload_event(meta)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {

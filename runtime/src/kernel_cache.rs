@@ -142,12 +142,8 @@ pub(crate) struct DiskCache {
 /// The effective user id of this process.
 #[cfg(unix)]
 fn current_uid() -> u32 {
-    extern "C" {
-        fn geteuid() -> u32;
-    }
-    // SAFETY: `geteuid` takes no arguments, always succeeds and touches no memory of ours;
-    // `uid_t` is a 32-bit unsigned integer on the Unix systems Rust supports.
-    unsafe { geteuid() }
+    // SAFETY: `geteuid` takes no arguments, always succeeds and touches no memory of ours.
+    unsafe { libc::geteuid() }
 }
 
 /// The owner and permission bits of `meta`.
