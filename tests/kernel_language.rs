@@ -1010,6 +1010,7 @@ fn every_kernel_of_this_file_compiles_with_nvrtc() {
             &normalise_any_team::KERNEL,
             &normalise_any_team::KERNEL_CHECKED,
             &index_arithmetic::KERNEL,
+            &up_to_the_top::KERNEL,
         ],
     );
 }
@@ -1685,8 +1686,11 @@ fn index_arithmetic_gives_the_64_bit_values_in_either_variant() {
             |rt, d| {
                 let gpu = rt.device(d)?;
                 let mut out = vec![0u64; 6 * items];
+                // `KERNEL` itself (not the checked variant a debug build's `launch` runs),
+                // which a GPU runs as `KERNEL_NARROW` here unless `narrow_indices(false)`.
                 gpu.data((map::to(&x), map::from(&mut out)), |(xv, ov)| {
-                    index_arithmetic::launch(&gpu, items, n, big, xv, ov)
+                    let (n_items, a) = index_arithmetic::args(items, n, big, xv, ov)?;
+                    gpu.launch(&index_arithmetic::KERNEL, n_items, a)
                 })?;
                 for (i, (got, want)) in out.chunks(6).zip(want.chunks(6)).enumerate() {
                     check!(got == want, "item {i}, narrow_indices({narrow}): {got:?}, expected {want:?}");
@@ -1723,7 +1727,65 @@ fn a_launch_runs_the_narrow_variant_only_when_every_bound_fits() {
     ] {
         assert_eq!(k.for_launch(items, &a).symbol(), "index_arithmetic", "{a:?}");
     }
+    // No items: the 64-bit kernel (the inner lengths' product is not bounded then).
+    assert_eq!(k.for_launch(0, &args(0, 7, 0, 0)).symbol(), "index_arithmetic");
     // The launch's block size is kept (a team size given at launch).
-    let sized = offload::Kernel::new("x").with_block(64).with_narrow(narrow, &[]);
-    assert_eq!(sized.for_launch(10, &[]).block(), 64);
+    let sized = offload::Kernel::new("x").with_block(64).with_narrow(narrow);
+    assert_eq!(sized.for_launch(10, &args(0, 7, 0, 60)).block(), 64);
+}
+
+/// `KERNEL_NARROW` launched by name runs only within its bounds (its indices would wrap):
+/// a bound past 2^30, or no items, is refused on every device; within them it runs.
+#[test]
+fn a_narrow_variant_launched_by_name_is_refused_outside_its_bounds() {
+    on_every_device("narrow variant by name", |rt, d| {
+        let gpu = rt.device(d)?;
+        let x = vec![1f32; 8];
+        let mut out = vec![0u64; 48];
+        gpu.data((map::to(&x), map::from(&mut out)), |(xv, ov)| {
+            let (items, a) = index_arithmetic::args(8, 7, 3, xv, ov)?;
+            gpu.launch(&index_arithmetic::KERNEL_NARROW, items, a)
+        })?;
+        check_eq!(out[5], 1);
+        let mut out = vec![0u64; 48];
+        for (items, big) in [(8usize, (1usize << 30) + 1), (0, 3)] {
+            let r = gpu.data((map::to(&x), map::from(&mut out)), |(xv, ov)| {
+                let (n, a) = index_arithmetic::args(items, 7, big, xv, ov)?;
+                gpu.launch(&index_arithmetic::KERNEL_NARROW, n, a)
+            });
+            check!(
+                matches!(&r, Err(Error::KernelArgument { what, .. }) if what.contains("32 bits")),
+                "{items} items, big {big}: {r:?}"
+            );
+        }
+        Ok(())
+    });
+}
+
+/// An inclusive range that ends at its type's largest value ends, as Rust's `..=` does (a
+/// C loop `j <= end; ++j` would not).
+#[offload::kernel]
+fn up_to_the_top(i: usize, top: u32, wide: u64, out: &mut [u32]) {
+    let mut count = 0u32;
+    for _j in (top - 2)..=top {
+        count += 1;
+    }
+    for _k in (wide - 1)..=wide {
+        count += 10;
+    }
+    out[i] = count;
+}
+
+#[test]
+fn an_inclusive_range_to_the_types_largest_value_ends() {
+    on_every_device("inclusive range to the top", |rt, d| {
+        let gpu = rt.device(d)?;
+        let mut out = vec![0u32; 4];
+        gpu.data(map::from(&mut out), |o| {
+            let (n, a) = up_to_the_top::args(4, u32::MAX, u64::MAX, o)?;
+            gpu.launch(&up_to_the_top::KERNEL, n, a)
+        })?;
+        check_eq!(out, vec![23u32; 4]);
+        Ok(())
+    });
 }

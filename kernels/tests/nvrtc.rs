@@ -21,7 +21,11 @@ fn every_kernel_compiles_for_sm_80_and_sm_90() {
     }
     let mut failures = Vec::new();
     let mut compiled = 0;
-    for k in offload_kernels::all().into_iter().chain(offload_kernels::generated::all()) {
+    // Every kernel, and each generated one's variant with 32-bit index arithmetic.
+    let generated = offload_kernels::generated::all();
+    let narrow: Vec<&offload::Kernel> = generated.iter().filter_map(|k| k.narrow_variant()).collect();
+    assert!(!narrow.is_empty(), "the generated kernels have narrow variants");
+    for k in offload_kernels::all().into_iter().chain(generated).chain(narrow) {
         if k.cuda_source().is_none() {
             continue;
         }

@@ -51,20 +51,16 @@ pub struct Kernel {
     thread_map: Option<&'static str>,
     host_path: Option<&'static str>,
     shape: Option<&'static KernelShape>,
-    narrow: Option<Narrow>,
+    /// A variant with 32-bit index arithmetic, which launches run when they fit it.
+    narrow: Option<&'static Kernel>,
+    /// This kernel's index arithmetic is 32-bit: the argument positions whose values must
+    /// be at most [`NARROW_LIMIT`] (with the work-item count) for a launch to run it.
+    bounds: Option<&'static [usize]>,
 }
 
-/// A kernel's variant with 32-bit index arithmetic, and the argument positions whose
-/// values must fit it (see [`Kernel::with_narrow`]).
-#[derive(Clone, Copy)]
-struct Narrow {
-    kernel: &'static Kernel,
-    bounded: &'static [usize],
-}
-
-/// The most work items, and the largest value at a bounded argument, with which a GPU
-/// launch runs a kernel's narrow variant ([`Kernel::with_narrow`]): every index (a start
-/// plus fewer items than this) then stays under 2^31.
+/// The most work items, and the largest value at a bounded argument, with which a launch
+/// runs a kernel's narrow variant ([`Kernel::with_narrow`]): every index (a start plus
+/// fewer items than this) then stays under 2^31.
 pub const NARROW_LIMIT: u64 = 1 << 30;
 
 /// How a generated kernel's parameters sit in its argument block, so that a launch in the
@@ -119,6 +115,7 @@ impl Kernel {
             host_path: None,
             shape: None,
             narrow: None,
+            bounds: None,
         }
     }
 
@@ -175,45 +172,55 @@ impl Kernel {
     }
 
     /// Adds a variant of this kernel whose index arithmetic is 32-bit (`#[offload::kernel]`
-    /// writes one: its `KERNEL_NARROW`), which a GPU launch runs instead when the
-    /// work-item count and the `u64` argument at each position of `bounded` are at most
-    /// [`NARROW_LIMIT`]; otherwise, or with `OFFLOAD_NARROW_INDICES=0`, this one runs. The
-    /// variant takes the same arguments and computes the same values.
-    pub const fn with_narrow(mut self, variant: &'static Kernel, bounded: &'static [usize]) -> Self {
-        self.narrow = Some(Narrow { kernel: variant, bounded });
+    /// writes one: its `KERNEL_NARROW`, made [`Kernel::with_bounds`]), which a GPU launch
+    /// runs instead when it fits the variant's bounds; otherwise, or with
+    /// `OFFLOAD_NARROW_INDICES=0`, this one runs. The variant takes the same arguments and
+    /// computes the same values.
+    pub const fn with_narrow(mut self, variant: &'static Kernel) -> Self {
+        self.narrow = Some(variant);
+        self
+    }
+
+    /// Says that this kernel's index arithmetic is 32-bit: a launch runs it only when the
+    /// work-item count is 1 to [`NARROW_LIMIT`] and the `u64` argument at each position of
+    /// `bounded` is at most [`NARROW_LIMIT`]; any other launch of it is refused
+    /// ([`crate::Error::KernelArgument`]), since its indices would wrap.
+    pub const fn with_bounds(mut self, bounded: &'static [usize]) -> Self {
+        self.bounds = Some(bounded);
         self
     }
 
     /// The variant with 32-bit index arithmetic, when the kernel has one (see
     /// [`Kernel::with_narrow`]).
     pub const fn narrow_variant(&self) -> Option<&'static Kernel> {
-        match self.narrow {
-            Some(n) => Some(n.kernel),
-            None => None,
-        }
+        self.narrow
+    }
+
+    /// Whether a launch over `n` items with `args` fits this kernel's bounds
+    /// ([`Kernel::with_bounds`]); always, for a kernel without.
+    pub fn fits(&self, n: usize, args: &[KernelArg]) -> bool {
+        let Some(bounded) = self.bounds else { return true };
+        let fits = |a: Option<&KernelArg>| matches!(a, Some(KernelArg::Scalar(Scalar::U64(v))) if *v <= NARROW_LIMIT);
+        // No items: the inner lengths' product is not bounded by the count (0).
+        (1..=NARROW_LIMIT).contains(&(n as u64)) && bounded.iter().all(|&p| fits(args.get(p)))
     }
 
     /// What a GPU launch of this kernel over `n` items with `args` (translated, in the
-    /// argument block's order) runs: the [narrow variant](Kernel::with_narrow) when every
-    /// bounded value fits, with this kernel's block size; otherwise this kernel.
+    /// argument block's order) runs: the [narrow variant](Kernel::with_narrow) when the
+    /// launch fits it, with this kernel's block size; otherwise this kernel.
     ///
     /// ```
     /// use offload::kernel::{Kernel, KernelArg, Scalar, NARROW_LIMIT};
-    /// static NARROW: Kernel = Kernel::new("scale").with_symbol("scale_narrow");
-    /// static SCALE: Kernel = Kernel::new("scale").with_narrow(&NARROW, &[0]);
+    /// static NARROW: Kernel = Kernel::new("scale").with_symbol("scale_narrow").with_bounds(&[0]);
+    /// static SCALE: Kernel = Kernel::new("scale").with_narrow(&NARROW);
     /// let args = |len: u64| [KernelArg::Scalar(Scalar::U64(len))];
     /// assert_eq!(SCALE.for_launch(1000, &args(1000)).symbol(), "scale_narrow");
     /// assert_eq!(SCALE.for_launch(1000, &args(NARROW_LIMIT + 1)).symbol(), "scale");
+    /// assert_eq!(SCALE.for_launch(0, &args(0)).symbol(), "scale");
     /// ```
     pub fn for_launch(&self, n: usize, args: &[KernelArg]) -> Kernel {
-        let fits = |a: Option<&KernelArg>| match a {
-            Some(KernelArg::Scalar(Scalar::U64(v))) => *v <= NARROW_LIMIT,
-            _ => false,
-        };
         match self.narrow {
-            Some(v) if n as u64 <= NARROW_LIMIT && v.bounded.iter().all(|&p| fits(args.get(p))) => {
-                Kernel { block: self.block, narrow: None, ..*v.kernel }
-            }
+            Some(v) if v.fits(n, args) => Kernel { block: self.block, ..*v },
             _ => *self,
         }
     }
@@ -311,7 +318,8 @@ impl fmt::Debug for Kernel {
             .field("grid_stride", &self.grid_stride)
             .field("thread_map", &self.thread_map)
             .field("host_path", &self.host_path)
-            .field("narrow", &self.narrow.map(|n| n.kernel.symbol))
+            .field("narrow", &self.narrow.map(|n| n.symbol))
+            .field("bounds", &self.bounds)
             .finish()
     }
 }

@@ -82,7 +82,7 @@ mod tests {
     static BOTH: Kernel = Kernel::new("both").with_cuda("// cuda").with_hip("// hip");
     static HOST_ONLY: Kernel = Kernel::new("host_only");
     static NARROW: Kernel = Kernel::new("wide").with_symbol("wide__offload_narrow").with_cuda("// narrow");
-    static WIDE: Kernel = Kernel::new("wide").with_cuda("// wide").with_narrow(&NARROW, &[]);
+    static WIDE: Kernel = Kernel::new("wide").with_cuda("// wide").with_narrow(&NARROW);
 
     #[test]
     fn a_kernels_narrow_variant_is_written_beside_it() {

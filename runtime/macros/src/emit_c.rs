@@ -391,15 +391,13 @@ impl Emitter<'_> {
                     }
                 }
             }
-            Stmt::For { var, start, end, inclusive, end_c, step: None, order: Order::Up, body } => {
+            // `a..b`: a plain loop. (An inclusive range is counted below: `c <= end; ++c`
+            // would never end at the type's largest value, where Rust's `..=` does.)
+            Stmt::For { var, start, end, inclusive: false, end_c, step: None, order: Order::Up, body } => {
                 let v = self.body.vars[*var].clone();
                 let t = self.decl_type(&v.ty);
                 let (a, b) = (self.expr(start), self.expr(end));
-                let cmp = if *inclusive { "<=" } else { "<" };
-                self.line(&format!(
-                    "for ({t} {c} = {a}, {end_c} = {b}; {c} {cmp} {end_c}; ++{c}) {{",
-                    c = v.c
-                ));
+                self.line(&format!("for ({t} {c} = {a}, {end_c} = {b}; {c} < {end_c}; ++{c}) {{", c = v.c));
                 self.block(body);
                 self.line("}");
             }

@@ -1317,13 +1317,15 @@ fn generate(
                 .with_thread_map(#note)
                 .with_host_path(#host_path)
                 .with_shape(&__OFFLOAD_SHAPE)
-                .with_narrow(&KERNEL_NARROW, &[#(#narrow_positions),*]);
+                .with_narrow(&KERNEL_NARROW);
 
             /// [`KERNEL`] with its `usize` arithmetic in 32 bits wherever that gives the
             /// same values (GPUs only): what a GPU launch of `KERNEL` runs when the
-            /// work-item count and every `usize` it passes are at most 2^30.
+            /// work-item count (at least 1) and every `usize` it passes are at most 2^30.
+            /// Launched by name, a launch outside those bounds is refused.
             pub static KERNEL_NARROW: ::offload::Kernel = ::offload::Kernel::new(#name_str)
                 .with_symbol(#symbol_narrow)
+                .with_bounds(&[#(#narrow_positions),*])
                 .with_cuda(#cuda_narrow)
                 .with_hip(#hip_narrow)
                 .with_host(#host_fn::<false>)

@@ -409,6 +409,21 @@ impl DeviceState {
         if let Some(d) = &self.dump {
             d.first_launch(kernel)?;
         }
+        // A narrow variant launched by name must fit its bounds: its indices would wrap.
+        if !kernel.fits(n, args) {
+            return Err(Error::KernelArgument {
+                kernel: kernel.name(),
+                index: 0,
+                what: format!(
+                    "device {}: `{}` computes its indices in 32 bits, and this launch of {n} items \
+                     passes a bound over {} (or none); launch the kernel's KERNEL, which runs this \
+                     variant where it fits",
+                    self.number,
+                    kernel.symbol(),
+                    crate::kernel::NARROW_LIMIT
+                ),
+            });
+        }
         let run = if self.narrow_indices { kernel.for_launch(n, args) } else { *kernel };
         self.trace_launch(&run, n, args, run.symbol() != kernel.symbol());
         Ok(run)
