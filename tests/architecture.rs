@@ -260,6 +260,30 @@ fn uses_through_the_crate_roots_re_exports_count() {
     assert_eq!(exports.get("Runtime").map(String::as_str), Some("runtime"));
 }
 
+/// docs/ARCHITECTURE.md's drawing of the layers (its `L<k>["name: modules"]` lines), as
+/// (layer name, modules), top first.
+fn drawn_layers(doc: &str) -> Vec<(String, Vec<String>)> {
+    doc.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('L') && l.contains("[\"") && l.ends_with("\"]"))
+        .filter_map(|l| {
+            let inner = &l[l.find("[\"")? + 2..l.len() - 2];
+            let (name, modules) = inner.split_once(": ")?;
+            Some((name.to_string(), modules.split(", ").map(str::to_string).collect()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_drawing_in_architecture_md_is_the_enforced_layers() {
+    let drawn = drawn_layers(include_str!("../docs/ARCHITECTURE.md"));
+    let enforced: Vec<(String, Vec<String>)> = LAYERS
+        .iter()
+        .map(|(name, ms)| (name.to_string(), ms.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    assert_eq!(drawn, enforced, "docs/ARCHITECTURE.md's layer drawing against LAYERS here: redraw it");
+}
+
 #[test]
 fn the_layer_check_finds_upward_uses() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
