@@ -8,12 +8,14 @@ use crate::error::Error;
 ///
 /// CUDA's `__shfl_*_sync` become `__shfl_*` with a width of 32, so the 32-lane reductions and
 /// neighbour exchanges of the kernels keep their meaning on AMD's 64-lane wavefronts (each
-/// wavefront acts as two 32-lane groups, exactly as two CUDA warps).
+/// wavefront acts as two 32-lane groups, exactly as two CUDA warps). The names are the HIP
+/// translation's own: the generated kernels' prelude defines `offload_shfl_down(v, o)` (two
+/// arguments, no mask), which a translated source holding it must keep.
 pub const HIP_PRELUDE: &str = "\
 // offload: CUDA spellings in HIP (32-lane groups on 64-lane wavefronts)
-#define offload_shfl_down(mask, var, delta) __shfl_down((var), (delta), 32)
-#define offload_shfl_up(mask, var, delta) __shfl_up((var), (delta), 32)
-#define offload_shfl(mask, var, lane) __shfl((var), (lane), 32)
+#define offload_hip_shfl_down(mask, var, delta) __shfl_down((var), (delta), 32)
+#define offload_hip_shfl_up(mask, var, delta) __shfl_up((var), (delta), 32)
+#define offload_hip_shfl(mask, var, lane) __shfl((var), (lane), 32)
 ";
 
 /// A kernel's CUDA C source as HIP C for `hiprtc`: the prelude, then the source with the
@@ -21,9 +23,9 @@ pub const HIP_PRELUDE: &str = "\
 /// HIP header that declares `__shfl_*_sync` itself untouched).
 pub fn hip_source(cuda: &str) -> String {
     let body = cuda
-        .replace("__shfl_down_sync(", "offload_shfl_down(")
-        .replace("__shfl_up_sync(", "offload_shfl_up(")
-        .replace("__shfl_sync(", "offload_shfl(");
+        .replace("__shfl_down_sync(", "offload_hip_shfl_down(")
+        .replace("__shfl_up_sync(", "offload_hip_shfl_up(")
+        .replace("__shfl_sync(", "offload_hip_shfl(");
     format!("{HIP_PRELUDE}{body}")
 }
 
@@ -66,7 +68,11 @@ mod tests {
             assert!(!h[HIP_PRELUDE.len()..].contains("_sync("), "{h}");
         }
         let h = hip_source("float s = __shfl_down_sync(0xffffffffu, acc, o);");
-        assert!(h.ends_with("float s = offload_shfl_down(0xffffffffu, acc, o);"), "{h}");
+        assert!(h.ends_with("float s = offload_hip_shfl_down(0xffffffffu, acc, o);"), "{h}");
+        // A generated kernel's own two-argument `offload_shfl_down` is left as it is.
+        let generated = "#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);";
+        let h = hip_source(generated);
+        assert!(h.ends_with("#define offload_shfl_down(v, o) offload_hip_shfl_down(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);"), "{h}");
         // The macro takes the mask and drops it, keeping 32-lane groups.
         assert!(HIP_PRELUDE.contains("__shfl_down((var), (delta), 32)"));
         // Sources without warp intrinsics are unchanged after the prelude.
