@@ -327,7 +327,7 @@ pub fn kernel_c_variant(
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, rows) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
     let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
-    let body = if variant == Variant::Narrow { &narrowed.body } else { &k.body };
+    let body = if variant == Variant::Narrow { &narrowed } else { &k.body };
     let parts =
         emit_c::kernel_source(&k.sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map, dialect);
     Ok((emit_c::joined(&parts), k.map))
@@ -380,7 +380,7 @@ fn generate(
         (Dialect::Cuda, Variant::Narrow, "CUDA_NARROW"),
         (Dialect::Hip, Variant::Narrow, "HIP_NARROW"),
     ] {
-        let body = if variant == Variant::Narrow { &narrowed.body } else { &k.body };
+        let body = if variant == Variant::Narrow { &narrowed } else { &k.body };
         let parts =
             emit_c::kernel_source(sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map, dialect);
         sources.push(source_expr(&parts, tag, true, &mut items));
@@ -398,7 +398,7 @@ fn generate(
         .filter(|(slot, _)| match slot {
             Slot::Start(_) | Slot::TeamSize | Slot::InnerLen(_) | Slot::ViewLen(..) => true,
             Slot::Param(i, _) => {
-                matches!(narrowed.body.vars[k.param_vars[*i]].ty, crate::ir::Type::Scalar(crate::ty::Ty::U32))
+                matches!(narrowed.vars[k.param_vars[*i]].ty, crate::ir::Type::Scalar(crate::ty::Ty::U32))
                     && matches!(
                         k.body.vars[k.param_vars[*i]].ty,
                         crate::ir::Type::Scalar(crate::ty::Ty::Usize)

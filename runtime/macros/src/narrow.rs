@@ -37,14 +37,9 @@ const LAUNCH_BITS: u32 = 31;
 /// "No bound under 2^32 is known."
 const UNBOUNDED: u32 = 64;
 
-/// A kernel body with its `usize` arithmetic narrowed (see the module's text).
-pub struct Narrowed {
-    /// The body: narrow variables and expressions typed `u32`.
-    pub body: Body,
-}
-
-/// The 32-bit variant of kernel `body`, whose index variables are `index_vars`.
-pub fn narrow(body: &Body, index_vars: &[VarId]) -> Narrowed {
+/// The 32-bit variant of kernel `body`, whose index variables are `index_vars`: narrow
+/// variables and expressions typed `u32` (see the module's text).
+pub fn narrow(body: &Body, index_vars: &[VarId]) -> Body {
     let n = body.vars.len();
     let eligible: Vec<bool> = body
         .vars
@@ -94,7 +89,7 @@ pub fn narrow(body: &Body, index_vars: &[VarId]) -> Narrowed {
                     var.ty = Type::Scalar(Ty::U32);
                 }
             }
-            return Narrowed { body: out };
+            return out;
         }
         for v in std::mem::take(&mut pass.promote) {
             pass.narrow[v] = false;

@@ -13,7 +13,6 @@ mod report;
 mod timeline;
 
 pub(crate) use constructs::BlocksInUse;
-
 pub(crate) use in_flight::{ConstructsWait, InFlight, PendingRead, Wait};
 
 use std::collections::BTreeMap;
@@ -391,8 +390,6 @@ impl DeviceState {
         Some((addr, in_use))
     }
 
-    /// Writes `kernel`'s sources at its first launch, when the runtime dumps them
-    /// (`OFFLOAD_DUMP_KERNELS`); a failed write is the launch's error.
     /// Compiles and loads `kernel` now (GPUs), and the narrow variant launches may run.
     pub(crate) fn prepare(&self, kernel: &Kernel) -> Result<()> {
         self.backend.prepare(kernel)?;
@@ -404,7 +401,9 @@ impl DeviceState {
 
     /// What a launch of `kernel` over `n` items with translated `args` runs here: on a
     /// GPU, the kernel's narrow variant when the launch fits it ([`Kernel::for_launch`]),
-    /// else `kernel`. Its sources are dumped at the first launch and the launch is traced.
+    /// else `kernel`. Its sources are written at its first launch when the runtime dumps
+    /// them (`OFFLOAD_DUMP_KERNELS`; a failed write is the launch's error), and the launch is
+    /// traced.
     pub(crate) fn launching(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<Kernel> {
         if let Some(d) = &self.dump {
             d.first_launch(kernel)?;
