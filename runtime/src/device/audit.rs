@@ -11,7 +11,6 @@
 //! `target_free`) are not counted: a case that runs them on other threads while a
 //! construct fails may see its snapshot move.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -117,10 +116,36 @@ impl FailedConstruct {
 /// construct that ran beside another (threads, a pipeline's lanes, another device's, which
 /// may pin host memory every device shares) is recorded as [`AuditRule::Concurrent`],
 /// since the snapshots show the other's changes too.
+///
+/// One lock over both counts, so that a construct's start is one step: with two atomics, a
+/// construct that found none running could take its ticket after one that started beside
+/// it had taken its own, and so find no construct begun after it and take itself for
+/// alone (a fault run once failed on the other's changes in its snapshots).
 #[derive(Debug, Default)]
-pub(crate) struct AuditActivity {
-    running: AtomicUsize,
-    begun: AtomicU64,
+pub(crate) struct AuditActivity(Mutex<ActivityCounts>);
+
+#[derive(Debug, Default)]
+struct ActivityCounts {
+    running: usize,
+    begun: u64,
+}
+
+impl AuditActivity {
+    /// A construct starts: whether none was running, and its ticket.
+    fn start(&self) -> (bool, u64) {
+        let mut c = self.0.lock();
+        let alone = c.running == 0;
+        c.running += 1;
+        c.begun += 1;
+        (alone, c.begun)
+    }
+
+    /// The construct with `ticket` ends: whether none began after it.
+    fn end(&self, ticket: u64) -> bool {
+        let mut c = self.0.lock();
+        c.running -= 1;
+        c.begun == ticket
+    }
 }
 
 /// The failed constructs of one device.
@@ -189,13 +214,11 @@ impl DeviceState {
     ) -> crate::error::Result<R> {
         let Some(audit) = &self.audit else { return construct() };
         let activity = &audit.activity;
-        let alone = activity.running.fetch_add(1, Ordering::SeqCst) == 0;
-        let ticket = activity.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let (alone, ticket) = activity.start();
         let before = self.snapshot();
         let r = construct();
         let after = r.as_ref().err().map(|_| self.snapshot());
-        let alone = alone && activity.begun.load(Ordering::SeqCst) == ticket;
-        activity.running.fetch_sub(1, Ordering::SeqCst);
+        let alone = activity.end(ticket) && alone;
         if let (Err(e), Some(after)) = (&r, after) {
             let rule = match e {
                 Error::Queued { .. } | Error::EarlierFailure { .. } => AuditRule::Reported,
@@ -213,5 +236,23 @@ impl DeviceState {
             audit.failed.lock().push(record);
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditActivity;
+
+    #[test]
+    fn a_construct_is_alone_only_if_none_ran_beside_it() {
+        let a = AuditActivity::default();
+        let (alone, first) = a.start();
+        assert!(alone, "nothing was running");
+        let (beside, second) = a.start();
+        assert!(!beside, "the first was still running");
+        assert!(a.end(second), "none began after the second");
+        assert!(!a.end(first), "the second began while the first ran");
+        let (alone, third) = a.start();
+        assert!(alone && a.end(third), "both earlier ones had ended");
     }
 }
