@@ -31,10 +31,13 @@
 //! (every compile error about a body comes from there, with its span); `access.rs` finds the
 //! unit-stride index of a 2-D or 3-D kernel, which becomes the fastest-varying thread
 //! dimension; `emit_c.rs` writes the CUDA C and the HIP C from the one IR (the dialects
-//! differ only in a header before `prelude.cuh`); `emit_host.rs` writes the host twin, whose
-//! views are bounds-checked atomic loads and stores; `expand.rs` assembles the generated
-//! module (what rustc must fill in, constants' values, structs' and device functions'
-//! sources, is left as parts joined at compile time); `derive.rs` is `DeviceCopy`.
+//! differ only in a header before `prelude.cuh`); `emit_host.rs` writes the host twin's
+//! statements, whose views are bounds-checked atomic loads and stores, and `twin.rs` its
+//! launch function around them (arguments read, tasks of whole rows, plain views where a
+//! launch's check allows); `launcher.rs` writes the typed launchers (`Args`, `launch`,
+//! `reduce`); `expand.rs` assembles the generated module (what rustc must fill in,
+//! constants' values, structs' and device functions' sources, is left as parts joined at
+//! compile time); `derive.rs` is `DeviceCopy`.
 //!
 //! # Reductions
 //!
@@ -130,10 +133,12 @@ mod emit_teams;
 mod expand;
 mod fast_rows;
 mod ir;
+mod launcher;
 mod lower;
 mod narrow;
 mod options;
 mod signature;
+mod twin;
 mod ty;
 mod uniform;
 
