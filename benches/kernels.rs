@@ -354,6 +354,108 @@ fn row(what: &str, generated: f64, tuned: f64, unit: &str) {
     println!("| {what:<44} | {generated:>10.1} {unit} | {tuned:>10.1} {unit} | {:>6.3} |", ratio);
 }
 
+/// The same kernels through the runtime: wall time per launch + synchronize, on views of
+/// `x` and of output buffers, with `a` (saxpy) and `v` (fill).
+fn through_the_runtime(
+    bench: &mut Bench,
+    rt: &Runtime,
+    x: &[f32],
+    a: f32,
+    v: f32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let gb = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
+    println!(
+        "\nWall time per launch through the runtime (launch + synchronize), median of criterion's samples\n"
+    );
+    println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
+    let gpu = rt.device(0)?;
+    let mut y = vec![0f32; N];
+    let mut out = [0f32];
+    gpu.data((map::to(x), map::tofrom(&mut y), map::tofrom(&mut out)), |(xv, yv, ov)| {
+        let g = bench.wall("runtime/fill/generated", KERNEL_BUDGET, || {
+            generated::fill_f32::launch(&gpu, N, v, yv).expect("launch")
+        });
+        let h = bench.wall("runtime/fill/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&FILL_F32, N, (v, yv)).expect("launch")
+        });
+        row("fill, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
+        let g = bench.wall("runtime/saxpy/generated", KERNEL_BUDGET, || {
+            generated::saxpy::launch(&gpu, N, a, xv, yv).expect("launch")
+        });
+        let h = bench.wall("runtime/saxpy/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&SAXPY, N, (a, xv, yv)).expect("launch")
+        });
+        row("saxpy, GB/s", gb(12 * N, g * 1e3), gb(12 * N, h * 1e3), "GB/s");
+        let g = bench.wall("runtime/sum/generated", KERNEL_BUDGET, || {
+            generated::sum_f32::launch(&gpu, N, xv, ov).expect("launch")
+        });
+        let h = bench.wall("runtime/sum/hand-written", KERNEL_BUDGET, || {
+            gpu.launch(&SUM_F32, N, (xv, ov)).expect("launch")
+        });
+        row("sum, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
+        Ok(())
+    })?;
+
+    Ok(())
+}
+
+/// The Jacobi solver on device 0 with the generated, hand-written and teams kernels,
+/// alternating (`JACOBI_N`, `JACOBI_NITER`, `JACOBI_RUNS`); the grids must agree.
+fn jacobi_solvers(rt: &Runtime) -> Result<(), Box<dyn std::error::Error>> {
+    let side = env("JACOBI_N", 16384);
+    let runs = env("JACOBI_RUNS", 3).max(1);
+    let args = |kernel| jacobi::Args {
+        nx: side,
+        ny: side,
+        niter: env("JACOBI_NITER", 1000),
+        csv: true,
+        kernel,
+        ..Default::default()
+    };
+    println!(
+        "\nJacobi {side} x {side} x {} on device 0, median of {runs} runs each, alternating\n",
+        args(KernelChoice::Tuned).niter
+    );
+    println!("| solver | generated | hand-written | ratio |\n|---|---|---|---|");
+    let (mut tg, mut th, mut tt) = (Vec::new(), Vec::new(), Vec::new());
+    let mut grids = Vec::new();
+    let mut teams_grid = None;
+    for _ in 0..runs {
+        let g = jacobi::solve(rt, &[0], &args(KernelChoice::Generated))?;
+        let h = jacobi::solve(rt, &[0], &args(KernelChoice::Tuned))?;
+        let t = jacobi::solve(rt, &[0], &jacobi::Args { rows: 16, ..args(KernelChoice::Teams) })?;
+        tg.push(g.seconds);
+        th.push(h.seconds);
+        tt.push(t.seconds);
+        teams_grid.get_or_insert(t);
+        grids.push((g, h));
+    }
+    let (g, h) = &grids[0];
+    if jacobi::max_diff(&g.grid, &h.grid, side, side) != 0.0 {
+        return Err("Jacobi: the generated and hand-written grids differ".into());
+    }
+    let teams = teams_grid.ok_or("no teams run")?;
+    if jacobi::max_diff(&teams.grid, &h.grid, side, side) != 0.0 {
+        return Err("Jacobi: the teams and hand-written grids differ".into());
+    }
+    println!(
+        "| Jacobi, s (final norm {:.6} / {:.6})        | {:>10.4} s | {:>10.4} s | {:>6.3} |",
+        g.norm,
+        h.norm,
+        offload_benches::median(tg.clone()),
+        offload_benches::median(th.clone()),
+        offload_benches::median(th.clone()) / offload_benches::median(tg)
+    );
+    println!(
+        "| Jacobi teams kernel, s (final norm {:.6})     | {:>10.4} s | {:>10.4} s | {:>6.3} |",
+        teams.norm,
+        offload_benches::median(tt.clone()),
+        offload_benches::median(th.clone()),
+        offload_benches::median(th) / offload_benches::median(tt)
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !offload_benches::measuring() {
         return Ok(());
@@ -473,90 +575,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     loop_orders(&mut bench, &ctx, arch, sms, &s)?;
 
     // ---- Through the runtime: launch + synchronize ----
-    println!(
-        "\nWall time per launch through the runtime (launch + synchronize), median of criterion's samples\n"
-    );
-    println!("| kernel | generated | hand-written | ratio |\n|---|---|---|---|");
-    let gpu = rt.device(0)?;
-    let mut y = vec![0f32; N];
-    let mut out = [0f32];
-    gpu.data((map::to(&x), map::tofrom(&mut y), map::tofrom(&mut out)), |(xv, yv, ov)| {
-        let g = bench.wall("runtime/fill/generated", KERNEL_BUDGET, || {
-            generated::fill_f32::launch(&gpu, N, v, yv).expect("launch")
-        });
-        let h = bench.wall("runtime/fill/hand-written", KERNEL_BUDGET, || {
-            gpu.launch(&FILL_F32, N, (v, yv)).expect("launch")
-        });
-        row("fill, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
-        let g = bench.wall("runtime/saxpy/generated", KERNEL_BUDGET, || {
-            generated::saxpy::launch(&gpu, N, a, xv, yv).expect("launch")
-        });
-        let h = bench.wall("runtime/saxpy/hand-written", KERNEL_BUDGET, || {
-            gpu.launch(&SAXPY, N, (a, xv, yv)).expect("launch")
-        });
-        row("saxpy, GB/s", gb(12 * N, g * 1e3), gb(12 * N, h * 1e3), "GB/s");
-        let g = bench.wall("runtime/sum/generated", KERNEL_BUDGET, || {
-            generated::sum_f32::launch(&gpu, N, xv, ov).expect("launch")
-        });
-        let h = bench.wall("runtime/sum/hand-written", KERNEL_BUDGET, || {
-            gpu.launch(&SUM_F32, N, (xv, ov)).expect("launch")
-        });
-        row("sum, GB/s", gb(4 * N, g * 1e3), gb(4 * N, h * 1e3), "GB/s");
-        Ok(())
-    })?;
-
+    through_the_runtime(&mut bench, &rt, &x, a, v)?;
     // ---- Jacobi ----
-    let side = env("JACOBI_N", 16384);
-    let runs = env("JACOBI_RUNS", 3).max(1);
-    let args = |kernel| jacobi::Args {
-        nx: side,
-        ny: side,
-        niter: env("JACOBI_NITER", 1000),
-        csv: true,
-        kernel,
-        ..Default::default()
-    };
-    println!(
-        "\nJacobi {side} x {side} x {} on device 0, median of {runs} runs each, alternating\n",
-        args(KernelChoice::Tuned).niter
-    );
-    println!("| solver | generated | hand-written | ratio |\n|---|---|---|---|");
-    let (mut tg, mut th, mut tt) = (Vec::new(), Vec::new(), Vec::new());
-    let mut grids = Vec::new();
-    let mut teams_grid = None;
-    for _ in 0..runs {
-        let g = jacobi::solve(&rt, &[0], &args(KernelChoice::Generated))?;
-        let h = jacobi::solve(&rt, &[0], &args(KernelChoice::Tuned))?;
-        let t = jacobi::solve(&rt, &[0], &jacobi::Args { rows: 16, ..args(KernelChoice::Teams) })?;
-        tg.push(g.seconds);
-        th.push(h.seconds);
-        tt.push(t.seconds);
-        teams_grid.get_or_insert(t);
-        grids.push((g, h));
-    }
-    let (g, h) = &grids[0];
-    if jacobi::max_diff(&g.grid, &h.grid, side, side) != 0.0 {
-        return Err("Jacobi: the generated and hand-written grids differ".into());
-    }
-    let teams = teams_grid.ok_or("no teams run")?;
-    if jacobi::max_diff(&teams.grid, &h.grid, side, side) != 0.0 {
-        return Err("Jacobi: the teams and hand-written grids differ".into());
-    }
-    println!(
-        "| Jacobi, s (final norm {:.6} / {:.6})        | {:>10.4} s | {:>10.4} s | {:>6.3} |",
-        g.norm,
-        h.norm,
-        offload_benches::median(tg.clone()),
-        offload_benches::median(th.clone()),
-        offload_benches::median(th.clone()) / offload_benches::median(tg)
-    );
-    println!(
-        "| Jacobi teams kernel, s (final norm {:.6})     | {:>10.4} s | {:>10.4} s | {:>6.3} |",
-        teams.norm,
-        offload_benches::median(tt.clone()),
-        offload_benches::median(th.clone()),
-        offload_benches::median(th) / offload_benches::median(tt)
-    );
+    jacobi_solvers(&rt)?;
     println!("\nratio: generated / hand-written for GB/s, hand-written / generated for seconds (1 = equal, > 1 = generated faster)");
     Ok(())
 }

@@ -53,26 +53,15 @@ fn runtime_copy(rt: &Runtime, dev: usize, host: &mut [u8], dir: UpdateDirection)
     rt.synchronize(dev).expect("synchronize");
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !offload_benches::measuring() {
-        return Ok(());
-    }
-    let probe = Runtime::builder().gpus(true).host_devices(0).build()?;
-    if probe.num_devices() == 0 {
-        println!("transfer: no GPU ({}); nothing to measure", probe.device_report().trim_end());
-        return Ok(());
-    }
-    print!("{}", probe.device_report());
-    let mut bench = Bench::new("transfer");
-    for d in 0..probe.num_devices() {
-        println!("device {d}: {}; {}", probe.placement(d)?, probe.staging_report(d)?.unwrap_or_default());
-    }
-    drop(probe);
+/// The machine's own memcpy bandwidth, pageable to pageable, 1 GiB (one thread, then
+/// many, then as staging moves bytes); gives the bound staged copies are held to, the best
+/// multi-threaded memcpy.
+fn memcpy_bound(bench: &mut Bench) -> Result<f64, Box<dyn std::error::Error>> {
     let cores = std::thread::available_parallelism().map_or(16, |n| n.get());
     // The machine's own memcpy bandwidth, pageable to pageable, 1 GiB.
     let a = vec![1u8; GIB];
     let mut b = vec![2u8; GIB];
-    let memcpy_1 = gbs(GIB, time(&mut bench, "memcpy_1_thread", GIB, || b.copy_from_slice(&a)));
+    let memcpy_1 = gbs(GIB, time(bench, "memcpy_1_thread", GIB, || b.copy_from_slice(&a)));
     print!("\nmemcpy pageable->pageable 1 GiB: {memcpy_1:.1} GB/s (1 thread)");
     // The bound staged copies are held to: the best multi-threaded memcpy here.
     let mut bound = 0f64;
@@ -82,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
         let bw = gbs(
             GIB,
-            time(&mut bench, &format!("memcpy_{threads}_threads"), GIB, || {
+            time(bench, &format!("memcpy_{threads}_threads"), GIB, || {
                 pool.install(|| {
                     b.par_chunks_mut(16 * MIB)
                         .zip(a.par_chunks(16 * MIB))
@@ -98,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(24.min(cores)).build()?;
     let chunked = gbs(
         GIB,
-        time(&mut bench, "memcpy_chunked", GIB, || {
+        time(bench, "memcpy_chunked", GIB, || {
             for (d, s) in b.chunks_mut(16 * MIB).zip(a.chunks(16 * MIB)) {
                 pool.install(|| {
                     d.par_chunks_mut(MIB).zip(s.par_chunks(MIB)).for_each(|(d, s)| d.copy_from_slice(s))
@@ -107,7 +96,126 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }),
     );
     println!(", {chunked:.1} GB/s (16 MiB chunks in turn, 1 MiB pieces, 24 threads)");
-    drop((a, b));
+    Ok(bound)
+}
+
+/// The register-in-place policy at work (a runtime with the default policy): the same
+/// 1 GiB mapping copied 24 times, then unmapped (which unregisters it).
+fn register_in_place() -> Result<(), Box<dyn std::error::Error>> {
+    let policy = Runtime::builder().gpus(true).host_devices(0).build()?;
+    let mut other = vec![4u8; GIB];
+    // SAFETY: `other` outlives the mapping, deleted below.
+    unsafe { policy.enter_data(0, &[MapItem::slice(&other, MapType::ALLOC)])? };
+    let rates: Vec<String> = (0..24)
+        .map(|_| {
+            let t = Instant::now();
+            runtime_copy(&policy, 0, &mut other, UpdateDirection::To);
+            format!("{:.0}", gbs(GIB, t.elapsed().as_secs_f64()))
+        })
+        .collect();
+    let t = Instant::now();
+    // SAFETY: as above.
+    unsafe { policy.exit_data(0, &[MapItem::slice(&other, MapType::DELETE)])? };
+    let unmap_ms = t.elapsed().as_secs_f64() * 1e3;
+    println!("\n24 successive 1 GiB h->d copies of one mapping, GB/s (registered in place after 16; unmap {unmap_ms:.1} ms):");
+    println!("  {}", rates.join(" "));
+    Ok(())
+}
+
+/// Staging settings swept on device 0: chunk, chunks at least, piece, threads, each
+/// timed at 64 MiB, 256 MiB and 1 GiB both ways.
+fn staging_sweep(bench: &mut Bench, host: &mut [u8]) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\nsweep (device 0): chunk MiB, chunks at least, piece KiB, threads -> GB/s h->d / d->h at 64 MiB, 256 MiB, 1 GiB");
+    // Small chunks keep the ring (chunk x depth per direction) inside the last-level
+    // cache, so the DMA may read the buffers from cache rather than DRAM.
+    for (chunk, min_chunks, min_piece, threads) in [
+        (16 * MIB, 4, MIB, 24),
+        (16 * MIB, 8, 256 * KIB, 24),
+        (8 * MIB, 8, 256 * KIB, 24),
+        (4 * MIB, 8, 256 * KIB, 16),
+        (2 * MIB, 8, 128 * KIB, 16),
+        (2 * MIB, 8, 256 * KIB, 8),
+        (MIB, 8, 64 * KIB, 16),
+        (16 * MIB, 4, MIB, 24),
+    ] {
+        let cfg = StagingConfig {
+            chunk,
+            min_chunks,
+            min_piece,
+            threads,
+            register_after: u32::MAX,
+            ..StagingConfig::default()
+        };
+        let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
+        // SAFETY: `host` outlives the mapping.
+        unsafe { rt.enter_data(0, &[MapItem::slice(host, MapType::ALLOC)])? };
+        let mut row =
+            format!("  {:>2} MiB x{min_chunks} {:>4} KiB {threads:>2}t:", chunk / MIB, min_piece / KIB);
+        for n in [64 * MIB, 256 * MIB, GIB] {
+            let up = gbs(
+                n,
+                time(bench, &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_To"), n, || {
+                    runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::To)
+                }),
+            );
+            let down = gbs(
+                n,
+                time(bench, &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_From"), n, || {
+                    runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::From)
+                }),
+            );
+            row.push_str(&format!("  {up:5.1} / {down:5.1}"));
+        }
+        // SAFETY: as above.
+        unsafe { rt.exit_data(0, &[MapItem::slice(host, MapType::DELETE)])? };
+        println!("{row}");
+    }
+    Ok(())
+}
+
+/// All GPUs at once, each from its own pageable buffer, with staging settings `staging`.
+fn all_gpus(bench: &mut Bench, staging: StagingConfig) -> Result<(), Box<dyn std::error::Error>> {
+    let rt = Runtime::builder().gpus(true).host_devices(0).staging(staging).build()?;
+    let n = rt.num_devices();
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![5u8; GIB]).collect();
+    for (d, b) in bufs.iter().enumerate() {
+        // SAFETY: the buffers outlive the mappings (deleted below).
+        unsafe { rt.enter_data(d, &[MapItem::slice(b, MapType::ALLOC)])? };
+    }
+    for dir in [UpdateDirection::To, UpdateDirection::From] {
+        let t = time(bench, &format!("all_gpus_{dir:?}"), GIB, || {
+            std::thread::scope(|s| {
+                for (d, b) in bufs.iter_mut().enumerate() {
+                    let rt = &rt;
+                    s.spawn(move || runtime_copy(rt, d, b, dir));
+                }
+            })
+        });
+        println!("all {n} GPUs at once, 1 GiB each, {dir:?}: {:.1} GB/s total", gbs(n * GIB, t));
+    }
+    for (d, b) in bufs.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { rt.exit_data(d, &[MapItem::slice(b, MapType::DELETE)])? };
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !offload_benches::measuring() {
+        return Ok(());
+    }
+    let probe = Runtime::builder().gpus(true).host_devices(0).build()?;
+    if probe.num_devices() == 0 {
+        println!("transfer: no GPU ({}); nothing to measure", probe.device_report().trim_end());
+        return Ok(());
+    }
+    print!("{}", probe.device_report());
+    let mut bench = Bench::new("transfer");
+    for d in 0..probe.num_devices() {
+        println!("device {d}: {}; {}", probe.placement(d)?, probe.staging_report(d)?.unwrap_or_default());
+    }
+    drop(probe);
+    let bound = memcpy_bound(&mut bench)?;
     // The table compares copy paths, so no runtime here may pin `host` in place.
     let no_policy = StagingConfig { register_after: u32::MAX, ..StagingConfig::default() };
     let rt = Runtime::builder().gpus(true).host_devices(0).staging(no_policy).build()?;
@@ -212,27 +320,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { always_stage.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
     drop(always_stage);
 
-    // The register-in-place policy at work (a runtime with the default policy): the same
-    // 1 GiB mapping copied 24 times, then unmapped (which unregisters it).
-    {
-        let policy = Runtime::builder().gpus(true).host_devices(0).build()?;
-        let mut other = vec![4u8; GIB];
-        // SAFETY: `other` outlives the mapping, deleted below.
-        unsafe { policy.enter_data(0, &[MapItem::slice(&other, MapType::ALLOC)])? };
-        let rates: Vec<String> = (0..24)
-            .map(|_| {
-                let t = Instant::now();
-                runtime_copy(&policy, 0, &mut other, UpdateDirection::To);
-                format!("{:.0}", gbs(GIB, t.elapsed().as_secs_f64()))
-            })
-            .collect();
-        let t = Instant::now();
-        // SAFETY: as above.
-        unsafe { policy.exit_data(0, &[MapItem::slice(&other, MapType::DELETE)])? };
-        let unmap_ms = t.elapsed().as_secs_f64() * 1e3;
-        println!("\n24 successive 1 GiB h->d copies of one mapping, GB/s (registered in place after 16; unmap {unmap_ms:.1} ms):");
-        println!("  {}", rates.join(" "));
-    }
+    register_in_place()?;
 
     // Pinning in place: the one-off cost, then copies at DMA speed.
     let t = Instant::now();
@@ -258,83 +346,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
 
     if std::env::var_os("TRANSFER_QUICK").is_none() {
-        println!("\nsweep (device 0): chunk MiB, chunks at least, piece KiB, threads -> GB/s h->d / d->h at 64 MiB, 256 MiB, 1 GiB");
-        // Small chunks keep the ring (chunk x depth per direction) inside the last-level
-        // cache, so the DMA may read the buffers from cache rather than DRAM.
-        for (chunk, min_chunks, min_piece, threads) in [
-            (16 * MIB, 4, MIB, 24),
-            (16 * MIB, 8, 256 * KIB, 24),
-            (8 * MIB, 8, 256 * KIB, 24),
-            (4 * MIB, 8, 256 * KIB, 16),
-            (2 * MIB, 8, 128 * KIB, 16),
-            (2 * MIB, 8, 256 * KIB, 8),
-            (MIB, 8, 64 * KIB, 16),
-            (16 * MIB, 4, MIB, 24),
-        ] {
-            let cfg = StagingConfig {
-                chunk,
-                min_chunks,
-                min_piece,
-                threads,
-                register_after: u32::MAX,
-                ..StagingConfig::default()
-            };
-            let rt = Runtime::builder().gpus(true).host_devices(0).staging(cfg).build()?;
-            // SAFETY: `host` outlives the mapping.
-            unsafe { rt.enter_data(0, &[MapItem::slice(&host, MapType::ALLOC)])? };
-            let mut row =
-                format!("  {:>2} MiB x{min_chunks} {:>4} KiB {threads:>2}t:", chunk / MIB, min_piece / KIB);
-            for n in [64 * MIB, 256 * MIB, GIB] {
-                let up = gbs(
-                    n,
-                    time(
-                        &mut bench,
-                        &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_To"),
-                        n,
-                        || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::To),
-                    ),
-                );
-                let down = gbs(
-                    n,
-                    time(
-                        &mut bench,
-                        &format!("sweep_{chunk}_{min_chunks}_{min_piece}_{threads}_From"),
-                        n,
-                        || runtime_copy(&rt, 0, &mut host[..n], UpdateDirection::From),
-                    ),
-                );
-                row.push_str(&format!("  {up:5.1} / {down:5.1}"));
-            }
-            // SAFETY: as above.
-            unsafe { rt.exit_data(0, &[MapItem::slice(&host, MapType::DELETE)])? };
-            println!("{row}");
-        }
+        staging_sweep(&mut bench, &mut host)?;
     }
 
-    // All GPUs at once, each from its own pageable buffer.
     if rt.num_devices() > 1 {
-        let rt = Runtime::builder().gpus(true).host_devices(0).staging(no_policy).build()?;
-        let n = rt.num_devices();
-        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![5u8; GIB]).collect();
-        for (d, b) in bufs.iter().enumerate() {
-            // SAFETY: the buffers outlive the mappings (deleted below).
-            unsafe { rt.enter_data(d, &[MapItem::slice(b, MapType::ALLOC)])? };
-        }
-        for dir in [UpdateDirection::To, UpdateDirection::From] {
-            let t = time(&mut bench, &format!("all_gpus_{dir:?}"), GIB, || {
-                std::thread::scope(|s| {
-                    for (d, b) in bufs.iter_mut().enumerate() {
-                        let rt = &rt;
-                        s.spawn(move || runtime_copy(rt, d, b, dir));
-                    }
-                })
-            });
-            println!("all {n} GPUs at once, 1 GiB each, {dir:?}: {:.1} GB/s total", gbs(n * GIB, t));
-        }
-        for (d, b) in bufs.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { rt.exit_data(d, &[MapItem::slice(b, MapType::DELETE)])? };
-        }
+        all_gpus(&mut bench, no_policy)?;
     }
     // SAFETY: no longer used.
     unsafe { result::free_sync(dev_buf) }?;

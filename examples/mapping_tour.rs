@@ -39,18 +39,15 @@ fn v<T>(p: *const T) -> *const c_void {
     p.cast()
 }
 
-fn main() -> Result<()> {
-    let rt = use_runtime(
-        Runtime::builder().gpus(false).host_devices(2).info(InfoFlags::ALL).capture_info().build()?,
-    )?;
-    let (d0, d1, host) = (0, 1, omp_get_initial_device()?);
-    println!("# A tour of the device data environment\n");
-    println!("Two host devices (0 and 1), each with memory of its own; the initial device is {host}.\n");
+/// The arguments of `ADD_I32` adding `by` to the mapped array at `p`.
+fn add(p: *mut i32, by: i32) -> [LaunchArg; 2] {
+    [LaunchArg::Value(Scalar::I32(by)), LaunchArg::mapped(p)]
+}
 
+/// Steps 1 to 5: reference counts, `always`, and when `from` copies back; gives `x`.
+fn reference_counts(rt: &Runtime, d0: i32) -> Result<[i32; 4]> {
     let mut x = [1i32; 4];
     let xp = x.as_mut_ptr();
-    let add = |p: *mut i32, by: i32| [LaunchArg::Value(Scalar::I32(by)), LaunchArg::mapped(p)];
-
     step(
         rt,
         "1. `target enter data map(to: x)`",
@@ -107,6 +104,11 @@ fn main() -> Result<()> {
         },
     )?;
 
+    Ok(x)
+}
+
+/// Steps 6 and 7: `present` on an absent range, and `hold`; gives `y`.
+fn present_and_hold(rt: &Runtime, d0: i32) -> Result<[i32; 4]> {
     let mut y = [5i32; 4];
     let yp = y.as_mut_ptr();
     step(
@@ -131,6 +133,12 @@ fn main() -> Result<()> {
         }
     })?;
 
+    Ok(y)
+}
+
+/// Steps 8 and 9: `target update` inside a region, and `omp_target_associate_ptr`; gives
+/// `u` and `h`.
+fn update_and_associate(rt: &Runtime, d0: i32) -> Result<([i32; 4], [i32; 4])> {
     let mut u = [0i32; 4];
     let up = u.as_mut_ptr();
     step(rt, "8. `target update` inside `target data map(to: u)`", "The host changes `u` between two kernels and pushes it with `update to`; `update from` pulls the device's copy without ending the mapping.", || {
@@ -164,6 +172,14 @@ fn main() -> Result<()> {
         }
     })?;
 
+    Ok((u, h))
+}
+
+/// Steps 10 to 12, on devices `d0` and `d1` (and the initial device `host`): one range on
+/// both, a split array with halos, and the race of copying halos back; gives `w`, `a`,
+/// device 0's halo after the exchange, and `b`.
+#[allow(clippy::type_complexity)]
+fn two_devices(rt: &Runtime, [d0, d1, host]: [i32; 3]) -> Result<([i32; 4], [i32; 8], i32, [i32; 8])> {
     let mut w = [3i32; 4];
     let wp = w.as_mut_ptr();
     step(rt, "10. the same range on two devices, and a copy between them", "Each device has its own table: mapping on device 0 leaves device 1 untouched; `omp_target_memcpy` copies device to device.", || {
@@ -221,6 +237,11 @@ fn main() -> Result<()> {
         Ok(format!("b = {b:?}: b[3] is device 1's halo, not device 0's 1"))
     })?;
 
+    Ok((w, a, halo, b))
+}
+
+/// Step 13: timing target regions; gives `t`.
+fn timing(rt: &Runtime, d0: i32) -> Result<[i32; 4]> {
     let mut t = [0i32; 4];
     let tp = t.as_mut_ptr();
     step(rt, "13. timing target regions: `omp_get_wtime()`", "A C `target` region is complete when it returns; here a launch returns once queued, so a clock read right after a loop of launches would time only their queuing. `omp_get_wtime()` first waits for the work queued on every device, and a C timer ports line for line.", || {
@@ -237,6 +258,23 @@ fn main() -> Result<()> {
         }
         Ok(format!("t = {t:?}; the second `omp_get_wtime()` returned after the three kernels had run"))
     })?;
+
+    Ok(t)
+}
+
+fn main() -> Result<()> {
+    let rt = use_runtime(
+        Runtime::builder().gpus(false).host_devices(2).info(InfoFlags::ALL).capture_info().build()?,
+    )?;
+    let (d0, d1, host) = (0, 1, omp_get_initial_device()?);
+    println!("# A tour of the device data environment\n");
+    println!("Two host devices (0 and 1), each with memory of its own; the initial device is {host}.\n");
+
+    let x = reference_counts(rt, d0)?;
+    let y = present_and_hold(rt, d0)?;
+    let (u, h) = update_and_associate(rt, d0)?;
+    let (w, a, halo, b) = two_devices(rt, [d0, d1, host])?;
+    let t = timing(rt, d0)?;
 
     // The runtime is the program's global one, never dropped: with OFFLOAD_TRACE set, the
     // timeline is written here (scripts/trace-pictures.sh draws it).

@@ -307,3 +307,100 @@ fn the_cycle_finder_finds_cycles() {
     assert_eq!(c.first(), c.last());
     assert_eq!(c.len(), 4);
 }
+
+/// The longest a function outside the tests may be, in lines.
+const LONGEST_FUNCTION: usize = 200;
+
+/// Whether `line` (trimmed) begins a function item: `fn name`, after any of `pub`,
+/// `pub(crate)`, `const`, `unsafe`, `async`, `extern "C"`.
+fn starts_fn(line: &str) -> Option<&str> {
+    let mut rest = line;
+    loop {
+        let before = rest;
+        for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "unsafe ", "async ", "extern \"C\" "] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let name = rest.strip_prefix("fn ")?;
+    let end = name.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(name.len());
+    (end > 0).then(|| &name[..end])
+}
+
+/// Functions of `text` (rustfmt's layout: a body's closing brace at its `fn`'s
+/// indentation) longer than `most` lines, as (name, first line, lines); `#[test]`
+/// functions and `#[cfg(test)]` modules are skipped.
+fn long_functions(text: &str, most: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    // The line after `from` that closes what opens at indentation `at`.
+    let close = |from: usize, at: usize| {
+        (from..lines.len()).find(|&j| indent(lines[j]) == at && lines[j].trim_start().starts_with('}'))
+    };
+    let mut long = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let prev = if i > 0 { lines[i - 1].trim() } else { "" };
+        let at = indent(line);
+        if line.trim() == "#[cfg(test)]"
+            && lines.get(i + 1).is_some_and(|l| l.trim_start().starts_with("mod "))
+        {
+            i = close(i + 2, indent(lines[i + 1])).map_or(lines.len(), |j| j + 1);
+            continue;
+        }
+        if let Some(name) = starts_fn(line.trim_start()) {
+            // The signature ends at the line that opens the body, or ends a declaration.
+            let Some(open) = (i..lines.len()).find(|&j| {
+                let l = lines[j].trim_end();
+                l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+            }) else {
+                break;
+            };
+            let opened = lines[open].trim_end().ends_with('{');
+            if opened {
+                let end = close(open + 1, at).unwrap_or(lines.len() - 1);
+                let n = end - i + 1;
+                if n > most && prev != "#[test]" {
+                    long.push((name.to_string(), i + 1, n));
+                }
+            }
+        }
+        i += 1;
+    }
+    long
+}
+
+#[test]
+fn no_function_outside_the_tests_is_over_200_lines() {
+    let mut long = Vec::new();
+    for (path, text) in CODE_SOURCES {
+        for (name, line, n) in long_functions(text, LONGEST_FUNCTION) {
+            long.push(format!("{path}:{line}: fn {name} has {n} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {LONGEST_FUNCTION} lines (split them by what they do):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_measures_bodies_and_skips_tests() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    let text = format!(
+        "pub(crate) unsafe fn long(\n    a: u8,\n) -> u8 {{\n{}}}\n\nfn short() {{}}\ntrait T {{\n    fn decl(&self);\n}}\n\
+         #[test]\nfn a_test() {{\n{}}}\n#[cfg(test)]\nmod tests {{\n    fn helper() {{\n{}    }}\n}}\n\
+         impl S {{\n    fn method(&self) {{\n{}    }}\n}}\n",
+        body(5),
+        body(9),
+        body(9),
+        body(6)
+    );
+    assert_eq!(long_functions(&text, 6), vec![("long".to_string(), 1, 9), ("method".to_string(), 42, 8)]);
+    assert_eq!(starts_fn("pub const unsafe fn f<T>()"), Some("f"));
+    assert_eq!(starts_fn("let fn_name = 1;"), None);
+}

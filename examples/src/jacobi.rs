@@ -137,7 +137,7 @@ fn run_steps(
     a_new: &mut [f32],
     across: Option<&Across<'_>>,
 ) -> Result<(f64, f32), offload::Error> {
-    let (nx, parts) = (args.nx, devices.len());
+    let parts = devices.len();
     let grids = [
         DistributedArray::map(rt, devices, a, part, MapType::TO)?,
         DistributedArray::map(rt, devices, a_new, part, MapType::TO)?,
@@ -213,62 +213,12 @@ fn run_steps(
         };
         let push = [pushes(0, p)?, pushes(1, p)?];
         let edges = across.filter(|a| a.edges.has_edges(p));
-        // The part's rows `rows` (1-based, halo row 0) of step `iter`.
-        let step = |dev: &offload::Device<'_>,
-                    iter: usize,
-                    rows: Range<usize>,
-                    norm_view: DeviceSlice<'_, f32>|
-         -> Result<(), offload::Error> {
-            if rows.is_empty() {
-                return Ok(());
-            }
-            let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-            if tuned {
-                let shape =
-                    JacobiShape { nx, iy_start: rows.start, iy_end: rows.end, rows_per_thread: args.rows };
-                jacobi_step(
-                    dev,
-                    shape,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view,
-                    slot,
-                    push[dst].0,
-                    push[dst].1,
-                )
-            } else if args.kernel == KernelChoice::Teams {
-                let end = part.owned(p).len() + 1;
-                let strip = args.rows.max(1);
-                let col_blocks = (nx - 2).div_ceil(JACOBI_TEAM_COLUMNS);
-                jacobi_teams::launch(
-                    dev,
-                    col_blocks * rows.len().div_ceil(strip),
-                    nx,
-                    rows.start,
-                    rows.end,
-                    strip,
-                    col_blocks,
-                    parts == 1 && ranks.is_none() && rows.start == 1 && rows.end == end,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view.slice(slot..slot + 1)?,
-                    norm_view.slice(1 - slot..2 - slot)?,
-                )
-            } else {
-                let end = part.owned(p).len() + 1;
-                generated_step::launch(
-                    dev,
-                    (rows, 1..nx - 1),
-                    nx,
-                    end,
-                    parts == 1 && ranks.is_none(),
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view.slice(slot..slot + 1)?,
-                    norm_view.slice(1 - slot..2 - slot)?,
-                )
-            }
-        };
+        let launches =
+            StepLaunch { args, grids: &grids, part, p, parts, across_ranks: ranks.is_some(), push };
+        let step =
+            |dev: &offload::Device<'_>, iter: usize, rows: Range<usize>, norm_view: DeviceSlice<'_, f32>| {
+                launches.run(dev, iter, rows, norm_view)
+            };
         for iter in 0..args.niter {
             let dst = 1 - iter % 2;
             let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
@@ -336,6 +286,87 @@ fn run_steps(
     newest.gather()?;
     let norm = *norm_out.lock().map_err(|_| poisoned())?;
     Ok((seconds, norm))
+}
+
+/// What a part's steps launch with: the run's settings, both grids, the part and the
+/// neighbours' halo rows its kernel stores into (peer stores), for each output grid.
+struct StepLaunch<'g, 'a> {
+    args: &'g Args,
+    grids: &'g [DistributedArray<'a, f32>; 2],
+    part: RowPartition,
+    /// This part, of `parts`.
+    p: usize,
+    parts: usize,
+    /// Other ranks hold rows of the grid.
+    across_ranks: bool,
+    push: [(DevicePtr, DevicePtr); 2],
+}
+
+impl StepLaunch<'_, '_> {
+    /// The part's rows `rows` (1-based, halo row 0) of step `iter`, with the kernel chosen.
+    fn run(
+        &self,
+        dev: &offload::Device<'_>,
+        iter: usize,
+        rows: Range<usize>,
+        norm_view: DeviceSlice<'_, f32>,
+    ) -> Result<(), offload::Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (args, grids, p, parts) = (self.args, self.grids, self.p, self.parts);
+        let nx = args.nx;
+        let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+        match args.kernel {
+            KernelChoice::Tuned => {
+                let shape =
+                    JacobiShape { nx, iy_start: rows.start, iy_end: rows.end, rows_per_thread: args.rows };
+                jacobi_step(
+                    dev,
+                    shape,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view,
+                    slot,
+                    self.push[dst].0,
+                    self.push[dst].1,
+                )
+            }
+            KernelChoice::Teams => {
+                let end = self.part.owned(p).len() + 1;
+                let strip = args.rows.max(1);
+                let col_blocks = (nx - 2).div_ceil(JACOBI_TEAM_COLUMNS);
+                jacobi_teams::launch(
+                    dev,
+                    col_blocks * rows.len().div_ceil(strip),
+                    nx,
+                    rows.start,
+                    rows.end,
+                    strip,
+                    col_blocks,
+                    parts == 1 && !self.across_ranks && rows.start == 1 && rows.end == end,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view.slice(slot..slot + 1)?,
+                    norm_view.slice(1 - slot..2 - slot)?,
+                )
+            }
+            KernelChoice::Generated => {
+                let end = self.part.owned(p).len() + 1;
+                generated_step::launch(
+                    dev,
+                    (rows, 1..nx - 1),
+                    nx,
+                    end,
+                    parts == 1 && !self.across_ranks,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    norm_view.slice(slot..slot + 1)?,
+                    norm_view.slice(1 - slot..2 - slot)?,
+                )
+            }
+        }
+    }
 }
 
 fn poisoned() -> offload::Error {

@@ -656,37 +656,7 @@ pub fn render_svg(trace: &Trace, options: &RenderOptions) -> Result<String, Trac
         lanes.iter().flat_map(|(_, ls)| ls).flat_map(|l| view.slices(l).map(|(s, _, _)| s.kind)).collect();
     kinds.sort();
     kinds.dedup();
-    let mut y = PAD + 44.0;
-    let mut x = PAD;
-    let mut entries: Vec<(&str, Option<Kind>)> = kinds.iter().map(|k| (k.label(), Some(*k))).collect();
-    if options.instants && nmarks > 0 {
-        entries.push(("instant", None));
-    }
-    for (label, kind) in entries {
-        let w = 16.0 + label.chars().count() as f64 * CHAR_W + 16.0;
-        if x + w > width - PAD && x > PAD {
-            x = PAD;
-            y += 16.0;
-        }
-        let swatch = match kind {
-            Some(k) => {
-                format!(r#"<rect x="{x}" y="{y}" width="11" height="11" rx="2" fill="{}"/>"#, k.colour())
-            }
-            None => format!(
-                r##"<line x1="{0}" y1="{y}" x2="{0}" y2="{1}" stroke="#4B5563" stroke-width="1.2"/>"##,
-                x + 5.0,
-                y + 11.0
-            ),
-        };
-        let _ = write!(
-            body,
-            r##"<g class="legend-entry">{swatch}<text x="{}" y="{}" font-size="11" fill="#374151">{}</text></g>"##,
-            x + 16.0,
-            y + 9.5,
-            esc(label)
-        );
-        x += w;
-    }
+    let mut y = draw_legend(&mut body, &kinds, options.instants && nmarks > 0, width);
     y += 32.0;
 
     // The time axis, its labels above the lanes and its grid through them (drawn last,
@@ -723,45 +693,7 @@ pub fn render_svg(trace: &Trace, options: &RenderOptions) -> Result<String, Trac
         y += 26.0;
     }
 
-    for (p, ls) in &lanes {
-        let _ = write!(
-            body,
-            r##"<rect x="0" y="{y:.1}" width="{width}" height="{GROUP_H}" fill="#F3F4F6"/><text class="process-label" x="{PAD}" y="{:.1}" font-size="12" font-weight="bold" fill="#111827">{}</text>"##,
-            y + 15.0,
-            esc(&cut(&p.name, max_label + 2))
-        );
-        y += GROUP_H;
-        for (i, lane) in ls.iter().enumerate() {
-            if i % 2 == 1 {
-                let _ = write!(
-                    body,
-                    r##"<rect x="0" y="{y:.1}" width="{width}" height="{LANE_H}" fill="#FAFAFA"/>"##
-                );
-            }
-            let _ = write!(
-                body,
-                r##"<text class="lane-label" x="{LABEL_X}" y="{:.1}" font-size="11" fill="#374151">{}</text>"##,
-                y + 15.0,
-                esc(&cut(&lane.name, max_label))
-            );
-            for (s, a, b) in view.slices(lane) {
-                draw_slice(&mut body, &plot, y, s, a, b);
-            }
-            if options.instants {
-                for m in view.marks(lane) {
-                    let x = plot.x(m.ts);
-                    let _ = write!(
-                        body,
-                        r##"<line class="instant" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#4B5563" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line>"##,
-                        y + 1.5,
-                        y + BAR_TOP - 1.0,
-                        esc(&format!("{} ({}) at {}", m.name, m.cat, fmt_time(m.ts)))
-                    );
-                }
-            }
-            y += LANE_H;
-        }
-    }
+    y = draw_lanes(&mut body, &view, &plot, &lanes, options, (width, max_label), y);
     let lanes_bottom = y;
 
     if !counters.is_empty() {
@@ -821,6 +753,96 @@ pub fn render_svg(trace: &Trace, options: &RenderOptions) -> Result<String, Trac
         grid = grid,
         body = body
     ))
+}
+
+/// Each process's group heading, then its lanes (labels, slices, and instants when
+/// `options.instants`) from `y` down; returns the y below them.
+fn draw_lanes(
+    body: &mut String,
+    view: &View<'_>,
+    plot: &Plot,
+    lanes: &[(&Process, Vec<&Lane>)],
+    options: &RenderOptions,
+    (width, max_label): (f64, usize),
+    mut y: f64,
+) -> f64 {
+    for (p, ls) in lanes {
+        let _ = write!(
+            body,
+            r##"<rect x="0" y="{y:.1}" width="{width}" height="{GROUP_H}" fill="#F3F4F6"/><text class="process-label" x="{PAD}" y="{:.1}" font-size="12" font-weight="bold" fill="#111827">{}</text>"##,
+            y + 15.0,
+            esc(&cut(&p.name, max_label + 2))
+        );
+        y += GROUP_H;
+        for (i, lane) in ls.iter().enumerate() {
+            if i % 2 == 1 {
+                let _ = write!(
+                    body,
+                    r##"<rect x="0" y="{y:.1}" width="{width}" height="{LANE_H}" fill="#FAFAFA"/>"##
+                );
+            }
+            let _ = write!(
+                body,
+                r##"<text class="lane-label" x="{LABEL_X}" y="{:.1}" font-size="11" fill="#374151">{}</text>"##,
+                y + 15.0,
+                esc(&cut(&lane.name, max_label))
+            );
+            for (s, a, b) in view.slices(lane) {
+                draw_slice(body, plot, y, s, a, b);
+            }
+            if options.instants {
+                for m in view.marks(lane) {
+                    let x = plot.x(m.ts);
+                    let _ = write!(
+                        body,
+                        r##"<line class="instant" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#4B5563" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line>"##,
+                        y + 1.5,
+                        y + BAR_TOP - 1.0,
+                        esc(&format!("{} ({}) at {}", m.name, m.cat, fmt_time(m.ts)))
+                    );
+                }
+            }
+            y += LANE_H;
+        }
+    }
+    y
+}
+
+/// The legend under the title: a swatch and label per kind in `kinds`, then the instants'
+/// tick when `instants`, wrapped at `width`; returns the y of its last row.
+fn draw_legend(body: &mut String, kinds: &[Kind], instants: bool, width: f64) -> f64 {
+    let mut y = PAD + 44.0;
+    let mut x = PAD;
+    let mut entries: Vec<(&str, Option<Kind>)> = kinds.iter().map(|k| (k.label(), Some(*k))).collect();
+    if instants {
+        entries.push(("instant", None));
+    }
+    for (label, kind) in entries {
+        let w = 16.0 + label.chars().count() as f64 * CHAR_W + 16.0;
+        if x + w > width - PAD && x > PAD {
+            x = PAD;
+            y += 16.0;
+        }
+        let swatch = match kind {
+            Some(k) => {
+                format!(r#"<rect x="{x}" y="{y}" width="11" height="11" rx="2" fill="{}"/>"#, k.colour())
+            }
+            None => format!(
+                r##"<line x1="{0}" y1="{y}" x2="{0}" y2="{1}" stroke="#4B5563" stroke-width="1.2"/>"##,
+                x + 5.0,
+                y + 11.0
+            ),
+        };
+        let _ = write!(
+            body,
+            r##"<g class="legend-entry">{swatch}<text x="{}" y="{}" font-size="11" fill="#374151">{}</text></g>"##,
+            x + 16.0,
+            y + 9.5,
+            esc(label)
+        );
+        x += w;
+    }
+    y
 }
 
 /// The horizontal mapping from microseconds to pixels.
