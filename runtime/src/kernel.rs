@@ -23,6 +23,7 @@
 //! assert_eq!(SCALE.name(), "scale");
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// A host device's implementation of a kernel: a Rust function that reads its arguments
@@ -143,7 +144,8 @@ impl Kernel {
     }
 
     /// Adds the HIP C source for AMD GPUs. Without one, the HIP backend compiles the CUDA
-    /// source with the CUDA spellings it uses (`__shfl_*_sync`) renamed to HIP's.
+    /// source with the CUDA spellings it uses (`__shfl_*_sync`) renamed to HIP's
+    /// ([`hip_translation`]), as it does for every generated kernel.
     pub const fn with_hip(mut self, source: &'static str) -> Self {
         self.hip = Some(source);
         self
@@ -264,9 +266,14 @@ impl Kernel {
         self.cuda
     }
 
-    /// The HIP C source, if it has one of its own.
-    pub const fn hip_source(&self) -> Option<&'static str> {
-        self.hip
+    /// The HIP C source the HIP backend compiles: the kernel's own ([`Kernel::with_hip`]),
+    /// else its CUDA source translated ([`hip_translation`]); `None` without either.
+    pub fn hip_source(&self) -> Option<Cow<'static, str>> {
+        match (self.hip, self.cuda) {
+            (Some(hip), _) => Some(Cow::Borrowed(hip)),
+            (None, Some(cuda)) => Some(Cow::Owned(hip_translation(cuda))),
+            (None, None) => None,
+        }
     }
 
     /// How the kernel's indices are mapped to GPU threads, when it says.
@@ -982,9 +989,72 @@ impl LaunchArg {
     }
 }
 
+/// What every HIP source translated from CUDA starts with: the CUDA spellings kernels
+/// use, in HIP.
+///
+/// CUDA's `__shfl_*_sync` become `__shfl_*` with a width of 32, so the 32-lane reductions and
+/// neighbour exchanges of the kernels keep their meaning on AMD's 64-lane wavefronts (each
+/// wavefront acts as two 32-lane groups, exactly as two CUDA warps). The names are the
+/// translation's own: a generated kernel's header defines `offload_shfl_down(v, o)` (two
+/// arguments, no mask) over `__shfl_down_sync`, which becomes this prelude's.
+pub const HIP_PRELUDE: &str = "\
+// offload: CUDA spellings in HIP (32-lane groups on 64-lane wavefronts)
+#define offload_hip_shfl_down(mask, var, delta) __shfl_down((var), (delta), 32)
+#define offload_hip_shfl_up(mask, var, delta) __shfl_up((var), (delta), 32)
+#define offload_hip_shfl(mask, var, lane) __shfl((var), (lane), 32)
+";
+
+/// A kernel's CUDA C source as HIP C for `hiprtc`: the prelude, then the source with the
+/// warp intrinsics renamed to the prelude's (renaming rather than redefining leaves any
+/// HIP header that declares `__shfl_*_sync` itself untouched). The one way a kernel gets
+/// HIP from CUDA, generated or hand-written.
+pub fn hip_translation(cuda: &str) -> String {
+    let body = cuda
+        .replace("__shfl_down_sync(", "offload_hip_shfl_down(")
+        .replace("__shfl_up_sync(", "offload_hip_shfl_up(")
+        .replace("__shfl_sync(", "offload_hip_shfl(");
+    format!("{HIP_PRELUDE}{body}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_sources_translate_for_hip() {
+        for k in [
+            "__shfl_down_sync(0xffffffffu, acc, o)",
+            "__shfl_up_sync(0xffffffffu, center, 1)",
+            "__shfl_sync(0xffffffffu, v, 0)",
+        ] {
+            let h = hip_translation(k);
+            assert!(h.starts_with(HIP_PRELUDE));
+            assert!(!h[HIP_PRELUDE.len()..].contains("_sync("), "{h}");
+        }
+        let h = hip_translation("float s = __shfl_down_sync(0xffffffffu, acc, o);");
+        assert!(h.ends_with("float s = offload_hip_shfl_down(0xffffffffu, acc, o);"), "{h}");
+        // A generated kernel's own two-argument `offload_shfl_down` is left as it is.
+        let generated = "#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);";
+        let h = hip_translation(generated);
+        assert!(h.ends_with("#define offload_shfl_down(v, o) offload_hip_shfl_down(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);"), "{h}");
+        // The macro takes the mask and drops it, keeping 32-lane groups.
+        assert!(HIP_PRELUDE.contains("__shfl_down((var), (delta), 32)"));
+        // Sources without warp intrinsics are unchanged after the prelude.
+        assert_eq!(hip_translation("x[i] *= a;"), format!("{HIP_PRELUDE}x[i] *= a;"));
+    }
+
+    #[test]
+    fn a_kernel_without_hip_of_its_own_compiles_its_translated_cuda() {
+        static CUDA_ONLY: Kernel = Kernel::new("k").with_cuda("x = __shfl_down_sync(0xffffffffu, x, 1);");
+        static BOTH: Kernel = Kernel::new("k").with_cuda("// cuda").with_hip("// hip");
+        static NEITHER: Kernel = Kernel::new("k");
+        let hip = CUDA_ONLY.hip_source().expect("translated");
+        assert!(
+            hip.starts_with(HIP_PRELUDE) && hip.ends_with("x = offload_hip_shfl_down(0xffffffffu, x, 1);")
+        );
+        assert_eq!(BOTH.hip_source().as_deref(), Some("// hip"));
+        assert!(NEITHER.hip_source().is_none());
+    }
 
     #[test]
     fn scalar_arguments_are_typed() {

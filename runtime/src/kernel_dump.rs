@@ -51,10 +51,10 @@ impl KernelDump {
         }
         let file: String =
             symbol.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-        for (source, ext) in [(kernel.cuda_source(), "cu"), (kernel.hip_source(), "hip")] {
+        for (source, ext) in [(kernel.cuda_source().map(Into::into), "cu"), (kernel.hip_source(), "hip")] {
             if let Some(text) = source {
                 let path = self.dir.join(format!("{file}.{ext}"));
-                std::fs::write(&path, text).map_err(|e| failed(&path, &e))?;
+                std::fs::write(&path, text.as_bytes()).map_err(|e| failed(&path, &e))?;
             }
         }
         written.insert(symbol);

@@ -359,31 +359,26 @@ pub fn compile_with_nvrtc(what: &str, kernels: &[&offload::Kernel]) {
         return;
     }
     let mut failures = Vec::new();
-    let mut hip = 0;
     // Each kernel's variant with 32-bit index arithmetic, where it has one, as well.
     let narrow: Vec<&offload::Kernel> = kernels.iter().filter_map(|k| k.narrow_variant()).collect();
     let kernels: Vec<&offload::Kernel> = kernels.iter().copied().chain(narrow).collect();
     for k in &kernels {
-        let as_hip = k.hip_source().map(|h| {
-            let src = format!("#define __shfl_down(v, o, w) __shfl_down_sync(0xffffffffu, v, o, w)\n{h}");
-            offload::Kernel::new(k.name()).with_symbol(k.symbol()).with_cuda(Box::leak(src.into_boxed_str()))
-        });
-        hip += usize::from(as_hip.is_some());
-        for (kernel, dialect) in [(Some(**k), "CUDA"), (as_hip, "HIP")] {
-            let Some(kernel) = kernel else { continue };
-            for arch in ["sm_80", "sm_90"] {
-                if let Err(e) = offload::backend::compile_cuda(&kernel, arch) {
-                    failures.push(format!(
-                        "`{}` ({dialect}) for {arch}: {e}\n{}",
-                        k.symbol(),
-                        kernel.cuda_source().unwrap_or("")
-                    ));
-                }
+        for arch in ["sm_80", "sm_90"] {
+            if let Err(e) = offload::backend::compile_cuda(k, arch) {
+                failures.push(format!(
+                    "`{}` (CUDA) for {arch}: {e}\n{}",
+                    k.symbol(),
+                    k.cuda_source().unwrap_or("")
+                ));
+            }
+            if let Err(e) = offload::backend::compile_hip_with_nvrtc(k, arch) {
+                let hip = k.hip_source().unwrap_or_default();
+                failures.push(format!("`{}` (HIP) for {arch}: {e}\n{hip}", k.symbol()));
             }
         }
     }
     assert!(failures.is_empty(), "NVRTC failed:\n{}", failures.join("\n\n"));
-    println!("nvrtc: {} {what} compiled for sm_80 and sm_90 ({hip} HIP sources too)", kernels.len());
+    println!("nvrtc: {} {what} compiled for sm_80 and sm_90, as CUDA and as HIP", kernels.len());
 }
 
 /// `n` deterministic values in `[-0.5, 0.5)` from `seed` (xorshift): operands for the GEMM

@@ -1,5 +1,5 @@
-//! The C emitter: a lowered body to the CUDA C or HIP C of a kernel or device function.
-//! The two dialects differ only in the header before the prelude; the code is the same.
+//! The C emitter: a lowered body to the CUDA C of a kernel or device function (the HIP
+//! backend compiles it translated, as it does hand-written kernels).
 //!
 //! What the macro cannot write itself is left as a [`Part`] for rustc to fill in at
 //! compile time: constants' values, structs' definitions, device functions' sources.
@@ -18,23 +18,11 @@ use crate::ty::{RedOp, Ty};
 /// The helpers every generated source starts with.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 
-/// GPU languages the emitter writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dialect {
-    Cuda,
-    Hip,
-}
-
-impl Dialect {
-    /// The header before the prelude: the dialect's warp shuffle.
-    pub fn header(self) -> &'static str {
-        match self {
-            Dialect::Cuda => "#ifndef offload_shfl_down\n#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\n#endif\n",
-            // 32-lane groups on 64-lane wavefronts: each wavefront acts as two CUDA warps.
-            Dialect::Hip => "#ifndef offload_shfl_down\n#define offload_shfl_down(v, o) __shfl_down((v), (o), 32)\n#endif\n",
-        }
-    }
-}
+/// The header before the prelude: the warp shuffle the team reductions use. The HIP
+/// backend compiles the same source with `__shfl_down_sync` translated
+/// (`offload::kernel::hip_translation`): one HIP path for generated and hand-written kernels.
+pub const HEADER: &str =
+    "#ifndef offload_shfl_down\n#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\n#endif\n";
 
 /// A piece of generated source.
 #[derive(Clone, Debug)]
@@ -562,7 +550,6 @@ pub fn kernel_source(
     variant: Variant,
     rows: u32,
     map: &ThreadMap,
-    dialect: Dialect,
 ) -> Vec<Part> {
     const ULL: &str = "unsigned long long";
     let checked = variant == Variant::Checked;
@@ -627,7 +614,7 @@ pub fn kernel_source(
     word(&mut decls, &mut lines, "__offload_n", narrow);
     let idx: Vec<&str> = index_vars.iter().map(|&v| body.vars[v].c.as_str()).collect();
 
-    let mut parts = vec![Part::Text(dialect.header().to_string()), Part::Text(PRELUDE.to_string())];
+    let mut parts = vec![Part::Text(HEADER.to_string()), Part::Text(PRELUDE.to_string())];
     parts.extend(dependencies(body, structs_of(sig.params.iter().map(|p| &p.kind))));
     // A team size from constants: declared before the function, for `__launch_bounds__`.
     parts.extend(sig.teams.as_ref().and_then(|t| t.c_decl(&sig.name, &symbol_text)));

@@ -9,7 +9,7 @@ use quote::{format_ident, quote};
 use syn::ItemFn;
 
 use crate::access::{thread_map, ThreadMap};
-use crate::emit_c::{self, Dialect, Part, Variant};
+use crate::emit_c::{self, Part, Variant};
 use crate::emit_host::{twin_name, RustEmitter};
 use crate::ir::{Body, VarId};
 use crate::lower::{is_reserved, Lowerer, Mode};
@@ -302,34 +302,27 @@ fn lower_kernel(attr: TokenStream, f: &ItemFn) -> syn::Result<(KernelOptions, Lo
     Ok((opts, k, rows))
 }
 
-/// Kernel `f`'s source for `dialect` (checked or not) with placeholders for what rustc
-/// fills in, and its thread mapping; or the compile error.
+/// Kernel `f`'s CUDA source (checked or not) with placeholders for what rustc fills in,
+/// and its thread mapping; or the compile error.
 #[cfg(test)]
-pub fn kernel_c(
-    attr: TokenStream,
-    f: TokenStream,
-    checked: bool,
-    dialect: Dialect,
-) -> Result<(String, ThreadMap), String> {
+pub fn kernel_c(attr: TokenStream, f: TokenStream, checked: bool) -> Result<(String, ThreadMap), String> {
     let variant = if checked { Variant::Checked } else { Variant::Plain };
-    kernel_c_variant(attr, f, variant, dialect)
+    kernel_c_variant(attr, f, variant)
 }
 
-/// Kernel `f`'s source for `dialect` and `variant` (the narrow variant from the narrowed
-/// body), as [`kernel_c`].
+/// Kernel `f`'s CUDA source for `variant` (the narrow variant from the narrowed body), as
+/// [`kernel_c`].
 #[cfg(test)]
 pub fn kernel_c_variant(
     attr: TokenStream,
     f: TokenStream,
     variant: Variant,
-    dialect: Dialect,
 ) -> Result<(String, ThreadMap), String> {
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, rows) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
     let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
     let body = if variant == Variant::Narrow { &narrowed } else { &k.body };
-    let parts =
-        emit_c::kernel_source(&k.sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map, dialect);
+    let parts = emit_c::kernel_source(&k.sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map);
     Ok((emit_c::joined(&parts), k.map))
 }
 
@@ -460,25 +453,17 @@ impl<'a> KernelGen<'a> {
         }
     }
 
-    /// The kernel's CUDA C and HIP C sources, plain, checked and narrow, as `&'static str`
+    /// The kernel's CUDA C sources, plain, checked and narrow, as `&'static str`
     /// expressions (in the order of [`SOURCES`]), with `items` holding the constants they
     /// need.
     fn device_sources(&self, narrowed: &Body, rows: u32, items: &mut Vec<TokenStream>) -> Vec<TokenStream> {
         let k = self.k;
         SOURCES
             .iter()
-            .map(|&(dialect, variant, tag)| {
+            .map(|&(variant, tag)| {
                 let body = if variant == Variant::Narrow { narrowed } else { &k.body };
-                let parts = emit_c::kernel_source(
-                    &k.sig,
-                    body,
-                    &k.index_vars,
-                    &k.param_vars,
-                    variant,
-                    rows,
-                    &k.map,
-                    dialect,
-                );
+                let parts =
+                    emit_c::kernel_source(&k.sig, body, &k.index_vars, &k.param_vars, variant, rows, &k.map);
                 source_expr(&parts, tag, true, items)
             })
             .collect()
@@ -584,15 +569,9 @@ impl<'a> KernelGen<'a> {
     }
 }
 
-/// The kernel's device sources: dialect, variant, and the tag of their constants.
-const SOURCES: [(Dialect, Variant, &str); 6] = [
-    (Dialect::Cuda, Variant::Plain, "CUDA"),
-    (Dialect::Cuda, Variant::Checked, "CUDA_CHECKED"),
-    (Dialect::Hip, Variant::Plain, "HIP"),
-    (Dialect::Hip, Variant::Checked, "HIP_CHECKED"),
-    (Dialect::Cuda, Variant::Narrow, "CUDA_NARROW"),
-    (Dialect::Hip, Variant::Narrow, "HIP_NARROW"),
-];
+/// The kernel's CUDA sources: the variant, and the tag of its constants.
+const SOURCES: [(Variant, &str); 3] =
+    [(Variant::Plain, "CUDA"), (Variant::Checked, "CUDA_CHECKED"), (Variant::Narrow, "CUDA_NARROW")];
 
 /// The items of kernel `f` (read with its aliases resolved), `original` as written, and
 /// beside it the generated module: the host twin, the sources, `KERNEL` and its variants,
@@ -612,19 +591,12 @@ fn generate(
     let mut items = Vec::new();
     let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
     let sources = g.device_sources(&narrowed, rows, &mut items);
-    let [cuda, cuda_checked, hip, hip_checked, cuda_narrow, hip_narrow] =
-        <[TokenStream; 6]>::try_from(sources).expect("six sources");
+    let sources = <[TokenStream; 3]>::try_from(sources).expect("three sources");
     let shared_checks = g.shared_memory_checks();
     let size_check = g.argument_block_check(f)?;
     let twin = crate::twin::host_twin(&g);
     let shape = crate::launcher::shape(&g);
-    let kernels = kernel_statics(
-        &g,
-        &host_fn,
-        &twin.path,
-        &narrowed,
-        [cuda, cuda_checked, hip, hip_checked, cuda_narrow, hip_narrow],
-    );
+    let kernels = kernel_statics(&g, &host_fn, &twin.path, &narrowed, sources);
     let launchers = crate::launcher::launchers(&g);
     let twin_body = &twin.body;
     let doc = format!(
@@ -675,10 +647,10 @@ fn kernel_statics(
     host_fn: &syn::Ident,
     host_path: &str,
     narrowed: &Body,
-    sources: [TokenStream; 6],
+    sources: [TokenStream; 3],
 ) -> TokenStream {
     let sig = &g.k.sig;
-    let [cuda, cuda_checked, hip, hip_checked, cuda_narrow, hip_narrow] = sources;
+    let [cuda, cuda_checked, cuda_narrow] = sources;
     let name_str = &g.name_str;
     let symbol_checked = emit_c::symbol(sig, Variant::Checked);
     let symbol_narrow = emit_c::symbol(sig, Variant::Narrow);
@@ -698,12 +670,11 @@ fn kernel_statics(
     let grid_stride = sig.teams.is_none().then(|| quote!(.with_grid_stride()));
     let note = &g.k.map.note;
     quote! {
-        /// The kernel: its CUDA C and HIP C sources and its host twin. Launched in the
+        /// The kernel: its CUDA C source (HIP compiles it translated) and its host twin. Launched in the
         /// OpenMP shape (`offload::omp::target`, one argument per parameter), the runtime
         /// adds its start and its views' lengths.
         pub static KERNEL: ::offload::Kernel = ::offload::Kernel::new(#name_str)
             .with_cuda(#cuda)
-            .with_hip(#hip)
             .with_host(#host_fn::<false>)
             .with_block(#block)
             #grid_stride
@@ -720,7 +691,6 @@ fn kernel_statics(
             .with_symbol(#symbol_narrow)
             .with_bounds(&[#(#narrow_positions),*])
             .with_cuda(#cuda_narrow)
-            .with_hip(#hip_narrow)
             .with_host(#host_fn::<false>)
             .with_block(#block)
             #grid_stride
@@ -736,7 +706,6 @@ fn kernel_statics(
         pub static KERNEL_CHECKED: ::offload::Kernel = ::offload::Kernel::new(#name_str)
             .with_symbol(#symbol_checked)
             .with_cuda(#cuda_checked)
-            .with_hip(#hip_checked)
             .with_host(#host_fn::<true>)
             .with_block(#block)
             #grid_stride

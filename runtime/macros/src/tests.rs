@@ -2,7 +2,6 @@
 
 use quote::quote;
 
-use crate::emit_c::Dialect;
 use crate::expand::{device_c, kernel_c};
 
 fn cuda(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> Result<String, String> {
@@ -14,7 +13,7 @@ fn source(
     f: proc_macro2::TokenStream,
     checked: bool,
 ) -> Result<String, String> {
-    kernel_c(attr, f, checked, Dialect::Cuda).map(|(c, _)| c)
+    kernel_c(attr, f, checked).map(|(c, _)| c)
 }
 
 fn ok(f: proc_macro2::TokenStream) -> String {
@@ -510,7 +509,7 @@ fn the_unit_stride_index_is_the_fastest_thread_dimension() {
             b[c] = 0.25f32 * (a[c - 1] + a[c + 1] + a[i + (j - 1) * n] + a[i + (j + 1) * n]);
         }
     );
-    let (c, map) = kernel_c(quote!(dims = 2), f, false, Dialect::Cuda).unwrap();
+    let (c, map) = kernel_c(quote!(dims = 2), f, false).unwrap();
     assert_eq!(map.order, vec![1, 0], "{map:?}");
     assert!(
         map.note.contains("consecutive threads take consecutive `i`") && map.note.contains("strip of `j`"),
@@ -532,7 +531,7 @@ fn the_unit_stride_index_is_the_fastest_thread_dimension() {
             }
         ),
     ] {
-        let (_, map) = kernel_c(quote!(dims = 2), f, false, Dialect::Cuda).unwrap();
+        let (_, map) = kernel_c(quote!(dims = 2), f, false).unwrap();
         assert_eq!(map.order, vec![0, 1], "{map:?}");
     }
     // 3-D: `x` outermost in the signature, unit stride.
@@ -544,7 +543,6 @@ fn the_unit_stride_index_is_the_fastest_thread_dimension() {
             }
         ),
         false,
-        Dialect::Cuda,
     )
     .unwrap();
     assert_eq!(map.order, vec![1, 2, 0], "{map:?}");
@@ -600,7 +598,6 @@ fn sub_slices_are_views() {
             }
         ),
         true,
-        Dialect::Cuda,
     )
     .unwrap();
     assert!(
@@ -634,24 +631,6 @@ fn structs_are_parameters_and_elements() {
 }
 
 #[test]
-fn hip_differs_only_in_its_header() {
-    let f = quote!(
-        fn k(i: usize, x: &[f32], s: &mut f32) {
-            *s += x[i];
-        }
-    );
-    let (cuda, _) = kernel_c(quote!(reduction(+: s)), f.clone(), false, Dialect::Cuda).unwrap();
-    let (hip, _) = kernel_c(quote!(reduction(+: s)), f, false, Dialect::Hip).unwrap();
-    assert!(
-        cuda.contains("__shfl_down_sync(0xffffffffu, (v), (o))")
-            && !cuda.contains("__shfl_down((v), (o), 32)")
-    );
-    assert!(hip.contains("__shfl_down((v), (o), 32)") && !hip.contains("__shfl_down_sync"));
-    let strip = |s: &str| s.lines().skip(3).collect::<Vec<_>>().join("\n");
-    assert_eq!(strip(&cuda), strip(&hip));
-}
-
-#[test]
 fn teams_kernels_have_team_local_arrays_and_barriers() {
     let (c, map) = kernel_c(
         quote!(teams = 128),
@@ -664,7 +643,6 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
             }
         ),
         false,
-        Dialect::Cuda,
     )
     .unwrap();
     assert!(map.note.contains("teams of 128 threads"), "{map:?}");
@@ -690,7 +668,6 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
             }
         ),
         true,
-        Dialect::Cuda,
     )
     .unwrap();
     assert!(
@@ -984,7 +961,7 @@ fn erf_is_cudas() {
 
 /// The narrow variant's CUDA source of kernel `f`.
 fn narrow(attr: proc_macro2::TokenStream, f: proc_macro2::TokenStream) -> String {
-    crate::expand::kernel_c_variant(attr, f, crate::emit_c::Variant::Narrow, Dialect::Cuda)
+    crate::expand::kernel_c_variant(attr, f, crate::emit_c::Variant::Narrow)
         .map(|(c, _)| c)
         .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -4,7 +4,7 @@
 //! compute, copy-out) on which operations are queued (a construct waits only where the host
 //! needs the result, as on CUDA), peer access enabled per pair at discovery, pinned host memory by `hipHostRegister`, events for staging slots,
 //! and kernels compiled at run time by `hiprtc` from the same CUDA C sources (translated by
-//! [`super::hip_support::hip_source`]) for the device's `gcnArchName`. HIP keeps a current
+//! [`crate::kernel::hip_translation`]) for the device's `gcnArchName`. HIP keeps a current
 //! device per thread, so every call selects its device first. `hip-sys` has no `hiprtc`
 //! bindings: the few functions used are declared below (ROCm exports them from
 //! `libamdhip64`). There is no BLAS on this backend (hipBLAS is not bound): its `has_blas` is
@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use hip_sys::hiprt as hip;
 use parking_lot::Mutex;
 
-use super::hip_support::{hip_error, hip_source, HIP_ERROR_NO_DEVICE};
+use super::hip_support::{hip_error, HIP_ERROR_NO_DEVICE};
 use super::platform::{LoadedKernels, VendorPlatform};
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue};
 use crate::error::{Error, Result};
@@ -259,10 +259,8 @@ impl HipDevice {
 
     /// Loads `kernel` (CUDA C `src`, or its own HIP source) on this device with hiprtc.
     fn load(&self, kernel: &Kernel, src: &str) -> Result<Function> {
-        let code = match kernel.hip_source() {
-            Some(hip) => compile(self.number, kernel.name(), hip, &self.arch)?,
-            None => compile(self.number, kernel.name(), &hip_source(src), &self.arch)?,
-        };
+        let hip = kernel.hip_source().unwrap_or_else(|| crate::kernel::hip_translation(src).into());
+        let code = compile(self.number, kernel.name(), &hip, &self.arch)?;
         self.select()?;
         let mut module: hip::hipModule_t = std::ptr::null_mut();
         // SAFETY: `code` is a complete code object from hiprtc; it outlives the call.

@@ -1,33 +1,8 @@
-//! The parts of the HIP backend that need no AMD library, so they are compiled and tested
-//! everywhere: translating the kernels' CUDA C for `hiprtc`, and mapping HIP error codes to
-//! the runtime's errors.
+//! The part of the HIP backend that needs no AMD library, so it is compiled and tested
+//! everywhere: mapping HIP error codes to the runtime's errors. (Kernels' HIP sources come
+//! from `Kernel::hip_source`, which translates CUDA C.)
 
 use crate::error::Error;
-
-/// What every HIP kernel source starts with: the CUDA spellings our kernels use, in HIP.
-///
-/// CUDA's `__shfl_*_sync` become `__shfl_*` with a width of 32, so the 32-lane reductions and
-/// neighbour exchanges of the kernels keep their meaning on AMD's 64-lane wavefronts (each
-/// wavefront acts as two 32-lane groups, exactly as two CUDA warps). The names are the HIP
-/// translation's own: the generated kernels' prelude defines `offload_shfl_down(v, o)` (two
-/// arguments, no mask), which a translated source holding it must keep.
-pub const HIP_PRELUDE: &str = "\
-// offload: CUDA spellings in HIP (32-lane groups on 64-lane wavefronts)
-#define offload_hip_shfl_down(mask, var, delta) __shfl_down((var), (delta), 32)
-#define offload_hip_shfl_up(mask, var, delta) __shfl_up((var), (delta), 32)
-#define offload_hip_shfl(mask, var, lane) __shfl((var), (lane), 32)
-";
-
-/// A kernel's CUDA C source as HIP C for `hiprtc`: the prelude, then the source with the
-/// warp intrinsics renamed to the prelude's (renaming rather than redefining leaves any
-/// HIP header that declares `__shfl_*_sync` itself untouched).
-pub fn hip_source(cuda: &str) -> String {
-    let body = cuda
-        .replace("__shfl_down_sync(", "offload_hip_shfl_down(")
-        .replace("__shfl_up_sync(", "offload_hip_shfl_up(")
-        .replace("__shfl_sync(", "offload_hip_shfl(");
-    format!("{HIP_PRELUDE}{body}")
-}
 
 /// `hipErrorOutOfMemory`.
 pub const HIP_ERROR_OUT_OF_MEMORY: i32 = 2;
@@ -55,29 +30,6 @@ pub fn hip_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_sources_translate_for_hip() {
-        for k in [
-            "__shfl_down_sync(0xffffffffu, acc, o)",
-            "__shfl_up_sync(0xffffffffu, center, 1)",
-            "__shfl_sync(0xffffffffu, v, 0)",
-        ] {
-            let h = hip_source(k);
-            assert!(h.starts_with(HIP_PRELUDE));
-            assert!(!h[HIP_PRELUDE.len()..].contains("_sync("), "{h}");
-        }
-        let h = hip_source("float s = __shfl_down_sync(0xffffffffu, acc, o);");
-        assert!(h.ends_with("float s = offload_hip_shfl_down(0xffffffffu, acc, o);"), "{h}");
-        // A generated kernel's own two-argument `offload_shfl_down` is left as it is.
-        let generated = "#define offload_shfl_down(v, o) __shfl_down_sync(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);";
-        let h = hip_source(generated);
-        assert!(h.ends_with("#define offload_shfl_down(v, o) offload_hip_shfl_down(0xffffffffu, (v), (o))\nx = offload_shfl_down(x, 1);"), "{h}");
-        // The macro takes the mask and drops it, keeping 32-lane groups.
-        assert!(HIP_PRELUDE.contains("__shfl_down((var), (delta), 32)"));
-        // Sources without warp intrinsics are unchanged after the prelude.
-        assert_eq!(hip_source("x[i] *= a;"), format!("{HIP_PRELUDE}x[i] *= a;"));
-    }
 
     #[test]
     fn hip_errors_map_to_runtime_errors() {

@@ -78,6 +78,24 @@ pub fn compile_cuda(kernel: &Kernel, arch: &'static str) -> Result<usize> {
     cuda::compile(0, kernel.name(), src, arch).map(|ptx| ptx.to_src().len())
 }
 
+/// Compiles `kernel`'s HIP source ([`Kernel::hip_source`]: its own, or its CUDA
+/// translated) with NVRTC for `arch`, HIP's warp intrinsics spelled back in CUDA: where no
+/// `hiprtc` is, this checks all of a HIP source but HIP's own headers. The PTX's size.
+#[cfg(feature = "cuda")]
+pub fn compile_hip_with_nvrtc(kernel: &Kernel, arch: &'static str) -> Result<usize> {
+    let hip = kernel.hip_source().ok_or(crate::Error::NoKernelImpl {
+        device: 0,
+        kernel: kernel.name(),
+        backend: "hip",
+    })?;
+    let src = format!(
+        "#define __shfl_down(v, o, w) __shfl_down_sync(0xffffffffu, v, o, w)\n\
+         #define __shfl_up(v, o, w) __shfl_up_sync(0xffffffffu, v, o, w)\n\
+         #define __shfl(v, l, w) __shfl_sync(0xffffffffu, v, l, w)\n{hip}"
+    );
+    cuda::compile(0, kernel.name(), &src, arch).map(|ptx| ptx.to_src().len())
+}
+
 /// Whether NVRTC can be loaded here (so [`compile_cuda`] can compile).
 #[cfg(feature = "cuda")]
 pub fn nvrtc_present() -> bool {
