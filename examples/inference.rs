@@ -32,6 +32,7 @@ use std::time::Instant;
 use offload::half::{bf16, f16};
 use offload::{GemmElement, Precision, Runtime};
 use offload_examples::inference::{check, uniform, Deployment, Mlp, StagedDeployment};
+use offload_examples::options::Options;
 use offload_examples::{example_devices, example_runtime};
 
 struct Args {
@@ -50,56 +51,44 @@ struct Args {
     reuse_outputs: bool,
 }
 
+const OPTIONS: &[&str] = &[
+    "layers",
+    "width",
+    "batch",
+    "batches",
+    "ndev",
+    "slots",
+    "check",
+    "weights",
+    "save-weights",
+    "stages",
+    "precision",
+    "repeat",
+    "reuse-outputs",
+];
+
 fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        layers: 4,
-        width: 4096,
-        batch: 4096,
-        batches: 48,
-        ndev: None,
-        slots: 4,
-        check: 2,
-        weights: None,
-        save_weights: None,
-        stages: 0,
-        precision: Precision::Fp32,
-        repeat: 1,
-        reuse_outputs: false,
+    let o = Options::parse(&[])?;
+    o.only(OPTIONS, "see the file's header for the options")?;
+    let precision = match o.value("precision") {
+        Some(p) => p.parse().map_err(|e: offload::Error| e.to_string())?,
+        None => Precision::Fp32,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let v = it.next().ok_or(format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "-weights" => {
-                a.weights = Some(v);
-                continue;
-            }
-            "-save-weights" => {
-                a.save_weights = Some(v);
-                continue;
-            }
-            "-precision" => {
-                a.precision = v.parse().map_err(|e: offload::Error| e.to_string())?;
-                continue;
-            }
-            _ => {}
-        }
-        let n: usize = v.parse().map_err(|_| format!("{flag} wants a number, got {v:?}"))?;
-        match flag.as_str() {
-            "-layers" => a.layers = n.max(1),
-            "-width" => a.width = n.max(1),
-            "-batch" => a.batch = n.max(1),
-            "-batches" => a.batches = n,
-            "-ndev" => a.ndev = Some(n),
-            "-slots" => a.slots = n,
-            "-check" => a.check = n,
-            "-stages" => a.stages = n,
-            "-repeat" => a.repeat = n.max(1),
-            "-reuse-outputs" => a.reuse_outputs = n != 0,
-            _ => return Err(format!("unknown option {flag:?}; see the file's header for the options")),
-        }
-    }
-    Ok(a)
+    Ok(Args {
+        layers: o.num("layers", 4usize)?.max(1),
+        width: o.num("width", 4096usize)?.max(1),
+        batch: o.num("batch", 4096usize)?.max(1),
+        batches: o.num("batches", 48)?,
+        ndev: o.num_opt("ndev")?,
+        slots: o.num("slots", 4)?,
+        check: o.num("check", 2)?,
+        weights: o.value("weights").map(String::from),
+        save_weights: o.value("save-weights").map(String::from),
+        stages: o.num("stages", 0)?,
+        precision,
+        repeat: o.num("repeat", 1usize)?.max(1),
+        reuse_outputs: o.num("reuse-outputs", 0usize)? != 0,
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -17,43 +17,32 @@
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
 use offload_examples::jacobi::{digest, max_diff, reference, solve, Args, KernelChoice};
+use offload_examples::options::Options;
 use offload_examples::{example_devices, example_runtime};
 
+const USAGE: &str = "jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-check]";
+
 fn parse() -> Result<Args, String> {
-    let mut a = Args::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut num = |name: &str| -> Result<usize, String> {
-            let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name} wants a number, got {v:?}"))
-        };
-        match flag.as_str() {
-            "-niter" => a.niter = num("-niter")?,
-            "-nccheck" => a.nccheck = num("-nccheck")?.max(1),
-            "-nx" => a.nx = num("-nx")?,
-            "-ny" => a.ny = num("-ny")?,
-            "-ndev" => a.ndev = Some(num("-ndev")?),
-            "-rows" => a.rows = num("-rows")?.max(1),
-            "-csv" => a.csv = true,
-            "-check" => a.check = true,
-            "-kernel" => match it.next().as_deref() {
-                Some("generated") => a.kernel = KernelChoice::Generated,
-                Some("tuned") => a.kernel = KernelChoice::Tuned,
-                Some("teams") => a.kernel = KernelChoice::Teams,
-                other => return Err(format!("-kernel wants generated, teams or tuned, got {other:?}")),
-            },
-            "-halo" => match it.next().as_deref() {
-                Some("peer") => a.peer_stores = true,
-                Some("memcpy") => a.peer_stores = false,
-                other => return Err(format!("-halo wants peer or memcpy, got {other:?}")),
-            },
-            _ => {
-                return Err(format!(
-                    "unknown option {flag:?}; usage: jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-check]"
-                ))
-            }
-        }
-    }
+    let o = Options::parse(&["csv", "check"])?;
+    o.only(&["niter", "nccheck", "nx", "ny", "csv", "ndev", "rows", "halo", "kernel", "check"], USAGE)?;
+    let d = Args::default();
+    let kernels = [
+        ("generated", KernelChoice::Generated),
+        ("tuned", KernelChoice::Tuned),
+        ("teams", KernelChoice::Teams),
+    ];
+    let a = Args {
+        niter: o.num("niter", d.niter)?,
+        nccheck: o.num("nccheck", d.nccheck)?.max(1),
+        nx: o.num("nx", d.nx)?,
+        ny: o.num("ny", d.ny)?,
+        csv: o.has("csv"),
+        ndev: o.num_opt("ndev")?,
+        rows: o.num("rows", d.rows)?.max(1),
+        peer_stores: o.choice("halo", &[("peer", true), ("memcpy", false)], d.peer_stores)?,
+        check: o.has("check"),
+        kernel: o.choice("kernel", &kernels, d.kernel)?,
+    };
     if a.nx < 3 || a.ny < 3 {
         return Err("-nx and -ny must be at least 3".into());
     }

@@ -16,38 +16,30 @@
 //! Built with `--features mpi` and started by `mpirun -np N`, the planes are split over the
 //! ranks first, each rank's slab over its own devices (see `jacobi.rs`).
 
+use offload_examples::options::Options;
 use offload_examples::stencil3d::{digest, max_diff, reference, solve, Args};
 use offload_examples::{example_devices, example_runtime};
 
+const USAGE: &str =
+    "stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy] [-check]";
+
 fn parse() -> Result<Args, String> {
-    let mut a = Args::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut num = |name: &str| -> Result<usize, String> {
-            let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name} wants a number, got {v:?}"))
-        };
-        match flag.as_str() {
-            "-n" => {
-                let n = num("-n")?;
-                (a.nx, a.ny, a.nz) = (n, n, n);
-            }
-            "-nx" => a.nx = num("-nx")?,
-            "-ny" => a.ny = num("-ny")?,
-            "-nz" => a.nz = num("-nz")?,
-            "-niter" => a.niter = num("-niter")?,
-            "-ndev" => a.ndev = Some(num("-ndev")?),
-            "-planes" => a.planes = num("-planes")?.max(1),
-            "-csv" => a.csv = true,
-            "-check" => a.check = true,
-            "-halo" => match it.next().as_deref() {
-                Some("peer") => a.peer_stores = true,
-                Some("memcpy") => a.peer_stores = false,
-                other => return Err(format!("-halo wants peer or memcpy, got {other:?}")),
-            },
-            _ => return Err(format!("unknown option {flag:?}; usage: stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy] [-check]")),
-        }
-    }
+    let o = Options::parse(&["csv", "check"])?;
+    o.only(&["n", "nx", "ny", "nz", "niter", "ndev", "planes", "csv", "halo", "check"], USAGE)?;
+    let d = Args::default();
+    // `-n` sets every edge; `-nx`, `-ny`, `-nz` one each.
+    let n: Option<usize> = o.num_opt("n")?;
+    let a = Args {
+        nx: o.num("nx", n.unwrap_or(d.nx))?,
+        ny: o.num("ny", n.unwrap_or(d.ny))?,
+        nz: o.num("nz", n.unwrap_or(d.nz))?,
+        niter: o.num("niter", d.niter)?,
+        ndev: o.num_opt("ndev")?,
+        planes: o.num("planes", d.planes)?.max(1),
+        csv: o.has("csv"),
+        peer_stores: o.choice("halo", &[("peer", true), ("memcpy", false)], d.peer_stores)?,
+        check: o.has("check"),
+    };
     if a.nx < 3 || a.ny < 3 || a.nz < 3 {
         return Err("every edge must be at least 3".into());
     }

@@ -3,60 +3,7 @@
 
 #![allow(dead_code)]
 
-/// A port's options: `-name value` pairs and positional arguments, as the original's.
-pub struct Options {
-    flags: Vec<(String, String)>,
-    /// Arguments that are not options (the originals' `argv[1]`, ...).
-    pub positional: Vec<String>,
-}
-
-impl Options {
-    /// Reads the command line; `switches` take no value.
-    pub fn parse(switches: &[&str]) -> Result<Self, String> {
-        let mut flags = Vec::new();
-        let mut positional = Vec::new();
-        let mut it = std::env::args().skip(1);
-        while let Some(a) = it.next() {
-            if let Some(name) = a.strip_prefix('-').filter(|n| n.parse::<f64>().is_err()) {
-                if switches.contains(&name) {
-                    flags.push((name.to_string(), String::new()));
-                } else {
-                    let v = it.next().ok_or(format!("-{name} needs a value"))?;
-                    flags.push((name.to_string(), v));
-                }
-            } else {
-                positional.push(a);
-            }
-        }
-        Ok(Self { flags, positional })
-    }
-
-    /// The value of `-name` as a number, else `default`.
-    pub fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
-        match self.flags.iter().rev().find(|(n, _)| n == name) {
-            None => Ok(default),
-            Some((_, v)) => v.parse().map_err(|_| format!("-{name} wants a number, got {v:?}")),
-        }
-    }
-
-    /// The value of `-name`, else `default`.
-    pub fn text(&self, name: &str, default: &str) -> String {
-        self.flags.iter().rev().find(|(n, _)| n == name).map_or(default.to_string(), |(_, v)| v.clone())
-    }
-
-    /// Whether the switch `-name` was given.
-    pub fn has(&self, name: &str) -> bool {
-        self.flags.iter().any(|(n, _)| n == name)
-    }
-
-    /// Refuses options outside `known`.
-    pub fn only(&self, known: &[&str], usage: &str) -> Result<(), String> {
-        match self.flags.iter().find(|(n, _)| !known.contains(&n.as_str())) {
-            Some((n, _)) => Err(format!("unknown option -{n}; usage: {usage}")),
-            None => Ok(()),
-        }
-    }
-}
+pub use offload_examples::options::Options;
 
 /// The examples' runtime (GPUs, else host devices) and the device to run on: `-device D`,
 /// else the first.

@@ -1,8 +1,9 @@
 //! Library halves of the examples, shared with tests and benches: the Jacobi and 3-D
-//! stencil solvers, the inference model, and the trace renderer of `offload-trace`. The runnable programs are the `[[example]]` targets of this package.
+//! stencil solvers, the inference model, the command-line parser, and the trace renderer of `offload-trace`. The runnable programs are the `[[example]]` targets of this package.
 
 pub mod inference;
 pub mod jacobi;
+pub mod options;
 pub mod ranks;
 pub mod spin_barrier;
 pub mod stencil3d;
