@@ -6,7 +6,7 @@
 //! so and exits 0 without one).
 
 use cudarc::driver::{result, sys, CudaContext, LaunchConfig, PushKernelArg};
-use offload::{map, HostBuffer, Kernel, MapType, Runtime};
+use offload::{map, HostBuffer, Kernel, MapType};
 use offload_benches::{Bench, Budget};
 
 const GIB: usize = 1 << 30;
@@ -25,15 +25,7 @@ fn row(what: &str, ours: String, reference: String, note: &str) {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !offload_benches::measuring() {
-        return Ok(());
-    }
-    let rt = Runtime::builder().gpus(true).host_devices(0).build()?;
-    if rt.num_devices() == 0 {
-        println!("cuda_paths: no GPU ({}); nothing to measure", rt.device_report().trim_end());
-        return Ok(());
-    }
-    print!("{}", rt.device_report());
+    let Some(rt) = offload_benches::gpu_bench("cuda_paths")? else { return Ok(()) };
     let mut bench = Bench::new("cuda_paths");
     println!("\n| path | offload | raw cudarc | note |\n|---|---|---|---|");
 

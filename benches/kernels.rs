@@ -457,15 +457,7 @@ fn jacobi_solvers(rt: &Runtime) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !offload_benches::measuring() {
-        return Ok(());
-    }
-    let rt = Runtime::builder().gpus(true).host_devices(0).build()?;
-    if rt.num_devices() == 0 {
-        println!("kernels: no GPU ({}); nothing to measure", rt.device_report().trim_end());
-        return Ok(());
-    }
-    print!("{}", rt.device_report());
+    let Some(rt) = offload_benches::gpu_bench("kernels")? else { return Ok(()) };
     let mut bench = Bench::new("kernels");
 
     // ---- GPU time by events, raw launches of the same sources ----

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use offload::{map, Runtime};
+use offload::map;
 use offload_benches::{Bench, Budget};
 use offload_examples::inference::{check, uniform, Deployment, Mlp};
 
@@ -18,21 +18,13 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !offload_benches::measuring() {
-        return Ok(());
-    }
-    let rt = Runtime::builder().gpus(true).host_devices(0).build()?;
-    if rt.num_devices() == 0 {
-        println!("overlap: no GPU ({}); nothing to measure", rt.device_report().trim_end());
-        return Ok(());
-    }
+    let Some(rt) = offload_benches::gpu_bench("overlap")? else { return Ok(()) };
     let (batches, width, rows, layers) = (
         env("OVERLAP_BATCHES", 48),
         env("OVERLAP_WIDTH", 4096),
         env("OVERLAP_ROWS", 4096),
         env("OVERLAP_LAYERS", 4),
     );
-    print!("{}", rt.device_report());
     println!(
         "MLP {layers} x {width}, {batches} batches of {rows} rows ({} MiB each way)",
         (rows * width * 4) >> 20

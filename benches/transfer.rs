@@ -201,15 +201,7 @@ fn all_gpus(bench: &mut Bench, staging: StagingConfig) -> Result<(), Box<dyn std
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if !offload_benches::measuring() {
-        return Ok(());
-    }
-    let probe = Runtime::builder().gpus(true).host_devices(0).build()?;
-    if probe.num_devices() == 0 {
-        println!("transfer: no GPU ({}); nothing to measure", probe.device_report().trim_end());
-        return Ok(());
-    }
-    print!("{}", probe.device_report());
+    let Some(probe) = offload_benches::gpu_bench("transfer")? else { return Ok(()) };
     let mut bench = Bench::new("transfer");
     for d in 0..probe.num_devices() {
         println!("device {d}: {}; {}", probe.placement(d)?, probe.staging_report(d)?.unwrap_or_default());

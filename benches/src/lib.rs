@@ -23,6 +23,22 @@ pub fn measuring() -> bool {
     on
 }
 
+/// The start of every GPU bench named `name`: `None` when not [`measuring`], or when this
+/// machine has no GPU (then a line says so and why); otherwise a runtime of the GPUs alone,
+/// its device report printed.
+pub fn gpu_bench(name: &str) -> offload::Result<Option<offload::Runtime>> {
+    if !measuring() {
+        return Ok(None);
+    }
+    let rt = offload::Runtime::builder().gpus(true).host_devices(0).build()?;
+    if rt.num_devices() == 0 {
+        println!("{name}: no GPU ({}); nothing to measure", rt.device_report().trim_end());
+        return Ok(None);
+    }
+    print!("{}", rt.device_report());
+    Ok(Some(rt))
+}
+
 /// How long `criterion` spends on one measurement.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
