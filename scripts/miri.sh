@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 nightly_install miri
 # Module paths, matched as substrings of test names: a module's tests run here only when
 # they stay clear of devices' worker threads, rayon pools and hwloc.
-modules=(config:: copy_crew:: data_env:: error:: macro_support:: info:: latch:: memory_pool:: partition::)
+modules=(config:: copy_crew:: data_env:: error:: range:: macro_support:: info:: latch:: memory_pool:: partition::)
 cargo "+$nightly" miri test -p offload --lib --no-default-features -- "${modules[@]}" "$@"
 
 # The soak needs three flags:

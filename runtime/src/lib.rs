@@ -80,50 +80,41 @@
 
 pub mod api;
 pub mod backend;
-mod chrome_trace;
 pub mod cluster;
-pub mod config;
-mod copy_crew;
-pub mod data_env;
 mod device;
 pub mod error;
 pub mod gemm;
 pub mod index_space;
-pub mod info;
 pub mod kernel;
-pub mod kernel_cache;
-mod kernel_dump;
 mod latch;
 mod macro_support;
-mod memory_pool;
 pub mod nowait;
 pub mod omp;
 mod origin;
 pub mod partition;
 pub mod pipeline;
+mod range;
 pub mod recording;
 mod runtime;
+mod services;
 #[cfg(test)]
 mod soak;
-mod staging;
-pub mod topology;
-mod validate;
-mod worker;
+mod trace;
 
 pub use api::{Association, DeviceBuffer, DeviceGlobal, GlobalArg, HostMut, Mapped};
 pub use api::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead};
+pub use backend::kernel_cache;
+pub use backend::topology;
+pub use backend::topology::{NumaDistances, Placement, PlacementSource, Topology, TopologyGpu};
 pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo};
-pub use config::OffloadPolicy;
-pub use data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
 #[doc(hidden)]
 pub use device::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
 pub use device::TransferStats;
-pub use error::{Error, HostRange, Result};
+pub use error::{Error, Result};
 pub use gemm::{Activation, ElementType, Gemm, GemmElement, Precision};
 /// The `half` crate, whose [`half::bf16`] and [`half::f16`] GEMMs take ([`GemmElement`]).
 pub use half;
 pub use index_space::IndexSpace;
-pub use info::{InfoFlags, InfoLayer, InfoLog};
 pub use kernel::{
     barrier, erf, erfc, team_local, team_max, team_min, team_product, team_size, team_sum, zeroed_vec,
     ErrorFunction,
@@ -132,15 +123,21 @@ pub use kernel::{
     DeviceCopy, HostLaunch, Kernel, KernelArg, KernelScalar, KernelShape, KernelStruct, LaunchArg, OmpSpace,
     Scalar, ShapeParam,
 };
-pub use memory_pool::PoolConfig;
 pub use nowait::{NowaitScope, Task};
+pub use range::HostRange;
 pub use recording::Recording;
 pub use runtime::memcpy;
 pub use runtime::memcpy::RectSide;
 pub use runtime::RuntimeBuilder;
 pub use runtime::{Pinned, PoolUsage, Runtime};
-pub use staging::StagingConfig;
-pub use topology::{NumaDistances, Placement, PlacementSource, Topology, TopologyGpu};
+pub use services::config;
+pub use services::config::OffloadPolicy;
+pub use services::data_env;
+pub use services::data_env::{Entry, MapItem, MapKind, MapType, UpdateDirection, UpdateItem};
+pub use services::memory_pool::PoolConfig;
+pub use services::staging::StagingConfig;
+pub use trace::info;
+pub use trace::info::{InfoFlags, InfoLayer, InfoLog};
 
 /// Single-source kernels: see the `offload_macros` crate docs. `#[offload::kernel]` lives
 /// in the macro namespace, beside the [`kernel`](mod@kernel) module.

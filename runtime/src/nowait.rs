@@ -60,9 +60,10 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::api::{Device, DeviceSlice, KernelArgs, MapList};
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
-use crate::error::{panic_message, Error, HostRange, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
+use crate::range::HostRange;
 use crate::runtime::{MapConstruct, Runtime};
 
 /// Which of a device's three lanes runs a task.

@@ -29,8 +29,9 @@ use std::ops::Range;
 
 use crate::api::DeviceSlice;
 use crate::data_env::{MapItem, MapType, UpdateDirection};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
+use crate::range::HostRange;
 use crate::runtime::DevicePin;
 use crate::runtime::Runtime;
 

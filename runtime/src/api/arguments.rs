@@ -1,8 +1,9 @@
 //! What a kernel launch of the safe API takes: [`KernelArgument`]s (views, scalars,
 //! [`DevicePtr`]s) in tuples ([`KernelArgs`]).
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelScalar};
+use crate::range::HostRange;
 
 use super::*;
 

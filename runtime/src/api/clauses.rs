@@ -3,9 +3,9 @@
 use std::marker::PhantomData;
 
 use crate::data_env::{MapItem, MapType};
-use crate::error::HostRange;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
+use crate::range::HostRange;
 use crate::runtime::Runtime;
 
 use super::*;

@@ -1,9 +1,10 @@
 //! The [`Device`] handle: one device of a runtime and the constructs of the safe API on it.
 
 use crate::data_env::UpdateDirection;
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{DeviceCopy, Kernel};
+use crate::range::HostRange;
 use crate::runtime::Runtime;
 
 use super::*;

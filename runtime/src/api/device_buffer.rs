@@ -31,8 +31,9 @@ use std::panic::Location;
 
 use crate::api::{Device, DeviceSlice, KernelArgument, SharedView};
 use crate::data_env::UpdateDirection;
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
+use crate::range::HostRange;
 use crate::runtime::Caller;
 
 /// `len` elements of `T` in one device's memory, freed on drop.

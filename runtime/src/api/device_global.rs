@@ -50,8 +50,9 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::api::{Device, KernelArgument, SharedView};
 use crate::data_env::UpdateDirection;
-use crate::error::{HostRange, Result};
+use crate::error::Result;
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
+use crate::range::HostRange;
 
 /// A `declare target` variable; see the [module documentation](self).
 pub struct DeviceGlobal<T: DeviceCopy> {

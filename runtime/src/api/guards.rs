@@ -37,8 +37,9 @@ use std::panic::Location;
 
 use crate::api::{Device, DeviceSlice, MapList};
 use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
+use crate::range::HostRange;
 use crate::runtime::MapConstruct;
 
 /// How a [`Mapped`] ends.

@@ -5,8 +5,9 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 use crate::data_env::{MapItem, MapType, UpdateDirection};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
+use crate::range::HostRange;
 use crate::runtime::Runtime;
 
 use super::*;

@@ -3,9 +3,11 @@
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
+
 use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
+use crate::range::HostRange;
 use crate::runtime::Runtime;
 
 use super::*;

@@ -239,7 +239,7 @@ impl Backend for Faulty {
     fn uid(&self) -> String {
         self.inner.uid()
     }
-    fn own_worker(&self) -> Option<std::sync::Arc<crate::worker::DeviceWorker>> {
+    fn own_worker(&self) -> Option<std::sync::Arc<crate::backend::worker::DeviceWorker>> {
         self.inner.own_worker()
     }
     fn number(&self) -> usize {

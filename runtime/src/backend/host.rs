@@ -15,13 +15,14 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::host_gemm::host_gemm;
 use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
+use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
-use crate::gemm::{host_gemm, ElementType, Gemm, GemmElement};
+use crate::gemm::{ElementType, Gemm, GemmElement};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::topology::Topology;
-use crate::worker::DeviceWorker;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
 const ALIGN: usize = 256;

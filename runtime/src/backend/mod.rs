@@ -4,7 +4,10 @@
 //! kernels; everything above it (present tables, map clauses, the memory pool, memcpy
 //! between devices) is written once, in the spirit of LLVM's offload plugins. One file per
 //! backend: `host` (always compiled: separate memory, an in-order queue, kernels as Rust
-//! functions on a `rayon` pool) and `cuda` (cargo feature `cuda`, on by default).
+//! functions on a `rayon` pool) and `cuda` (cargo feature `cuda`, on by default). Beside
+//! them, what the backends share: the machine's topology ([`topology`], through hwloc),
+//! each device's bound worker thread (`worker`), and the compiled-kernel cache on disk
+//! ([`kernel_cache`]).
 
 pub mod faults;
 pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
@@ -17,7 +20,11 @@ pub(crate) mod hip;
 #[cfg_attr(not(feature = "hip"), allow(dead_code))]
 pub(crate) mod hip_support;
 pub(crate) mod host;
+mod host_gemm;
+pub mod kernel_cache;
 pub(crate) mod platform;
+pub mod topology;
+pub(crate) mod worker;
 pub(crate) use platform::Platform;
 
 /// The GPU backends compiled into this build, in the order their devices are numbered
@@ -399,7 +406,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The worker its platform started for it, when it has one of its own (host devices
     /// run their work on it); the runtime starts one for the others.
-    fn own_worker(&self) -> Option<std::sync::Arc<crate::worker::DeviceWorker>> {
+    fn own_worker(&self) -> Option<std::sync::Arc<crate::backend::worker::DeviceWorker>> {
         None
     }
 

@@ -142,7 +142,7 @@ mod tests {
 
     use super::*;
     use crate::backend::host::{HostDevice, KernelPool};
-    use crate::worker::DeviceWorker;
+    use crate::backend::worker::DeviceWorker;
 
     /// Two host devices from a vendor whose third device fails to open.
     struct TwoOfThree;

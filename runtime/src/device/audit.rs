@@ -17,8 +17,9 @@ use parking_lot::Mutex;
 
 use super::DeviceState;
 use crate::data_env::Entry;
-use crate::error::{Error, HostRange};
-use crate::memory_pool::Owner;
+use crate::error::Error;
+use crate::range::HostRange;
+use crate::services::memory_pool::Owner;
 
 /// One device's state as a construct sees it, for comparing before and after a failure.
 #[derive(Clone, Debug, PartialEq, Eq)]

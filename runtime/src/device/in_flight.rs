@@ -27,8 +27,9 @@ use parking_lot::Mutex;
 use super::{BlocksInUse, DeviceState};
 use crate::backend::{Backend, Event, Queue};
 use crate::data_env::plan::Short;
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::origin::Origin;
+use crate::range::HostRange;
 
 /// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.
 pub(crate) const SLOT_BYTES: usize = 64 << 10;

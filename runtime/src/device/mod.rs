@@ -1,19 +1,19 @@
 //! The generic device: what one offload device has whatever its backend (present table,
 //! memory pool, staging ring, lanes, pinned ranges, copy counters, trace) and the
 //! operations on it that are not constructs: launch-argument translation, associations,
-//! staged host copies, its lanes; and (`constructs`) the execution of the map lists that
+//! staged host copies, its lanes; and (`map_lists`) the execution of the map lists that
 //! `data_env` plans. `Runtime` holds one per device.
 
 pub(crate) mod audit;
-mod constructs;
 mod in_flight;
+mod map_lists;
 mod operations;
 mod partials;
 mod report;
 mod timeline;
 
-pub(crate) use constructs::BlocksInUse;
 pub(crate) use in_flight::{ConstructsWait, InFlight, PendingRead, Wait};
+pub(crate) use map_lists::BlocksInUse;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,18 +21,19 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::backend::worker::{DeviceWorker, Lanes};
 use crate::backend::{Backend, BackendKind, Queue};
-use crate::copy_crew::CopyCrew;
 use crate::data_env::{Entry, PresentTable};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::info::{InfoFields, InfoFlags, Trace};
+use crate::kernel::dump::KernelDump;
 use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelArg};
-use crate::kernel_dump::KernelDump;
-use crate::memory_pool::{MemoryPool, Owner};
-use crate::staging::{StagingConfig, StagingRing};
+use crate::range::HostRange;
+use crate::services::copy_crew::CopyCrew;
+use crate::services::memory_pool::{MemoryPool, Owner};
+use crate::services::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
-use crate::worker::{DeviceWorker, Lanes};
 
 /// Counts of the copies a device made, for tests, benches and teaching.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -124,7 +125,7 @@ pub(crate) struct DeviceState {
 
 /// What every device of a runtime shares or is set up with, for [`DeviceState::new`].
 pub(crate) struct DeviceSetup {
-    pub(crate) pool: crate::memory_pool::PoolConfig,
+    pub(crate) pool: crate::services::memory_pool::PoolConfig,
     pub(crate) trace: Arc<Trace>,
     pub(crate) topology: Arc<Topology>,
     pub(crate) staging: StagingConfig,

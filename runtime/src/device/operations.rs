@@ -6,11 +6,12 @@
 use super::{BlocksInUse, DeviceState};
 use crate::backend::{Copy2d, GemmOperands, Graph, Place, Queue, RecordedLaunch};
 use crate::data_env::Entry;
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::gemm::{ElementType, Gemm};
 use crate::info::Trace;
 use crate::kernel::{Kernel, KernelArg};
-use crate::memory_pool::Owner;
+use crate::range::HostRange;
+use crate::services::memory_pool::Owner;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer
 /// access or staging buffers.

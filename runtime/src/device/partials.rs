@@ -4,8 +4,9 @@
 
 use super::DeviceState;
 use crate::data_env::plan::Short;
-use crate::error::{HostRange, Result};
-use crate::memory_pool::Owner;
+use crate::error::Result;
+use crate::range::HostRange;
+use crate::services::memory_pool::Owner;
 
 /// A block of partials and the bounce slot its initial copy reads: given back once the
 /// work using them is done (waited for first when the call ends early or unwinds).

@@ -5,7 +5,8 @@
 use super::DeviceState;
 use crate::backend::{DeviceDescription, FaultInjector, Interop, MemInfo};
 use crate::data_env::Entry;
-use crate::error::{Error, HostRange, RangeName, Result};
+use crate::error::{Error, Result};
+use crate::range::{HostRange, RangeName};
 use crate::topology::Placement;
 
 use super::audit::FailedConstruct;

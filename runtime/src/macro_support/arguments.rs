@@ -3,9 +3,10 @@
 //! [`ArgCollector`], which builds a launch's argument list in the kernel's order.
 
 use crate::api::{DeviceSlice, KernelArgument};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{HostLaunch, Kernel, KernelScalar, KernelStruct, Scalar};
+use crate::range::HostRange;
 
 use super::views::Element;
 

@@ -2,9 +2,10 @@
 //! out-of-range access, read back and turned into an error naming the argument.
 
 use crate::api::{Device, DeviceSlice, KernelArgs, KernelArgument};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
+use crate::range::HostRange;
 
 /// Words of a checked launch's report: set, argument, index, length, two scratch words
 /// that out-of-range accesses are redirected to.

@@ -2,9 +2,10 @@
 //! kernel's `reduce` launches it with the runtime's own slots for them.
 
 use crate::api::{Device, KernelArgs};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{Kernel, KernelScalar, Scalar};
+use crate::range::HostRange;
 
 use super::checked::{check_report, runs_host_twin, REPORT_WORDS};
 
@@ -186,7 +187,7 @@ fn name_argument(e: Error, r: &Reduction<'_>) -> Error {
 /// On an offload device the slots (8 bytes each, and a checked launch's report after
 /// them) are one allocation, written by one copy and read back by one; on the initial
 /// device they are host memory. A checked GPU launch (`r.checked`) reports an access out
-/// of range as [`launch_checked`] does. A launch error naming an argument by position also
+/// of range as [`launch_checked`](super::launch_checked) does. A launch error naming an argument by position also
 /// names it by name.
 #[track_caller]
 pub fn launch_reduce<A: KernelArgs>(

@@ -51,10 +51,11 @@ use std::panic::Location;
 
 use super::{dev, rt};
 use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
-use crate::error::{panic_message, Error, HostRange, Result};
+use crate::error::{panic_message, Error, Result};
 use crate::kernel::{Kernel, LaunchArg, OmpSpace};
 use crate::memcpy::RectSide;
 use crate::nowait::{copy_lane, queue_task, running_a_task, wait_for_all, Lane, Task};
+use crate::range::HostRange;
 use crate::runtime::{MapConstruct, Runtime};
 
 /// The dependence type of a [`Depend`] on an address (`depend(in: x)`, `out`, `inout`).

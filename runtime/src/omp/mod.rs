@@ -33,10 +33,11 @@
 use std::ffi::c_void;
 
 use crate::data_env::{MapItem, UpdateDirection, UpdateItem};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
 use crate::memcpy::RectSide;
+use crate::range::HostRange;
 use crate::runtime::Runtime;
 
 mod asynchronous;

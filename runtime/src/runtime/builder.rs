@@ -9,20 +9,20 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::backend::host::{default_capacity, HostPlatform};
+use crate::backend::worker::DeviceWorker;
 use crate::backend::Backend;
 use crate::backend::{BackendKind, Platform};
-use crate::chrome_trace::ChromeTraceLayer;
 use crate::config::{lookup_from, process_env, EnvLookup, OffloadPolicy, Overrides, Settings};
 use crate::device::audit::AuditActivity;
 use crate::device::{DeviceSetup, DeviceState, PinnedRanges};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
-use crate::kernel_dump::KernelDump;
-use crate::memory_pool::PoolConfig;
+use crate::kernel::dump::KernelDump;
 use crate::runtime::{Inner, Runtime};
-use crate::staging::StagingConfig;
+use crate::services::memory_pool::PoolConfig;
+use crate::services::staging::StagingConfig;
 use crate::topology::{Placement, Topology};
-use crate::worker::DeviceWorker;
+use crate::trace::chrome::ChromeTraceLayer;
 
 /// Builds a [`Runtime`]; every setting left unset is read from the environment.
 ///

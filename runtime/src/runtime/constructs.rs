@@ -8,10 +8,10 @@ use super::*;
 use crate::backend::Queue;
 use crate::device::audit::AuditRule;
 use crate::device::{DeviceState, Wait};
-use crate::error::{ArrayName, RangeName};
 use crate::info::{InfoFields, InfoFlags};
 use crate::kernel::OmpSpace;
 use crate::origin::Origin;
+use crate::range::{ArrayName, RangeName};
 
 /// An operand of [`Runtime::gemm_on`]: its bytes, at a host address mapped on the device or
 /// (`resident`) at a device address (a buffer's memory).
@@ -573,7 +573,7 @@ impl Runtime {
         &self,
         device: usize,
         undeferred: bool,
-    ) -> Result<Option<&crate::worker::Lanes>> {
+    ) -> Result<Option<&crate::backend::worker::Lanes>> {
         let d = self.device_state(device)?;
         d.settle()?;
         if undeferred {

@@ -9,9 +9,10 @@
 
 use crate::backend::{Copy2d, Place};
 use crate::device::Target;
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
+use crate::range::HostRange;
 use crate::runtime::Runtime;
-use crate::validate;
+use crate::services::validate;
 
 /// Where a rectangular copy reads or writes: a base pointer, its device, and the array's
 /// shape and the sub-volume's offsets, in elements, outermost dimension first.

@@ -32,11 +32,12 @@ use crate::backend::{DeviceDescription, MemInfo};
 use crate::config::{OffloadPolicy, Settings};
 use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
 use crate::device::{DeviceState, PinnedRanges, Target, TransferStats};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
 use crate::info::Trace;
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, LaunchArg};
+use crate::range::HostRange;
+use crate::services::validate;
 use crate::topology::{Placement, Topology};
-use crate::validate;
 
 /// What a device's memory pool holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use smallvec::SmallVec;
 
 use super::{Construct, Entry, Lookup, MapItem, MapKind, PresentTable};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
+use crate::range::HostRange;
 
 /// A new entry a construct has allocated and not yet published, with the counts its items
 /// move (the reference count, the hold count, or both).
@@ -42,8 +43,8 @@ impl Planned {
     }
 
     /// The named array it is, if its item named it.
-    pub(crate) fn array(&self) -> Option<crate::error::ArrayName> {
-        crate::error::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
+    pub(crate) fn array(&self) -> Option<crate::range::ArrayName> {
+        crate::range::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
     }
 }
 

@@ -32,7 +32,7 @@ pub(crate) use present_table::{Lookup, PresentTable};
 
 use std::fmt;
 
-use crate::error::HostRange;
+use crate::range::HostRange;
 
 /// The kind of a map clause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -328,8 +328,8 @@ impl MapItem {
     }
 
     /// The named array the item's range is a part of, when it was named.
-    pub(crate) fn array(&self) -> Option<crate::error::ArrayName> {
-        crate::error::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
+    pub(crate) fn array(&self) -> Option<crate::range::ArrayName> {
+        crate::range::ArrayName::of(self.name, self.elem_size, self.name_index, self.range.begin)
     }
 
     /// With the `always` modifier.

@@ -19,8 +19,8 @@ use std::ptr::NonNull;
 use parking_lot::Mutex;
 
 use crate::backend::{Backend, Event, Queue};
-use crate::copy_crew::CopyCrew;
 use crate::error::{Error, Result};
+use crate::services::copy_crew::CopyCrew;
 use crate::topology::Topology;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines

@@ -39,8 +39,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::chrome_trace::ChromeTraceLayer;
-use crate::error::{ArrayName, HostRange, RangeName, Result};
+use crate::error::Result;
+use crate::range::{ArrayName, HostRange, RangeName};
+use crate::trace::chrome::ChromeTraceLayer;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -147,7 +148,7 @@ pub(crate) struct EntryLine {
 pub(crate) struct InfoFields<'a> {
     pub(crate) kind: &'static str,
     pub(crate) device: Option<usize>,
-    pub(crate) host: Option<crate::error::HostRange>,
+    pub(crate) host: Option<crate::range::HostRange>,
     pub(crate) device_addr: Option<u64>,
     pub(crate) counts: Option<(u64, u64)>,
     pub(crate) bytes: Option<usize>,
@@ -163,7 +164,7 @@ pub(crate) struct InfoFields<'a> {
     /// A copy that was queued, not made (its `micros`: the queueing).
     pub(crate) queued: Option<bool>,
     /// A device-side span's queue (`copy-in`, `compute`, `copy-out`) and when it ended, in
-    /// microseconds on [`crate::chrome_trace::clock_origin`]'s clock.
+    /// microseconds on [`crate::trace::chrome::clock_origin`]'s clock.
     pub(crate) queue: Option<&'static str>,
     pub(crate) ended_at: Option<f64>,
     /// A device's state at a construct's end.
@@ -264,11 +265,11 @@ impl InfoLayer {
 
 impl<S: Subscriber> Layer<S> for InfoLayer {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        crate::chrome_trace::offload_interest(meta)
+        crate::trace::chrome::offload_interest(meta)
     }
 
     fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        crate::chrome_trace::is_offload_event(meta)
+        crate::trace::chrome::is_offload_event(meta)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
@@ -474,7 +475,7 @@ impl Trace {
         (begin, end): (std::time::Instant, std::time::Instant),
     ) {
         let micros = end.saturating_duration_since(begin).as_secs_f64() * 1e6;
-        let at = end.saturating_duration_since(crate::chrome_trace::clock_origin()).as_secs_f64() * 1e6;
+        let at = end.saturating_duration_since(crate::trace::chrome::clock_origin()).as_secs_f64() * 1e6;
         let fields = || InfoFields {
             device: Some(device),
             queue: Some(queue),

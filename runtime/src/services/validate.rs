@@ -9,7 +9,8 @@
 use std::fmt::Display;
 
 use crate::data_env::{Construct, MapItem};
-use crate::error::{Error, HostRange, Result};
+use crate::error::{Error, Result};
+use crate::range::HostRange;
 
 /// Checks a host range given to `routine` on `device`: a null pointer must have size 0,
 /// and the range must end inside the address space. `what` names the argument.
@@ -71,7 +72,7 @@ pub(crate) fn map_list(c: Construct, device: usize, items: &[MapItem]) -> Result
                     "device {device}: map item {i}: map type `{}` is not allowed on {} ({}); expected {}",
                     it.map_type,
                     c.name(),
-                    crate::error::RangeName::new(it.range, it.array()),
+                    crate::range::RangeName::new(it.range, it.array()),
                     allowed_kinds(c)
                 ),
             });

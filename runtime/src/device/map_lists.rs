@@ -19,10 +19,11 @@ use crate::data_env::plan::{
     SmallSet,
 };
 use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
-use crate::error::{ArrayName, Error, HostRange, RangeName, Result};
+use crate::error::{Error, Result};
 use crate::info::{EntryLine, InfoFields, InfoFlags};
-use crate::memory_pool::Owner;
 use crate::origin::Origin;
+use crate::range::{ArrayName, HostRange, RangeName};
+use crate::services::memory_pool::Owner;
 
 /// Device blocks of entries that a launch or copy made without the table's lock is using;
 /// on drop each is unpinned, and freed when its entry left the table meanwhile (another

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fmt::Write as _;
 
-use crate::error::{ArrayName, HostRange, RangeName};
+use crate::range::{ArrayName, HostRange, RangeName};
 
 /// One mapped host range and its device copy.
 ///

@@ -12,8 +12,8 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 use crate::info::InfoFlags;
-use crate::memory_pool::PoolConfig;
-use crate::staging::StagingConfig;
+use crate::services::memory_pool::PoolConfig;
+use crate::services::staging::StagingConfig;
 use std::path::PathBuf;
 
 /// `OMP_TARGET_OFFLOAD`: what to do when no device is available.

@@ -1,6 +1,6 @@
 //! One host worker thread per device, bound to the CPUs nearest the device, running the
-//! device's host-side work in order; and per-node `rayon` pools whose threads are bound to
-//! a device's CPUs, for the CPU copies of staging.
+//! device's host-side work in order. (Staging's CPU copies run on the copy crews of
+//! `services::copy_crew`, not here.)
 //!
 //! A job that panics does not end its worker (the device's later work still needs it):
 //! [`DeviceWorker::run`] hands the panic back to the waiting caller, where it resumes; a

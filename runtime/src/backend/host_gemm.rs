@@ -1,0 +1,239 @@
+//! The host backend's GEMM: [`crate::gemm::Gemm`] computed on a host device's kernel pool,
+//! in the precisions a GPU computes it in (see `crate::gemm`).
+
+use std::borrow::Cow;
+
+use crate::gemm::{round_to_tf32, Activation, Gemm, GemmElement};
+
+/// The host's GEMM: `matrixmultiply`'s packed, vectorised f32 kernel, one block of C's
+/// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
+/// are not f32 already, the epilogue (bias, activation) on each block in f32, and one
+/// rounding to `T` at the end. `a`, `b` and `c` span exactly what [`Gemm::extents`] says;
+/// `bias` has `g.m` elements.
+pub(crate) fn host_gemm<T: GemmElement>(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    bias: Option<&[T]>,
+) {
+    use rayon::prelude::*;
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    fn widen<'a, T: GemmElement>(pool: &rayon::ThreadPool, x: &'a [T], tf32: bool) -> Cow<'a, [f32]> {
+        match T::as_f32(x) {
+            Some(x) if !tf32 => Cow::Borrowed(x),
+            _ => pool.install(|| {
+                Cow::Owned(
+                    x.par_iter()
+                        .map(|&v| if tf32 { round_to_tf32(v.to_f32()) } else { v.to_f32() })
+                        .collect(),
+                )
+            }),
+        }
+    }
+    let (a, b) = (widen(pool, a, g.tf32), widen(pool, b, g.tf32));
+    let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
+    match T::as_f32_mut(c) {
+        Some(c) => f32_gemm(pool, g, &a, &b, c, bias.as_deref()),
+        None => {
+            // C in f32 (read only when beta is not 0), computed, then rounded back: only
+            // the m rows of each column are C's.
+            let mut wide: Vec<f32> = if g.beta == 0.0 {
+                vec![0.0; c.len()]
+            } else {
+                pool.install(|| c.par_iter().map(|v| v.to_f32()).collect())
+            };
+            f32_gemm(pool, g, &a, &b, &mut wide, bias.as_deref());
+            pool.install(|| {
+                c.par_chunks_mut(g.ldc).zip(wide.par_chunks(g.ldc)).for_each(|(c, w)| {
+                    let rows = g.m.min(c.len());
+                    c[..rows].iter_mut().zip(&w[..rows]).for_each(|(c, &w)| *c = T::from_f32(w));
+                })
+            });
+        }
+    }
+}
+
+/// [`host_gemm`] in f32: `a` and `b` already widened (or rounded to TF32).
+fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]>) {
+    use rayon::prelude::*;
+    // Strides of op(A) (m x k), op(B) (k x n) and C (m x n), column-major.
+    let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
+    let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
+    // Blocks of whole columns, about one per thread, at least 16 columns each.
+    let cols = g.n.div_ceil(pool.current_num_threads().max(1)).max(16);
+    let (a, b) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    pool.install(|| {
+        // `extents` bounds ldc * (n - 1), not ldc * cols: with fewer columns than a block
+        // (n = 1 and a huge ldc) the product can overflow, and then there is one block.
+        let block_len = g.ldc.saturating_mul(cols);
+        c.par_chunks_mut(block_len).enumerate().for_each(|(block, out)| {
+            let j0 = block * cols;
+            let n = cols.min(g.n.saturating_sub(j0));
+            if g.k == 0 {
+                // op(A) op(B) is zero: C = beta C (C not read when beta is 0, as BLAS says).
+                for j in 0..n {
+                    for v in &mut out[j * g.ldc..j * g.ldc + g.m] {
+                        *v = if g.beta == 0.0 { 0.0 } else { g.beta * *v };
+                    }
+                }
+            } else {
+                // SAFETY: `extents` bounds every element op(A), op(B) and C reach by these
+                // strides within `a`, `b` and `c` (checked against the device's allocations
+                // by the caller); this block's columns j0..j0+n of C lie in `out`, which no
+                // other task touches; B's columns start at j0 * csb elements in.
+                unsafe {
+                    matrixmultiply::sgemm(
+                        g.m,
+                        g.k,
+                        n,
+                        g.alpha,
+                        a as *const f32,
+                        rsa as isize,
+                        csa as isize,
+                        (b as *const f32).add(j0 * csb),
+                        rsb as isize,
+                        csb as isize,
+                        g.beta,
+                        out.as_mut_ptr(),
+                        1,
+                        g.ldc as isize,
+                    )
+                }
+            }
+            if bias.is_some() || g.activation != Activation::Identity {
+                for j in 0..n {
+                    let col = &mut out[j * g.ldc..j * g.ldc + g.m];
+                    match bias {
+                        Some(bias) => {
+                            col.iter_mut().zip(bias).for_each(|(v, b)| *v = g.activation.apply(*v + b))
+                        }
+                        None => col.iter_mut().for_each(|v| *v = g.activation.apply(*v)),
+                    }
+                }
+            }
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    fn random(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    }
+
+    /// The product, in f64 from the operands as stored (already rounded to `T`).
+    fn reference<T: GemmElement>(
+        g: &Gemm,
+        a: &[T],
+        b: &[T],
+        c0: &[T],
+        bias: Option<&[T]>,
+        i: usize,
+        j: usize,
+    ) -> f64 {
+        let at = |i: usize, p: usize| {
+            f64::from(if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] }.to_f32())
+        };
+        let bt = |p: usize, j: usize| {
+            f64::from(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] }.to_f32())
+        };
+        let dot: f64 = (0..g.k).map(|p| at(i, p) * bt(p, j)).sum();
+        let beta_c =
+            if g.beta == 0.0 { 0.0 } else { f64::from(g.beta) * f64::from(c0[i + j * g.ldc].to_f32()) };
+        let v = f64::from(g.alpha) * dot + beta_c + bias.map_or(0.0, |b| f64::from(b[i].to_f32()));
+        match g.activation {
+            Activation::Identity => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Gelu => {
+                0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+            }
+        }
+    }
+
+    /// Every shape, transposition, scalar pair and epilogue, in one element type, against
+    /// f64; rows past `m` of each column of C untouched.
+    fn agrees_on_every_shape<T: GemmElement>(tf32: bool, tol: f64) {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let shapes = [(1, 1, 1), (7, 5, 3), (33, 70, 17), (64, 64, 64), (5, 100, 0), (130, 3, 41)];
+        for (m, n, k) in shapes {
+            for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for (alpha, beta, activation, with_bias) in [
+                    (1.0, 0.0, Activation::Identity, false),
+                    (0.5, -2.0, Activation::Identity, false),
+                    (1.0, 0.0, Activation::Relu, true),
+                    (1.0, 0.5, Activation::Gelu, true),
+                ] {
+                    // Leading dimensions with room to spare, as a sub-matrix's are.
+                    let ra = if transa { k } else { m };
+                    let rb = if transb { n } else { k };
+                    let g = Gemm {
+                        transa,
+                        transb,
+                        m,
+                        n,
+                        k,
+                        alpha,
+                        lda: ra + 2,
+                        ldb: rb + 1,
+                        beta,
+                        ldc: m + 3,
+                        tf32,
+                        activation,
+                    };
+                    let (ea, eb, ec) = g.extents().unwrap();
+                    let mut gen =
+                        |n: usize| (0..n).map(|_| T::from_f32(random(&mut seed))).collect::<Vec<T>>();
+                    let (a, b, c0, bias) = (gen(ea), gen(eb), gen(ec), gen(m));
+                    let bias = with_bias.then_some(&bias[..]);
+                    let mut c = c0.clone();
+                    host_gemm(&pool, &g, &a, &b, &mut c, bias);
+                    for j in 0..n {
+                        for i in 0..m {
+                            let want = reference(&g, &a, &b, &c0, bias, i, j);
+                            let got = f64::from(c[i + j * g.ldc].to_f32());
+                            assert!(
+                                (got - want).abs() <= tol * (1.0 + want.abs()) * (1.0 + k as f64).sqrt(),
+                                "{:?} {g:?} at ({i}, {j}): {got} vs {want}",
+                                T::TYPE
+                            );
+                        }
+                        for i in m..g.ldc.min(ec - j * g.ldc) {
+                            assert_eq!(
+                                c[i + j * g.ldc].to_f32().to_bits(),
+                                c0[i + j * g.ldc].to_f32().to_bits(),
+                                "{g:?}: row {i} of column {j} written"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f32_agrees_with_a_reference_in_f64_on_every_shape() {
+        agrees_on_every_shape::<f32>(false, 1e-6);
+    }
+
+    #[test]
+    fn tf32_agrees_within_its_rounding() {
+        agrees_on_every_shape::<f32>(true, 2e-3);
+    }
+
+    #[test]
+    fn f16_and_bf16_agree_within_their_rounding() {
+        agrees_on_every_shape::<f16>(false, 2e-3);
+        agrees_on_every_shape::<bf16>(false, 1e-2);
+    }
+}
