@@ -17,7 +17,8 @@ use crate::options::{KernelOptions, DEFAULT_ROWS};
 use crate::signature::{device_sig, kernel_sig, outer_path, Elem, KernelSig, ParamKind, Ret, Slot};
 use crate::ty::{RedOp, Ty};
 
-/// The driver's limit on a launch's parameters, in bytes.
+/// The driver's limit on a launch's parameters, in bytes (`offload::kernel::PARAM_LIMIT`,
+/// which this crate cannot name).
 pub const PARAM_LIMIT: usize = 4096;
 
 /// The hidden constant holding device function `name`'s C source.

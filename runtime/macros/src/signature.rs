@@ -187,7 +187,9 @@ impl Threads {
 }
 
 /// One value of a launch's argument block, in order (the runtime appends the work-item
-/// count). A struct takes as many positions as it has words.
+/// count). A struct takes as many positions as it has words. The runtime states the same
+/// order on its side in `offload::kernel::abi` (`expand_c_shaped` builds it for launches in
+/// the OpenMP shape, `LaunchParams` packs it for the drivers): a change here changes both.
 #[derive(Clone, Copy, Debug)]
 pub enum Slot<'a> {
     /// The first index of dimension `k`.

@@ -226,7 +226,7 @@ impl CudaDevice {
         let (f, wave) = self.function(kernel)?;
         self.bind()?;
         // The arguments as one block, as C lays out the function's parameters.
-        let mut params = super::LaunchParams::new(self.number, kernel, args, n)?;
+        let mut params = crate::kernel::LaunchParams::new(self.number, kernel, args, n)?;
         let mut size = params.size();
         let mut extra: [*mut std::ffi::c_void; 5] = [
             std::ptr::without_provenance_mut(sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize),

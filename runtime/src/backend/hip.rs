@@ -447,7 +447,7 @@ impl Backend for HipDevice {
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let f = self.function(kernel)?;
         self.select()?;
-        let mut params = super::LaunchParams::new(self.number, kernel, args, n)?;
+        let mut params = crate::kernel::LaunchParams::new(self.number, kernel, args, n)?;
         let mut size = params.size();
         // HIP_LAUNCH_PARAM_BUFFER_POINTER, the block, HIP_LAUNCH_PARAM_BUFFER_SIZE, its
         // size, HIP_LAUNCH_PARAM_END (hip_runtime_api.h's values).

@@ -184,70 +184,7 @@ pub struct MemInfo {
     pub total: usize,
 }
 
-/// The driver's limit on a launch's parameters, in bytes (CUDA's and HIP's classic limit).
-pub const PARAM_LIMIT: usize = 4096;
-
-/// A kernel launch's parameters as GPU drivers take them: one block laid out as C lays out
-/// the kernel function's parameters (every argument at its natural alignment, then the
-/// work-item count `n`, the [`Kernel`] convention), passed whole (`extra` with
-/// `CU_LAUNCH_PARAM_BUFFER_POINTER`, HIP's alike) so that any number of arguments, and a
-/// struct's words, need no per-parameter pointer.
-#[cfg(any(feature = "cuda", feature = "hip"))]
-pub(crate) struct LaunchParams {
-    /// 8-byte words, so the block is aligned for every parameter.
-    words: Vec<u64>,
-    /// The block's size in bytes (a multiple of 8).
-    bytes: usize,
-}
-
-#[cfg(any(feature = "cuda", feature = "hip"))]
-impl LaunchParams {
-    /// The block of `args` and `n` for a launch of `kernel` on `device`; an error past
-    /// [`PARAM_LIMIT`].
-    pub(crate) fn new(device: usize, kernel: &Kernel, args: &[KernelArg], n: usize) -> crate::Result<Self> {
-        let mut bytes: Vec<u8> = Vec::with_capacity(8 * (args.len() + 1));
-        let mut put = |b: &[u8]| {
-            let align = b.len();
-            bytes.resize(bytes.len().next_multiple_of(align), 0);
-            bytes.extend_from_slice(b);
-        };
-        for a in args {
-            match *a {
-                KernelArg::Scalar(s) => {
-                    let (b, len) = s.to_ne_bytes();
-                    put(&b[..len]);
-                }
-                KernelArg::Ptr { addr, .. } => put(&addr.to_ne_bytes()),
-            }
-        }
-        put(&(n as u64).to_ne_bytes());
-        let size = bytes.len().next_multiple_of(8);
-        if size > PARAM_LIMIT {
-            return Err(crate::Error::KernelArgument {
-                kernel: kernel.name(),
-                index: args.len(),
-                what: format!(
-                    "device {device}: the launch's {} arguments take {size} bytes; the driver's limit is {PARAM_LIMIT}",
-                    args.len()
-                ),
-            });
-        }
-        bytes.resize(size, 0);
-        let words =
-            bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))).collect();
-        Ok(Self { words, bytes: size })
-    }
-
-    /// The block's address, valid while `self` lives.
-    pub(crate) fn block(&mut self) -> *mut std::ffi::c_void {
-        self.words.as_mut_ptr().cast()
-    }
-
-    /// The block's size in bytes.
-    pub(crate) fn size(&self) -> usize {
-        self.bytes
-    }
-}
+pub use crate::kernel::PARAM_LIMIT;
 
 /// Blocks of the kernel's block size covering `n` work items (at least one); for a
 /// grid-stride kernel at most `wave`, the blocks of it the device runs at once.

@@ -24,22 +24,22 @@
 //! ```
 //!
 //! One file per concern: the [`Kernel`] itself here, launch arguments (`args`), the kernel
-//! language's functions (`language`), the OpenMP shape (`omp_shape`), host launches
+//! language's functions (`language`), the argument block and the OpenMP shape (`abi`), host launches
 //! (`host`), HIP from CUDA (`hip`), and the sources written for `OFFLOAD_DUMP_KERNELS`
 //! (`dump`).
 
+mod abi;
 mod args;
 pub(crate) mod dump;
 mod hip;
 mod host;
 mod language;
-mod omp_shape;
 
+pub use abi::*;
 pub use args::*;
 pub use hip::*;
 pub use host::*;
 pub use language::*;
-pub use omp_shape::*;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,6 +1,12 @@
-//! Kernels launched in the OpenMP shape ([`OmpSpace`]): the loops or teams a C `target`
-//! region gives, and the full argument block of a generated kernel made from one argument
-//! per parameter (its hidden starts, team size and view lengths added).
+//! A kernel launch's argument block, stated once on the runtime's side. Every kernel takes
+//! its arguments in order and then the work-item count `n`, laid out as C lays out the
+//! function's parameters ([`LaunchParams`], what the GPU backends pass, at most
+//! [`PARAM_LIMIT`] bytes). A generated kernel's arguments begin with hidden values (each
+//! dimension's start, the inner dimensions' lengths, a team size given at launch) and end
+//! with each view's length; the kernel compiler writes that order from its `Slot`s
+//! (`runtime/macros/src/signature.rs`), and [`expand_c_shaped`] makes it here from one
+//! argument per parameter, for a launch in the OpenMP shape ([`OmpSpace`]: the loops or
+//! teams a C `target` region gives).
 
 use super::*;
 
@@ -213,4 +219,98 @@ pub(crate) fn expand_c_shaped(
     }
     full.extend(lens);
     Ok(full)
+}
+
+/// The driver's limit on a launch's parameters, in bytes (CUDA's and HIP's classic limit).
+pub const PARAM_LIMIT: usize = 4096;
+
+/// A kernel launch's parameters as GPU drivers take them: one block laid out as C lays out
+/// the kernel function's parameters (every argument at its natural alignment, then the
+/// work-item count `n`, the [`Kernel`] convention), passed whole (`extra` with
+/// `CU_LAUNCH_PARAM_BUFFER_POINTER`, HIP's alike) so that any number of arguments, and a
+/// struct's words, need no per-parameter pointer.
+#[derive(Debug)]
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
+pub(crate) struct LaunchParams {
+    /// 8-byte words, so the block is aligned for every parameter.
+    words: Vec<u64>,
+    /// The block's size in bytes (a multiple of 8).
+    bytes: usize,
+}
+
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
+impl LaunchParams {
+    /// The block of `args` and `n` for a launch of `kernel` on `device`; an error past
+    /// [`PARAM_LIMIT`].
+    pub(crate) fn new(device: usize, kernel: &Kernel, args: &[KernelArg], n: usize) -> crate::Result<Self> {
+        let mut bytes: Vec<u8> = Vec::with_capacity(8 * (args.len() + 1));
+        let mut put = |b: &[u8]| {
+            let align = b.len();
+            bytes.resize(bytes.len().next_multiple_of(align), 0);
+            bytes.extend_from_slice(b);
+        };
+        for a in args {
+            match *a {
+                KernelArg::Scalar(s) => {
+                    let (b, len) = s.to_ne_bytes();
+                    put(&b[..len]);
+                }
+                KernelArg::Ptr { addr, .. } => put(&addr.to_ne_bytes()),
+            }
+        }
+        put(&(n as u64).to_ne_bytes());
+        let size = bytes.len().next_multiple_of(8);
+        if size > PARAM_LIMIT {
+            return Err(crate::Error::KernelArgument {
+                kernel: kernel.name(),
+                index: args.len(),
+                what: format!(
+                    "device {device}: the launch's {} arguments take {size} bytes; the driver's limit is {PARAM_LIMIT}",
+                    args.len()
+                ),
+            });
+        }
+        bytes.resize(size, 0);
+        let words =
+            bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        Ok(Self { words, bytes: size })
+    }
+
+    /// The block's address, valid while `self` lives.
+    pub(crate) fn block(&mut self) -> *mut std::ffi::c_void {
+        self.words.as_mut_ptr().cast()
+    }
+
+    /// The block's size in bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_packed_as_c_lays_them_out_with_n_last() {
+        static K: Kernel = Kernel::new("k");
+        let args = [
+            KernelArg::Scalar(Scalar::F32(1.5)),
+            KernelArg::Ptr { addr: 0x1000, bytes: Some(64) },
+            KernelArg::Scalar(Scalar::I32(-2)),
+        ];
+        let mut p = LaunchParams::new(0, &K, &args, 7).expect("fits");
+        // f32 at 0, the pointer aligned to 8, the i32 at 16, n aligned to 24: 32 bytes.
+        assert_eq!(p.size(), 32);
+        // SAFETY: the block holds `size()` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(p.block().cast::<u8>(), p.size()) };
+        assert_eq!(&bytes[0..4], &1.5f32.to_ne_bytes());
+        assert_eq!(&bytes[4..8], &[0; 4], "padding before the pointer");
+        assert_eq!(&bytes[8..16], &0x1000u64.to_ne_bytes());
+        assert_eq!(&bytes[16..20], &(-2i32).to_ne_bytes());
+        assert_eq!(&bytes[24..32], &7u64.to_ne_bytes());
+        let many = vec![KernelArg::Scalar(Scalar::U64(0)); PARAM_LIMIT / 8];
+        let e = LaunchParams::new(3, &K, &many, 1).expect_err("one word over the limit");
+        assert!(e.to_string().contains("device 3") && e.to_string().contains("4104 bytes"), "{e}");
+    }
 }
