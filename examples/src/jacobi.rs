@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::ranks::{edge_rows_first, Across, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
@@ -212,7 +212,6 @@ fn run_steps(
             Ok(())
         };
         let push = [pushes(0, p)?, pushes(1, p)?];
-        let edges = across.filter(|a| a.edges.has_edges(p));
         let launches =
             StepLaunch { args, grids: &grids, part, p, parts, across_ranks: ranks.is_some(), push };
         let step =
@@ -223,24 +222,10 @@ fn run_steps(
             let dst = 1 - iter % 2;
             let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
             let end = part.owned(p).len() + 1;
-            match edges {
-                None => step(&dev, iter, 1..end, norm.view(devices[p]))?,
-                Some(a) => {
-                    // Rows other ranks wait for first; the rest on the device's compute
-                    // lane while they travel.
-                    let (first, rest) = edge_rows_first(end);
-                    for rows in first {
-                        step(&dev, iter, rows, norm.view(devices[p]))?;
-                    }
-                    let norm_view = norm.view(devices[p]);
-                    a.clock.overlap(
-                        rt,
-                        devices[p],
-                        |d| step(d, iter, rest, norm_view),
-                        || a.edges.exchange(&grids[dst], p),
-                    )?;
-                }
-            }
+            let norm_view = norm.view(devices[p]);
+            step_across(rt, &dev, devices[p], p, end, across, &grids[dst], |d, rows| {
+                step(d, iter, rows, norm_view)
+            })?;
             // The step before's norm: its copy ran before this step's kernel.
             let read = reading.take();
             let before = read.as_ref().map(|(it, _)| *it);

@@ -88,6 +88,29 @@ impl std::fmt::Debug for Across<'_> {
     }
 }
 
+/// One step of part `p` on `dev` (device number `device`) over its rows `1..end`: all of
+/// them with `step` when `across` is `None` (or the part has no rows next to another rank);
+/// otherwise the rows other ranks wait for first, then the rest on the device's compute
+/// lane while the edge rows of `grid` (the step's output) travel.
+#[allow(clippy::too_many_arguments)]
+pub fn step_across(
+    rt: &offload::Runtime,
+    dev: &offload::Device<'_>,
+    device: usize,
+    p: usize,
+    end: usize,
+    across: Option<&Across<'_>>,
+    grid: &DistributedArray<'_, f32>,
+    step: impl Fn(&offload::Device<'_>, Range<usize>) -> Result<(), Error> + Sync,
+) -> Result<(), Error> {
+    let Some(a) = across.filter(|a| a.edges.has_edges(p)) else { return step(dev, 1..end) };
+    let (first, rest) = edge_rows_first(end);
+    for rows in first {
+        step(dev, rows)?;
+    }
+    a.clock.overlap(rt, device, |d| step(d, rest), || a.edges.exchange(grid, p))
+}
+
 /// Sums [`HaloTimes`] over steps and parts.
 #[derive(Debug, Default)]
 pub struct HaloClock(Mutex<(HaloTimes, usize)>);

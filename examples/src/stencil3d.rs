@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use crate::ranks::{edge_rows_first, Across, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use offload::partition::{DistributedArray, RowPartition};
 use offload::{DevicePtr, MapType, Runtime};
@@ -141,7 +141,6 @@ fn run_steps(
         let dev = rt.device(devices[p])?;
         let planes = part.owned(p).len();
         let push = [pushes(0, p)?, pushes(1, p)?];
-        let edges = across.filter(|a| a.edges.has_edges(p));
         // The part's planes `zs` (1-based, halo plane 0) of step `iter`.
         let step = |dev: &offload::Device<'_>, iter: usize, zs: Range<usize>| -> Result<(), offload::Error> {
             if zs.is_empty() {
@@ -163,23 +162,7 @@ fn run_steps(
         };
         for iter in 0..args.niter {
             let dst = 1 - iter % 2;
-            match edges {
-                None => step(&dev, iter, 1..planes + 1)?,
-                Some(a) => {
-                    // Planes other ranks wait for first; the rest on the device's compute
-                    // lane while they travel.
-                    let (first, rest) = edge_rows_first(planes + 1);
-                    for zs in first {
-                        step(&dev, iter, zs)?;
-                    }
-                    a.clock.overlap(
-                        rt,
-                        devices[p],
-                        |d| step(d, iter, rest),
-                        || a.edges.exchange(&grids[dst], p),
-                    )?;
-                }
-            }
+            step_across(rt, &dev, devices[p], p, planes + 1, across, &grids[dst], |d, zs| step(d, iter, zs))?;
             // Without peer stores each part sends its own halos as soon as its step is
             // done; the barrier keeps the next step from reading early.
             if !peer {
