@@ -45,7 +45,7 @@ for bs in 32 64 256 1024; do
   echo "layernorm bs=$bs: exit $? $(tr '\n' ' ' < "$OUT/port-layernorm-$bs.log" | cut -c1-160)"
 done
 for narrow in 1 0; do
-  OFFLOAD_NARROW_INDICES=$narrow timeout "${BENCH_TIMEOUT:-240}" .gpu/benches/kernels > "$OUT/bench-kernels-narrow$narrow.log" 2>&1
+  OFFLOAD_NARROW_INDICES=$narrow timeout "${BENCH_TIMEOUT:-240}" .gpu/benches/kernels --bench > "$OUT/bench-kernels-narrow$narrow.log" 2>&1
   echo "kernels bench, OFFLOAD_NARROW_INDICES=$narrow: exit $?"
   grep -E "^\| (generated|hand-written|solver)|jacobi" "$OUT/bench-kernels-narrow$narrow.log" | head -24
 done
