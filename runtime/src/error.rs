@@ -5,7 +5,9 @@
 
 use std::fmt;
 
-use crate::range::HostRange;
+/// Still reachable here, where it was before it moved to `range.rs` (`offload::HostRange`
+/// is the usual path).
+pub use crate::range::HostRange;
 
 /// Which kind of `OMP_TARGET_OFFLOAD` policy or configuration value was wrong.
 pub type EnvVar = &'static str;
