@@ -426,3 +426,31 @@ fn omp_available_devices_keeps_the_devices_it_names_in_order() -> offload::Resul
     }
     Ok(())
 }
+
+/// The peer matrix: host devices read each other's memory unless the builder says no, a
+/// device always reads its own, and devices renumbered by `OMP_AVAILABLE_DEVICES` keep their
+/// pairs under their new numbers (a copy between them goes direct, else staged).
+#[test]
+fn peer_access_follows_the_builder_and_the_devices_kept() -> offload::Result<()> {
+    for peer in [true, false] {
+        let rt = Runtime::builder()
+            .env(|_| None)
+            .gpus(false)
+            .host_devices(3)
+            .peer_access(peer)
+            .available_devices(["2", "0"])
+            .build()?;
+        check_eq!((rt.can_access_peer(0, 1)?, rt.can_access_peer(1, 0)?), (peer, peer));
+        check!(rt.can_access_peer(1, 1)?, "a device reads its own memory");
+        check!(rt.can_access_peer(0, rt.initial_device()).is_err(), "the initial device is no peer");
+        let (a, b) = (rt.target_alloc(4096, 0)?, rt.target_alloc(4096, 1)?);
+        // SAFETY: two live 4 KiB blocks of devices 0 and 1.
+        unsafe { rt.target_memcpy(a, b, 4096, 0, 0, 0, 1)? };
+        let s = rt.transfer_stats(0)?;
+        let expected = if peer { (1, 0) } else { (0, 1) };
+        check!((s.direct, s.staged) == expected, "peer access {peer}: {s:?}");
+        // SAFETY: allocated above, no longer used.
+        unsafe { rt.target_free(a, 0).and(rt.target_free(b, 1))? };
+    }
+    Ok(())
+}

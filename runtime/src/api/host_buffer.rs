@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::range::HostRange;
 use crate::runtime::Runtime;
+use crate::services::pinned_memory::PinnedMemory;
 
 use super::*;
 
@@ -33,10 +34,9 @@ pub struct HostBuffer<T: DeviceCopy> {
     rt: Runtime,
     ptr: NonNull<T>,
     len: usize,
-    /// The allocation, as made in `new` and freed in `drop`.
-    layout: std::alloc::Layout,
-    /// The device whose driver page-locked the buffer, if any did.
-    pinned_by: Option<usize>,
+    /// The elements' memory (page-locked by a GPU driver where one could), freed after
+    /// `drop` has unmapped it.
+    memory: PinnedMemory,
 }
 
 // SAFETY: the buffer owns its memory like a `Vec<T>` does; `T: DeviceCopy` is Send + Sync.
@@ -68,17 +68,8 @@ impl<T: DeviceCopy> HostBuffer<T> {
     /// a GPU driver can do it, so copies to and from it run at the link's speed.
     pub fn new(rt: &Runtime, len: usize) -> Result<Self> {
         let layout = Self::layout(len)?;
-        // SAFETY: non-zero size (at least one page).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(p.cast::<T>()).ok_or(Error::OutOfMemory {
-            device: rt.initial_device(),
-            requested: layout.size(),
-            free: 0,
-            total: 0,
-        })?;
-        // SAFETY: the allocation lives until `drop`, which unpins it first.
-        let pinned_by = unsafe { rt.pin_host(p, layout.size()) };
-        Ok(Self { rt: rt.clone(), ptr, len, layout, pinned_by })
+        let memory = rt.pinned_memory(layout.size(), layout.align())?;
+        Ok(Self { rt: rt.clone(), ptr: memory.start().cast(), len, memory })
     }
 
     /// A copy of `data`.
@@ -186,7 +177,7 @@ impl<T: DeviceCopy> HostBuffer<T> {
 
     /// Whether a GPU driver page-locked the buffer.
     pub fn is_pinned(&self) -> bool {
-        self.pinned_by.is_some()
+        self.memory.is_locked()
     }
 
     /// A view for kernels on `device` through a shared borrow, as device scratch: kernels
@@ -295,13 +286,8 @@ impl<T: DeviceCopy> Drop for HostBuffer<T> {
                     let _ = unsafe { self.rt.exit_data(d, &[item]) };
                 }
             }
-            if let Some(d) = self.pinned_by {
-                // SAFETY: pinned in `new` by device `d`; every copy has completed.
-                unsafe { self.rt.unpin_host(self.ptr.as_ptr().cast(), d) };
-            }
-            // SAFETY: allocated in `new` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), self.layout) };
         })
+        // `memory` drops after this: unlocked, then freed.
     }
 }
 

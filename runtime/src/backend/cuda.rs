@@ -60,8 +60,6 @@ pub(crate) struct CudaDevice {
     description: DeviceDescription,
     /// Each loaded kernel and its wave (the blocks the whole device holds at once).
     functions: LoadedKernels<(CudaFunction, u32)>,
-    /// Ordinals of the devices this one can read directly (peer access enabled).
-    peers: Mutex<Vec<usize>>,
     /// cuBLASLt (handle, workspace, plans), made on first use.
     blas: OnceLock<std::result::Result<Mutex<super::cublaslt::LtBlas>, String>>,
     /// Events for reuse ([`PooledEvent`]).
@@ -146,11 +144,7 @@ impl VendorPlatform for CudaPlatform {
     }
 
     fn enable_peer(&self, a: &CudaDevice, b: &CudaDevice) -> Result<bool> {
-        let on = a.enable_peer(b)?;
-        if on {
-            a.peers.lock().push(b.ordinal);
-        }
-        Ok(on)
+        a.enable_peer(b)
     }
 
     fn details(&self, d: &CudaDevice) -> Option<String> {
@@ -209,7 +203,6 @@ impl CudaDevice {
             sms,
             description: DeviceDescription { kind: BackendKind::Cuda, name, pci_bus_id: Some(pci), uuid },
             functions: LoadedKernels::new(),
-            peers: Mutex::new(Vec::new()),
             blas: OnceLock::new(),
             events: EventPool::default(),
             clock: OnceLock::new(),
@@ -629,10 +622,6 @@ impl Backend for CudaDevice {
         self.sync(self.stream(q), call)
     }
 
-    fn can_access_peer(&self, src: &dyn Backend) -> bool {
-        src.as_any().downcast_ref::<CudaDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
-    }
-
     fn enqueue_copy_from_peer(
         &self,
         q: Queue,
@@ -641,10 +630,7 @@ impl Backend for CudaDevice {
         src_addr: u64,
         bytes: usize,
     ) -> Result<()> {
-        let peer = src.as_any().downcast_ref::<CudaDevice>().ok_or_else(|| Error::InvalidArgument {
-            routine: "copy_from_peer",
-            what: "source device is not a CUDA device".into(),
-        })?;
+        let peer: &CudaDevice = super::same_vendor(self.number, src)?;
         self.bind()?;
         // SAFETY: both ranges are device memory of their contexts (the caller's contract).
         unsafe {

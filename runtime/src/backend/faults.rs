@@ -315,9 +315,6 @@ impl Backend for Faulty {
         self.check(FaultKind::Fill)?;
         self.inner.memset(dst, value, bytes)
     }
-    fn can_access_peer(&self, src: &dyn Backend) -> bool {
-        self.inner.can_access_peer(src)
-    }
     fn enqueue_copy_from_peer(
         &self,
         q: Queue,

@@ -16,7 +16,6 @@ use std::any::Any;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use hip_sys::hiprt as hip;
-use parking_lot::Mutex;
 
 use super::hip_support::{hip_error, HIP_ERROR_NO_DEVICE};
 use super::platform::{LoadedKernels, VendorPlatform};
@@ -97,7 +96,6 @@ pub(crate) struct HipDevice {
     resident_threads: u32,
     description: DeviceDescription,
     functions: LoadedKernels<Function>,
-    peers: Mutex<Vec<c_int>>,
 }
 
 /// AMD's platform: the HIP runtime's devices.
@@ -131,11 +129,7 @@ impl VendorPlatform for HipPlatform {
     }
 
     fn enable_peer(&self, a: &HipDevice, b: &HipDevice) -> Result<bool> {
-        let on = a.enable_peer(b.ordinal)?;
-        if on {
-            a.peers.lock().push(b.ordinal);
-        }
-        Ok(on)
+        a.enable_peer(b.ordinal)
     }
 
     fn details(&self, d: &HipDevice) -> Option<String> {
@@ -197,7 +191,6 @@ impl HipDevice {
                 uuid,
             },
             functions: LoadedKernels::new(),
-            peers: Mutex::new(Vec::new()),
         })
     }
 
@@ -404,10 +397,6 @@ impl Backend for HipDevice {
         self.sync(q, "hipStreamSynchronize")
     }
 
-    fn can_access_peer(&self, src: &dyn Backend) -> bool {
-        src.as_any().downcast_ref::<HipDevice>().is_some_and(|s| self.peers.lock().contains(&s.ordinal))
-    }
-
     fn enqueue_copy_from_peer(
         &self,
         q: Queue,
@@ -416,10 +405,7 @@ impl Backend for HipDevice {
         src_addr: u64,
         bytes: usize,
     ) -> Result<()> {
-        let peer = src.as_any().downcast_ref::<HipDevice>().ok_or_else(|| Error::InvalidArgument {
-            routine: "copy_from_peer",
-            what: "source device is not a HIP device".into(),
-        })?;
+        let peer: &HipDevice = super::same_vendor(self.number, src)?;
         self.select()?;
         // SAFETY: both ranges are device memory of their devices (the caller's contract).
         let r = unsafe {

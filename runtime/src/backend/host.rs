@@ -224,7 +224,6 @@ pub(crate) struct HostDevice {
     allocations: Mutex<BTreeMap<u64, usize>>,
     used: AtomicUsize,
     capacity: usize,
-    peer_access: bool,
     /// The first failure of an enqueued kernel not yet reported: the next synchronisation
     /// of the device returns it (one worker runs every queue).
     failed: Arc<Mutex<Option<Error>>>,
@@ -259,11 +258,17 @@ impl VendorPlatform for HostPlatform {
             Error::Driver { device: number, call: "spawn a device worker", message: e.to_string() }
         })?;
         let pool = KernelPool::new(name, self.kernel_threads);
-        Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool, self.peer_access))
+        Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool))
     }
 
     fn details(&self, _: &HostDevice) -> Option<String> {
         None
+    }
+
+    /// Host devices read each other's memory (one address space) unless the builder said
+    /// no ([`crate::RuntimeBuilder::peer_access`]).
+    fn enable_peer(&self, _a: &HostDevice, _b: &HostDevice) -> Result<bool> {
+        Ok(self.peer_access)
     }
 
     fn summary(&self, count: usize) -> String {
@@ -280,7 +285,6 @@ impl HostDevice {
         capacity: usize,
         worker: Arc<DeviceWorker>,
         pool: KernelPool,
-        peer_access: bool,
     ) -> Self {
         Self {
             number,
@@ -296,7 +300,6 @@ impl HostDevice {
             allocations: Mutex::new(BTreeMap::new()),
             used: AtomicUsize::new(0),
             capacity,
-            peer_access,
             failed: Arc::new(Mutex::new(None)),
         }
     }
@@ -613,10 +616,6 @@ impl Backend for HostDevice {
         Ok(s.0.get().copied())
     }
 
-    fn can_access_peer(&self, src: &dyn Backend) -> bool {
-        self.peer_access && src.as_any().downcast_ref::<HostDevice>().is_some_and(|s| s.peer_access)
-    }
-
     fn enqueue_copy_from_peer(
         &self,
         _q: Queue,
@@ -625,10 +624,7 @@ impl Backend for HostDevice {
         src_addr: u64,
         bytes: usize,
     ) -> Result<()> {
-        let peer = src.as_any().downcast_ref::<HostDevice>().ok_or_else(|| Error::InvalidArgument {
-            routine: "copy_from_peer",
-            what: "source device is not a host device".into(),
-        })?;
+        let peer: &HostDevice = super::same_vendor(self.number, src)?;
         peer.check_range(src_addr, bytes, "peer copy source")?;
         self.check_range(dst, bytes, "peer copy destination")?;
         // The peer's worker is another thread: its queued writes land first.
@@ -710,7 +706,7 @@ pub(crate) mod tests {
         let pool = KernelPool::new("test-host".into(), Some(2));
         let topo = Arc::new(crate::topology::Topology::system());
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
-        HostDevice::new(0, 0, capacity, worker, pool, true)
+        HostDevice::new(0, 0, capacity, worker, pool)
     }
 
     #[test]

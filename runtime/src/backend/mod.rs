@@ -439,12 +439,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
         self.sync_queue(Queue::Compute)
     }
 
-    /// Whether this device can copy directly from `src`'s memory.
-    fn can_access_peer(&self, src: &dyn Backend) -> bool;
-
     /// Enqueues on `q` a copy from another device's memory into this one's directly (only
-    /// called when [`Backend::can_access_peer`] said yes); the source's queues are not
-    /// waited for: the caller orders the source's writes before it.
+    /// for a pair of one vendor's devices that the [`platform::PeerMatrix`] holds); the
+    /// source's queues are not waited for: the caller orders the source's writes before it.
     fn enqueue_copy_from_peer(
         &self,
         q: Queue,
@@ -605,8 +602,22 @@ pub(crate) trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// For peer copies between devices of the same backend.
+    /// For peer copies between devices of the same backend ([`same_vendor`]).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// `src` as a device of the vendor type `D` of device `device`, which copies from it
+/// directly: the one downcast of a peer copy (the peer matrix pairs only devices of one
+/// vendor, so an error here is the runtime's bug, reported rather than trusted).
+pub(crate) fn same_vendor<D: Backend + 'static>(device: usize, src: &dyn Backend) -> Result<&D> {
+    src.as_any().downcast_ref::<D>().ok_or_else(|| Error::InvalidArgument {
+        routine: "copy_from_peer",
+        what: format!(
+            "device {device} copies directly only from devices of its own backend, not from device {} ({})",
+            src.number(),
+            src.description().kind.name()
+        ),
+    })
 }
 
 #[cfg(test)]

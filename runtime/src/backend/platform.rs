@@ -3,6 +3,8 @@
 //! `GenericPluginTy` over its vendor plugins. CUDA, HIP and host devices are platforms
 //! alike; the runtime's builder only asks each one for its devices ([`Platform::discover`]).
 
+use std::collections::BTreeSet;
+
 use super::{Backend, BackendKind};
 use crate::error::Result;
 
@@ -20,8 +22,8 @@ pub(crate) trait VendorPlatform {
     /// Opens the vendor's device `ordinal` as runtime device `number`.
     fn open(&self, number: usize, ordinal: usize) -> Result<Self::Device>;
 
-    /// Enables `a`'s access to `b`'s memory where the hardware allows it, and records it in
-    /// `a` (its `can_access_peer` reads it back); whether it did.
+    /// Enables `a`'s access to `b`'s memory where the hardware allows it; whether it did
+    /// (the generic platform records it in the [`PeerMatrix`]).
     fn enable_peer(&self, _a: &Self::Device, _b: &Self::Device) -> Result<bool> {
         Ok(false)
     }
@@ -44,9 +46,34 @@ pub(crate) trait Platform {
     /// The backend of its devices.
     fn kind(&self) -> BackendKind;
 
-    /// Its devices, numbered from `first`, with peer access enabled where possible, and one
-    /// line for the device report (why there are none, too).
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String);
+    /// Its devices, numbered from `first`, with peer access enabled where possible (each
+    /// pair enabled added to `peers`), and one line for the device report (why there are
+    /// none, too).
+    fn discover(&self, first: usize, peers: &mut PeerMatrix) -> (Vec<Box<dyn Backend>>, String);
+}
+
+/// Which devices copy straight from which others' memory (peer access enabled at
+/// discovery), by runtime device number: one table above the vendors, which only enable a
+/// pair ([`VendorPlatform::enable_peer`]) and copy between the pairs it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PeerMatrix(BTreeSet<(usize, usize)>);
+
+impl PeerMatrix {
+    /// Device `dst` reads device `src`'s memory directly.
+    pub(crate) fn allow(&mut self, dst: usize, src: usize) {
+        self.0.insert((dst, src));
+    }
+
+    /// Whether device `dst` reads device `src`'s memory directly (a device reads its own).
+    pub(crate) fn reaches(&self, dst: usize, src: usize) -> bool {
+        dst == src || self.0.contains(&(dst, src))
+    }
+
+    /// The matrix once devices are chosen and renumbered: new device `n` was `chosen[n]`.
+    pub(crate) fn renumbered(&self, chosen: &[usize]) -> Self {
+        let new = |old: usize| chosen.iter().position(|&c| c == old);
+        Self(self.0.iter().filter_map(|&(d, s)| Some((new(d)?, new(s)?))).collect())
+    }
 }
 
 impl<P: VendorPlatform> Platform for P {
@@ -54,7 +81,7 @@ impl<P: VendorPlatform> Platform for P {
         VendorPlatform::kind(self)
     }
 
-    fn discover(&self, first: usize) -> (Vec<Box<dyn Backend>>, String) {
+    fn discover(&self, first: usize, peers: &mut PeerMatrix) -> (Vec<Box<dyn Backend>>, String) {
         let count = match self.device_count() {
             Ok(n) => n,
             Err(why) => return (Vec::new(), format!("{} ({why})", self.summary(0))),
@@ -69,8 +96,10 @@ impl<P: VendorPlatform> Platform for P {
         }
         for (i, a) in devices.iter().enumerate() {
             for (j, b) in devices.iter().enumerate().filter(|&(j, _)| j != i) {
-                if let Err(e) = self.enable_peer(a, b) {
-                    notes.push(format!("peer access {}->{}: {e}", first + i, first + j));
+                match self.enable_peer(a, b) {
+                    Ok(true) => peers.allow(first + i, first + j),
+                    Ok(false) => {}
+                    Err(e) => notes.push(format!("peer access {}->{}: {e}", first + i, first + j)),
                 }
             }
         }
@@ -144,7 +173,8 @@ mod tests {
     use crate::backend::host::{HostDevice, KernelPool};
     use crate::backend::worker::DeviceWorker;
 
-    /// Two host devices from a vendor whose third device fails to open.
+    /// Two host devices from a vendor whose third device fails to open, each reading the
+    /// memory of those numbered above it.
     struct TwoOfThree;
 
     impl VendorPlatform for TwoOfThree {
@@ -162,17 +192,13 @@ mod tests {
             let topology = Arc::new(crate::topology::Topology::system());
             let w =
                 Arc::new(DeviceWorker::spawn(format!("t{ordinal}"), topology, Vec::new()).expect("worker"));
-            Ok(HostDevice::new(
-                number,
-                ordinal,
-                1 << 20,
-                w,
-                KernelPool::new(format!("t{ordinal}"), Some(1)),
-                false,
-            ))
+            Ok(HostDevice::new(number, ordinal, 1 << 20, w, KernelPool::new(format!("t{ordinal}"), Some(1))))
         }
         fn details(&self, _: &HostDevice) -> Option<String> {
             Some("test".into())
+        }
+        fn enable_peer(&self, a: &HostDevice, b: &HostDevice) -> Result<bool> {
+            Ok(a.number() < b.number())
         }
     }
 
@@ -195,10 +221,26 @@ mod tests {
 
     #[test]
     fn discovery_numbers_the_devices_that_open_and_reports_the_others() {
-        let (devices, line) = TwoOfThree.discover(5);
+        let mut peers = PeerMatrix::default();
+        let (devices, line) = TwoOfThree.discover(5, &mut peers);
         let numbers: Vec<usize> = devices.iter().map(|d| d.number()).collect();
         assert_eq!(numbers, [5, 6]);
         assert!(line.starts_with("host: 2 devices; device 5 = "), "{line}");
         assert!(line.contains("device 1 of the driver skipped: device 6"), "{line}");
+        assert!(peers.reaches(5, 6) && !peers.reaches(6, 5), "by the devices' numbers: {peers:?}");
+    }
+
+    #[test]
+    fn the_peer_matrix_follows_the_devices_chosen() {
+        let mut m = PeerMatrix::default();
+        for (d, s) in [(0, 1), (1, 0), (1, 2), (2, 3)] {
+            m.allow(d, s);
+        }
+        assert!(m.reaches(0, 1) && m.reaches(3, 3) && !m.reaches(0, 2) && !m.reaches(2, 1));
+        // Devices 2 and 1 kept, in that order: 2 becomes 0, 1 becomes 1.
+        let r = m.renumbered(&[2, 1]);
+        assert!(r.reaches(1, 0), "1 read 2");
+        assert!(!r.reaches(0, 1), "2 did not read 1");
+        assert_eq!(r.0.len(), 1);
     }
 }

@@ -30,6 +30,7 @@ use crate::data_env::plan::Short;
 use crate::error::{Error, Result};
 use crate::origin::Origin;
 use crate::range::HostRange;
+use crate::services::pinned_memory::{PinnedMemory, PAGE};
 
 /// Bytes of one bounce slot: `to` copies up to this size are queued from a slot.
 pub(crate) const SLOT_BYTES: usize = 64 << 10;
@@ -49,30 +50,16 @@ struct QueuedOp {
 /// into [`SLOTS`] slots of [`SLOT_BYTES`]; a slot is free again when the work that reads it
 /// has completed.
 pub(crate) struct BounceSlots {
-    base: usize,
-    registered: bool,
+    memory: PinnedMemory,
     free: Mutex<Vec<usize>>,
-    backend: Arc<dyn Backend>,
 }
 
 impl BounceSlots {
-    fn layout() -> std::alloc::Layout {
-        // 4096-aligned (page-locking works on pages), never zero-sized.
-        std::alloc::Layout::from_size_align(SLOTS * SLOT_BYTES, 4096)
-            .unwrap_or(std::alloc::Layout::new::<u8>())
-    }
-
-    /// Allocates and page-locks the slots; `None` when memory is short.
-    fn new(backend: Arc<dyn Backend>) -> Option<Self> {
-        let layout = Self::layout();
-        // SAFETY: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc(layout) };
-        if base.is_null() {
-            return None;
-        }
-        // SAFETY: `base` is allocated until `drop`, which unregisters it first.
-        let registered = matches!(unsafe { backend.register_host(base, layout.size()) }, Ok(true));
-        Some(Self { base: base as usize, registered, free: Mutex::new((0..SLOTS).rev().collect()), backend })
+    /// Allocates and page-locks the slots for device `device`; `None` when memory is short.
+    fn new(device: usize, backend: &Arc<dyn Backend>) -> Option<Self> {
+        let mut memory = PinnedMemory::allocate(device, SLOTS * SLOT_BYTES, PAGE, None).ok()?;
+        memory.lock(backend, None);
+        Some(Self { memory, free: Mutex::new((0..SLOTS).rev().collect()) })
     }
 
     fn take(&self) -> Option<usize> {
@@ -84,27 +71,11 @@ impl BounceSlots {
     }
 
     fn ptr(&self, slot: usize) -> *mut u8 {
-        (self.base + slot * SLOT_BYTES) as *mut u8
+        // Dropped (unlocked and freed) with its device state, after the runtime waited for
+        // all queued work.
+        self.memory.as_ptr().wrapping_add(slot * SLOT_BYTES)
     }
 }
-
-impl Drop for BounceSlots {
-    fn drop(&mut self) {
-        // Dropped with its device state, after the runtime waited for all queued work.
-        if self.registered {
-            // SAFETY: registered in `new`; no copy reads it any more.
-            let _ = unsafe { self.backend.unregister_host(self.base as *mut u8) };
-        }
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.base as *mut u8, Self::layout()) };
-    }
-}
-
-// SAFETY: the slots are plain memory owned by this value; each is written by one construct
-// at a time (taken from the free list under its lock) and read by the device's queue.
-unsafe impl Send for BounceSlots {}
-// SAFETY: as above.
-unsafe impl Sync for BounceSlots {}
 
 thread_local! {
     /// Whether the constructs this thread makes wait for their work (a `nowait` task's).
@@ -423,7 +394,7 @@ impl DeviceState {
         if host.bytes > SLOT_BYTES {
             return Ok(None);
         }
-        let Some(b) = self.in_flight.bounce.get_or_init(|| BounceSlots::new(Arc::clone(&self.backend)))
+        let Some(b) = self.in_flight.bounce.get_or_init(|| BounceSlots::new(self.number, &self.backend))
         else {
             return Ok(None);
         };

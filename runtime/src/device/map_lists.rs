@@ -694,10 +694,9 @@ impl DeviceState {
             return;
         }
         // SAFETY: a mapped range stays valid until it is unmapped (the mapping's contract),
-        // and `release_entry` unregisters it at removal.
-        if let Ok(true) = unsafe { self.backend.register_host(e.range.begin as *mut u8, e.range.bytes) } {
+        // and `release_entry` / `release_removed` unlock it at removal.
+        if unsafe { self.lock_host(e.range.begin as *mut u8, e.range.bytes) } {
             e.registered = true;
-            self.pinned.insert(e.range.begin, e.range.bytes, self.backend.description().kind);
             self.trace.emit(InfoFlags::TRANSFERS, || {
                 format!(
                     "device {}: {} registered in place after {} large copies",
@@ -711,9 +710,8 @@ impl DeviceState {
     /// memory.
     pub(crate) fn release_entry(&self, e: &Entry) -> Result<()> {
         if e.registered {
-            self.pinned.remove(e.range.begin);
-            // SAFETY: registered by `note_copy`; the entry's copies have all completed.
-            let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+            // SAFETY: locked by `note_copy`; the entry's copies have all completed.
+            unsafe { self.unlock_host(e.range.begin as *mut u8) };
         }
         if e.associated {
             return Ok(());
@@ -891,10 +889,9 @@ impl DeviceState {
         // may have to outlive queued work.
         let entries = entries.map(|mut e| {
             if e.registered {
-                self.pinned.remove(e.range.begin);
-                // SAFETY: registered by `note_copy`; every copy from or into the range was
+                // SAFETY: locked by `note_copy`; every copy from or into the range was
                 // waited for by its construct.
-                let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+                unsafe { self.unlock_host(e.range.begin as *mut u8) };
                 e.registered = false;
             }
             e

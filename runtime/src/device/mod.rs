@@ -15,11 +15,10 @@ mod timeline;
 pub(crate) use in_flight::{ConstructsWait, InFlight, PendingRead, Wait};
 pub(crate) use map_lists::BlocksInUse;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::backend::worker::{DeviceWorker, Lanes};
 use crate::backend::{Backend, BackendKind, Queue};
@@ -32,6 +31,7 @@ use crate::kernel::{Kernel, KernelArg};
 use crate::range::HostRange;
 use crate::services::copy_crew::CopyCrew;
 use crate::services::memory_pool::{MemoryPool, Owner};
+pub(crate) use crate::services::pinned_memory::PinnedRanges;
 use crate::services::staging::{StagingConfig, StagingRing};
 use crate::topology::{Placement, Topology};
 
@@ -219,34 +219,6 @@ impl CopyPath {
     }
 }
 
-/// Host ranges page-locked by the runtime (runtime-owned buffers, [`Runtime::pin`]):
-/// copies from them go straight to the DMA engine.
-#[derive(Default)]
-pub(crate) struct PinnedRanges(RwLock<BTreeMap<usize, (usize, BackendKind)>>);
-
-impl PinnedRanges {
-    /// `bytes` at `begin` were page-locked by a device of backend `by`.
-    pub(crate) fn insert(&self, begin: usize, bytes: usize, by: BackendKind) {
-        self.0.write().insert(begin, (bytes, by));
-    }
-    pub(crate) fn remove(&self, begin: usize) {
-        self.0.write().remove(&begin);
-    }
-    /// The backend that page-locked all of `r`, if one did.
-    pub(crate) fn pinned_by(&self, r: HostRange) -> Option<BackendKind> {
-        let map = self.0.read();
-        let (&b, &(n, by)) = map.range(..=r.begin).next_back()?;
-        (r.end() <= b + n).then_some(by)
-    }
-    pub(crate) fn contains(&self, r: HostRange) -> bool {
-        self.pinned_by(r).is_some()
-    }
-    /// Every page-locked range, in address order.
-    pub(crate) fn ranges(&self) -> Vec<HostRange> {
-        self.0.read().iter().map(|(&b, &(n, _))| HostRange::new(b, n)).collect()
-    }
-}
-
 /// Where a device number leads.
 pub(crate) enum Target<'a> {
     /// An offload device.
@@ -254,11 +226,6 @@ pub(crate) enum Target<'a> {
     /// The initial device: the host itself.
     Initial,
 }
-
-/// A raw pointer to the backend for the worker's closure (the caller waits for it).
-struct BackendRef(*const dyn Backend);
-// SAFETY: backends are Send + Sync; the pointer is used only while the caller waits.
-unsafe impl Send for BackendRef {}
 
 impl DeviceState {
     /// Translates launch arguments: mapped host addresses through the present table.
@@ -558,13 +525,10 @@ impl DeviceState {
                 let node =
                     self.placement.is_known().then(|| self.placement.numa_nodes.first().copied()).flatten();
                 let (cfg, topo) = (self.staging_config, self.topology.clone());
-                let backend = BackendRef(Arc::as_ptr(&self.backend));
+                let (backend, number) = (Arc::clone(&self.backend), self.number);
                 self.worker
                     .run(move || {
-                        let b = backend;
-                        // SAFETY: `self.backend` outlives this call, which waits for the job.
-                        let backend = unsafe { &*b.0 };
-                        StagingRing::new(&cfg, node, &topo, backend, crew, crew_out)
+                        StagingRing::new(number, &cfg, node, &topo, &backend, crew, crew_out)
                             .map_err(|e| e.to_string())
                     })
                     .map_err(|_| "the device worker ended".to_string())?

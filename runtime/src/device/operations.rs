@@ -12,6 +12,7 @@ use crate::info::Trace;
 use crate::kernel::{Kernel, KernelArg};
 use crate::range::HostRange;
 use crate::services::memory_pool::Owner;
+use crate::services::pinned_memory::PinnedMemory;
 
 /// Largest host bounce buffer for a device-to-device copy between devices without peer
 /// access or staging buffers.
@@ -30,7 +31,8 @@ impl DeviceState {
     }
 
     /// Copies `len` bytes of `src`'s memory at `s` into this device's at `d`: on the device
-    /// itself, by peer access when `peer_access` allows and the hardware does, else through
+    /// itself, by peer access when the peer matrix says this device `reaches` src's memory
+    /// ([`crate::Runtime::reaches`]), else through
     /// either device's staging ring, else through a host bounce buffer. (The caller times it,
     /// a span of this device's copy-in queue.)
     ///
@@ -42,7 +44,7 @@ impl DeviceState {
         src: &DeviceState,
         s: u64,
         len: usize,
-        peer_access: bool,
+        reaches: bool,
     ) -> Result<()> {
         let (dd, sd) = (self, src);
         if dd.number == sd.number {
@@ -50,7 +52,7 @@ impl DeviceState {
             dd.stats.record_device_copy(true);
             return Ok(());
         }
-        if peer_access && dd.backend.can_access_peer(&*sd.backend) {
+        if reaches {
             dd.backend.copy_from_peer(d, &*sd.backend, s, len)?;
             dd.stats.record_device_copy(true);
             return Ok(());
@@ -161,12 +163,11 @@ impl DeviceState {
         let live: Vec<Entry> = table.entries().filter(|e| e.registered).cloned().collect();
         drop(table);
         for e in live {
-            // SAFETY: registered by the policy; nothing is in flight at shutdown.
-            let _ = unsafe { self.backend.unregister_host(e.range.begin as *mut u8) };
+            // SAFETY: locked by the policy; nothing is in flight at shutdown.
+            unsafe { self.unlock_host(e.range.begin as *mut u8) };
         }
-        if let Some(Ok(ring)) = self.staging.take() {
-            ring.release(&*self.backend);
-        }
+        // Its buffers are unlocked and freed before the pool goes.
+        drop(self.staging.take());
         if let Err(e) = self.pool.release_all(&*self.backend) {
             let line = format!("device {}: releasing memory at shutdown failed: {e}", self.number);
             trace.report("shutdown failed", self.number, line);
@@ -220,11 +221,6 @@ impl DeviceState {
         self.backend.gemm(g, ty, ops)
     }
 
-    /// Whether this device can read `other`'s memory directly.
-    pub(crate) fn can_access_peer(&self, other: &DeviceState) -> bool {
-        self.backend.can_access_peer(&*other.backend)
-    }
-
     /// Sets `bytes` of device memory at `dst` to `value`, waited for.
     pub(crate) fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
         self.backend.memset(dst, value, bytes)
@@ -240,21 +236,29 @@ impl DeviceState {
         unsafe { self.backend.copy_2d(c) }
     }
 
-    /// Page-locks host memory for this device's copies; `false` where it has no such notion.
+    /// Page-locks `[ptr, ptr+bytes)` in place for this device's copies and records it in
+    /// the runtime's pinned ranges; `false` where the device has no such notion or the
+    /// driver refused.
     ///
     /// # Safety
-    /// As [`crate::backend::Backend::register_host`].
-    pub(crate) unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+    /// The memory stays allocated until [`DeviceState::unlock_host`].
+    pub(crate) unsafe fn lock_host(&self, ptr: *mut u8, bytes: usize) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.register_host(ptr, bytes) }
+        unsafe { self.pinned.lock(&*self.backend, ptr, bytes) }
     }
 
-    /// Undoes [`DeviceState::register_host`].
+    /// Undoes [`DeviceState::lock_host`].
     ///
     /// # Safety
-    /// As [`crate::backend::Backend::unregister_host`].
-    pub(crate) unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+    /// `ptr` was locked by this device, and no copy on it is in flight.
+    pub(crate) unsafe fn unlock_host(&self, ptr: *mut u8) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.backend.unregister_host(ptr) }
+        unsafe { self.pinned.unlock(&*self.backend, ptr) }
+    }
+
+    /// Page-locks runtime-owned `memory` with this device's driver, recorded as the
+    /// program's (a `HostBuffer`); whether the driver did.
+    pub(crate) fn lock_memory(&self, memory: &mut PinnedMemory) -> bool {
+        memory.lock(&self.backend, Some(&self.pinned))
     }
 }

@@ -83,11 +83,6 @@ impl DeviceState {
         }
     }
 
-    /// Whether this device reads `src`'s memory directly (peer access).
-    pub(crate) fn reaches(&self, src: &DeviceState) -> bool {
-        self.backend.can_access_peer(&*src.backend)
-    }
-
     /// Free and total memory, once the memory queued work holds is given back.
     pub(crate) fn mem_info(&self) -> Result<MemInfo> {
         self.finish_queued_quietly(Wait::Events);

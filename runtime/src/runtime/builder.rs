@@ -9,6 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::backend::host::{default_capacity, HostPlatform};
+use crate::backend::platform::PeerMatrix;
 use crate::backend::worker::DeviceWorker;
 use crate::backend::Backend;
 use crate::backend::{BackendKind, Platform};
@@ -257,6 +258,7 @@ impl RuntimeBuilder {
         let mut report = format!("topology: {}\n", topology.description());
         // Each device with its placement and worker; GPUs first, then host devices.
         let mut devices: Vec<FoundDevice> = Vec::new();
+        let mut peers = PeerMatrix::default();
         let spawn = |name: String, p: &Placement| {
             DeviceWorker::spawn(name, Arc::clone(&topology), p.cpus.clone())
                 .map(Arc::new)
@@ -279,7 +281,7 @@ impl RuntimeBuilder {
             // GPUs first, then host devices; each device placed by its PCI bus id (host
             // devices: on the whole machine), with its worker there.
             for platform in gpus.iter().map(|p| &**p).chain([&hosts as &dyn Platform]) {
-                let (found, line) = platform.discover(devices.len());
+                let (found, line) = platform.discover(devices.len(), &mut peers);
                 // Host devices are asked for by number: one that could not start (its worker
                 // thread) fails the start, as a missing GPU does not.
                 if platform.kind() == BackendKind::Host && found.len() < settings.host_devices {
@@ -313,8 +315,13 @@ impl RuntimeBuilder {
                 }
             }
         }
+        if !self.peer_access {
+            peers = PeerMatrix::default();
+        }
         if let Some(list) = settings.available_devices.take() {
-            devices = keep_available(devices, &list)?;
+            let chosen;
+            (devices, chosen) = keep_available(devices, &list)?;
+            peers = peers.renumbered(&chosen);
             report.push_str(&format!(
                 "available: {} of the devices found (OMP_AVAILABLE_DEVICES={})\n",
                 devices.len(),
@@ -373,7 +380,7 @@ impl RuntimeBuilder {
                 kernel_pool: initial_pool,
                 initial_device_lock: parking_lot::RwLock::new(()),
                 host_allocs: Mutex::new(HashMap::new()),
-                peer_access: self.peer_access,
+                peers,
                 pinned,
                 topology,
                 id: super::NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -382,10 +389,10 @@ impl RuntimeBuilder {
     }
 }
 
-/// The devices `OMP_AVAILABLE_DEVICES` names, in its order, renumbered from 0: each
-/// selector a device number as discovered or a device's UID; one naming no device, or a
-/// device named twice, is an error.
-fn keep_available(devices: Vec<FoundDevice>, list: &[String]) -> Result<Vec<FoundDevice>> {
+/// The devices `OMP_AVAILABLE_DEVICES` names, in its order, renumbered from 0, and the
+/// number each had as discovered: each selector a device number as discovered or a device's
+/// UID; one naming no device, or a device named twice, is an error.
+fn keep_available(devices: Vec<FoundDevice>, list: &[String]) -> Result<(Vec<FoundDevice>, Vec<usize>)> {
     let bad = |sel: &str, expected: &'static str| Error::InvalidSetting {
         var: "OMP_AVAILABLE_DEVICES",
         value: sel.to_string(),
@@ -409,11 +416,11 @@ fn keep_available(devices: Vec<FoundDevice>, list: &[String]) -> Result<Vec<Foun
     }
     let mut all: Vec<Option<FoundDevice>> = devices.into_iter().map(Some).collect();
     let mut kept: Vec<FoundDevice> =
-        chosen.into_iter().filter_map(|i| all.get_mut(i).and_then(Option::take)).collect();
+        chosen.iter().filter_map(|&i| all.get_mut(i).and_then(Option::take)).collect();
     for (n, d) in kept.iter_mut().enumerate() {
         d.0.renumber(n);
     }
-    Ok(kept)
+    Ok((kept, chosen))
 }
 
 /// A device found at start-up: its backend, placement and worker.

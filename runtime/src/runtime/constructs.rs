@@ -754,9 +754,11 @@ impl Runtime {
             if p == 0 || d.owns(p) {
                 continue;
             }
-            let peer = self.inner.devices.iter().find(|q| {
-                self.inner.peer_access && q.number != d.number && d.can_access_peer(q) && q.owns(p)
-            });
+            let peer = self
+                .inner
+                .devices
+                .iter()
+                .find(|q| q.number != d.number && self.reaches(d.number, q.number) && q.owns(p));
             if let Some(q) = peer {
                 q.finish_queued_quietly(Wait::Events);
                 reaches_peer = true;

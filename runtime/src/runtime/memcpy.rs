@@ -151,7 +151,8 @@ impl Runtime {
                     ..Default::default()
                 };
                 // SAFETY: forwarded from the caller: both ranges are their devices' memory.
-                let copy = || unsafe { dd.copy_from_peer_device(d, sd, s, len, self.peer_access()) };
+                let copy =
+                    || unsafe { dd.copy_from_peer_device(d, sd, s, len, self.reaches(dd.number, sd.number)) };
                 dd.timed(crate::backend::Queue::CopyIn, what, copy)
             }
         }

@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use crate::backend::platform::PeerMatrix;
 use crate::backend::{DeviceDescription, MemInfo};
 use crate::config::{OffloadPolicy, Settings};
 use crate::data_env::{Construct, Entry, MapItem, UpdateDirection};
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::info::Trace;
 use crate::kernel::{run_host_kernel, Kernel, KernelArg, LaunchArg};
 use crate::range::HostRange;
+use crate::services::pinned_memory::PinnedMemory;
 use crate::services::validate;
 use crate::topology::{Placement, Topology};
 
@@ -63,7 +65,9 @@ pub(crate) struct Inner {
     /// through [`Runtime::hold_initial_device`].
     pub(crate) initial_device_lock: parking_lot::RwLock<()>,
     pub(crate) host_allocs: Mutex<HashMap<usize, Layout>>,
-    pub(crate) peer_access: bool,
+    /// Which devices copy from which others' memory directly (empty when the builder
+    /// turned peer access off).
+    pub(crate) peers: PeerMatrix,
     pub(crate) pinned: Arc<PinnedRanges>,
     pub(crate) topology: Arc<Topology>,
     /// This runtime among the process's (the key of per-thread settings).
@@ -279,21 +283,20 @@ impl Runtime {
         self.inner.devices.get(device).ok_or_else(|| self.no_such_device(device))
     }
 
-    pub(crate) fn peer_access(&self) -> bool {
-        self.inner.peer_access
+    /// Whether device `dst` copies from device `src`'s memory directly (the same device, or
+    /// peer access enabled at discovery and allowed by the builder).
+    pub(crate) fn reaches(&self, dst: usize, src: usize) -> bool {
+        self.inner.peers.reaches(dst, src)
     }
 
-    /// Page-locks `[ptr, ptr+bytes)` with the first device that can; returns which one.
+    /// Page-locks `[ptr, ptr+bytes)` in place with the first device that can; returns
+    /// which one.
     ///
     /// # Safety
     /// The memory stays allocated until [`Runtime::unpin_host`] with the returned device.
     pub(crate) unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Option<usize> {
-        let by = self.inner.devices.iter().find(|d| {
-            // SAFETY: forwarded from the caller.
-            matches!(unsafe { d.register_host(ptr, bytes) }, Ok(true))
-        })?;
-        self.inner.pinned.insert(ptr as usize, bytes, by.description().kind);
-        Some(by.number)
+        // SAFETY: forwarded from the caller.
+        self.inner.devices.iter().find(|d| unsafe { d.lock_host(ptr, bytes) }).map(|d| d.number)
     }
 
     /// Undoes [`Runtime::pin_host`].
@@ -301,11 +304,19 @@ impl Runtime {
     /// # Safety
     /// No copy on the memory is in flight (every construct waits for its copies).
     pub(crate) unsafe fn unpin_host(&self, ptr: *mut u8, device: usize) {
-        self.inner.pinned.remove(ptr as usize);
         if let Some(d) = self.inner.devices.get(device) {
             // SAFETY: forwarded from the caller.
-            let _ = unsafe { d.unregister_host(ptr) };
+            unsafe { d.unlock_host(ptr) };
         }
+    }
+
+    /// `bytes` zeroed bytes of host memory the program will see (aligned to a page or to
+    /// `align` if larger), page-locked by the first device whose driver can; unlocked and
+    /// freed when dropped.
+    pub(crate) fn pinned_memory(&self, bytes: usize, align: usize) -> Result<PinnedMemory> {
+        let mut m = PinnedMemory::allocate(self.initial_device(), bytes, align, None)?;
+        let _ = self.inner.devices.iter().any(|d| d.lock_memory(&mut m));
+        Ok(m)
     }
 }
 

@@ -231,8 +231,9 @@ impl Runtime {
     /// Whether copies from device `src` into device `dst` go directly (peer access, or the
     /// same device) rather than through host memory.
     pub fn can_access_peer(&self, dst: usize, src: usize) -> Result<bool> {
-        let (d, s) = (self.device_state(dst)?, self.device_state(src)?);
-        Ok(dst == src || (self.inner.peer_access && d.reaches(s)))
+        self.check_offload_device(dst)?;
+        self.check_offload_device(src)?;
+        Ok(self.reaches(dst, src))
     }
 
     /// Free and total memory of device `device`.

@@ -326,28 +326,36 @@ impl MemoryPool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backend::{BackendKind, DeviceDescription, Event, MemInfo, Queue};
     use crate::kernel::{Kernel, KernelArg};
 
-    /// A device that only counts bytes: addresses without memory behind them, so the pool's
-    /// bookkeeping is tested with no driver, thread or FFI call (and under Miri).
-    struct CountingDevice {
+    /// A device that only counts: bytes (addresses without memory behind them) and the host
+    /// ranges it page-locked, so the services' bookkeeping is tested with no driver, thread
+    /// or FFI call (and under Miri).
+    pub(crate) struct CountingDevice {
         description: DeviceDescription,
         capacity: usize,
         /// (bytes in use, next address).
         state: Mutex<(usize, u64)>,
+        /// The host ranges page-locked now, as (start, bytes).
+        pub(crate) locked: Mutex<Vec<(usize, usize)>>,
     }
 
-    fn device(capacity: usize) -> CountingDevice {
+    pub(crate) fn device(capacity: usize) -> CountingDevice {
         let description = DeviceDescription {
             kind: BackendKind::Host,
             name: "counting device".into(),
             pci_bus_id: None,
             uuid: None,
         };
-        CountingDevice { description, capacity, state: Mutex::new((0, 0x1000)) }
+        CountingDevice {
+            description,
+            capacity,
+            state: Mutex::new((0, 0x1000)),
+            locked: Mutex::new(Vec::new()),
+        }
     }
 
     fn no_memory<T>() -> Result<T> {
@@ -397,9 +405,6 @@ mod tests {
         fn sync_queue(&self, _q: Queue) -> Result<()> {
             Ok(())
         }
-        fn can_access_peer(&self, _src: &dyn Backend) -> bool {
-            false
-        }
         fn enqueue_copy_from_peer(
             &self,
             _q: Queue,
@@ -418,6 +423,21 @@ mod tests {
         }
         fn mem_info(&self) -> Result<MemInfo> {
             Ok(MemInfo { free: self.capacity - self.state.lock().0, total: self.capacity })
+        }
+        unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+            self.locked.lock().push((ptr as usize, bytes));
+            Ok(true)
+        }
+        unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
+            let mut locked = self.locked.lock();
+            let i = locked.iter().position(|&(p, _)| p == ptr as usize).ok_or_else(|| {
+                Error::InvalidArgument {
+                    routine: "CountingDevice",
+                    what: "unlocks what it never locked".into(),
+                }
+            })?;
+            locked.remove(i);
+            Ok(())
         }
         fn as_any(&self) -> &dyn std::any::Any {
             self

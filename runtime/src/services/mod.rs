@@ -7,5 +7,6 @@ pub mod config;
 pub(crate) mod copy_crew;
 pub mod data_env;
 pub(crate) mod memory_pool;
+pub(crate) mod pinned_memory;
 pub(crate) mod staging;
 pub(crate) mod validate;

@@ -12,15 +12,15 @@
 //! time inside the copies: docs/PERFORMANCE.md, issue 29). Memory that is already pinned
 //! is copied directly, and so are small copies, where a ring's fixed costs would lose.
 
-use std::alloc::Layout;
 use std::fmt;
-use std::ptr::NonNull;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::backend::{Backend, Event, Queue};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::services::copy_crew::CopyCrew;
+use crate::services::pinned_memory::{PinnedMemory, PAGE};
 use crate::topology::Topology;
 
 /// How staging behaves; the defaults were measured to be good on the H200 machines
@@ -111,60 +111,10 @@ impl StagingConfig {
     }
 }
 
-/// Page-aligned host memory registered with a device's driver.
-struct PinnedBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
-    registered: bool,
-}
-
-// SAFETY: the buffer is plain memory owned by the ring; access is serialised by the ring's
-// per-direction lock.
-unsafe impl Send for PinnedBuffer {}
-
-impl PinnedBuffer {
-    const PAGE: usize = 4096;
-
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, Self::PAGE).expect("chunk sizes are small multiples of a page")
-    }
-
-    /// Allocates `len` bytes, binds them to `node` before the first touch, touches them
-    /// (on the calling thread: the device's bound worker), and registers them.
-    fn new(len: usize, node: Option<usize>, topo: &Topology, backend: &dyn Backend) -> Result<(Self, bool)> {
-        // SAFETY: non-zero size.
-        let p = unsafe { std::alloc::alloc(Self::layout(len)) };
-        let ptr =
-            NonNull::new(p).ok_or(Error::OutOfMemory { device: 0, requested: len, free: 0, total: 0 })?;
-        // SAFETY: `len` bytes just allocated; not yet touched.
-        let area = unsafe { std::slice::from_raw_parts(p, len) };
-        let bound = node.is_some_and(|n| topo.bind_area(area, &[n]));
-        // First touch: one write per page places it (on the bound node when binding worked,
-        // else on the toucher's node).
-        for off in (0..len).step_by(Self::PAGE) {
-            // SAFETY: inside the allocation.
-            unsafe { p.add(off).write(0) };
-        }
-        let mut b = Self { ptr, len, registered: false };
-        // SAFETY: the buffer lives until `release`, which unregisters it first.
-        b.registered = unsafe { backend.register_host(p, len)? };
-        Ok((b, bound))
-    }
-
-    fn release(self, backend: &dyn Backend) {
-        if self.registered {
-            // SAFETY: registered in `new`; no copy is in flight (every transfer waits).
-            let _ = unsafe { backend.unregister_host(self.ptr.as_ptr()) };
-        }
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) };
-    }
-}
-
 /// A device's staging buffers, both directions.
 pub(crate) struct StagingRing {
-    to_device: Mutex<Vec<PinnedBuffer>>,
-    from_device: Mutex<Vec<PinnedBuffer>>,
+    to_device: Mutex<Vec<PinnedMemory>>,
+    from_device: Mutex<Vec<PinnedMemory>>,
     chunk: usize,
     cfg: StagingConfig,
     /// Copies into the buffers, and out of them too unless `crew_out` is there.
@@ -193,20 +143,22 @@ impl StagingRing {
     /// Allocates the ring; call on the device's bound worker so that first touch lands on
     /// its node. `crew_out`, when given, copies out of the buffers and `crew` only into them.
     pub(crate) fn new(
+        device: usize,
         cfg: &StagingConfig,
         node: Option<usize>,
         topo: &Topology,
-        backend: &dyn Backend,
+        backend: &Arc<dyn Backend>,
         crew: CopyCrew,
         crew_out: Option<CopyCrew>,
     ) -> Result<Self> {
         let depth = cfg.depth.max(2);
         let mut bound = true;
-        let mut make = || -> Result<Vec<PinnedBuffer>> {
+        let mut make = || -> Result<Vec<PinnedMemory>> {
             (0..depth)
                 .map(|_| {
-                    let (b, ok) = PinnedBuffer::new(cfg.chunk, node, topo, backend)?;
-                    bound &= ok;
+                    let mut b = PinnedMemory::allocate(device, cfg.chunk, PAGE, node.map(|n| (n, topo)))?;
+                    b.lock(backend, None);
+                    bound &= b.is_bound();
                     Ok(b)
                 })
                 .collect()
@@ -227,7 +179,7 @@ impl StagingRing {
     /// One line for the device report.
     pub(crate) fn describe(&self) -> String {
         let depth = self.to_device.lock().len();
-        let pinned = self.to_device.lock().first().is_some_and(|b| b.registered);
+        let pinned = self.to_device.lock().first().is_some_and(PinnedMemory::is_locked);
         format!(
             "staging: {depth}+{depth} buffers of {} MiB ({}), node {}, {}{}",
             self.chunk >> 20,
@@ -252,9 +204,8 @@ impl StagingRing {
     /// The first staging buffer, for placement checks.
     pub(crate) fn with_first_buffer<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         let bufs = self.to_device.lock();
-        // SAFETY: the buffer holds `len` initialised bytes (touched at creation); the lock
-        // keeps transfers out while `f` reads it.
-        f(unsafe { std::slice::from_raw_parts(bufs[0].ptr.as_ptr(), bufs[0].len) })
+        // SAFETY: the lock keeps transfers out while `f` reads it.
+        f(unsafe { bufs[0].as_slice() })
     }
 
     /// The crew that copies out of the buffers.
@@ -302,11 +253,11 @@ impl StagingRing {
             // The buffer is free once its previous DMA has finished.
             slots.wait(slot)?;
             // The buffer holds `chunk >= n` bytes and no DMA reads it now.
-            fill(bufs[slot].ptr.as_ptr(), off, n)?;
+            fill(bufs[slot].as_ptr(), off, n)?;
             // SAFETY: the buffer stays untouched until this slot's event has completed
             // (`slots` waits for it before the buffer's next use and before returning);
             // `dst + off` is the caller's.
-            unsafe { owner.enqueue_write(Queue::CopyIn, dst + off as u64, bufs[slot].ptr.as_ptr(), n)? };
+            unsafe { owner.enqueue_write(Queue::CopyIn, dst + off as u64, bufs[slot].as_ptr(), n)? };
             slots.started(slot, owner.record(Queue::CopyIn))
         };
         let result = (0..chunks).try_for_each(&mut step);
@@ -338,7 +289,7 @@ impl StagingRing {
             let slot = i % depth;
             // SAFETY: the slot's buffer is not read until its event has completed; `src +
             // off` is the caller's.
-            unsafe { owner.enqueue_read(Queue::CopyOut, bufs[slot].ptr.as_ptr(), src + off as u64, n)? };
+            unsafe { owner.enqueue_read(Queue::CopyOut, bufs[slot].as_ptr(), src + off as u64, n)? };
             slots.started(slot, owner.record(Queue::CopyOut))
         };
         let mut run = || -> Result<()> {
@@ -350,7 +301,7 @@ impl StagingRing {
                 slots.wait(slot)?;
                 let (off, n) = span(i);
                 // The DMA into this buffer has completed.
-                drain(bufs[slot].ptr.as_ptr(), off, n)?;
+                drain(bufs[slot].as_ptr(), off, n)?;
                 if i + depth < chunks {
                     issue(&mut slots, i + depth)?;
                 }
@@ -447,13 +398,6 @@ impl StagingRing {
             self.pipeline_in(owner, dst, bytes, |buf, off, n| src_backend.read(buf, src + off as u64, n))
         }
     }
-
-    /// Unregisters and frees the buffers.
-    pub(crate) fn release(self, backend: &dyn Backend) {
-        for b in self.to_device.into_inner().into_iter().chain(self.from_device.into_inner()) {
-            b.release(backend);
-        }
-    }
 }
 
 /// The events of a pipeline's in-flight DMAs, one slot per staging buffer: a buffer is
@@ -513,10 +457,11 @@ impl Drop for Slots<'_> {
 mod tests {
     use super::*;
     use crate::backend::host::tests::device;
+    use crate::error::Error;
 
     /// A ring over a host device with one crew of 3 copy threads, copying out with
     /// streaming stores when asked.
-    fn ring(chunk: usize, depth: usize, streaming: bool) -> (crate::backend::host::HostDevice, StagingRing) {
+    fn ring(chunk: usize, depth: usize, streaming: bool) -> (Arc<dyn Backend>, StagingRing) {
         ring_with(StagingConfig {
             chunk,
             depth,
@@ -529,8 +474,8 @@ mod tests {
 
     /// A ring over a host device as `cfg` asks: `cfg.threads` copy threads, in one crew or,
     /// with `split_crews`, in two (the out crew the smaller).
-    fn ring_with(cfg: StagingConfig) -> (crate::backend::host::HostDevice, StagingRing) {
-        let d = device(1 << 30);
+    fn ring_with(cfg: StagingConfig) -> (Arc<dyn Backend>, StagingRing) {
+        let d: Arc<dyn Backend> = Arc::new(device(1 << 30));
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
         let spawn = |threads: usize| {
@@ -547,7 +492,7 @@ mod tests {
         assert_eq!(cfg.chunk_for(1 << 30, cfg.chunk), cfg.chunk);
         assert!(cfg.chunk_for(3 << 20, cfg.chunk) <= cfg.chunk);
         let r =
-            StagingRing::new(&cfg, topo.numa_nodes().first().copied(), &topo, &d, crew, crew_out).unwrap();
+            StagingRing::new(0, &cfg, topo.numa_nodes().first().copied(), &topo, &d, crew, crew_out).unwrap();
         (d, r)
     }
 
@@ -575,14 +520,14 @@ mod tests {
                 let p = d.alloc(bytes).unwrap();
                 // SAFETY: `src`, `back` and `p` all hold `bytes` bytes.
                 unsafe {
-                    r.write(&d, p, src.as_ptr(), bytes).unwrap();
-                    r.read(&d, back.as_mut_ptr(), p, bytes).unwrap();
+                    r.write(&*d, p, src.as_ptr(), bytes).unwrap();
+                    r.read(&*d, back.as_mut_ptr(), p, bytes).unwrap();
                 }
                 let what = format!("chunk {chunk} depth {depth} streaming {streaming} populate {populate}");
                 assert!(back == src, "{what} split {split} bytes {bytes}");
                 d.free(p, bytes).unwrap();
             }
-            r.release(&d);
+            drop(r);
         }
     }
 
@@ -603,25 +548,25 @@ mod tests {
         let (p_in, p_out) = (d.alloc(bytes).unwrap(), d.alloc(bytes).unwrap());
         let out_src: Vec<u8> = (0..bytes).map(|i| (i % 253) as u8).collect();
         // SAFETY: `p_out` and `out_src` hold `bytes` bytes.
-        unsafe { r.write(&d, p_out, out_src.as_ptr(), bytes).unwrap() };
+        unsafe { r.write(&*d, p_out, out_src.as_ptr(), bytes).unwrap() };
         for round in 0..20u8 {
             let in_src = vec![round; bytes];
             let mut back = vec![0u8; bytes];
             std::thread::scope(|sc| {
                 // SAFETY: `p_in` and `in_src` hold `bytes` bytes; only this thread uses `p_in`.
-                sc.spawn(|| unsafe { r.write(&d, p_in, in_src.as_ptr(), bytes).unwrap() });
+                sc.spawn(|| unsafe { r.write(&*d, p_in, in_src.as_ptr(), bytes).unwrap() });
                 // SAFETY: `back` and `p_out` hold `bytes` bytes; only this thread writes `back`.
-                sc.spawn(|| unsafe { r.read(&d, back.as_mut_ptr(), p_out, bytes).unwrap() });
+                sc.spawn(|| unsafe { r.read(&*d, back.as_mut_ptr(), p_out, bytes).unwrap() });
             });
             assert!(back == out_src, "round {round}: the copy out");
             let mut landed = vec![0u8; bytes];
             // SAFETY: as above.
-            unsafe { r.read(&d, landed.as_mut_ptr(), p_in, bytes).unwrap() };
+            unsafe { r.read(&*d, landed.as_mut_ptr(), p_in, bytes).unwrap() };
             assert!(landed == in_src, "round {round}: the copy in");
         }
         d.free(p_in, bytes).unwrap();
         d.free(p_out, bytes).unwrap();
-        r.release(&d);
+        drop(r);
     }
 
     #[test]
@@ -637,9 +582,9 @@ mod tests {
                 unsafe {
                     a.write(pa, src.as_ptr(), bytes).unwrap();
                     // a -> b through a's copy-out buffers, then back through a's copy-in ones.
-                    r.relay_out(&a, pa, &b, pb, bytes).unwrap();
+                    r.relay_out(&*a, pa, &b, pb, bytes).unwrap();
                     a.write(pa, back.as_ptr(), bytes).unwrap();
-                    r.relay_in(&b, pb, &a, pa, bytes).unwrap();
+                    r.relay_in(&b, pb, &*a, pa, bytes).unwrap();
                     a.read(back.as_mut_ptr(), pa, bytes).unwrap();
                 }
                 assert!(back == src, "chunk {chunk} depth {depth} bytes {bytes}");
@@ -649,13 +594,13 @@ mod tests {
             // A destination too short fails after the first chunk, with every slot drained.
             let (pa, pb) = (a.alloc(5 * chunk).unwrap(), b.alloc(chunk).unwrap());
             // SAFETY: the destination's backend refuses the bytes past its allocation.
-            let e = unsafe { r.relay_out(&a, pa, &b, pb, 5 * chunk) }.unwrap_err();
+            let e = unsafe { r.relay_out(&*a, pa, &b, pb, 5 * chunk) }.unwrap_err();
             assert!(matches!(e, Error::UnknownDevicePointer { .. }), "{e}");
             // SAFETY: one chunk into a one-chunk allocation.
-            unsafe { r.relay_out(&a, pa, &b, pb, chunk) }.unwrap();
+            unsafe { r.relay_out(&*a, pa, &b, pb, chunk) }.unwrap();
             a.free(pa, 5 * chunk).unwrap();
             b.free(pb, chunk).unwrap();
-            r.release(&a);
+            drop(r);
         }
     }
 
@@ -666,13 +611,13 @@ mod tests {
         let p = d.alloc(4096).unwrap();
         // SAFETY: the device range is too short: the backend refuses the second chunk
         // before any byte moves there.
-        let e = unsafe { r.write(&d, p, src.as_ptr(), src.len()) }.unwrap_err();
+        let e = unsafe { r.write(&*d, p, src.as_ptr(), src.len()) }.unwrap_err();
         assert!(matches!(e, Error::UnknownDevicePointer { .. }), "{e}");
         // The ring still works afterwards.
         // SAFETY: one chunk into a one-chunk allocation.
-        unsafe { r.write(&d, p, src.as_ptr(), 4096) }.unwrap();
+        unsafe { r.write(&*d, p, src.as_ptr(), 4096) }.unwrap();
         d.free(p, 4096).unwrap();
-        r.release(&d);
+        drop(r);
     }
 
     #[test]
@@ -705,15 +650,15 @@ mod tests {
 
     #[test]
     fn describes_its_set_up() {
-        let (d, r) = ring(1 << 20, 2, false);
+        let (_d, r) = ring(1 << 20, 2, false);
         let s = r.describe();
         assert!(s.contains("2+2 buffers of 1 MiB") && s.contains("3 copy threads"), "{s}");
         assert!(!s.contains("streaming"), "{s}");
-        r.release(&d);
-        let (d, r) = ring(1 << 20, 2, true);
+        drop(r);
+        let (_d, r) = ring(1 << 20, 2, true);
         let s = r.describe();
         assert_eq!(s.contains(" (streaming stores out)"), cfg!(target_arch = "x86_64"), "{s}");
-        r.release(&d);
+        drop(r);
     }
 
     /// Only copies out of the buffers stream, and only when the config asks; with two
@@ -735,11 +680,11 @@ mod tests {
             let mut back = vec![0u8; bytes];
             let p = d.alloc(bytes).unwrap();
             // SAFETY: `src` and `p` hold `bytes` bytes.
-            unsafe { r.write(&d, p, src.as_ptr(), bytes).unwrap() };
+            unsafe { r.write(&*d, p, src.as_ptr(), bytes).unwrap() };
             let after_in = (r.crew.streamed_pieces(), r.out_crew().streamed_pieces());
             assert_eq!(after_in, (0, 0), "streaming {streaming} split {split}: a copy in streamed");
             // SAFETY: `back` and `p` hold `bytes` bytes.
-            unsafe { r.read(&d, back.as_mut_ptr(), p, bytes).unwrap() };
+            unsafe { r.read(&*d, back.as_mut_ptr(), p, bytes).unwrap() };
             assert!(back == src);
             let streamed = r.out_crew().streamed_pieces();
             assert_eq!(streamed > 0, streaming, "streaming {streaming} split {split}: {streamed} pieces");
@@ -747,7 +692,7 @@ mod tests {
                 assert_eq!(r.crew.streamed_pieces(), 0, "the copy out ran on the in crew");
             }
             d.free(p, bytes).unwrap();
-            r.release(&d);
+            drop(r);
         }
     }
 }
