@@ -2,7 +2,8 @@
 //! top-level module of `runtime/src` (a file, or a directory with its submodules) may use
 //! modules of its own layer or of the layers below it ([`LAYERS`]), never above, and the
 //! graph has no cycle (so within a layer, too, uses go one way). Vendor libraries (`cudarc`,
-//! `hip_sys`) are named only in `backend/`, and `hwlocality` only in `backend/topology.rs`.
+//! `libloading`, which loads HIP) are named only in `backend/` (`libloading` only in `backend/hip/`),
+//! and `hwlocality` only in `backend/topology.rs`.
 //! Submodules of one directory may refer to each other and to their parent.
 //!
 //! The module graph is read from the sources (`crate::NAME` paths outside comments and
@@ -185,9 +186,11 @@ fn every_module_has_a_layer_and_uses_only_its_own_and_lower_ones() {
 fn vendor_libraries_are_named_only_in_their_layer() {
     for (rel, text) in RUNTIME_SOURCES {
         for line in code_lines(text) {
-            for (lib, home) in
-                [("cudarc", "backend/"), ("hip_sys", "backend/"), ("hwlocality", "backend/topology.rs")]
-            {
+            for (lib, home) in [
+                ("cudarc", "backend/"),
+                ("libloading", "backend/hip/"),
+                ("hwlocality", "backend/topology.rs"),
+            ] {
                 let named = line.match_indices(lib).any(|(i, _)| {
                     let before = line[..i].chars().next_back();
                     !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -14,6 +14,11 @@ fn device_report_says_what_each_backend_found() {
 fn check_report(report: &str) -> offload::Result<()> {
     check!(report.contains("cuda:"), "no cuda line");
     check!(report.contains("host: 1 host devices"), "no host line");
+    // HIP compiled in: a line for it whatever the machine (with no ROCm, zero devices and
+    // why: the runtime is loaded at run time).
+    if offload::compiled_backends().contains(&BackendKind::Hip) {
+        check!(report.contains("hip: "), "no hip line");
+    }
     Ok(())
 }
 

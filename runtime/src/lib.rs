@@ -106,7 +106,7 @@ pub use api::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs
 pub use backend::kernel_cache;
 pub use backend::topology;
 pub use backend::topology::{NumaDistances, Placement, PlacementSource, Topology, TopologyGpu};
-pub use backend::{BackendKind, DeviceDescription, Interop, MemInfo};
+pub use backend::{compiled_backends, BackendKind, DeviceDescription, Interop, MemInfo};
 #[doc(hidden)]
 pub use device::audit::{AuditRule, DeviceSnapshot, FailedConstruct};
 pub use device::TransferStats;

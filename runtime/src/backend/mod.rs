@@ -15,10 +15,7 @@ pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 mod cublaslt;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
-#[cfg(feature = "hip")]
 pub(crate) mod hip;
-#[cfg_attr(not(feature = "hip"), allow(dead_code))]
-pub(crate) mod hip_support;
 pub(crate) mod host;
 mod host_gemm;
 pub mod kernel_cache;

@@ -1,72 +1,55 @@
-//! AMD GPUs through HIP (`hip-sys`, cargo feature `hip`).
+//! One AMD GPU through HIP (cargo feature `hip`).
 //!
 //! The same shape as the CUDA backend: per device three non-blocking streams (copy-in,
 //! compute, copy-out) on which operations are queued (a construct waits only where the host
-//! needs the result, as on CUDA), peer access enabled per pair at discovery, pinned host memory by `hipHostRegister`, events for staging slots,
-//! and kernels compiled at run time by `hiprtc` from the same CUDA C sources (translated by
+//! needs the result, as on CUDA), peer access enabled per pair at discovery, pinned host
+//! memory by `hipHostRegister`, events for staging slots, and kernels compiled at run time
+//! by `hiprtc` from the same CUDA C sources (translated by
 //! [`crate::kernel::hip_translation`]) for the device's `gcnArchName`. HIP keeps a current
-//! device per thread, so every call selects its device first. `hip-sys` has no `hiprtc`
-//! bindings: the few functions used are declared below (ROCm exports them from
-//! `libamdhip64`). There is no BLAS on this backend (hipBLAS is not bound): its `has_blas` is
-//! false, and `Device::sgemm` says so.
+//! device per thread, so every call selects its device first. Every HIP function is called
+//! through the runtime loaded at run time ([`super::api`]). There is no BLAS on this backend
+//! (hipBLAS is not bound): its `has_blas` is false, and `Device::sgemm` says so.
 //!
 //! Only built and tested without hardware here (no AMD GPU is lent); see docs/GUIDE.md.
 
 use std::any::Any;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
-use hip_sys::hiprt as hip;
-
-use super::hip_support::{hip_error, HIP_ERROR_NO_DEVICE};
-use super::platform::{LoadedKernels, VendorPlatform};
-use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue};
+use super::api::{
+    self, HipApi, HipError, RawEvent, RawFunction, RawModule, RawProgram, RawStream, HIP_SUCCESS,
+};
+use super::support::{hip_error, HIP_ERROR_NO_DEVICE};
+use crate::backend::platform::{LoadedKernels, VendorPlatform};
+use crate::backend::{foreign_event, Backend, BackendKind, DeviceDescription, Event, MemInfo, Queue};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg};
 
-/// `hiprtcProgram`, opaque.
-type HiprtcProgram = *mut c_void;
-
-#[link(name = "amdhip64")]
-extern "C" {
-    fn hiprtcCreateProgram(
-        prog: *mut HiprtcProgram,
-        src: *const c_char,
-        name: *const c_char,
-        num_headers: c_int,
-        headers: *const *const c_char,
-        include_names: *const *const c_char,
-    ) -> c_int;
-    fn hiprtcCompileProgram(prog: HiprtcProgram, num_options: c_int, options: *const *const c_char) -> c_int;
-    fn hiprtcGetProgramLogSize(prog: HiprtcProgram, size: *mut usize) -> c_int;
-    fn hiprtcGetProgramLog(prog: HiprtcProgram, log: *mut c_char) -> c_int;
-    fn hiprtcGetCodeSize(prog: HiprtcProgram, size: *mut usize) -> c_int;
-    fn hiprtcGetCode(prog: HiprtcProgram, code: *mut c_char) -> c_int;
-    fn hiprtcDestroyProgram(prog: *mut HiprtcProgram) -> c_int;
-}
-
 /// The name HIP gives an error code.
-fn error_name(r: hip::hipError_t) -> String {
+fn error_name(api: &HipApi, r: HipError) -> String {
     // SAFETY: hipGetErrorName returns a static string for any code.
-    unsafe { CStr::from_ptr(hip::hipGetErrorName(r)) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr((api.hipGetErrorName)(r)) }.to_string_lossy().into_owned()
 }
 
-/// A HIP call's result as ours.
-fn check(device: usize, call: &'static str, r: hip::hipError_t) -> Result<()> {
-    if r == hip::hipError_t::hipSuccess {
+/// A HIP call's result as ours, naming device `device`.
+fn check(api: &HipApi, device: usize, call: &'static str, r: HipError) -> Result<()> {
+    if r == HIP_SUCCESS {
         return Ok(());
     }
-    Err(hip_error(device, call, r as i32, &error_name(r), 0, None))
+    Err(hip_error(device, call, r, &error_name(api, r), 0, None))
 }
 
 /// A stream handle that may cross threads (HIP streams are thread-safe).
-struct Stream(hip::hipStream_t);
+struct Stream(RawStream);
 // SAFETY: HIP stream handles may be used from any thread.
 unsafe impl Send for Stream {}
 // SAFETY: as above.
 unsafe impl Sync for Stream {}
 
 /// An event handle, as `Stream`; destroyed when dropped.
-struct HipEvent(hip::hipEvent_t);
+struct HipEvent {
+    raw: RawEvent,
+    api: &'static HipApi,
+}
 // SAFETY: HIP event handles may be used from any thread.
 unsafe impl Send for HipEvent {}
 // SAFETY: as above; waiting on an event from several threads is allowed.
@@ -76,18 +59,19 @@ impl Drop for HipEvent {
     fn drop(&mut self) {
         // SAFETY: an event made by `hipEventCreateWithFlags`, destroyed once (a recorded
         // event may be destroyed before it completes; HIP releases it then).
-        unsafe { hip::hipEventDestroy(self.0) };
+        unsafe { (self.api.hipEventDestroy)(self.raw) };
     }
 }
 
 /// A loaded kernel function, as `Stream`.
 #[derive(Clone, Copy)]
-struct Function(hip::hipFunction_t);
+struct Function(RawFunction);
 // SAFETY: module functions may be launched from any thread.
 unsafe impl Send for Function {}
 
 /// One AMD GPU.
 pub(crate) struct HipDevice {
+    api: &'static HipApi,
     number: usize,
     ordinal: c_int,
     streams: [Stream; 3],
@@ -109,13 +93,14 @@ impl VendorPlatform for HipPlatform {
     }
 
     fn device_count(&self) -> std::result::Result<usize, String> {
+        let api = api::api()?;
         let mut count: c_int = 0;
         // SAFETY: a plain query with a valid out-pointer.
-        let r = unsafe { hip::hipGetDeviceCount(&mut count) };
+        let r = unsafe { (api.hipGetDeviceCount)(&mut count) };
         match r {
-            hip::hipError_t::hipSuccess => Ok(count.max(0) as usize),
-            _ if r as i32 == HIP_ERROR_NO_DEVICE => Err("no AMD GPU".into()),
-            _ => Err(format!("HIP error {}", r as i32)),
+            HIP_SUCCESS => Ok(count.max(0) as usize),
+            HIP_ERROR_NO_DEVICE => Err("no AMD GPU".into()),
+            _ => Err(format!("{} (HIP error {r})", error_name(api, r))),
         }
     }
 
@@ -125,7 +110,12 @@ impl VendorPlatform for HipPlatform {
             call: "hipGetDeviceCount",
             message: format!("device ordinal {ordinal} out of range"),
         })?;
-        HipDevice::new(number, ordinal)
+        let api = api::api().map_err(|why| Error::Driver {
+            device: number,
+            call: "load the HIP runtime",
+            message: why.to_string(),
+        })?;
+        HipDevice::new(api, number, ordinal)
     }
 
     fn enable_peer(&self, a: &HipDevice, b: &HipDevice) -> Result<bool> {
@@ -143,32 +133,37 @@ fn c_string(buf: &[c_char]) -> String {
 }
 
 impl HipDevice {
-    fn new(number: usize, ordinal: c_int) -> Result<Self> {
-        let ck = |call, r| check(number, call, r);
+    fn new(api: &'static HipApi, number: usize, ordinal: c_int) -> Result<Self> {
+        let ck = |call, r| check(api, number, call, r);
         // SAFETY: a valid device ordinal from hipGetDeviceCount.
-        ck("hipSetDevice", unsafe { hip::hipSetDevice(ordinal) })?;
-        // SAFETY: zeroed memory is a valid value of this plain C struct.
-        let mut props: hip::hipDeviceProp_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `props` is a valid out-pointer of the bindings' layout (the same size
-        // as ROCm 5.2's, checked when the bindings were made).
-        ck("hipGetDeviceProperties", unsafe { hip::hipGetDeviceProperties(&mut props, ordinal) })?;
+        ck("hipSetDevice", unsafe { (api.hipSetDevice)(ordinal) })?;
+        let mut props = api::DeviceProps([0; 1024]);
+        // SAFETY: `props` has room for the ROCm 5 layout this function fills, and its
+        // alignment.
+        ck("hipGetDeviceProperties", unsafe { (api.hipGetDeviceProperties)(&mut props, ordinal) })?;
         let mut bus = [0 as c_char; 32];
         // SAFETY: the buffer has room for the id and its terminator.
         ck("hipDeviceGetPCIBusId", unsafe {
-            hip::hipDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, ordinal)
+            (api.hipDeviceGetPCIBusId)(bus.as_mut_ptr(), bus.len() as c_int, ordinal)
         })?;
-        let mut uuid = hip::hipUUID { bytes: [0; 16] };
-        // SAFETY: a valid out-pointer.
-        let uuid = (unsafe { hip::hipDeviceGetUuid(&mut uuid, ordinal) } == hip::hipError_t::hipSuccess)
-            .then(|| {
-                let b: Vec<String> = uuid.bytes.iter().map(|&c| format!("{:02x}", c as u8)).collect();
-                format!("GPU-{}", b.concat())
-            });
-        let mut streams = Vec::new();
+        let mut bytes = [0u8; 16];
+        let uuid = api
+            .hipDeviceGetUuid
+            // SAFETY: a valid out-pointer of `hipUUID`'s 16 bytes.
+            .filter(|get| unsafe { get(&mut bytes, ordinal) } == HIP_SUCCESS)
+            .map(|_| format!("GPU-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()));
+        let mut streams: Vec<Stream> = Vec::new();
         for _ in 0..3 {
-            let mut s: hip::hipStream_t = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; 1 = hipStreamNonBlocking.
-            ck("hipStreamCreateWithFlags", unsafe { hip::hipStreamCreateWithFlags(&mut s, 1) })?;
+            let mut s: RawStream = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            let r = unsafe { (api.hipStreamCreateWithFlags)(&mut s, api::STREAM_NON_BLOCKING) };
+            if let Err(e) = ck("hipStreamCreateWithFlags", r) {
+                for made in streams {
+                    // SAFETY: made above, with no work on it yet.
+                    unsafe { (api.hipStreamDestroy)(made.0) };
+                }
+                return Err(e);
+            }
             streams.push(Stream(s));
         }
         let [a, b, c]: [Stream; 3] = streams.try_into().map_err(|_| Error::Driver {
@@ -176,17 +171,19 @@ impl HipDevice {
             call: "hipStreamCreateWithFlags",
             message: "three streams expected".into(),
         })?;
-        let arch = c_string(&props.gcnArchName);
+        let arch = props.text(api::PROP_ARCH_NAME, 256);
+        let cus = props.int(api::PROP_MULTIPROCESSORS).max(1) as u32;
+        let threads_per_cu = props.int(api::PROP_THREADS_PER_MULTIPROCESSOR).max(64) as u32;
         Ok(Self {
+            api,
             number,
             ordinal,
             streams: [a, b, c],
             arch: arch.split(':').next().unwrap_or_default().to_string(),
-            resident_threads: (props.multiProcessorCount.max(1) as u32)
-                .saturating_mul(props.maxThreadsPerMultiProcessor.max(64) as u32),
+            resident_threads: cus.saturating_mul(threads_per_cu),
             description: DeviceDescription {
                 kind: BackendKind::Hip,
-                name: c_string(&props.name),
+                name: props.text(api::PROP_NAME, 256),
                 pci_bus_id: Some(c_string(&bus).to_lowercase()),
                 uuid,
             },
@@ -194,35 +191,40 @@ impl HipDevice {
         })
     }
 
+    /// A HIP call's result as ours, naming this device.
+    fn check(&self, call: &'static str, r: HipError) -> Result<()> {
+        check(self.api, self.number, call, r)
+    }
+
     fn select(&self) -> Result<()> {
         // SAFETY: a valid ordinal.
-        check(self.number, "hipSetDevice", unsafe { hip::hipSetDevice(self.ordinal) })
+        self.check("hipSetDevice", unsafe { (self.api.hipSetDevice)(self.ordinal) })
     }
 
     fn sync(&self, q: Queue, call: &'static str) -> Result<()> {
         // SAFETY: a live stream of this device.
-        check(self.number, call, unsafe { hip::hipStreamSynchronize(self.queue(q)) })
+        self.check(call, unsafe { (self.api.hipStreamSynchronize)(self.queue(q)) })
     }
 
     fn enable_peer(&self, peer: c_int) -> Result<bool> {
         let mut can: c_int = 0;
         // SAFETY: valid ordinals and out-pointer.
-        check(self.number, "hipDeviceCanAccessPeer", unsafe {
-            hip::hipDeviceCanAccessPeer(&mut can, self.ordinal, peer)
+        self.check("hipDeviceCanAccessPeer", unsafe {
+            (self.api.hipDeviceCanAccessPeer)(&mut can, self.ordinal, peer)
         })?;
         if can == 0 {
             return Ok(false);
         }
         self.select()?;
         // SAFETY: enables access from the current device to `peer`.
-        match unsafe { hip::hipDeviceEnablePeerAccess(peer, 0) } {
-            hip::hipError_t::hipSuccess | hip::hipError_t::hipErrorPeerAccessAlreadyEnabled => Ok(true),
-            r => check(self.number, "hipDeviceEnablePeerAccess", r).map(|()| false),
+        match unsafe { (self.api.hipDeviceEnablePeerAccess)(peer, 0) } {
+            HIP_SUCCESS | api::HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+            r => self.check("hipDeviceEnablePeerAccess", r).map(|()| false),
         }
     }
 
     /// The stream that is queue `q`.
-    fn queue(&self, q: Queue) -> hip::hipStream_t {
+    fn queue(&self, q: Queue) -> RawStream {
         self.streams[q as usize].0
     }
 
@@ -235,13 +237,13 @@ impl HipDevice {
         dst: *mut c_void,
         src: *const c_void,
         bytes: usize,
-        kind: hip::hipMemcpyKind,
+        kind: api::MemcpyKind,
         q: Queue,
     ) -> Result<()> {
         self.select()?;
         // SAFETY: the caller's contract.
-        check(self.number, "hipMemcpyAsync", unsafe {
-            hip::hipMemcpyAsync(dst, src, bytes, kind, self.queue(q))
+        self.check("hipMemcpyAsync", unsafe {
+            (self.api.hipMemcpyAsync)(dst, src, bytes, kind, self.queue(q))
         })
     }
 
@@ -253,28 +255,28 @@ impl HipDevice {
     /// Loads `kernel` (CUDA C `src`, or its own HIP source) on this device with hiprtc.
     fn load(&self, kernel: &Kernel, src: &str) -> Result<Function> {
         let hip = kernel.hip_source().unwrap_or_else(|| crate::kernel::hip_translation(src).into());
-        let code = compile(self.number, kernel.name(), &hip, &self.arch)?;
+        let code = compile(self.api, self.number, kernel.name(), &hip, &self.arch)?;
         self.select()?;
-        let mut module: hip::hipModule_t = std::ptr::null_mut();
+        let mut module: RawModule = std::ptr::null_mut();
         // SAFETY: `code` is a complete code object from hiprtc; it outlives the call.
-        check(self.number, "hipModuleLoadData", unsafe {
-            hip::hipModuleLoadData(&mut module, code.as_ptr().cast())
+        self.check("hipModuleLoadData", unsafe {
+            (self.api.hipModuleLoadData)(&mut module, code.as_ptr().cast())
         })?;
         let name = CString::new(kernel.symbol()).map_err(|_| Error::InvalidArgument {
             routine: "hip kernel",
             what: format!("kernel symbol {:?} has a NUL byte", kernel.symbol()),
         })?;
-        let mut f: hip::hipFunction_t = std::ptr::null_mut();
+        let mut f: RawFunction = std::ptr::null_mut();
         // SAFETY: a loaded module and a NUL-terminated name.
-        check(self.number, "hipModuleGetFunction", unsafe {
-            hip::hipModuleGetFunction(&mut f, module, name.as_ptr())
+        self.check("hipModuleGetFunction", unsafe {
+            (self.api.hipModuleGetFunction)(&mut f, module, name.as_ptr())
         })?;
         Ok(Function(f))
     }
 }
 
 /// Compiles HIP C to a code object for `arch` with hiprtc.
-fn compile(device: usize, name: &'static str, src: &str, arch: &str) -> Result<Vec<u8>> {
+fn compile(api: &HipApi, device: usize, name: &'static str, src: &str, arch: &str) -> Result<Vec<u8>> {
     let fail = |what: String| Error::Driver {
         device,
         call: "hiprtcCompileProgram",
@@ -284,38 +286,34 @@ fn compile(device: usize, name: &'static str, src: &str, arch: &str) -> Result<V
     let cname = CString::new(format!("{name}.hip")).map_err(|_| fail("name has a NUL byte".into()))?;
     let opt =
         CString::new(format!("--offload-arch={arch}")).map_err(|_| fail("arch has a NUL byte".into()))?;
-    let mut prog: HiprtcProgram = std::ptr::null_mut();
-    // SAFETY: NUL-terminated strings that live through the calls; no headers.
-    unsafe {
-        if hiprtcCreateProgram(
-            &mut prog,
-            csrc.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(fail("hiprtcCreateProgram failed".into()));
-        }
-        let opts = [opt.as_ptr()];
-        let compiled = hiprtcCompileProgram(prog, 1, opts.as_ptr());
-        let result = if compiled != 0 {
-            let mut n = 0usize;
-            hiprtcGetProgramLogSize(prog, &mut n);
-            let mut log = vec![0 as c_char; n.max(1)];
-            hiprtcGetProgramLog(prog, log.as_mut_ptr());
-            Err(fail(c_string(&log)))
-        } else {
-            let mut n = 0usize;
-            hiprtcGetCodeSize(prog, &mut n);
-            let mut code = vec![0u8; n];
-            hiprtcGetCode(prog, code.as_mut_ptr().cast());
-            Ok(code)
-        };
-        hiprtcDestroyProgram(&mut prog);
-        result
+    let mut prog: RawProgram = std::ptr::null_mut();
+    let (null, no_names) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: NUL-terminated strings that live through the call; no headers.
+    if unsafe { (api.hiprtcCreateProgram)(&mut prog, csrc.as_ptr(), cname.as_ptr(), 0, null, no_names) } != 0
+    {
+        return Err(fail("hiprtcCreateProgram failed".into()));
     }
+    let opts = [opt.as_ptr()];
+    // SAFETY: a program made above; one option, NUL-terminated, alive through the call.
+    let compiled = unsafe { (api.hiprtcCompileProgram)(prog, 1, opts.as_ptr()) };
+    let (size_of, get): (unsafe extern "C" fn(RawProgram, *mut usize) -> c_int, _) = if compiled != 0 {
+        (api.hiprtcGetProgramLogSize, api.hiprtcGetProgramLog)
+    } else {
+        (api.hiprtcGetCodeSize, api.hiprtcGetCode)
+    };
+    let mut n = 0usize;
+    // SAFETY: the program and a valid out-pointer.
+    unsafe { size_of(prog, &mut n) };
+    let mut out = vec![0 as c_char; n.max(1)];
+    // SAFETY: `out` has the `n` bytes the program said it needs (at least one).
+    unsafe { get(prog, out.as_mut_ptr()) };
+    // SAFETY: made above, destroyed once.
+    unsafe { (api.hiprtcDestroyProgram)(&mut prog) };
+    if compiled != 0 {
+        return Err(fail(c_string(&out)));
+    }
+    out.truncate(n);
+    Ok(out.into_iter().map(|c| c as u8).collect())
 }
 
 impl Backend for HipDevice {
@@ -334,10 +332,10 @@ impl Backend for HipDevice {
         self.select()?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: a valid out-pointer.
-        let r = unsafe { hip::hipMalloc(&mut p, bytes) };
-        if r != hip::hipError_t::hipSuccess {
+        let r = unsafe { (self.api.hipMalloc)(&mut p, bytes) };
+        if r != HIP_SUCCESS {
             let mem = self.mem_info().ok().map(|m| (m.free, m.total));
-            return Err(hip_error(self.number, "hipMalloc", r as i32, &error_name(r), bytes, mem));
+            return Err(hip_error(self.number, "hipMalloc", r, &error_name(self.api, r), bytes, mem));
         }
         Ok(p as u64)
     }
@@ -346,23 +344,23 @@ impl Backend for HipDevice {
         self.select()?;
         // SAFETY: `addr` came from `alloc`; the runtime frees a block only once the work that
         // used it is done (the pool after its events, a retired entry after its last user).
-        check(self.number, "hipFree", unsafe { hip::hipFree(addr as usize as *mut c_void) })
+        self.check("hipFree", unsafe { (self.api.hipFree)(addr as usize as *mut c_void) })
     }
 
     unsafe fn enqueue_write(&self, q: Queue, dst: u64, src: *const u8, bytes: usize) -> Result<()> {
-        let kind = hip::hipMemcpyKind::hipMemcpyHostToDevice;
+        let kind = api::HOST_TO_DEVICE;
         // SAFETY: the caller keeps `src` valid until the queue has passed the copy.
         unsafe { self.enqueue_memcpy(dst as usize as *mut c_void, src.cast(), bytes, kind, q) }
     }
 
     unsafe fn enqueue_read(&self, q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
-        let kind = hip::hipMemcpyKind::hipMemcpyDeviceToHost;
+        let kind = api::DEVICE_TO_HOST;
         // SAFETY: the caller keeps `dst` valid and untouched until the queue has passed it.
         unsafe { self.enqueue_memcpy(dst.cast(), src as usize as *const c_void, bytes, kind, q) }
     }
 
     fn enqueue_copy(&self, q: Queue, dst: u64, src: u64, bytes: usize) -> Result<()> {
-        let kind = hip::hipMemcpyKind::hipMemcpyDeviceToDevice;
+        let kind = api::DEVICE_TO_DEVICE;
         // SAFETY: both ranges are this device's memory (the generic layer's contract).
         unsafe {
             self.enqueue_memcpy(dst as usize as *mut c_void, src as usize as *const c_void, bytes, kind, q)
@@ -372,25 +370,27 @@ impl Backend for HipDevice {
     fn enqueue_memset(&self, q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
         self.select()?;
         // SAFETY: `dst..dst+bytes` is this device's memory.
-        let r = unsafe { hip::hipMemsetD8Async(dst as usize as *mut c_void, value, bytes, self.queue(q)) };
-        check(self.number, "hipMemsetD8Async", r)
+        let r =
+            unsafe { (self.api.hipMemsetD8Async)(dst as usize as *mut c_void, value, bytes, self.queue(q)) };
+        self.check("hipMemsetD8Async", r)
     }
 
     fn record(&self, q: Queue) -> Result<Event> {
         self.select()?;
-        let mut ev: hip::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; 2 = hipEventDisableTiming.
-        check(self.number, "hipEventCreateWithFlags", unsafe { hip::hipEventCreateWithFlags(&mut ev, 2) })?;
-        let ev = HipEvent(ev);
+        let mut ev: RawEvent = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let r = unsafe { (self.api.hipEventCreateWithFlags)(&mut ev, api::EVENT_DISABLE_TIMING) };
+        self.check("hipEventCreateWithFlags", r)?;
+        let ev = HipEvent { raw: ev, api: self.api };
         // SAFETY: a live event and stream of this device.
-        check(self.number, "hipEventRecord", unsafe { hip::hipEventRecord(ev.0, self.queue(q)) })?;
+        self.check("hipEventRecord", unsafe { (self.api.hipEventRecord)(ev.raw, self.queue(q)) })?;
         Ok(Event::new(ev))
     }
 
     fn sync_event(&self, e: &Event) -> Result<()> {
         let e = e.get::<HipEvent>().ok_or_else(|| foreign_event(self.number))?;
         // SAFETY: a recorded event of this device, alive while borrowed.
-        check(self.number, "hipEventSynchronize", unsafe { hip::hipEventSynchronize(e.0) })
+        self.check("hipEventSynchronize", unsafe { (self.api.hipEventSynchronize)(e.raw) })
     }
 
     fn sync_queue(&self, q: Queue) -> Result<()> {
@@ -405,11 +405,11 @@ impl Backend for HipDevice {
         src_addr: u64,
         bytes: usize,
     ) -> Result<()> {
-        let peer: &HipDevice = super::same_vendor(self.number, src)?;
+        let peer: &HipDevice = crate::backend::same_vendor(self.number, src)?;
         self.select()?;
         // SAFETY: both ranges are device memory of their devices (the caller's contract).
         let r = unsafe {
-            hip::hipMemcpyPeerAsync(
+            (self.api.hipMemcpyPeerAsync)(
                 dst as usize as *mut c_void,
                 self.ordinal,
                 src_addr as usize as *const c_void,
@@ -418,7 +418,7 @@ impl Backend for HipDevice {
                 self.queue(q),
             )
         };
-        check(self.number, "hipMemcpyPeerAsync", r)
+        self.check("hipMemcpyPeerAsync", r)
     }
 
     fn prepare(&self, kernel: &Kernel) -> Result<()> {
@@ -427,7 +427,7 @@ impl Backend for HipDevice {
 
     fn launch_geometry(&self, kernel: &Kernel, n: usize) -> Option<(u32, u32)> {
         let block = kernel.block();
-        Some((super::blocks_for(kernel, n, self.resident_threads / block.max(1)), block))
+        Some((crate::backend::blocks_for(kernel, n, self.resident_threads / block.max(1)), block))
     }
 
     fn enqueue_launch(&self, q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
@@ -445,12 +445,12 @@ impl Backend for HipDevice {
             std::ptr::without_provenance_mut(3),
         ];
         let block = kernel.block();
-        let blocks = super::blocks_for(kernel, n, self.resident_threads / block.max(1));
+        let blocks = crate::backend::blocks_for(kernel, n, self.resident_threads / block.max(1));
         // SAFETY: the block follows the Kernel convention (arguments at C's alignment, then
         // n); pointers are this device's memory; HIP copies the block at the call, while
         // `params` and `size` live.
         let r = unsafe {
-            hip::hipModuleLaunchKernel(
+            (self.api.hipModuleLaunchKernel)(
                 f.0,
                 blocks,
                 1,
@@ -464,20 +464,20 @@ impl Backend for HipDevice {
                 extra.as_mut_ptr(),
             )
         };
-        check(self.number, "hipModuleLaunchKernel", r)
+        self.check("hipModuleLaunchKernel", r)
     }
 
     fn synchronize(&self) -> Result<()> {
         self.select()?;
         // SAFETY: no arguments.
-        check(self.number, "hipDeviceSynchronize", unsafe { hip::hipDeviceSynchronize() })
+        self.check("hipDeviceSynchronize", unsafe { (self.api.hipDeviceSynchronize)() })
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
         self.select()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        check(self.number, "hipMemGetInfo", unsafe { hip::hipMemGetInfo(&mut free, &mut total) })?;
+        self.check("hipMemGetInfo", unsafe { (self.api.hipMemGetInfo)(&mut free, &mut total) })?;
         Ok(MemInfo { free, total })
     }
 
@@ -485,8 +485,8 @@ impl Backend for HipDevice {
         true
     }
 
-    fn interop(&self) -> Option<super::Interop> {
-        Some(super::Interop {
+    fn interop(&self) -> Option<crate::backend::Interop> {
+        Some(crate::backend::Interop {
             backend: BackendKind::Hip,
             ordinal: self.ordinal,
             context: std::ptr::null_mut(),
@@ -496,15 +496,16 @@ impl Backend for HipDevice {
 
     unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
         self.select()?;
-        // SAFETY: the caller keeps the memory allocated until `unregister_host`; 1 = portable.
-        check(self.number, "hipHostRegister", unsafe { hip::hipHostRegister(ptr.cast(), bytes, 1) })?;
+        // SAFETY: the caller keeps the memory allocated until `unregister_host`.
+        let r = unsafe { (self.api.hipHostRegister)(ptr.cast(), bytes, api::HOST_REGISTER_PORTABLE) };
+        self.check("hipHostRegister", r)?;
         Ok(true)
     }
 
     unsafe fn unregister_host(&self, ptr: *mut u8) -> Result<()> {
         self.select()?;
         // SAFETY: registered by `register_host`.
-        check(self.number, "hipHostUnregister", unsafe { hip::hipHostUnregister(ptr.cast()) })
+        self.check("hipHostUnregister", unsafe { (self.api.hipHostUnregister)(ptr.cast()) })
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -518,8 +519,8 @@ impl Drop for HipDevice {
             for s in &self.streams {
                 // SAFETY: streams created in `new`, destroyed once, after their work.
                 unsafe {
-                    hip::hipStreamSynchronize(s.0);
-                    hip::hipStreamDestroy(s.0);
+                    (self.api.hipStreamSynchronize)(s.0);
+                    (self.api.hipStreamDestroy)(s.0);
                 }
             }
         }
