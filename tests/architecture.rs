@@ -204,6 +204,44 @@ fn vendor_libraries_are_named_only_in_their_layer() {
     }
 }
 
+/// Whether `line` makes a raw CUDA driver call (`sys::cuXxx`, cudarc's `driver::result`)
+/// or declares a foreign function (`extern "C" {`).
+fn raw_vendor_call(line: &str) -> bool {
+    let driver_fn = line
+        .match_indices("sys::cu")
+        .any(|(i, m)| line[i + m.len()..].chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+    driver_fn
+        || line.contains("driver::result")
+        || line.contains("driver::{result")
+        || line.contains("extern \"C\" {")
+}
+
+/// Raw vendor calls live in one file per vendor: the CUDA driver's in
+/// `backend/cuda/driver.rs` (each with its contract), HIP's through the table of the
+/// runtime loaded at run time in `backend/hip/api.rs` (NVRTC's and cuBLASLt's own calls
+/// stay with their concerns, `nvrtc.rs` and `cublaslt.rs`, which name no driver call).
+#[test]
+fn raw_driver_calls_live_in_one_file_per_vendor() {
+    let homes = ["backend/cuda/driver.rs", "backend/hip/api.rs"];
+    let found: Vec<String> = RUNTIME_SOURCES
+        .iter()
+        .filter(|(rel, _)| !homes.contains(rel))
+        .flat_map(|(rel, text)| {
+            code_lines(text).filter(|l| raw_vendor_call(l)).map(move |l| format!("{rel}: {}", l.trim()))
+        })
+        .collect();
+    assert!(found.is_empty(), "raw driver calls outside their vendor's file:\n{}", found.join("\n"));
+    let cuda_home = RUNTIME_SOURCES.iter().find(|(rel, _)| *rel == homes[0]);
+    assert!(
+        cuda_home.is_some_and(|(_, text)| code_lines(text).any(raw_vendor_call)),
+        "{} not seen",
+        homes[0]
+    );
+    assert!(raw_vendor_call("unsafe { sys::cuMemAlloc_v2(&mut p, n) }"));
+    assert!(raw_vendor_call("use cudarc::driver::{result, sys};"));
+    assert!(!raw_vendor_call("let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;"));
+}
+
 /// The places in `line` where a front end reaches past the runtime.
 fn reaches_past_the_runtime(line: &str) -> usize {
     let paths = ["crate::device::", "crate::backend::", ".device_state(", ".settled(", ".backend."];

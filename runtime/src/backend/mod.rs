@@ -12,8 +12,6 @@
 pub mod faults;
 pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 #[cfg(feature = "cuda")]
-mod cublaslt;
-#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod hip;
 pub(crate) mod host;

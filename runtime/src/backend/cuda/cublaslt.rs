@@ -15,9 +15,11 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::cublaslt::{result as lt, sys};
-use cudarc::driver::{result as driver, CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 
-use super::GemmOperands;
+use super::driver;
+
+use crate::backend::GemmOperands;
 use crate::gemm::{Activation, ElementType, Gemm};
 
 /// Workspace cuBLASLt may use per product: NVIDIA's recommendation for Hopper.
@@ -113,7 +115,7 @@ impl LtBlas {
         ctx.bind_to_thread().map_err(|e| e.to_string())?;
         let handle = lt::create_handle().map_err(|e| e.to_string())?;
         // SAFETY: the context is bound; the allocation is freed in `drop`.
-        let workspace = match unsafe { driver::malloc_sync(WORKSPACE_BYTES) } {
+        let workspace = match unsafe { driver::malloc(WORKSPACE_BYTES) } {
             Ok(w) => w,
             Err(e) => {
                 // SAFETY: made above, not used again.
@@ -227,14 +229,14 @@ impl LtBlas {
         if self.bias_buffer.is_none_or(|(_, have)| have < bytes) {
             let want = bytes.next_power_of_two().max(4096);
             // SAFETY: the context is bound (the caller's); freed in `drop`.
-            let buffer = unsafe { driver::malloc_sync(want) }
-                .map_err(|e| format!("a bias buffer of {want} bytes: {e}"))?;
+            let buffer =
+                unsafe { driver::malloc(want) }.map_err(|e| format!("a bias buffer of {want} bytes: {e}"))?;
             self.outgrown.extend(self.bias_buffer.replace((buffer, want)).map(|(old, _)| old));
         }
         let (buffer, _) = self.bias_buffer.ok_or("bias buffer just made is missing")?;
         // SAFETY: `bias..bias + bytes` is this device's memory (the caller's check of the
         // operands), the buffer holds at least `bytes`; both in this context, on its stream.
-        unsafe { driver::memcpy_dtod_async(buffer, bias, bytes, stream.cu_stream()) }
+        unsafe { driver::copy_on_device(buffer, bias, bytes, stream.cu_stream()) }
             .map_err(|e| format!("copying a misaligned bias (cuMemcpyDtoDAsync): {e}"))?;
         Ok(buffer)
     }
@@ -375,9 +377,9 @@ impl Drop for LtBlas {
         // before the device is dropped, so no product still uses the workspace.
         unsafe {
             let _ = lt::destroy_handle(self.handle);
-            let _ = driver::free_sync(self.workspace);
+            let _ = driver::free(self.workspace);
             for buffer in self.bias_buffer.iter().map(|&(b, _)| b).chain(self.outgrown.drain(..)) {
-                let _ = driver::free_sync(buffer);
+                let _ = driver::free(buffer);
             }
         }
     }
