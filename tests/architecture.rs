@@ -31,7 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "soak",
         ],
     ),
-    ("runtime", &["runtime"]),
+    ("runtime", &["rt"]),
     ("generic device", &["device"]),
     ("device services", &["services"]),
     ("backends", &["backend"]),
@@ -284,18 +284,18 @@ fn the_one_door_check_finds_a_front_end_taking_device_state() {
 
 #[test]
 fn uses_through_the_crate_roots_re_exports_count() {
-    let lib = "pub use error::{Error, HostRange, Result};\npub use runtime::memcpy;\npub use kernel::{\n    Kernel,\n    KernelArg as Arg,\n};\n";
+    let lib = "pub use error::{Error, HostRange, Result};\npub use rt::memcpy;\npub use kernel::{\n    Kernel,\n    KernelArg as Arg,\n};\n";
     let sources = [
         ("lib.rs", lib),
         ("gemm.rs", "fn f() -> crate::Result<()> { crate::Arg::x() }\nuse crate::{memcpy, index_space};\n"),
     ];
     let graph = module_graph(&sources);
     let deps: Vec<&str> = graph["gemm"].iter().map(String::as_str).collect();
-    assert_eq!(deps, ["error", "index_space", "kernel", "runtime"]);
+    assert_eq!(deps, ["error", "index_space", "kernel", "rt"]);
     // And the re-exports of the real crate are read.
     let exports = root_exports(RUNTIME_SOURCES);
     assert_eq!(exports.get("Error").map(String::as_str), Some("error"));
-    assert_eq!(exports.get("Runtime").map(String::as_str), Some("runtime"));
+    assert_eq!(exports.get("Runtime").map(String::as_str), Some("rt"));
 }
 
 /// docs/ARCHITECTURE.md's drawing of the layers (its `L<k>["name: modules"]` lines), as
@@ -325,9 +325,9 @@ fn the_drawing_in_architecture_md_is_the_enforced_layers() {
 #[test]
 fn the_layer_check_finds_upward_uses() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    g.entry("error".into()).or_default().insert("runtime".into());
-    g.entry("runtime".into()).or_default().insert("error".into());
-    assert_eq!(upward_uses(&g), [("error".to_string(), "runtime".to_string())]);
+    g.entry("error".into()).or_default().insert("rt".into());
+    g.entry("rt".into()).or_default().insert("error".into());
+    assert_eq!(upward_uses(&g), [("error".to_string(), "rt".to_string())]);
 }
 
 #[test]

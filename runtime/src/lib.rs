@@ -95,7 +95,7 @@ pub mod partition;
 pub mod pipeline;
 mod range;
 pub mod recording;
-mod runtime;
+mod rt;
 mod services;
 #[cfg(test)]
 mod soak;
@@ -126,10 +126,10 @@ pub use kernel::{
 pub use nowait::{NowaitScope, Task};
 pub use range::HostRange;
 pub use recording::Recording;
-pub use runtime::memcpy;
-pub use runtime::memcpy::RectSide;
-pub use runtime::RuntimeBuilder;
-pub use runtime::{Pinned, PoolUsage, Runtime};
+pub use rt::memcpy;
+pub use rt::memcpy::RectSide;
+pub use rt::RuntimeBuilder;
+pub use rt::{Pinned, PoolUsage, Runtime};
 pub use services::config;
 pub use services::config::OffloadPolicy;
 pub use services::data_env;

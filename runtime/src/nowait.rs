@@ -64,7 +64,7 @@ use crate::error::{panic_message, Error, Result};
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::latch::{CountLatch, Pending};
 use crate::range::HostRange;
-use crate::runtime::{MapConstruct, Runtime};
+use crate::rt::{MapConstruct, Runtime};
 
 /// Which of a device's three lanes runs a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -590,7 +590,7 @@ pub(crate) unsafe fn queue_task<'w>(
             Err(Error::Dependency { cause: before.err().map_or_else(String::new, |e| e.to_string()) })
         } else {
             let outer = RUNNING.replace(Some((rt_id, device, lane)));
-            let _waits = crate::runtime::ConstructsWait::begin();
+            let _waits = crate::rt::ConstructsWait::begin();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(before)));
             RUNNING.set(outer);
             r.unwrap_or_else(|payload| {

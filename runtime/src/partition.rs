@@ -32,8 +32,8 @@ use crate::data_env::{MapItem, MapType, UpdateDirection};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::range::HostRange;
-use crate::runtime::DevicePin;
-use crate::runtime::Runtime;
+use crate::rt::DevicePin;
+use crate::rt::Runtime;
 
 /// `n` items in `parts` contiguous blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,7 +387,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
 impl<T: DeviceCopy> Drop for DistributedArray<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             if self.mapped {
                 let n = self.part.parts();
                 self.unmap_first(n);

@@ -57,7 +57,7 @@ use std::panic::Location;
 
 use crate::api::Device;
 use crate::error::{Error, Result};
-use crate::runtime::{RecordedBody, Runtime};
+use crate::rt::{RecordedBody, Runtime};
 
 impl<'rt> Device<'rt> {
     /// Records the launches `body` makes on this device (through the `&Device` it is

@@ -6,7 +6,7 @@ use crate::data_env::{MapItem, MapType};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 
 use super::*;
 

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::kernel::LaunchArg;
 use crate::kernel::{DeviceCopy, Kernel};
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 
 use super::*;
 
@@ -188,14 +188,7 @@ impl<'rt> Device<'rt> {
         // SAFETY: no map list; mapped arguments are translated through the present table
         // (device memory of the right extent).
         unsafe {
-            self.rt.target_launch_at(
-                self.number,
-                kernel,
-                &[],
-                &launch_args,
-                crate::runtime::ArgShape::Full(n),
-                at,
-            )
+            self.rt.target_launch_at(self.number, kernel, &[], &launch_args, crate::rt::ArgShape::Full(n), at)
         }
     }
 
@@ -286,7 +279,7 @@ impl<'rt> Device<'rt> {
                 )));
             }
             let span = HostRange::new(v.host_range().begin, need * std::mem::size_of::<T>());
-            operands[i] = Some(crate::runtime::GemmOperand { span, resident: v.is_device_resident() });
+            operands[i] = Some(crate::rt::GemmOperand { span, resident: v.is_device_resident() });
         }
         self.rt.gemm_on(self.number, g, T::TYPE, g.precision::<T>(), operands)
     }

@@ -34,7 +34,7 @@ use crate::data_env::UpdateDirection;
 use crate::error::{Error, Result};
 use crate::kernel::{DeviceCopy, Kernel, LaunchArg};
 use crate::range::HostRange;
-use crate::runtime::Caller;
+use crate::rt::Caller;
 
 /// `len` elements of `T` in one device's memory, freed on drop.
 pub struct DeviceBuffer<'rt, T: DeviceCopy> {
@@ -161,7 +161,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
 
     /// On the initial device, a hold of its memory for a read through `&self`: a kernel
     /// there may be writing the buffer from another thread.
-    fn hold_if_initial(&self, what: &'static str) -> Result<Option<crate::runtime::InitialDeviceHold<'rt>>> {
+    fn hold_if_initial(&self, what: &'static str) -> Result<Option<crate::rt::InitialDeviceHold<'rt>>> {
         let rt = self.device.runtime();
         if self.device.number() == rt.initial_device() {
             return rt.hold_initial_device(false, what).map(Some);
@@ -277,7 +277,7 @@ impl<'rt, T: DeviceCopy> DeviceBuffer<'rt, T> {
 impl<T: DeviceCopy> Drop for DeviceBuffer<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             let who = Caller { routine: "omp_target_free of the DeviceBuffer made", at: self.made_at };
             // SAFETY: the allocation is this value's; launches borrowing it have returned and
             // an association borrows it, so none is left.
@@ -382,7 +382,7 @@ impl<'b, 'h, T: DeviceCopy> Association<'b, 'h, T> {
 impl<T: DeviceCopy> Drop for Association<'_, '_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             let d = self.buffer.device;
             let who =
                 Caller { routine: "omp_target_disassociate_ptr of the Association made", at: self.made_at };

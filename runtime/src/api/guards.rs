@@ -40,7 +40,7 @@ use crate::data_env::{MapItem, MapKind, MapType, UpdateDirection};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::range::HostRange;
-use crate::runtime::MapConstruct;
+use crate::rt::MapConstruct;
 
 /// How a [`Mapped`] ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,7 +232,7 @@ impl<'d, 'a, L: MapList<'a>> Mapped<'d, 'a, L> {
 impl<'a, L: MapList<'a>> Drop for Mapped<'_, 'a, L> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             // A drop cannot return the error (`exit` does): it is kept for the device's next
             // synchronising call to report (or, when a failure is pending already, that one is
             // reported), so that a failed copy back is not silent.

@@ -8,7 +8,7 @@ use crate::data_env::{MapItem, MapType, UpdateDirection};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 use crate::services::pinned_memory::PinnedMemory;
 
 use super::*;
@@ -236,7 +236,7 @@ pub struct QueuedRead<T: DeviceCopy> {
     rt: Runtime,
     device: usize,
     buf: Option<HostBuffer<T>>,
-    pending: Option<crate::runtime::PendingRead>,
+    pending: Option<crate::rt::PendingRead>,
 }
 
 impl<T: DeviceCopy> std::fmt::Debug for QueuedRead<T> {
@@ -278,7 +278,7 @@ impl<T: DeviceCopy> Drop for QueuedRead<T> {
 impl<T: DeviceCopy> Drop for HostBuffer<T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             let item = self.item(MapType::DELETE);
             for d in 0..self.rt.num_devices() {
                 if self.rt.is_present(item.range.begin, d).unwrap_or(false) {

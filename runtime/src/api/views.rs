@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 
 use super::*;
 

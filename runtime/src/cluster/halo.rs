@@ -16,7 +16,7 @@ use crate::cluster::world::Cluster;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::partition::{DistributedArray, RowPartition};
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 use crate::BackendKind;
 
 /// Rows going to the previous rank.
@@ -136,7 +136,7 @@ struct Transfer<'s, 'a, T: DeviceCopy> {
     /// `_slot` is held.
     staged: [*mut T; 2],
     _slot: Option<MutexGuard<'s, Option<Slot<T>>>>,
-    _pins: [Option<crate::runtime::DevicePin<'a>>; 2],
+    _pins: [Option<crate::rt::DevicePin<'a>>; 2],
 }
 
 impl<T: DeviceCopy> Transfer<'_, '_, T> {

@@ -12,7 +12,7 @@ use mpi::Count;
 
 use crate::cluster::placement::{normalize_bus_id, rank_devices};
 use crate::error::{Error, Result};
-use crate::runtime::{Runtime, RuntimeBuilder};
+use crate::rt::{Runtime, RuntimeBuilder};
 
 /// This process's place in an MPI job: the world communicator, the node's (a
 /// shared-memory split of the world) and what the MPI library can do. Made once per

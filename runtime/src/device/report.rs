@@ -1,4 +1,4 @@
-//! What a device says about itself, for the runtime's queries (`runtime/queries.rs`): its
+//! What a device says about itself, for the runtime's queries (`rt/queries.rs`): its
 //! backend's description and handles, placement, staging, counters, pool and present table,
 //! read here so that the layers above call methods rather than reach into its fields.
 

@@ -56,7 +56,7 @@ use crate::kernel::{Kernel, LaunchArg, OmpSpace};
 use crate::memcpy::RectSide;
 use crate::nowait::{copy_lane, queue_task, running_a_task, wait_for_all, Lane, Task};
 use crate::range::HostRange;
-use crate::runtime::{MapConstruct, Runtime};
+use crate::rt::{MapConstruct, Runtime};
 
 /// The dependence type of a [`Depend`] on an address (`depend(in: x)`, `out`, `inout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -587,6 +587,6 @@ unsafe fn target_space_nowait(
     let (d, maps, args) = (dev(rt, device_num)?, maps.to_vec(), args.to_vec());
     // SAFETY: forwarded from the caller.
     submit(rt, d, Lane::Compute, depend, move || unsafe {
-        rt.target_launch_at(d, kernel, &maps, &args, crate::runtime::ArgShape::OpenMp(space), at)
+        rt.target_launch_at(d, kernel, &maps, &args, crate::rt::ArgShape::OpenMp(space), at)
     })
 }

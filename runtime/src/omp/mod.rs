@@ -38,7 +38,7 @@ use crate::kernel::Kernel;
 use crate::kernel::LaunchArg;
 use crate::memcpy::RectSide;
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 
 mod asynchronous;
 pub use asynchronous::{

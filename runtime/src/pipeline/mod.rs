@@ -61,7 +61,7 @@ use crate::data_env::{MapItem, MapType};
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::nowait::{ExitList, NowaitScope, Task};
-use crate::runtime::{MapConstruct, Runtime};
+use crate::rt::{MapConstruct, Runtime};
 
 /// Streams batches through devices; see the module documentation.
 #[derive(Debug)]

@@ -53,7 +53,7 @@ use crate::data_env::MapType;
 use crate::error::{Error, Result};
 use crate::kernel::DeviceCopy;
 use crate::nowait::Task;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 
 /// What a stage computes: `(device, micro-batch, input, output)`.
 type StageFn<'f, T> =
@@ -288,7 +288,7 @@ impl<'rt, 'f, T: DeviceCopy> StagePipeline<'rt, 'f, T> {
 impl<T: DeviceCopy> Drop for StagePipeline<'_, '_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             for b in self.boundaries.iter().flatten() {
                 for &d in &b.devices {
                     // SAFETY: release copies nothing; the anchor is still alive.

@@ -152,7 +152,7 @@ impl<T> std::ops::DerefMut for Pinned<'_, T> {
 impl<T> Drop for Pinned<'_, T> {
     fn drop(&mut self) {
         // Inside a recorded body too (see `recorder::outside`).
-        crate::runtime::recorder::outside(|| {
+        crate::rt::recorder::outside(|| {
             if let Some(d) = self.by {
                 // SAFETY: pinned by `Runtime::pin` with device `d`; every copy has completed.
                 unsafe { self.rt.unpin_host(self.data.as_mut_ptr().cast(), d) };

@@ -11,7 +11,7 @@ use crate::backend::{Copy2d, Place};
 use crate::device::Target;
 use crate::error::{Error, Result};
 use crate::range::HostRange;
-use crate::runtime::Runtime;
+use crate::rt::Runtime;
 use crate::services::validate;
 
 /// Where a rectangular copy reads or writes: a base pointer, its device, and the array's

@@ -19,7 +19,7 @@ use crate::device::{DeviceSetup, DeviceState, PinnedRanges};
 use crate::error::{Error, Result};
 use crate::info::{InfoFlags, Trace};
 use crate::kernel::dump::KernelDump;
-use crate::runtime::{Inner, Runtime};
+use crate::rt::{Inner, Runtime};
 use crate::services::memory_pool::PoolConfig;
 use crate::services::staging::StagingConfig;
 use crate::topology::{Placement, Topology};
