@@ -193,8 +193,8 @@ impl Kernel {
 
     /// Adds a variant of this kernel whose index arithmetic is 32-bit (`#[offload::kernel]`
     /// writes one: its `KERNEL_NARROW`, made [`Kernel::with_bounds`]), which a GPU launch
-    /// runs instead when it fits the variant's bounds; otherwise, or with
-    /// `OFFLOAD_NARROW_INDICES=0`, this one runs. The variant takes the same arguments and
+    /// runs instead when it fits the variant's bounds and `OFFLOAD_NARROW_INDICES=1`;
+    /// otherwise (and by default) this one runs. The variant takes the same arguments and
     /// computes the same values.
     pub const fn with_narrow(mut self, variant: &'static Kernel) -> Self {
         self.narrow = Some(variant);

@@ -123,8 +123,10 @@ pub(crate) struct Settings {
     /// `OFFLOAD_DUMP_KERNELS=dir`: the folder every kernel's CUDA and HIP source is
     /// written to at its first launch.
     pub dump_kernels: Option<PathBuf>,
-    /// `OFFLOAD_NARROW_INDICES` (default on): GPU launches run a kernel's variant with
-    /// 32-bit index arithmetic when every bound fits ([`crate::Kernel::with_narrow`]).
+    /// `OFFLOAD_NARROW_INDICES` (default off): GPU launches run a kernel's variant with
+    /// 32-bit index arithmetic when every bound fits ([`crate::Kernel::with_narrow`]). Off
+    /// by default: measured, it is faster for some kernels and slower for others
+    /// (docs/PERFORMANCE.md, "32-bit index arithmetic").
     pub narrow_indices: bool,
 }
 
@@ -209,7 +211,7 @@ impl Settings {
             match (over.narrow_indices, read("OFFLOAD_NARROW_INDICES", over.narrow_indices.is_some())?) {
                 (Some(on), _) => on,
                 (None, Some(v)) => parse_switch("OFFLOAD_NARROW_INDICES", v)?,
-                (None, None) => true,
+                (None, None) => false,
             };
         let topology_xml = match &over.topology_xml {
             Some(path) => Some(path.clone()),
@@ -557,7 +559,10 @@ mod tests {
 
     #[test]
     fn defaults_and_edge_values_are_accepted() {
-        Settings::resolve(&env(&[]), &Overrides::default()).unwrap();
+        let defaults = Settings::resolve(&env(&[]), &Overrides::default()).unwrap();
+        assert!(!defaults.narrow_indices, "32-bit index variants are opt-in (measured: not a general win)");
+        let on = Settings::resolve(&env(&[("OFFLOAD_NARROW_INDICES", "1")]), &Overrides::default()).unwrap();
+        assert!(on.narrow_indices);
         let edges = Overrides {
             host_devices: Some(MAX_HOST_DEVICES),
             kernel_threads: Some(1),
