@@ -22,32 +22,7 @@ suite() { # $1: label; runs every test binary, one line each
   local pass=0 fail=0 failed="" start=$SECONDS
   for b in $t/*; do
     name=$(basename "$b")
-    case "$name" in *compile_fail*|*build*) continue ;; final)
-  suite queued
-  for p in laplace jacobi ace; do
-    args=(); [ $p = ace ] && args=(100)
-    for r in $(seq "${RUNS:-2}"); do
-      for narrow in 1 0; do
-        d=/tmp/narrow-run/$p-$narrow; mkdir -p "$d"
-        line=$(cd "$d" && OFFLOAD_NARROW_INDICES=$narrow timeout 60 "$OLDPWD/.gpu/examples/port_$p" "${args[@]}" 2>&1 | grep ports-result)
-        echo "port $p narrow=$narrow run $r: $line"
-      done
-    done
-  done
-  for r in $(seq "${ROUNDS:-2}"); do
-    for side in before after; do
-      dir=.gpu/benches; [ $side = before ] && dir=.gpu/before
-      echo "== mapping round $r $side"
-      timeout 90 $dir/mapping --bench 2>&1 | grep -E "^\| [a-z]" | grep -v "^| what"
-    done
-  done
-  for side in before after; do
-    dir=.gpu/benches; [ $side = before ] && dir=.gpu/before
-    echo "== kernels $side"
-    timeout "${BENCH_TIMEOUT:-110}" $dir/kernels --bench 2>&1 | grep -E "^\| (generated|hand-written|solver|fill|saxpy|sum|jacobi)" | head -12
-  done
-  ;;
-esac
+    case "$name" in *compile_fail*|*build*) continue ;; esac
     if timeout "${EACH:-240}" "$b" > "$OUT/$1-$name.log" 2>&1; then pass=$((pass+1)); else fail=$((fail+1)); failed="$failed $name"; fi
   done
   echo "suite ($1): $pass binaries passed, $fail failed:$failed ($((SECONDS-start)) s)"
@@ -57,7 +32,7 @@ case "${PART:-suite}" in
 suite)
   suite queued
   OFFLOAD_SYNC=1 suite sync
-  grep -h "SKIP" "$OUT"/*.log | sort | uniq -c | head -10
+  grep -h "SKIP" "$OUT"/*.log | sort | uniq -c | head -10 || true
   ;;
 sanitizer)
   for b in kernel_language omp_api stream_order nowait; do
