@@ -236,7 +236,6 @@ pub(crate) struct HostPlatform {
     pub(crate) count: usize,
     pub(crate) capacity: usize,
     pub(crate) kernel_threads: Option<usize>,
-    pub(crate) peer_access: bool,
     pub(crate) topology: Arc<Topology>,
 }
 
@@ -265,10 +264,10 @@ impl VendorPlatform for HostPlatform {
         None
     }
 
-    /// Host devices read each other's memory (one address space) unless the builder said
-    /// no ([`crate::RuntimeBuilder::peer_access`]).
+    /// Host devices read each other's memory (one address space); the builder empties the
+    /// peer matrix when it is told not to use peer access, for every platform alike.
     fn enable_peer(&self, _a: &HostDevice, _b: &HostDevice) -> Result<bool> {
-        Ok(self.peer_access)
+        Ok(true)
     }
 
     fn summary(&self, count: usize) -> String {

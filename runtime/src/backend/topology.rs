@@ -362,8 +362,9 @@ impl Topology {
     }
 
     /// Binds the pages of `area` to `nodes` before they are first touched (best effort:
-    /// containers may forbid it; returns whether it worked).
-    pub fn bind_area(&self, area: &[u8], nodes: &[usize]) -> bool {
+    /// containers may forbid it; returns whether it worked). Only the area's address and
+    /// size are read, so it may be memory not yet written (`[MaybeUninit<u8>]`).
+    pub fn bind_area<T>(&self, area: &[T], nodes: &[usize]) -> bool {
         #[cfg(feature = "hwloc")]
         if let (true, Some(t)) = (self.this_system, self.hw.as_ref()) {
             use hwlocality::memory::{

@@ -50,15 +50,18 @@ struct QueuedOp {
 /// into [`SLOTS`] slots of [`SLOT_BYTES`]; a slot is free again when the work that reads it
 /// has completed.
 pub(crate) struct BounceSlots {
+    /// Dropped (unlocked and freed) with its device state, after the runtime waited for all
+    /// queued work.
     memory: PinnedMemory,
     free: Mutex<Vec<usize>>,
 }
 
 impl BounceSlots {
-    /// Allocates and page-locks the slots for device `device`; `None` when memory is short.
+    /// Allocates and page-locks the slots for device `device` (left pageable when the
+    /// driver refuses); `None` when memory is short.
     fn new(device: usize, backend: &Arc<dyn Backend>) -> Option<Self> {
         let mut memory = PinnedMemory::allocate(device, SLOTS * SLOT_BYTES, PAGE, None).ok()?;
-        memory.lock(backend, None);
+        let _ = memory.lock(backend, None);
         Some(Self { memory, free: Mutex::new((0..SLOTS).rev().collect()) })
     }
 
@@ -71,8 +74,6 @@ impl BounceSlots {
     }
 
     fn ptr(&self, slot: usize) -> *mut u8 {
-        // Dropped (unlocked and freed) with its device state, after the runtime waited for
-        // all queued work.
         self.memory.as_ptr().wrapping_add(slot * SLOT_BYTES)
     }
 }

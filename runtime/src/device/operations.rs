@@ -259,6 +259,6 @@ impl DeviceState {
     /// Page-locks runtime-owned `memory` with this device's driver, recorded as the
     /// program's (a `HostBuffer`); whether the driver did.
     pub(crate) fn lock_memory(&self, memory: &mut PinnedMemory) -> bool {
-        memory.lock(&self.backend, Some(&self.pinned))
+        memory.lock(&self.backend, Some(&self.pinned)).unwrap_or(false)
     }
 }

@@ -275,7 +275,6 @@ impl RuntimeBuilder {
                 count: settings.host_devices,
                 capacity: self.over.host_memory.unwrap_or_else(default_capacity),
                 kernel_threads: self.over.kernel_threads,
-                peer_access: self.peer_access,
                 topology: Arc::clone(&topology),
             };
             let gpus = if self.gpus { crate::backend::platforms() } else { Vec::new() };

@@ -341,6 +341,8 @@ pub(crate) mod tests {
         state: Mutex<(usize, u64)>,
         /// The host ranges page-locked now, as (start, bytes).
         pub(crate) locked: Mutex<Vec<(usize, usize)>>,
+        /// Page-locking fails, as a driver's can.
+        pub(crate) refuse_locks: std::sync::atomic::AtomicBool,
     }
 
     pub(crate) fn device(capacity: usize) -> CountingDevice {
@@ -355,6 +357,7 @@ pub(crate) mod tests {
             capacity,
             state: Mutex::new((0, 0x1000)),
             locked: Mutex::new(Vec::new()),
+            refuse_locks: Default::default(),
         }
     }
 
@@ -425,6 +428,9 @@ pub(crate) mod tests {
             Ok(MemInfo { free: self.capacity - self.state.lock().0, total: self.capacity })
         }
         unsafe fn register_host(&self, ptr: *mut u8, bytes: usize) -> Result<bool> {
+            if self.refuse_locks.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::Driver { device: 0, call: "register", message: "refused".into() });
+            }
             self.locked.lock().push((ptr as usize, bytes));
             Ok(true)
         }

@@ -14,6 +14,7 @@
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -101,8 +102,7 @@ unsafe impl Send for PinnedMemory {}
 unsafe impl Sync for PinnedMemory {}
 
 impl PinnedMemory {
-    /// `bytes` zeroed bytes (at least one page's allocation), aligned to a page or to
-    /// `align` if larger; bound to NUMA node `node` of `topo` before the first touch when
+    /// `bytes` zeroed bytes (at least one), aligned to a page or to `align` if larger; bound to NUMA node `node` of `topo` before the first touch when
     /// given, and touched by the calling thread. Not page-locked yet: see
     /// [`PinnedMemory::lock`]. An error naming `device` when the size is too large or the
     /// memory is short.
@@ -115,21 +115,18 @@ impl PinnedMemory {
         let layout = Layout::from_size_align(bytes.max(1), align.max(PAGE)).map_err(|e| {
             Error::InvalidArgument { routine: "pinned host memory", what: format!("{bytes} bytes: {e}") }
         })?;
-        let bound = match node {
-            None => {
-                // SAFETY: non-zero size.
-                let p = unsafe { std::alloc::alloc_zeroed(layout) };
-                let ptr = NonNull::new(p).ok_or_else(|| Self::short(device, layout))?;
-                return Ok(Self { ptr, layout, lock: None, bound: false });
-            }
-            Some(n) => n,
+        let Some((node, topo)) = node else {
+            // SAFETY: non-zero size.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            let ptr = NonNull::new(p).ok_or_else(|| Self::short(device, layout))?;
+            return Ok(Self { ptr, layout, lock: None, bound: false });
         };
         // SAFETY: non-zero size.
         let p = unsafe { std::alloc::alloc(layout) };
         let ptr = NonNull::new(p).ok_or_else(|| Self::short(device, layout))?;
-        // SAFETY: `layout.size()` bytes just allocated; not yet touched.
-        let area = unsafe { std::slice::from_raw_parts(p, layout.size()) };
-        let bound = bound.1.bind_area(area, &[bound.0]);
+        // SAFETY: `layout.size()` bytes just allocated, viewed as not yet written.
+        let area = unsafe { std::slice::from_raw_parts(p.cast::<MaybeUninit<u8>>(), layout.size()) };
+        let bound = topo.bind_area(area, &[node]);
         // First touch: zeroing the pages places them (on the bound node when binding
         // worked, else on the toucher's).
         // SAFETY: the whole allocation.
@@ -142,23 +139,29 @@ impl PinnedMemory {
     }
 
     /// Page-locks the memory with `backend`'s driver (recorded in `ranges` when the program
-    /// sees the memory); whether the driver did. A second lock does nothing and says
-    /// whether the first one did.
-    pub(crate) fn lock(&mut self, backend: &Arc<dyn Backend>, ranges: Option<&Arc<PinnedRanges>>) -> bool {
+    /// sees the memory); whether the driver did (`false` where the device has no such
+    /// notion). The driver's error comes back for the runtime's own memory; memory the
+    /// program sees is only recorded where a driver locked it. Once locked, a further lock
+    /// does nothing and says yes.
+    pub(crate) fn lock(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        ranges: Option<&Arc<PinnedRanges>>,
+    ) -> Result<bool> {
         if self.lock.is_some() {
-            return true;
+            return Ok(true);
         }
         let (p, n) = (self.ptr.as_ptr(), self.layout.size());
         let locked = match ranges {
             // SAFETY: the memory is allocated until `drop`, which unlocks it first.
             Some(r) => unsafe { r.lock(&**backend, p, n) },
             // SAFETY: as above.
-            None => matches!(unsafe { backend.register_host(p, n) }, Ok(true)),
+            None => unsafe { backend.register_host(p, n)? },
         };
         if locked {
             self.lock = Some(Lock { backend: Arc::clone(backend), recorded_in: ranges.cloned() });
         }
-        locked
+        Ok(locked)
     }
 
     /// The first byte.
@@ -255,9 +258,12 @@ mod tests {
         let backend: Arc<dyn Backend> = counting.clone();
         let ranges = Arc::new(PinnedRanges::default());
         let mut own = PinnedMemory::allocate(0, 8192, 1, None).unwrap();
-        assert!(own.lock(&backend, None) && own.lock(&backend, None), "a second lock is a no-op");
+        assert!(
+            own.lock(&backend, None).unwrap() && own.lock(&backend, None).unwrap(),
+            "a second lock is a no-op"
+        );
         let mut seen = PinnedMemory::allocate(0, 100, 1, None).unwrap();
-        assert!(seen.lock(&backend, Some(&ranges)));
+        assert!(seen.lock(&backend, Some(&ranges)).unwrap());
         let (own_at, seen_at) = (own.as_ptr() as usize, seen.as_ptr() as usize);
         assert_eq!(*counting.locked.lock(), vec![(own_at, 8192), (seen_at, 100)]);
         assert_eq!(ranges.ranges(), vec![HostRange::new(seen_at, 100)], "only the program's is recorded");
@@ -265,6 +271,19 @@ mod tests {
         assert!(ranges.ranges().is_empty());
         drop(own);
         assert!(counting.locked.lock().is_empty());
+    }
+
+    #[test]
+    fn a_refused_lock_is_an_error_for_own_memory_and_leaves_nothing_recorded() {
+        let counting = Arc::new(device(1 << 20));
+        counting.refuse_locks.store(true, std::sync::atomic::Ordering::Relaxed);
+        let backend: Arc<dyn Backend> = counting.clone();
+        let ranges = Arc::new(PinnedRanges::default());
+        let mut own = PinnedMemory::allocate(0, 4096, 1, None).unwrap();
+        assert!(own.lock(&backend, None).is_err() && !own.is_locked());
+        let mut seen = PinnedMemory::allocate(0, 4096, 1, None).unwrap();
+        assert!(!seen.lock(&backend, Some(&ranges)).unwrap() && !seen.is_locked());
+        assert!(ranges.ranges().is_empty() && counting.locked.lock().is_empty());
     }
 
     #[test]

@@ -157,7 +157,7 @@ impl StagingRing {
             (0..depth)
                 .map(|_| {
                     let mut b = PinnedMemory::allocate(device, cfg.chunk, PAGE, node.map(|n| (n, topo)))?;
-                    b.lock(backend, None);
+                    b.lock(backend, None)?;
                     bound &= b.is_bound();
                     Ok(b)
                 })
