@@ -201,12 +201,20 @@ struct Handback<T> {
     state: AtomicU8,
     value: UnsafeCell<Option<T>>,
     waiter: Thread,
+    /// Set once the waiter has stopped polling and parks (tests fill a slot only then, so
+    /// that what they check does not hang on how the threads were scheduled).
+    parked: std::sync::atomic::AtomicBool,
 }
 
 impl<T> Handback<T> {
     /// An empty slot that the calling thread will wait on.
     fn new() -> Self {
-        Self { state: AtomicU8::new(PENDING), value: UnsafeCell::new(None), waiter: std::thread::current() }
+        Self {
+            state: AtomicU8::new(PENDING),
+            value: UnsafeCell::new(None),
+            waiter: std::thread::current(),
+            parked: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// Waits until the slot is filled (`Some`) or abandoned (`None`). Only the thread that
@@ -218,6 +226,7 @@ impl<T> Handback<T> {
         let long = WAITS_ARE_LONG.with(|l| l.get());
         let start = Instant::now();
         if spin_for(done, if long { Duration::ZERO } else { SPIN }).is_none() {
+            self.parked.store(true, Ordering::Release);
             while done().is_none() {
                 std::thread::park();
             }
@@ -328,26 +337,28 @@ mod tests {
 
     #[test]
     fn a_handback_is_filled_from_another_thread_or_abandoned() {
-        // Filled after the waiter has given up polling and parked.
-        let slot = Handback::new();
-        let filler = Filler(&slot);
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(SPIN * 4);
-            filler.fill(vec![1, 2, 3]);
-        });
-        assert_eq!(slot.wait(), Some(vec![1, 2, 3]));
-        t.join().unwrap();
+        /// Waits on a slot that another thread fills with `value` once this thread has given
+        /// up polling and parked, and at least `SPIN * 4` after that (a lower bound only:
+        /// load lengthens it, never shortens it).
+        fn filled_after_park<T: Send>(value: T) -> Option<T> {
+            let slot = Handback::new();
+            let filler = Filler(&slot);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !slot.parked.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    std::thread::sleep(SPIN * 4);
+                    filler.fill(value);
+                });
+                slot.wait()
+            })
+        }
+        assert_eq!(filled_after_park(vec![1, 2, 3]), Some(vec![1, 2, 3]));
         // That wait outlasted the spin: this thread's next wait parks without spinning (and
         // still gets its value).
         assert!(WAITS_ARE_LONG.with(|l| l.get()));
-        let slot = Handback::new();
-        let filler = Filler(&slot);
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(SPIN * 4);
-            filler.fill(5u8);
-        });
-        assert_eq!(slot.wait(), Some(5));
-        t.join().unwrap();
+        assert_eq!(filled_after_park(5u8), Some(5));
         assert!(WAITS_ARE_LONG.with(|l| l.get()));
         // Dropped unfilled (a job dropped unrun): the waiter learns it.
         let slot = Handback::<u32>::new();
