@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Feature `mpi` on host devices: installs Open MPI, lints and tests with the feature (the
-# cluster test as one process, then under mpirun -np 3), then runs Jacobi and the 3-D
-# stencil under mpirun -np 2 and -np 3 and compares each run's result line (final norm
-# within 1e-5, grid digest bit for bit) with the single-process run's. Each MPI run also
-# checks its gathered grid against a single-process run itself (-check). Then a traced
-# run: one timeline file per rank.
+# Feature `mpi` on host devices: installs Open MPI, lints every target with the feature,
+# runs the tests of the code it adds (the crates' unit tests, the cluster test as one
+# process, then under mpirun -np 3; the rest of the suite does not change with it and runs
+# in scripts/test.sh), then runs Jacobi and the 3-D stencil under mpirun -np 2 and -np 3
+# and compares each run's result line (final norm within 1e-5, grid digest bit for bit)
+# with the single-process run's. Each MPI run also checks its gathered grid against a
+# single-process run itself (-check). Then a traced run: one timeline file per rank. The
+# examples run in the dev profile the tests built (small grids: seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh --mpi
 features=offload-examples/mpi,offload-tests/mpi
 cargo clippy --workspace --all-targets --features "$features" -- -D warnings
-cargo test --workspace --features "$features"
+cargo test --workspace --features "$features" --lib --test cluster
+cargo build --workspace --features "$features" --examples
+examples=${CARGO_TARGET_DIR:-target}/debug/examples
 mpirun=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
-cluster=$(cargo test -p offload-tests --features mpi --test cluster --no-run --message-format=json 2>/dev/null \
+cluster=$(cargo test --workspace --features "$features" --test cluster --no-run --message-format=json 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*cluster-[^"]*\)".*/\1/p' | head -1)
 "${mpirun[@]}" -np 3 "$cluster"
-cargo build --release -p offload-examples --features mpi --example jacobi --example stencil3d
 failed=0
 compare() { # name, reference result line, run's result line
   python3 - "$@" <<'PY' || failed=$((failed + 1))
@@ -33,9 +36,9 @@ export OFFLOAD_HOST_DEVICES=2
 runs=("jacobi -nx 256 -ny 203 -niter 60" "jacobi -nx 190 -ny 67 -niter 41 -kernel generated" "stencil3d -nx 40 -ny 33 -nz 29 -niter 17")
 for run in "${runs[@]}"; do
   read -r -a cmd <<<"$run"
-  want=$(./target/release/examples/"${cmd[0]}" "${cmd[@]:1}" | grep '^result:')
+  want=$("$examples/${cmd[0]}" "${cmd[@]:1}" | grep '^result:')
   for np in 2 3; do
-    got=$("${mpirun[@]}" -np "$np" ./target/release/examples/"${cmd[0]}" "${cmd[@]:1}" -check | grep '^result:') || {
+    got=$("${mpirun[@]}" -np "$np" "$examples/${cmd[0]}" "${cmd[@]:1}" -check | grep '^result:') || {
       echo "FAILED: mpirun -np $np $run"; failed=$((failed + 1)); continue; }
     compare "mpirun -np $np $run" "$want" "$got"
   done
@@ -43,7 +46,7 @@ done
 # A timeline per rank: OFFLOAD_TRACE=x.json under mpirun -np 2 writes x.rank0.json and
 # x.rank1.json, each a whole trace whose processes carry the rank.
 trace=$(mktemp -d)
-"${mpirun[@]}" -np 2 env OFFLOAD_TRACE="$trace/jacobi.json" ./target/release/examples/jacobi -nx 128 -ny 96 -niter 5 >/dev/null || {
+"${mpirun[@]}" -np 2 env OFFLOAD_TRACE="$trace/jacobi.json" "$examples/jacobi" -nx 128 -ny 96 -niter 5 >/dev/null || {
   echo "FAILED: the traced mpirun"; failed=$((failed + 1)); }
 python3 - "$trace" <<'PY' || failed=$((failed + 1))
 import json, os, sys

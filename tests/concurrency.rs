@@ -6,7 +6,7 @@ use std::sync::Barrier;
 
 use offload::{map, LaunchArg, MapItem, MapType, Result, Runtime, Scalar};
 use offload_kernels::{saxpy, ADD_I32, SAXPY};
-use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend, run_threads};
+use offload_tests::{assert_clean, check, check_eq, device_copy_of, on_every_backend, run_threads, sized};
 
 const THREADS: usize = 24;
 
@@ -23,16 +23,16 @@ fn threads_map_launch_and_unmap_shared_and_private_ranges() {
         |b| b,
         |rt| {
             const N: usize = 4096;
-            const ROUNDS: usize = 20;
+            let (threads, rounds) = (sized(THREADS, 6), sized(20, 4));
             let ndev = rt.num_devices();
             // Read by every thread on every device; never written.
             let shared: Vec<f32> = (0..N).map(|i| i as f32).collect();
-            let start = Barrier::new(THREADS);
-            run_threads(THREADS, |t| {
+            let start = Barrier::new(threads);
+            run_threads(threads, |t| {
                 let mut mine = vec![0f32; N];
                 let mut counter = vec![t as i32; 64];
                 start.wait();
-                for r in 0..ROUNDS {
+                for r in 0..rounds {
                     let dev = (t + r) % ndev;
                     // The shared range, entered by many threads at once: whoever finds it present
                     // must find its data there already.
@@ -143,9 +143,9 @@ fn threads_use_the_safe_api_at_once() {
             // The initial device takes part too.
             let targets = rt.num_devices() + 1;
             let x: Vec<f32> = (0..N).map(|i| (i % 97) as f32).collect();
-            run_threads(THREADS, |t| {
+            run_threads(sized(THREADS, 6), |t| {
                 let mut y = vec![t as f32; N];
-                for r in 0..10 {
+                for r in 0..sized(10, 3) {
                     let d = (t + r) % targets;
                     let dev = rt.device(d)?;
                     let a = (r % 3 + 1) as f32;

@@ -139,13 +139,15 @@ fn total(i: usize, x: &[f64], s: &mut f64) {
 
 #[test]
 fn a_reduce_in_a_loop_gives_what_the_mapped_form_gives() {
-    on_every_device("reduce: 100 iterations against map::tofrom", |rt, d| {
+    on_every_device("reduce: iterations against map::tofrom", |rt, d| {
         let gpu = rt.device(d)?;
         let n = 10_007;
+        // Ten when every step fails once (each run is a sweep's).
+        let iterations = offload_tests::sized(100, 10);
         let mut x: Vec<f64> = (0..n).map(|i| (i % 17) as f64).collect();
         let (by_reduce, by_map) = gpu.data(map::tofrom(&mut x), |xv| {
             let (mut by_reduce, mut by_map) = (Vec::new(), Vec::new());
-            for _ in 0..100 {
+            for _ in 0..iterations {
                 bump::launch(&gpu, n, xv)?;
                 by_reduce.push(total::reduce(&gpu, n, xv)?);
                 let mut s = [0.0f64];
@@ -156,8 +158,8 @@ fn a_reduce_in_a_loop_gives_what_the_mapped_form_gives() {
         })?;
         check_eq!(by_reduce, by_map);
         let base: f64 = (0..n).map(|i| (i % 17) as f64).sum();
-        check_eq!(by_reduce[99], base + 100.0 * n as f64);
-        check!(x.iter().enumerate().all(|(i, &v)| v == (i % 17) as f64 + 100.0), "x wrong");
+        check_eq!(by_reduce[iterations - 1], base + iterations as f64 * n as f64);
+        check!(x.iter().enumerate().all(|(i, &v)| v == (i % 17) as f64 + iterations as f64), "x wrong");
         assert_clean(rt, d)
     });
 }

@@ -139,6 +139,18 @@ fn run_case(what: &str, backend: &str, device: Option<usize>, r: Result<()>) {
     }
 }
 
+/// `normal`, or `under_faults` when the suite runs every case once per device operation with
+/// that operation failing (`OFFLOAD_TEST_FAULTS=1`, [`every_step`]): there a case runs up to
+/// a few hundred times, and more threads, rounds or elements repeat the same failures
+/// rather than adding new ones.
+pub fn sized<T>(normal: T, under_faults: T) -> T {
+    if every_step::faults_mode() {
+        under_faults
+    } else {
+        normal
+    }
+}
+
 /// Runs `case` on every device of every backend, each backend with a fresh runtime.
 pub fn on_every_device(what: &str, case: impl Fn(&Runtime, usize) -> Result<()>) {
     on_every_device_with(what, |b| b, case)
