@@ -29,7 +29,7 @@ export OFFLOAD_NVRTC_REQUIRED=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --lib --test nvrtc --test kernel_macro --test kernel_language --test kernel_reduce \
-  --test reduce -- nvrtc 2>&1 | tee "$log"
+  --test reduce -- nvrtc every_kernel_compiles_for_sm_80_and_sm_90 2>&1 | tee "$log"
 for t in every_kernel_compiles_for_sm_80_and_sm_90 every_generated_kernel_compiles_with_nvrtc \
   every_kernel_of_this_file_compiles_with_nvrtc every_reduction_kernel_compiles_with_nvrtc \
   every_reduce_kernel_compiles_with_nvrtc \
