@@ -1,12 +1,13 @@
 //! Settings read from the process environment, each in a child process of this binary with
-//! an environment of its own: bad values are errors (not aborts, not silently ignored), and
-//! `OFFLOAD_REQUIRE_DEVICES` turns a skip for lack of devices into a failure.
+//! an environment of its own: bad values are errors (not aborts, not silently ignored),
+//! `OFFLOAD_REQUIRE_DEVICES` turns a skip for lack of devices into a failure, and the
+//! process-wide runtime's `OFFLOAD_TRACE` file is whole however the process ends.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 
-use offload::Runtime;
+use offload::{MapItem, MapType, Runtime};
 use offload_tests::{on_every_backend, HOST_DEVICES, REQUIRE_DEVICES};
 
 /// Set in the children, so that their tests run only there.
@@ -58,6 +59,59 @@ fn child_starts_a_runtime_from_the_environment() {
     match Runtime::builder().gpus(false).build() {
         Ok(rt) => println!("started with {} devices", rt.num_devices()),
         Err(e) => println!("error: {e}"),
+    }
+}
+
+/// How `child_maps_through_the_omp_routines` ends its process (`OFFLOAD_TEST_END`).
+const END: &str = "OFFLOAD_TEST_END";
+
+#[test]
+#[ignore = "run in a child process by the_global_runtimes_trace_file_is_whole_however_the_process_ends"]
+fn child_maps_through_the_omp_routines() {
+    if !in_child() {
+        return;
+    }
+    let mut x = vec![1f32; 256];
+    // SAFETY: `x` outlives both constructs and is not touched between them.
+    unsafe {
+        offload::omp::target_enter_data(0, &[MapItem::slice(&x, MapType::TO)]).expect("enter");
+        offload::omp::target_exit_data(0, &[MapItem::slice_mut(&mut x, MapType::FROM)]).expect("exit");
+    }
+    println!("mapped");
+    match std::env::var(END).as_deref() {
+        Ok("exit") => std::process::exit(0),
+        Ok("panic") => panic!("the program panics after mapping"),
+        _ => {}
+    }
+}
+
+/// A program of `offload::omp` routines never drops the process-wide runtime, and need not
+/// call `flush_trace`: its trace file is written at exit all the same, whether `main`
+/// returns, the program calls `std::process::exit`, or a panic unwinds out of it.
+#[test]
+fn the_global_runtimes_trace_file_is_whole_however_the_process_ends() {
+    let child = "child_maps_through_the_omp_routines";
+    for end in ["return", "exit", "panic"] {
+        let path = std::env::temp_dir().join(format!("offload-exit-trace-{}-{end}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (ok, out) = run_child(
+            child,
+            &[
+                ("OFFLOAD_HOST_DEVICES", OsStr::new("1")),
+                ("OFFLOAD_TRACE", path.as_os_str()),
+                (END, OsStr::new(end)),
+            ],
+        );
+        assert!(out.contains("mapped"), "{end}: the child did not map: {out}");
+        assert_eq!(ok, end != "panic", "{end}: {out}");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{end}: {}: {e}", path.display()));
+        let _ = std::fs::remove_file(&path);
+        let doc: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{end}: not JSON ({e}): {text:?}"));
+        let events = doc["traceEvents"].as_array().unwrap_or_else(|| panic!("{end}: no traceEvents: {text}"));
+        let constructs = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "construct").count();
+        assert!(constructs >= 2, "{end}: {constructs} construct slices in {text}");
     }
 }
 

@@ -164,6 +164,33 @@ impl<T> Drop for Pinned<'_, T> {
 /// The process-wide runtime of [`Runtime::global`] (and `offload::omp`).
 static GLOBAL: OnceLock<Result<Runtime>> = OnceLock::new();
 
+/// Writes the process-wide runtime's trace file when the process exits (a return from
+/// `main`, `std::process::exit`, a panic that unwinds out of `main`): that runtime lives in
+/// a static and is never dropped, so without this a program of `offload::omp` routines that
+/// does not call [`Runtime::flush_trace`] would leave an empty file. The flush does not
+/// wait for queued work (the exit may come from inside it): spans not yet reached are left
+/// out. Registered once, with the C library's `atexit`.
+fn flush_trace_at_exit() {
+    extern "C" fn flush() {
+        // Nothing may unwind out of an `extern "C"` function.
+        let _ = std::panic::catch_unwind(|| {
+            if let Some(rt) = Runtime::global_if_started() {
+                if let Err(e) = rt.flush_trace_without_waiting() {
+                    eprintln!("offload: {e}");
+                }
+            }
+        });
+    }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: `flush` is a plain function that lives as long as the program and touches
+        // only the static runtime (its trace under its own locks).
+        if unsafe { libc::atexit(flush) } != 0 {
+            eprintln!("offload: could not register the trace file's flush at exit");
+        }
+    });
+}
+
 impl Runtime {
     /// A runtime configured from the environment alone.
     pub fn new() -> Result<Self> {
@@ -179,7 +206,14 @@ impl Runtime {
     /// on first use. If that failed (e.g. a malformed `OMP_TARGET_OFFLOAD`), every call
     /// returns the same error.
     pub fn global() -> Result<&'static Runtime> {
-        GLOBAL.get_or_init(Runtime::new).as_ref().map_err(Clone::clone)
+        GLOBAL
+            .get_or_init(|| {
+                let rt = Runtime::new();
+                flush_trace_at_exit();
+                rt
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// The process-wide runtime if it was started (or chosen) already; never starts one.
@@ -191,7 +225,10 @@ impl Runtime {
     /// use.
     pub fn install_global(self) -> Result<&'static Runtime> {
         let mut mine = Some(self);
-        let r = GLOBAL.get_or_init(|| Ok(mine.take().expect("initialiser runs once")));
+        let r = GLOBAL.get_or_init(|| {
+            flush_trace_at_exit();
+            Ok(mine.take().expect("initialiser runs once"))
+        });
         r.as_ref().map_err(Clone::clone)
     }
 

@@ -277,6 +277,15 @@ impl Runtime {
         self.inner.trace.flush_file()
     }
 
+    /// As [`Runtime::flush_trace`], with only the device-side times already reached (at
+    /// process exit, which may come from inside queued work).
+    pub(crate) fn flush_trace_without_waiting(&self) -> Result<()> {
+        for d in &self.inner.devices {
+            d.write_spans(false);
+        }
+        self.inner.trace.flush_file()
+    }
+
     /// A handle on the captured trace that outlives the runtime (for its shutdown report);
     /// `None` unless built with [`RuntimeBuilder::capture_info`].
     pub fn info_log(&self) -> Option<crate::info::InfoLog> {
