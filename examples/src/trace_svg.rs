@@ -26,6 +26,10 @@ pub enum TraceError {
         /// What reading it said.
         error: std::io::Error,
     },
+    /// The file is empty (or only white space).
+    Empty,
+    /// The JSON stops before its end: the run that wrote it did not close it.
+    Unfinished(serde_json::Error),
     /// The text is not JSON.
     NotJson(serde_json::Error),
     /// The JSON is neither `{"traceEvents": [...]}` nor an array of events.
@@ -43,6 +47,16 @@ impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io { path, error } => write!(f, "cannot read {path}: {error}"),
+            Self::Empty => f.write_str(
+                "not a trace: the file is empty: the run that wrote it never closed it (a runtime \
+                 writes its trace when dropped, on flush_trace and, the process-wide one of \
+                 Runtime::global and offload::omp, at exit; an abort or a signal leaves it unwritten)",
+            ),
+            Self::Unfinished(e) => write!(
+                f,
+                "not a trace: the file ends before its JSON does ({e}): the run that wrote it ended \
+                 before closing it (an abort or a signal), or it is being written still"
+            ),
             Self::NotJson(e) => write!(f, "not a trace: the file is not JSON ({e})"),
             Self::NoEvents => f.write_str(
                 "not a trace: no \"traceEvents\" array (expected the Chrome trace-event format, \
@@ -344,7 +358,13 @@ impl Trace {
 
     /// Reads a trace from its JSON text.
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
-        let doc: Value = serde_json::from_str(text).map_err(TraceError::NotJson)?;
+        if text.trim().is_empty() {
+            return Err(TraceError::Empty);
+        }
+        let doc: Value = serde_json::from_str(text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Eof => TraceError::Unfinished(e),
+            _ => TraceError::NotJson(e),
+        })?;
         Trace::from_value(&doc)
     }
 

@@ -237,6 +237,14 @@ fn odd_but_valid_events_are_tolerated() {
 fn bad_input_is_a_clear_error() {
     let e = Trace::parse("not json").err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.starts_with("not a trace: the file is not JSON"), "{e}");
+    // A file its run never closed: empty, or cut short.
+    let e = Trace::parse(" \n").err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.starts_with("not a trace: the file is empty: the run that wrote it never closed it"), "{e}");
+    let e = Trace::parse("{\"traceEvents\": [\n{\"ph\": \"X\"},\n")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.starts_with("not a trace: the file ends before its JSON does"), "{e}");
     let e = Trace::parse(r#"{"events": []}"#).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("no \"traceEvents\" array"), "{e}");
     let e = Trace::parse(r#"{"traceEvents": 3}"#).err();
