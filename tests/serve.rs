@@ -454,8 +454,9 @@ fn requests_get_a_row_of_each_of_several_outputs_on_every_backend() {
             // Two outputs of their own types and row lengths; the batches of 6, 2 and 1
             // rows leave the reused buffers cut shorter and grown again. Batch 1 fails.
             // The partial batches start at a deadline long enough that the six rows
-            // submitted back to back are never split.
-            let partial = Duration::from_millis(300);
+            // submitted back to back are never split, even on a loaded machine (a thread
+            // held off the CPU for a moment must not cut the full batch).
+            let partial = Duration::from_secs(2);
             let two = ServeConfig { in_row: ROW, out_row: (ROW, 1), max_rows: 6, deadline: partial };
             let (answers, report) = pipeline.serve_outputs(
                 two,

@@ -420,11 +420,15 @@ mod tests {
             assert!(!w2.idle());
             w2.run(move || l2.lock().push("queued")).unwrap();
         });
-        let l1 = Arc::clone(&log);
+        let (l1, w1) = (Arc::clone(&log), Arc::clone(&w));
         let ran = w.run_here_if_idle(move || {
             started_tx.send(()).unwrap();
-            // Long enough for the other thread to queue its job.
-            std::thread::sleep(SPIN * 4);
+            // Until the other thread's job is queued behind this one (whose claim counts
+            // one): it checks that the worker is busy before it queues, so it sees this job
+            // running however the threads are scheduled.
+            while w1.pending.load(Ordering::Acquire) < 2 {
+                std::thread::yield_now();
+            }
             l1.lock().push("here");
         });
         assert!(ran.is_ok());
