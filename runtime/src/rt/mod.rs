@@ -175,7 +175,7 @@ fn flush_trace_at_exit() {
         // Nothing may unwind out of an `extern "C"` function.
         let _ = std::panic::catch_unwind(|| {
             if let Some(rt) = Runtime::global_if_started() {
-                if let Err(e) = rt.flush_trace_without_waiting() {
+                if let Err(e) = rt.flush_trace_waiting(false) {
                     eprintln!("offload: {e}");
                 }
             }

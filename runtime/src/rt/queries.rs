@@ -271,17 +271,14 @@ impl Runtime {
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for `OFFLOAD_TRACE`, naming
     /// the path, when the file cannot be written.
     pub fn flush_trace(&self) -> Result<()> {
-        for d in &self.inner.devices {
-            d.write_spans(true);
-        }
-        self.inner.trace.flush_file()
+        self.flush_trace_waiting(true)
     }
 
-    /// As [`Runtime::flush_trace`], with only the device-side times already reached (at
-    /// process exit, which may come from inside queued work).
-    pub(crate) fn flush_trace_without_waiting(&self) -> Result<()> {
+    /// [`Runtime::flush_trace`], waiting for the device-side times of queued work or (at
+    /// process exit, which may come from inside queued work) taking only those reached.
+    pub(crate) fn flush_trace_waiting(&self, wait: bool) -> Result<()> {
         for d in &self.inner.devices {
-            d.write_spans(false);
+            d.write_spans(wait);
         }
         self.inner.trace.flush_file()
     }
