@@ -2,7 +2,8 @@
 # Miri over the runtime's unit tests that need no driver, thread pool or FFI call: settings,
 # the present table and map-list planning (data_env), errors, generated kernels' host-twin views
 # (bounds-checked atomic accesses, structs word by word, the store log), trace flags, the nowait latch,
-# the staging copy crew's claim protocol (its threads and atomics, on small copies) and its
+# the fork-join team of host devices' generated kernels (its helpers, a waiting thread, the
+# erased task body), the staging copy crew's claim protocol (its threads and atomics, on small copies) and its
 # streaming copies' head, lines and tail (the stores themselves are inline assembly: ordinary ones here;
 # populating, a system call, is a no-op),
 # the memory pool's bookkeeping (on a counting fake device) and partitions. Then the small soak
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 nightly_install miri
 # Module paths, matched as substrings of test names: a module's tests run here only when
 # they stay clear of devices' worker threads, rayon pools and hwloc.
-modules=(config:: copy_crew:: data_env:: error:: range:: macro_support:: info:: latch:: memory_pool:: partition::)
+modules=(config:: copy_crew:: data_env:: error:: range:: macro_support:: info:: fork_join:: latch:: memory_pool:: partition::)
 cargo "+$nightly" miri test -p offload --lib --no-default-features -- "${modules[@]}" "$@"
 
 # The soak needs three flags:

@@ -35,7 +35,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("generic device", &["device"]),
     ("device services", &["services"]),
     ("backends", &["backend"]),
-    ("foundation", &["kernel", "gemm", "index_space", "trace", "latch", "origin", "range", "error"]),
+    (
+        "foundation",
+        &["kernel", "gemm", "index_space", "trace", "fork_join", "latch", "origin", "range", "error"],
+    ),
 ];
 
 /// The top-level module a file of `runtime/src` belongs to.

@@ -83,6 +83,7 @@ pub mod backend;
 pub mod cluster;
 mod device;
 pub mod error;
+mod fork_join;
 pub mod gemm;
 pub mod index_space;
 pub mod kernel;

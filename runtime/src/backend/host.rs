@@ -20,6 +20,7 @@ use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
 use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
+use crate::fork_join::ForkJoinTeam;
 use crate::gemm::{ElementType, Gemm, GemmElement};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::topology::Topology;
@@ -115,6 +116,9 @@ pub(crate) struct KernelPool {
     threads: Option<usize>,
     /// The pool, and whether the thread that started it is its thread 0.
     pool: std::sync::OnceLock<std::result::Result<(rayon::ThreadPool, bool), String>>,
+    /// Generated kernels' team, of the pool's size, started with it
+    /// ([`crate::fork_join`]: the worker drives it, a thread waiting for the device joins).
+    team: std::sync::OnceLock<ForkJoinTeam>,
 }
 
 thread_local! {
@@ -164,7 +168,22 @@ impl KernelPool {
     /// A pool named `name` (threads `{name}-k{i}`) of `threads` threads, the worker that
     /// starts it included (rayon's default, one per CPU, when `None`), not started yet.
     pub(crate) fn new(name: String, threads: Option<usize>) -> Self {
-        Self { name, threads, pool: std::sync::OnceLock::new() }
+        Self { name, threads, pool: std::sync::OnceLock::new(), team: std::sync::OnceLock::new() }
+    }
+
+    /// The generated kernels' team, once the pool has started (on the first kernel).
+    fn team(&self) -> Option<&ForkJoinTeam> {
+        self.team.get()
+    }
+
+    /// Runs kernel `f` on the worker with the pool started and the team driven by it.
+    fn run_kernel<T>(&self, device: usize, f: impl FnOnce(&rayon::ThreadPool) -> T) -> Result<T> {
+        let pool = self.get(device)?;
+        let team = self.team.get_or_init(|| {
+            let mark = || KERNEL_THREAD.with(|k| k.set(true));
+            ForkJoinTeam::new(self.name.clone(), pool.current_num_threads(), mark)
+        });
+        Ok(team.driving(|| f(pool)))
     }
 
     /// The pool, started now if it was not, with the calling thread (the device's worker)
@@ -324,7 +343,7 @@ impl HostDevice {
         let (name, number) = (kernel.name(), self.number);
         Ok(move || {
             let _in = InKernel::enter();
-            run_host_kernel(pool.get(number)?, number, name, f, n, &args)
+            pool.run_kernel(number, |p| run_host_kernel(p, number, name, f, n, &args))?
         })
     }
 
@@ -356,8 +375,27 @@ impl HostDevice {
         let worker = self.worker.as_ref().ok_or_else(|| self.closed())?;
         match worker.run_here_if_idle(f) {
             Ok(v) => Ok(v),
-            Err(f) => worker.run(f).map_err(|_| self.closed()),
+            Err(f) => self.run_on_worker(worker, f),
         }
+    }
+
+    /// Runs `f` on the worker after what is queued, this thread working the tasks of the
+    /// generated kernel the worker runs meanwhile, if it has any to share
+    /// ([`crate::fork_join`]).
+    fn run_on_worker<T: Send + 'static>(
+        &self,
+        worker: &DeviceWorker,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        let help = || {
+            self.pool.team().is_some_and(|t| {
+                t.has_work() && {
+                    let _in = InKernel::enter();
+                    t.help()
+                }
+            })
+        };
+        worker.run_helping(f, help).map_err(|_| self.closed())
     }
 
     /// Queues a short job `f` (a copy of at most [`INLINE_BYTES`], a memset, an event):
@@ -652,7 +690,7 @@ impl Backend for HostDevice {
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let job = self.kernel_job(kernel, n, args)?;
         // On the worker: thread 0 of the device's kernel pool.
-        self.worker.as_ref().ok_or_else(|| self.closed())?.run(job).map_err(|_| self.closed())?
+        self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job)?
     }
 
     fn has_blas(&self) -> bool {

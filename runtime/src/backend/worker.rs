@@ -103,11 +103,22 @@ impl DeviceWorker {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, WorkerGone> {
+        self.run_helping(f, || false)
+    }
+
+    /// [`DeviceWorker::run`], calling `help` while it waits (before it sleeps, and for as
+    /// long as `help` finds work): a host device's caller works the tasks of the kernel it
+    /// waits behind (`crate::fork_join`), instead of spinning beside it.
+    pub(crate) fn run_helping<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+        help: impl FnMut() -> bool,
+    ) -> Result<T, WorkerGone> {
         let slot = Handback::new();
         let filler = Filler(&slot);
         // A job refused by the channel is dropped here, abandoning the slot.
         self.submit(Box::new(move || filler.fill(catch_unwind(AssertUnwindSafe(f)))))?;
-        match slot.wait() {
+        match slot.wait(help) {
             Some(Ok(v)) => Ok(v),
             Some(Err(panic)) => resume_unwind(panic),
             None => Err(WorkerGone),
@@ -217,15 +228,17 @@ impl<T> Handback<T> {
         }
     }
 
-    /// Waits until the slot is filled (`Some`) or abandoned (`None`). Only the thread that
-    /// made the slot may wait: its [`Filler`] unparks that thread.
-    fn wait(&self) -> Option<T> {
-        let done = || (self.state.load(Ordering::Acquire) != PENDING).then_some(());
+    /// Waits until the slot is filled (`Some`) or abandoned (`None`), calling `help` while
+    /// it polls (see [`DeviceWorker::run_helping`]); it does not sleep while `help` finds
+    /// work. Only the thread that made the slot may wait: its [`Filler`] unparks that thread.
+    fn wait(&self, mut help: impl FnMut() -> bool) -> Option<T> {
+        let filled = || self.state.load(Ordering::Acquire) != PENDING;
+        let mut done = || (filled() || (help() && filled())).then_some(());
         // Spin only while this thread's waits end within the spin: the waits of a long
         // kernel's caller park at once and leave the cores to the kernel.
         let long = WAITS_ARE_LONG.with(|l| l.get());
         let start = Instant::now();
-        if spin_for(done, if long { Duration::ZERO } else { SPIN }).is_none() {
+        if spin_for(&mut done, if long { Duration::ZERO } else { SPIN }).is_none() {
             self.parked.store(true, Ordering::Release);
             while done().is_none() {
                 std::thread::park();
@@ -351,7 +364,7 @@ mod tests {
                     std::thread::sleep(SPIN * 4);
                     filler.fill(value);
                 });
-                slot.wait()
+                slot.wait(|| false)
             })
         }
         assert_eq!(filled_after_park(vec![1, 2, 3]), Some(vec![1, 2, 3]));
@@ -364,7 +377,7 @@ mod tests {
         let slot = Handback::<u32>::new();
         let filler = Filler(&slot);
         std::thread::spawn(move || drop(filler)).join().unwrap();
-        assert_eq!(slot.wait(), None);
+        assert_eq!(slot.wait(|| false), None);
     }
 
     #[test]

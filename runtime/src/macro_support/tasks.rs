@@ -16,12 +16,13 @@ pub const TASKS_PER_THREAD: usize = 4;
 
 /// Runs a generated kernel's host twin over `units` units (a teams kernel's teams, else the
 /// rows of the space's outer dimension) of `per_unit` work items each: consecutive units
-/// in tasks on the current `rayon` pool, `chunk(first, end)` running units `first..end` in
-/// order and returning its reduction partial; the partials are combined in order. With
-/// `reduces`, the tasks depend only on `units` and `per_unit` (at most [`CHUNK_ITEMS`]
-/// items each), so a float reduction's result does not depend on the pool's size;
-/// without, there are [`TASKS_PER_THREAD`] per pool thread. A panic in a task (a failing
-/// item) is resumed here.
+/// in tasks, `chunk(first, end)` running units `first..end` in order and returning its
+/// reduction partial; the partials are combined in order. The tasks run on the fork-join
+/// team of the host device whose kernel this thread runs (joined by a thread waiting for
+/// that device; `crate::fork_join`), else on the current `rayon` pool. With `reduces`, the
+/// tasks depend only on `units` and `per_unit` (at most [`CHUNK_ITEMS`] items each), so a
+/// float reduction's result does not depend on the number of threads; without, there are
+/// [`TASKS_PER_THREAD`] per thread. A panic in a task (a failing item) is resumed here.
 pub fn run_chunks<A: Send>(
     units: usize,
     per_unit: usize,
@@ -30,20 +31,30 @@ pub fn run_chunks<A: Send>(
     chunk: impl Fn(usize, usize) -> A + Sync + Send,
     combine: impl Fn(A, A) -> A,
 ) -> A {
-    use rayon::prelude::*;
-    let per = if reduces {
-        CHUNK_ITEMS.div_ceil(per_unit.max(1)).min(units / MIN_TASKS)
-    } else {
-        units.div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
-    }
-    .max(1);
-    let tasks = units.div_ceil(per);
-    if tasks == 1 {
-        return combine(identity, chunk(0, units));
-    }
-    let parts: Vec<A> =
-        (0..tasks).into_par_iter().map(|c| chunk(c * per, ((c + 1) * per).min(units))).collect();
-    parts.into_iter().fold(identity, combine)
+    crate::fork_join::with_current(|team| {
+        let threads = team.map_or_else(rayon::current_num_threads, |t| t.size());
+        let per = if reduces {
+            CHUNK_ITEMS.div_ceil(per_unit.max(1)).min(units / MIN_TASKS)
+        } else {
+            units.div_ceil(TASKS_PER_THREAD * threads)
+        }
+        .max(1);
+        let tasks = units.div_ceil(per);
+        let task = |c: usize| chunk(c * per, ((c + 1) * per).min(units));
+        if tasks == 1 {
+            return combine(identity, task(0));
+        }
+        let Some(team) = team else {
+            use rayon::prelude::*;
+            let parts: Vec<A> = (0..tasks).into_par_iter().map(task).collect();
+            return parts.into_iter().fold(identity, combine);
+        };
+        // Each task leaves its partial in its own slot, combined in task order after.
+        let parts: Vec<parking_lot::Mutex<Option<A>>> =
+            (0..tasks).map(|_| parking_lot::Mutex::new(None)).collect();
+        team.fork(tasks, units.saturating_mul(per_unit), &|c| *parts[c].lock() = Some(task(c)));
+        parts.into_iter().filter_map(parking_lot::Mutex::into_inner).fold(identity, combine)
+    })
 }
 
 #[cfg(test)]
@@ -89,6 +100,33 @@ mod tests {
                     let most = TASKS_PER_THREAD * rayon::current_num_threads();
                     assert!(order.len() <= most.max(1), "{units} units in {} tasks", order.len());
                 }
+            }
+        }
+    }
+
+    /// On a host device's fork-join team the units go into the same tasks as on a `rayon`
+    /// pool of the team's size, and the partials combine in the same order.
+    #[test]
+    #[cfg_attr(miri, ignore = "starts rayon's global pool, which Miri reports as leaked")]
+    fn a_team_runs_the_same_tasks_in_the_same_order() {
+        let team =
+            crate::fork_join::ForkJoinTeam::new("tasks-test".into(), rayon::current_num_threads(), || {});
+        for reduces in [true, false] {
+            for (units, per_unit) in [(0usize, 32usize), (1, 1024), (40, 64), (8192, 256), (1 << 20, 1)] {
+                let run = || {
+                    run_chunks(
+                        units,
+                        per_unit,
+                        reduces,
+                        Vec::new(),
+                        |a, b| vec![(a, b)],
+                        |mut x: Vec<(usize, usize)>, y| {
+                            x.extend(y);
+                            x
+                        },
+                    )
+                };
+                assert_eq!(team.driving(run), run(), "{units} units of {per_unit}, reduces {reduces}");
             }
         }
     }

@@ -1,0 +1,576 @@
+//! A fork-join team for host devices' generated kernels: the thread that runs a kernel (the
+//! device's worker) forks the launch's tasks, runs them itself, and is joined by a thread
+//! *waiting* for that device and by the team's helpers, never more than
+//! [`ForkJoinTeam::size`] threads in all; it returns once every task has ended.
+//!
+//! Why not the device's `rayon` pool, as hand-written kernels use: rayon lets only a pool's
+//! own threads take part, so the thread that launched a kernel and waits for it could only
+//! spin beside it, a third busy thread on a two-core machine, while the pool's second thread
+//! had to be woken for every launch. libomp's master thread runs its share of a parallel
+//! region; here the waiting thread does ([`ForkJoinTeam::help`]). A launch of fewer than
+//! [`SHARED_ITEMS`] work items is not shared at all. Sleeping helpers are called only to
+//! the seats no thread took within [`WAITER_GRACE`], and stay awake for [`HOT`] after, so
+//! that launches back to back that nobody waits for find them awake.
+//!
+//! The tasks are cut into one stretch of consecutive tasks per seat; a thread claims its
+//! own stretch's tasks in order, then those left in the next ones, so each works through
+//! consecutive data while the tail balances, and a thread that stops (is descheduled) holds
+//! at most one task. A task's panic is caught; the tasks not started yet are skipped, and
+//! the first panic resumes in the driver once every task has ended.
+//!
+//! The job's body is borrowed from the driver's stack and reached by other threads through
+//! a pointer whose lifetime is erased ([`Body`]); it is called only for a task index claimed
+//! inside a stretch, and the driver does not return before every such call has ended (the
+//! `done` count), so no call outlives the borrow.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// Work items from which a launch is shared: below, joining costs more than it saves (a
+/// kernel of a thousand saxpy items takes about a microsecond alone).
+pub(crate) const SHARED_ITEMS: usize = 8192;
+
+/// How long the driver waits, after publishing a job, for a waiting thread to take a seat
+/// before it calls sleeping helpers to the seats left.
+const WAITER_GRACE: Duration = Duration::from_micros(1);
+
+/// How long a helper stays awake after its last job, as the device's worker does.
+const HOT: Duration = Duration::from_micros(50);
+
+/// A team of `size` threads at most per job: the driver, and a waiting thread or helpers.
+pub(crate) struct ForkJoinTeam {
+    shared: Arc<Shared>,
+    size: usize,
+    name: String,
+    /// Runs first on each helper thread (the host backend marks it as a kernel thread).
+    start: fn(),
+    /// The `size - 1` helper threads, started on the first fork that needs them.
+    helpers: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether the helpers could not be started (the driver then runs
+    /// alone, or with a waiting thread).
+    helpers_failed: AtomicBool,
+}
+
+/// What the team's threads share.
+struct Shared {
+    /// The job being forked now.
+    job: Mutex<Option<Arc<Job>>>,
+    /// Helpers sleep here until a driver calls for them (or the team closes).
+    call: Condvar,
+    /// Calls for helpers so far: a helper works a job once per call it sees.
+    calls: AtomicUsize,
+    /// Whether a job is published now (a cheap look before taking the lock).
+    open: AtomicBool,
+    closing: AtomicBool,
+}
+
+impl Shared {
+    /// Takes a seat in the job being forked now, if it has tasks left and a free seat, and
+    /// works it; whether this thread ran a task.
+    fn join(&self) -> bool {
+        let job = match &*self.job.lock() {
+            Some(j) if j.unclaimed() => Arc::clone(j),
+            _ => return false,
+        };
+        job.sit().is_some_and(|seat| job.work(seat))
+    }
+}
+
+/// One fork: `tasks` calls of `body`, in as many stretches of consecutive tasks as the
+/// team has seats (the driver's, then each joiner's): each thread claims its own stretch's
+/// tasks in order, then the next stretches' left, so that a thread works through
+/// consecutive data (as rayon's halving does) while the tail still balances.
+struct Job {
+    stretches: Box<[Stretch]>,
+    done: AtomicUsize,
+    /// Threads that may still join besides the driver.
+    seats: AtomicUsize,
+    failed: AtomicBool,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    body: Body,
+}
+
+/// Tasks `next..end` of a [`Job`], not claimed yet.
+struct Stretch {
+    next: AtomicUsize,
+    end: usize,
+}
+
+/// The driver's task body, its lifetime erased (see the module documentation).
+struct Body(*const (dyn Fn(usize) + Sync + 'static));
+
+// SAFETY: the body is `Sync` (shared calls from several threads are what it was made for)
+// and is called only while the driver keeps it alive (module documentation).
+unsafe impl Send for Body {}
+// SAFETY: as above.
+unsafe impl Sync for Body {}
+
+impl Job {
+    /// A job of `tasks` in `seats` stretches (the driver's and each joiner's).
+    fn new(tasks: usize, seats: usize, body: Body) -> Self {
+        let stretches = (0..seats)
+            .map(|k| Stretch { next: AtomicUsize::new(k * tasks / seats), end: (k + 1) * tasks / seats })
+            .collect();
+        Job {
+            stretches,
+            done: AtomicUsize::new(0),
+            seats: AtomicUsize::new(seats - 1),
+            failed: AtomicBool::new(false),
+            panic: Mutex::new(None),
+            body,
+        }
+    }
+
+    /// Claims and runs tasks from seat `seat`'s stretch on until none is left; whether it
+    /// ran any.
+    fn work(&self, seat: usize) -> bool {
+        let mut ran = false;
+        while let Some(i) = self.claim(seat) {
+            ran = true;
+            self.run(i);
+        }
+        ran
+    }
+
+    /// The next task nobody has claimed, in seat `seat`'s stretch or the first after it
+    /// with one left, now this thread's.
+    fn claim(&self, seat: usize) -> Option<usize> {
+        let n = self.stretches.len();
+        (0..n).map(|k| &self.stretches[(seat + k) % n]).find_map(|s| {
+            if s.next.load(Ordering::Relaxed) >= s.end {
+                return None;
+            }
+            let i = s.next.fetch_add(1, Ordering::Relaxed);
+            (i < s.end).then_some(i)
+        })
+    }
+
+    /// Runs task `i`, claimed by this thread (below the task count), and counts it done.
+    fn run(&self, i: usize) {
+        if !self.failed.load(Ordering::Relaxed) {
+            // SAFETY: `i` was claimed below the task count, so the driver is still waiting
+            // for this call to be counted done and keeps the body alive (module docs).
+            let body = unsafe { &*self.body.0 };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(i))) {
+                self.failed.store(true, Ordering::Relaxed);
+                self.panic.lock().get_or_insert(p);
+            }
+        }
+        // Release: the task's writes are visible to the driver once it sees the count.
+        self.done.fetch_add(1, Ordering::Release);
+    }
+
+    /// Takes a free seat, if there is one: its number (the driver's is 0).
+    fn sit(&self) -> Option<usize> {
+        let before =
+            self.seats.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_sub(1)).ok()?;
+        Some(self.stretches.len() - before)
+    }
+
+    fn unclaimed(&self) -> bool {
+        self.stretches.iter().any(|s| s.next.load(Ordering::Relaxed) < s.end)
+    }
+}
+
+thread_local! {
+    /// The team of the kernel this thread drives now, if any ([`ForkJoinTeam::driving`]).
+    static DRIVING: Cell<Option<*const ForkJoinTeam>> = const { Cell::new(None) };
+}
+
+/// Puts the thread's driven team back as it was when dropped (also on unwinding).
+struct Restore(Option<*const ForkJoinTeam>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        DRIVING.with(|d| d.set(self.0));
+    }
+}
+
+impl ForkJoinTeam {
+    /// A team running a job on `size` threads at most (at least one: the driver), its
+    /// helpers named `{name}-t{i}` and running `start` first; no thread is started yet.
+    pub(crate) fn new(name: String, size: usize, start: fn()) -> Self {
+        let shared = Shared {
+            job: Mutex::new(None),
+            call: Condvar::new(),
+            calls: AtomicUsize::new(0),
+            open: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+        };
+        Self {
+            shared: Arc::new(shared),
+            size: size.max(1),
+            name,
+            start,
+            helpers: Mutex::new(Vec::new()),
+            helpers_failed: AtomicBool::new(false),
+        }
+    }
+
+    /// The most threads that run one job.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Runs `f` with this team as the calling thread's current one ([`with_current`]): what `f` forks
+    /// through [`ForkJoinTeam::fork`] runs on this team.
+    pub(crate) fn driving<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _restore = Restore(DRIVING.with(|d| d.replace(Some(self as *const _))));
+        f()
+    }
+
+    /// Runs `body(i)` for every `i` in `0..tasks` (`items` work items in all), on this
+    /// thread and the threads that join it, and returns when all have ended; the first
+    /// panic of a task resumes here then.
+    pub(crate) fn fork(&self, tasks: usize, items: usize, body: &(dyn Fn(usize) + Sync)) {
+        if tasks <= 1 || self.size == 1 || items < SHARED_ITEMS {
+            (0..tasks).for_each(body);
+            return;
+        }
+        // SAFETY: only the lifetime is erased; see the module documentation for why no call
+        // through the pointer outlives `body`.
+        let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(body) };
+        let job = Arc::new(Job::new(tasks, self.size, Body(erased)));
+        *self.shared.job.lock() = Some(Arc::clone(&job));
+        self.shared.open.store(true, Ordering::Release);
+        // A thread spinning while it waits for the device polls for the job every few
+        // hundred nanoseconds: once one has joined, or after a moment, the seats left go to
+        // helpers.
+        let start = Instant::now();
+        while job.seats.load(Ordering::Relaxed) == self.size - 1 && start.elapsed() < WAITER_GRACE {
+            std::hint::spin_loop();
+        }
+        if job.seats.load(Ordering::Relaxed) > 0 && job.unclaimed() {
+            self.call_helpers();
+        }
+        job.work(0);
+        // Every task claimed is being run: wait for the ones other threads hold.
+        let mut spins = 0u32;
+        while job.done.load(Ordering::Acquire) < tasks {
+            if spins < 64 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        // Late joiners find no job (or one with no task left, which they leave at once).
+        self.shared.open.store(false, Ordering::Relaxed);
+        *self.shared.job.lock() = None;
+        let panic = job.panic.lock().take();
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
+    }
+
+    /// Whether a job is being forked now (it may have no task left to share).
+    pub(crate) fn has_work(&self) -> bool {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Joins the job being forked now, if it has tasks left and a free seat, and works it;
+    /// whether this thread ran a task. For a thread that waits for the driver to finish.
+    pub(crate) fn help(&self) -> bool {
+        self.shared.join()
+    }
+
+    /// Wakes the helpers, starting them first if this is the first call.
+    fn call_helpers(&self) {
+        if self.helpers_failed.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut helpers = self.helpers.lock();
+            if helpers.is_empty() {
+                for i in 1..self.size {
+                    let shared = Arc::clone(&self.shared);
+                    let start = self.start;
+                    let spawned =
+                        std::thread::Builder::new().name(format!("{}-t{i}", self.name)).spawn(move || {
+                            start();
+                            helper(&shared)
+                        });
+                    match spawned {
+                        Ok(h) => helpers.push(h),
+                        Err(_) => break,
+                    }
+                }
+                if helpers.is_empty() {
+                    self.helpers_failed.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        let _held = self.shared.job.lock();
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        self.shared.call.notify_all();
+    }
+}
+
+/// The team whose kernel the calling thread drives now ([`ForkJoinTeam::driving`]), given
+/// to `f`; `None` outside a kernel, and inside `f` (a fork nested in a task runs alone).
+pub(crate) fn with_current<R>(f: impl FnOnce(Option<&ForkJoinTeam>) -> R) -> R {
+    let restore = Restore(DRIVING.with(Cell::take));
+    match restore.0 {
+        // SAFETY: set only by `driving`, whose borrow of the team outlasts every call made
+        // inside it on this thread.
+        Some(t) => f(Some(unsafe { &*t })),
+        None => f(None),
+    }
+}
+
+/// A helper's life: sleep until called, work the job there is, then stay awake for
+/// [`HOT`] taking a seat in any job forked meanwhile (launches back to back, none waited
+/// for, find it awake), again until the team closes.
+fn helper(shared: &Shared) {
+    let mut seen = 0;
+    loop {
+        {
+            let mut slot = shared.job.lock();
+            while shared.calls.load(Ordering::Relaxed) == seen && !shared.closing.load(Ordering::Relaxed) {
+                shared.call.wait(&mut slot);
+            }
+            seen = shared.calls.load(Ordering::Relaxed);
+        }
+        let mut since = Instant::now();
+        let mut polls = 0u32;
+        while since.elapsed() < HOT {
+            if shared.closing.load(Ordering::Relaxed) {
+                return;
+            }
+            if shared.open.load(Ordering::Acquire) && shared.join() {
+                since = Instant::now();
+            } else if polls < 64 {
+                std::hint::spin_loop();
+                polls += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if shared.closing.load(Ordering::Relaxed) {
+            return;
+        }
+    }
+}
+
+impl Drop for ForkJoinTeam {
+    fn drop(&mut self) {
+        {
+            let _held = self.shared.job.lock();
+            self.shared.closing.store(true, Ordering::Relaxed);
+            self.shared.call.notify_all();
+        }
+        for h in self.helpers.get_mut().drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn team(size: usize) -> ForkJoinTeam {
+        ForkJoinTeam::new("fj-test".into(), size, || {})
+    }
+
+    /// Tells a helping thread to stop when dropped, also when the test's thread unwinds
+    /// (a failed assertion must not leave the scope waiting for it).
+    struct Stop<'a>(&'a AtomicBool);
+
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Every task runs once, whatever the team's size, and what the tasks wrote is seen
+    /// by the driver when `fork` returns.
+    #[test]
+    fn every_task_runs_once_and_its_writes_are_seen() {
+        for size in [1, 2, 3] {
+            let t = team(size);
+            for tasks in [0usize, 1, 2, 7, 64] {
+                let runs: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                t.fork(tasks, SHARED_ITEMS, &|i| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1), "size {size}, {tasks} tasks");
+            }
+        }
+    }
+
+    /// A thread waiting for the driver takes a seat and works the tasks: a task of the
+    /// driver's held until the waiting thread has run one finishes only because it did.
+    /// (Helpers are kept out, as when they could not be started: they would take the seat.)
+    #[test]
+    fn a_waiting_thread_works_the_tasks() {
+        let t = team(2);
+        t.helpers_failed.store(true, Ordering::Relaxed);
+        let (waiter_ran, held) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let driver = std::thread::current().id();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    t.help();
+                    std::hint::spin_loop();
+                }
+            });
+            let waiter_id = waiter.thread().id();
+            let _stop = Stop(&stop);
+            t.driving(|| {
+                with_current(|current| {
+                    current.expect("the driven team is current").fork(8, SHARED_ITEMS, &|_| {
+                        let me = std::thread::current().id();
+                        if me == waiter_id {
+                            waiter_ran.fetch_add(1, Ordering::Relaxed);
+                        } else if me == driver && !held.swap(true, Ordering::Relaxed) {
+                            while waiter_ran.load(Ordering::Relaxed) == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    })
+                })
+            });
+        });
+        assert!(waiter_ran.load(Ordering::Relaxed) >= 1);
+    }
+
+    /// With nobody waiting, the driver calls its helpers: a task it holds until another
+    /// thread (a helper: nobody else joins here) has run one finishes only because one came.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "its driver's wait for a helper does not end under Miri's scheduler (natively it does, on one CPU \
+                  too); the panic test starts, calls and closes helpers under Miri"
+    )]
+    fn helpers_are_called_when_nobody_waits() {
+        let t = team(3);
+        let others = AtomicUsize::new(0);
+        let driver = std::thread::current().id();
+        t.fork(16, SHARED_ITEMS, &|_| {
+            if std::thread::current().id() != driver {
+                others.fetch_add(1, Ordering::Relaxed);
+            } else {
+                while others.load(Ordering::Relaxed) == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        assert!(others.load(Ordering::Relaxed) >= 1);
+        assert_eq!(t.helpers.lock().len(), 2);
+    }
+
+    /// A launch of few work items is not shared: the driver runs every task, and no
+    /// helper thread is started.
+    #[test]
+    fn a_small_launch_runs_on_the_driver_alone() {
+        let t = team(4);
+        let driver = std::thread::current().id();
+        let elsewhere = AtomicUsize::new(0);
+        t.fork(3, SHARED_ITEMS - 1, &|_| {
+            if std::thread::current().id() != driver {
+                elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        assert_eq!(elsewhere.load(Ordering::Relaxed), 0);
+        assert!(t.helpers.lock().is_empty());
+    }
+
+    /// A panicking task fails the fork: the panic resumes in the driver once every task
+    /// has ended (in a launch shared or not), and the team forks again afterwards. (Tasks
+    /// not started once the failure is known are skipped, which no test can time.)
+    #[test]
+    fn a_panic_resumes_in_the_driver_and_the_team_goes_on() {
+        let t = team(2);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            t.fork(1000, SHARED_ITEMS, &|i| {
+                if i == 0 {
+                    panic!("task {i} fails");
+                }
+            })
+        }));
+        let payload = caught.expect_err("the fork fails");
+        assert_eq!(payload.downcast_ref::<String>().map(String::as_str), Some("task 0 fails"));
+        // And in a launch too small to share.
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            t.fork(10, SHARED_ITEMS - 1, &|i| {
+                if i == 5 {
+                    panic!("task {i} fails");
+                }
+            })
+        }));
+        let payload = caught.expect_err("the fork fails");
+        assert_eq!(payload.downcast_ref::<String>().map(String::as_str), Some("task 5 fails"));
+        let again = AtomicUsize::new(0);
+        t.fork(5, SHARED_ITEMS, &|_| {
+            again.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(again.load(Ordering::Relaxed), 5);
+    }
+
+    /// A waiting thread may claim every task before the driver claims its first: each task
+    /// still runs once and no index past the last is run (many short forks, a thread
+    /// helping all the while).
+    #[test]
+    fn tasks_run_once_however_the_waiting_thread_races_the_driver() {
+        let t = team(2);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    t.help();
+                }
+            });
+            let _stop = Stop(&stop);
+            for _ in 0..if cfg!(miri) { 20 } else { 20_000 } {
+                let runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
+                t.fork(2, SHARED_ITEMS, &|i| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+            }
+        });
+    }
+
+    /// No more than the team's size run one job at once, helpers and waiting threads
+    /// together; a fork nested in a task finds no current team.
+    #[test]
+    fn no_more_threads_than_the_size_and_nested_forks_run_alone() {
+        let t = team(2);
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    t.help();
+                    std::thread::yield_now();
+                }
+            });
+            let _stop = Stop(&stop);
+            t.driving(|| {
+                for _ in 0..if cfg!(miri) { 2 } else { 50 } {
+                    with_current(|team| {
+                        team.expect("driven").fork(16, SHARED_ITEMS, &|_| {
+                            let in_now = now.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(in_now, Ordering::SeqCst);
+                            assert!(with_current(|nested| nested.is_none()));
+                            std::thread::yield_now();
+                            now.fetch_sub(1, Ordering::SeqCst);
+                        })
+                    });
+                }
+            });
+        });
+        assert!(most.load(Ordering::SeqCst) <= 2, "{} at once", most.load(Ordering::SeqCst));
+        assert!(with_current(|team| team.is_none()), "no team outside `driving`");
+    }
+}
