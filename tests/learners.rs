@@ -377,3 +377,46 @@ fn a_programs_subscriber_gets_the_race_warning_at_warn() -> Result<()> {
     assert!(rt.take_info().is_empty(), "OFFLOAD_INFO is off");
     Ok(())
 }
+
+fn sleep_ms(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    std::thread::sleep(std::time::Duration::from_millis(l.scalar::<u64>(0)?));
+    Ok(())
+}
+
+/// Keeps a host device's queue busy for the milliseconds it is given.
+static SLEEP: offload::Kernel = offload::Kernel::new("sleep_ms").with_host(sleep_ms);
+
+/// A copy queued behind a kernel gives its own time and, apart, how long it waited for the
+/// kernel (the time used to include the wait: a 4 MiB copy behind a long kernel read as
+/// tens of milliseconds); a copy with nothing before it says nothing of waiting.
+#[test]
+fn a_copy_behind_a_kernel_tells_its_wait_apart_from_its_time() -> Result<()> {
+    let rt = runtime(InfoFlags::TRANSFERS)?;
+    let dev = rt.device(0)?;
+    let mut a = vec![1u8; 4 << 20];
+    // The kernel is queued (unless OFFLOAD_SYNC makes launches wait): the copy waits for
+    // it, half a second, far beyond any copy of 4 MiB.
+    dev.launch(&SLEEP, 1, (500u64,))?;
+    // SAFETY: `a` outlives its mapping and is not touched meanwhile.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), a.len()).named("a")])?;
+        rt.exit_data(0, &[MapItem::from(a.as_mut_ptr(), a.len())])?;
+    }
+    let lines = rt.take_info();
+    let to = with(&lines, &["copy host->device 4194304 bytes, a[0:4194304]"]);
+    let back = with(&lines, &["copy device->host 4194304 bytes"]);
+    assert_eq!((to.len(), back.len()), (1, 1), "{lines:#?}");
+    let waited = |l: &str| {
+        let (_, rest) = l.split_once(" us after ")?;
+        rest.split_once(" us waiting for the work queued before")?.0.parse::<f64>().ok()
+    };
+    if synchronous() {
+        assert_eq!(waited(to[0]), None, "{}", to[0]);
+    } else {
+        let w = waited(to[0]).unwrap_or_else(|| panic!("no wait in {}", to[0]));
+        assert!(w >= 400_000.0, "{}", to[0]);
+    }
+    // Nothing was queued before the copy back.
+    assert_eq!(waited(back[0]), None, "{}", back[0]);
+    Ok(())
+}

@@ -518,3 +518,39 @@ fn kernels_sources_are_written_at_their_first_launch_on_every_backend() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A host device runs its three queues on one thread: no copy's span may overlap a
+/// kernel's, however the work was queued (a copy of a `nowait` task that does not wait for
+/// the kernel, queued behind it by another lane), and a copy is timed from its start.
+#[test]
+fn a_host_devices_copies_and_kernels_never_overlap_on_its_timeline() -> Result<()> {
+    let path = TempPath::new("host-overlap");
+    let rt = builder().host_devices(1).trace_file(&path.0).build()?;
+    let mut big = vec![0i32; 1 << 22];
+    let other = vec![1u8; 4 << 20];
+    for _ in 0..3 {
+        rt.nowait(|s| -> Result<()> {
+            let (t0, bv) = s.enter(0, map::tofrom(&mut big), &[])?;
+            let k = s.compute(0, &[&t0], move |dev| offload_kernels::fill_i32(dev, 7, bv))?;
+            let (t1, ov) = s.enter(0, map::to(&other), &[&t0])?;
+            s.exit(0, ov, &[&t1])?;
+            s.exit(0, bv, &[&k])?;
+            Ok(())
+        })??;
+    }
+    assert!(big.iter().all(|&v| v == 7));
+    rt.flush_trace()?;
+    let t = Timeline::read(&path);
+    let span = |e: &Value| (ts(e), ts(e) + dur(e));
+    let kernels: Vec<(f64, f64)> = t.of(1, "X", Some("kernel")).into_iter().map(span).collect();
+    let copies: Vec<(f64, f64)> = t.of(1, "X", Some("copy")).into_iter().map(span).collect();
+    assert_eq!(kernels.len(), 3);
+    assert_eq!(copies.len(), 9, "{copies:?}");
+    for c in &copies {
+        for k in &kernels {
+            // Touching is fine: one job ends as the next begins (to a microsecond).
+            assert!(c.1 <= k.0 + 1.0 || k.1 <= c.0 + 1.0, "copy {c:?} overlaps kernel {k:?}");
+        }
+    }
+    Ok(())
+}

@@ -10,7 +10,7 @@ use std::alloc::Layout;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
@@ -34,10 +34,74 @@ const ALIGN: usize = 256;
 #[derive(Clone, Copy)]
 struct Addr(usize);
 
-/// A timeline's timestamp in a host device's queue ([`Backend::stamp`]): set when the
-/// worker reaches it.
-#[derive(Clone, Default)]
-struct HostStamp(Arc<OnceLock<Instant>>);
+/// One timeline span's work on a host device, between its two stamps ([`Backend::stamp`]).
+/// A host device runs every queue on one worker, so a span's stamps cannot be points in the
+/// queue (another thread's kernel queued between a copy's two stamps would count as the
+/// copy's time): the span begins when its first job starts and ends when its last job ends,
+/// the jobs that the thread which opened it queues until it takes the end stamp.
+#[derive(Default)]
+struct SpanJobs(Mutex<SpanState>);
+
+#[derive(Default)]
+struct SpanState {
+    first_start: Option<Instant>,
+    last_end: Option<Instant>,
+    /// The span's jobs queued and not ended.
+    pending: usize,
+    /// When its end stamp was taken (no job joins it after).
+    closed: Option<Instant>,
+}
+
+impl SpanJobs {
+    /// Counts a job of the span, queued now ([`SpanJobs::run`] runs it).
+    fn queued(self: Arc<Self>) -> Arc<Self> {
+        self.0.lock().pending += 1;
+        self
+    }
+
+    /// Runs a job counted by [`SpanJobs::queued`], recording its start and end (also when
+    /// it unwinds).
+    fn run<T>(self: Arc<Self>, f: impl FnOnce() -> T) -> T {
+        struct Ended(Arc<SpanJobs>);
+        impl Drop for Ended {
+            fn drop(&mut self) {
+                let mut s = self.0 .0.lock();
+                s.pending -= 1;
+                s.last_end = Some(Instant::now());
+            }
+        }
+        self.0.lock().first_start.get_or_insert_with(Instant::now);
+        let _ended = Ended(self);
+        f()
+    }
+
+    /// The span's begin (`end` false) or end, once known: a span with no job is an
+    /// instant, at its end stamp.
+    fn time(&self, end: bool) -> Option<Instant> {
+        let s = self.0.lock();
+        let settled = s.closed.filter(|_| s.pending == 0);
+        if end {
+            settled.map(|closed| s.last_end.unwrap_or(closed))
+        } else {
+            s.first_start.or(settled)
+        }
+    }
+}
+
+/// A stamp of a host device: the begin or the end of a [`SpanJobs`].
+struct SpanMark {
+    jobs: Arc<SpanJobs>,
+    end: bool,
+}
+
+thread_local! {
+    /// The timeline spans this thread has open, one per host device (by
+    /// `HostDevice::id`): their begin stamp taken, their end not yet.
+    static OPEN_SPANS: std::cell::RefCell<Vec<(usize, Arc<SpanJobs>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Numbers host devices for [`OPEN_SPANS`] (a device's number may change; this does not).
+static NEXT_HOST_ID: AtomicUsize = AtomicUsize::new(0);
 
 /// A host device's event: a point in its worker's queue, reached when the worker runs the
 /// job that fires it. It takes the failure that the jobs queued before it left (if any), so
@@ -235,6 +299,8 @@ impl KernelPool {
 /// One host device.
 pub(crate) struct HostDevice {
     number: usize,
+    /// This device among every host device of the process ([`OPEN_SPANS`]).
+    id: usize,
     /// Its index among the host devices, fixed at start-up (its UID's N).
     host_index: usize,
     description: DeviceDescription,
@@ -306,6 +372,7 @@ impl HostDevice {
     ) -> Self {
         Self {
             number,
+            id: NEXT_HOST_ID.fetch_add(1, Ordering::Relaxed),
             host_index,
             description: DeviceDescription {
                 kind: BackendKind::Host,
@@ -416,9 +483,22 @@ impl HostDevice {
         self.worker.as_ref().ok_or_else(|| self.closed())?.submit(Box::new(job)).map_err(|_| self.closed())
     }
 
+    /// `f` as a job of the timeline span this thread has open on this device, if any
+    /// ([`SpanJobs`]): what copies, kernels and matrix products queue.
+    fn spanned<T>(&self, f: impl FnOnce() -> T + Send + 'static) -> impl FnOnce() -> T + Send + 'static {
+        let span = OPEN_SPANS.with(|open| {
+            open.borrow().iter().find(|(id, _)| *id == self.id).map(|(_, jobs)| Arc::clone(jobs).queued())
+        });
+        move || match span {
+            Some(jobs) => jobs.run(f),
+            None => f(),
+        }
+    }
+
     /// Queues copy (or memset) `f` of `bytes`: a short one through
     /// [`HostDevice::submit_short`], a long one on the worker (the caller goes on meanwhile).
     fn queue_copy(&self, bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let f = self.spanned(f);
         if bytes <= INLINE_BYTES {
             self.submit_short(f)
         } else {
@@ -471,7 +551,7 @@ impl HostDevice {
         let (g, pool, number) = (*g, Arc::clone(&self.pool), self.number);
         let (a, b, c) = (Addr(ops.a as usize), Addr(ops.b as usize), Addr(ops.c as usize));
         let bias = ops.bias.map(|b| Addr(b as usize));
-        self.submit(move || {
+        self.submit(self.spanned(move || {
             let (a, b, c, bias) = (a, b, c, bias);
             // SAFETY: the ranges lie in live allocations of this device, aligned for `T`
             // (checked), freed only on this queue after this job; C is neither an input
@@ -489,7 +569,7 @@ impl HostDevice {
             let pool = pool.get(number).unwrap_or_else(|e| panic!("{e}"));
             let _in = InKernel::enter();
             host_gemm(pool, &g, a, b, cm, bias);
-        })
+        }))
     }
 }
 
@@ -630,27 +710,35 @@ impl Backend for HostDevice {
         self.take_failure()
     }
 
+    /// The first stamp a thread takes on this device opens a span, the next closes it: the
+    /// span's jobs time it ([`SpanJobs`]).
     fn stamp(&self, _q: Queue) -> Result<Option<Event>> {
-        let at = HostStamp::default();
-        if self.worker.as_ref().is_some_and(|w| w.idle()) {
-            // Nothing queued: the queue is at this point now, and no job need say so.
-            let _ = at.0.set(Instant::now());
-            return Ok(Some(Event::new(at)));
-        }
-        let reached = at.clone();
-        self.submit(move || {
-            let _ = reached.0.set(Instant::now());
-        })?;
-        Ok(Some(Event::new(at)))
+        let mark = OPEN_SPANS.with(|open| {
+            let mut open = open.borrow_mut();
+            match open.iter().position(|(id, _)| *id == self.id) {
+                Some(k) => {
+                    let (_, jobs) = open.swap_remove(k);
+                    jobs.0.lock().closed = Some(Instant::now());
+                    SpanMark { jobs, end: true }
+                }
+                None => {
+                    let jobs = Arc::new(SpanJobs::default());
+                    open.push((self.id, Arc::clone(&jobs)));
+                    SpanMark { jobs, end: false }
+                }
+            }
+        });
+        Ok(Some(Event::new(mark)))
     }
 
     fn stamp_time(&self, s: &Event, wait: bool) -> Result<Option<Instant>> {
-        let s = s.get::<HostStamp>().ok_or_else(|| foreign_event(self.number))?;
-        if s.0.get().is_none() && wait {
-            // Everything queued before has run once a job queued after it has.
+        let s = s.get::<SpanMark>().ok_or_else(|| foreign_event(self.number))?;
+        if s.jobs.time(s.end).is_none() && wait {
+            // The span's jobs were queued before its end stamp was taken: they have run
+            // once a job queued now has.
             self.run(|| ())?;
         }
-        Ok(s.0.get().copied())
+        Ok(s.jobs.time(s.end))
     }
 
     fn enqueue_copy_from_peer(
@@ -667,28 +755,28 @@ impl Backend for HostDevice {
         // The peer's worker is another thread: its queued writes land first.
         peer.synchronize()?;
         let (d, s) = (Addr(dst as usize), Addr(src_addr as usize));
-        self.submit(move || {
+        self.submit(self.spanned(move || {
             let (d, s) = (d, s);
             // SAFETY: two live allocations of two distinct devices, valid and disjoint, kept
             // allocated by the caller until this queue has passed the copy.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
-        })
+        }))
     }
 
     fn enqueue_launch(&self, _q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let job = self.kernel_job(kernel, n, args)?;
         let failed = Arc::clone(&self.failed);
-        self.submit(move || {
+        self.submit(self.spanned(move || {
             if let Err(e) = job() {
                 failed.lock().get_or_insert(e);
             }
-        })
+        }))
     }
 
     /// As the enqueue, waited for, with this kernel's own result (not a failure another
     /// thread's enqueued kernel left on the shared worker).
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
-        let job = self.kernel_job(kernel, n, args)?;
+        let job = self.spanned(self.kernel_job(kernel, n, args)?);
         // On the worker: thread 0 of the device's kernel pool.
         self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job)?
     }

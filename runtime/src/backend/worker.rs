@@ -137,6 +137,7 @@ impl DeviceWorker {
 
     /// Whether every job submitted so far has finished (what they did is visible to the
     /// caller then).
+    #[cfg(test)]
     pub(crate) fn idle(&self) -> bool {
         self.pending.load(Ordering::Acquire) == 0
     }

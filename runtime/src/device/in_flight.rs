@@ -422,7 +422,13 @@ impl DeviceState {
             b.give_back(&[slot]);
             return Err(e);
         }
-        self.trace_copy("host->device", host, dst, super::CopyPath::Queued, start.elapsed());
+        self.trace_copy(
+            "host->device",
+            host,
+            dst,
+            super::CopyPath::Queued,
+            (start.elapsed(), std::time::Duration::ZERO),
+        );
         self.stats.record_to_device(host.bytes);
         Ok(Some(slot))
     }
@@ -494,7 +500,13 @@ impl DeviceState {
         let enqueue =
             || unsafe { self.backend.enqueue_read(Queue::Compute, host.begin as *mut u8, src, host.bytes) };
         self.timed(Queue::Compute, || super::copy_span("device->host", host, src, false), enqueue)?;
-        self.trace_copy("device->host", host, src, super::CopyPath::Queued, start.elapsed());
+        self.trace_copy(
+            "device->host",
+            host,
+            src,
+            super::CopyPath::Queued,
+            (start.elapsed(), std::time::Duration::ZERO),
+        );
         self.stats.record_from_device(host.bytes);
         Ok(())
     }

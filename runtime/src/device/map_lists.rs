@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use super::in_flight::SLOT_BYTES;
 use super::{CopyPath, DeviceState};
+use crate::backend::Queue;
 use crate::data_env::plan::{
     increment, present_parts, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short,
     SmallSet,
@@ -1000,10 +1001,11 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for reads.
     pub(crate) unsafe fn copy_to_device(&self, dst: u64, host: HostRange) -> Result<()> {
+        let waited = self.wait_before_traced_copy(Queue::CopyIn)?;
         let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
         let staged = unsafe { self.write_host(dst, host)? };
-        self.trace_copy("host->device", host, dst, CopyPath::of(staged), start.elapsed());
+        self.trace_copy("host->device", host, dst, CopyPath::of(staged), (start.elapsed(), waited));
         self.stats.record_to_device(host.bytes);
         Ok(())
     }
@@ -1013,23 +1015,37 @@ impl DeviceState {
     /// # Safety
     /// `host` valid for exclusive writes.
     pub(crate) unsafe fn copy_from_device(&self, host: HostRange, src: u64) -> Result<()> {
+        let waited = self.wait_before_traced_copy(Queue::CopyOut)?;
         let start = std::time::Instant::now();
         // SAFETY: forwarded from the caller.
         let staged = unsafe { self.read_host(host, src)? };
-        self.trace_copy("device->host", host, src, CopyPath::of(staged), start.elapsed());
+        self.trace_copy("device->host", host, src, CopyPath::of(staged), (start.elapsed(), waited));
         self.stats.record_from_device(host.bytes);
         Ok(())
     }
 
+    /// When copies are traced (`OFFLOAD_INFO` 0x20), waits for the work queued before a
+    /// blocking copy on queue `q` (which the copy would wait for anyway), so that the copy's
+    /// own time is told apart from the wait: how long it waited.
+    fn wait_before_traced_copy(&self, q: Queue) -> Result<std::time::Duration> {
+        if !self.trace.wants(InfoFlags::TRANSFERS) {
+            return Ok(std::time::Duration::ZERO);
+        }
+        let start = std::time::Instant::now();
+        self.backend.sync_queue(q)?;
+        Ok(start.elapsed())
+    }
+
     /// Traces a copy (`OFFLOAD_INFO` 0x20): direction, bytes, ranges, staged, direct or
-    /// queued, and how long it took (a queued copy: to queue it).
+    /// queued, and how long it took (a queued copy: to queue it), after how long a wait for
+    /// the work queued before it.
     pub(crate) fn trace_copy(
         &self,
         direction: &'static str,
         host: HostRange,
         addr: u64,
         path: CopyPath,
-        took: std::time::Duration,
+        (took, waited): (std::time::Duration, std::time::Duration),
     ) {
         let staged = path == CopyPath::Staged;
         let how = match path {
@@ -1057,8 +1073,14 @@ impl DeviceState {
             } else {
                 (format!("device {addr:#x}"), shown)
             };
+            // A wait under 10 us is the synchronisation itself, not worth a word.
+            let wait = if waited.as_micros() >= 10 {
+                format!(" after {:.1} us waiting for the work queued before", waited.as_secs_f64() * 1e6)
+            } else {
+                String::new()
+            };
             format!(
-                "device {}: copy {direction} {} bytes, {from} -> {to} ({how}, {:.1} us)",
+                "device {}: copy {direction} {} bytes, {from} -> {to} ({how}, {:.1} us{wait})",
                 self.number,
                 host.bytes,
                 took.as_secs_f64() * 1e6

@@ -53,12 +53,13 @@ impl DeviceState {
         }
         let begin = self.backend.stamp(q).ok().flatten();
         let done = work();
-        if let (Some(begin), true) = (begin, done.is_ok()) {
-            if let Ok(Some(end)) = self.backend.stamp(q) {
-                let mut what = what();
-                what.construct = what.construct.or_else(crate::info::current_construct);
-                self.timeline.0.lock().push(Pending { what, queue: q, begin, end });
-            }
+        // The end is stamped whatever the work's outcome: a host device's stamps pair up
+        // per thread (backend/host.rs, `SpanJobs`).
+        let end = begin.as_ref().and_then(|_| self.backend.stamp(q).ok().flatten());
+        if let (Some(begin), Some(end), true) = (begin, end, done.is_ok()) {
+            let mut what = what();
+            what.construct = what.construct.or_else(crate::info::current_construct);
+            self.timeline.0.lock().push(Pending { what, queue: q, begin, end });
         }
         done
     }
