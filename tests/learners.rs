@@ -378,14 +378,6 @@ fn a_programs_subscriber_gets_the_race_warning_at_warn() -> Result<()> {
     Ok(())
 }
 
-fn sleep_ms(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
-    std::thread::sleep(std::time::Duration::from_millis(l.scalar::<u64>(0)?));
-    Ok(())
-}
-
-/// Keeps a host device's queue busy for the milliseconds it is given.
-static SLEEP: offload::Kernel = offload::Kernel::new("sleep_ms").with_host(sleep_ms);
-
 /// A copy queued behind a kernel gives its own time and, apart, how long it waited for the
 /// kernel (the time used to include the wait: a 4 MiB copy behind a long kernel read as
 /// tens of milliseconds); a copy with nothing before it says nothing of waiting.
@@ -396,7 +388,7 @@ fn a_copy_behind_a_kernel_tells_its_wait_apart_from_its_time() -> Result<()> {
     let mut a = vec![1u8; 4 << 20];
     // The kernel is queued (unless OFFLOAD_SYNC makes launches wait): the copy waits for
     // it, half a second, far beyond any copy of 4 MiB.
-    dev.launch(&SLEEP, 1, (500u64,))?;
+    dev.launch(&offload_tests::NAP, 1, (500u64,))?;
     // SAFETY: `a` outlives its mapping and is not touched meanwhile.
     unsafe {
         rt.enter_data(0, &[MapItem::to(a.as_ptr(), a.len()).named("a")])?;

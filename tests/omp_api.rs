@@ -1061,14 +1061,6 @@ fn each_thread_waits_for_its_own_tasks() -> Result<()> {
     all_clean(rt)
 }
 
-fn nap(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
-    std::thread::sleep(std::time::Duration::from_millis(l.scalar::<u64>(0)?));
-    Ok(())
-}
-
-/// Sleeps the given milliseconds (host devices: the CUDA case is `tests/stream_order.rs`'s).
-static NAP: offload::Kernel = offload::Kernel::new("nap_ms").with_host(nap);
-
 /// `omp_get_wtime` waits for the work queued on every device before it reads the clock, so
 /// a port's timer spans its target regions as in C (where they are complete on return): a
 /// queued 50 ms kernel lies between the two reads (a lower bound; without the wait they
@@ -1081,7 +1073,7 @@ fn omp_get_wtime_spans_queued_target_regions() -> Result<()> {
     for d in hosts {
         let start = omp_get_wtime()?;
         // SAFETY: no maps; the kernel reads one scalar.
-        unsafe { target(d as i32, &NAP, 1, &[], &[LaunchArg::Value(Scalar::U64(50))])? };
+        unsafe { target(d as i32, &offload_tests::NAP, 1, &[], &[LaunchArg::Value(Scalar::U64(50))])? };
         let seconds = omp_get_wtime()? - start;
         check!(seconds >= 0.050, "device {d}: the timer read {seconds} s across a 50 ms region");
     }

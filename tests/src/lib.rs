@@ -449,6 +449,16 @@ pub fn run_threads(n: usize, f: impl Fn(usize) -> offload::Result<()> + Sync) ->
     Ok(())
 }
 
+fn nap(l: &offload::HostLaunch<'_>) -> std::result::Result<(), String> {
+    std::thread::sleep(std::time::Duration::from_millis(l.scalar::<u64>(0)?));
+    Ok(())
+}
+
+/// Keeps a host device's queue busy for the milliseconds it is given (argument 0, `u64`):
+/// work queued after it runs after the host has gone on. Host devices only (the CUDA case
+/// is `tests/stream_order.rs`'s `SPIN`).
+pub static NAP: offload::Kernel = offload::Kernel::new("nap_ms").with_host(nap);
+
 #[cfg(test)]
 mod tests {
     use super::*;
