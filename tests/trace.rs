@@ -355,7 +355,7 @@ fn a_copy_between_devices_is_a_slice_of_the_destination() -> Result<()> {
     assert_eq!(copies.len(), 1, "{copies:?}");
     assert_eq!(copies[0]["args"]["direction"], "device->device");
     assert_eq!(copies[0]["args"]["bytes"], 4096);
-    assert_eq!(t.named("thread_name", 2, copies[0]["tid"].as_u64()).as_deref(), Some("copy-in queue"));
+    assert_eq!(t.named("thread_name", 2, copies[0]["tid"].as_u64()).as_deref(), Some("worker queue"));
     assert!(t.of(2, "i", Some("memcpy")).len() == 1, "the routine's line, on the destination");
     Ok(())
 }

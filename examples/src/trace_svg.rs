@@ -1110,6 +1110,9 @@ pub struct ProcessSummary {
     pub copy_us: f64,
     /// Time covered by both, in microseconds.
     pub overlap_us: f64,
+    /// Whether the process's device work ran on one `worker queue` (a host device runs
+    /// its queues on one thread): its copies and kernels cannot overlap.
+    pub one_worker: bool,
 }
 
 impl ProcessSummary {
@@ -1186,6 +1189,7 @@ pub fn summarize(trace: &Trace, options: &RenderOptions) -> Result<Summary, Trac
             kernel_us: covered(&kernels),
             copy_us: covered(&copies),
             overlap_us: covered(&intersect(&copies, &kernels)),
+            one_worker: p.lanes.iter().any(|l| l.name == "worker queue"),
         });
     }
     Ok(Summary { from_us: view.from, to_us: view.to, lanes, processes })
@@ -1266,10 +1270,21 @@ impl fmt::Display for Summary {
                 fmt_time(p.kernel_us),
                 fmt_time(p.copy_us),
                 fmt_time(p.overlap_us),
-                p.overlap_share().map_or_else(|| "no kernels".to_string(), |s| format!("{:.1}%", s * 100.0)),
+                match p.overlap_share() {
+                    _ if p.one_worker => "none possible: one worker".to_string(),
+                    None => "no kernels".to_string(),
+                    Some(s) => format!("{:.1}%", s * 100.0),
+                },
             ]);
         }
-        table(f, &rows)
+        table(f, &rows)?;
+        if self.processes.iter().any(|p| p.one_worker) {
+            writeln!(
+                f,
+                "\n(a host device runs its copy-in, compute and copy-out queues on one worker thread, in turn)"
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -290,6 +290,23 @@ fn the_summary_measures_copies_beside_kernels() {
     let w = RenderOptions { to_us: Some(75.0), ..RenderOptions::default() };
     let s = summarize(&t, &w).unwrap_or_else(|e| panic!("{e}"));
     assert!(s.processes[0].overlap_share().is_some_and(|x| (x - 1.0 / 3.0).abs() < 1e-9), "{s:?}");
+    assert!(s.processes.iter().all(|p| !p.one_worker));
+}
+
+/// A host device's work is on one `worker queue`: the summary says its copies and
+/// kernels cannot overlap, instead of a share.
+#[test]
+fn the_summary_says_a_host_device_cannot_overlap() {
+    let t = trace(vec![
+        meta(json!(1), 0, "process_name", "device 0"),
+        meta(json!(1), 5, "thread_name", "worker queue"),
+        copy(1, 5, "host->device", 0.0, 10.0, 1000),
+        slice(1, 5, "kernel", "kernel k", 10.0, 100.0, json!({})),
+    ]);
+    let s = summarize(&t, &RenderOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.processes[0].one_worker && s.processes[0].overlap_us == 0.0, "{s:?}");
+    let text = s.to_string();
+    assert!(text.contains("none possible: one worker") && text.contains("on one worker thread"), "{text}");
 }
 
 /// A path in Cargo's scratch folder for integration tests (inside the target folder, so
@@ -353,6 +370,8 @@ fn a_real_run_on_two_host_devices_is_drawn_with_a_lane_per_device() -> offload::
         stdout.contains("device 0") && stdout.contains("device 1") && stdout.contains("GB/s"),
         "{stdout}"
     );
+    // Host devices: one worker each, no overlap to measure.
+    assert_eq!(stdout.matches("none possible: one worker").count(), 2, "{stdout}");
     let svg = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}"));
     let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(with_class(&doc, "instant").len(), 0);

@@ -8,7 +8,7 @@
 use parking_lot::Mutex;
 
 use super::DeviceState;
-use crate::backend::{Event, Queue};
+use crate::backend::{BackendKind, Event, Queue};
 use crate::error::Result;
 use crate::info::{DeviceUsage, InfoFields};
 
@@ -30,12 +30,14 @@ struct Pending {
     end: Event,
 }
 
-/// The name of queue `q` on its track.
-fn queue_name(q: Queue) -> &'static str {
-    match q {
-        Queue::CopyIn => "copy-in",
-        Queue::Compute => "compute",
-        Queue::CopyOut => "copy-out",
+/// The name of queue `q` on its track: a host device's three queues are its one worker,
+/// drawn as one track (`worker`), where nothing overlaps.
+fn queue_name(q: Queue, kind: BackendKind) -> &'static str {
+    match (kind, q) {
+        (BackendKind::Host, _) => "worker",
+        (_, Queue::CopyIn) => "copy-in",
+        (_, Queue::Compute) => "compute",
+        (_, Queue::CopyOut) => "copy-out",
     }
 }
 
@@ -71,12 +73,13 @@ impl DeviceState {
             return;
         }
         let pending = std::mem::take(&mut *self.timeline.0.lock());
+        let kind = self.backend.description().kind;
         let mut kept = Vec::new();
         for p in pending {
             let read = |e: &Event| self.backend.stamp_time(e, wait);
             match (read(&p.begin), read(&p.end)) {
                 (Ok(Some(b)), Ok(Some(e))) => {
-                    self.trace.device_span(self.number, queue_name(p.queue), p.what, (b, e))
+                    self.trace.device_span(self.number, queue_name(p.queue, kind), p.what, (b, e))
                 }
                 (Ok(_), Ok(_)) => kept.push(p),
                 // A stamp whose work failed has no time: the span is dropped.

@@ -8,7 +8,8 @@
 //!
 //! - a process per device (pid: the device number + 1, named `device N`) and one for the
 //!   host (pid 0, `host`: events of no device); in each, a track per device queue that ran
-//!   work (`copy-in queue`, `compute queue`, `copy-out queue`) and one per OS thread that
+//!   work (`copy-in queue`, `compute queue`, `copy-out queue`; a host device's one
+//!   `worker queue`, which runs all three in turn) and one per OS thread that
 //!   emitted events, named by the thread's name (`main`, `offload-dev0-compute`, ...);
 //! - on a queue's track, a complete event (`"ph": "X"`) per copy (`copy`: direction,
 //!   bytes, staged, GB/s), kernel (`kernel`: name, `n`), library call (`gemm`) and replay,
@@ -231,7 +232,7 @@ const QUEUE_TID: u64 = 1 << 20;
 /// A device queue's track (tid, name, sort index: first in the device's process).
 fn queue_track(queue: &str) -> (u64, String, i64) {
     let i = match queue {
-        "copy-in" => 0,
+        "copy-in" | "worker" => 0,
         "compute" => 1,
         "copy-out" => 2,
         _ => 3,
