@@ -19,7 +19,7 @@ use crate::data_env::plan::{
     increment, present_parts, resolve_exit, undo_counts, EnterPlan, ExitPlan, Planned, PlannedCopy, Short,
     SmallSet,
 };
-use crate::data_env::{Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
+use crate::data_env::{next_mark, Construct, Entry, Lookup, MapItem, PresentTable, UpdateDirection};
 use crate::error::{Error, Result};
 use crate::info::{EntryLine, InfoFields, InfoFlags};
 use crate::origin::Origin;
@@ -242,6 +242,21 @@ fn count_change(what: &str, before: u64, after: u64, infinite: bool) -> String {
     }
 }
 
+/// A copy back a device made, for the race warning ([`DeviceState::warn_races`]).
+pub(crate) struct CopyBack {
+    range: HostRange,
+    /// When, on [`next_mark`]'s count.
+    at: u64,
+    name: RangeName,
+    /// The devices it was already warned against (their `from` mappings): their own copy
+    /// back is the same race, not warned of twice.
+    warned: Short<usize>,
+}
+
+/// Copies back a device keeps for the race warning: the latest, enough for the halos of
+/// one exit of many arrays.
+const COPY_BACK_LOG: usize = 64;
+
 impl DeviceState {
     /// The named arrays of `copies` (by their entries' keys, through `array`), when copies
     /// or races are traced; else nothing.
@@ -333,37 +348,87 @@ impl DeviceState {
         }
     }
 
-    /// Warns (`RACE`, at `WARN`) of each copy back of `copies` (named `names`) into host
-    /// memory that another of `devices` has mapped with `from`: both may copy back over it,
-    /// and which lands last is a race. Reads the other devices' tables one at a time,
-    /// without this device's lock held, and only when someone wants the warning.
-    fn warn_races(&self, copies: &[PlannedCopy], names: &[Option<ArrayName>], devices: &[DeviceState]) {
+    /// Warns (`RACE`, at `WARN`) of each copy back of `copies` (named `names`, from entries
+    /// made at `since`, [`next_mark`]) into host memory that another of `devices` has
+    /// mapped with `from` (it will or may copy back over it) or has copied back since this
+    /// device mapped it (the halo pattern: both map `to` and exit `from`): which lands last
+    /// is a race. Reads the other devices' tables and logs one at a time, without this
+    /// device's lock held, and only when someone wants the warning; then logs these copies.
+    fn warn_races(
+        &self,
+        copies: &[PlannedCopy],
+        names: &[Option<ArrayName>],
+        since: &[u64],
+        devices: &[DeviceState],
+    ) {
         if copies.is_empty() || devices.len() < 2 || !self.trace.wants_warning(InfoFlags::RACE) {
             return;
         }
+        let warn = |range: HostRange, line: String| {
+            let fields = InfoFields {
+                kind: "race",
+                device: Some(self.number),
+                host: Some(range),
+                ..InfoFields::default()
+            };
+            self.trace.warn(InfoFlags::RACE, fields, line);
+        };
+        let mut warned: Vec<Short<usize>> = Vec::with_capacity(copies.len());
         for (i, &(range, _, _)) in copies.iter().enumerate() {
             let ours = RangeName::new(range, names.get(i).copied().flatten());
+            let mapped_at = since.get(i).copied().unwrap_or(0);
+            let mut against = Short::new();
             for q in devices.iter().filter(|q| q.number != self.number) {
                 let theirs: Short<RangeName> = {
                     let t = q.table.lock();
                     t.overlapping(range).filter(|e| e.maps_from).map(|e| e.name_of(e.range)).collect()
                 };
-                for name in theirs {
-                    let fields = InfoFields {
-                        kind: "race",
-                        device: Some(self.number),
-                        host: Some(range),
-                        ..InfoFields::default()
-                    };
-                    let line = format!(
-                        "device {}: race: the copy back of {ours} writes host memory that device {} has \
-                         mapped with from as {name}: whichever copies back last wins; copy back only \
-                         the part each device owns",
-                        self.number, q.number
+                for name in &theirs {
+                    warn(
+                        range,
+                        format!(
+                            "device {}: race: the copy back of {ours} writes host memory that device {} has \
+                             mapped with from as {name}: whichever copies back last wins; copy back only \
+                             the part each device owns",
+                            self.number, q.number
+                        ),
                     );
-                    self.trace.warn(InfoFlags::RACE, fields, line);
+                }
+                if !theirs.is_empty() {
+                    against.push(q.number);
+                    continue;
+                }
+                let done: Short<RangeName> = q
+                    .copied_back
+                    .lock()
+                    .iter()
+                    .filter(|c| !c.warned.contains(&self.number))
+                    .filter(|c| {
+                        c.at > mapped_at && c.range.begin < range.end() && range.begin < c.range.end()
+                    })
+                    .map(|c| c.name)
+                    .collect();
+                for name in &done {
+                    warn(
+                        range,
+                        format!(
+                            "device {}: race: the copy back of {ours} writes host memory that device {} \
+                             copied back as {name} while device {} had it mapped: whichever copies back last \
+                             wins; copy back only the part each device owns",
+                            self.number, q.number, self.number
+                        ),
+                    );
                 }
             }
+            warned.push(against);
+        }
+        let mut log = self.copied_back.lock();
+        for ((i, &(range, _, _)), warned) in copies.iter().enumerate().zip(warned) {
+            if log.len() == COPY_BACK_LOG {
+                log.pop_front();
+            }
+            let name = RangeName::new(range, names.get(i).copied().flatten());
+            log.push_back(CopyBack { range, at: next_mark(), name, warned });
         }
     }
 
@@ -804,7 +869,7 @@ impl DeviceState {
         let mut transit = Transit::new(self);
         let mut in_use = BlocksInUse::new(self);
         let mut plan = ExitPlan::default();
-        let names = {
+        let (names, since) = {
             let mut table = self.table.lock();
             if self.trace.wants(InfoFlags::ABSENT) {
                 for i in items.iter().filter(|i| !i.map_type.present) {
@@ -834,9 +899,14 @@ impl DeviceState {
                     in_use.pin(&mut table, addr);
                 }
             }
-            names
+            let since: Short<u64> = plan
+                .copies
+                .iter()
+                .map(|&(_, _, k)| table.get(k).or_else(|| removed(k)).map_or(0, |e| e.mapped_at))
+                .collect();
+            (names, since)
         };
-        self.warn_races(&plan.copies, &names, devices);
+        self.warn_races(&plan.copies, &names, &since, devices);
         // Without the lock: copies back, then frees.
         let mut first_err = None;
         // SAFETY: forwarded from the caller; each address lies in its entry.
@@ -941,7 +1011,7 @@ impl DeviceState {
         // The entries copied stay allocated until the copies are done.
         let mut in_use = BlocksInUse::new(self);
         let mut found: Vec<PlannedCopy> = Vec::with_capacity(items.len());
-        let names = {
+        let (names, since) = {
             let mut table = self.table.lock();
             for &(range, present) in items {
                 let key =
@@ -958,10 +1028,12 @@ impl DeviceState {
                     }
                 }
             }
-            self.copy_names(&found, |k| table.get(k).and_then(Entry::array))
+            let since: Short<u64> =
+                found.iter().map(|&(_, _, k)| table.get(k).map_or(0, |e| e.mapped_at)).collect();
+            (self.copy_names(&found, |k| table.get(k).and_then(Entry::array)), since)
         };
         if dir == UpdateDirection::From {
-            self.warn_races(&found, &names, devices);
+            self.warn_races(&found, &names, &since, devices);
         }
         let mut slots = QueuedSlots(self, Short::new());
         // SAFETY: forwarded from the caller; the device ranges lie in their entries, which

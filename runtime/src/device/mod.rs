@@ -116,6 +116,9 @@ pub(crate) struct DeviceState {
     audit: Option<audit::ConstructAudit>,
     /// Device-side spans whose times are not read yet (`OFFLOAD_TRACE` only).
     timeline: timeline::PendingSpans,
+    /// This device's latest copies back, for the race warning (kept only while it is
+    /// wanted): what another device's later copy back over the same memory races with.
+    copied_back: Mutex<std::collections::VecDeque<map_lists::CopyBack>>,
     /// Where kernels' sources are written at their first launch (`OFFLOAD_DUMP_KERNELS`).
     dump: Option<Arc<KernelDump>>,
     /// Launches run kernels' narrow variants where they fit: a GPU with
@@ -168,6 +171,7 @@ impl DeviceState {
             in_flight: InFlight::new(setup.synchronous),
             audit: setup.audit.as_ref().map(|a| audit::ConstructAudit::new(Arc::clone(a))),
             timeline: timeline::PendingSpans::default(),
+            copied_back: Mutex::new(std::collections::VecDeque::new()),
             dump: setup.dump.clone(),
             narrow_indices,
         }

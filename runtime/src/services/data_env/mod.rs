@@ -28,7 +28,7 @@ pub(crate) mod plan;
 mod present_table;
 
 pub use present_table::Entry;
-pub(crate) use present_table::{Lookup, PresentTable};
+pub(crate) use present_table::{next_mark, Lookup, PresentTable};
 
 use std::fmt;
 

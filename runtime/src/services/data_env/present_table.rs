@@ -60,6 +60,16 @@ pub struct Entry {
     /// will or may be copied over the host range (checked by the race warning,
     /// `OFFLOAD_INFO` 0x80). Never set on an associated entry, which maps do not copy.
     pub maps_from: bool,
+    /// When the entry was made, on [`next_mark`]'s count (the race warning asks whether
+    /// another device copied back over the range since).
+    pub(crate) mapped_at: u64,
+}
+
+/// A process-wide count that orders the making of entries and copies back between
+/// devices (the race warning's "since this device mapped it").
+pub(crate) fn next_mark() -> u64 {
+    static MARK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    MARK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Entry {
@@ -77,6 +87,7 @@ impl Entry {
             elem_size: 1,
             name_index: 0,
             maps_from: false,
+            mapped_at: next_mark(),
         }
     }
 
