@@ -347,6 +347,30 @@ fn devices_that_enter_with_to_and_exit_with_from_over_one_range_are_warned_of() 
     Ok(())
 }
 
+/// A `release` that leaves its entry mapped says which count it moved (it printed nothing:
+/// a learner could not see the count go down).
+#[test]
+fn a_release_that_keeps_its_entry_says_what_it_moved() -> Result<()> {
+    let rt = runtime(InfoFlags::MAPPING_EXISTS)?;
+    let a = vec![1.0f32; 1024];
+    let item = MapItem::to(a.as_ptr(), 4096).named("a");
+    // SAFETY: `a` outlives its mapping; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[item])?;
+        rt.enter_data(0, &[item])?;
+        rt.exit_data(0, &[MapItem::release(a.as_ptr(), 4096)])?;
+        assert_eq!(
+            with(&rt.take_info(), &["release(a[0:1024])"]),
+            [&"device 0: release(a[0:1024]): ref count 2 -> 1; the entry stays until it reaches 0"
+                .to_string()]
+        );
+        // The last one removes the entry: the removal is the line (ENTRIES), not this one.
+        rt.exit_data(0, &[MapItem::release(a.as_ptr(), 4096)])?;
+    }
+    assert!(with(&rt.take_info(), &["release("]).is_empty());
+    Ok(())
+}
+
 #[test]
 fn the_race_check_is_off_without_its_bit() -> Result<()> {
     let rt = runtime(InfoFlags::from_bits(!InfoFlags::RACE.bits()))?;

@@ -307,6 +307,28 @@ impl DeviceState {
             };
             self.not_copied(it, e.name_of(it.range), || format!("{counts} ({when})"));
         }
+        // A `release` that leaves its entry mapped moves only a count: say so.
+        let released = items.iter().rev().filter(|i| i.map_type.kind == crate::data_env::MapKind::Release);
+        for it in released.filter(|i| i.range.bytes > 0) {
+            let Lookup::Inside(k) = table.lookup(it.range) else { continue };
+            let Some(e) = table.get(k) else { continue };
+            let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
+            let r = taken.map_or(0, |t| t.2);
+            let counts = count_change("ref count", e.ref_count + r, e.ref_count, e.associated);
+            let fields = || InfoFields {
+                kind: "released",
+                device: Some(self.number),
+                host: Some(it.range),
+                ..InfoFields::default()
+            };
+            self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+                let name = e.name_of(it.range);
+                format!(
+                    "device {}: {}({name}): {counts}; the entry stays until it reaches 0",
+                    self.number, it.map_type
+                )
+            });
+        }
     }
 
     /// A "not copied" line for `it`, named `name`, saying `why`.
