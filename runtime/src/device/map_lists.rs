@@ -273,6 +273,19 @@ impl DeviceState {
         copies.iter().map(|c| array(c.2)).collect()
     }
 
+    /// When the entries of `copies` (by their keys, through `entry`) were made, for the
+    /// race warning when it is wanted; else nothing.
+    fn mapped_at<'t>(
+        &self,
+        copies: &[PlannedCopy],
+        entry: impl Fn(usize) -> Option<&'t Entry>,
+    ) -> Short<u64> {
+        if copies.is_empty() || !self.trace.wants_warning(InfoFlags::RACE) {
+            return Short::new();
+        }
+        copies.iter().map(|c| entry(c.2).map_or(0, |e| e.mapped_at)).collect()
+    }
+
     /// Why `it`, a `to` on entry `e` that was present, copied nothing (`MAPPING_EXISTS`):
     /// `e`'s counts include the construct's increment, which `moved` says it made.
     fn not_copied_in(&self, e: &Entry, it: &MapItem, moved: bool) {
@@ -286,17 +299,36 @@ impl DeviceState {
         self.not_copied(it, e.name_of(it.range), || format!("already present, {counts} ({when})"));
     }
 
-    /// Why each `from` of `items` whose entry stays copied nothing (`MAPPING_EXISTS`), in
-    /// the exit's (reverse) list order: the counts before and after the exit `plan`.
+    /// Why each `from` of `items` whose entry stays copied nothing, and what each `release`
+    /// that leaves its entry mapped moved (`MAPPING_EXISTS`), in the exit's (reverse) list
+    /// order: the counts before and after the exit `plan`.
     fn not_copied_out(&self, table: &PresentTable, items: &[MapItem], plan: &ExitPlan) {
-        let kept = items.iter().rev().filter(|i| i.map_type.copies_out() && !i.map_type.always);
-        for it in kept.filter(|i| i.range.bytes > 0) {
+        use crate::data_env::{MapKind, MapType};
+        let said = |t: &MapType| (t.copies_out() && !t.always) || t.kind == MapKind::Release;
+        for it in items.iter().rev().filter(|i| i.range.bytes > 0 && said(&i.map_type)) {
             let Lookup::Inside(k) = table.lookup(it.range) else { continue };
             let Some(e) = table.get(k) else { continue };
             let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
             let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
             let (ref_count, hold) = (e.ref_count, e.hold_count);
             let mut counts = count_change("ref count", ref_count + r, ref_count, e.associated);
+            if it.map_type.kind == MapKind::Release {
+                // A `release` that leaves its entry mapped moves only a count: say so.
+                let fields = || InfoFields {
+                    kind: "released",
+                    device: Some(self.number),
+                    host: Some(it.range),
+                    ..InfoFields::default()
+                };
+                self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+                    let name = e.name_of(it.range);
+                    format!(
+                        "device {}: {}({name}): {counts}; the entry stays until it reaches 0",
+                        self.number, it.map_type
+                    )
+                });
+                continue;
+            }
             if h > 0 || hold > 0 {
                 counts += &format!(", {}", count_change("hold count", hold + h, hold, false));
             }
@@ -306,28 +338,6 @@ impl DeviceState {
                 (false, _) => "copies when both counts reach 0, or with always",
             };
             self.not_copied(it, e.name_of(it.range), || format!("{counts} ({when})"));
-        }
-        // A `release` that leaves its entry mapped moves only a count: say so.
-        let released = items.iter().rev().filter(|i| i.map_type.kind == crate::data_env::MapKind::Release);
-        for it in released.filter(|i| i.range.bytes > 0) {
-            let Lookup::Inside(k) = table.lookup(it.range) else { continue };
-            let Some(e) = table.get(k) else { continue };
-            let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
-            let r = taken.map_or(0, |t| t.2);
-            let counts = count_change("ref count", e.ref_count + r, e.ref_count, e.associated);
-            let fields = || InfoFields {
-                kind: "released",
-                device: Some(self.number),
-                host: Some(it.range),
-                ..InfoFields::default()
-            };
-            self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
-                let name = e.name_of(it.range);
-                format!(
-                    "device {}: {}({name}): {counts}; the entry stays until it reaches 0",
-                    self.number, it.map_type
-                )
-            });
         }
     }
 
@@ -921,11 +931,7 @@ impl DeviceState {
                     in_use.pin(&mut table, addr);
                 }
             }
-            let since: Short<u64> = plan
-                .copies
-                .iter()
-                .map(|&(_, _, k)| table.get(k).or_else(|| removed(k)).map_or(0, |e| e.mapped_at))
-                .collect();
+            let since = self.mapped_at(&plan.copies, |k| table.get(k).or_else(|| removed(k)));
             (names, since)
         };
         self.warn_races(&plan.copies, &names, &since, devices);
@@ -1050,8 +1056,7 @@ impl DeviceState {
                     }
                 }
             }
-            let since: Short<u64> =
-                found.iter().map(|&(_, _, k)| table.get(k).map_or(0, |e| e.mapped_at)).collect();
+            let since = self.mapped_at(&found, |k| table.get(k));
             (self.copy_names(&found, |k| table.get(k).and_then(Entry::array)), since)
         };
         if dir == UpdateDirection::From {
