@@ -18,6 +18,11 @@
 //! at most one task. A task's panic is caught; the tasks not started yet are skipped, and
 //! the first panic resumes in the driver once every task has ended.
 //!
+//! Several teams may fork at once (one per host device): the teams of one host platform
+//! share its cores ([`SharedCores`]), so a team forking while others are busy, or were a
+//! moment ago, takes only its share of the seats instead of oversubscribing the machine,
+//! and a team alone takes them all.
+//!
 //! The job's body is borrowed from the driver's stack and reached by other threads through
 //! a pointer whose lifetime is erased ([`Body`]); it is called only for a task index claimed
 //! inside a stretch, and the driver does not return before every such call has ended (the
@@ -26,7 +31,7 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,10 +49,108 @@ const WAITER_GRACE: Duration = Duration::from_micros(1);
 /// How long a helper stays awake after its last job, as the device's worker does.
 const HOT: Duration = Duration::from_micros(50);
 
+/// How long after its last job a team still counts as busy for the others sharing its
+/// cores: longer than the gap between two steps of devices working in lockstep (a halo
+/// exchange, a synchronisation), short enough that a device left idle soon stops costing
+/// the busy ones their share.
+const LATELY: Duration = Duration::from_millis(2);
+
+/// Most teams whose activity [`SharedCores`] tracks; more teams than this fork with every
+/// seat, as before sharing existed.
+const MEMBERS: usize = 64;
+
+/// A member's stamp while it forks a job.
+const BUSY: u64 = u64::MAX;
+
+/// How long after two members last forked at once the members that ended a job within
+/// [`LATELY`] still count as busy: devices in lockstep overlap at nearly every step, while
+/// a program that uses its devices one after the other never does, and each of its
+/// launches keeps every seat.
+const CONTENDED: Duration = Duration::from_millis(20);
+
+/// The cores that several teams share (a host platform's devices): each member notes when
+/// it forks and when it ends a job, and a member forking takes `size / (1 + others busy)`
+/// seats, at least its own. The others busy are those forking now and, while members have
+/// lately forked at once ([`CONTENDED`]), those that ended a job within [`LATELY`]: members
+/// working in lockstep thus split the cores evenly (whichever forks first), while a member
+/// alone, or members used one after the other, keep them all.
+pub(crate) struct SharedCores {
+    epoch: Instant,
+    /// Per member: [`BUSY`], or when its last job ended (nanoseconds since `epoch`, plus
+    /// one), or 0 before its first.
+    stamps: [AtomicU64; MEMBERS],
+    members: AtomicUsize,
+    /// When a member last forked while another was forking (as a stamp), or 0.
+    overlapped: AtomicU64,
+    /// [`LATELY`] and [`CONTENDED`] in nanoseconds (tests take longer ones).
+    lately: u64,
+    contended: u64,
+}
+
+impl SharedCores {
+    /// Cores shared by no member yet.
+    pub(crate) fn new() -> Arc<Self> {
+        Self::with_spans(LATELY, CONTENDED)
+    }
+
+    /// [`SharedCores::new`] with other spans than [`LATELY`] and [`CONTENDED`].
+    fn with_spans(lately: Duration, contended: Duration) -> Arc<Self> {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Arc::new(Self {
+            epoch: Instant::now(),
+            stamps: std::array::from_fn(|_| AtomicU64::new(0)),
+            members: AtomicUsize::new(0),
+            overlapped: AtomicU64::new(0),
+            lately: nanos(lately),
+            contended: nanos(contended),
+        })
+    }
+
+    /// A new member's number, or `None` once [`MEMBERS`] have joined.
+    fn join(&self) -> Option<usize> {
+        self.members
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| (m < MEMBERS).then_some(m + 1))
+            .ok()
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(BUSY - 1).saturating_add(1)
+    }
+
+    /// Marks member `me` busy and gives its share of `size` seats.
+    fn start(&self, me: usize, size: usize) -> usize {
+        self.stamps[me].store(BUSY, Ordering::Relaxed);
+        let now = self.now();
+        let within = |stamp: u64, span: u64| stamp != 0 && now.saturating_sub(stamp) < span;
+        let members = self.members.load(Ordering::Relaxed).min(MEMBERS);
+        let (mut forking, mut lately) = (0, 0);
+        for k in (0..members).filter(|&k| k != me) {
+            match self.stamps[k].load(Ordering::Relaxed) {
+                BUSY => forking += 1,
+                ended if within(ended, self.lately) => lately += 1,
+                _ => {}
+            }
+        }
+        if forking > 0 {
+            self.overlapped.store(now, Ordering::Relaxed);
+        } else if !within(self.overlapped.load(Ordering::Relaxed), self.contended) {
+            lately = 0;
+        }
+        (size / (1 + forking + lately)).max(1)
+    }
+
+    /// Marks member `me`'s job ended now.
+    fn end(&self, me: usize) {
+        self.stamps[me].store(self.now(), Ordering::Relaxed);
+    }
+}
+
 /// A team of `size` threads at most per job: the driver, and a waiting thread or helpers.
 pub(crate) struct ForkJoinTeam {
     shared: Arc<Shared>,
     size: usize,
+    /// The cores this team shares with others, and its number among them.
+    cores: Option<(Arc<SharedCores>, usize)>,
     name: String,
     /// Runs first on each helper thread (the host backend marks it as a kernel thread).
     start: fn(),
@@ -196,7 +299,9 @@ impl Drop for Restore {
 impl ForkJoinTeam {
     /// A team running a job on `size` threads at most (at least one: the driver), its
     /// helpers named `{name}-t{i}` and running `start` first; no thread is started yet.
-    pub(crate) fn new(name: String, size: usize, start: fn()) -> Self {
+    /// With `cores`, the team shares them with the other teams made with the same: a job
+    /// takes only its share of the seats while others are busy ([`SharedCores`]).
+    pub(crate) fn new(name: String, size: usize, start: fn(), cores: Option<Arc<SharedCores>>) -> Self {
         let shared = Shared {
             job: Mutex::new(None),
             call: Condvar::new(),
@@ -207,6 +312,7 @@ impl ForkJoinTeam {
         Self {
             shared: Arc::new(shared),
             size: size.max(1),
+            cores: cores.and_then(|c| c.join().map(|me| (c, me))),
             name,
             start,
             helpers: Mutex::new(Vec::new()),
@@ -234,21 +340,37 @@ impl ForkJoinTeam {
             (0..tasks).for_each(body);
             return;
         }
+        match &self.cores {
+            Some((cores, me)) => {
+                let _end = EndOnDrop(cores, *me);
+                self.fork_on(cores.start(*me, self.size), tasks, body)
+            }
+            None => self.fork_on(self.size, tasks, body),
+        }
+    }
+
+    /// [`ForkJoinTeam::fork`] on `seats` threads at most (the driver's included).
+    fn fork_on(&self, seats: usize, tasks: usize, body: &(dyn Fn(usize) + Sync)) {
+        if seats <= 1 {
+            (0..tasks).for_each(body);
+            return;
+        }
         // SAFETY: only the lifetime is erased; see the module documentation for why no call
         // through the pointer outlives `body`.
         let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(body) };
-        let job = Arc::new(Job::new(tasks, self.size, Body(erased)));
+        let job = Arc::new(Job::new(tasks, seats, Body(erased)));
         *self.shared.job.lock() = Some(Arc::clone(&job));
         self.shared.open.store(true, Ordering::Release);
         // A thread spinning while it waits for the device polls for the job every few
         // hundred nanoseconds: once one has joined, or after a moment, the seats left go to
         // helpers.
         let start = Instant::now();
-        while job.seats.load(Ordering::Relaxed) == self.size - 1 && start.elapsed() < WAITER_GRACE {
+        while job.seats.load(Ordering::Relaxed) == seats - 1 && start.elapsed() < WAITER_GRACE {
             std::hint::spin_loop();
         }
-        if job.seats.load(Ordering::Relaxed) > 0 && job.unclaimed() {
-            self.call_helpers();
+        let free = job.seats.load(Ordering::Relaxed);
+        if free > 0 && job.unclaimed() {
+            self.call_helpers(free);
         }
         job.work(0);
         // Every task claimed is being run: wait for the ones other threads hold.
@@ -281,8 +403,10 @@ impl ForkJoinTeam {
         self.shared.join()
     }
 
-    /// Wakes the helpers, starting them first if this is the first call.
-    fn call_helpers(&self) {
+    /// Wakes `seats` helpers (as many as the job has free seats: a helper woken for no
+    /// seat would only poll for [`HOT`], taking CPU time from the job), starting them
+    /// first if this is the first call.
+    fn call_helpers(&self, seats: usize) {
         if self.helpers_failed.load(Ordering::Relaxed) {
             return;
         }
@@ -310,7 +434,18 @@ impl ForkJoinTeam {
         }
         let _held = self.shared.job.lock();
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
-        self.shared.call.notify_all();
+        for _ in 0..seats {
+            self.shared.call.notify_one();
+        }
+    }
+}
+
+/// Marks a team's job ended in its [`SharedCores`] when dropped (also on unwinding).
+struct EndOnDrop<'a>(&'a SharedCores, usize);
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.end(self.1);
     }
 }
 
@@ -378,7 +513,7 @@ mod tests {
     use super::*;
 
     fn team(size: usize) -> ForkJoinTeam {
-        ForkJoinTeam::new("fj-test".into(), size, || {})
+        ForkJoinTeam::new("fj-test".into(), size, || {}, None)
     }
 
     /// Tells a helping thread to stop when dropped, also when the test's thread unwinds
@@ -389,6 +524,22 @@ mod tests {
         fn drop(&mut self) {
             self.0.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Runs `f` while another thread helps `t`'s jobs, as a thread waiting for the device
+    /// does, until `f` returns (or unwinds).
+    fn while_another_thread_helps(t: &ForkJoinTeam, f: impl FnOnce()) {
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    t.help();
+                    std::thread::yield_now();
+                }
+            });
+            let _stop = Stop(&stop);
+            f();
+        });
     }
 
     /// Every task runs once, whatever the team's size, and what the tasks wrote is seen
@@ -547,15 +698,7 @@ mod tests {
     fn no_more_threads_than_the_size_and_nested_forks_run_alone() {
         let t = team(2);
         let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    t.help();
-                    std::thread::yield_now();
-                }
-            });
-            let _stop = Stop(&stop);
+        while_another_thread_helps(&t, || {
             t.driving(|| {
                 for _ in 0..if cfg!(miri) { 2 } else { 50 } {
                     with_current(|team| {
@@ -572,5 +715,98 @@ mod tests {
         });
         assert!(most.load(Ordering::SeqCst) <= 2, "{} at once", most.load(Ordering::SeqCst));
         assert!(with_current(|team| team.is_none()), "no team outside `driving`");
+    }
+
+    /// A member of shared cores alone takes every seat; with another busy (forking, or
+    /// ended within `LATELY`) it takes its share, at least its own seat; once the other
+    /// has been idle longer than `LATELY` it takes every seat again.
+    #[test]
+    fn shared_cores_split_between_busy_members_only() {
+        // Spans no test machine outlasts between two statements, so that "a moment ago"
+        // holds however slowly the test runs.
+        let hour = Duration::from_secs(3600);
+        let cores = SharedCores::with_spans(hour, hour);
+        let (a, b, c) = (cores.join(), cores.join(), cores.join());
+        let (a, b, c) = (a.expect("a member"), b.expect("a member"), c.expect("a member"));
+        assert_eq!(cores.start(a, 4), 4, "alone (the others never forked)");
+        assert_eq!(cores.start(b, 4), 2, "a is forking");
+        assert_eq!(cores.start(c, 4), 1, "a and b are forking");
+        assert_eq!(cores.start(c, 2), 1, "never under one seat");
+        cores.end(a);
+        cores.end(b);
+        assert_eq!(cores.start(c, 4), 1, "a and b ended a moment ago, and overlapped lately");
+        cores.end(c);
+        // With the real spans, members idle for longer than LATELY no longer count.
+        let cores = SharedCores::new();
+        let (a, b) = (cores.join().expect("a member"), cores.join().expect("a member"));
+        cores.start(a, 4);
+        assert_eq!(cores.start(b, 4), 2);
+        cores.end(a);
+        cores.end(b);
+        std::thread::sleep(LATELY * 2);
+        assert_eq!(cores.start(a, 4), 4, "b idle for longer than LATELY");
+        cores.end(a);
+    }
+
+    /// Members that never fork at once (a program using its devices one after the other)
+    /// keep every seat, however closely their jobs follow each other.
+    #[test]
+    fn shared_cores_used_one_after_the_other_are_not_split() {
+        let cores = SharedCores::new();
+        let (a, b) = (cores.join().expect("a member"), cores.join().expect("a member"));
+        for _ in 0..10 {
+            assert_eq!(cores.start(a, 4), 4);
+            cores.end(a);
+            assert_eq!(cores.start(b, 4), 4);
+            cores.end(b);
+        }
+    }
+
+    /// Members join up to `MEMBERS`; a team made past that forks with every seat.
+    #[test]
+    fn shared_cores_take_a_bounded_number_of_members() {
+        let cores = SharedCores::new();
+        let first = cores.join();
+        assert_eq!(first, Some(0));
+        for _ in 1..MEMBERS {
+            assert!(cores.join().is_some());
+        }
+        assert_eq!(cores.join(), None);
+        assert_eq!(cores.start(0, 3), 3, "no other member has forked");
+        cores.end(0);
+        let late = ForkJoinTeam::new("fj-late".into(), 2, || {}, Some(Arc::clone(&cores)));
+        assert!(late.cores.is_none());
+    }
+
+    /// A team whose shared cores are taken by another busy team forks on its driver
+    /// alone: no waiting thread or helper takes a seat, and no helper is started; its
+    /// tasks all run, and its job's end is noted for the others.
+    #[test]
+    fn a_team_sharing_busy_cores_runs_its_share() {
+        let cores = SharedCores::new();
+        let busy = cores.join().expect("a member");
+        let t = ForkJoinTeam::new("fj-shared".into(), 2, || {}, Some(Arc::clone(&cores)));
+        let me = t.cores.as_ref().map(|(_, me)| *me).expect("a member");
+        cores.start(busy, 2);
+        let driver = std::thread::current().id();
+        let (ran, elsewhere) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        while_another_thread_helps(&t, || {
+            t.fork(64, SHARED_ITEMS, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if std::thread::current().id() != driver {
+                    elsewhere.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        });
+        assert_eq!(ran.load(Ordering::Relaxed), 64);
+        assert_eq!(elsewhere.load(Ordering::Relaxed), 0);
+        assert!(t.helpers.lock().is_empty());
+        assert_ne!(cores.stamps[me].load(Ordering::Relaxed), BUSY, "the job's end is noted");
+        assert_ne!(cores.stamps[me].load(Ordering::Relaxed), 0);
+        // The other ends, and after LATELY the team forks on two seats again.
+        cores.end(busy);
+        std::thread::sleep(LATELY * 2);
+        assert_eq!(cores.start(me, 2), 2);
+        cores.end(me);
     }
 }

@@ -20,7 +20,7 @@ use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
 use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
-use crate::fork_join::ForkJoinTeam;
+use crate::fork_join::{ForkJoinTeam, SharedCores};
 use crate::gemm::{ElementType, Gemm, GemmElement};
 use crate::kernel::{run_host_kernel, Kernel, KernelArg};
 use crate::topology::Topology;
@@ -183,6 +183,8 @@ pub(crate) struct KernelPool {
     /// Generated kernels' team, of the pool's size, started with it
     /// ([`crate::fork_join`]: the worker drives it, a thread waiting for the device joins).
     team: std::sync::OnceLock<ForkJoinTeam>,
+    /// The cores the team shares with the other host devices' teams, if any.
+    cores: Option<Arc<SharedCores>>,
 }
 
 thread_local! {
@@ -230,9 +232,10 @@ impl Drop for InKernel {
 
 impl KernelPool {
     /// A pool named `name` (threads `{name}-k{i}`) of `threads` threads, the worker that
-    /// starts it included (rayon's default, one per CPU, when `None`), not started yet.
-    pub(crate) fn new(name: String, threads: Option<usize>) -> Self {
-        Self { name, threads, pool: std::sync::OnceLock::new(), team: std::sync::OnceLock::new() }
+    /// starts it included (rayon's default, one per CPU, when `None`), not started yet; its
+    /// generated kernels' team shares `cores` with the other teams given the same.
+    pub(crate) fn new(name: String, threads: Option<usize>, cores: Option<Arc<SharedCores>>) -> Self {
+        Self { name, threads, pool: std::sync::OnceLock::new(), team: std::sync::OnceLock::new(), cores }
     }
 
     /// The generated kernels' team, once the pool has started (on the first kernel).
@@ -245,7 +248,7 @@ impl KernelPool {
         let pool = self.get(device)?;
         let team = self.team.get_or_init(|| {
             let mark = || KERNEL_THREAD.with(|k| k.set(true));
-            ForkJoinTeam::new(self.name.clone(), pool.current_num_threads(), mark)
+            ForkJoinTeam::new(self.name.clone(), pool.current_num_threads(), mark, self.cores.clone())
         });
         Ok(team.driving(|| f(pool)))
     }
@@ -322,6 +325,9 @@ pub(crate) struct HostPlatform {
     pub(crate) capacity: usize,
     pub(crate) kernel_threads: Option<usize>,
     pub(crate) topology: Arc<Topology>,
+    /// The cores the devices' generated kernels share: devices running kernels at once
+    /// split them ([`SharedCores`]).
+    pub(crate) cores: Arc<SharedCores>,
 }
 
 impl VendorPlatform for HostPlatform {
@@ -341,7 +347,7 @@ impl VendorPlatform for HostPlatform {
         let worker = DeviceWorker::spawn(name.clone(), Arc::clone(&self.topology), cpus).map_err(|e| {
             Error::Driver { device: number, call: "spawn a device worker", message: e.to_string() }
         })?;
-        let pool = KernelPool::new(name, self.kernel_threads);
+        let pool = KernelPool::new(name, self.kernel_threads, Some(Arc::clone(&self.cores)));
         Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool))
     }
 
@@ -828,7 +834,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn device(capacity: usize) -> HostDevice {
-        let pool = KernelPool::new("test-host".into(), Some(2));
+        let pool = KernelPool::new("test-host".into(), Some(2), None);
         let topo = Arc::new(crate::topology::Topology::system());
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
         HostDevice::new(0, 0, capacity, worker, pool)

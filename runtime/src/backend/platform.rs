@@ -192,7 +192,13 @@ mod tests {
             let topology = Arc::new(crate::topology::Topology::system());
             let w =
                 Arc::new(DeviceWorker::spawn(format!("t{ordinal}"), topology, Vec::new()).expect("worker"));
-            Ok(HostDevice::new(number, ordinal, 1 << 20, w, KernelPool::new(format!("t{ordinal}"), Some(1))))
+            Ok(HostDevice::new(
+                number,
+                ordinal,
+                1 << 20,
+                w,
+                KernelPool::new(format!("t{ordinal}"), Some(1), None),
+            ))
         }
         fn details(&self, _: &HostDevice) -> Option<String> {
             Some("test".into())

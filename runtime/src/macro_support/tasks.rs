@@ -109,8 +109,12 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "starts rayon's global pool, which Miri reports as leaked")]
     fn a_team_runs_the_same_tasks_in_the_same_order() {
-        let team =
-            crate::fork_join::ForkJoinTeam::new("tasks-test".into(), rayon::current_num_threads(), || {});
+        let team = crate::fork_join::ForkJoinTeam::new(
+            "tasks-test".into(),
+            rayon::current_num_threads(),
+            || {},
+            None,
+        );
         for reduces in [true, false] {
             for (units, per_unit) in [(0usize, 32usize), (1, 1024), (40, 64), (8192, 256), (1 << 20, 1)] {
                 let run = || {
