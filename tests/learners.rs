@@ -467,3 +467,190 @@ fn a_copy_behind_a_kernel_tells_its_wait_apart_from_its_time() -> Result<()> {
     }
     Ok(())
 }
+
+/// Zero-length exits say what they did (issue 48, item 4): they copy nothing and move the
+/// count of the entry their address lies in, whether the entry stays or leaves; one whose
+/// entry is gone is skipped, named by the array that was mapped there.
+#[test]
+fn zero_length_exits_say_what_they_did() -> Result<()> {
+    let rt = runtime(InfoFlags::MAPPING_EXISTS | InfoFlags::ABSENT)?;
+    let mut a = vec![1.0f32; 16];
+    let ap = a.as_mut_ptr();
+    let item = MapItem::to(ap, 64).named("a");
+    // SAFETY: `a` outlives its mapping; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[item])?;
+        rt.enter_data(0, &[item])?;
+        let _ = rt.take_info();
+        rt.exit_data(0, &[MapItem::from(ap.add(4), 0).named_at("a", 4)])?;
+        assert_eq!(
+            rt.take_info(),
+            ["device 0: from(a[4:0]): a zero-length section copies nothing; ref count 2 -> 1; the entry stays until it reaches 0"]
+        );
+        rt.exit_data(0, &[MapItem::from(ap, 0)])?;
+        assert_eq!(
+            rt.take_info(),
+            ["device 0: from(a[0:0]): a zero-length section copies nothing; ref count 1 -> 0; the entry is removed"]
+        );
+        assert!(rt.entry(ap as usize, 0)?.is_none(), "the zero-length exit removed the entry");
+        // Nothing is mapped there now: skipped, still named as the program named it.
+        rt.exit_data(0, &[MapItem::from(ap, 0)])?;
+    }
+    assert_eq!(rt.take_info(), ["device 0: target exit data: a[0:0] has no device counterpart; skipped"]);
+    Ok(())
+}
+
+/// Once a named entry is gone, later lines about its bytes still give its name (issue 48,
+/// item 4), until another mapping is made over them.
+#[test]
+fn lines_name_a_range_after_its_entry_is_gone() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS | InfoFlags::ABSENT)?;
+    let mut a = vec![1.0f32; 16];
+    let line = line!() + 5;
+    // SAFETY: `a` outlives its mappings; the host does not touch it during the calls.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), 64).named("a")])?;
+        rt.exit_data(0, &[MapItem::delete(a.as_ptr(), 64)])?;
+        rt.update(0, UpdateDirection::From, &[(offload::HostRange::of(&a[4..8]), false)])?;
+    }
+    let at = format!("at {}:{line}", file!());
+    assert_eq!(
+        rt.take_info(),
+        [
+            format!("device 0: target enter data at {}:{} with 1 maps: to(a[0:16])", file!(), line - 2),
+            format!("device 0: target exit data at {}:{} with 1 maps: delete(a[0:16])", file!(), line - 1),
+            format!("device 0: target update from {at} with 1 ranges: a[4:4]"),
+            "device 0: target update: a[4:4] has no device counterpart; skipped".to_string(),
+        ]
+    );
+    // An unnamed mapping over those bytes: the old name no longer applies.
+    // SAFETY: as above.
+    unsafe {
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), 64)])?;
+        rt.exit_data(0, &[MapItem::delete(a.as_ptr(), 64)])?;
+        let _ = rt.take_info();
+        rt.exit_data(0, &[MapItem::from(a.as_mut_ptr(), 64)])?;
+    }
+    let lines = rt.take_info();
+    assert!(lines.iter().all(|l| !l.contains("a[")), "{lines:#?}");
+    assert_eq!(with(&lines, &["has no device counterpart", "host 0x"]).len(), 1, "{lines:#?}");
+    Ok(())
+}
+
+/// A `present` map that finds nothing names the map in its error and in the failed
+/// construct's line (issue 48, items 4 and 7), on entry and on exit.
+#[test]
+fn present_failures_name_the_map() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS)?;
+    let y = [0f32; 4];
+    // SAFETY: refused before anything is mapped.
+    let on_entry = unsafe { rt.enter_data(0, &[MapItem::to(y.as_ptr(), 16).present().named("y")]) };
+    // SAFETY: as above.
+    let on_exit =
+        unsafe { rt.exit_data(0, &[MapItem::from(y.as_ptr().cast_mut(), 16).present().named("y")]) };
+    let r = offload::HostRange::of(&y);
+    for (e, what) in [(on_entry, "entry"), (on_exit, "exit")] {
+        let e = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            format!("device 0: y[0:4] at {r} is not present (required by a `present` map on {what})")
+        );
+    }
+    let lines = rt.take_info();
+    assert_eq!(with(&lines, &["failed: device 0: y[0:4] at host 0x"]).len(), 2, "{lines:#?}");
+    Ok(())
+}
+
+/// A sum kernel for the launch below.
+#[offload::kernel]
+fn bump(i: usize, y: &mut [f32]) {
+    y[i] += 1.0;
+}
+
+/// A target region refused because an argument is not mapped prints its construct line,
+/// then the refusal, and with tables the region's entry and exit halves around it (issue
+/// 48, items 4 and 7): nothing reads as if the kernel had run.
+#[test]
+fn a_launch_with_an_unmapped_argument_says_it_was_refused() -> Result<()> {
+    let rt = runtime(InfoFlags::KERNEL_ARGS | InfoFlags::DUMP_TABLE)?;
+    let y = [0f32; 4];
+    let line = line!() + 2;
+    // SAFETY: the argument is refused before any kernel runs.
+    let r = unsafe { rt.target_launch(0, &bump::KERNEL, 4, &[], &[offload::LaunchArg::mapped(y.as_ptr())]) };
+    let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("is not mapped on device 0"), "{e}");
+    let lines = rt.take_info();
+    let at = format!("at {}:{line}", file!());
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        format!("device 0: entering target (kernel `bump`, n=4) {at} with 0 maps; 1 arguments")
+    );
+    assert!(lines[1].starts_with("after target (entry half): device 0 present table"), "{lines:#?}");
+    assert_eq!(lines[2], format!("device 0: target {at} refused: {e}"));
+    assert!(lines[3].starts_with("after target (exit half): device 0 present table"), "{lines:#?}");
+    assert_eq!(y, [0.0; 4], "no kernel ran");
+    Ok(())
+}
+
+/// `OFFLOAD_INFO`'s every-table bit (0x100, on in -1) prints every device's table after
+/// each construct, as libomptarget does, not only the construct's own (issue 48, item 5).
+#[test]
+fn every_devices_table_after_each_construct() -> Result<()> {
+    let a = [1f32; 8];
+    let b = [2i32; 4];
+    let rt = runtime(InfoFlags::EVERY_TABLE)?;
+    // SAFETY: `a` and `b` outlive their mappings; the host does not touch them meanwhile.
+    unsafe {
+        rt.enter_data(1, &[MapItem::to(b.as_ptr(), 16).named("b")])?;
+        let _ = rt.take_info();
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), 32).named("a")])?;
+    }
+    let lines = rt.take_info();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("after target enter data: device 0 present table (1 entries)"),
+        "{lines:#?}"
+    );
+    assert!(lines[0].ends_with(" a[0:8]\n"), "{lines:#?}");
+    assert!(
+        lines[1].starts_with("after target enter data on device 0: device 1 present table (1 entries)"),
+        "{lines:#?}"
+    );
+    assert!(lines[1].ends_with(" b[0:4]\n"), "{lines:#?}");
+    // A launch: the other tables once the region has run.
+    let launch = [offload::LaunchArg::mapped(a.as_ptr())];
+    // SAFETY: `a` is mapped on device 0 for the launch.
+    unsafe { rt.target_launch(0, &bump::KERNEL, 1, &[], &launch)? };
+    let lines = rt.take_info();
+    assert_eq!(
+        with(&lines, &["after target (kernel `bump`) on device 0: device 1 present table (1 entries)"]).len(),
+        1,
+        "{lines:#?}"
+    );
+    // A device that holds nothing is left out.
+    // SAFETY: as above.
+    unsafe { rt.exit_data(1, &[MapItem::delete(b.as_ptr(), 16)])? };
+    let _ = rt.take_info();
+    // SAFETY: as above.
+    unsafe { rt.exit_data(0, &[MapItem::release(a.as_ptr(), 32)])? };
+    let lines = rt.take_info();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].starts_with("after target exit data: device 0 present table (0 entries)"), "{lines:#?}");
+    // Without the bit, only the construct's own device (0x04), as before.
+    let rt = runtime(InfoFlags::DUMP_TABLE)?;
+    // SAFETY: as above.
+    unsafe {
+        rt.enter_data(1, &[MapItem::to(b.as_ptr(), 16).named("b")])?;
+        rt.enter_data(0, &[MapItem::to(a.as_ptr(), 32).named("a")])?;
+    }
+    let lines = rt.take_info();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines.iter().all(|l| !l.contains(" on device ")), "{lines:#?}");
+    // SAFETY: as above.
+    unsafe {
+        rt.exit_data(0, &[MapItem::delete(a.as_ptr(), 32)])?;
+        rt.exit_data(1, &[MapItem::delete(b.as_ptr(), 16)])?;
+    }
+    Ok(())
+}

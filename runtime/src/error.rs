@@ -74,7 +74,7 @@ pub enum Error {
     },
 
     /// A `present` map, or an `update`/launch argument, named a range not mapped on the device.
-    #[error("device {device}: {range} is not present (required by {what})")]
+    #[error("device {device}: {} is not present (required by {what})", named(*range, name.as_deref()))]
     NotPresent {
         /// Device number.
         device: usize,
@@ -82,6 +82,9 @@ pub enum Error {
         range: HostRange,
         /// The construct or clause that required presence.
         what: &'static str,
+        /// The range as the program named it (`y[0:4]`), when its map was named
+        /// ([`crate::MapItem::named`]).
+        name: Option<String>,
     },
 
     /// A request partly overlaps, or extends past, a range already mapped ("explicit extension").
@@ -392,6 +395,15 @@ impl fmt::Debug for Error {
 /// Result with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `range` as a message gives it: by the program's name for it when there is one
+/// (`y[0:4] at host 0x..0x.. (16 bytes)`), else by its bytes.
+fn named(range: HostRange, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("{n} at {range}"),
+        None => range.to_string(),
+    }
+}
+
 /// The message of a panic's payload (`panic!` gives a `&str` or a `String`).
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -407,10 +419,25 @@ mod tests {
 
     #[test]
     fn messages_name_device_range_and_expectation() {
-        let e = Error::NotPresent { device: 1, range: HostRange::new(0x1000, 4), what: "map(present)" };
+        let e = Error::NotPresent {
+            device: 1,
+            range: HostRange::new(0x1000, 4),
+            what: "map(present)",
+            name: None,
+        };
         assert_eq!(
             e.to_string(),
             "device 1: host 0x1000..0x1004 (4 bytes) is not present (required by map(present))"
+        );
+        let e = Error::NotPresent {
+            device: 1,
+            range: HostRange::new(0x1000, 4),
+            what: "map(present)",
+            name: Some("y[0:1]".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "device 1: y[0:1] at host 0x1000..0x1004 (4 bytes) is not present (required by map(present))"
         );
         let e = Error::Extension {
             device: 0,

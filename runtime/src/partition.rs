@@ -267,6 +267,7 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
             device,
             range: r,
             what: "a distributed array's row",
+            name: None,
         })
     }
 

@@ -385,6 +385,7 @@ fn case_31_mapped_ptr_is_the_address_the_kernel_sees() {
                 device: dev,
                 range: HostRange::of(&h),
                 what: "case 31",
+                name: None,
             })?;
             check_eq!(rt.mapped_ptr(hp + 16, dev)?, Some(p + 16));
             check_eq!(rt.mapped_ptr(hp + 4 * N - 1, dev)?, Some(p + 4 * N as u64 - 1));

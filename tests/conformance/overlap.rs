@@ -139,6 +139,7 @@ fn case_17_sub_range_refers_to_the_enclosing_entry() {
             device: dev,
             range: HostRange::of(&arr),
             what: "case 17",
+            name: None,
         })?;
         // Give the (uninitialised) device copy known contents.
         // SAFETY: `arr` is valid for reads during the call.

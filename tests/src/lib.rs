@@ -267,6 +267,7 @@ pub fn device_copy_of<T: offload::DeviceCopy + Default>(
         device,
         range: offload::HostRange::of(host),
         what: "device_copy_of",
+        name: None,
     })?;
     read_device(rt, addr, host.len(), device)
 }

@@ -223,7 +223,7 @@ pub(crate) fn entry_items<'a, L: MapList<'a>>(rt: &Runtime, device: usize, maps:
     maps.empty_present(&mut empty);
     for range in empty {
         if rt.use_device_ptr(range.begin, device)?.is_none() {
-            return Err(Error::NotPresent { device, range, what: "a `present` map on entry" });
+            return Err(Error::NotPresent { device, range, what: "a `present` map on entry", name: None });
         }
     }
     let mut items = Vec::new();

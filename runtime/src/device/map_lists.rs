@@ -299,13 +299,30 @@ impl DeviceState {
         self.not_copied(it, e.name_of(it.range), || format!("already present, {counts} ({when})"));
     }
 
-    /// Why each `from` of `items` whose entry stays copied nothing, and what each `release`
-    /// that leaves its entry mapped moved (`MAPPING_EXISTS`), in the exit's (reverse) list
-    /// order: the counts before and after the exit `plan`.
-    fn not_copied_out(&self, table: &PresentTable, items: &[MapItem], plan: &ExitPlan) {
+    /// Why each `from` of `items` whose entry stays copied nothing, what each `release`
+    /// that leaves its entry mapped moved, and what each zero-length item did
+    /// (`MAPPING_EXISTS`), in the exit's (reverse) list order: the counts before and after
+    /// the exit `plan`. `zero`: the zero-length items' entries (item index, entry key), as
+    /// found before the exit.
+    fn not_copied_out(
+        &self,
+        table: &PresentTable,
+        items: &[MapItem],
+        plan: &ExitPlan,
+        zero: &[(usize, usize)],
+    ) {
         use crate::data_env::{MapKind, MapType};
         let said = |t: &MapType| (t.copies_out() && !t.always) || t.kind == MapKind::Release;
-        for it in items.iter().rev().filter(|i| i.range.bytes > 0 && said(&i.map_type)) {
+        for (n, it) in items.iter().enumerate().rev() {
+            if it.range.bytes == 0 {
+                if let Some(&(_, k)) = zero.iter().find(|z| z.0 == n) {
+                    self.zero_length_exit(table, it, k, plan);
+                }
+                continue;
+            }
+            if !said(&it.map_type) {
+                continue;
+            }
             let Lookup::Inside(k) = table.lookup(it.range) else { continue };
             let Some(e) = table.get(k) else { continue };
             let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
@@ -341,6 +358,43 @@ impl DeviceState {
         }
     }
 
+    /// What zero-length exit item `it` did to entry `key` (`MAPPING_EXISTS`): it copies
+    /// nothing, and moves the count of the entry its address lies in, as libomptarget does
+    /// (the entry may leave: that is then said here too, the only line a learner would
+    /// otherwise see being the removal's).
+    fn zero_length_exit(&self, table: &PresentTable, it: &MapItem, key: usize, plan: &ExitPlan) {
+        let (e, before, after) = match table.get(key) {
+            Some(e) => {
+                let taken = plan.taken.iter().find(|t| t.0 == key && t.1 == e.device_addr);
+                (e, e.ref_count + taken.map_or(0, |t| t.2), Some(e.ref_count))
+            }
+            None => match plan.removed.iter().find(|(e, _)| e.range.begin == key) {
+                Some((e, (r, _))) => (e, *r, None),
+                None => return,
+            },
+        };
+        let counts = count_change("ref count", before, after.unwrap_or(0), e.associated);
+        let then = match after {
+            None => "the entry is removed",
+            Some(_) if e.hold_count > 0 => "the entry stays until both counts reach 0",
+            Some(_) => "the entry stays until it reaches 0",
+        };
+        let fields = || InfoFields {
+            kind: "zero length",
+            device: Some(self.number),
+            host: Some(it.range),
+            ..InfoFields::default()
+        };
+        self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+            format!(
+                "device {}: {}({}): a zero-length section copies nothing; {counts}; {then}",
+                self.number,
+                it.map_type,
+                e.name_of(it.range)
+            )
+        });
+    }
+
     /// A "not copied" line for `it`, named `name`, saying `why`.
     fn not_copied(&self, it: &MapItem, name: RangeName, why: impl FnOnce() -> String) {
         let fields = || InfoFields {
@@ -356,10 +410,16 @@ impl DeviceState {
 
     /// Traces `range`, which `construct` skips unless it lies inside one entry
     /// (`ABSENT`): absent, or not wholly inside the mapped range it overlaps.
-    fn trace_skip(&self, table: &PresentTable, construct: &str, range: HostRange) {
+    fn trace_skip(&self, table: &PresentTable, construct: &str, range: HostRange, own: Option<ArrayName>) {
         match table.lookup(range) {
             Lookup::Inside(_) => {}
-            Lookup::Absent => self.trace.skipped(self.number, construct, range),
+            Lookup::Absent => {
+                let name = match own {
+                    Some(a) => RangeName::new(range, Some(a)),
+                    None => table.name_of(range),
+                };
+                self.trace.skipped(self.number, construct, name)
+            }
             Lookup::Extends(existing) => {
                 let Some(e) = table.get(existing.begin) else { return };
                 let fields = || InfoFields {
@@ -477,9 +537,15 @@ impl DeviceState {
         self.trace.entry(flag, what, line);
     }
 
+    /// Whether the table is printed after each construct (`DUMP_TABLE`, or `EVERY_TABLE`,
+    /// which prints every device's).
+    fn dumps_tables(&self) -> bool {
+        self.trace.on(InfoFlags::DUMP_TABLE) || self.trace.on(InfoFlags::EVERY_TABLE)
+    }
+
     /// The table after a construct, or after a region's `half` (`entry` or `exit`).
     fn dump_after(&self, table: &PresentTable, c: Construct, half: &str) {
-        if self.trace.on(InfoFlags::DUMP_TABLE) {
+        if self.dumps_tables() {
             let label =
                 if c.is_region() { format!("{} ({half} half)", c.name()) } else { c.name().to_string() };
             self.trace.table(self.number, &label, || table.dump(self.number));
@@ -623,7 +689,7 @@ impl DeviceState {
             drop(slots);
             return Err(self.undo_enter(self.table.lock(), &plan, e, true));
         }
-        if plan.copies.is_empty() && plan.planned.is_empty() && !self.trace.on(InfoFlags::DUMP_TABLE) {
+        if plan.copies.is_empty() && plan.planned.is_empty() && !self.dumps_tables() {
             // Only counts moved (all present, no `always`): done under the first lock.
             return Ok(());
         }
@@ -905,10 +971,25 @@ impl DeviceState {
             let mut table = self.table.lock();
             if self.trace.wants(InfoFlags::ABSENT) {
                 for i in items.iter().filter(|i| !i.map_type.present) {
-                    self.trace_skip(&table, c.name(), i.range);
+                    self.trace_skip(&table, c.name(), i.range, i.array());
                 }
             }
             self.wait_for_transit(&mut table, items);
+            // The entries zero-length items name, found before the exit may remove them.
+            let zero: Short<(usize, usize)> = if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
+                let key = |i: &MapItem| match table.lookup(i.range) {
+                    Lookup::Inside(k) => Some(k),
+                    _ => None,
+                };
+                items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| i.range.bytes == 0)
+                    .filter_map(|(n, i)| Some((n, key(i)?)))
+                    .collect()
+            } else {
+                Short::new()
+            };
             plan.fill(&mut table, items, c, self.number)?;
             // A removed entry stays in transit until its copy back has landed: a construct
             // mapping it anew before then would copy in the host's old value.
@@ -919,7 +1000,7 @@ impl DeviceState {
                 }
             }
             if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
-                self.not_copied_out(&table, items, &plan);
+                self.not_copied_out(&table, items, &plan, &zero);
             }
             let removed = |k| plan.removed.iter().map(|(e, _)| e).find(|e| e.range.begin == k);
             let names =
@@ -964,7 +1045,7 @@ impl DeviceState {
         if let Err(err) = released {
             first_err.get_or_insert(err);
         }
-        if plan.copies.is_empty() && !self.trace.on(InfoFlags::DUMP_TABLE) {
+        if plan.copies.is_empty() && !self.dumps_tables() {
             return first_err.map_or(Ok(()), Err);
         }
         let mut table = self.table.lock();
@@ -1042,10 +1123,16 @@ impl DeviceState {
         let (names, since) = {
             let mut table = self.table.lock();
             for &(range, present) in items {
-                let key =
-                    resolve_exit(&table, range, present, self.number, "`target update` with `present`")?;
+                let key = resolve_exit(
+                    &table,
+                    range,
+                    present,
+                    self.number,
+                    "`target update` with `present`",
+                    None,
+                )?;
                 if key.is_none() {
-                    self.trace_skip(&table, "target update", range);
+                    self.trace_skip(&table, "target update", range, None);
                 }
                 if let Some(e) = key.filter(|_| range.bytes > 0).and_then(|k| table.get(k)) {
                     let (copy, block) = ((range, e.translate(range.begin), e.range.begin), e.device_addr);

@@ -6,7 +6,7 @@ use super::DeviceState;
 use crate::backend::{DeviceDescription, FaultInjector, Interop, MemInfo};
 use crate::data_env::Entry;
 use crate::error::{Error, Result};
-use crate::range::{HostRange, RangeName};
+use crate::range::{ArrayName, HostRange, RangeName};
 use crate::topology::Placement;
 
 use super::audit::FailedConstruct;
@@ -116,9 +116,16 @@ impl DeviceState {
         self.table.lock().named_by_zero_length(host).map(|e| e.translate_any(host))
     }
 
-    /// `range` as a section of the named entry it starts in, if it starts in one.
-    pub(crate) fn named_range(&self, range: HostRange) -> Option<RangeName> {
-        Some(self.table.lock().name_of(range)).filter(|n| n.array.is_some())
+    /// `range` as a trace names it: a section of the named entry it starts in, else of
+    /// `own` (the map's own name), else of the named entry that held its first byte and
+    /// has left the table; `None` when none is named.
+    pub(crate) fn named_range(&self, range: HostRange, own: Option<ArrayName>) -> Option<RangeName> {
+        let table = self.table.lock();
+        let array = match table.containing(range.begin) {
+            Some(e) => e.array().or(own),
+            None => own.or_else(|| table.gone_name(range.begin)),
+        };
+        array.map(|a| RangeName::new(range, Some(a)))
     }
 
     /// The entry containing `host`, with its counts.
@@ -134,5 +141,11 @@ impl DeviceState {
     /// The present table as text.
     pub(crate) fn dump_table(&self) -> String {
         self.table.lock().dump(self.number)
+    }
+
+    /// The present table as text, unless it has no entry.
+    pub(crate) fn dump_table_if_any(&self) -> Option<String> {
+        let table = self.table.lock();
+        (table.len() > 0).then(|| table.dump(self.number))
     }
 }

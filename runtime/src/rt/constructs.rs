@@ -36,10 +36,13 @@ pub(crate) enum MapConstruct {
 
 /// A construct's span on the timeline (`OFFLOAD_TRACE`): from its trace line to the
 /// guard's drop, which traces the device's table and pool after it. Inert with no timeline.
+/// With `OFFLOAD_INFO`'s every-table bit, its drop also prints the other devices' tables.
 pub(crate) struct ConstructSpan<'a> {
     rt: &'a Runtime,
     device: usize,
     id: Option<(u64, u64)>,
+    /// The construct's name, when the other devices' tables are printed after it.
+    every_table: Option<String>,
 }
 
 impl Drop for ConstructSpan<'_> {
@@ -50,6 +53,16 @@ impl Drop for ConstructSpan<'_> {
                 _ => None,
             };
             self.rt.inner.trace.construct_end(id, self.device, usage);
+        }
+        if let Some(what) = self.every_table.take() {
+            // What is live on the other devices: those that hold no entry are left out
+            // (a two-device program would see an empty table after every construct).
+            let label = format!("{what} on device {}", self.device);
+            for d in self.rt.inner.devices.iter().filter(|d| d.number != self.device) {
+                if let Some(table) = d.dump_table_if_any() {
+                    self.rt.inner.trace.table(d.number, &label, || table);
+                }
+            }
         }
     }
 }
@@ -160,6 +173,7 @@ impl Runtime {
             };
             r.map_err(|e| origin.failed(device, e))
         })
+        .map_err(|e| self.failed(device, verb, at, e))
     }
 
     /// `#pragma omp target update to(...)` / `from(...)`; each range with its `present`
@@ -192,7 +206,7 @@ impl Runtime {
         let checked =
             self.construct_target(device).and_then(|t| validate::update_list(device, items).map(|()| t));
         let what = if dir == UpdateDirection::To { "target update to" } else { "target update from" };
-        let _span = self.construct_span(device, at, || {
+        let _span = self.construct_span(device, what, at, || {
             let list: Vec<String> = items
                 .iter()
                 .map(|(r, p)| {
@@ -218,6 +232,7 @@ impl Runtime {
                     unsafe { d.update(items, dir, origin, &self.inner.devices) }
                         .map_err(|e| origin.failed(device, e))
                 })
+                .map_err(|e| self.failed(device, what, at, e))
             }
             Target::Initial => Ok(()),
         }
@@ -311,10 +326,16 @@ impl Runtime {
         let omp = matches!(shape, ArgShape::OpenMp(_));
         let c_shaped = omp && kernel.shape().is_some();
         let _span = (self.inner.trace.on(InfoFlags::KERNEL_ARGS)
+            || self.inner.trace.on(InfoFlags::EVERY_TABLE)
             || tracing::enabled!(target: "offload", tracing::Level::DEBUG))
         .then(|| {
             let what = format!("entering target (kernel `{}`, n={n})", kernel.name());
-            self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()))
+            let mut span =
+                self.trace_construct(device, &what, at, maps, &format!("; {} arguments", args.len()));
+            // The other devices' tables are printed once the whole region has run.
+            span.every_table =
+                span.every_table.take().map(|_| format!("target (kernel `{}`)", kernel.name()));
+            span
         });
         let d = match checked.map_err(|e| self.refused(device, "target", at, e))? {
             Target::Device(d) => d,
@@ -387,14 +408,15 @@ impl Runtime {
         at: &'static Location<'static>,
     ) -> Result<()> {
         let device = d.number;
-        d.poll()?;
+        let fail = |e| self.failed(device, "target", at, e);
+        d.poll().map_err(fail)?;
         let origin = Origin { construct: "target", kernel: Some(kernel.name()), at };
         // Implicit maps are read once, as the region enters (`resolved`: the list as the
         // table read it), and the launch and the region's end use that reading.
         let mut resolved = Vec::new();
         // SAFETY: forwarded from the caller.
         unsafe { d.map_enter_resolved(maps, Construct::Target, origin, &mut resolved) }
-            .map_err(|e| origin.failed(device, e))?;
+            .map_err(|e| fail(origin.failed(device, e)))?;
         let read = if resolved.is_empty() { maps } else { &resolved[..] };
         let parts: Vec<(usize, usize)> = maps
             .iter()
@@ -404,27 +426,39 @@ impl Runtime {
             .collect();
         let maps = read;
         // Mapped memory the kernel uses stays allocated until it has run (`in_use`).
-        let launched =
-            d.translate_args(kernel, args, c_pointers.then_some(&parts[..])).and_then(|(a, in_use)| {
+        let prepared = d
+            .translate_args(kernel, args, c_pointers.then_some(&parts[..]))
+            .and_then(|(a, in_use)| {
                 let a = match c_shaped {
                     Some(space) => crate::kernel::expand_c_shaped(kernel, device, a, space)?,
                     None => a,
                 };
-                let kernel = &d.launching(kernel, n, &a)?;
-                // A kernel that writes another device's memory (peer access) is seen there by
-                // work no construct on this device orders: it waits, as OpenMP's target does.
-                let what = || crate::device::kernel_span(kernel, n);
-                if d.ordered() && !reaches_peer {
-                    d.timed(Queue::Compute, what, || d.enqueue_kernel(kernel, n, &a))?;
-                    d.queued(origin, in_use, Default::default())
-                } else {
-                    d.timed(Queue::Compute, what, || d.run_kernel(kernel, n, &a))
-                }
-            });
+                Ok((d.launching(kernel, n, &a)?, a, in_use))
+            })
+            // Refused before the kernel ran (an argument not mapped, ...): its line says so
+            // between the region's entry and its exit, which still unmaps what it mapped.
+            .map_err(|e| self.refused(device, "target", at, e));
+        let refused = prepared.is_err();
+        let launched = prepared.and_then(|(kernel, a, in_use)| {
+            // A kernel that writes another device's memory (peer access) is seen there by
+            // work no construct on this device orders: it waits, as OpenMP's target does.
+            let what = || crate::device::kernel_span(&kernel, n);
+            if d.ordered() && !reaches_peer {
+                d.timed(Queue::Compute, what, || d.enqueue_kernel(&kernel, n, &a))?;
+                d.queued(origin, in_use, Default::default())
+            } else {
+                d.timed(Queue::Compute, what, || d.run_kernel(&kernel, n, &a))
+            }
+        });
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target, &self.inner.devices) };
-        launched.and(exited).map_err(|e| origin.failed(device, e))
+        let r = launched.and(exited).map_err(|e| origin.failed(device, e));
+        if refused {
+            r
+        } else {
+            r.map_err(fail)
+        }
     }
 
     /// Device `device` for a routine that reads, writes or frees device memory outside
@@ -501,6 +535,7 @@ impl Runtime {
             device,
             range,
             what: "the view given to HostBuffer::read_queued",
+            name: None,
         })?;
         // SAFETY: forwarded from the caller.
         unsafe { d.queue_read(dst, addr, range.bytes, pins, origin) }
@@ -541,8 +576,9 @@ impl Runtime {
             Target::Device(d) if d.ordered() => d,
             _ => return Ok(false),
         };
-        let row =
-            |r: HostRange| d.pinned_translation(r.begin).ok_or(Error::NotPresent { device, range: r, what });
+        let row = |r: HostRange| {
+            d.pinned_translation(r.begin).ok_or(Error::NotPresent { device, range: r, what, name: None })
+        };
         let (to, dst_pin) = row(dst)?;
         let (from, src_pin) = row(src)?;
         d.queue_copy_within(to, from, bytes, [dst_pin, src_pin], at).map(|()| true)
@@ -561,7 +597,7 @@ impl Runtime {
             Target::Device(d) => d
                 .pinned_translation(range.begin)
                 .map(|(a, pin)| (a, Some(pin)))
-                .ok_or(Error::NotPresent { device, range, what }),
+                .ok_or(Error::NotPresent { device, range, what, name: None }),
             Target::Initial => Ok((range.begin as u64, None)),
         }
     }
@@ -630,6 +666,7 @@ impl Runtime {
                     device,
                     range: op.span,
                     what: "a gemm operand",
+                    name: None,
                 })?
             };
         }
@@ -681,7 +718,7 @@ impl Runtime {
         items: &[MapItem],
         tail: &str,
     ) -> ConstructSpan<'_> {
-        self.construct_span(device, at, || {
+        self.construct_span(device, what, at, || {
             let list: Vec<String> = items
                 .iter()
                 .map(|i| match self.range_name(device, i.range, i.array()) {
@@ -704,6 +741,7 @@ impl Runtime {
     fn construct_span(
         &self,
         device: usize,
+        what: &str,
         at: &Location<'_>,
         line: impl FnOnce() -> String,
     ) -> ConstructSpan<'_> {
@@ -722,23 +760,38 @@ impl Runtime {
             ..InfoFields::default()
         };
         trace.event(InfoFlags::KERNEL_ARGS, fields, line);
-        ConstructSpan { rt: self, device, id }
+        let every_table = trace.on(InfoFlags::EVERY_TABLE).then(|| what.to_string());
+        ConstructSpan { rt: self, device, id, every_table }
     }
 
     /// How the trace names `range` on `device`: as a section of the named entry it lies
-    /// in, else of `own` (the item's own name), else `None` (given by its bytes).
+    /// in, else of `own` (the item's own name), else of the named entry that held it and
+    /// has left the table, else `None` (given by its bytes).
     fn range_name(&self, device: usize, range: HostRange, own: Option<ArrayName>) -> Option<RangeName> {
         let d = self.inner.devices.get(device);
-        d.and_then(|d| d.named_range(range)).or_else(|| own.map(|a| RangeName::new(range, Some(a))))
+        match d {
+            Some(d) => d.named_range(range, own),
+            None => own.map(|a| RangeName::new(range, Some(a))),
+        }
     }
 
     /// The failure line of a construct refused before it ran (`OFFLOAD_INFO` 0x01), after
     /// its construct line: `what` on `device`, called at `at`; gives `e` back.
     fn refused(&self, device: usize, what: &str, at: &Location<'_>, e: Error) -> Error {
-        let fields =
-            || InfoFields { kind: "refused", device: Some(device), at: Some(at), ..InfoFields::default() };
+        self.ended_line("refused", device, what, at, e)
+    }
+
+    /// The failure line of a construct that failed once it had begun (`OFFLOAD_INFO`
+    /// 0x01), after its construct line: `what` on `device`, called at `at`; gives `e` back.
+    fn failed(&self, device: usize, what: &str, at: &Location<'_>, e: Error) -> Error {
+        self.ended_line("failed", device, what, at, e)
+    }
+
+    /// A construct's last line when it ends in error: `how` (`refused`, `failed`) and why.
+    fn ended_line(&self, how: &'static str, device: usize, what: &str, at: &Location<'_>, e: Error) -> Error {
+        let fields = || InfoFields { kind: how, device: Some(device), at: Some(at), ..InfoFields::default() };
         self.inner.trace.event(InfoFlags::KERNEL_ARGS, fields, || {
-            format!("device {device}: {what} at {}:{} refused: {e}", at.file(), at.line())
+            format!("device {device}: {what} at {}:{} {how}: {e}", at.file(), at.line())
         });
         e
     }

@@ -3,14 +3,15 @@
 //!
 //! | bit | meaning |
 //! | --- | --- |
-//! | `0x01` | constructs (also one refused before it ran, then why) and the device memory routines (`omp_target_alloc`, `free`, `associate_ptr`, `disassociate_ptr`, device buffers), each with the program's `file:line`; kernel launches with their translated arguments |
-//! | `0x02` | a map found its range already present, and why a map copied nothing (`to` on a present range, `from` on an entry that stays) |
+//! | `0x01` | constructs (also one refused before it ran, or failed once begun, then why) and the device memory routines (`omp_target_alloc`, `free`, `associate_ptr`, `disassociate_ptr`, device buffers), each with the program's `file:line`; kernel launches with their translated arguments |
+//! | `0x02` | a map found its range already present, and why a map copied nothing (`to` on a present range, `from` on an entry that stays, a zero-length exit), and what a `release` that keeps its entry moved |
 //! | `0x04` | the present table after each construct, and with a failed construct's error |
 //! | `0x08` | entries created and removed, with their counts |
 //! | `0x10` | launch details: the grid and block a backend chose |
 //! | `0x20` | data transfers: direction, bytes, addresses |
 //! | `0x40` | host data with no device counterpart: ranges an exit or update skipped (absent, or not wholly inside a mapped range) |
 //! | `0x80` | races between devices: a copy back (exit or `update from`) into host memory that another device has mapped with `from` (level `WARN`) |
+//! | `0x100` | every device's present table after each construct, not only the construct's own device's (other devices' only when they hold an entry) |
 //!
 //! `-1` (or any value with every bit set) turns everything on, as with `LIBOMPTARGET_INFO`.
 //!
@@ -21,7 +22,7 @@
 //! The trace is made of [`tracing`] events, target `offload`, level `DEBUG` (reports of
 //! mappings still live at shutdown: `WARN`), each with its line as the message and fields
 //! `info` (its bit; 0 for reports made whatever the bits), `kind` (`construct`,
-//! `refused`, `memory routine`, `entry created`, `mapping exists`, `not copied`,
+//! `refused`, `failed`, `memory routine`, `entry created`, `mapping exists`, `not copied`, `released`, `zero length`,
 //! `entry removed`, `copy`, `launch`, `table`, `skipped`, `race`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
 //! `device_addr`, `ref_count`, `hold_count`, `bytes`, `direction`, `staged`, `micros` (a
 //! copy's time), `kernel`, `n`, `at` (the program's `file:line`).
@@ -72,6 +73,10 @@ impl InfoFlags {
     /// Races between devices: a copy back into host memory that another device has mapped
     /// with `from` (a `WARN` event).
     pub const RACE: Self = Self(0x80);
+    /// Every device's present table after each construct, as libomptarget prints them: the
+    /// construct's own (as [`InfoFlags::DUMP_TABLE`] does) and every other device's that
+    /// holds an entry.
+    pub const EVERY_TABLE: Self = Self(0x100);
     /// Every bit (`-1`).
     pub const ALL: Self = Self(u32::MAX);
 
@@ -541,11 +546,11 @@ impl Trace {
     }
 
     /// A range `construct` skips on `device`: it has no device counterpart (`ABSENT`).
-    pub(crate) fn skipped(&self, device: usize, construct: &str, range: HostRange) {
+    pub(crate) fn skipped(&self, device: usize, construct: &str, range: RangeName) {
         let fields = || InfoFields {
             kind: "skipped",
             device: Some(device),
-            host: Some(range),
+            host: Some(range.range),
             ..InfoFields::default()
         };
         self.event(InfoFlags::ABSENT, fields, || {
@@ -553,11 +558,14 @@ impl Trace {
         });
     }
 
-    /// Device `device`'s present table after `label` (`DUMP_TABLE`), dumped by `dump` only
-    /// when someone wants it.
+    /// Device `device`'s present table after `label` (`DUMP_TABLE`, or `EVERY_TABLE` for
+    /// the other devices' tables), dumped by `dump` only when someone wants it.
     pub(crate) fn table(&self, device: usize, label: &str, dump: impl FnOnce() -> String) {
         let fields = || InfoFields { kind: "table", device: Some(device), ..InfoFields::default() };
-        self.event(InfoFlags::DUMP_TABLE, fields, || format!("after {label}: {}", dump()));
+        // The construct's own table comes with either bit; other devices' only with 0x100.
+        let flag =
+            if self.on(InfoFlags::DUMP_TABLE) { InfoFlags::DUMP_TABLE } else { InfoFlags::EVERY_TABLE };
+        self.event(flag, fields, || format!("after {label}: {}", dump()));
     }
 
     /// Emits an event of kind `flag` with only its line.

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::{Construct, Entry, Lookup, MapItem, MapKind, PresentTable};
 use crate::error::{Error, Result};
-use crate::range::HostRange;
+use crate::range::{ArrayName, HostRange, RangeName};
 
 /// A new entry a construct has allocated and not yet published, with the counts its items
 /// move (the reference count, the hold count, or both).
@@ -303,9 +303,12 @@ pub(crate) fn present_parts<'a>(table: &PresentTable, items: &'a [MapItem]) -> C
 fn check_entry(table: &PresentTable, it: &MapItem, device: usize) -> Result<Lookup> {
     match table.lookup(it.range) {
         Lookup::Extends(existing) => Err(Error::Extension { device, requested: it.range, existing }),
-        Lookup::Absent if it.map_type.present => {
-            Err(Error::NotPresent { device, range: it.range, what: "a `present` map on entry" })
-        }
+        Lookup::Absent if it.map_type.present => Err(Error::NotPresent {
+            device,
+            range: it.range,
+            what: "a `present` map on entry",
+            name: it.array().map(|a| RangeName::new(it.range, Some(a)).to_string()),
+        }),
         l => Ok(l),
     }
 }
@@ -444,7 +447,7 @@ impl ExitPlan {
         for it in items {
             let present = it.map_type.present && !c.is_region();
             // A zero-length item stands for the entry it lies in (rule 6).
-            keys.push(resolve_exit(table, it.range, present, device, "a `present` map on exit")?);
+            keys.push(resolve_exit(table, it.range, present, device, "a `present` map on exit", it.array())?);
         }
         // Each entry once, in reverse list order, with its counts before the construct and
         // the counts its items move (each at most once); `slot[i]` is item i's entry.
@@ -503,7 +506,7 @@ impl ExitPlan {
         device: usize,
     ) -> Result<()> {
         let present = it.map_type.present && !c.is_region();
-        let key = resolve_exit(table, it.range, present, device, "a `present` map on exit")?;
+        let key = resolve_exit(table, it.range, present, device, "a `present` map on exit", it.array())?;
         let Some(k) = key else { return Ok(()) };
         let Some(e) = table.get_mut(k) else { return Ok(()) };
         let mut t = Touched::new(k, e);
@@ -542,17 +545,24 @@ impl ExitPlan {
 }
 
 /// At exit and in `update`: the entry wholly containing `range`; a range that is not
-/// inside one mapped range is absent there (rule 4), an error only with `present`.
+/// inside one mapped range is absent there (rule 4), an error only with `present` (naming
+/// `range` as a section of `array` when its map was named).
 pub(crate) fn resolve_exit(
     table: &PresentTable,
     range: HostRange,
     present: bool,
     device: usize,
     what: &'static str,
+    array: Option<ArrayName>,
 ) -> Result<Option<usize>> {
     match table.lookup(range) {
         Lookup::Inside(k) => Ok(Some(k)),
-        Lookup::Absent | Lookup::Extends(_) if present => Err(Error::NotPresent { device, range, what }),
+        Lookup::Absent | Lookup::Extends(_) if present => Err(Error::NotPresent {
+            device,
+            range,
+            what,
+            name: array.map(|a| RangeName::new(range, Some(a)).to_string()),
+        }),
         Lookup::Absent | Lookup::Extends(_) => Ok(None),
     }
 }

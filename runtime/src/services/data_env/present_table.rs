@@ -218,7 +218,15 @@ pub(crate) struct PresentTable {
     /// The longest range in transit (0 when none): a search for overlaps starts that far
     /// below the probe, so it is a descent of the tree, not a scan.
     transit_span: usize,
+    /// The names of named entries that have left the table, newest last, at most
+    /// [`GONE_NAMES`]: trace lines about their ranges after the mapping ended (a zero-length
+    /// exit, an update or exit skipped as absent) still give the program's name. A name is
+    /// forgotten once an entry is made over any of its bytes.
+    gone: std::collections::VecDeque<(HostRange, ArrayName)>,
 }
+
+/// How many names of removed entries a table keeps ([`PresentTable::name_of`]).
+const GONE_NAMES: usize = 64;
 
 /// Users of one device block, and its entry once that has left the table.
 #[derive(Default, Debug)]
@@ -299,6 +307,12 @@ impl PresentTable {
     }
 
     pub(crate) fn insert(&mut self, e: Entry) {
+        if !self.gone.is_empty() {
+            let r = e.range;
+            // Zero-length ranges count as their one address here.
+            let end = |x: &HostRange| x.end().max(x.begin.saturating_add(1));
+            self.gone.retain(|(g, _)| end(g) <= r.begin || end(&r) <= g.begin);
+        }
         self.ends.insert(e.range.begin, e.range.end());
         let old = self.entries.insert(e.range.begin, e);
         debug_assert!(old.is_none(), "insert over an existing entry");
@@ -306,7 +320,14 @@ impl PresentTable {
 
     pub(crate) fn remove(&mut self, key: usize) -> Option<Entry> {
         self.ends.remove(&key);
-        self.entries.remove(&key)
+        let e = self.entries.remove(&key)?;
+        if let Some(a) = e.array() {
+            if self.gone.len() == GONE_NAMES {
+                self.gone.pop_front();
+            }
+            self.gone.push_back((e.range, a));
+        }
+        Some(e)
     }
 
     /// Counts one more user of the device block at `device_addr` (an entry's).
@@ -419,10 +440,20 @@ impl PresentTable {
     }
 
     /// How traces name `range`: as an element section of the named entry it starts in
-    /// (`a[256:128]`), else by its bytes.
+    /// (`a[256:128]`), or else of the latest named entry that held its first byte and has
+    /// left the table; else by its bytes.
     pub(crate) fn name_of(&self, range: HostRange) -> RangeName {
-        let array = self.containing(range.begin).and_then(Entry::array);
+        let array = match self.containing(range.begin) {
+            Some(e) => e.array(),
+            None => self.gone_name(range.begin),
+        };
         RangeName::new(range, array)
+    }
+
+    /// The name of the latest named entry that held `host` and has left the table.
+    pub(crate) fn gone_name(&self, host: usize) -> Option<ArrayName> {
+        let held = |g: &HostRange| g.begin <= host && (host < g.end() || host == g.begin);
+        self.gone.iter().rev().find(|(g, _)| held(g)).map(|&(_, a)| a)
     }
 
     /// The entries that share a byte with `r`, in address order.
@@ -569,5 +600,34 @@ mod tests {
         let d = t.dump(3);
         assert!(d.starts_with("device 3 present table (2 entries)"));
         assert_eq!(d.lines().count(), 4);
+    }
+
+    /// A named entry that leaves the table still names its range's sections, until an
+    /// entry is made over any of its bytes; only the latest `GONE_NAMES` are kept.
+    #[test]
+    fn names_outlive_their_entries_until_remapped() {
+        let mut t = PresentTable::default();
+        let named = |begin: usize, bytes: usize, name: &'static str| {
+            let mut e = Entry::new(HostRange::new(begin, bytes), 0x9000, false);
+            e.note_map(&crate::MapItem::new(HostRange::new(begin, bytes), crate::MapType::TO).named(name));
+            e
+        };
+        t.insert(named(0x1000, 64, "a"));
+        assert!(t.remove(0x1000).is_some());
+        assert_eq!(t.name_of(HostRange::new(0x1010, 16)).to_string(), "a[16:16]");
+        assert_eq!(t.name_of(HostRange::new(0x1000, 0)).to_string(), "a[0:0]");
+        assert!(t.name_of(HostRange::new(0x1040, 4)).array.is_none(), "past the end");
+        // An unnamed entry over some of its bytes: the name is forgotten.
+        t.insert(Entry::new(HostRange::new(0x1030, 4), 0xa000, false));
+        assert!(t.remove(0x1030).is_some());
+        assert!(t.name_of(HostRange::new(0x1000, 4)).array.is_none());
+        // Only the latest GONE_NAMES are kept.
+        for k in 0..=GONE_NAMES {
+            let begin = 0x10_0000 + 0x100 * k;
+            t.insert(named(begin, 16, "b"));
+            assert!(t.remove(begin).is_some());
+        }
+        assert!(t.name_of(HostRange::new(0x10_0000, 4)).array.is_none(), "the oldest was dropped");
+        assert!(t.name_of(HostRange::new(0x10_0100, 4)).array.is_some());
     }
 }
