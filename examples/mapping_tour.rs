@@ -26,6 +26,8 @@ use offload_kernels::ADD_I32;
 fn step(rt: &Runtime, title: &str, why: &str, body: impl FnOnce() -> Result<String>) -> Result<()> {
     rt.take_info();
     println!("## {title}\n\n{why}\n");
+    // The timeline labels the step where it begins.
+    rt.annotate(title);
     let outcome = body()?;
     println!("```text");
     for line in rt.take_info() {

@@ -231,6 +231,8 @@ pub struct Slice {
     pub kind: Kind,
     /// `args.bytes`, for copies.
     pub bytes: Option<u64>,
+    /// `args.range`: the host range as the program named it (`a[0:5]`), for copies.
+    pub range: Option<String>,
     /// Its arguments as `key: value` lines, for the picture's tooltips.
     pub detail: String,
 }
@@ -249,8 +251,11 @@ pub struct Mark {
     pub ts: f64,
     /// Its name.
     pub name: String,
-    /// Its category.
+    /// Its category (`race`: a race warning; `note`: the program's annotation, drawn
+    /// with its words).
     pub cat: String,
+    /// Its arguments as `key: value` lines, for the picture's tooltips.
+    pub detail: String,
 }
 
 /// A thread's track.
@@ -422,10 +427,11 @@ impl Trace {
                 let dur =
                     e.get("dur").and_then(Value::as_f64).filter(|d| d.is_finite()).unwrap_or(0.0).max(0.0);
                 let bytes = args.get("bytes").and_then(Value::as_u64);
+                let range = args.get("range").and_then(Value::as_str).map(str::to_string);
                 let kind = Kind::of(&cat, &name, args);
-                lane.slices.push(Slice { ts, dur, kind, bytes, detail: detail(args), name });
+                lane.slices.push(Slice { ts, dur, kind, bytes, range, detail: detail(args), name });
             } else {
-                lane.marks.push(Mark { ts, name, cat });
+                lane.marks.push(Mark { ts, name, cat, detail: detail(args) });
             }
         }
         let mut processes: Vec<Process> = processes
@@ -514,7 +520,8 @@ impl Names {
     }
 }
 
-/// A slice's arguments as `key: value` lines (long values cut), for its tooltip.
+/// A slice's arguments as `key: value` lines, for its tooltip: long values cut, but the
+/// trace line (`message`: a construct's whole map list) kept whole.
 fn detail(args: &Value) -> String {
     let mut out = String::new();
     for (k, v) in args.as_object().into_iter().flatten().take(12) {
@@ -522,7 +529,8 @@ fn detail(args: &Value) -> String {
             Value::String(s) => s.clone(),
             v => v.to_string(),
         };
-        let _ = writeln!(out, "{k}: {}", cut(&v, 80));
+        let v = if k == "message" { v } else { cut(&v, 80) };
+        let _ = writeln!(out, "{k}: {v}");
     }
     out
 }
@@ -811,21 +819,55 @@ fn draw_lanes(
                 draw_slice(body, plot, y, s, a, b);
             }
             if options.instants {
-                for m in view.marks(lane) {
-                    let x = plot.x(m.ts);
-                    let _ = write!(
-                        body,
-                        r##"<line class="instant" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#4B5563" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line>"##,
-                        y + 1.5,
-                        y + BAR_TOP - 1.0,
-                        esc(&format!("{} ({}) at {}", m.name, m.cat, fmt_time(m.ts)))
-                    );
+                let marks: Vec<&Mark> = view.marks(lane).collect();
+                for (k, m) in marks.iter().enumerate() {
+                    // A note's words run to the next note of its lane.
+                    let next =
+                        marks[k + 1..].iter().find(|n| n.cat == "note").map_or(plot.x1, |n| plot.x(n.ts));
+                    draw_mark(body, plot, y, m, next);
                 }
             }
             y += LANE_H;
         }
     }
     y
+}
+
+/// One instant of the lane at `lane_y`, with its tooltip: a faint tick above the slices; a
+/// race warning as a red tick labelled `race`; the program's note as a dark tick with its
+/// words, cut where the lane's next note begins (`next_x`).
+fn draw_mark(body: &mut String, plot: &Plot, lane_y: f64, m: &Mark, next_x: f64) {
+    let x = plot.x(m.ts);
+    let mut tip = format!("{} ({}) at {}", m.name, m.cat, fmt_time(m.ts));
+    if !m.detail.is_empty() {
+        tip.push('\n');
+        tip.push_str(m.detail.trim_end());
+    }
+    let (class, colour, opacity, words) = match m.cat.as_str() {
+        "race" => ("race", "#DC2626", 1.0, Some("race".to_string())),
+        "note" => ("note", "#111827", 1.0, Some(m.name.clone())),
+        _ => ("instant", "#4B5563", 0.45, None),
+    };
+    let bottom = if words.is_some() { lane_y + LANE_H - 2.0 } else { lane_y + BAR_TOP - 1.0 };
+    let _ = write!(
+        body,
+        r##"<line class="{class}" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="{colour}" stroke-opacity="{opacity}" stroke-width="{}"><title>{}</title></line>"##,
+        lane_y + 1.5,
+        if words.is_some() { 1.5 } else { 1.0 },
+        esc(&tip)
+    );
+    if let Some(words) = words {
+        let room = ((next_x.min(plot.x1) - x - 4.0) / (CHAR_W * 0.9)).max(0.0) as usize;
+        if room >= 1 {
+            let _ = write!(
+                body,
+                r#"<text class="{class}-label" x="{:.1}" y="{:.1}" font-size="9.5" fill="{colour}" pointer-events="none">{}</text>"#,
+                x + 2.5,
+                lane_y + BAR_TOP + 5.0,
+                esc(&cut(&words, room))
+            );
+        }
+    }
 }
 
 /// The legend under the title: a swatch and label per kind in `kinds`, then the instants'
@@ -899,9 +941,13 @@ fn draw_slice(body: &mut String, plot: &Plot, lane_y: f64, s: &Slice, a: f64, b:
         esc(&tip)
     );
     let room = ((w - 6.0) / (CHAR_W * 0.9)) as usize;
-    // What fits in a bar says most: a copy's size, a kernel's own name.
-    let label = match (s.kind.is_copy(), s.bytes) {
-        (true, Some(b)) => fmt_bytes(b as f64),
+    // What fits in a bar says most: a copy's array and size (the size alone when both do
+    // not fit), a kernel's own name.
+    let label = match (s.kind.is_copy(), s.bytes, &s.range) {
+        (true, Some(b), Some(r)) if r.chars().count() + 1 + fmt_bytes(b as f64).chars().count() <= room => {
+            format!("{r} {}", fmt_bytes(b as f64))
+        }
+        (true, Some(b), _) => fmt_bytes(b as f64),
         _ => s.name.strip_prefix("kernel ").unwrap_or(&s.name).to_string(),
     };
     if room >= 4 {

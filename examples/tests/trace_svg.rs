@@ -402,3 +402,120 @@ fn the_program_answers_usage_errors_with_its_usage_and_status_2() {
     assert_eq!(run.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&run.stderr).contains("cannot read /nonexistent/run.json"));
 }
+
+/// Pictures that show mapping (issue 48, item 6), from a made-up trace: a copy bar wide
+/// enough says its array and size (its size alone when narrow), a race is a red tick
+/// labelled `race`, the program's notes carry their words (cut where the next note
+/// begins), and a construct's tooltip keeps its whole map list.
+#[test]
+fn copies_races_notes_and_map_lists_are_labelled() {
+    let long_list =
+        format!("device 0: target enter data at tour.rs:7 with 9 maps: {}", "to(a[0:1024]) ".repeat(9));
+    let args = |range: &str| json!({"direction": "host->device", "bytes": 4096, "range": range});
+    let events = vec![
+        meta(json!(1), 0, "process_name", "device 0"),
+        slice(1, 1, "copy", "copy host->device", 0.0, 600.0, args("a[0:1024]")),
+        slice(1, 1, "copy", "copy host->device", 700.0, 4.0, args("b[0:1024]")),
+        slice(1, 2, "construct", "target enter data", 0.0, 800.0, json!({"message": long_list})),
+        json!({"ph": "i", "s": "t", "cat": "race", "name": "race", "pid": 1, "tid": 2, "ts": 650.0,
+               "args": {"message": "device 0: race: the copy back of a[0:5] ..."}}),
+        json!({"ph": "i", "s": "t", "cat": "note", "name": "1. map the inputs", "pid": 0, "tid": 1, "ts": 0.0, "args": {}}),
+        json!({"ph": "i", "s": "t", "cat": "note", "name": "2. a step too long to fit before the next note",
+               "pid": 0, "tid": 1, "ts": 700.0, "args": {}}),
+        json!({"ph": "i", "s": "t", "cat": "note", "name": "3", "pid": 0, "tid": 1, "ts": 760.0, "args": {}}),
+    ];
+    let svg = draw(&trace(events), &RenderOptions::default());
+    let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{e}"));
+    let labels: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("pointer-events") == Some("none"))
+        .filter_map(|n| n.text().map(str::to_string))
+        .collect();
+    assert!(labels.contains(&"a[0:1024] 4.00 KiB".to_string()), "{labels:?}");
+    assert!(!labels.iter().any(|l| l.contains("b[0:1024]")), "the narrow copy has no room: {labels:?}");
+    // The race: red, labelled, its message on hover.
+    let race = with_class(&doc, "race");
+    assert_eq!(race.len(), 1, "{svg}");
+    assert_eq!(race[0].attribute("stroke"), Some("#DC2626"));
+    assert!(race[0].children().any(|c| c.text().is_some_and(|t| t.contains("the copy back of a[0:5]"))));
+    assert_eq!(texts(&doc, "race-label"), ["race"]);
+    // Notes: their words, the second cut before the third.
+    let notes = texts(&doc, "note-label");
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert_eq!(notes[0], "1. map the inputs");
+    assert!(notes[1].ends_with('…') && notes[1].len() < 40, "{notes:?}");
+    assert_eq!(notes[2], "3");
+    // The construct's tooltip keeps its whole map list.
+    let construct =
+        with_class(&doc, "slice").into_iter().find(|n| n.attribute("class") == Some("slice construct"));
+    let tip =
+        construct.and_then(|n| n.children().find_map(|c| c.text().map(str::to_string))).unwrap_or_default();
+    assert!(tip.contains(long_list.trim_end()), "{tip}");
+}
+
+/// A real run's timeline names copies by their arrays, draws each named entry's reference
+/// count over time, marks the race and carries the program's notes (issue 48, item 6).
+#[test]
+fn a_real_run_draws_names_counts_races_and_notes() -> offload::Result<()> {
+    use offload::MapItem;
+    let path = scratch("trace-svg-mapping.json");
+    {
+        let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).trace_file(&path).build()?;
+        let (a, b) = ([0i32; 8], [0i32; 8]);
+        let (ap, bp) = (a.as_ptr(), b.as_ptr().cast_mut());
+        rt.annotate("1. two maps of a, then a halo race");
+        // SAFETY: `a` and `b` outlive their mappings; the host does not touch them meanwhile.
+        unsafe {
+            let a = MapItem::to(ap, 32).named("a");
+            rt.enter_data(0, &[a])?;
+            rt.enter_data(0, &[a])?;
+            rt.exit_data(0, &[MapItem::release(ap, 32)])?;
+            rt.annotate("2. the halo race");
+            rt.enter_data(0, &[MapItem::tofrom(bp, 20).named("b")])?;
+            rt.enter_data(1, &[MapItem::tofrom(bp.add(3), 20).named_at("b", 3)])?;
+            rt.exit_data(0, &[MapItem::from(bp, 20)])?;
+            rt.exit_data(1, &[MapItem::from(bp.add(3), 20)])?;
+            // A held entry: its hold count is drawn too.
+            let h = [MapItem::tofrom(bp, 32).hold().named("h")];
+            rt.target_data_begin(0, &h)?;
+            rt.target_data_end(0, &h)?;
+        }
+        rt.flush_trace()?;
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let events = doc["traceEvents"].as_array().cloned().unwrap_or_default();
+    // The reference count of a[0:8] on device 0: 1, 2, then 1 after the release (the
+    // entry stays), as a counter series named by the entry.
+    let counts: Vec<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "ref count a[0:8]" && e["pid"] == 1)
+        .filter_map(|e| e["args"]["count"].as_u64())
+        .collect();
+    assert_eq!(counts, [1, 2, 1], "{text}");
+    let held: Vec<(u64, u64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "ref count h[0:8]")
+        .filter_map(|e| Some((e["args"]["count"].as_u64()?, e["args"]["hold"].as_u64()?)))
+        .collect();
+    assert_eq!(held, [(0, 1), (0, 0)], "{text}");
+    // Copies carry their range's name.
+    assert!(
+        events.iter().any(|e| e["ph"] == "X" && e["cat"] == "copy" && e["args"]["range"] == "b[3:5]"),
+        "{text}"
+    );
+    let notes: Vec<&str> =
+        events.iter().filter(|e| e["cat"] == "note").filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(notes, ["1. two maps of a, then a halo race", "2. the halo race"]);
+
+    let t = Trace::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let svg = draw(&t, &RenderOptions::default());
+    let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{e}"));
+    let strips = texts(&doc, "counter-label");
+    for s in ["ref count a[0:8]", "ref count b[0:5]", "ref count b[3:5]"] {
+        assert!(strips.contains(&s.to_string()), "{strips:?}");
+    }
+    assert_eq!(texts(&doc, "race-label"), ["race"], "{svg}");
+    assert_eq!(texts(&doc, "note-label").len(), 2, "{svg}");
+    Ok(())
+}

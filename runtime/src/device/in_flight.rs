@@ -414,7 +414,7 @@ impl DeviceState {
         // SAFETY: the caller's range is valid for reads; the slot holds `SLOT_BYTES` and
         // is this construct's alone until given back.
         unsafe { std::ptr::copy_nonoverlapping(host.begin as *const u8, b.ptr(slot), host.bytes) };
-        let what = || super::copy_span("host->device", host, dst, false);
+        let what = super::copy_span("host->device", host, dst, false);
         // SAFETY: the slot stays valid and unchanged until the work is retired (it is in
         // the construct's `QueuedOp`), `dst` is the caller's device range.
         let enqueue = || unsafe { self.backend.enqueue_write(Queue::Compute, dst, b.ptr(slot), host.bytes) };
@@ -499,7 +499,7 @@ impl DeviceState {
         // SAFETY: forwarded from the caller.
         let enqueue =
             || unsafe { self.backend.enqueue_read(Queue::Compute, host.begin as *mut u8, src, host.bytes) };
-        self.timed(Queue::Compute, || super::copy_span("device->host", host, src, false), enqueue)?;
+        self.timed(Queue::Compute, super::copy_span("device->host", host, src, false), enqueue)?;
         self.trace_copy(
             "device->host",
             host,

@@ -211,6 +211,12 @@ thread_local! {
     static COPY_NAME: Cell<Option<ArrayName>> = const { Cell::new(None) };
 }
 
+/// `host`, the range of a copy being made on this thread, as the program named it, if the
+/// construct making it knows a name ([`COPY_NAME`]).
+pub(super) fn copy_name(host: HostRange) -> Option<RangeName> {
+    COPY_NAME.get().map(|a| RangeName::new(host, Some(a)))
+}
+
 /// Names the copy made while it lives ([`COPY_NAME`]), unnamed again when dropped.
 struct CopyName;
 
@@ -266,7 +272,9 @@ impl DeviceState {
         array: impl Fn(usize) -> Option<ArrayName>,
     ) -> Short<Option<ArrayName>> {
         if copies.is_empty()
-            || !(self.trace.wants(InfoFlags::TRANSFERS) || self.trace.wants_warning(InfoFlags::RACE))
+            || !(self.trace.wants(InfoFlags::TRANSFERS)
+                || self.trace.wants_warning(InfoFlags::RACE)
+                || self.trace.timeline())
         {
             return Short::new();
         }
@@ -1002,6 +1010,18 @@ impl DeviceState {
             if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
                 self.not_copied_out(&table, items, &plan, &zero);
             }
+            if self.trace.timeline() {
+                // The named entries that stay, with their counts now (the timeline's strips).
+                for e in plan.taken.iter().filter_map(|t| table.get(t.0)) {
+                    if let Some(a) = e.array() {
+                        self.trace.counts(
+                            self.number,
+                            RangeName::new(e.range, Some(a)),
+                            (e.ref_count, e.hold_count),
+                        );
+                    }
+                }
+            }
             let removed = |k| plan.removed.iter().map(|(e, _)| e).find(|e| e.range.begin == k);
             let names =
                 self.copy_names(&plan.copies, |k| table.get(k).or_else(|| removed(k)).and_then(Entry::array));
@@ -1250,6 +1270,7 @@ impl DeviceState {
             micros: Some(took.as_secs_f64() * 1e6),
             queued: Some(path == CopyPath::Queued),
             construct: crate::info::current_construct(),
+            name: copy_name(host),
             ..InfoFields::default()
         };
         self.trace.event(InfoFlags::TRANSFERS, fields, || {

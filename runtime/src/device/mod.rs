@@ -178,20 +178,23 @@ impl DeviceState {
     }
 }
 
-/// A host<->device copy's span on the timeline.
+/// A host<->device copy's span on the timeline, with its range's name if the construct
+/// making it on this thread knows one.
 pub(crate) fn copy_span(
     direction: &'static str,
     host: HostRange,
     addr: u64,
     staged: bool,
-) -> timeline::SpanOf {
-    InfoFields {
+) -> impl Fn() -> timeline::SpanOf {
+    let name = map_lists::copy_name(host);
+    move || InfoFields {
         kind: "copy",
         host: Some(host),
         device_addr: Some(addr),
         bytes: Some(host.bytes),
         direction: Some(direction),
         staged: Some(staged),
+        name,
         ..InfoFields::default()
     }
 }
@@ -555,7 +558,7 @@ impl DeviceState {
     /// `host` valid for reads; `dst` device memory of the range's size.
     pub(crate) unsafe fn write_host(&self, dst: u64, host: HostRange) -> Result<bool> {
         let ring = self.stages(host);
-        let what = || copy_span("host->device", host, dst, ring.is_some());
+        let what = copy_span("host->device", host, dst, ring.is_some());
         self.timed(Queue::CopyIn, what, || match ring {
             Some(ring) => {
                 // SAFETY: forwarded from the caller.
@@ -572,7 +575,7 @@ impl DeviceState {
     /// `host` valid for exclusive writes; `src` device memory of the range's size.
     pub(crate) unsafe fn read_host(&self, host: HostRange, src: u64) -> Result<bool> {
         let ring = self.stages(host);
-        let what = || copy_span("device->host", host, src, ring.is_some());
+        let what = copy_span("device->host", host, src, ring.is_some());
         self.timed(Queue::CopyOut, what, || match ring {
             Some(ring) => {
                 // SAFETY: forwarded from the caller.

@@ -260,6 +260,22 @@ impl Runtime {
         self.inner.trace.take()
     }
 
+    /// Marks this moment on the timeline ([`RuntimeBuilder::trace_file`], `OFFLOAD_TRACE`)
+    /// with `text`, on the calling thread's track: a program's own landmarks (the steps of a
+    /// lesson, the phases of a solver), drawn with their words by `offload-trace --svg` and
+    /// shown as instants (category `note`) in Perfetto. Also given to a program's own
+    /// `tracing` subscriber (kind `note`); nothing is printed under `OFFLOAD_INFO`, and
+    /// without a timeline or subscriber it costs a check.
+    ///
+    /// ```
+    /// let rt = offload::Runtime::builder().host_devices(1).build()?;
+    /// rt.annotate("step 1: map the inputs");
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn annotate(&self, text: &str) {
+        self.inner.trace.note(text);
+    }
+
     /// Writes the timeline asked for by [`RuntimeBuilder::trace_file`] or `OFFLOAD_TRACE`
     /// (the Chrome trace-event format, for Perfetto or `chrome://tracing`) with every event
     /// so far, replacing what an earlier flush wrote; the runtime writes it again when

@@ -19,10 +19,13 @@
 //! - on a thread's track, a complete event per construct (`construct`: from its trace line
 //!   to its end, with the program's `file:line` and the line itself) and per copy the
 //!   thread waited for (`host copy`), and instants (`"ph": "i"`) for launches, queued
-//!   copies, present-table entry events and everything else;
+//!   copies, present-table entry events, the program's notes (`note`, named by their
+//!   words: `Runtime::annotate`) and everything else;
 //! - a flow arrow (`"ph": "s"` / `"f"`) from each construct to each queue span it caused;
 //! - counters (`"ph": "C"`) per device after each construct, read from its table and pool:
-//!   `present entries`, `mapped bytes`, `pool bytes` (`in_use`, `cached`).
+//!   `present entries`, `mapped bytes`, `pool bytes` (`in_use`, `cached`); and one per
+//!   named entry, `ref count a[0:4]` (`count`, and `hold` once its hold count has been
+//!   used), set when the entry is made, found, left mapped by an exit, and removed (0).
 //!
 //! Times are microseconds since the trace began (one clock for the process; a GPU's times
 //! are placed on it through an anchor event). Events are written to the file as they come,
@@ -205,6 +208,9 @@ struct State {
     /// Processes and (process, thread) pairs already named by a metadata event.
     processes: BTreeSet<u64>,
     named_threads: HashSet<(u64, u64)>,
+    /// Named entries (pid, name) whose hold count has been above 0: their `ref count`
+    /// counters carry `hold` too, until they are removed.
+    held: HashSet<(u64, String)>,
     /// Constructs begun and not ended yet, by number.
     open: HashMap<u64, OpenConstruct>,
     /// Where and when the latest constructs began (pid, tid, ts), for flow arrows to work
@@ -304,6 +310,11 @@ fn write_failed(path: &Path, e: &std::io::Error) -> Error {
     }
 }
 
+/// A counter event (`"ph": "C"`) of process `pid` at `ts`.
+fn counter<'a>(name: &'a str, pid: u64, ts: f64, args: &'a [(&'a str, Arg)]) -> TraceEvent<'a> {
+    TraceEvent { ph: "C", name, cat: None, pid, tid: 0, ts, dur: None, flow: None, args }
+}
+
 /// A complete event (`"ph": "X"`) on track `(pid, tid)` from `ts` for `dur` microseconds.
 fn slice<'a>(
     name: &'a str,
@@ -352,6 +363,7 @@ impl ChromeTraceLayer {
             threads: HashMap::new(),
             processes: BTreeSet::new(),
             named_threads: HashSet::new(),
+            held: HashSet::new(),
             open: HashMap::new(),
             began: BTreeMap::new(),
             flows: 0,
@@ -455,27 +467,43 @@ impl ChromeTraceLayer {
                         ),
                     ];
                     for (name, args) in counters {
-                        let e = TraceEvent {
-                            ph: "C",
-                            name,
-                            cat: None,
-                            pid,
-                            tid: 0,
-                            ts: now,
-                            dur: None,
-                            flow: None,
-                            args,
-                        };
-                        st.events.push(&e);
+                        st.events.push(&counter(name, pid, now, args));
                     }
                 }
             }
             _ => {
+                // A named entry's reference count, as a counter per entry (`ref count
+                // a[0:4]`): made, found, left mapped by an exit, removed.
+                if let (Some(range), Some(count)) = (f.text_arg("range"), f.count_arg("ref_count")) {
+                    if matches!(kind, "entry created" | "mapping exists" | "entry removed" | "counts") {
+                        let removed = kind == "entry removed";
+                        let count = if removed { 0 } else { count };
+                        let hold = if removed { 0 } else { f.count_arg("hold_count").unwrap_or(0) };
+                        // The hold count once it has been used (`ompx_hold`), to the entry's end.
+                        let key = (pid, range.clone());
+                        let with_hold = if hold > 0 {
+                            st.held.insert(key);
+                            true
+                        } else if removed {
+                            st.held.remove(&key)
+                        } else {
+                            st.held.contains(&key)
+                        };
+                        let both = [("count", Arg::U(count)), ("hold", Arg::U(hold))];
+                        let args = if with_hold { &both[..] } else { &both[..1] };
+                        st.events.push(&counter(&format!("ref count {range}"), pid, now, args));
+                    }
+                }
+                if kind == "counts" {
+                    return;
+                }
                 let name = match (kind, &f.kernel, f.queued) {
                     ("launch", Some(k), _) => format!("launch {k}"),
                     ("copy", _, Some(true)) => format!("queue copy {}", f.direction.as_deref().unwrap_or("")),
                     // Its line's construct: "device 0: target enter data at main.rs:7 ...".
                     ("construct", _, _) => f.construct_name().unwrap_or_else(|| kind.to_string()),
+                    // The program's own words (`Runtime::annotate`).
+                    ("note", _, _) => f.message.clone().unwrap_or_default(),
                     _ => kind.to_string(),
                 };
                 // The line where it was written (the tracer leaves it empty where the fields
@@ -567,6 +595,22 @@ struct Fields {
 }
 
 impl Fields {
+    /// Field `key` among the others, if it is text.
+    fn text_arg(&self, key: &str) -> Option<String> {
+        self.rest.iter().find_map(|(k, v)| match v {
+            Arg::S(s) if *k == key => Some(s.clone()),
+            _ => None,
+        })
+    }
+
+    /// Field `key` among the others, if it is a count.
+    fn count_arg(&self, key: &str) -> Option<u64> {
+        self.rest.iter().find_map(|(k, v)| match v {
+            Arg::U(n) if *k == key => Some(*n),
+            _ => None,
+        })
+    }
+
     /// A construct line's construct: between the device and ` at `.
     fn construct_name(&self) -> Option<String> {
         let line = self.message.as_deref()?;

@@ -25,7 +25,8 @@
 //! `refused`, `failed`, `memory routine`, `entry created`, `mapping exists`, `not copied`, `released`, `zero length`,
 //! `entry removed`, `copy`, `launch`, `table`, `skipped`, `race`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
 //! `device_addr`, `ref_count`, `hold_count`, `bytes`, `direction`, `staged`, `micros` (a
-//! copy's time), `kernel`, `n`, `at` (the program's `file:line`).
+//! copy's time), `kernel`, `n`, `at` (the program's `file:line`), `range` (a copy's or an
+//! entry's range as the program named it, `a[0:4]`).
 //!
 //! The `OFFLOAD_INFO` text is one subscriber of those events, an [`InfoLayer`]: every
 //! runtime hands the events its bits ask for to a layer of its own, which writes them to
@@ -174,6 +175,9 @@ pub(crate) struct InfoFields<'a> {
     pub(crate) ended_at: Option<f64>,
     /// A device's state at a construct's end.
     pub(crate) usage: Option<DeviceUsage>,
+    /// The host range as the program named it (`a[0:4]`), when it did: a copy's, an
+    /// entry's (the timeline names copy bars and draws each named entry's count by it).
+    pub(crate) name: Option<RangeName>,
 }
 
 /// A device's present table and memory pool at one moment, for the timeline's counters.
@@ -358,6 +362,7 @@ macro_rules! offload_event {
             mapped_bytes = $f.usage.map(|u| u.mapped_bytes),
             pool_in_use = $f.usage.map(|u| u.pool_in_use),
             pool_cached = $f.usage.map(|u| u.pool_cached),
+            range = $f.name.map(tracing::field::display),
             "{}",
             $text
         )
@@ -470,6 +475,29 @@ impl Trace {
         self.event(TIMELINE, fields, || format!("device {device}: construct {id} ended"));
     }
 
+    /// The program's landmark `text` ([`crate::Runtime::annotate`]), for the timeline and
+    /// a program's subscriber.
+    pub(crate) fn note(&self, text: &str) {
+        self.event(TIMELINE, || InfoFields { kind: "note", ..InfoFields::default() }, || text.to_string());
+    }
+
+    /// Named entry `name` of device `device` holds `counts` (reference, hold) after an exit
+    /// that left it mapped, for the timeline's per-entry count (`TIMELINE`: the entry lines
+    /// give the counts when entries are made, found and removed).
+    pub(crate) fn counts(&self, device: usize, name: RangeName, counts: (u64, u64)) {
+        let fields = || InfoFields {
+            kind: "counts",
+            device: Some(device),
+            host: Some(name.range),
+            counts: Some(counts),
+            name: Some(name),
+            ..InfoFields::default()
+        };
+        self.event(TIMELINE, fields, || {
+            format!("device {device}: {name}: ref count {} hold count {}", counts.0, counts.1)
+        });
+    }
+
     /// A span of work device `device`'s queue `queue` ran from `begin` to `end` (host
     /// clock), for the timeline: `what` says what it was (kind `copy`, `kernel`, ...).
     pub(crate) fn device_span(
@@ -531,6 +559,7 @@ impl Trace {
             host: Some(e.range),
             device_addr: Some(e.device_addr),
             counts: Some(e.counts),
+            name: e.array.map(|a| RangeName::new(e.range, Some(a))),
             ..InfoFields::default()
         };
         self.event(flag, fields, || {
@@ -610,7 +639,8 @@ impl Trace {
     /// Whether the trace file draws events of bit `flag` and `kind` from their fields alone
     /// (it keeps the line of the others: constructs' map lists, failures, reports).
     fn file_has_fields(flag: InfoFlags, kind: &str) -> bool {
-        flag == TIMELINE || matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists")
+        (flag == TIMELINE && kind != "note")
+            || matches!(kind, "copy" | "entry created" | "entry removed" | "mapping exists")
     }
 
     /// Reports `line` whatever the bits (live mappings at shutdown), at `WARN`: written by
