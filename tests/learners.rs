@@ -493,6 +493,18 @@ fn zero_length_exits_say_what_they_did() -> Result<()> {
             ["device 0: from(a[0:0]): a zero-length section copies nothing; ref count 1 -> 0; the entry is removed"]
         );
         assert!(rt.entry(ap as usize, 0)?.is_none(), "the zero-length exit removed the entry");
+        // A held zero-length section at a region's end moves the hold count, and says so.
+        rt.enter_data(0, &[item])?;
+        let held = [MapItem::to(ap.add(2), 0).hold().named_at("a", 2)];
+        rt.target_data_begin(0, &held)?;
+        let _ = rt.take_info();
+        rt.target_data_end(0, &held)?;
+        assert_eq!(
+            rt.take_info(),
+            ["device 0: hold, to(a[2:0]): a zero-length section copies nothing; ref count 1, hold count 1 -> 0; the entry stays until it reaches 0"]
+        );
+        rt.exit_data(0, &[MapItem::from(ap, 0)])?;
+        let _ = rt.take_info();
         // Nothing is mapped there now: skipped, still named as the program named it.
         rt.exit_data(0, &[MapItem::from(ap, 0)])?;
     }

@@ -258,6 +258,13 @@ pub struct Mark {
     pub detail: String,
 }
 
+impl Mark {
+    /// Whether it is drawn with words (a race, a note), even when other instants are not.
+    pub fn is_labelled(&self) -> bool {
+        matches!(self.cat.as_str(), "race" | "note")
+    }
+}
+
 /// A thread's track.
 #[derive(Clone, Debug)]
 pub struct Lane {
@@ -341,7 +348,8 @@ pub struct RenderOptions {
     pub to_us: Option<f64>,
     /// The picture's width in pixels (at least 400).
     pub width: u32,
-    /// Whether instants are drawn (as faint ticks above their lane's slices).
+    /// Whether instants are drawn (as faint ticks above their lane's slices); races and
+    /// the program's notes are drawn either way.
     pub instants: bool,
     /// Only these processes, by name (`device 0`) or pid; all when empty.
     pub processes: Vec<String>,
@@ -633,7 +641,8 @@ pub fn render_svg(trace: &Trace, options: &RenderOptions) -> Result<String, Trac
                 .lanes
                 .iter()
                 .filter(|l| {
-                    view.slices(l).next().is_some() || (options.instants && view.marks(l).next().is_some())
+                    view.slices(l).next().is_some()
+                        || view.marks(l).any(|m| options.instants || m.is_labelled())
                 })
                 .collect();
             (*p, drawn)
@@ -818,14 +827,20 @@ fn draw_lanes(
             for (s, a, b) in view.slices(lane) {
                 draw_slice(body, plot, y, s, a, b);
             }
-            if options.instants {
-                let marks: Vec<&Mark> = view.marks(lane).collect();
-                for (k, m) in marks.iter().enumerate() {
-                    // A note's words run to the next note of its lane.
-                    let next =
-                        marks[k + 1..].iter().find(|n| n.cat == "note").map_or(plot.x1, |n| plot.x(n.ts));
-                    draw_mark(body, plot, y, m, next);
+            // Races and notes are drawn even without the other instants.
+            let marks: Vec<&Mark> =
+                view.marks(lane).filter(|m| options.instants || m.is_labelled()).collect();
+            // A note's words run to the next note of its lane: walked from the end.
+            let mut upcoming = plot.x1;
+            let mut next = vec![plot.x1; marks.len()];
+            for (k, m) in marks.iter().enumerate().rev() {
+                next[k] = upcoming;
+                if m.cat == "note" {
+                    upcoming = plot.x(m.ts);
                 }
+            }
+            for (m, next_x) in marks.iter().zip(next) {
+                draw_mark(body, plot, y, m, next_x);
             }
             y += LANE_H;
         }

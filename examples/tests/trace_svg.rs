@@ -424,7 +424,13 @@ fn copies_races_notes_and_map_lists_are_labelled() {
                "pid": 0, "tid": 1, "ts": 700.0, "args": {}}),
         json!({"ph": "i", "s": "t", "cat": "note", "name": "3", "pid": 0, "tid": 1, "ts": 760.0, "args": {}}),
     ];
-    let svg = draw(&trace(events), &RenderOptions::default());
+    let t = trace(events);
+    // Without instants, races and notes are still drawn (and nothing else of the marks).
+    let quiet = draw(&t, &RenderOptions { instants: false, ..RenderOptions::default() });
+    let quiet = roxmltree::Document::parse(&quiet).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((with_class(&quiet, "race").len(), with_class(&quiet, "note").len()), (1, 3));
+    assert!(with_class(&quiet, "instant").is_empty());
+    let svg = draw(&t, &RenderOptions::default());
     let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{e}"));
     let labels: Vec<String> = doc
         .descendants()

@@ -69,8 +69,8 @@ const BUSY: u64 = u64::MAX;
 const CONTENDED: Duration = Duration::from_millis(20);
 
 /// The cores that several teams share (a host platform's devices): each member notes when
-/// it forks and when it ends a job, and a member forking takes `size / (1 + others busy)`
-/// seats, at least its own. The others busy are those forking now and, while members have
+/// it forks and when it ends a job, and a member forking takes `cores / (1 + others busy)`
+/// seats, at least its own and at most its team's size. The others busy are those forking now and, while members have
 /// lately forked at once ([`CONTENDED`]), those that ended a job within [`LATELY`]: members
 /// working in lockstep thus split the cores evenly (whichever forks first), while a member
 /// alone, or members used one after the other, keep them all.
@@ -85,16 +85,18 @@ pub(crate) struct SharedCores {
     /// [`LATELY`] and [`CONTENDED`] in nanoseconds (tests take longer ones).
     lately: u64,
     contended: u64,
+    /// The cores shared: the machine's.
+    cores: usize,
 }
 
 impl SharedCores {
-    /// Cores shared by no member yet.
-    pub(crate) fn new() -> Arc<Self> {
-        Self::with_spans(LATELY, CONTENDED)
+    /// `cores` cores (the machine's), shared by no member yet.
+    pub(crate) fn new(cores: usize) -> Arc<Self> {
+        Self::with_spans(cores, LATELY, CONTENDED)
     }
 
     /// [`SharedCores::new`] with other spans than [`LATELY`] and [`CONTENDED`].
-    fn with_spans(lately: Duration, contended: Duration) -> Arc<Self> {
+    fn with_spans(cores: usize, lately: Duration, contended: Duration) -> Arc<Self> {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Arc::new(Self {
             epoch: Instant::now(),
@@ -103,6 +105,7 @@ impl SharedCores {
             overlapped: AtomicU64::new(0),
             lately: nanos(lately),
             contended: nanos(contended),
+            cores: cores.max(1),
         })
     }
 
@@ -120,6 +123,9 @@ impl SharedCores {
     /// Marks member `me` busy and gives its share of `size` seats.
     fn start(&self, me: usize, size: usize) -> usize {
         self.stamps[me].store(BUSY, Ordering::Relaxed);
+        // Two members starting at once must not both miss the other's mark (a store then
+        // loads of other locations: only a sequentially consistent fence orders them).
+        std::sync::atomic::fence(Ordering::SeqCst);
         let now = self.now();
         let within = |stamp: u64, span: u64| stamp != 0 && now.saturating_sub(stamp) < span;
         let members = self.members.load(Ordering::Relaxed).min(MEMBERS);
@@ -136,7 +142,9 @@ impl SharedCores {
         } else if !within(self.overlapped.load(Ordering::Relaxed), self.contended) {
             lately = 0;
         }
-        (size / (1 + forking + lately)).max(1)
+        // The share of the machine's cores, never above the team's own size (a team made
+        // smaller than the machine, `kernel_threads`, keeps its size while that fits).
+        (self.cores / (1 + forking + lately)).clamp(1, size.max(1))
     }
 
     /// Marks member `me`'s job ended now.
@@ -405,7 +413,7 @@ impl ForkJoinTeam {
 
     /// Wakes `seats` helpers (as many as the job has free seats: a helper woken for no
     /// seat would only poll for [`HOT`], taking CPU time from the job), starting them
-    /// first if this is the first call.
+    /// first if this is the first call (then every helper starts awake and polls once).
     fn call_helpers(&self, seats: usize) {
         if self.helpers_failed.load(Ordering::Relaxed) {
             return;
@@ -725,7 +733,7 @@ mod tests {
         // Spans no test machine outlasts between two statements, so that "a moment ago"
         // holds however slowly the test runs.
         let hour = Duration::from_secs(3600);
-        let cores = SharedCores::with_spans(hour, hour);
+        let cores = SharedCores::with_spans(4, hour, hour);
         let (a, b, c) = (cores.join(), cores.join(), cores.join());
         let (a, b, c) = (a.expect("a member"), b.expect("a member"), c.expect("a member"));
         assert_eq!(cores.start(a, 4), 4, "alone (the others never forked)");
@@ -737,7 +745,7 @@ mod tests {
         assert_eq!(cores.start(c, 4), 1, "a and b ended a moment ago, and overlapped lately");
         cores.end(c);
         // With the real spans, members idle for longer than LATELY no longer count.
-        let cores = SharedCores::new();
+        let cores = SharedCores::new(4);
         let (a, b) = (cores.join().expect("a member"), cores.join().expect("a member"));
         cores.start(a, 4);
         assert_eq!(cores.start(b, 4), 2);
@@ -748,11 +756,48 @@ mod tests {
         cores.end(a);
     }
 
+    /// Teams made smaller than the machine (`kernel_threads`) keep their size while their
+    /// share of the machine's cores allows it: four teams of 4 on 16 cores, all busy, take 4
+    /// seats each; on 8 cores, 2.
+    #[test]
+    fn shared_cores_split_the_machine_not_the_team() {
+        let hour = Duration::from_secs(3600);
+        for (machine, each) in [(16, 4), (8, 2)] {
+            let cores = SharedCores::with_spans(machine, hour, hour);
+            let members: Vec<usize> = (0..4).map(|_| cores.join().expect("a member")).collect();
+            for &m in &members[..3] {
+                cores.start(m, 4);
+            }
+            assert_eq!(cores.start(members[3], 4), each, "{machine} cores");
+        }
+    }
+
+    /// Two teams sharing two cores fork at once, over and over, from two threads (two
+    /// devices in lockstep): every task of every fork runs once, whatever seats each took.
+    #[test]
+    fn teams_sharing_cores_fork_at_once() {
+        let cores = SharedCores::new(2);
+        let teams = [0, 1].map(|_| ForkJoinTeam::new("fj-pair".into(), 2, || {}, Some(Arc::clone(&cores))));
+        std::thread::scope(|s| {
+            for t in &teams {
+                s.spawn(move || {
+                    for _ in 0..if cfg!(miri) { 3 } else { 300 } {
+                        let runs: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
+                        t.fork(8, SHARED_ITEMS, &|i| {
+                            runs[i].fetch_add(1, Ordering::Relaxed);
+                        });
+                        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+                    }
+                });
+            }
+        });
+    }
+
     /// Members that never fork at once (a program using its devices one after the other)
     /// keep every seat, however closely their jobs follow each other.
     #[test]
     fn shared_cores_used_one_after_the_other_are_not_split() {
-        let cores = SharedCores::new();
+        let cores = SharedCores::new(4);
         let (a, b) = (cores.join().expect("a member"), cores.join().expect("a member"));
         for _ in 0..10 {
             assert_eq!(cores.start(a, 4), 4);
@@ -765,7 +810,7 @@ mod tests {
     /// Members join up to `MEMBERS`; a team made past that forks with every seat.
     #[test]
     fn shared_cores_take_a_bounded_number_of_members() {
-        let cores = SharedCores::new();
+        let cores = SharedCores::new(3);
         let first = cores.join();
         assert_eq!(first, Some(0));
         for _ in 1..MEMBERS {
@@ -783,7 +828,7 @@ mod tests {
     /// tasks all run, and its job's end is noted for the others.
     #[test]
     fn a_team_sharing_busy_cores_runs_its_share() {
-        let cores = SharedCores::new();
+        let cores = SharedCores::new(2);
         let busy = cores.join().expect("a member");
         let t = ForkJoinTeam::new("fj-shared".into(), 2, || {}, Some(Arc::clone(&cores)));
         let me = t.cores.as_ref().map(|(_, me)| *me).expect("a member");

@@ -248,6 +248,22 @@ fn count_change(what: &str, before: u64, after: u64, infinite: bool) -> String {
     }
 }
 
+/// A named entry's name and (reference, hold) counts, for the timeline's strips
+/// ([`crate::info::Trace::counts`]); `None` for an unnamed one.
+fn named_counts(e: &Entry) -> Option<(RangeName, (u64, u64))> {
+    e.array().map(|a| (RangeName::new(e.range, Some(a)), (e.ref_count, e.hold_count)))
+}
+
+/// An exit's count changes as its lines give them: `ref count 2 -> 1`, with the hold
+/// count's when it is or was above 0 (`ref count 1, hold count 1 -> 0`).
+fn exit_counts(before: (u64, u64), after: (u64, u64), associated: bool) -> String {
+    let mut s = count_change("ref count", before.0, after.0, associated);
+    if before.1 > 0 || after.1 > 0 {
+        s += &format!(", {}", count_change("hold count", before.1, after.1, false));
+    }
+    s
+}
+
 /// A copy back a device made, for the race warning ([`DeviceState::warn_races`]).
 pub(crate) struct CopyBack {
     range: HostRange,
@@ -335,8 +351,9 @@ impl DeviceState {
             let Some(e) = table.get(k) else { continue };
             let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
             let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
-            let (ref_count, hold) = (e.ref_count, e.hold_count);
-            let mut counts = count_change("ref count", ref_count + r, ref_count, e.associated);
+            let hold = e.hold_count;
+            let now = (e.ref_count, hold);
+            let counts = exit_counts((now.0 + r, now.1 + h), now, e.associated);
             if it.map_type.kind == MapKind::Release {
                 // A `release` that leaves its entry mapped moves only a count: say so.
                 let fields = || InfoFields {
@@ -353,9 +370,6 @@ impl DeviceState {
                     )
                 });
                 continue;
-            }
-            if h > 0 || hold > 0 {
-                counts += &format!(", {}", count_change("hold count", hold + h, hold, false));
             }
             let when = match (e.associated, hold) {
                 (true, _) => ASSOCIATED,
@@ -374,17 +388,19 @@ impl DeviceState {
         let (e, before, after) = match table.get(key) {
             Some(e) => {
                 let taken = plan.taken.iter().find(|t| t.0 == key && t.1 == e.device_addr);
-                (e, e.ref_count + taken.map_or(0, |t| t.2), Some(e.ref_count))
+                let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
+                (e, (e.ref_count + r, e.hold_count + h), Some((e.ref_count, e.hold_count)))
             }
             None => match plan.removed.iter().find(|(e, _)| e.range.begin == key) {
-                Some((e, (r, _))) => (e, *r, None),
+                Some((e, before)) => (e, *before, None),
                 None => return,
             },
         };
-        let counts = count_change("ref count", before, after.unwrap_or(0), e.associated);
+        let counts = exit_counts(before, after.unwrap_or((0, 0)), e.associated);
         let then = match after {
             None => "the entry is removed",
-            Some(_) if e.hold_count > 0 => "the entry stays until both counts reach 0",
+            Some(_) if e.associated => "the entry stays (associated: disassociate_ptr ends it)",
+            Some((_, hold)) if hold > 0 => "the entry stays until both counts reach 0",
             Some(_) => "the entry stays until it reaches 0",
         };
         let fields = || InfoFields {
@@ -780,20 +796,34 @@ impl DeviceState {
         announced: bool,
     ) -> Error {
         for p in plan.planned.iter().filter(|_| announced) {
-            // An "entry removed" event, so that the trace file's count of live entries drops.
+            // An "entry removed" event, so that the trace file's count of live entries (and
+            // a named entry's own count) drops.
+            let name = p.array().map(|a| RangeName::new(p.range, Some(a)));
             let fields = || InfoFields {
                 kind: "entry removed",
                 device: Some(self.number),
                 host: Some(p.range),
                 device_addr: Some(p.device_addr),
+                counts: Some((0, 0)),
+                name,
                 ..InfoFields::default()
             };
             self.trace.event(InfoFlags::ENTRIES, fields, || {
-                format!("device {}: entry removed {} (the construct failed: {err})", self.number, p.range)
+                let shown = name.unwrap_or(RangeName::new(p.range, None));
+                format!("device {}: entry removed {shown} (the construct failed: {err})", self.number)
             });
         }
         let gone = undo_counts(&mut table, &plan.counted);
+        // The entries that stay have their counts back: the timeline's strips say so.
+        let restored: Short<(RangeName, (u64, u64))> = if self.trace.timeline() {
+            plan.counted.iter().filter_map(|&(k, _, _)| table.get(k)).filter_map(named_counts).collect()
+        } else {
+            Short::new()
+        };
         drop(table);
+        for &(name, counts) in &restored {
+            self.trace.counts(self.number, name, counts);
+        }
         let _ = self.release_removed(gone);
         err
     }
@@ -975,7 +1005,7 @@ impl DeviceState {
         let mut transit = Transit::new(self);
         let mut in_use = BlocksInUse::new(self);
         let mut plan = ExitPlan::default();
-        let (names, since) = {
+        let (names, since, kept) = {
             let mut table = self.table.lock();
             if self.trace.wants(InfoFlags::ABSENT) {
                 for i in items.iter().filter(|i| !i.map_type.present) {
@@ -1010,18 +1040,13 @@ impl DeviceState {
             if self.trace.wants(InfoFlags::MAPPING_EXISTS) {
                 self.not_copied_out(&table, items, &plan, &zero);
             }
-            if self.trace.timeline() {
-                // The named entries that stay, with their counts now (the timeline's strips).
-                for e in plan.taken.iter().filter_map(|t| table.get(t.0)) {
-                    if let Some(a) = e.array() {
-                        self.trace.counts(
-                            self.number,
-                            RangeName::new(e.range, Some(a)),
-                            (e.ref_count, e.hold_count),
-                        );
-                    }
-                }
-            }
+            // The named entries that stay, with their counts now, for the timeline's strips
+            // (told once the exit can no longer be undone, and outside the lock).
+            let kept: Short<(RangeName, (u64, u64))> = if self.trace.timeline() {
+                plan.taken.iter().filter_map(|t| table.get(t.0)).filter_map(named_counts).collect()
+            } else {
+                Short::new()
+            };
             let removed = |k| plan.removed.iter().map(|(e, _)| e).find(|e| e.range.begin == k);
             let names =
                 self.copy_names(&plan.copies, |k| table.get(k).or_else(|| removed(k)).and_then(Entry::array));
@@ -1033,7 +1058,7 @@ impl DeviceState {
                 }
             }
             let since = self.mapped_at(&plan.copies, |k| table.get(k).or_else(|| removed(k)));
-            (names, since)
+            (names, since, kept)
         };
         self.warn_races(&plan.copies, &names, &since, devices);
         // Without the lock: copies back, then frees.
@@ -1058,6 +1083,9 @@ impl DeviceState {
             first_err.get_or_insert(err);
         }
         drop(in_use);
+        for &(name, counts) in &kept {
+            self.trace.counts(self.number, name, counts);
+        }
         for (e, _) in &plan.removed {
             self.entry_event(InfoFlags::ENTRIES, "entry removed", e);
         }

@@ -157,7 +157,7 @@ impl DeviceState {
             number,
             backend: Arc::from(backend),
             pool: MemoryPool::new(setup.pool, number),
-            table: Mutex::new(PresentTable::default()),
+            table: Mutex::new(PresentTable::new(setup.trace.names_wanted())),
             transit_done: parking_lot::Condvar::new(),
             stats: TransferCounters::default(),
             trace: Arc::clone(&setup.trace),

@@ -276,7 +276,9 @@ impl RuntimeBuilder {
                 capacity: self.over.host_memory.unwrap_or_else(default_capacity),
                 kernel_threads: self.over.kernel_threads,
                 topology: Arc::clone(&topology),
-                cores: crate::fork_join::SharedCores::new(),
+                cores: crate::fork_join::SharedCores::new(
+                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                ),
             };
             let gpus = if self.gpus { crate::backend::platforms() } else { Vec::new() };
             // GPUs first, then host devices; each device placed by its PCI bus id (host

@@ -435,9 +435,10 @@ impl Runtime {
                 };
                 Ok((d.launching(kernel, n, &a)?, a, in_use))
             })
-            // Refused before the kernel ran (an argument not mapped, ...): its line says so
-            // between the region's entry and its exit, which still unmaps what it mapped.
-            .map_err(|e| self.refused(device, "target", at, e));
+            // Refused before the kernel ran (an argument not mapped, ...): its line (the error
+            // as returned) says so between the region's entry and its exit, which still
+            // unmaps what it mapped.
+            .map_err(|e| self.refused(device, "target", at, origin.failed(device, e)));
         let refused = prepared.is_err();
         let launched = prepared.and_then(|(kernel, a, in_use)| {
             // A kernel that writes another device's memory (peer access) is seen there by
@@ -453,12 +454,10 @@ impl Runtime {
         // Unmapped whatever the kernel did, so nothing stays mapped on error.
         // SAFETY: forwarded from the caller.
         let exited = unsafe { d.map_exit(maps, Construct::Target, &self.inner.devices) };
-        let r = launched.and(exited).map_err(|e| origin.failed(device, e));
         if refused {
-            r
-        } else {
-            r.map_err(fail)
+            return launched.and(exited.map_err(|e| origin.failed(device, e)));
         }
+        launched.and(exited).map_err(|e| fail(origin.failed(device, e)))
     }
 
     /// Device `device` for a routine that reads, writes or frees device memory outside

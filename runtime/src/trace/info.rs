@@ -23,7 +23,7 @@
 //! mappings still live at shutdown: `WARN`), each with its line as the message and fields
 //! `info` (its bit; 0 for reports made whatever the bits), `kind` (`construct`,
 //! `refused`, `failed`, `memory routine`, `entry created`, `mapping exists`, `not copied`, `released`, `zero length`,
-//! `entry removed`, `copy`, `launch`, `table`, `skipped`, `race`, ...), `device`, and where they apply `host_begin`, `host_bytes`,
+//! `entry removed`, `copy`, `launch`, `table`, `skipped`, `race`, `note`, `counts` (the timeline's), ...), `device`, and where they apply `host_begin`, `host_bytes`,
 //! `device_addr`, `ref_count`, `hold_count`, `bytes`, `direction`, `staged`, `micros` (a
 //! copy's time), `kernel`, `n`, `at` (the program's `file:line`), `range` (a copy's or an
 //! entry's range as the program named it, `a[0:4]`).
@@ -442,6 +442,13 @@ impl Trace {
     /// Whether lines of kind `flag` are wanted (cheap: check before formatting).
     pub(crate) fn on(&self, flag: InfoFlags) -> bool {
         self.own.is_some() && self.own_flags.contains(flag)
+    }
+
+    /// Whether anyone may read ranges' names: `OFFLOAD_INFO` or a timeline is on, or a
+    /// program's subscriber listens (asked once, as a device starts: the present table
+    /// then keeps the names of entries that left it).
+    pub(crate) fn names_wanted(&self) -> bool {
+        self.own.is_some() || tracing::enabled!(target: "offload", Level::DEBUG)
     }
 
     /// Whether a timeline is written (`OFFLOAD_TRACE`): device-side spans and constructs'

@@ -221,8 +221,10 @@ pub(crate) struct PresentTable {
     /// The names of named entries that have left the table, newest last, at most
     /// [`GONE_NAMES`]: trace lines about their ranges after the mapping ended (a zero-length
     /// exit, an update or exit skipped as absent) still give the program's name. A name is
-    /// forgotten once an entry is made over any of its bytes.
+    /// forgotten once an entry is made over any of its bytes. Kept only when `remember`.
     gone: std::collections::VecDeque<(HostRange, ArrayName)>,
+    /// Whether names of removed entries are kept (a trace may read them).
+    remember: bool,
 }
 
 /// How many names of removed entries a table keeps ([`PresentTable::name_of`]).
@@ -236,6 +238,12 @@ struct BlockInUse {
 }
 
 impl PresentTable {
+    /// An empty table; one that keeps the names of the entries that leave it when
+    /// `remember_names` (traces name ranges by them: [`PresentTable::name_of`]).
+    pub(crate) fn new(remember_names: bool) -> Self {
+        Self { remember: remember_names, ..Self::default() }
+    }
+
     /// Finds the entry a request for `r` refers to. A zero-length range is inside an entry
     /// when its address lies in `[begin, end)`, or, as libomptarget's lookup of a zero-length
     /// section reads OpenMP 5.1's pointer initialisation, in `[base, begin)` of the next
@@ -321,7 +329,7 @@ impl PresentTable {
     pub(crate) fn remove(&mut self, key: usize) -> Option<Entry> {
         self.ends.remove(&key);
         let e = self.entries.remove(&key)?;
-        if let Some(a) = e.array() {
+        if let Some(a) = e.array().filter(|_| self.remember) {
             if self.gone.len() == GONE_NAMES {
                 self.gone.pop_front();
             }
@@ -606,7 +614,7 @@ mod tests {
     /// entry is made over any of its bytes; only the latest `GONE_NAMES` are kept.
     #[test]
     fn names_outlive_their_entries_until_remapped() {
-        let mut t = PresentTable::default();
+        let mut t = PresentTable::new(true);
         let named = |begin: usize, bytes: usize, name: &'static str| {
             let mut e = Entry::new(HostRange::new(begin, bytes), 0x9000, false);
             e.note_map(&crate::MapItem::new(HostRange::new(begin, bytes), crate::MapType::TO).named(name));
@@ -629,5 +637,10 @@ mod tests {
         }
         assert!(t.name_of(HostRange::new(0x10_0000, 4)).array.is_none(), "the oldest was dropped");
         assert!(t.name_of(HostRange::new(0x10_0100, 4)).array.is_some());
+        // A table nobody traces keeps no names.
+        let mut t = PresentTable::new(false);
+        t.insert(named(0x1000, 64, "a"));
+        assert!(t.remove(0x1000).is_some());
+        assert!(t.name_of(HostRange::new(0x1000, 4)).array.is_none());
     }
 }
