@@ -349,20 +349,13 @@ impl DeviceState {
             }
             let Lookup::Inside(k) = table.lookup(it.range) else { continue };
             let Some(e) = table.get(k) else { continue };
-            let taken = plan.taken.iter().find(|t| t.0 == k && t.1 == e.device_addr);
-            let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
+            let (r, h) = plan.taken_from(k, e.device_addr);
             let hold = e.hold_count;
             let now = (e.ref_count, hold);
             let counts = exit_counts((now.0 + r, now.1 + h), now, e.associated);
             if it.map_type.kind == MapKind::Release {
                 // A `release` that leaves its entry mapped moves only a count: say so.
-                let fields = || InfoFields {
-                    kind: "released",
-                    device: Some(self.number),
-                    host: Some(it.range),
-                    ..InfoFields::default()
-                };
-                self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+                self.range_line(InfoFlags::MAPPING_EXISTS, "released", it.range, || {
                     let name = e.name_of(it.range);
                     format!(
                         "device {}: {}({name}): {counts}; the entry stays until it reaches 0",
@@ -387,8 +380,7 @@ impl DeviceState {
     fn zero_length_exit(&self, table: &PresentTable, it: &MapItem, key: usize, plan: &ExitPlan) {
         let (e, before, after) = match table.get(key) {
             Some(e) => {
-                let taken = plan.taken.iter().find(|t| t.0 == key && t.1 == e.device_addr);
-                let (r, h) = taken.map_or((0, 0), |t| (t.2, t.3));
+                let (r, h) = plan.taken_from(key, e.device_addr);
                 (e, (e.ref_count + r, e.hold_count + h), Some((e.ref_count, e.hold_count)))
             }
             None => match plan.removed.iter().find(|(e, _)| e.range.begin == key) {
@@ -403,13 +395,7 @@ impl DeviceState {
             Some((_, hold)) if hold > 0 => "the entry stays until both counts reach 0",
             Some(_) => "the entry stays until it reaches 0",
         };
-        let fields = || InfoFields {
-            kind: "zero length",
-            device: Some(self.number),
-            host: Some(it.range),
-            ..InfoFields::default()
-        };
-        self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+        self.range_line(InfoFlags::MAPPING_EXISTS, "zero length", it.range, || {
             format!(
                 "device {}: {}({}): a zero-length section copies nothing; {counts}; {then}",
                 self.number,
@@ -421,15 +407,22 @@ impl DeviceState {
 
     /// A "not copied" line for `it`, named `name`, saying `why`.
     fn not_copied(&self, it: &MapItem, name: RangeName, why: impl FnOnce() -> String) {
-        let fields = || InfoFields {
-            kind: "not copied",
-            device: Some(self.number),
-            host: Some(it.range),
-            ..InfoFields::default()
-        };
-        self.trace.event(InfoFlags::MAPPING_EXISTS, fields, || {
+        self.range_line(InfoFlags::MAPPING_EXISTS, "not copied", it.range, || {
             format!("device {}: {}({name}) not copied: {}", self.number, it.map_type, why())
         });
+    }
+
+    /// A trace line of bit `flag` and kind `kind` about host range `host` on this device.
+    fn range_line(
+        &self,
+        flag: InfoFlags,
+        kind: &'static str,
+        host: HostRange,
+        line: impl FnOnce() -> String,
+    ) {
+        let fields =
+            || InfoFields { kind, device: Some(self.number), host: Some(host), ..InfoFields::default() };
+        self.trace.event(flag, fields, line);
     }
 
     /// Traces `range`, which `construct` skips unless it lies inside one entry
@@ -446,13 +439,7 @@ impl DeviceState {
             }
             Lookup::Extends(existing) => {
                 let Some(e) = table.get(existing.begin) else { return };
-                let fields = || InfoFields {
-                    kind: "skipped",
-                    device: Some(self.number),
-                    host: Some(range),
-                    ..InfoFields::default()
-                };
-                self.trace.event(InfoFlags::ABSENT, fields, || {
+                self.range_line(InfoFlags::ABSENT, "skipped", range, || {
                     format!(
                         "device {}: {construct}: {} is not wholly inside mapped {}; skipped",
                         self.number,

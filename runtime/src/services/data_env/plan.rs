@@ -409,6 +409,13 @@ pub(crate) struct ExitPlan {
 }
 
 impl ExitPlan {
+    /// What the exit took from the (reference, hold) counts of the entry at `key` that
+    /// stays, at device address `device_addr`: (0, 0) when it took nothing.
+    pub(crate) fn taken_from(&self, key: usize, device_addr: u64) -> (u64, u64) {
+        let taken = self.taken.iter().find(|t| t.0 == key && t.1 == device_addr);
+        taken.map_or((0, 0), |t| (t.2, t.3))
+    }
+
     /// Applies the count changes of `items` (construct `c`) to `table` on `device` and
     /// plans the copies back: each entry's counts move once, in reverse list order
     /// (`delete` zeroes the reference count); a `from` copies when the entry leaves or with
