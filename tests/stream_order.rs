@@ -605,3 +605,112 @@ fn wtime_reports_a_failure_of_queued_work() {
         },
     );
 }
+
+/// `x[i] += 1`.
+#[offload::kernel]
+fn add_one_each(i: usize, x: &mut [u32]) {
+    x[i] += 1;
+}
+
+/// Halos between two devices are queued in order, neither thread waiting: a copy runs
+/// after the kernels that wrote its rows on the source device, and the source's later
+/// kernels run after the copy (they cannot change what it reads). A spin first holds up
+/// one device's queue, so that a copy out of order would carry other values.
+#[test]
+fn halos_between_devices_wait_for_their_writers_and_hold_the_next_writes() {
+    use offload::partition::{DistributedArray, RowPartition};
+    on_every_backend(
+        "halos between devices in queue order",
+        2,
+        |b| b,
+        |rt| {
+            let (rows, w) = (6, 4);
+            let mut grid = vec![1u32; rows * w];
+            // Part 0 owns rows 1..3 and maps 0..4; part 1 owns 3..5 and maps 2..6.
+            let part = RowPartition::new(rows, w, 2, 1)?;
+            let (d0, d1) = (0, 1);
+            let halo_of_part_1 = |a: &DistributedArray<'_, u32>| -> offload::Result<Vec<u32>> {
+                offload_tests::read_device(rt, a.row_addr(1, 2)?, w, d1)
+            };
+            {
+                let a = DistributedArray::map(rt, &[d0, d1], &mut grid, part, MapType::TO)?;
+                let (g0, g1) = (rt.device(d0)?, rt.device(d1)?);
+                let n = part.mapped(0).len() * w;
+                // Read after write: the copy waits for device 0's spin and its kernel.
+                g0.launch(&SPIN, 1, (30u64,))?;
+                add_one_each::launch(&g0, n, a.view(0))?;
+                a.send_halos(0, false)?;
+                check_eq!(halo_of_part_1(&a)?, vec![2u32; w]);
+                // Write after read: device 1 runs the copy late (behind its spin), and device
+                // 0's next kernel waits for it.
+                g1.launch(&SPIN, 1, (30u64,))?;
+                add_one_each::launch(&g0, n, a.view(0))?;
+                a.send_halos(0, false)?;
+                add_one_each::launch(&g0, n, a.view(0))?;
+                check_eq!(halo_of_part_1(&a)?, vec![3u32; w]);
+                a.gather()?;
+            }
+            // Owned rows come back from their owners: part 0's kernels ran three times.
+            let expect: Vec<u32> =
+                (0..rows).flat_map(|r| vec![if (1..3).contains(&r) { 4 } else { 1 }; w]).collect();
+            check_eq!(grid, expect);
+            offload_tests::assert_clean(rt, d0)?;
+            offload_tests::assert_clean(rt, d1)
+        },
+    );
+}
+
+fn store_into(l: &HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: argument 0 is device memory of at least one u32 (a peer's, reachable).
+    let x = unsafe { l.slice_mut::<u32>(0, 1)? };
+    x[0] = l.scalar::<u32>(1)?;
+    Ok(())
+}
+
+/// `x[0] = value` (through a device pointer: a peer's memory too).
+static STORE: Kernel = Kernel::new("store_u32").with_host(store_into).with_cuda(
+    r#"extern "C" __global__ void store_u32(unsigned* x, unsigned value, unsigned long long n) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) x[0] = value; }"#,
+);
+
+/// A kernel storing into another device's memory (peer access) runs after the work queued
+/// there before it, and that device's later work runs after the kernel: as if one device
+/// ran both, whichever queue is held up.
+#[test]
+fn a_kernel_storing_into_a_peer_is_ordered_with_the_peers_work() {
+    on_every_backend(
+        "a peer store in queue order",
+        2,
+        |b| b,
+        |rt| {
+            let (d0, d1) = (0, 1);
+            if !rt.can_access_peer(d0, d1)? {
+                println!("SKIP peer store order: device {d0} has no peer access to device {d1}");
+                return Ok(());
+            }
+            let mut x = [0u32; 1];
+            let (g0, g1) = (rt.device(d0)?, rt.device(d1)?);
+            g1.data(map::tofrom(&mut x[..]), |xv| {
+                let p = rt.mapped_ptr(xv.host_range().begin, d1)?.ok_or(Error::InvalidArgument {
+                    routine: "check",
+                    what: "x is not mapped on device 1".into(),
+                })?;
+                // SAFETY: `p` is x's copy on device 1, mapped until the region ends.
+                let peer = unsafe { offload::DevicePtr::new(p) };
+                // Device 1's spin and increment come before the store; its next increment after.
+                g1.launch(&SPIN, 1, (30u64,))?;
+                g1.launch(&ADD_ONE, 1, (xv,))?;
+                g0.launch(&STORE, 1, (peer, 10u32))?;
+                g1.launch(&ADD_ONE, 1, (xv,))?;
+                // Device 0 held up: device 1's increment still waits for its store.
+                g0.launch(&SPIN, 1, (30u64,))?;
+                g0.launch(&STORE, 1, (peer, 20u32))?;
+                g1.launch(&ADD_ONE, 1, (xv,))?;
+                Ok(())
+            })?;
+            check_eq!(x[0], 21);
+            offload_tests::assert_clean(rt, d0)?;
+            offload_tests::assert_clean(rt, d1)
+        },
+    );
+}

@@ -186,11 +186,15 @@ impl Shared {
     /// Takes a seat in the job being forked now, if it has tasks left and a free seat, and
     /// works it; whether this thread ran a task.
     fn join(&self) -> bool {
-        let job = match &*self.job.lock() {
-            Some(j) if j.unclaimed() => Arc::clone(j),
-            _ => return false,
-        };
-        job.sit().is_some_and(|seat| job.work(seat))
+        self.current().is_some_and(|job| job.sit().is_some_and(|seat| job.work(seat)))
+    }
+
+    /// The job being forked now, if it has tasks nobody has claimed.
+    fn current(&self) -> Option<Arc<Job>> {
+        if !self.open.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.job.lock().as_ref().filter(|j| j.unclaimed()).map(Arc::clone)
     }
 }
 
@@ -224,15 +228,19 @@ unsafe impl Send for Body {}
 unsafe impl Sync for Body {}
 
 impl Job {
-    /// A job of `tasks` in `seats` stretches (the driver's and each joiner's).
-    fn new(tasks: usize, seats: usize, body: Body) -> Self {
-        let stretches = (0..seats)
-            .map(|k| Stretch { next: AtomicUsize::new(k * tasks / seats), end: (k + 1) * tasks / seats })
+    /// A job of `tasks` in `stretches` stretches (the driver's and each joiner's, or a
+    /// guest's), with `seats - 1` seats for joiners.
+    fn new(tasks: usize, stretches: usize, seats: usize, body: Body) -> Self {
+        let stretches = (0..stretches)
+            .map(|k| Stretch {
+                next: AtomicUsize::new(k * tasks / stretches),
+                end: (k + 1) * tasks / stretches,
+            })
             .collect();
         Job {
             stretches,
             done: AtomicUsize::new(0),
-            seats: AtomicUsize::new(seats - 1),
+            seats: AtomicUsize::new(seats.saturating_sub(1)),
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
             body,
@@ -351,34 +359,40 @@ impl ForkJoinTeam {
         match &self.cores {
             Some((cores, me)) => {
                 let _end = EndOnDrop(cores, *me);
-                self.fork_on(cores.start(*me, self.size), tasks, body)
+                // Shared cores: a team that finished its own share may be a guest here.
+                self.fork_on(cores.start(*me, self.size), tasks, body, true)
             }
-            None => self.fork_on(self.size, tasks, body),
+            None => self.fork_on(self.size, tasks, body, false),
         }
     }
 
-    /// [`ForkJoinTeam::fork`] on `seats` threads at most (the driver's included).
-    fn fork_on(&self, seats: usize, tasks: usize, body: &(dyn Fn(usize) + Sync)) {
-        if seats <= 1 {
+    /// [`ForkJoinTeam::fork`] on `seats` threads at most (the driver's included), besides
+    /// guests ([`ForkJoinTeam::guest`]) when `guests`.
+    fn fork_on(&self, seats: usize, tasks: usize, body: &(dyn Fn(usize) + Sync), guests: bool) {
+        if seats <= 1 && !guests {
             (0..tasks).for_each(body);
             return;
         }
         // SAFETY: only the lifetime is erased; see the module documentation for why no call
         // through the pointer outlives `body`.
         let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(body) };
-        let job = Arc::new(Job::new(tasks, seats, Body(erased)));
+        // A driver alone keeps a second stretch for a guest, which it works itself after
+        // its own when no guest came: consecutive tasks either way.
+        let job = Arc::new(Job::new(tasks, seats.max(2), seats, Body(erased)));
         *self.shared.job.lock() = Some(Arc::clone(&job));
         self.shared.open.store(true, Ordering::Release);
-        // A thread spinning while it waits for the device polls for the job every few
-        // hundred nanoseconds: once one has joined, or after a moment, the seats left go to
-        // helpers.
-        let start = Instant::now();
-        while job.seats.load(Ordering::Relaxed) == seats - 1 && start.elapsed() < WAITER_GRACE {
-            std::hint::spin_loop();
-        }
-        let free = job.seats.load(Ordering::Relaxed);
-        if free > 0 && job.unclaimed() {
-            self.call_helpers(free);
+        if seats > 1 {
+            // A thread spinning while it waits for the device polls for the job every few
+            // hundred nanoseconds: once one has joined, or after a moment, the seats left go
+            // to helpers.
+            let start = Instant::now();
+            while job.seats.load(Ordering::Relaxed) == seats - 1 && start.elapsed() < WAITER_GRACE {
+                std::hint::spin_loop();
+            }
+            let free = job.seats.load(Ordering::Relaxed);
+            if free > 0 && job.unclaimed() {
+                self.call_helpers(free);
+            }
         }
         job.work(0);
         // Every task claimed is being run: wait for the ones other threads hold.
@@ -409,6 +423,14 @@ impl ForkJoinTeam {
     /// whether this thread ran a task. For a thread that waits for the driver to finish.
     pub(crate) fn help(&self) -> bool {
         self.shared.join()
+    }
+
+    /// Works tasks of the job being forked now without a seat, from its last stretch on;
+    /// whether this thread ran a task. For the driver of another team sharing these cores
+    /// ([`SharedCores`]) that has ended its own job and waits for this team's: the cores'
+    /// share its own job had is idle until then, so the two jobs end together.
+    pub(crate) fn guest(&self) -> bool {
+        self.shared.current().is_some_and(|job| job.work(job.stretches.len() - 1))
     }
 
     /// Wakes `seats` helpers (as many as the job has free seats: a helper woken for no
@@ -853,5 +875,54 @@ mod tests {
         std::thread::sleep(LATELY * 2);
         assert_eq!(cores.start(me, 2), 2);
         cores.end(me);
+    }
+
+    /// A team forking on its one seat of shared cores takes a guest (another team's driver
+    /// waiting for it): the guest works from the job's last stretch while the driver
+    /// works its first, and every task runs once. The driver's first task waits until the
+    /// guest has run a task of the last stretch, so the case fails (instead of hanging)
+    /// only if no guest can join.
+    #[test]
+    fn a_team_on_one_seat_takes_a_guest_from_its_last_stretch() {
+        let cores = SharedCores::new(1);
+        let t = ForkJoinTeam::new("fj-guest".into(), 2, || {}, Some(Arc::clone(&cores)));
+        let runs: Vec<AtomicUsize> = (0..16).map(|_| AtomicUsize::new(0)).collect();
+        let (guest_ran, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+        let first_guest_task = AtomicUsize::new(usize::MAX);
+        let driver = std::thread::current().id();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if !t.guest() {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let _stop = Stop(&stop);
+            t.fork(16, SHARED_ITEMS, &|i| {
+                runs[i].fetch_add(1, Ordering::Relaxed);
+                if std::thread::current().id() != driver {
+                    let _ = first_guest_task.compare_exchange(
+                        usize::MAX,
+                        i,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    guest_ran.store(true, Ordering::Release);
+                } else if i == 0 {
+                    let start = Instant::now();
+                    while !guest_ran.load(Ordering::Acquire) {
+                        assert!(start.elapsed() < Duration::from_secs(60), "no guest joined");
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        });
+        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+        let first = first_guest_task.load(Ordering::Relaxed);
+        assert!((8..16).contains(&first), "the guest's first task was {first}, not one of the last stretch");
+        assert!(t.helpers.lock().is_empty(), "a guest is no helper: none was started");
+        // Without a job, or with none of its tasks left, a guest finds nothing.
+        assert!(!t.guest());
     }
 }

@@ -281,7 +281,12 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// Part `p`'s half of [`DistributedArray::exchange_halos`]: its first owned rows to the
     /// previous part's bottom halo, its last owned rows to the next part's top halo. Parts
     /// can send concurrently (each from its own thread), since every send writes a
-    /// different halo. Rows on the initial device are the host grid itself: a send that
+    /// different halo. Within one device, and between two with peer access, the copies
+    /// are queued (docs/SEMANTICS.md R11): each runs on the receiving device after the
+    /// work queued on the sending one before the call, and the sending device's work
+    /// queued later runs after it; no thread waits. Otherwise (`omp_target_memcpy`'s path,
+    /// or under `OFFLOAD_SYNC=1`) they are made before the call returns. Rows on the initial
+    /// device are the host grid itself: a send that
     /// reads or writes them waits for the initial device's running kernels (which may
     /// write the grid through a view) and is refused inside one.
     ///
@@ -315,21 +320,19 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// `nowait` exit can end a part's mapping from another thread).
     #[track_caller]
     fn copy_rows(&self, dst: usize, dst_row: usize, src: usize, src_row: usize, bytes: usize) -> Result<()> {
-        if self.devices[dst] == self.devices[src] {
-            // Within one device: queued behind the kernels that wrote the rows, as a launch
-            // is (docs/SEMANTICS.md R11), where the device runs constructs in order.
-            let (d, s) = (self.rows_range(dst_row..dst_row + 1), self.rows_range(src_row..src_row + 1));
-            let what = "a distributed array's row";
-            if self.rt.queue_copy_within(
-                self.devices[dst],
-                d,
-                s,
-                bytes,
-                what,
-                std::panic::Location::caller(),
-            )? {
-                return Ok(());
-            }
+        // Queued behind the kernels that wrote the rows, as a launch is (docs/SEMANTICS.md
+        // R11), where the devices run constructs in order: within one device, or between
+        // two that reach each other (the source's later work waits for the copy).
+        let (d, s) = (self.rows_range(dst_row..dst_row + 1), self.rows_range(src_row..src_row + 1));
+        let (what, at) = ("a distributed array's row", std::panic::Location::caller());
+        let (dst_device, src_device) = (self.devices[dst], self.devices[src]);
+        let queued = if dst_device == src_device {
+            self.rt.queue_copy_within(dst_device, d, s, bytes, what, at)?
+        } else {
+            self.rt.queue_copy_between(dst_device, d, src_device, s, bytes, what, at)?
+        };
+        if queued {
+            return Ok(());
         }
         // On the initial device a part's "copy" is the host grid itself, which a kernel of
         // the initial device (from another thread, through a view) may be writing: hold

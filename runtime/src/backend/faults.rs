@@ -291,6 +291,9 @@ impl Backend for Faulty {
         let waited = self.inner.sync_queue(q);
         self.check(FaultKind::EventSync).and(waited)
     }
+    fn enqueue_wait(&self, q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
+        self.inner.enqueue_wait(q, e, from)
+    }
     fn stamp(&self, q: Queue) -> Result<Option<Event>> {
         // A trace's own timestamps are no operation of the program's: never failed.
         self.inner.stamp(q)

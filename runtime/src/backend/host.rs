@@ -11,7 +11,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -136,6 +136,29 @@ impl HostEvent {
         }
     }
 
+    /// Waits until the event is reached or abandoned, leaving a failure it carries for its
+    /// own device to report (when the event is dropped, if nobody takes it first), calling
+    /// `help` meanwhile (work that brings the event nearer). Polls for a moment first:
+    /// devices in lockstep reach each other's points within microseconds, where a sleep
+    /// and a wake-up cost tens of them.
+    fn wait_passed(&self, mut help: impl FnMut() -> bool) {
+        let mut start = Instant::now();
+        while start.elapsed() < PASS_SPIN {
+            if self.state.lock().0 != 0 {
+                return;
+            }
+            if help() {
+                start = Instant::now();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let mut s = self.state.lock();
+        while s.0 == 0 {
+            self.reached.wait(&mut s);
+        }
+    }
+
     /// `None` while pending; then the failure it carries (taken: reported once), or that
     /// it was abandoned.
     fn outcome(&self, block: bool) -> Option<std::result::Result<(), Option<Error>>> {
@@ -150,6 +173,9 @@ impl HostEvent {
         }
     }
 }
+
+/// How long a queue waiting for another device's event polls before it sleeps.
+const PASS_SPIN: Duration = Duration::from_micros(50);
 
 /// Fires its event when the worker runs it; abandons it when dropped unrun, so that no
 /// waiter blocks forever.
@@ -716,6 +742,23 @@ impl Backend for HostDevice {
         self.take_failure()
     }
 
+    /// A job on the worker that waits for `e` (this thread goes on): the jobs queued after
+    /// it run once `e`'s device has passed it, or its worker ended. Meanwhile the worker
+    /// works tasks of the generated kernel that device runs, as a guest of its team
+    /// ([`ForkJoinTeam::guest`]): devices in lockstep then end their steps together.
+    fn enqueue_wait(&self, _q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
+        let e = Arc::clone(e.get::<Arc<HostEvent>>().ok_or_else(|| foreign_event(self.number))?);
+        let peer = from.as_any().downcast_ref::<HostDevice>().map(|p| Arc::clone(&p.pool));
+        self.submit(move || {
+            e.wait_passed(|| {
+                peer.as_ref().and_then(|p| p.team()).is_some_and(|t| {
+                    let _in = InKernel::enter();
+                    t.guest()
+                })
+            })
+        })
+    }
+
     /// The first stamp a thread takes on this device opens a span, the next closes it: the
     /// span's jobs time it ([`SpanJobs`]).
     fn stamp(&self, _q: Queue) -> Result<Option<Event>> {
@@ -758,8 +801,6 @@ impl Backend for HostDevice {
         let peer: &HostDevice = super::same_vendor(self.number, src)?;
         peer.check_range(src_addr, bytes, "peer copy source")?;
         self.check_range(dst, bytes, "peer copy destination")?;
-        // The peer's worker is another thread: its queued writes land first.
-        peer.synchronize()?;
         let (d, s) = (Addr(dst as usize), Addr(src_addr as usize));
         self.submit(self.spanned(move || {
             let (d, s) = (d, s);
@@ -767,6 +808,14 @@ impl Backend for HostDevice {
             // allocated by the caller until this queue has passed the copy.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
         }))
+    }
+
+    fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
+        // The peer's worker is another thread: the writes queued there land first (a
+        // queued copy orders them with `enqueue_wait` instead).
+        super::same_vendor::<HostDevice>(self.number, src)?.synchronize()?;
+        self.enqueue_copy_from_peer(Queue::CopyIn, dst, src, src_addr, bytes)?;
+        self.sync_queue(Queue::CopyIn)
     }
 
     fn enqueue_launch(&self, _q: Queue, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
@@ -925,6 +974,44 @@ pub(crate) mod tests {
         drop(d.record(Queue::Compute).unwrap());
         assert!(d.sync_queue(Queue::Compute).is_err());
         d.free(p, 64).unwrap();
+    }
+
+    /// A queue told to wait for another device's event runs nothing queued after the wait
+    /// until that device has passed it, without blocking the thread that queued it; a
+    /// failure of the other device's work stays that device's to report.
+    #[test]
+    fn a_queue_waits_for_another_devices_event_and_leaves_its_failure_there() {
+        fn fails(_: &crate::kernel::HostLaunch<'_>) -> std::result::Result<(), String> {
+            Err("the source failed".into())
+        }
+        static FAILS: Kernel = Kernel::new("fails").with_host(fails);
+        let (a, b) = (device(1 << 20), device(1 << 20));
+        // Device a is held at a gate until the test opens it.
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        a.submit(move || {
+            let _ = gate.recv();
+        })
+        .unwrap();
+        a.enqueue_launch(Queue::Compute, &FAILS, 4, &[]).unwrap();
+        let passed = a.record(Queue::Compute).unwrap();
+        let p = b.alloc(8).unwrap();
+        b.enqueue_wait(Queue::Compute, &passed, &a).unwrap();
+        b.enqueue_memset(Queue::Compute, p, 0xab, 8).unwrap();
+        let after = b.record(Queue::Compute).unwrap();
+        // Device a has not passed its event: device b cannot have passed its wait.
+        assert!(!b.event_done(&after).unwrap());
+        open.send(()).unwrap();
+        b.sync_event(&after).unwrap();
+        let mut back = [0u8; 8];
+        // SAFETY: 8 bytes each side.
+        unsafe { b.read(back.as_mut_ptr(), p, 8).unwrap() };
+        assert_eq!(back, [0xab; 8]);
+        // Device a reports its own failure, once the event that carried it is gone.
+        drop(passed);
+        let e = a.sync_queue(Queue::Compute).unwrap_err();
+        assert!(e.to_string().contains("the source failed"), "{e}");
+        b.sync_queue(Queue::Compute).unwrap();
+        b.free(p, 8).unwrap();
     }
 
     #[test]

@@ -387,6 +387,21 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Blocks until everything enqueued on `q` has completed.
     fn sync_queue(&self, q: Queue) -> Result<()>;
 
+    /// Makes the work enqueued on `q` after this call wait until `e` has completed, `e`
+    /// recorded by `from` (another device of this backend, or this one) before this call.
+    /// A failure of the work before `e` is `from`'s to report, not this queue's.
+    ///
+    /// The default blocks the calling thread until `e` has completed, which orders the
+    /// queue just as well; backends with device-side waits (CUDA's `cuStreamWaitEvent`, a
+    /// host device's worker) return at once. No cycle of waits can form: an event is
+    /// recorded before any wait for it is enqueued, and each queue runs in enqueue order.
+    fn enqueue_wait(&self, q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
+        let _ = q;
+        // Its failure is `from`'s: its next synchronising call reports it.
+        let _ = from.sync_event(e);
+        Ok(())
+    }
+
     /// Records a timestamp in `q` for a timeline trace: a point whose time, once `q` has
     /// reached it, [`Backend::stamp_time`] reads on the host's clock. `None` where the
     /// backend cannot time its queues (the trace then has no device-side slices for it).

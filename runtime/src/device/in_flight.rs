@@ -456,6 +456,51 @@ impl DeviceState {
         )
     }
 
+    /// Queues on this device's compute queue a copy of `bytes` from `src`'s memory at
+    /// `from` into this device's memory at `to` (a peer copy: `src` must be reachable),
+    /// after the work queued on `src` before the call, with `src`'s compute queue held
+    /// until the copy has run (its later work cannot overwrite the rows being read); the
+    /// pins hold this device's block and `src`'s until then. Neither thread waits.
+    pub(crate) fn queue_copy_from_peer(
+        &self,
+        to: u64,
+        src: &DeviceState,
+        from: u64,
+        bytes: usize,
+        pins: (BlocksInUse<'_>, BlocksInUse<'_>),
+        at: &'static Location<'static>,
+    ) -> Result<()> {
+        self.poll()?;
+        src.poll()?;
+        let (dst_pin, src_pin) = pins;
+        let origin = Origin::new("omp_target_memcpy (between devices)", at);
+        self.queue_after(src)?;
+        self.backend.enqueue_copy_from_peer(Queue::Compute, to, &*src.backend, from, bytes)?;
+        // From here the copy may be running: each pin is dropped only once it has run.
+        self.queued(origin, dst_pin, Short::new())?;
+        if let Err(e) = src.queue_after_or_wait(self) {
+            drop(src_pin);
+            return Err(e);
+        }
+        src.queued(origin, src_pin, Short::new())
+    }
+
+    /// Makes the work queued on this device from now on wait for the work queued on
+    /// `other` so far (compute queues; no thread waits). A failure of `other`'s work is
+    /// `other`'s to report.
+    pub(crate) fn queue_after(&self, other: &DeviceState) -> Result<()> {
+        let point = other.backend.record(Queue::Compute)?;
+        self.backend.enqueue_wait(Queue::Compute, &point, &*other.backend)
+    }
+
+    /// [`DeviceState::queue_after`], or where the wait cannot be queued, `other`'s work
+    /// waited for on this thread (the order holds either way) and the error returned.
+    pub(crate) fn queue_after_or_wait(&self, other: &DeviceState) -> Result<()> {
+        self.queue_after(other).inspect_err(|_| {
+            let _ = other.backend.sync_queue(Queue::Compute);
+        })
+    }
+
     /// Queues a copy of `bytes` at device address `src` (in the block `pins` holds) into host
     /// memory at `dst` on the compute queue, behind the work queued before it, and records
     /// the point after it: [`PendingRead::wait`] waits for it.

@@ -356,9 +356,11 @@ impl Runtime {
             }
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
-        let reaches_peer =
+        let peers =
             self.check_device_args(d, kernel, args).map_err(|e| self.refused(device, "target", at, e))?;
         if recorder::recording(self.identity(), device) {
+            // Replays order nothing on the peers: their work so far is waited for now.
+            peers.iter().for_each(|q| q.finish_queued_quietly(Wait::Events));
             if !maps.is_empty() {
                 return Err(recorder::refused(device, "a target region with maps"));
             }
@@ -385,7 +387,7 @@ impl Runtime {
         d.audited("target", AuditRule::Unchanged, || {
             let shapes = (c_shaped.then_some(space), omp);
             // SAFETY: forwarded from the caller.
-            unsafe { self.target_on(d, kernel, n, maps, args, shapes, reaches_peer, at) }
+            unsafe { self.target_on(d, kernel, n, maps, args, shapes, &peers, at) }
         })
     }
 
@@ -404,7 +406,7 @@ impl Runtime {
         maps: &[MapItem],
         args: &[LaunchArg],
         (c_shaped, c_pointers): (Option<OmpSpace>, bool),
-        reaches_peer: bool,
+        peers: &[&DeviceState],
         at: &'static Location<'static>,
     ) -> Result<()> {
         let device = d.number;
@@ -441,13 +443,17 @@ impl Runtime {
             .map_err(|e| self.refused(device, "target", at, origin.failed(device, e)));
         let refused = prepared.is_err();
         let launched = prepared.and_then(|(kernel, a, in_use)| {
-            // A kernel that writes another device's memory (peer access) is seen there by
-            // work no construct on this device orders: it waits, as OpenMP's target does.
             let what = || crate::device::kernel_span(&kernel, n);
-            if d.ordered() && !reaches_peer {
+            if d.ordered() && peers.iter().all(|q| q.ordered()) {
+                // A kernel that reads or writes other devices' memory (peer access) runs
+                // after their work queued so far, and their work queued later runs after it
+                // (their queues wait for this one's): ordered as if one device ran both.
+                peers.iter().try_for_each(|q| d.queue_after(q))?;
                 d.timed(Queue::Compute, what, || d.enqueue_kernel(&kernel, n, &a))?;
-                d.queued(origin, in_use, Default::default())
+                d.queued(origin, in_use, Default::default())?;
+                peers.iter().try_for_each(|q| q.queue_after_or_wait(d))
             } else {
+                peers.iter().for_each(|q| q.finish_queued_quietly(Wait::Events));
                 d.timed(Queue::Compute, what, || d.run_kernel(&kernel, n, &a))
             }
         });
@@ -581,6 +587,59 @@ impl Runtime {
         let (to, dst_pin) = row(dst)?;
         let (from, src_pin) = row(src)?;
         d.queue_copy_within(to, from, bytes, [dst_pin, src_pin], at).map(|()| true)
+    }
+
+    /// Queues a copy of `bytes` from host range `src` mapped on offload device
+    /// `src_device` to host range `dst` mapped on offload device `dst_device`, on the
+    /// destination's compute queue: after the work queued on the source before it, and
+    /// before the source's work queued after it (the rows it reads are not overwritten
+    /// first); both blocks pinned until it has run. `true` once queued; `false`, with
+    /// nothing done, where the devices cannot order it so (one waits for each construct,
+    /// this thread records for one, or the destination has no peer access to the source);
+    /// the caller then copies as `omp_target_memcpy` does. `what` names the ranges in an
+    /// error.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queue_copy_between(
+        &self,
+        dst_device: usize,
+        dst: HostRange,
+        src_device: usize,
+        src: HostRange,
+        bytes: usize,
+        what: &'static str,
+        at: &'static Location<'static>,
+    ) -> Result<bool> {
+        let id = self.identity();
+        if recorder::recording(id, dst_device) || recorder::recording(id, src_device) {
+            return Ok(false);
+        }
+        let (dd, sd) = match (self.target(dst_device)?, self.target(src_device)?) {
+            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => (dd, sd),
+            _ => return Ok(false),
+        };
+        if dd.number == sd.number || !self.reaches(dd.number, sd.number) {
+            return Ok(false);
+        }
+        let absent = |device: usize, range: HostRange| Error::NotPresent { device, range, what, name: None };
+        let (to, dst_pin) = dd.pinned_translation(dst.begin).ok_or(absent(dst_device, dst))?;
+        let (from, src_pin) = sd.pinned_translation(src.begin).ok_or(absent(src_device, src))?;
+        dd.queue_copy_from_peer(to, sd, from, bytes, (dst_pin, src_pin), at)?;
+        self.inner.trace.event(
+            crate::info::InfoFlags::TRANSFERS,
+            || crate::info::InfoFields {
+                kind: "memcpy",
+                device: Some(dst_device),
+                bytes: Some(bytes),
+                ..Default::default()
+            },
+            || {
+                format!(
+                    "omp_target_memcpy {bytes} bytes, device {src_device} {from:#x} -> device {dst_device} {to:#x} \
+                     (queued: after device {src_device}'s work queued before it)"
+                )
+            },
+        );
+        Ok(true)
     }
 
     /// The device address of mapped `range` on device `device`, its block held allocated
@@ -797,10 +856,15 @@ impl Runtime {
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live
     /// allocation of `d`, or of a device whose memory `d` reaches by peer access (halo
-    /// exchanges pass a neighbour's rows); whether one is another device's. Those devices'
-    /// queued work is waited for first: the kernel may overwrite what it still reads.
-    fn check_device_args(&self, d: &DeviceState, kernel: &Kernel, args: &[LaunchArg]) -> Result<bool> {
-        let mut reaches_peer = false;
+    /// exchanges pass a neighbour's rows); the other devices named, once each: the launch
+    /// is ordered with their work (the kernel may overwrite what it still reads).
+    fn check_device_args<'d>(
+        &'d self,
+        d: &DeviceState,
+        kernel: &Kernel,
+        args: &[LaunchArg],
+    ) -> Result<Vec<&'d DeviceState>> {
+        let mut peers: Vec<&DeviceState> = Vec::new();
         for (index, a) in args.iter().enumerate() {
             let LaunchArg::Device(p) = *a else { continue };
             if p == 0 || d.owns(p) {
@@ -812,8 +876,9 @@ impl Runtime {
                 .iter()
                 .find(|q| q.number != d.number && self.reaches(d.number, q.number) && q.owns(p));
             if let Some(q) = peer {
-                q.finish_queued_quietly(Wait::Events);
-                reaches_peer = true;
+                if peers.iter().all(|seen| seen.number != q.number) {
+                    peers.push(q);
+                }
             } else {
                 return Err(Error::KernelArgument {
                     kernel: kernel.name(),
@@ -826,7 +891,7 @@ impl Runtime {
                 });
             }
         }
-        Ok(reaches_peer)
+        Ok(peers)
     }
 
     /// Runs `kernel` on the initial device; `extents[i]`, where given, is how many bytes

@@ -436,6 +436,14 @@ impl Backend for CudaDevice {
         self.sync(self.stream(q), call)
     }
 
+    /// `cuStreamWaitEvent`: the event may be another context's (another GPU's); the event
+    /// can be recorded again, or go back to its pool, once the wait is enqueued.
+    fn enqueue_wait(&self, q: Queue, e: &Event, _from: &dyn Backend) -> Result<()> {
+        let e = e.get::<PooledEvent>().ok_or_else(|| foreign_event(self.number))?;
+        self.bind()?;
+        self.stream(q).wait(e.get()?).map_err(driver_error(self.number, "cuStreamWaitEvent"))
+    }
+
     fn enqueue_copy_from_peer(
         &self,
         q: Queue,
