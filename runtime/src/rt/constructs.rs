@@ -444,15 +444,15 @@ impl Runtime {
         let refused = prepared.is_err();
         let launched = prepared.and_then(|(kernel, a, in_use)| {
             let what = || crate::device::kernel_span(&kernel, n);
-            if d.ordered() && peers.iter().all(|q| q.ordered()) {
-                // A kernel that reads or writes other devices' memory (peer access) runs
-                // after their work queued so far, and their work queued later runs after it
-                // (their queues wait for this one's): ordered as if one device ran both.
-                peers.iter().try_for_each(|q| d.queue_after(q))?;
+            if d.ordered() && peers.is_empty() {
                 d.timed(Queue::Compute, what, || d.enqueue_kernel(&kernel, n, &a))?;
-                d.queued(origin, in_use, Default::default())?;
-                peers.iter().try_for_each(|q| q.queue_after_or_wait(d))
+                d.queued(origin, in_use, Default::default())
             } else {
+                // A kernel that writes another device's memory (peer access) is seen there
+                // by work no construct on this device orders: it runs after that device's
+                // queued work and waits, as OpenMP's target does. (Ordering it on the two
+                // queues instead lets the peer's next step, already queued, delay this one:
+                // slower for devices in lockstep, docs/PERFORMANCE.md.)
                 peers.iter().for_each(|q| q.finish_queued_quietly(Wait::Events));
                 d.timed(Queue::Compute, what, || d.run_kernel(&kernel, n, &a))
             }
