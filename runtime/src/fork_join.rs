@@ -207,6 +207,8 @@ struct Job {
     done: AtomicUsize,
     /// Threads that may still join besides the driver.
     seats: AtomicUsize,
+    /// Whether drivers of other teams sharing the cores may work it ([`ForkJoinTeam::guest`]).
+    guests: bool,
     failed: AtomicBool,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     body: Body,
@@ -229,8 +231,8 @@ unsafe impl Sync for Body {}
 
 impl Job {
     /// A job of `tasks` in `stretches` stretches (the driver's and each joiner's, or a
-    /// guest's), with `seats - 1` seats for joiners.
-    fn new(tasks: usize, stretches: usize, seats: usize, body: Body) -> Self {
+    /// guest's), with `seats - 1` seats for joiners, open to guests when `guests`.
+    fn new(tasks: usize, stretches: usize, seats: usize, guests: bool, body: Body) -> Self {
         let stretches = (0..stretches)
             .map(|k| Stretch {
                 next: AtomicUsize::new(k * tasks / stretches),
@@ -241,6 +243,7 @@ impl Job {
             stretches,
             done: AtomicUsize::new(0),
             seats: AtomicUsize::new(seats.saturating_sub(1)),
+            guests,
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
             body,
@@ -378,7 +381,7 @@ impl ForkJoinTeam {
         let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(body) };
         // A driver alone keeps a second stretch for a guest, which it works itself after
         // its own when no guest came: consecutive tasks either way.
-        let job = Arc::new(Job::new(tasks, seats.max(2), seats, Body(erased)));
+        let job = Arc::new(Job::new(tasks, seats.max(2), seats, guests, Body(erased)));
         *self.shared.job.lock() = Some(Arc::clone(&job));
         self.shared.open.store(true, Ordering::Release);
         if seats > 1 {
@@ -425,12 +428,21 @@ impl ForkJoinTeam {
         self.shared.join()
     }
 
-    /// Works tasks of the job being forked now without a seat, from its last stretch on;
+    /// Works one task of the job being forked now without a seat, from its last stretch
+    /// on, if the job takes guests (it was forked on cores shared with other teams);
     /// whether this thread ran a task. For the driver of another team sharing these cores
     /// ([`SharedCores`]) that has ended its own job and waits for this team's: the cores'
-    /// share its own job had is idle until then, so the two jobs end together.
+    /// share its own job had is idle until then, so the two jobs end together. One task a
+    /// call, so that the guest sees soon when what it waits for has come.
     pub(crate) fn guest(&self) -> bool {
-        self.shared.current().is_some_and(|job| job.work(job.stretches.len() - 1))
+        let Some(job) = self.shared.current().filter(|j| j.guests) else { return false };
+        match job.claim(job.stretches.len() - 1) {
+            Some(i) => {
+                job.run(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Wakes `seats` helpers (as many as the job has free seats: a helper woken for no
@@ -924,5 +936,14 @@ mod tests {
         assert!(t.helpers.lock().is_empty(), "a guest is no helper: none was started");
         // Without a job, or with none of its tasks left, a guest finds nothing.
         assert!(!t.guest());
+        // A team that shares no cores takes no guest: its jobs have their seats.
+        let alone = team(2);
+        let refused = AtomicBool::new(false);
+        alone.fork(4, SHARED_ITEMS, &|i| {
+            if i == 0 && !alone.guest() {
+                refused.store(true, Ordering::Relaxed);
+            }
+        });
+        assert!(refused.load(Ordering::Relaxed), "a guest worked a job of a team sharing no cores");
     }
 }

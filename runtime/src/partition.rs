@@ -285,7 +285,11 @@ impl<'a, T: DeviceCopy> DistributedArray<'a, T> {
     /// are queued (docs/SEMANTICS.md R11): each runs on the receiving device after the
     /// work queued on the sending one before the call, and the sending device's work
     /// queued later runs after it; no thread waits. Otherwise (`omp_target_memcpy`'s path,
-    /// or under `OFFLOAD_SYNC=1`) they are made before the call returns. Rows on the initial
+    /// or under `OFFLOAD_SYNC=1`) they are made before the call returns. Either way, work
+    /// that *another* thread queues on the sending device while this call runs is not
+    /// ordered with the copies: as with `omp_target_memcpy`, the program orders its threads'
+    /// writes of the rows it sends (one thread per part, a barrier per step, as the
+    /// solvers in `examples/` do). Rows on the initial
     /// device are the host grid itself: a send that
     /// reads or writes them waits for the initial device's running kernels (which may
     /// write the grid through a view) and is refused inside one.

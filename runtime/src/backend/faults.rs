@@ -291,6 +291,9 @@ impl Backend for Faulty {
         let waited = self.inner.sync_queue(q);
         self.check(FaultKind::EventSync).and(waited)
     }
+    fn record_point(&self, q: Queue) -> Result<Event> {
+        self.inner.record_point(q)
+    }
     fn enqueue_wait(&self, q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
         self.inner.enqueue_wait(q, e, from)
     }

@@ -729,6 +729,13 @@ impl Backend for HostDevice {
         Ok(Event::new(e))
     }
 
+    fn record_point(&self, _q: Queue) -> Result<Event> {
+        let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
+        let firing = Firing(Arc::clone(&e));
+        self.submit_short(move || firing.0.set(1, None))?;
+        Ok(Event::new(e))
+    }
+
     fn sync_event(&self, e: &Event) -> Result<()> {
         self.event_outcome(e, true).map(drop)
     }
@@ -993,7 +1000,7 @@ pub(crate) mod tests {
         })
         .unwrap();
         a.enqueue_launch(Queue::Compute, &FAILS, 4, &[]).unwrap();
-        let passed = a.record(Queue::Compute).unwrap();
+        let passed = a.record_point(Queue::Compute).unwrap();
         let p = b.alloc(8).unwrap();
         b.enqueue_wait(Queue::Compute, &passed, &a).unwrap();
         b.enqueue_memset(Queue::Compute, p, 0xab, 8).unwrap();
@@ -1006,8 +1013,8 @@ pub(crate) mod tests {
         // SAFETY: 8 bytes each side.
         unsafe { b.read(back.as_mut_ptr(), p, 8).unwrap() };
         assert_eq!(back, [0xab; 8]);
-        // Device a reports its own failure, once the event that carried it is gone.
-        drop(passed);
+        // Device a reports its own failure (the point carries none), while the point lives.
+        assert!(a.event_done(&passed).unwrap());
         let e = a.sync_queue(Queue::Compute).unwrap_err();
         assert!(e.to_string().contains("the source failed"), "{e}");
         b.sync_queue(Queue::Compute).unwrap();

@@ -374,6 +374,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// enqueued on `q` before it has.
     fn record(&self, q: Queue) -> Result<Event>;
 
+    /// Records the point `q` has reached for other queues to wait on
+    /// ([`Backend::enqueue_wait`]): as [`Backend::record`], but the event carries no
+    /// failure of the work before it, which stays for this device's own events and
+    /// synchronisations to report in order.
+    fn record_point(&self, q: Queue) -> Result<Event> {
+        self.record(q)
+    }
+
     /// Blocks until `e` (recorded by this device) has completed; an error of the work
     /// before it, if the device reports one.
     fn sync_event(&self, e: &Event) -> Result<()>;

@@ -489,16 +489,15 @@ impl DeviceState {
     /// `other` so far (compute queues; no thread waits). A failure of `other`'s work is
     /// `other`'s to report.
     pub(crate) fn queue_after(&self, other: &DeviceState) -> Result<()> {
-        let point = other.backend.record(Queue::Compute)?;
+        let point = other.backend.record_point(Queue::Compute)?;
         self.backend.enqueue_wait(Queue::Compute, &point, &*other.backend)
     }
 
     /// [`DeviceState::queue_after`], or where the wait cannot be queued, `other`'s work
-    /// waited for on this thread (the order holds either way) and the error returned.
+    /// waited for on this thread (the order holds either way; a failure of that work kept
+    /// for `other`'s next synchronising call) and the error returned.
     pub(crate) fn queue_after_or_wait(&self, other: &DeviceState) -> Result<()> {
-        self.queue_after(other).inspect_err(|_| {
-            let _ = other.backend.sync_queue(Queue::Compute);
-        })
+        self.queue_after(other).inspect_err(|_| other.finish_queued_quietly(Wait::Queue))
     }
 
     /// Queues a copy of `bytes` at device address `src` (in the block `pins` holds) into host
