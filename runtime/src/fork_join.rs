@@ -207,8 +207,6 @@ struct Job {
     done: AtomicUsize,
     /// Threads that may still join besides the driver.
     seats: AtomicUsize,
-    /// Whether drivers of other teams sharing the cores may work it ([`ForkJoinTeam::guest`]).
-    guests: bool,
     failed: AtomicBool,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     body: Body,
@@ -231,8 +229,8 @@ unsafe impl Sync for Body {}
 
 impl Job {
     /// A job of `tasks` in `stretches` stretches (the driver's and each joiner's, or a
-    /// guest's), with `seats - 1` seats for joiners, open to guests when `guests`.
-    fn new(tasks: usize, stretches: usize, seats: usize, guests: bool, body: Body) -> Self {
+    /// guest's), with `seats - 1` seats for joiners.
+    fn new(tasks: usize, stretches: usize, seats: usize, body: Body) -> Self {
         let stretches = (0..stretches)
             .map(|k| Stretch {
                 next: AtomicUsize::new(k * tasks / stretches),
@@ -243,7 +241,6 @@ impl Job {
             stretches,
             done: AtomicUsize::new(0),
             seats: AtomicUsize::new(seats.saturating_sub(1)),
-            guests,
             failed: AtomicBool::new(false),
             panic: Mutex::new(None),
             body,
@@ -362,17 +359,16 @@ impl ForkJoinTeam {
         match &self.cores {
             Some((cores, me)) => {
                 let _end = EndOnDrop(cores, *me);
-                // Shared cores: a team that finished its own share may be a guest here.
-                self.fork_on(cores.start(*me, self.size), tasks, body, true)
+                self.fork_on(cores.start(*me, self.size), tasks, body)
             }
-            None => self.fork_on(self.size, tasks, body, false),
+            None => self.fork_on(self.size, tasks, body),
         }
     }
 
     /// [`ForkJoinTeam::fork`] on `seats` threads at most (the driver's included), besides
-    /// guests ([`ForkJoinTeam::guest`]) when `guests`.
-    fn fork_on(&self, seats: usize, tasks: usize, body: &(dyn Fn(usize) + Sync), guests: bool) {
-        if seats <= 1 && !guests {
+    /// guests ([`ForkJoinTeam::guest`]) where the team shares its cores.
+    fn fork_on(&self, seats: usize, tasks: usize, body: &(dyn Fn(usize) + Sync)) {
+        if seats <= 1 && self.cores.is_none() {
             (0..tasks).for_each(body);
             return;
         }
@@ -381,7 +377,7 @@ impl ForkJoinTeam {
         let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(body) };
         // A driver alone keeps a second stretch for a guest, which it works itself after
         // its own when no guest came: consecutive tasks either way.
-        let job = Arc::new(Job::new(tasks, seats.max(2), seats, guests, Body(erased)));
+        let job = Arc::new(Job::new(tasks, seats.max(2), seats, Body(erased)));
         *self.shared.job.lock() = Some(Arc::clone(&job));
         self.shared.open.store(true, Ordering::Release);
         if seats > 1 {
@@ -435,7 +431,10 @@ impl ForkJoinTeam {
     /// share its own job had is idle until then, so the two jobs end together. One task a
     /// call, so that the guest sees soon when what it waits for has come.
     pub(crate) fn guest(&self) -> bool {
-        let Some(job) = self.shared.current().filter(|j| j.guests) else { return false };
+        if self.cores.is_none() {
+            return false;
+        }
+        let Some(job) = self.shared.current() else { return false };
         match job.claim(job.stretches.len() - 1) {
             Some(i) => {
                 job.run(i);

@@ -408,6 +408,31 @@ impl<T: DeviceCopy> Drop for DistributedArray<'_, T> {
 mod tests {
     use super::*;
 
+    /// A queued copy between two devices is checked whole against both devices' live
+    /// blocks before anything is queued: a length past a block is refused, and copies and
+    /// halos after it still work.
+    #[test]
+    fn a_copy_between_devices_past_its_block_is_refused_before_it_is_queued() {
+        let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build().unwrap();
+        let mut grid = vec![1f32; 6 * 4];
+        let part = RowPartition::new(6, 4, 2, 1).unwrap();
+        let a = DistributedArray::map(&rt, &[0, 1], &mut grid, part, MapType::TO).unwrap();
+        let (dst, src) = (a.rows_range(2..3), a.rows_range(2..3));
+        let at = std::panic::Location::caller();
+        // Part 1 maps rows 2..6 (64 bytes from row 2); part 0 maps rows 0..4 (32 from row 2).
+        let past = rt.queue_copy_between(1, dst, 0, src, 33, "a row", at);
+        // The source's block is the short one, named by the pool (the host backend's own
+        // check would come later, and CUDA has none).
+        assert!(matches!(past, Err(Error::OutsideAllocation { device: 0, bytes: 33, .. })), "{past:?}");
+        assert!(
+            rt.queue_copy_between(1, dst, 0, src, 16, "a row", at).unwrap(),
+            "peer host devices queue it"
+        );
+        a.send_halos(0, false).unwrap();
+        a.gather().unwrap();
+        assert!(grid.iter().all(|&v| v == 1.0));
+    }
+
     #[test]
     fn blocks_cover_every_item_once() {
         for n in 0..40 {

@@ -463,6 +463,16 @@ impl HostDevice {
         }
     }
 
+    /// An event fired when the queue reaches this point, carrying the failures of the work
+    /// before it when `with_failures` ([`Backend::record`]), else none
+    /// ([`Backend::record_point`]).
+    fn mark(&self, with_failures: bool) -> Result<Event> {
+        let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
+        let (firing, failed) = (Firing(Arc::clone(&e)), Arc::clone(&self.failed));
+        self.submit_short(move || firing.0.set(1, if with_failures { failed.lock().take() } else { None }))?;
+        Ok(Event::new(e))
+    }
+
     fn closed(&self) -> Error {
         Error::QueueClosed { device: self.number, why: "the device's worker thread ended" }
     }
@@ -723,17 +733,11 @@ impl Backend for HostDevice {
     }
 
     fn record(&self, _q: Queue) -> Result<Event> {
-        let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
-        let (firing, failed) = (Firing(Arc::clone(&e)), Arc::clone(&self.failed));
-        self.submit_short(move || firing.0.set(1, failed.lock().take()))?;
-        Ok(Event::new(e))
+        self.mark(true)
     }
 
     fn record_point(&self, _q: Queue) -> Result<Event> {
-        let e = Arc::new(HostEvent::new(Arc::clone(&self.failed)));
-        let firing = Firing(Arc::clone(&e));
-        self.submit_short(move || firing.0.set(1, None))?;
-        Ok(Event::new(e))
+        self.mark(false)
     }
 
     fn sync_event(&self, e: &Event) -> Result<()> {

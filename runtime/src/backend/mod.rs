@@ -403,8 +403,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// queue just as well; backends with device-side waits (CUDA's `cuStreamWaitEvent`, a
     /// host device's worker) return at once. No cycle of waits can form: an event is
     /// recorded before any wait for it is enqueued, and each queue runs in enqueue order.
-    fn enqueue_wait(&self, q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
-        let _ = q;
+    fn enqueue_wait(&self, _q: Queue, e: &Event, from: &dyn Backend) -> Result<()> {
         // Its failure is `from`'s: its next synchronising call reports it.
         let _ = from.sync_event(e);
         Ok(())

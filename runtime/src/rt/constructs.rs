@@ -356,11 +356,9 @@ impl Runtime {
             }
             Target::Initial => return self.run_on_host(kernel, n, args, &[]),
         };
-        let peers =
+        let reaches_peer =
             self.check_device_args(d, kernel, args).map_err(|e| self.refused(device, "target", at, e))?;
         if recorder::recording(self.identity(), device) {
-            // Replays order nothing on the peers: their work so far is waited for now.
-            peers.iter().for_each(|q| q.finish_queued_quietly(Wait::Events));
             if !maps.is_empty() {
                 return Err(recorder::refused(device, "a target region with maps"));
             }
@@ -387,7 +385,7 @@ impl Runtime {
         d.audited("target", AuditRule::Unchanged, || {
             let shapes = (c_shaped.then_some(space), omp);
             // SAFETY: forwarded from the caller.
-            unsafe { self.target_on(d, kernel, n, maps, args, shapes, &peers, at) }
+            unsafe { self.target_on(d, kernel, n, maps, args, shapes, reaches_peer, at) }
         })
     }
 
@@ -406,7 +404,7 @@ impl Runtime {
         maps: &[MapItem],
         args: &[LaunchArg],
         (c_shaped, c_pointers): (Option<OmpSpace>, bool),
-        peers: &[&DeviceState],
+        reaches_peer: bool,
         at: &'static Location<'static>,
     ) -> Result<()> {
         let device = d.number;
@@ -443,17 +441,15 @@ impl Runtime {
             .map_err(|e| self.refused(device, "target", at, origin.failed(device, e)));
         let refused = prepared.is_err();
         let launched = prepared.and_then(|(kernel, a, in_use)| {
+            // A kernel that writes another device's memory (peer access) is seen there by
+            // work no construct on this device orders: it waits, as OpenMP's target does.
+            // (Ordering it on the two queues instead let the peer's next step, already
+            // queued, delay it: slower for devices in lockstep, docs/PERFORMANCE.md.)
             let what = || crate::device::kernel_span(&kernel, n);
-            if d.ordered() && peers.is_empty() {
+            if d.ordered() && !reaches_peer {
                 d.timed(Queue::Compute, what, || d.enqueue_kernel(&kernel, n, &a))?;
                 d.queued(origin, in_use, Default::default())
             } else {
-                // A kernel that writes another device's memory (peer access) is seen there
-                // by work no construct on this device orders: it runs after that device's
-                // queued work and waits, as OpenMP's target does. (Ordering it on the two
-                // queues instead lets the peer's next step, already queued, delay this one:
-                // slower for devices in lockstep, docs/PERFORMANCE.md.)
-                peers.iter().for_each(|q| q.finish_queued_quietly(Wait::Events));
                 d.timed(Queue::Compute, what, || d.run_kernel(&kernel, n, &a))
             }
         });
@@ -623,6 +619,9 @@ impl Runtime {
         let absent = |device: usize, range: HostRange| Error::NotPresent { device, range, what, name: None };
         let (to, dst_pin) = dd.pinned_translation(dst.begin).ok_or(absent(dst_device, dst))?;
         let (from, src_pin) = sd.pinned_translation(src.begin).ok_or(absent(src_device, src))?;
+        // Both sides whole inside their devices' live blocks before anything is queued.
+        dd.check_range("omp_target_memcpy", to, bytes)?;
+        sd.check_range("omp_target_memcpy", from, bytes)?;
         dd.queue_copy_from_peer(to, sd, from, bytes, (dst_pin, src_pin), at)?;
         self.inner.trace.event(
             crate::info::InfoFlags::TRANSFERS,
@@ -856,15 +855,10 @@ impl Runtime {
 
     /// Checks that every non-null `LaunchArg::Device` of a launch on `d` points into a live
     /// allocation of `d`, or of a device whose memory `d` reaches by peer access (halo
-    /// exchanges pass a neighbour's rows); the other devices named, once each: the launch
-    /// is ordered with their work (the kernel may overwrite what it still reads).
-    fn check_device_args<'d>(
-        &'d self,
-        d: &DeviceState,
-        kernel: &Kernel,
-        args: &[LaunchArg],
-    ) -> Result<Vec<&'d DeviceState>> {
-        let mut peers: Vec<&DeviceState> = Vec::new();
+    /// exchanges pass a neighbour's rows); whether one is another device's. Those devices'
+    /// queued work is waited for first: the kernel may overwrite what it still reads.
+    fn check_device_args(&self, d: &DeviceState, kernel: &Kernel, args: &[LaunchArg]) -> Result<bool> {
+        let mut reaches_peer = false;
         for (index, a) in args.iter().enumerate() {
             let LaunchArg::Device(p) = *a else { continue };
             if p == 0 || d.owns(p) {
@@ -876,9 +870,8 @@ impl Runtime {
                 .iter()
                 .find(|q| q.number != d.number && self.reaches(d.number, q.number) && q.owns(p));
             if let Some(q) = peer {
-                if peers.iter().all(|seen| seen.number != q.number) {
-                    peers.push(q);
-                }
+                q.finish_queued_quietly(Wait::Events);
+                reaches_peer = true;
             } else {
                 return Err(Error::KernelArgument {
                     kernel: kernel.name(),
@@ -891,7 +884,7 @@ impl Runtime {
                 });
             }
         }
-        Ok(peers)
+        Ok(reaches_peer)
     }
 
     /// Runs `kernel` on the initial device; `extents[i]`, where given, is how many bytes
