@@ -412,6 +412,7 @@ mod tests {
     /// blocks before anything is queued: a length past a block is refused, and copies and
     /// halos after it still work.
     #[test]
+    #[cfg_attr(miri, ignore = "starts a runtime, which reads the machine's topology and memory")]
     fn a_copy_between_devices_past_its_block_is_refused_before_it_is_queued() {
         let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build().unwrap();
         let mut grid = vec![1f32; 6 * 4];
