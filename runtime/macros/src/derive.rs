@@ -83,6 +83,13 @@ pub fn device_copy(item: TokenStream) -> syn::Result<TokenStream> {
                     "DeviceCopy: a `bool` field is not supported (not every byte is a bool): use u32",
                 ))
             }
+            (Some(t), _) if t.is_half() => {
+                return Err(syn::Error::new_spanned(
+                    ty,
+                    "DeviceCopy: a bf16 or f16 field is not supported: keep 16-bit floats in slices (`&[bf16]`) \
+                     or store the field as f32",
+                ))
+            }
             (Some(t), _) => {
                 scalars.push((ty.clone(), t.rust()));
                 t.c().to_string()

@@ -86,7 +86,8 @@ fn int_lit(digits: &str, t: Ty) -> String {
         Ty::U64 | Ty::Usize => format!("{digits}ull"),
         Ty::F32 => format!("{digits}.0f"),
         Ty::F64 => format!("{digits}.0"),
-        Ty::Bool => digits.to_string(),
+        // Never reached for the 16-bit floats: the language refuses their literals.
+        Ty::Bool | Ty::Bf16 | Ty::F16 => digits.to_string(),
     }
 }
 
@@ -248,6 +249,11 @@ impl Emitter<'_> {
                     }
                 }
                 format!("({l} {} {r})", op_text(op))
+            }
+            // The 16-bit floats convert through the prelude, bit for bit as `half` does.
+            ExprKind::Cast(a, t) if t.is_half() => format!("{}_from_f32({})", t.c(), self.expr(a)),
+            ExprKind::Cast(a, t) if a.ty.scalar().is_some_and(Ty::is_half) => {
+                format!("offload_half_to_{}({})", t.rust_name(), self.expr(a))
             }
             ExprKind::Cast(a, t) => format!("(({}) {})", t.c(), self.expr(a)),
             ExprKind::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
@@ -495,6 +501,8 @@ fn const_parts(body: &Body, depth: usize) -> Vec<Part> {
 fn param_decl(kind: &ParamKind, c: &str, kernel: bool) -> String {
     match kind {
         ParamKind::Scalar(Ty::Bool) if kernel => format!("unsigned int __offload_b_{c}"),
+        // A 16-bit float's bits travel in a 32-bit word, as a bool does.
+        ParamKind::Scalar(t) if kernel && t.is_half() => format!("unsigned int __offload_h_{c}"),
         ParamKind::Scalar(t) => format!("{} {c}", t.c()),
         ParamKind::Struct(s) => format!("{} {c}", s.c_name),
         ParamKind::View { elem, mutable } if kernel => {
@@ -594,6 +602,11 @@ pub fn kernel_source(
                     ParamKind::Scalar(Ty::Bool) => {
                         lines.push(format!("const bool {c} = __offload_b_{c} != 0u;", c = v.c))
                     }
+                    ParamKind::Scalar(t) if t.is_half() => lines.push(format!(
+                        "const {t} {c} = {{ (unsigned short) __offload_h_{c} }};",
+                        t = t.c(),
+                        c = v.c
+                    )),
                     ParamKind::Reduction { ty, op } => {
                         lines.push(format!("{} {} = {};", ty.c(), v.c, op.c_identity(*ty)));
                         reductions.push((v.c.clone(), *ty, *op));

@@ -122,6 +122,16 @@ impl<'a> RustEmitter<'a> {
                 let (a, b) = (self.expr(a), self.expr(b));
                 quote_spanned!(s=> (#a #op #b))
             }
+            // The 16-bit floats' conversions (Rust has no `as` for them).
+            ExprKind::Cast(a, t) if t.is_half() => {
+                let (a, t) = (self.expr(a), t.rust());
+                quote_spanned!(s=> #t::from_f32(#a))
+            }
+            ExprKind::Cast(a, t) if a.ty.scalar().is_some_and(Ty::is_half) => {
+                let to = format_ident!("to_{}", t.rust_name(), span = s);
+                let a = self.expr(a);
+                quote_spanned!(s=> #a.#to())
+            }
             ExprKind::Cast(a, t) => {
                 let (a, t) = (self.expr(a), t.rust());
                 quote_spanned!(s=> (#a as #t))

@@ -84,6 +84,7 @@ fn visits(g: &KernelGen<'_>) -> Vec<TokenStream> {
                 match p.kind {
                     ParamKind::Scalar(Ty::Usize) => quote!(__offload_c.index(self.#n as u64);),
                     ParamKind::Scalar(Ty::Bool) => quote!(__offload_c.flag(self.#n);),
+                    ParamKind::Scalar(t) if t.is_half() => quote!(__offload_c.bits16(self.#n.to_bits());),
                     ParamKind::Scalar(_) => quote!(__offload_c.scalar(self.#n);),
                     ParamKind::Struct(_) => quote!(__offload_c.words(&self.#n);),
                     ParamKind::View { .. } => quote!(__offload_c.view(&self.#n)?;),

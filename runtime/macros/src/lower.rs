@@ -403,8 +403,9 @@ impl Lowerer {
         match s {
             SynStmt::Local(l) => self.local(l, out),
             SynStmt::Item(syn::Item::Const(c)) => {
-                let Some(t) = scalar_type(&c.ty) else {
-                    return err(&c.ty, "this constant's type is not in the kernel language: f32, f64, i32, u32, i64, u64, usize or bool");
+                let Some(t) = scalar_type(&c.ty).filter(|t| !t.is_half()) else {
+                    return err(&c.ty, "this constant's type is not in the kernel language: f32, f64, i32, u32, i64, u64, usize or bool \
+                                       (a bf16 or f16: `let s = bf16::from_f32(0.5);`)");
                 };
                 let v = self.value(&c.expr, Some(&Type::Scalar(t)))?;
                 let id = self.declare(&c.ident, Type::Scalar(t), false, Role::BodyConst, Some(v.clone()));
@@ -446,7 +447,7 @@ impl Lowerer {
                 return err(id, "a team-local array is `let mut`: the team's threads write it");
             }
             let Some(elem) = scalar_type(&arr.elem).filter(|t| *t != Ty::Bool) else {
-                let what = "a team-local array holds f32, f64, i32, u32, i64, u64 or usize";
+                let what = "a team-local array holds f32, f64, i32, u32, i64, u64, usize, bf16 or f16";
                 let named = struct_type(&arr.elem).map(Type::Struct);
                 return err(&arr.elem, named.map_or_else(|| what.to_string(), |t| for_scalars(what, &t)));
             };
@@ -927,12 +928,18 @@ impl Lowerer {
             return err(e, "this expression has no value");
         }
         Ok(match want {
-            Some(t) if v.ty.is_lit() => coerce(v, t),
+            Some(t) if v.ty.is_lit() => {
+                no_half_literal(e, t)?;
+                coerce(v, t)
+            }
             _ => v,
         })
     }
 
     fn lit(&self, l: &syn::Lit, want: Option<&Type>, span: Span) -> syn::Result<Expr> {
+        if let Some(t) = want {
+            no_half_literal(l, t)?;
+        }
         match l {
             syn::Lit::Int(i) => {
                 let t = match i.suffix() {
@@ -978,6 +985,12 @@ impl Lowerer {
         }
         if eb.ty.is_unit() {
             return err(b, "this operand has no value");
+        }
+        if ea.ty.is_lit() && !eb.ty.is_lit() {
+            no_half_literal(a, &eb.ty)?;
+        }
+        if eb.ty.is_lit() && !ea.ty.is_lit() {
+            no_half_literal(b, &ea.ty)?;
         }
         let ea = if ea.ty.is_lit() && !eb.ty.is_lit() { coerce(ea, &eb.ty) } else { ea };
         Ok((ea, eb))
@@ -1115,6 +1128,13 @@ impl Lowerer {
                 let v = self.value(&c.expr, None)?;
                 if matches!(v.ty, Type::Struct(_) | Type::View { .. }) {
                     return err(&c.expr, "only scalars can be cast");
+                }
+                if let Some(h) = [Some(t), v.ty.scalar()].into_iter().flatten().find(|t| t.is_half()) {
+                    let h = h.rust_name();
+                    return err(
+                        c,
+                        format!("`as` does not convert {h} (Rust has no such cast): `x.to_f32()`, `{h}::from_f32(v)`"),
+                    );
                 }
                 Ok(ex(ExprKind::Cast(Box::new(v), t), Type::Scalar(t), span))
             }
@@ -1298,6 +1318,11 @@ impl Lowerer {
         span: Span,
     ) -> syn::Result<Expr> {
         let rt = recv.ty.clone();
+        if let Type::Scalar(h) = rt {
+            if h.is_half() {
+                return half_conversion(name, at, recv, args, span);
+            }
+        }
         let (math, arity) = match &rt {
             Type::Scalar(t) if t.is_float() => match FLOAT_METHODS.iter().find(|(n, _)| *n == name) {
                 Some(&(n, a)) => (Math::Float(n, a), a),
@@ -1363,10 +1388,13 @@ impl Lowerer {
             return err(c, "a team reduction takes one value: `offload::team_sum(v)`");
         };
         let value = self.value(arg, want)?;
-        if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool && t != Ty::Usize) && !value.ty.is_lit() {
+        if !matches!(value.ty, Type::Scalar(t) if t != Ty::Bool && t != Ty::Usize && !t.is_half())
+            && !value.ty.is_lit()
+        {
             return err(
                 arg,
-                "a team reduction combines f32, f64, i32, u32, i64 or u64 (a `usize`: `team_sum(v as u64)`)",
+                "a team reduction combines f32, f64, i32, u32, i64 or u64 (a `usize`: `team_sum(v as u64)`; \
+                 a bf16 or f16: `team_sum(v.to_f32())`)",
             );
         }
         self.sync_site(c.span(), "a team reduction");
@@ -1403,6 +1431,28 @@ impl Lowerer {
         };
         if p.qself.is_some() || p.path.segments.iter().any(|s| !s.arguments.is_empty()) {
             return err(&c.func, "generic or qualified calls are not in the kernel language");
+        }
+        // `bf16::from_f32(v)` (also through `half::` or `offload::half::`), `f16::to_f32(x)`.
+        if let Some((h, name)) = half_function(&p.path) {
+            let [x] = &c.args.iter().collect::<Vec<_>>()[..] else {
+                return err(c, format!("`{}::{name}` takes one argument", h.rust_name()));
+            };
+            if name == "from_f32" {
+                let v = self.value(x, Some(&Type::Scalar(Ty::F32)))?;
+                if !matches!(v.ty, Type::Scalar(Ty::F32) | Type::Opaque(_)) {
+                    return err(x, format!("`{}::from_f32` takes an f32", h.rust_name()));
+                }
+                return Ok(ex(ExprKind::Cast(Box::new(v), h), Type::Scalar(h), span));
+            }
+            let at = &p.path.segments.last().expect("two segments").ident;
+            if name != "to_f32" && name != "to_f64" {
+                return Err(half_refusal(h, &name, at));
+            }
+            let recv = self.value(x, Some(&Type::Scalar(h)))?;
+            if !matches!(recv.ty, Type::Scalar(t) if t == h) {
+                return err(x, format!("`{}::{name}` takes one {} value", h.rust_name(), h.rust_name()));
+            }
+            return half_conversion(&name, at, recv, &[], span);
         }
         // `f32::max(a, b)`, `f64::sqrt(x)`: the methods, called as functions.
         if p.path.segments.len() == 2 {
@@ -1699,4 +1749,72 @@ fn is_constant(e: &Expr, vars: &[Var]) -> bool {
         }
     });
     constant
+}
+
+/// Refuses a literal (`e`) that would take 16-bit float type `t`: Rust has no such
+/// literals, and a conversion says where the rounding happens.
+fn no_half_literal(e: &dyn quote::ToTokens, t: &Type) -> syn::Result<()> {
+    match t {
+        Type::Scalar(h) if h.is_half() => {
+            let h = h.rust_name();
+            err(
+                e,
+                format!(
+                    "{h} has no literals: `{h}::from_f32(2.0)`, or compute in f32 (`x.to_f32() * 2.0`) \
+                     and convert once"
+                ),
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `bf16::NAME` or `f16::NAME` as a function path (`bf16::from_f32`, also written
+/// `half::bf16::...` or `offload::half::bf16::...`): the type and NAME.
+fn half_function(path: &syn::Path) -> Option<(Ty, String)> {
+    let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let (t, name) = match segs.as_slice() {
+        [t, n] | ["half", t, n] | ["offload", "half", t, n] => (*t, *n),
+        _ => return None,
+    };
+    let t = Ty::from_name(t).filter(|t| t.is_half())?;
+    Some((t, name.to_string()))
+}
+
+/// Why `name` of 16-bit float type `h` is not in the language, and what to write instead.
+fn half_refusal(h: Ty, name: &str, at: &dyn quote::ToTokens) -> syn::Error {
+    let h = h.rust_name();
+    let why = if name == "from_f64" {
+        format!(
+            "`{h}::from_f64` is not in the kernel language: `{h}::from_f32(v as f32)` rounds the same way on every \
+             backend"
+        )
+    } else {
+        format!(
+            "`{name}` on {h} is not in the kernel language: a {h} converts (`.to_f32()`, `.to_f64()`, \
+             `{h}::from_f32(v)`) and has the arithmetic operators; compute the rest in f32"
+        )
+    };
+    syn::Error::new_spanned(at, format!("offload::kernel: {why}"))
+}
+
+/// What a 16-bit float (`recv`) offers in a kernel: `to_f32()` and `to_f64()`, exact on
+/// every backend; arithmetic goes through f32 (its operators, or explicitly).
+fn half_conversion(
+    name: &str,
+    at: &dyn quote::ToTokens,
+    recv: Expr,
+    args: &[&SynExpr],
+    span: Span,
+) -> syn::Result<Expr> {
+    let to = match name {
+        "to_f32" => Ty::F32,
+        "to_f64" => Ty::F64,
+        _ => return Err(half_refusal(recv.ty.scalar().unwrap_or(Ty::Bf16), name, at)),
+    };
+    if !args.is_empty() {
+        return err(at, format!("`{name}` takes no arguments"));
+    }
+    Ok(ex(ExprKind::Cast(Box::new(recv), to), Type::Scalar(to), span))
 }

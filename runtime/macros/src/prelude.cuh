@@ -171,4 +171,86 @@ template <typename T> __device__ __forceinline__ T offload_m_recip(T x) { return
 __device__ __forceinline__ float offload_m_mul_add(float x, float a, float b) { return fmaf(x, a, b); }
 __device__ __forceinline__ double offload_m_mul_add(double x, double a, double b) { return fma(x, a, b); }
 template <typename T> __device__ __forceinline__ T offload_m_powi(T x, int n) { return offload_m_powf(x, (T)n); }
+// bf16 and f16 (Rust's `half::bf16`, `half::f16`): 16 bits in memory; converted
+// bit for bit as `half` converts (round to nearest even, NaNs kept quiet with their
+// payload), and each operator computed in f32 and rounded back, as `half`'s operators do.
+struct offload_bf16 { unsigned short bits; };
+struct offload_f16 { unsigned short bits; };
+__device__ __forceinline__ float offload_half_to_f32(offload_bf16 h) {
+    unsigned int i = h.bits;
+    if ((i & 0x7fffu) > 0x7f80u) i |= 0x40u;
+    return __uint_as_float(i << 16);
+}
+__device__ __forceinline__ offload_bf16 offload_bf16_from_f32(float v) {
+    unsigned int x = __float_as_uint(v);
+    offload_bf16 r;
+    if ((x & 0x7fffffffu) > 0x7f800000u) { r.bits = (unsigned short)((x >> 16) | 0x40u); return r; }
+    unsigned int h = x >> 16;
+    if ((x & 0x8000u) != 0u && (x & 0x17fffu) != 0u) h += 1u;
+    r.bits = (unsigned short)h;
+    return r;
+}
+__device__ __forceinline__ float offload_half_to_f32(offload_f16 h) {
+    unsigned int i = h.bits;
+    if ((i & 0x7fffu) == 0u) return __uint_as_float(i << 16);
+    unsigned int sign = (i & 0x8000u) << 16, exp = i & 0x7c00u, man = i & 0x03ffu;
+    if (exp == 0x7c00u) return __uint_as_float(man == 0u ? (sign | 0x7f800000u) : (sign | 0x7fc00000u | (man << 13)));
+    if (exp == 0u) {
+        unsigned int e = (unsigned int)(__clz(man) - 16 - 6);
+        return __uint_as_float(sign | ((127u - 15u - e) << 23) | ((man << (14u + e)) & 0x7fffffu));
+    }
+    return __uint_as_float(sign | (((exp >> 10) + 127u - 15u) << 23) | (man << 13));
+}
+__device__ __forceinline__ offload_f16 offload_f16_from_f32(float v) {
+    unsigned int x = __float_as_uint(v);
+    unsigned int sign = x & 0x80000000u, exp = x & 0x7f800000u, man = x & 0x007fffffu;
+    unsigned int hs = sign >> 16;
+    offload_f16 r;
+    if (exp == 0x7f800000u) { r.bits = (unsigned short)(hs | 0x7c00u | (man != 0u ? 0x0200u : 0u) | (man >> 13)); return r; }
+    int he = (int)(exp >> 23) - 127 + 15;
+    if (he >= 0x1f) { r.bits = (unsigned short)(hs | 0x7c00u); return r; }
+    if (he <= 0) {
+        if (14 - he > 24) { r.bits = (unsigned short)hs; return r; }
+        unsigned int m = man | 0x00800000u;
+        unsigned int hm = m >> (14 - he);
+        unsigned int round = 1u << (13 - he);
+        if ((m & round) != 0u && (m & (3u * round - 1u)) != 0u) hm += 1u;
+        r.bits = (unsigned short)(hs | hm);
+        return r;
+    }
+    unsigned int h = hs | ((unsigned int)he << 10) | (man >> 13);
+    if ((man & 0x1000u) != 0u && (man & 0x2fffu) != 0u) h += 1u;
+    r.bits = (unsigned short)h;
+    return r;
+}
+// f64 from the f32 value, the NaN's payload moved by bits (a GPU's conversion would make
+// it the canonical NaN).
+template <typename H> __device__ __forceinline__ double offload_half_to_f64(H h) {
+    float f = offload_half_to_f32(h);
+    unsigned int b = __float_as_uint(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u)
+        return __longlong_as_double((long long)(((unsigned long long)(b & 0x80000000u) << 32)
+            | 0x7ff0000000000000ull | ((unsigned long long)(b & 0x007fffffu) << 29)));
+    return (double)f;
+}
+#define OFFLOAD_HALF_OPS(H) \
+    __device__ __forceinline__ H operator+(H a, H b) { return H##_from_f32(offload_half_to_f32(a) + offload_half_to_f32(b)); } \
+    __device__ __forceinline__ H operator-(H a, H b) { return H##_from_f32(offload_half_to_f32(a) - offload_half_to_f32(b)); } \
+    __device__ __forceinline__ H operator*(H a, H b) { return H##_from_f32(offload_half_to_f32(a) * offload_half_to_f32(b)); } \
+    __device__ __forceinline__ H operator/(H a, H b) { return H##_from_f32(offload_half_to_f32(a) / offload_half_to_f32(b)); } \
+    __device__ __forceinline__ H operator%(H a, H b) { return H##_from_f32(fmodf(offload_half_to_f32(a), offload_half_to_f32(b))); } \
+    __device__ __forceinline__ H operator-(H a) { H r; r.bits = (unsigned short)(a.bits ^ 0x8000u); return r; } \
+    __device__ __forceinline__ H& operator+=(H& a, H b) { a = a + b; return a; } \
+    __device__ __forceinline__ H& operator-=(H& a, H b) { a = a - b; return a; } \
+    __device__ __forceinline__ H& operator*=(H& a, H b) { a = a * b; return a; } \
+    __device__ __forceinline__ H& operator/=(H& a, H b) { a = a / b; return a; } \
+    __device__ __forceinline__ H& operator%=(H& a, H b) { a = a % b; return a; } \
+    __device__ __forceinline__ bool operator==(H a, H b) { return offload_half_to_f32(a) == offload_half_to_f32(b); } \
+    __device__ __forceinline__ bool operator!=(H a, H b) { return offload_half_to_f32(a) != offload_half_to_f32(b); } \
+    __device__ __forceinline__ bool operator<(H a, H b) { return offload_half_to_f32(a) < offload_half_to_f32(b); } \
+    __device__ __forceinline__ bool operator<=(H a, H b) { return offload_half_to_f32(a) <= offload_half_to_f32(b); } \
+    __device__ __forceinline__ bool operator>(H a, H b) { return offload_half_to_f32(a) > offload_half_to_f32(b); } \
+    __device__ __forceinline__ bool operator>=(H a, H b) { return offload_half_to_f32(a) >= offload_half_to_f32(b); }
+OFFLOAD_HALF_OPS(offload_bf16)
+OFFLOAD_HALF_OPS(offload_f16)
 #endif

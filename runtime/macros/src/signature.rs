@@ -319,7 +319,7 @@ pub fn struct_type(ty: &Type) -> Option<StructTy> {
 }
 
 const PARAM_TYPES: &str =
-    "expected f32, f64, i32, u32, i64, u64, usize, bool, a `#[derive(offload::DeviceCopy)]` \
+    "expected f32, f64, i32, u32, i64, u64, usize, bool, bf16, f16, a `#[derive(offload::DeviceCopy)]` \
                            struct, or a slice `&[T]` / `&mut [T]` of those (not of bool)";
 
 pub fn param_kind(ty: &Type) -> syn::Result<ParamKind> {
@@ -432,7 +432,7 @@ pub fn kernel_sig(f: &ItemFn, opts: &KernelOptions) -> syn::Result<KernelSig> {
                     ty,
                     format!(
                         "`{name}` is listed in `reduction({}: ...)`, so its type is `&mut T` with T one of f32, f64, \
-                         i32, u32, i64, u64",
+                         i32, u32, i64, u64 (a bf16 or f16 sum: reduce `x.to_f32()` into an f32)",
                         op.text()
                     ),
                 );

@@ -790,7 +790,7 @@ fn teams_kernels_have_team_local_arrays_and_barriers() {
     let e = teams(quote!(let mut s = offload::team_sum(y[thread]);));
     assert!(e.contains("bind it with `let`, not `let mut`"), "{e}");
     let e = teams(quote!(let s = offload::team_sum(thread);));
-    assert!(e.contains("(a `usize`: `team_sum(v as u64)`)"), "{e}");
+    assert!(e.contains("(a `usize`: `team_sum(v as u64)`;"), "{e}");
     let e = teams(quote!(for k in (0..4usize).step_by(0) {
         y[k] = 0.0;
     }));
@@ -1073,4 +1073,123 @@ fn the_narrow_variant_of_a_teams_kernel_counts_teams_in_32_bits() {
     assert!(c.contains("for (unsigned int __offload_q = blockIdx.x;"), "{c}");
     assert!(c.contains("const unsigned int ts = __offload_ts;"), "{c}");
     assert!(c.contains("x[((row * n) + c)]"), "{c}");
+}
+
+#[test]
+fn bf16_and_f16_are_16_bit_structs_converted_and_computed_through_the_prelude() {
+    let c = ok(quote!(
+        fn k(i: usize, a: bf16, x: &[bf16], h: &mut [f16], y: &mut [f32]) {
+            let v = a * x[i] + x[i];
+            h[i] = f16::from_f32(v.to_f32());
+            y[i] = h[i].to_f32() + bf16::to_f32(-v) + x[i].to_f64() as f32;
+        }
+    ));
+    // A scalar's bits travel in a 32-bit word; views are arrays of the 2-byte structs.
+    assert!(
+        c.contains(
+            "unsigned int __offload_h_a, const offload_bf16* __restrict__ x, offload_f16* __restrict__ h"
+        ),
+        "{c}"
+    );
+    assert!(c.contains("const offload_bf16 a = { (unsigned short) __offload_h_a };"), "{c}");
+    // Operators are the prelude's (f32, rounded back); conversions its functions.
+    assert!(c.contains("((a * x[i]) + x[i])"), "{c}");
+    assert!(c.contains("offload_f16_from_f32(offload_half_to_f32(v))"), "{c}");
+    assert!(c.contains("offload_half_to_f32((-v))") && c.contains("offload_half_to_f64(x[i])"), "{c}");
+    assert!(c.contains("struct offload_bf16 { unsigned short bits; };"), "the prelude defines them: {c}");
+}
+
+#[test]
+fn what_bf16_and_f16_do_not_do_is_refused_saying_what_to_write() {
+    for (f, why) in [
+        (
+            quote!(
+                fn k(i: usize, y: &mut [bf16]) {
+                    y[i] = y[i] * 2.0;
+                }
+            ),
+            "bf16 has no literals: `bf16::from_f32(2.0)`",
+        ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [f16]) {
+                    y[i] = 0.5;
+                }
+            ),
+            "f16 has no literals",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[bf16], y: &mut [f32]) {
+                    y[i] = x[i] as f32;
+                }
+            ),
+            "`as` does not convert bf16",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[f32], y: &mut [bf16]) {
+                    y[i] = x[i] as bf16;
+                }
+            ),
+            "`as` does not convert bf16",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[bf16], y: &mut [bf16]) {
+                    y[i] = x[i].max(y[i]);
+                }
+            ),
+            "`max` on bf16 is not in the kernel language",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[f64], y: &mut [f16]) {
+                    y[i] = f16::from_f64(x[i]);
+                }
+            ),
+            "`f16::from_f64` is not in the kernel language",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[f64], y: &mut [bf16]) {
+                    y[i] = bf16::from_f32(x[i]);
+                }
+            ),
+            "`bf16::from_f32` takes an f32",
+        ),
+        (
+            quote!(
+                fn k(i: usize, x: &[bf16], y: &mut [bf16]) {
+                    for j in x[i]..y[i] {}
+                }
+            ),
+            "ranges of this type are not in the kernel language",
+        ),
+    ] {
+        let e = fails(f);
+        assert!(e.contains(why), "expected {why:?} in {e:?}");
+    }
+    // Reductions combine in f32 (a bf16 sum would depend on its order at every step).
+    let e = cuda(
+        quote!(reduction(+: s)),
+        quote!(
+            fn k(i: usize, x: &[bf16], s: &mut bf16) {
+                *s += x[i];
+            }
+        ),
+    )
+    .expect_err("a bf16 reduction");
+    assert!(e.contains("reduce `x.to_f32()` into an f32"), "{e}");
+    let e = cuda(
+        quote!(teams = 32),
+        quote!(
+            fn k(team: usize, thread: usize, x: &[bf16], y: &mut [f32]) {
+                let s = offload::team_sum(x[thread]);
+                y[team] = s.to_f32();
+            }
+        ),
+    )
+    .expect_err("a bf16 team sum");
+    assert!(e.contains("team_sum(v.to_f32())"), "{e}");
 }

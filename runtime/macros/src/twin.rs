@@ -102,6 +102,10 @@ fn arg_reads(g: &KernelGen<'_>) -> Vec<TokenStream> {
                 match &p.kind {
                     ParamKind::Scalar(Ty::Usize) => quote!(let #pn: usize = ::offload::__private::index_arg(__offload_l, #pos)?;),
                     ParamKind::Scalar(Ty::Bool) => quote!(let #pn: bool = ::offload::__private::bool_arg(__offload_l, #pos)?;),
+                    ParamKind::Scalar(t) if t.is_half() => {
+                        let rt = t.rust();
+                        quote!(let #pn: #rt = #rt::from_bits(::offload::__private::bits16_arg(__offload_l, #pos)?);)
+                    }
                     ParamKind::Scalar(t) => {
                         let rt = t.rust();
                         quote!(let #pn: #rt = __offload_l.scalar::<#rt>(#pos)?;)

@@ -15,6 +15,10 @@ pub enum Ty {
     U64,
     Usize,
     Bool,
+    /// `half::bf16`: stored in 16 bits, computed in f32 and rounded back at each operation.
+    Bf16,
+    /// `half::f16`: as [`Ty::Bf16`], IEEE binary16.
+    F16,
 }
 
 impl Ty {
@@ -29,6 +33,8 @@ impl Ty {
             "u64" => Ty::U64,
             "usize" => Ty::Usize,
             "bool" => Ty::Bool,
+            "bf16" => Ty::Bf16,
+            "f16" => Ty::F16,
             _ => return None,
         })
     }
@@ -43,6 +49,8 @@ impl Ty {
             Ty::I64 => "long long",
             Ty::U64 | Ty::Usize => "unsigned long long",
             Ty::Bool => "bool",
+            Ty::Bf16 => "offload_bf16",
+            Ty::F16 => "offload_f16",
         }
     }
 
@@ -51,6 +59,7 @@ impl Ty {
         match self {
             Ty::F64 | Ty::I64 | Ty::U64 | Ty::Usize => 8,
             Ty::F32 | Ty::I32 | Ty::U32 => 4,
+            Ty::Bf16 | Ty::F16 => 2,
             Ty::Bool => 1,
         }
     }
@@ -66,12 +75,19 @@ impl Ty {
             Ty::U64 => "u64",
             Ty::Usize => "usize",
             Ty::Bool => "bool",
+            Ty::Bf16 => "bf16",
+            Ty::F16 => "f16",
         }
     }
 
-    /// The Rust type, as tokens.
+    /// The Rust type, as tokens (the 16-bit floats by their path through `offload`, which
+    /// re-exports `half`: the generated module does not see the caller's imports).
     pub fn rust(self) -> TokenStream {
-        Ident::new(self.rust_name(), Span::call_site()).into_token_stream()
+        match self {
+            Ty::Bf16 => quote::quote!(::offload::half::bf16),
+            Ty::F16 => quote::quote!(::offload::half::f16),
+            _ => Ident::new(self.rust_name(), Span::call_site()).into_token_stream(),
+        }
     }
 
     pub fn is_float(self) -> bool {
@@ -79,11 +95,17 @@ impl Ty {
     }
 
     pub fn is_int(self) -> bool {
-        !self.is_float() && self != Ty::Bool
+        !self.is_float() && !self.is_half() && self != Ty::Bool
+    }
+
+    /// `bf16` or `f16`: a storage type whose values convert to and from f32
+    /// (`.to_f32()`, `bf16::from_f32(v)`) and whose operators compute in f32.
+    pub fn is_half(self) -> bool {
+        matches!(self, Ty::Bf16 | Ty::F16)
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(self, Ty::I32 | Ty::I64 | Ty::F32 | Ty::F64)
+        matches!(self, Ty::I32 | Ty::I64 | Ty::F32 | Ty::F64 | Ty::Bf16 | Ty::F16)
     }
 }
 

@@ -77,6 +77,13 @@ pub fn bool_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<bool, Strin
     Ok(l.scalar::<u32>(k)? != 0)
 }
 
+/// The bits of a `bf16` or `f16` argument of a host launch, passed as a `u32`
+/// ([`ArgCollector::bits16`]).
+pub fn bits16_arg(l: &HostLaunch<'_>, k: usize) -> std::result::Result<u16, String> {
+    let w = l.scalar::<u32>(k)?;
+    u16::try_from(w).map_err(|_| format!("argument {k}: {w:#x} is not the bits of a 16-bit float"))
+}
+
 /// An error unless kernels may write `view` ([`DeviceSlice::device_writable`]), given for
 /// the `&mut` argument `name` (position `index` after the indices) of `kernel`.
 pub fn check_writable<T>(
@@ -226,6 +233,11 @@ impl<'k> ArgCollector<'k> {
     /// A `bool` argument, as `u32`.
     pub fn flag(&mut self, v: bool) {
         self.push(LaunchArg::Value(Scalar::U32(u32::from(v))), None);
+    }
+
+    /// A `bf16` or `f16` argument's bits, as `u32` (the kernel narrows them).
+    pub fn bits16(&mut self, bits: u16) {
+        self.push(LaunchArg::Value(Scalar::U32(u32::from(bits))), None);
     }
 
     /// A struct by value, as its [`words`].

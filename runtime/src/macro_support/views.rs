@@ -2,7 +2,7 @@
 //! atomic loads and stores of each element), [`ReadView`] and [`OwnView`] (plain loads and
 //! stores where a per-launch check proves them safe), and a checked twin's [`StoreLog`].
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::kernel::{HostLaunch, KernelStruct};
 
@@ -56,6 +56,8 @@ element! {
     i64 => AtomicU64, u64, |x| x as u64, |b| b as i64;
     u64 => AtomicU64, u64, |x| x, |b| b;
     usize => AtomicUsize, usize, |x| x, |b| b;
+    half::bf16 => AtomicU16, u16, |x| x.to_bits(), |b| half::bf16::from_bits(b);
+    half::f16 => AtomicU16, u16, |x| x.to_bits(), |b| half::f16::from_bits(b);
 }
 
 // SAFETY: a kernel struct has no padding and a size that is a multiple of 4 (its
@@ -553,7 +555,7 @@ pub fn set_item(t: usize) {
 mod tests {
     use super::*;
     use crate::kernel::{KernelArg, Scalar};
-    use crate::macro_support::bool_arg;
+    use crate::macro_support::{bits16_arg, bool_arg};
 
     #[test]
     fn shared_slices_are_bounds_checked_and_read_back_what_was_stored() {
@@ -575,6 +577,38 @@ mod tests {
             assert!(SharedSlice::<f32>::new(&l, "k", "x", 0, 2).unwrap_err().contains("only 3 are mapped"));
         }
         assert_eq!(v, [1.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn sixteen_bit_floats_are_loaded_and_stored_whole_by_their_bits() {
+        use half::{bf16, f16};
+        let mut b = [bf16::from_f32(1.5), bf16::NAN, bf16::from_bits(0x8001)];
+        let mut h = [f16::from_f32(-2.25), f16::from_bits(0x7c01), f16::ZERO];
+        let args = [
+            KernelArg::Ptr { addr: b.as_mut_ptr() as u64, bytes: Some(6) },
+            KernelArg::Ptr { addr: h.as_mut_ptr() as u64, bytes: Some(6) },
+            KernelArg::Scalar(Scalar::U64(3)),
+            KernelArg::Scalar(Scalar::U32(0x3f80)),
+            KernelArg::Scalar(Scalar::U32(0x1_0000)),
+        ];
+        let l = HostLaunch::new("k", 3, &args);
+        {
+            let (sb, sh) = (
+                SharedSlice::<bf16>::new(&l, "k", "b", 0, 2).unwrap(),
+                SharedSlice::<f16>::new(&l, "k", "h", 1, 2).unwrap(),
+            );
+            // Payloads and signs survive a load and a store: no arithmetic in between.
+            sb.set(0, sb.get(2));
+            sh.set(2, sh.get(1));
+            sb.set(1, sb.get(0) * bf16::from_f32(-2.0));
+            assert!(std::panic::catch_unwind(|| sb.get(3)).is_err());
+        }
+        let doubled = bf16::from_f32(bf16::from_bits(0x8001).to_f32() * -2.0).to_bits();
+        assert_eq!(b.map(bf16::to_bits), [0x8001, doubled, 0x8001]);
+        assert_eq!(h.map(f16::to_bits), [f16::from_f32(-2.25).to_bits(), 0x7c01, 0x7c01]);
+        // A scalar's bits come in a 32-bit word; more than 16 bits is a bad argument.
+        assert_eq!(bits16_arg(&l, 3), Ok(0x3f80));
+        assert!(bits16_arg(&l, 4).unwrap_err().contains("not the bits of a 16-bit float"));
     }
 
     #[test]
