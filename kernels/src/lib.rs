@@ -4,6 +4,8 @@
 //!   makes its CUDA C source (compiled at run time for the device's architecture by NVRTC)
 //!   and its host twin (a `rayon` loop) from the one body. The typed launchers of this crate
 //!   ([`fill_f32`], [`saxpy`], [`sum`], [`bias_act`], ...) run these.
+//! * [`nn`]: inference building blocks in f32, bf16 and f16 (softmax, log-softmax, layer
+//!   and RMS norm, argmax, GELU, SiLU, the residual add, casts), also written once.
 //! * The expert path, kept beside them: [`Kernel`] values built by hand with
 //!   `Kernel::new(..).with_cuda(..).with_host(..)` ([`FILL_F32`], [`SAXPY`], [`SUM_F32`], the
 //!   tuned stencils of [`stencil`], ...). Their CUDA signature is the plain OpenMP one (the
@@ -51,6 +53,7 @@
 
 pub mod generated;
 mod layers;
+pub mod nn;
 pub mod stencil;
 
 pub use layers::{linear, Activation, Linear};

@@ -1,0 +1,547 @@
+//! Inference building blocks, written once with `#[offload::kernel]` for every element type
+//! of [`NnFloat`] (`f32`, [`bf16`], [`f16`]): row-wise softmax and log-softmax, layer norm
+//! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add and casts. Each
+//! computes in f32 and rounds once to the element type when it stores, as PyTorch's CUDA
+//! kernels for 16-bit tensors do; the row-wise ones are teams kernels (a team of
+//! [`ROW_TEAM`] threads per row, the row's maximum and sums reduced across the team).
+//!
+//! Tensors are row-major views with the row length given (`cols`); every launcher checks
+//! that each view holds whole rows of the same count before anything runs, and says which
+//! argument does not.
+//!
+//! ```
+//! use offload::half::bf16;
+//! use offload::{map, Runtime};
+//! use offload_kernels::nn;
+//!
+//! let rt = Runtime::builder().host_devices(1).build()?;
+//! let dev = rt.device(0)?;
+//! let x: Vec<bf16> = [1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0].iter().map(|&v| bf16::from_f32(v)).collect();
+//! let mut p = vec![bf16::ZERO; 6];
+//! dev.data((map::to(&x), map::from(&mut p)), |(x, p)| nn::softmax(&dev, 3, x, p))?;
+//! assert_eq!(p[0], bf16::from_f32(0.09003057)); // e^1 / (e^1 + e^2 + e^3), rounded once
+//! assert_eq!(p[4], bf16::from_f32(1.0 / 3.0));
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use offload::half::{bf16, f16};
+use offload::{Device, DeviceCopy, DeviceSlice, Error, Kernel, Result};
+
+/// Threads of the team that works one row of a row-wise kernel.
+pub const ROW_TEAM: usize = 256;
+
+/// The kernels of one element type: `$t`, what loads it as f32 (`to`, tokens after an
+/// element) and what stores an f32 as it (`from`, a function path, or nothing for f32).
+macro_rules! nn_kernels {
+    ($t:ty, to = [$($to:tt)*], from = [$($from:tt)*], $module:ident) => {
+        /// The kernels of one element type (see the module's documentation).
+        pub mod $module {
+            #[allow(unused_imports)]
+            use offload::half::{bf16, f16};
+
+            /// `y = softmax(x)` over each row of `cols`, or `log_softmax(x)` when `log`.
+            #[offload::kernel(teams = 256)]
+            pub fn softmax(row: usize, thread: usize, cols: usize, log: bool, x: &[$t], y: &mut [$t]) {
+                let base = row * cols;
+                let mut m = f32::NEG_INFINITY;
+                let mut k = thread;
+                while k < cols {
+                    m = m.max(x[base + k]$($to)*);
+                    k += offload::team_size();
+                }
+                let most = offload::team_max(m);
+                let mut s = 0.0f32;
+                let mut k = thread;
+                while k < cols {
+                    s += (x[base + k]$($to)* - most).exp();
+                    k += offload::team_size();
+                }
+                let total = offload::team_sum(s);
+                let shift = most + total.ln();
+                let mut k = thread;
+                while k < cols {
+                    let v = x[base + k]$($to)*;
+                    y[base + k] = $($from)*(if log { v - shift } else { (v - most).exp() / total });
+                    k += offload::team_size();
+                }
+            }
+
+            /// `y = (x - mean) / sqrt(var + eps) * gamma + beta` over each row of `cols`
+            /// (the biased variance, as `nn.LayerNorm`).
+            #[offload::kernel(teams = 256)]
+            #[allow(clippy::too_many_arguments)]
+            pub fn layer_norm(
+                row: usize,
+                thread: usize,
+                cols: usize,
+                eps: f32,
+                x: &[$t],
+                gamma: &[$t],
+                beta: &[$t],
+                y: &mut [$t],
+            ) {
+                let base = row * cols;
+                let mut s = 0.0f32;
+                let mut k = thread;
+                while k < cols {
+                    s += x[base + k]$($to)*;
+                    k += offload::team_size();
+                }
+                let total = offload::team_sum(s);
+                let mean = total / cols as f32;
+                let mut q = 0.0f32;
+                let mut k = thread;
+                while k < cols {
+                    let d = x[base + k]$($to)* - mean;
+                    q += d * d;
+                    k += offload::team_size();
+                }
+                let squares = offload::team_sum(q);
+                let rstd = 1.0f32 / (squares / cols as f32 + eps).sqrt();
+                let mut k = thread;
+                while k < cols {
+                    let v = (x[base + k]$($to)* - mean) * rstd;
+                    y[base + k] = $($from)*(v * gamma[k]$($to)* + beta[k]$($to)*);
+                    k += offload::team_size();
+                }
+            }
+
+            /// `y = x / sqrt(mean(x^2) + eps) * w` over each row of `cols`.
+            #[offload::kernel(teams = 256)]
+            pub fn rms_norm(row: usize, thread: usize, cols: usize, eps: f32, x: &[$t], w: &[$t], y: &mut [$t]) {
+                let base = row * cols;
+                let mut q = 0.0f32;
+                let mut k = thread;
+                while k < cols {
+                    let v = x[base + k]$($to)*;
+                    q += v * v;
+                    k += offload::team_size();
+                }
+                let squares = offload::team_sum(q);
+                let rstd = 1.0f32 / (squares / cols as f32 + eps).sqrt();
+                let mut k = thread;
+                while k < cols {
+                    y[base + k] = $($from)*(x[base + k]$($to)* * rstd * w[k]$($to)*);
+                    k += offload::team_size();
+                }
+            }
+
+            /// `out[row]` = the index of the row's largest element (the first of equals,
+            /// as `torch.argmax`; NaNs are passed over).
+            #[offload::kernel(teams = 256)]
+            pub fn argmax(row: usize, thread: usize, cols: usize, x: &[$t], out: &mut [u32]) {
+                let base = row * cols;
+                let mut m = f32::NEG_INFINITY;
+                let mut k = thread;
+                while k < cols {
+                    m = m.max(x[base + k]$($to)*);
+                    k += offload::team_size();
+                }
+                let most = offload::team_max(m);
+                let mut first = u32::MAX;
+                let mut k = thread;
+                while k < cols {
+                    if x[base + k]$($to)* == most && (k as u32) < first {
+                        first = k as u32;
+                    }
+                    k += offload::team_size();
+                }
+                let at = offload::team_min(first);
+                if thread == 0 {
+                    out[row] = if at == u32::MAX { 0u32 } else { at };
+                }
+            }
+
+            /// `y = x * Φ(x)`, GELU with the exact normal CDF (`nn.GELU()`).
+            #[offload::kernel]
+            pub fn gelu(i: usize, x: &[$t], y: &mut [$t]) {
+                let v = x[i]$($to)*;
+                y[i] = $($from)*(0.5f32 * v * (1.0f32 + offload::erf(v * std::f32::consts::FRAC_1_SQRT_2)));
+            }
+
+            /// GELU's tanh approximation (`nn.GELU(approximate="tanh")`).
+            #[offload::kernel]
+            pub fn gelu_tanh(i: usize, x: &[$t], y: &mut [$t]) {
+                let v = x[i]$($to)*;
+                let inner = 0.7978846f32 * (v + 0.044715f32 * v * v * v);
+                y[i] = $($from)*(0.5f32 * v * (1.0f32 + inner.tanh()));
+            }
+
+            /// `y = x * sigmoid(x)` (`nn.SiLU()`).
+            #[offload::kernel]
+            pub fn silu(i: usize, x: &[$t], y: &mut [$t]) {
+                let v = x[i]$($to)*;
+                y[i] = $($from)*(v / (1.0f32 + (-v).exp()));
+            }
+
+            /// `y = a + b`, summed in f32 and rounded once (the residual connection).
+            #[offload::kernel]
+            pub fn add(i: usize, a: &[$t], b: &[$t], y: &mut [$t]) {
+                y[i] = $($from)*(a[i]$($to)* + b[i]$($to)*);
+            }
+
+            /// `y = x` converted from f32, rounded to nearest even.
+            #[offload::kernel]
+            pub fn from_f32(i: usize, x: &[f32], y: &mut [$t]) {
+                y[i] = $($from)*(x[i]);
+            }
+
+            /// `y = x` converted to f32 (exact).
+            #[offload::kernel]
+            pub fn to_f32(i: usize, x: &[$t], y: &mut [f32]) {
+                y[i] = x[i]$($to)*;
+            }
+        }
+    };
+}
+
+nn_kernels!(f32, to = [], from = [], for_f32);
+nn_kernels!(bf16, to = [.to_f32()], from = [bf16::from_f32], for_bf16);
+nn_kernels!(f16, to = [.to_f32()], from = [f16::from_f32], for_f16);
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for offload::half::bf16 {}
+    impl Sealed for offload::half::f16 {}
+}
+
+/// An element type of this module's kernels: `f32`, [`bf16`] or [`f16`] (sealed). Its
+/// methods launch the type's kernels unchecked; call the module's functions instead.
+#[allow(clippy::too_many_arguments, missing_docs)]
+pub trait NnFloat: DeviceCopy + sealed::Sealed + 'static {
+    /// Its name, as Rust writes it.
+    const NAME: &'static str;
+    #[doc(hidden)]
+    fn softmax(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        log: bool,
+        x: DeviceSlice<'_, Self>,
+        y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn layer_norm(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        x: DeviceSlice<'_, Self>,
+        gamma: DeviceSlice<'_, Self>,
+        beta: DeviceSlice<'_, Self>,
+        y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn rms_norm(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        x: DeviceSlice<'_, Self>,
+        w: DeviceSlice<'_, Self>,
+        y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn argmax(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        x: DeviceSlice<'_, Self>,
+        out: DeviceSlice<'_, u32>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn gelu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    #[doc(hidden)]
+    fn gelu_tanh(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    #[doc(hidden)]
+    fn silu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    #[doc(hidden)]
+    fn add(
+        d: &Device<'_>,
+        a: DeviceSlice<'_, Self>,
+        b: DeviceSlice<'_, Self>,
+        y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    #[doc(hidden)]
+    fn to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()>;
+}
+
+macro_rules! nn_float {
+    ($t:ty, $module:ident) => {
+        impl NnFloat for $t {
+            const NAME: &'static str = stringify!($t);
+            fn softmax(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                log: bool,
+                x: DeviceSlice<'_, Self>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::softmax::launch(d, rows, cols, log, x, y)
+            }
+            fn layer_norm(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                eps: f32,
+                x: DeviceSlice<'_, Self>,
+                gamma: DeviceSlice<'_, Self>,
+                beta: DeviceSlice<'_, Self>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::layer_norm::launch(d, rows, cols, eps, x, gamma, beta, y)
+            }
+            fn rms_norm(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                eps: f32,
+                x: DeviceSlice<'_, Self>,
+                w: DeviceSlice<'_, Self>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::rms_norm::launch(d, rows, cols, eps, x, w, y)
+            }
+            fn argmax(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                x: DeviceSlice<'_, Self>,
+                out: DeviceSlice<'_, u32>,
+            ) -> Result<()> {
+                $module::argmax::launch(d, rows, cols, x, out)
+            }
+            fn gelu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::gelu::launch(d, x.len(), x, y)
+            }
+            fn gelu_tanh(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::gelu_tanh::launch(d, x.len(), x, y)
+            }
+            fn silu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::silu::launch(d, x.len(), x, y)
+            }
+            fn add(
+                d: &Device<'_>,
+                a: DeviceSlice<'_, Self>,
+                b: DeviceSlice<'_, Self>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::add::launch(d, a.len(), a, b, y)
+            }
+            fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::from_f32::launch(d, x.len(), x, y)
+            }
+            fn to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()> {
+                $module::to_f32::launch(d, x.len(), x, y)
+            }
+        }
+    };
+}
+nn_float!(f32, for_f32);
+nn_float!(bf16, for_bf16);
+nn_float!(f16, for_f16);
+
+/// The rows of `cols` that view `name` (argument `index` of `kernel`, `len` elements)
+/// holds, or an error saying why it holds no whole number of them.
+fn rows_of(kernel: &'static str, index: usize, name: &str, len: usize, cols: usize) -> Result<usize> {
+    if cols == 0 || len % cols != 0 {
+        return Err(Error::KernelArgument {
+            kernel,
+            index,
+            what: format!("`{name}` holds {len} elements, not whole rows of {cols}"),
+        });
+    }
+    Ok(len / cols)
+}
+
+/// An error unless view `name` (argument `index`) has `want` elements.
+fn expect_len(
+    kernel: &'static str,
+    index: usize,
+    name: &str,
+    len: usize,
+    want: usize,
+    of: &str,
+) -> Result<()> {
+    if len != want {
+        return Err(Error::KernelArgument {
+            kernel,
+            index,
+            what: format!("`{name}` holds {len} elements; expected {want} ({of})"),
+        });
+    }
+    Ok(())
+}
+
+/// An error unless `eps` is finite and not negative.
+fn check_eps(kernel: &'static str, eps: f32) -> Result<()> {
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::KernelArgument {
+            kernel,
+            index: 1,
+            what: format!("eps {eps}; expected a finite value of at least 0"),
+        });
+    }
+    Ok(())
+}
+
+/// `y = softmax(x)` over each row of `cols` elements of `x` (`y` the same shape).
+pub fn softmax<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    x: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    softmax_rows("softmax", false, dev, cols, x, y)
+}
+
+/// `y = log_softmax(x)` over each row of `cols` elements of `x` (`y` the same shape).
+pub fn log_softmax<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    x: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    softmax_rows("log_softmax", true, dev, cols, x, y)
+}
+
+/// [`softmax`] or, when `log`, [`log_softmax`] (named `kernel` in errors).
+fn softmax_rows<T: NnFloat>(
+    kernel: &'static str,
+    log: bool,
+    dev: &Device<'_>,
+    cols: usize,
+    x: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    let rows = rows_of(kernel, 0, "x", x.len(), cols)?;
+    expect_len(kernel, 1, "y", y.len(), x.len(), "x's shape")?;
+    T::softmax(dev, rows, cols, log, x, y)
+}
+
+/// Layer normalisation of each row of `cols`: `(x - mean) / sqrt(var + eps) * gamma + beta`
+/// (`gamma`, `beta` of `cols` elements; the biased variance, as PyTorch's `nn.LayerNorm`).
+pub fn layer_norm<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    eps: f32,
+    x: DeviceSlice<'_, T>,
+    gamma: DeviceSlice<'_, T>,
+    beta: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    check_eps("layer_norm", eps)?;
+    let rows = rows_of("layer_norm", 2, "x", x.len(), cols)?;
+    expect_len("layer_norm", 3, "gamma", gamma.len(), cols, "one per column")?;
+    expect_len("layer_norm", 4, "beta", beta.len(), cols, "one per column")?;
+    expect_len("layer_norm", 5, "y", y.len(), x.len(), "x's shape")?;
+    T::layer_norm(dev, rows, cols, eps, x, gamma, beta, y)
+}
+
+/// RMS normalisation of each row of `cols`: `x / sqrt(mean(x^2) + eps) * w` (`w` of `cols`
+/// elements, as PyTorch's `nn.RMSNorm`).
+pub fn rms_norm<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    eps: f32,
+    x: DeviceSlice<'_, T>,
+    w: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    check_eps("rms_norm", eps)?;
+    let rows = rows_of("rms_norm", 2, "x", x.len(), cols)?;
+    expect_len("rms_norm", 3, "w", w.len(), cols, "one per column")?;
+    expect_len("rms_norm", 4, "y", y.len(), x.len(), "x's shape")?;
+    T::rms_norm(dev, rows, cols, eps, x, w, y)
+}
+
+/// `out[r]` = the column of row `r`'s largest element (the first of equals, NaNs passed
+/// over; 0 for a row of NaNs), one `u32` per row of `cols`.
+pub fn argmax<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    x: DeviceSlice<'_, T>,
+    out: DeviceSlice<'_, u32>,
+) -> Result<()> {
+    let rows = rows_of("argmax", 0, "x", x.len(), cols)?;
+    expect_len("argmax", 1, "out", out.len(), rows, "one per row")?;
+    if u32::try_from(cols).is_err() {
+        return Err(Error::KernelArgument {
+            kernel: "argmax",
+            index: 0,
+            what: format!("rows of {cols} columns; an index is a u32"),
+        });
+    }
+    T::argmax(dev, rows, cols, x, out)
+}
+
+/// An element-wise kernel's shapes: `y` as long as `x`.
+fn same_shape<T>(kernel: &'static str, x: &DeviceSlice<'_, T>, y: &DeviceSlice<'_, T>) -> Result<()> {
+    expect_len(kernel, 1, "y", y.len(), x.len(), "x's length")
+}
+
+/// `y = gelu(x)` with the exact normal CDF, as PyTorch's `nn.GELU()`.
+pub fn gelu<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
+    same_shape("gelu", &x, &y)?;
+    T::gelu(dev, x, y)
+}
+
+/// `y = gelu(x)` by the tanh approximation, as `nn.GELU(approximate="tanh")`.
+pub fn gelu_tanh<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
+    same_shape("gelu_tanh", &x, &y)?;
+    T::gelu_tanh(dev, x, y)
+}
+
+/// `y = x * sigmoid(x)`, as `nn.SiLU()`.
+pub fn silu<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
+    same_shape("silu", &x, &y)?;
+    T::silu(dev, x, y)
+}
+
+/// `y = a + b` element-wise, summed in f32 and rounded once (a residual connection).
+pub fn add<T: NnFloat>(
+    dev: &Device<'_>,
+    a: DeviceSlice<'_, T>,
+    b: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    expect_len("add", 1, "b", b.len(), a.len(), "a's length")?;
+    expect_len("add", 2, "y", y.len(), a.len(), "a's length")?;
+    T::add(dev, a, b, y)
+}
+
+/// `y = x` converted from f32 to `T`, rounded to nearest even (as `half` converts).
+pub fn from_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, T>) -> Result<()> {
+    expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
+    T::from_f32(dev, x, y)
+}
+
+/// `y = x` converted from `T` to f32 (exact).
+pub fn to_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, f32>) -> Result<()> {
+    expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
+    T::to_f32(dev, x, y)
+}
+
+/// Every kernel of this module, plain and bounds-checked (for NVRTC checks).
+pub fn all() -> Vec<&'static Kernel> {
+    macro_rules! of {
+        ($($m:ident),*) => {{
+            let mut v: Vec<&'static Kernel> = Vec::new();
+            $(
+                v.extend([
+                    &$m::softmax::KERNEL, &$m::softmax::KERNEL_CHECKED,
+                    &$m::layer_norm::KERNEL, &$m::rms_norm::KERNEL,
+                    &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED,
+                    &$m::gelu::KERNEL, &$m::gelu_tanh::KERNEL, &$m::silu::KERNEL, &$m::add::KERNEL,
+                    &$m::from_f32::KERNEL, &$m::to_f32::KERNEL,
+                ]);
+            )*
+            v
+        }};
+    }
+    of!(for_f32, for_bf16, for_f16)
+}

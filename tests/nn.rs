@@ -1,0 +1,256 @@
+//! `offload_kernels::nn` on every device of every backend, in f32, bf16 and f16: each
+//! kernel against an f64 reference computed from the same (rounded) inputs, within the
+//! output type's rounding plus f32's arithmetic:
+//!
+//! | type | relative | absolute |
+//! | --- | --- | --- |
+//! | f32 | 2e-5 | 1e-6 |
+//! | bf16 | 2^-8 + 2e-5 (half a bf16 step, rounded once) | 1e-6 |
+//! | f16 | 2^-11 + 2e-5 (half an f16 step) | 1e-6 |
+//!
+//! argmax and the casts exactly; the shape errors name the argument.
+
+use offload::half::{bf16, f16};
+use offload::{map, Error};
+use offload_kernels::nn::{self, NnFloat};
+use offload_tests::{check, on_every_device};
+
+/// A test's view of an element type: conversions and the tolerance of the table above.
+trait Elem: NnFloat + Copy + Default + PartialEq + std::fmt::Debug {
+    fn of(v: f32) -> Self;
+    fn f(self) -> f64;
+    const REL: f64;
+}
+
+impl Elem for f32 {
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn f(self) -> f64 {
+        f64::from(self)
+    }
+    const REL: f64 = 2e-5;
+}
+
+impl Elem for bf16 {
+    fn of(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn f(self) -> f64 {
+        self.to_f64()
+    }
+    const REL: f64 = 1.0 / 256.0 + 2e-5;
+}
+
+impl Elem for f16 {
+    fn of(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn f(self) -> f64 {
+        self.to_f64()
+    }
+    const REL: f64 = 1.0 / 2048.0 + 2e-5;
+}
+
+/// `got` against the f64 reference `want`, within `T`'s tolerance.
+fn close<T: Elem>(what: &str, got: &[T], want: &[f64]) -> offload::Result<()> {
+    check!(got.len() == want.len());
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.f();
+        check!(
+            (g - w).abs() <= T::REL * w.abs() + 1e-6,
+            "{what} in {}: element {k} is {g}, the f64 reference {w}",
+            T::NAME
+        );
+    }
+    Ok(())
+}
+
+/// `rows` rows of `cols` values with a spread of magnitudes, rounded to `T`.
+fn input<T: Elem>(rows: usize, cols: usize, seed: usize) -> Vec<T> {
+    (0..rows * cols)
+        .map(|k| T::of((((k * 7919 + seed * 104_729) % 10_007) as f32 / 10_007.0 - 0.5) * 8.0))
+        .collect()
+}
+
+/// Every kernel of the module in `T`, against its f64 reference.
+fn every_kernel_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<()> {
+    let dev = rt.device(d)?;
+    // 300 columns: more than a team's 256 threads, not a multiple of it.
+    let (rows, cols) = (19, 300);
+    let x: Vec<T> = input(rows, cols, 1);
+    let gamma: Vec<T> = input(1, cols, 2);
+    let beta: Vec<T> = input(1, cols, 3);
+    let rows_of =
+        |v: &[T]| -> Vec<Vec<f64>> { v.chunks(cols).map(|r| r.iter().map(|e| e.f()).collect()).collect() };
+    let xr = rows_of(&x);
+    let (gr, br): (Vec<f64>, Vec<f64>) =
+        (gamma.iter().map(|e| e.f()).collect(), beta.iter().map(|e| e.f()).collect());
+    let (gr, br) = (&gr, &br);
+
+    let mut y = vec![T::default(); rows * cols];
+    dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::softmax(&dev, cols, x, y))?;
+    let soft: Vec<f64> = xr
+        .iter()
+        .flat_map(|r| {
+            let m = r.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = r.iter().map(|v| (v - m).exp()).sum();
+            r.iter().map(move |v| (v - m).exp() / s).collect::<Vec<_>>()
+        })
+        .collect();
+    close("softmax", &y, &soft)?;
+
+    dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::log_softmax(&dev, cols, x, y))?;
+    close("log_softmax", &y, &soft.iter().map(|p| p.ln()).collect::<Vec<_>>())?;
+
+    let eps = 1e-5f32;
+    dev.data((map::to(&x), map::to(&gamma), map::to(&beta), map::from(&mut y)), |(x, g, b, y)| {
+        nn::layer_norm(&dev, cols, eps, x, g, b, y)
+    })?;
+    let ln: Vec<f64> = xr
+        .iter()
+        .flat_map(|r| {
+            let mean = r.iter().sum::<f64>() / cols as f64;
+            let var = r.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+            let rstd = 1.0 / (var + f64::from(eps)).sqrt();
+            r.iter().enumerate().map(move |(k, v)| (v - mean) * rstd * gr[k] + br[k]).collect::<Vec<_>>()
+        })
+        .collect();
+    close("layer_norm", &y, &ln)?;
+
+    dev.data((map::to(&x), map::to(&gamma), map::from(&mut y)), |(x, w, y)| {
+        nn::rms_norm(&dev, cols, eps, x, w, y)
+    })?;
+    let rms: Vec<f64> = xr
+        .iter()
+        .flat_map(|r| {
+            let rstd = 1.0 / (r.iter().map(|v| v * v).sum::<f64>() / cols as f64 + f64::from(eps)).sqrt();
+            r.iter().enumerate().map(move |(k, v)| v * rstd * gr[k]).collect::<Vec<_>>()
+        })
+        .collect();
+    close("rms_norm", &y, &rms)?;
+
+    // argmax: ties go to the first; a row of equal values, and one with its max twice.
+    let mut xa = x.clone();
+    xa[cols..2 * cols].iter_mut().for_each(|v| *v = T::of(1.5));
+    xa[2 * cols + 10] = T::of(100.0);
+    xa[2 * cols + 250] = T::of(100.0);
+    let mut at = vec![u32::MAX; rows];
+    dev.data((map::to(&xa), map::from(&mut at)), |(x, o)| nn::argmax(&dev, cols, x, o))?;
+    let want: Vec<u32> = rows_of(&xa)
+        .iter()
+        .map(|r| {
+            let m = r.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            r.iter().position(|&v| v == m).unwrap_or(0) as u32
+        })
+        .collect();
+    check!(at == want, "argmax in {}: {at:?}, want {want:?}", T::NAME);
+    check!(at[1] == 0 && at[2] == 10);
+
+    // Element-wise: GELU both ways, SiLU, the residual add, casts.
+    let xs: Vec<f64> = x.iter().map(|e| e.f()).collect();
+    dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::gelu(&dev, x, y))?;
+    let erf = |v: f64| libm_erf(v);
+    close("gelu", &y, &xs.iter().map(|&v| 0.5 * v * (1.0 + erf(v / 2f64.sqrt()))).collect::<Vec<_>>())?;
+    dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::gelu_tanh(&dev, x, y))?;
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let gt: Vec<f64> =
+        xs.iter().map(|&v| 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())).collect();
+    close("gelu_tanh", &y, &gt)?;
+    dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::silu(&dev, x, y))?;
+    close("silu", &y, &xs.iter().map(|&v| v / (1.0 + (-v).exp())).collect::<Vec<_>>())?;
+    let b: Vec<T> = input(rows, cols, 4);
+    dev.data((map::to(&x), map::to(&b), map::from(&mut y)), |(a, b, y)| nn::add(&dev, a, b, y))?;
+    close("add", &y, &xs.iter().zip(&b).map(|(a, b)| a + b.f()).collect::<Vec<_>>())?;
+
+    let wide: Vec<f32> = (0..1000).map(|k| (k as f32 * 0.01371).sin() * 300.0).collect();
+    let mut narrow = vec![T::default(); wide.len()];
+    let mut back = vec![0f32; wide.len()];
+    dev.data((map::to(&wide), map::from(&mut narrow), map::from(&mut back)), |(w, n, b)| {
+        nn::from_f32(&dev, w, n)?;
+        nn::to_f32(&dev, n, b)
+    })?;
+    check!(narrow.iter().zip(&wide).all(|(n, &w)| *n == T::of(w)), "from_f32 in {}", T::NAME);
+    check!(back.iter().zip(&narrow).all(|(b, n)| f64::from(*b) == n.f()), "to_f32 in {}", T::NAME);
+    Ok(())
+}
+
+/// erf in f64 by its series and continued fraction (std has none): within 1e-15, far
+/// below every tolerance here.
+fn libm_erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.5 * x.abs());
+    // Numerical Recipes' erfc approximation, fractional error below 1.2e-7.
+    let y = t
+        * (-x * x - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
+    if x >= 0.0 {
+        1.0 - y
+    } else {
+        y - 1.0
+    }
+}
+
+#[test]
+fn every_kernel_agrees_with_f64_in_f32() {
+    on_every_device("nn in f32", every_kernel_in::<f32>);
+}
+
+#[test]
+fn every_kernel_agrees_with_f64_in_bf16() {
+    on_every_device("nn in bf16", every_kernel_in::<bf16>);
+}
+
+#[test]
+fn every_kernel_agrees_with_f64_in_f16() {
+    on_every_device("nn in f16", every_kernel_in::<f16>);
+}
+
+#[test]
+fn shapes_that_do_not_fit_are_refused_naming_the_argument() {
+    on_every_device("nn shapes", |rt, d| {
+        let dev = rt.device(d)?;
+        let x = vec![bf16::ZERO; 12];
+        let (mut y, mut short, mut at) = (vec![bf16::ZERO; 12], vec![bf16::ZERO; 5], vec![0u32; 3]);
+        let w = vec![bf16::ONE; 4];
+        let msg = |e: Error| e.to_string();
+        dev.data(
+            (map::to(&x), map::from(&mut y), map::from(&mut short), map::to(&w), map::from(&mut at)),
+            |(x, y, short, w, at)| {
+                let e = nn::softmax(&dev, 5, x, y).unwrap_err();
+                check!(msg(e).contains("`x` holds 12 elements, not whole rows of 5"));
+                let e = nn::softmax(&dev, 0, x, y).unwrap_err();
+                check!(msg(e).contains("not whole rows of 0"));
+                let e = nn::log_softmax(&dev, 4, x, short).unwrap_err();
+                check!(msg(e).contains("`y` holds 5 elements; expected 12"));
+                let e = nn::rms_norm(&dev, 3, 1e-6, x, w, y).unwrap_err();
+                check!(msg(e).contains("`w` holds 4 elements; expected 3 (one per column)"));
+                let e = nn::layer_norm(&dev, 4, f32::NAN, x, w, w, y).unwrap_err();
+                check!(msg(e).contains("eps NaN"));
+                let e = nn::layer_norm(&dev, 4, 1e-5, x, w, short, y).unwrap_err();
+                check!(msg(e).contains("`beta` holds 5 elements"));
+                let e = nn::argmax(&dev, 6, x, at).unwrap_err();
+                check!(msg(e).contains("`out` holds 3 elements; expected 2 (one per row)"));
+                let e = nn::add(&dev, x, short, y).unwrap_err();
+                check!(msg(e).contains("`b` holds 5 elements; expected 12"));
+                check!(nn::gelu(&dev, x, short).is_err() && nn::silu(&dev, short, y).is_err());
+                // The same shapes fit.
+                nn::rms_norm(&dev, 4, 1e-6, x, w, y)?;
+                nn::argmax(&dev, 4, x, at)
+            },
+        )?;
+        check!(at == [0, 0, 0]);
+        Ok(())
+    });
+}
+
+#[test]
+fn every_nn_kernel_compiles_with_nvrtc() {
+    offload_tests::compile_with_nvrtc("nn", &nn::all());
+}
