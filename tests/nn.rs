@@ -251,6 +251,46 @@ fn shapes_that_do_not_fit_are_refused_naming_the_argument() {
 }
 
 #[test]
+fn in_place_forms_give_the_out_of_place_bits_and_one_view_twice_is_refused() {
+    on_every_device("nn in place", |rt, d| {
+        let dev = rt.device(d)?;
+        let x: Vec<bf16> = input(4, 256, 5);
+        let b: Vec<bf16> = input(4, 256, 6);
+        type Op = fn(
+            &offload::Device<'_>,
+            offload::DeviceSlice<'_, bf16>,
+            offload::DeviceSlice<'_, bf16>,
+        ) -> offload::Result<()>;
+        type InPlace = fn(&offload::Device<'_>, offload::DeviceSlice<'_, bf16>) -> offload::Result<()>;
+        let ops: [(&str, Op, InPlace); 3] = [
+            ("gelu", nn::gelu, nn::gelu_in_place),
+            ("gelu_tanh", nn::gelu_tanh, nn::gelu_tanh_in_place),
+            ("silu", nn::silu, nn::silu_in_place),
+        ];
+        for (name, out_of_place, in_place) in ops {
+            let (mut y, mut z) = (vec![bf16::ZERO; x.len()], x.clone());
+            dev.data((map::to(&x), map::from(&mut y), map::tofrom(&mut z)), |(x, y, z)| {
+                out_of_place(&dev, x, y)?;
+                in_place(&dev, z)
+            })?;
+            check!(y == z, "{name}: in place differs");
+            // The same view as input and output: refused, nothing run.
+            let mut w = x.clone();
+            let e = dev.data(map::tofrom(&mut w), |w| out_of_place(&dev, w, w)).unwrap_err();
+            check!(e.to_string().contains("overlap and the kernel writes `y`"), "{e}");
+            check!(w == x);
+        }
+        let (mut y, mut z) = (vec![bf16::ZERO; x.len()], x.clone());
+        dev.data((map::to(&x), map::to(&b), map::from(&mut y), map::tofrom(&mut z)), |(x, b, y, z)| {
+            nn::add(&dev, x, b, y)?;
+            nn::add_in_place(&dev, z, b)
+        })?;
+        check!(y == z, "add in place differs");
+        Ok(())
+    });
+}
+
+#[test]
 fn every_nn_kernel_compiles_with_nvrtc() {
     offload_tests::compile_with_nvrtc("nn", &nn::all());
 }

@@ -30,6 +30,25 @@ use offload::{Device, DeviceCopy, DeviceSlice, Error, Kernel, Result};
 /// Threads of the team that works one row of a row-wise kernel.
 pub const ROW_TEAM: usize = 256;
 
+/// GELU with the exact normal CDF (`nn.GELU()`).
+const GELU: u32 = 0;
+/// GELU's tanh approximation (`nn.GELU(approximate="tanh")`).
+const GELU_TANH: u32 = 1;
+/// `x * sigmoid(x)` (`nn.SiLU()`).
+const SILU: u32 = 2;
+
+/// Activation `act` ([`GELU`], [`GELU_TANH`], [`SILU`]) of `v`, in f32.
+#[offload::device]
+fn activation(act: u32, v: f32) -> f32 {
+    if act == 0u32 {
+        return 0.5f32 * v * (1.0f32 + offload::erf(v * std::f32::consts::FRAC_1_SQRT_2));
+    }
+    if act == 1u32 {
+        return 0.5f32 * v * (1.0f32 + (0.7978846f32 * (v + 0.044715f32 * v * v * v)).tanh());
+    }
+    v / (1.0f32 + (-v).exp())
+}
+
 /// The kernels of one element type: `$t`, what loads it as f32 (`to`, tokens after an
 /// element) and what stores an f32 as it (`from`, a function path, or nothing for f32).
 macro_rules! nn_kernels {
@@ -152,32 +171,30 @@ macro_rules! nn_kernels {
                 }
             }
 
-            /// `y = x * Φ(x)`, GELU with the exact normal CDF (`nn.GELU()`).
+            /// `y = f(x)` with `f` the activation numbered `act` (GELU 0, its tanh form 1, SiLU 2).
             #[offload::kernel]
-            pub fn gelu(i: usize, x: &[$t], y: &mut [$t]) {
-                let v = x[i]$($to)*;
-                y[i] = $($from)*(0.5f32 * v * (1.0f32 + offload::erf(v * std::f32::consts::FRAC_1_SQRT_2)));
+            pub fn activate(i: usize, act: u32, x: &[$t], y: &mut [$t]) {
+                y[i] = $($from)*(crate::nn::activation(act, x[i]$($to)*));
             }
 
-            /// GELU's tanh approximation (`nn.GELU(approximate="tanh")`).
+            /// `y = f(y)` with `f` the activation numbered `act`.
             #[offload::kernel]
-            pub fn gelu_tanh(i: usize, x: &[$t], y: &mut [$t]) {
-                let v = x[i]$($to)*;
-                let inner = 0.7978846f32 * (v + 0.044715f32 * v * v * v);
-                y[i] = $($from)*(0.5f32 * v * (1.0f32 + inner.tanh()));
-            }
-
-            /// `y = x * sigmoid(x)` (`nn.SiLU()`).
-            #[offload::kernel]
-            pub fn silu(i: usize, x: &[$t], y: &mut [$t]) {
-                let v = x[i]$($to)*;
-                y[i] = $($from)*(v / (1.0f32 + (-v).exp()));
+            pub fn activate_in_place(i: usize, act: u32, y: &mut [$t]) {
+                let v = y[i]$($to)*;
+                y[i] = $($from)*(crate::nn::activation(act, v));
             }
 
             /// `y = a + b`, summed in f32 and rounded once (the residual connection).
             #[offload::kernel]
             pub fn add(i: usize, a: &[$t], b: &[$t], y: &mut [$t]) {
                 y[i] = $($from)*(a[i]$($to)* + b[i]$($to)*);
+            }
+
+            /// `y += b`, summed in f32 and rounded once.
+            #[offload::kernel]
+            pub fn add_in_place(i: usize, y: &mut [$t], b: &[$t]) {
+                let v = y[i]$($to)* + b[i]$($to)*;
+                y[i] = $($from)*(v);
             }
 
             /// `y = x` converted from f32, rounded to nearest even.
@@ -251,11 +268,11 @@ pub trait NnFloat: DeviceCopy + sealed::Sealed + 'static {
         out: DeviceSlice<'_, u32>,
     ) -> Result<()>;
     #[doc(hidden)]
-    fn gelu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    fn activate(d: &Device<'_>, act: u32, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
     #[doc(hidden)]
-    fn gelu_tanh(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    fn activate_in_place(d: &Device<'_>, act: u32, y: DeviceSlice<'_, Self>) -> Result<()>;
     #[doc(hidden)]
-    fn silu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    fn add_in_place(d: &Device<'_>, y: DeviceSlice<'_, Self>, b: DeviceSlice<'_, Self>) -> Result<()>;
     #[doc(hidden)]
     fn add(
         d: &Device<'_>,
@@ -315,14 +332,23 @@ macro_rules! nn_float {
             ) -> Result<()> {
                 $module::argmax::launch(d, rows, cols, x, out)
             }
-            fn gelu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
-                $module::gelu::launch(d, x.len(), x, y)
+            fn activate(
+                d: &Device<'_>,
+                act: u32,
+                x: DeviceSlice<'_, Self>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::activate::launch(d, x.len(), act, x, y)
             }
-            fn gelu_tanh(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
-                $module::gelu_tanh::launch(d, x.len(), x, y)
+            fn activate_in_place(d: &Device<'_>, act: u32, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::activate_in_place::launch(d, y.len(), act, y)
             }
-            fn silu(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
-                $module::silu::launch(d, x.len(), x, y)
+            fn add_in_place(
+                d: &Device<'_>,
+                y: DeviceSlice<'_, Self>,
+                b: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::add_in_place::launch(d, y.len(), y, b)
             }
             fn add(
                 d: &Device<'_>,
@@ -479,27 +505,57 @@ pub fn argmax<T: NnFloat>(
     T::argmax(dev, rows, cols, x, out)
 }
 
-/// An element-wise kernel's shapes: `y` as long as `x`.
-fn same_shape<T>(kernel: &'static str, x: &DeviceSlice<'_, T>, y: &DeviceSlice<'_, T>) -> Result<()> {
-    expect_len(kernel, 1, "y", y.len(), x.len(), "x's length")
+/// `y = f(x)` for activation `act`, named `kernel` in errors.
+fn activate<T: NnFloat>(
+    kernel: &'static str,
+    act: u32,
+    dev: &Device<'_>,
+    x: DeviceSlice<'_, T>,
+    y: DeviceSlice<'_, T>,
+) -> Result<()> {
+    expect_len(kernel, 1, "y", y.len(), x.len(), "x's length")?;
+    T::activate(dev, act, x, y)
 }
 
 /// `y = gelu(x)` with the exact normal CDF, as PyTorch's `nn.GELU()`.
 pub fn gelu<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
-    same_shape("gelu", &x, &y)?;
-    T::gelu(dev, x, y)
+    activate("gelu", GELU, dev, x, y)
 }
 
 /// `y = gelu(x)` by the tanh approximation, as `nn.GELU(approximate="tanh")`.
 pub fn gelu_tanh<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
-    same_shape("gelu_tanh", &x, &y)?;
-    T::gelu_tanh(dev, x, y)
+    activate("gelu_tanh", GELU_TANH, dev, x, y)
 }
 
 /// `y = x * sigmoid(x)`, as `nn.SiLU()`.
 pub fn silu<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, T>) -> Result<()> {
-    same_shape("silu", &x, &y)?;
-    T::silu(dev, x, y)
+    activate("silu", SILU, dev, x, y)
+}
+
+/// [`gelu`] of `y`, into `y` (a view given as both input and output of [`gelu`] is
+/// refused: its kernel's items could read what others write).
+pub fn gelu_in_place<T: NnFloat>(dev: &Device<'_>, y: DeviceSlice<'_, T>) -> Result<()> {
+    T::activate_in_place(dev, GELU, y)
+}
+
+/// [`gelu_tanh`] of `y`, into `y`.
+pub fn gelu_tanh_in_place<T: NnFloat>(dev: &Device<'_>, y: DeviceSlice<'_, T>) -> Result<()> {
+    T::activate_in_place(dev, GELU_TANH, y)
+}
+
+/// [`silu`] of `y`, into `y`.
+pub fn silu_in_place<T: NnFloat>(dev: &Device<'_>, y: DeviceSlice<'_, T>) -> Result<()> {
+    T::activate_in_place(dev, SILU, y)
+}
+
+/// `y += b` element-wise, summed in f32 and rounded once (a residual added to the stream).
+pub fn add_in_place<T: NnFloat>(
+    dev: &Device<'_>,
+    y: DeviceSlice<'_, T>,
+    b: DeviceSlice<'_, T>,
+) -> Result<()> {
+    expect_len("add", 1, "b", b.len(), y.len(), "y's length")?;
+    T::add_in_place(dev, y, b)
 }
 
 /// `y = a + b` element-wise, summed in f32 and rounded once (a residual connection).
@@ -536,7 +592,7 @@ pub fn all() -> Vec<&'static Kernel> {
                     &$m::softmax::KERNEL, &$m::softmax::KERNEL_CHECKED,
                     &$m::layer_norm::KERNEL, &$m::rms_norm::KERNEL,
                     &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED,
-                    &$m::gelu::KERNEL, &$m::gelu_tanh::KERNEL, &$m::silu::KERNEL, &$m::add::KERNEL,
+                    &$m::activate::KERNEL, &$m::activate_in_place::KERNEL, &$m::add::KERNEL, &$m::add_in_place::KERNEL,
                     &$m::from_f32::KERNEL, &$m::to_f32::KERNEL,
                 ]);
             )*
