@@ -3,7 +3,6 @@
 //! file each give an error that names the file and the tensor.
 
 use offload_examples::inference::Mlp;
-use offload_examples::weights::WeightsError;
 use safetensors::tensor::{Dtype, TensorView};
 
 /// A file in the temporary folder, removed when dropped.
@@ -49,7 +48,7 @@ fn a_truncated_file_is_an_error_naming_it() {
     let bytes = Mlp::new(2, 8).to_safetensors().expect("serialisable");
     let f = TempFile::with("cut", &bytes[..bytes.len() - 10]);
     let e = Mlp::from_safetensors(&f.0).expect_err("cut short");
-    assert!(matches!(e, WeightsError::Format { .. }), "{e}");
+    assert!(matches!(e, offload::Error::Weights { .. }), "{e}");
     assert!(e.to_string().contains(&f.0.display().to_string()) && e.to_string().contains("cut short"), "{e}");
 }
 
@@ -65,7 +64,8 @@ fn a_tensor_of_the_wrong_dtype_is_named() {
         ]),
     );
     let e = Mlp::from_safetensors(&f.0).expect_err("F64 bias");
-    assert_eq!(e.to_string(), format!("{}: tensor `layers.1.bias` is F64; expected F32", f.0.display()));
+    let want = format!("{}: tensor `layers.1.bias` is F64; expected F32", f.0.display());
+    assert!(e.to_string().starts_with(&want), "{e}");
 }
 
 #[test]
@@ -79,8 +79,12 @@ fn a_missing_tensor_is_named() {
         ]),
     );
     let e = Mlp::from_safetensors(&f.0).expect_err("no layers.1.bias");
-    assert!(matches!(&e, WeightsError::Missing { name, found: 3, .. } if name == "layers.1.bias"), "{e}");
-    assert!(e.to_string().contains("layers.0.bias, layers.0.weight, layers.1.weight"), "{e}");
+    assert!(
+        e.to_string().contains(
+            "tensor `layers.1.bias` is missing (the file has 3 tensors: layers.0.bias, layers.0.weight, layers.1.weight)"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -92,15 +96,16 @@ fn a_tensor_of_the_wrong_shape_is_named() {
     let e = Mlp::from_safetensors(&f.0).expect_err("a bias of 5");
     assert_eq!(
         e.to_string(),
-        format!("{}: tensor `layers.0.bias` has shape [5]; expected [4]", f.0.display())
+        format!("{}: tensor `layers.0.bias` has shape [5]; the model declares [4]", f.0.display())
     );
     let f = TempFile::with("empty", &file_of(&[("other", Dtype::F32, vec![1])]));
-    assert!(matches!(Mlp::from_safetensors(&f.0), Err(WeightsError::Empty { .. })));
+    let e = Mlp::from_safetensors(&f.0).expect_err("no layers.0.weight");
+    assert!(e.to_string().contains("no `layers.0.weight`: not an MLP of this layout"), "{e}");
 }
 
 #[test]
 fn a_missing_file_is_an_error_naming_it() {
     let p = std::env::temp_dir().join("offload-no-such-weights.safetensors");
     let e = Mlp::from_safetensors(&p).expect_err("no file");
-    assert!(matches!(e, WeightsError::Io { .. }) && e.to_string().contains(&p.display().to_string()), "{e}");
+    assert!(e.to_string().contains(&p.display().to_string()) && e.to_string().contains("cannot open"), "{e}");
 }

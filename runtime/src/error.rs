@@ -347,6 +347,16 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A weights file that cannot be read, or a tensor in it that is missing or not what
+    /// the model declares ([`crate::weights::Weights`]).
+    #[error("{path}: {what}")]
+    Weights {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the tensor where one is at fault.
+        what: String,
+    },
+
     /// A device's worker is gone (it panicked or the runtime is shutting down).
     #[error("device {device}: its work queue is closed ({why})")]
     QueueClosed {

@@ -101,6 +101,7 @@ mod services;
 #[cfg(test)]
 mod soak;
 mod trace;
+pub mod weights;
 
 pub use api::{Association, DeviceBuffer, DeviceGlobal, GlobalArg, HostMut, Mapped};
 pub use api::{BasedSlice, Device, DevicePtr, DeviceSlice, HostBuffer, KernelArgs, Map, MapList, QueuedRead};
