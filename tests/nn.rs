@@ -11,8 +11,11 @@
 //! argmax and the casts exactly; the shape errors name the argument.
 
 use offload::half::{bf16, f16};
+use offload::weights::{serialize, Weights};
 use offload::{map, Error};
+use offload::{Device, DeviceBuffer};
 use offload_kernels::nn::{self, NnFloat};
+use offload_kernels::{linear, Activation, Linear};
 use offload_tests::{check, on_every_device};
 
 /// A test's view of an element type: conversions and the tolerance of the table above.
@@ -288,6 +291,60 @@ fn in_place_forms_give_the_out_of_place_bits_and_one_view_twice_is_refused() {
         check!(y == z, "add in place differs");
         Ok(())
     });
+}
+
+/// docs/INFERENCE.md's forward pass, as written there.
+/// The class of each of `rows` rows of 64 features in `x`.
+fn classify(dev: &Device<'_>, path: &std::path::Path, x: &[f32], rows: usize) -> offload::Result<Vec<u32>> {
+    let w = Weights::open(path)?;
+    // Weights once onto the device, converted to bf16 (rounded once).
+    let w0 = w.to_device::<bf16>(dev, "0.weight", &[128, 64])?;
+    let b0 = w.to_device::<bf16>(dev, "0.bias", &[128])?;
+    let w2 = w.to_device::<bf16>(dev, "2.weight", &[10, 128])?;
+    let b2 = w.to_device::<bf16>(dev, "2.bias", &[10])?;
+    // The batch, converted on the device; activations in device scratch.
+    let xs = DeviceBuffer::from_slice(dev, x)?;
+    let (x16, h, logits) = (
+        DeviceBuffer::<bf16>::new(dev, rows * 64)?,
+        DeviceBuffer::<bf16>::new(dev, rows * 128)?,
+        DeviceBuffer::<bf16>::new(dev, rows * 10)?,
+    );
+    let classes = DeviceBuffer::<u32>::new(dev, rows)?;
+    nn::from_f32(dev, xs.view(), x16.view())?;
+    let (l0, l2) = (
+        Linear { rows, in_features: 64, out_features: 128, tf32: false },
+        Linear { rows, in_features: 128, out_features: 10, tf32: false },
+    );
+    linear(dev, l0, x16.view(), w0.view(), Some(b0.view()), h.view(), Activation::Gelu)?;
+    linear(dev, l2, h.view(), w2.view(), Some(b2.view()), logits.view(), Activation::Identity)?;
+    nn::argmax(dev, 10, logits.view(), classes.view())?;
+    classes.to_vec()
+}
+
+#[test]
+fn the_inference_pages_forward_pass_classifies_on_every_device() {
+    // A model whose answers are plain: layer 0 copies the 64 features (and GELU keeps a
+    // 3 near 3, a 0 at 0), layer 2 reads feature k as class k's logit; row r's feature
+    // r % 10 is 3, the others 0, so its class is r % 10.
+    let (rows, mut w0, mut w2) = (37, vec![0f32; 128 * 64], vec![0f32; 10 * 128]);
+    (0..64).for_each(|j| w0[j * 64 + j] = 1.0);
+    (0..10).for_each(|k| w2[k * 128 + k] = 1.0);
+    let bytes = serialize(&[
+        ("0.weight", &[128, 64][..], &w0[..]),
+        ("0.bias", &[128], &[0f32; 128]),
+        ("2.weight", &[10, 128], &w2[..]),
+        ("2.bias", &[10], &[0f32; 10]),
+    ])
+    .expect("a file");
+    let path = std::env::temp_dir().join(format!("offload-nn-mlp-{}.safetensors", std::process::id()));
+    std::fs::write(&path, bytes).expect("a temporary file");
+    let x: Vec<f32> = (0..rows * 64).map(|i| if i % 64 == (i / 64) % 10 { 3.0 } else { 0.0 }).collect();
+    on_every_device("inference page", |rt, d| {
+        let classes = classify(&rt.device(d)?, &path, &x, rows)?;
+        check!(classes == (0..rows as u32).map(|r| r % 10).collect::<Vec<_>>(), "{classes:?}");
+        Ok(())
+    });
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]
