@@ -293,6 +293,103 @@ fn in_place_forms_give_the_out_of_place_bits_and_one_view_twice_is_refused() {
     });
 }
 
+/// Attention in `T` against f64 on the same rounded inputs: prefill (`q_len == kv_len`) and
+/// decoding steps over a cache (`q_len < kv_len`), causal and not. Scores and
+/// probabilities are stored in `T` between the products (as PyTorch's math backend does),
+/// so a probability may be off by `T`'s relative step times (1 + the row's largest score)
+/// twice over, and the output by that times the values' largest magnitude, plus its own
+/// rounding.
+fn attention_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<()> {
+    let dev = rt.device(d)?;
+    for (q_len, kv_len, causal) in [(7, 7, true), (7, 7, false), (1, 9, true), (3, 9, true), (5, 300, false)]
+    {
+        let (batch, heads, dim) = (2, 3, 40);
+        let a = nn::Attention { batch, heads, q_len, kv_len, head_dim: dim, causal, scale: None };
+        // Queries and keys of magnitude up to 1, as after a layer norm.
+        let small = |v: Vec<T>| -> Vec<T> { v.into_iter().map(|x| T::of(x.f() as f32 * 0.25)).collect() };
+        let q: Vec<T> = small(input(batch * heads * q_len, dim, 7));
+        let k: Vec<T> = small(input(batch * heads * kv_len, dim, 8));
+        let v: Vec<T> = input(batch * heads * kv_len, dim, 9);
+        let mut s = vec![T::default(); batch * heads * q_len * kv_len];
+        let mut out = vec![T::default(); q.len()];
+        dev.data(
+            (map::to(&q), map::to(&k), map::to(&v), map::from(&mut s), map::from(&mut out)),
+            |(q, k, v, s, o)| nn::attention(&dev, a, q, k, v, s, o),
+        )?;
+        let scale = 1.0 / (dim as f64).sqrt();
+        let vmax = v.iter().map(|x| x.f().abs()).fold(0.0, f64::max);
+        for h in 0..batch * heads {
+            for i in 0..q_len {
+                let keep = if causal { kv_len - q_len + i + 1 } else { kv_len };
+                let row: Vec<f64> = (0..keep)
+                    .map(|j| {
+                        (0..dim)
+                            .map(|c| q[(h * q_len + i) * dim + c].f() * k[(h * kv_len + j) * dim + c].f())
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let smax = row.iter().map(|x| x.abs()).fold(0.0, f64::max);
+                let tol = (4.0 * T::REL * (1.0 + smax) + 1e-4) * vmax;
+                let total: f64 = row.iter().map(|x| (x - m).exp()).sum();
+                for c in 0..dim {
+                    let want: f64 = (0..keep)
+                        .map(|j| (row[j] - m).exp() / total * v[(h * kv_len + j) * dim + c].f())
+                        .sum();
+                    let got = out[(h * q_len + i) * dim + c].f();
+                    check!(
+                        (got - want).abs() <= tol,
+                        "{} {a:?}: head {h} query {i} feature {c}: {got} vs {want}",
+                        T::NAME
+                    );
+                }
+                // Masked keys have probability 0; the kept ones sum to 1.
+                let p = &s[(h * q_len + i) * kv_len..(h * q_len + i + 1) * kv_len];
+                check!(p[keep..].iter().all(|x| x.f() == 0.0));
+                check!(
+                    (p.iter().map(|x| x.f()).sum::<f64>() - 1.0).abs()
+                        <= 4.0 * T::REL * (keep as f64).sqrt() + 1e-5
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn attention_agrees_with_f64_in_every_type() {
+    on_every_device("attention f32", attention_in::<f32>);
+    on_every_device("attention bf16", attention_in::<bf16>);
+    on_every_device("attention f16", attention_in::<f16>);
+}
+
+#[test]
+fn attention_shapes_that_do_not_fit_are_refused() {
+    on_every_device("attention shapes", |rt, d| {
+        let dev = rt.device(d)?;
+        let x = vec![0f32; 2 * 4 * 8];
+        let mut s = vec![0f32; 2 * 4 * 4];
+        let mut o = vec![0f32; 2 * 4 * 8];
+        let a =
+            nn::Attention { batch: 1, heads: 2, q_len: 4, kv_len: 4, head_dim: 8, causal: true, scale: None };
+        dev.data((map::to(&x), map::from(&mut s), map::from(&mut o)), |(x, s, o)| {
+            nn::attention(&dev, a, x, x, x, s, o)?;
+            let e = nn::attention(&dev, nn::Attention { q_len: 5, ..a }, x, x, x, s, o).unwrap_err();
+            check!(e.to_string().contains("a causal attention's queries are the last"), "{e}");
+            let e = nn::attention(&dev, nn::Attention { kv_len: 3, causal: false, ..a }, x, x, x, s, o)
+                .unwrap_err();
+            check!(e.to_string().contains("`k` holds 64 elements; expected 48"), "{e}");
+            let e = nn::attention(&dev, nn::Attention { head_dim: 0, ..a }, x, x, x, s, o).unwrap_err();
+            check!(e.to_string().contains("at least 1"), "{e}");
+            let e = nn::attention(&dev, nn::Attention { batch: usize::MAX, ..a }, x, x, x, s, o).unwrap_err();
+            check!(e.to_string().contains("overflows"), "{e}");
+            Ok(())
+        })?;
+        Ok(())
+    });
+}
+
 /// docs/INFERENCE.md's forward pass, as written there.
 /// The class of each of `rows` rows of 64 features in `x`.
 fn classify(dev: &Device<'_>, path: &std::path::Path, x: &[f32], rows: usize) -> offload::Result<Vec<u32>> {

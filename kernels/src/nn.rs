@@ -1,6 +1,7 @@
 //! Inference building blocks, written once with `#[offload::kernel]` for every element type
 //! of [`NnFloat`] (`f32`, [`bf16`], [`f16`]): row-wise softmax and log-softmax, layer norm
-//! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add and casts. Each
+//! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add, casts, and
+//! [`attention`] (the device's GEMMs around a masked softmax). Each
 //! computes in f32 and rounds once to the element type when it stores, as PyTorch's CUDA
 //! kernels for 16-bit tensors do; the row-wise ones are teams kernels (a team of
 //! [`ROW_TEAM`] threads per row, the row's maximum and sums reduced across the team).
@@ -25,7 +26,7 @@
 //! ```
 
 use offload::half::{bf16, f16};
-use offload::{Device, DeviceCopy, DeviceSlice, Error, Kernel, Result};
+use offload::{Device, DeviceCopy, DeviceSlice, Error, Gemm, GemmElement, Kernel, Result};
 
 /// Threads of the team that works one row of a row-wise kernel.
 pub const ROW_TEAM: usize = 256;
@@ -81,6 +82,36 @@ macro_rules! nn_kernels {
                 while k < cols {
                     let v = x[base + k]$($to)*;
                     y[base + k] = $($from)*(if log { v - shift } else { (v - most).exp() / total });
+                    k += offload::team_size();
+                }
+            }
+
+            /// Each row of `cols` attention scores in `s` made probabilities in place:
+            /// with `causal`, row `r` (query `r % q_len`, the queries being the last
+            /// `q_len` of `cols` positions) keeps the keys up to its own position and
+            /// gives the rest 0.
+            #[offload::kernel(teams = 256)]
+            pub fn masked_softmax(row: usize, thread: usize, cols: usize, q_len: usize, causal: bool, s: &mut [$t]) {
+                let base = row * cols;
+                let keep = if causal { cols - q_len + row % q_len + 1 } else { cols };
+                let mut m = f32::NEG_INFINITY;
+                let mut k = thread;
+                while k < keep {
+                    m = m.max(s[base + k]$($to)*);
+                    k += offload::team_size();
+                }
+                let most = offload::team_max(m);
+                let mut t = 0.0f32;
+                let mut k = thread;
+                while k < keep {
+                    t += (s[base + k]$($to)* - most).exp();
+                    k += offload::team_size();
+                }
+                let total = offload::team_sum(t);
+                let mut k = thread;
+                while k < cols {
+                    let p = if k < keep { (s[base + k]$($to)* - most).exp() / total } else { 0.0f32 };
+                    s[base + k] = $($from)*(p);
                     k += offload::team_size();
                 }
             }
@@ -226,7 +257,7 @@ mod sealed {
 /// An element type of this module's kernels: `f32`, [`bf16`] or [`f16`] (sealed). Its
 /// methods launch the type's kernels unchecked; call the module's functions instead.
 #[allow(clippy::too_many_arguments, missing_docs)]
-pub trait NnFloat: DeviceCopy + sealed::Sealed + 'static {
+pub trait NnFloat: GemmElement + DeviceCopy + sealed::Sealed + 'static {
     /// Its name, as Rust writes it.
     const NAME: &'static str;
     #[doc(hidden)]
@@ -258,6 +289,15 @@ pub trait NnFloat: DeviceCopy + sealed::Sealed + 'static {
         x: DeviceSlice<'_, Self>,
         w: DeviceSlice<'_, Self>,
         y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn masked_softmax(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        q_len: usize,
+        causal: bool,
+        s: DeviceSlice<'_, Self>,
     ) -> Result<()>;
     #[doc(hidden)]
     fn argmax(
@@ -322,6 +362,16 @@ macro_rules! nn_float {
                 y: DeviceSlice<'_, Self>,
             ) -> Result<()> {
                 $module::rms_norm::launch(d, rows, cols, eps, x, w, y)
+            }
+            fn masked_softmax(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                q_len: usize,
+                causal: bool,
+                s: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::masked_softmax::launch(d, rows, cols, q_len, causal, s)
             }
             fn argmax(
                 d: &Device<'_>,
@@ -485,6 +535,99 @@ pub fn rms_norm<T: NnFloat>(
     T::rms_norm(dev, rows, cols, eps, x, w, y)
 }
 
+/// The shape of an [`attention`]: `batch x heads` independent problems of `q_len` queries
+/// over `kv_len` keys and values of `head_dim` each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attention {
+    /// Sequences.
+    pub batch: usize,
+    /// Heads per sequence.
+    pub heads: usize,
+    /// Queries per head: the last `q_len` positions of the sequence.
+    pub q_len: usize,
+    /// Keys and values per head (the positions so far: `q_len` in a prefill, more with a
+    /// KV cache).
+    pub kv_len: usize,
+    /// Features per head.
+    pub head_dim: usize,
+    /// Each query sees only the keys up to its own position.
+    pub causal: bool,
+    /// The scores' scale; `None`: `1 / sqrt(head_dim)`, as PyTorch's default.
+    pub scale: Option<f32>,
+}
+
+/// Scaled dot-product attention, `softmax(scale * Q K^T + mask) V` for each of
+/// `batch x heads` heads, as `F.scaled_dot_product_attention(q, k, v)` (with `causal`,
+/// the mask of a KV cache, `causal_lower_right`: query `i` of the last `q_len` positions
+/// sees keys up to its own; PyTorch's `is_causal=True` when `q_len == kv_len`).
+///
+/// `q` and `out` are `[batch, heads, q_len, head_dim]`, `k` and `v` `[batch, heads,
+/// kv_len, head_dim]`, row-major; `scores` is scratch of `batch * heads * q_len * kv_len`
+/// elements (the probabilities, in `T`, are left in it). Two GEMMs per head (the device's:
+/// cuBLASLt on GPUs, f32 accumulation) around a masked softmax in place.
+pub fn attention<T: NnFloat>(
+    dev: &Device<'_>,
+    a: Attention,
+    q: DeviceSlice<'_, T>,
+    k: DeviceSlice<'_, T>,
+    v: DeviceSlice<'_, T>,
+    scores: DeviceSlice<'_, T>,
+    out: DeviceSlice<'_, T>,
+) -> Result<()> {
+    let Attention { batch, heads, q_len, kv_len, head_dim: d, causal, scale } = a;
+    let overflow = || Error::Overflow { routine: "attention", what: format!("{a:?}") };
+    let heads_all = batch.checked_mul(heads).ok_or_else(overflow)?;
+    let size = |rows: usize, cols: usize| heads_all.checked_mul(rows)?.checked_mul(cols);
+    let (q_size, kv_size, s_size) = (
+        size(q_len, d).ok_or_else(overflow)?,
+        size(kv_len, d).ok_or_else(overflow)?,
+        size(q_len, kv_len).ok_or_else(overflow)?,
+    );
+    let bad = |index, what: String| Err(Error::KernelArgument { kernel: "attention", index, what });
+    if q_len == 0 || kv_len == 0 || d == 0 {
+        return bad(0, format!("{a:?}: queries, keys and features are at least 1"));
+    }
+    if causal && q_len > kv_len {
+        return bad(0, format!("{a:?}: a causal attention's queries are the last of its keys' positions"));
+    }
+    for (index, name, len, want, of) in [
+        (0, "q", q.len(), q_size, "batch x heads x q_len x head_dim"),
+        (1, "k", k.len(), kv_size, "batch x heads x kv_len x head_dim"),
+        (2, "v", v.len(), kv_size, "batch x heads x kv_len x head_dim"),
+        (3, "scores", scores.len(), s_size, "batch x heads x q_len x kv_len"),
+        (4, "out", out.len(), q_size, "batch x heads x q_len x head_dim"),
+    ] {
+        expect_len("attention", index, name, len, want, of)?;
+    }
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    // Row-major S (q_len x kv_len) = Q K^T is column-major S^T = K Q^T; row-major O =
+    // P V is column-major O^T = V^T P^T (as `linear` reads row-major operands).
+    let scores_of = Gemm {
+        transa: true,
+        m: kv_len,
+        n: q_len,
+        k: d,
+        alpha: scale,
+        lda: d,
+        ldb: d,
+        ldc: kv_len,
+        ..Gemm::default()
+    };
+    let mixed = Gemm { m: d, n: q_len, k: kv_len, lda: d, ldb: kv_len, ldc: d, ..Gemm::default() };
+    for h in 0..heads_all {
+        let (qs, ks, ss) = (h * q_len * d, h * kv_len * d, h * q_len * kv_len);
+        let s = scores.slice(ss..ss + q_len * kv_len)?;
+        dev.gemm(&scores_of, k.slice(ks..ks + kv_len * d)?, q.slice(qs..qs + q_len * d)?, s, None)?;
+    }
+    T::masked_softmax(dev, heads_all * q_len, kv_len, q_len, causal, scores)?;
+    for h in 0..heads_all {
+        let (qs, ks, ss) = (h * q_len * d, h * kv_len * d, h * q_len * kv_len);
+        let p = scores.slice(ss..ss + q_len * kv_len)?;
+        dev.gemm(&mixed, v.slice(ks..ks + kv_len * d)?, p, out.slice(qs..qs + q_len * d)?, None)?;
+    }
+    Ok(())
+}
+
 /// `out[r]` = the column of row `r`'s largest element (the first of equals, NaNs passed
 /// over; 0 for a row of NaNs), one `u32` per row of `cols`.
 pub fn argmax<T: NnFloat>(
@@ -573,13 +716,13 @@ pub fn add<T: NnFloat>(
 /// `y = x` converted from f32 to `T`, rounded to nearest even (as `half` converts).
 pub fn from_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, T>) -> Result<()> {
     expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
-    T::from_f32(dev, x, y)
+    <T as NnFloat>::from_f32(dev, x, y)
 }
 
 /// `y = x` converted from `T` to f32 (exact).
 pub fn to_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, f32>) -> Result<()> {
     expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
-    T::to_f32(dev, x, y)
+    <T as NnFloat>::to_f32(dev, x, y)
 }
 
 /// Every kernel of this module, plain and bounds-checked (for NVRTC checks).
@@ -591,7 +734,7 @@ pub fn all() -> Vec<&'static Kernel> {
                 v.extend([
                     &$m::softmax::KERNEL, &$m::softmax::KERNEL_CHECKED,
                     &$m::layer_norm::KERNEL, &$m::rms_norm::KERNEL,
-                    &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED,
+                    &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED, &$m::masked_softmax::KERNEL,
                     &$m::activate::KERNEL, &$m::activate_in_place::KERNEL, &$m::add::KERNEL, &$m::add_in_place::KERNEL,
                     &$m::from_f32::KERNEL, &$m::to_f32::KERNEL,
                 ]);
