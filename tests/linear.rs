@@ -192,3 +192,39 @@ fn tf32_is_refused_for_half_precision_elements() {
         Ok(())
     });
 }
+
+#[test]
+fn an_output_that_cannot_be_written_is_refused_by_its_name() {
+    on_every_device("linear read-only y", |rt, d| {
+        let dev = rt.device(d)?;
+        let l = Linear { rows: 2, in_features: 2, out_features: 2, tf32: false };
+        let v = vec![1.0f32; 4];
+        let y = vec![0.0f32; 4];
+        let r = dev
+            .data((map::to(&v), map::to(&y)), |(v, y)| linear(&dev, l, v, v, None, y, Activation::Identity));
+        check!(
+            matches!(&r, Err(Error::InvalidArgument { routine: "linear", what }) if what.starts_with("`y` is written")),
+            "{r:?}"
+        );
+        // The same for attention's scores and output.
+        let a = offload_kernels::nn::Attention {
+            batch: 1,
+            heads: 1,
+            q_len: 2,
+            kv_len: 2,
+            head_dim: 2,
+            causal: false,
+            scale: None,
+        };
+        let mut out = vec![0.0f32; 4];
+        let r = dev.data((map::to(&v), map::to(&y), map::from(&mut out)), |(v, s, o)| {
+            offload_kernels::nn::attention(&dev, a, v, v, v, s, o)
+        });
+        check!(
+            matches!(&r, Err(Error::InvalidArgument { routine: "attention", what }) if what.starts_with("`scores` is written")),
+            "{r:?}"
+        );
+        check!(out == [0.0; 4]);
+        Ok(())
+    });
+}

@@ -79,6 +79,7 @@ pub fn linear<T: GemmElement>(
         layer.check("b", b.len(), (1, n), "1 x out_features")?;
     }
     layer.check("y", y.len(), (rows, n), "rows x out_features")?;
+    crate::check_writable("linear", "y", &y)?;
     if rows == 0 || n == 0 {
         return Ok(());
     }

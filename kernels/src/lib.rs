@@ -61,6 +61,23 @@ pub use layers::{linear, Activation, Linear};
 use offload::{Device, DeviceSlice, Error, HostLaunch, Kernel, Result};
 use rayon::prelude::*;
 
+/// An error unless `view`, output `name` of `routine`, may be written by the device: a
+/// writable map's view or device scratch (a GEMM would otherwise refuse it as "operand 2
+/// (C)", not by the caller's name).
+pub(crate) fn check_writable<T>(routine: &'static str, name: &str, view: &DeviceSlice<'_, T>) -> Result<()> {
+    if view.device_writable() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        routine,
+        what: format!(
+            "`{name}` is written, but its view {} comes from a shared borrow; pass a writable view \
+             (map::from, map::tofrom, map::to_mut, map::alloc_mut, HostBuffer::view) or device scratch",
+            view.host_range()
+        ),
+    })
+}
+
 fn check_len(kernel: &Kernel, index: usize, got: usize, want: usize) -> Result<()> {
     if got < want {
         return Err(Error::KernelArgument {

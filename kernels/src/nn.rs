@@ -599,6 +599,8 @@ pub fn attention<T: NnFloat>(
     ] {
         expect_len("attention", index, name, len, want, of)?;
     }
+    crate::check_writable("attention", "scores", &scores)?;
+    crate::check_writable("attention", "out", &out)?;
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // Row-major S (q_len x kv_len) = Q K^T is column-major S^T = K Q^T; row-major O =
     // P V is column-major O^T = V^T P^T (as `linear` reads row-major operands).
