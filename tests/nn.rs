@@ -390,6 +390,34 @@ fn attention_shapes_that_do_not_fit_are_refused() {
     });
 }
 
+#[test]
+fn embedding_gathers_rows_by_id_and_refuses_an_id_past_the_table() {
+    on_every_device("embedding", |rt, d| {
+        let dev = rt.device(d)?;
+        let (vocab, dim) = (50, 24);
+        let table: Vec<bf16> = input(vocab, dim, 11);
+        let ids = [3u32, 0, 49, 3, 17];
+        let mut out = vec![bf16::ZERO; ids.len() * dim];
+        dev.data((map::to(&table), map::from(&mut out)), |(t, o)| nn::embedding(&dev, dim, &ids, t, o))?;
+        for (r, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            check!(out[r * dim..(r + 1) * dim] == table[id * dim..(id + 1) * dim], "row {r}");
+        }
+        let mut out = vec![bf16::ZERO; 2 * dim];
+        dev.data((map::to(&table), map::tofrom(&mut out)), |(t, o)| {
+            let e = nn::embedding(&dev, dim, &[1, 50], t, o).unwrap_err();
+            check!(e.to_string().contains("id 50 (position 1) is past the table's 50 rows"), "{e}");
+            let e = nn::embedding(&dev, dim, &[1, 2, 3], t, o).unwrap_err();
+            check!(e.to_string().contains("`out` holds 48 elements; expected 72 (ids x dim)"), "{e}");
+            let e = nn::embedding(&dev, 7, &[1], t, o).unwrap_err();
+            check!(e.to_string().contains("`table` holds 1200 elements, not whole rows of 7"), "{e}");
+            Ok(())
+        })?;
+        check!(out.iter().all(|v| *v == bf16::ZERO), "nothing gathered after a refusal");
+        Ok(())
+    });
+}
+
 /// docs/INFERENCE.md's forward pass, as written there.
 /// The class of each of `rows` rows of 64 features in `x`.
 fn classify(dev: &Device<'_>, path: &std::path::Path, x: &[f32], rows: usize) -> offload::Result<Vec<u32>> {

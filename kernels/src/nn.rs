@@ -1,7 +1,7 @@
 //! Inference building blocks, written once with `#[offload::kernel]` for every element type
-//! of [`NnFloat`] (`f32`, [`bf16`], [`f16`]): row-wise softmax and log-softmax, layer norm
-//! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add, casts, and
-//! [`attention`] (the device's GEMMs around a masked softmax). Each
+//! of [`NnFloat`] (`f32`, [`bf16`], [`f16`](struct@f16)): row-wise softmax and log-softmax, layer norm
+//! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add, casts, the
+//! [`embedding`] gather and [`attention`] (the device's GEMMs around a masked softmax). Each
 //! computes in f32 and rounds once to the element type when it stores, as PyTorch's CUDA
 //! kernels for 16-bit tensors do; the row-wise ones are teams kernels (a team of
 //! [`ROW_TEAM`] threads per row, the row's maximum and sums reduced across the team).
@@ -228,6 +228,16 @@ macro_rules! nn_kernels {
                 y[i] = $($from)*(v);
             }
 
+            /// `out[r] = table[ids[r]]`, a row of `dim` per id (ids of `vocab` rows or more
+            /// leave their row as it was; the launcher refuses them first).
+            #[offload::kernel(dims = 2)]
+            pub fn embedding(r: usize, c: usize, dim: usize, vocab: usize, ids: &[u32], table: &[$t], out: &mut [$t]) {
+                let id = ids[r] as usize;
+                if id < vocab {
+                    out[r * dim + c] = table[id * dim + c];
+                }
+            }
+
             /// `y = x` converted from f32, rounded to nearest even.
             #[offload::kernel]
             pub fn from_f32(i: usize, x: &[f32], y: &mut [$t]) {
@@ -254,7 +264,7 @@ mod sealed {
     impl Sealed for offload::half::f16 {}
 }
 
-/// An element type of this module's kernels: `f32`, [`bf16`] or [`f16`] (sealed). Its
+/// An element type of this module's kernels: `f32`, [`bf16`] or [`f16`](struct@f16) (sealed). Its
 /// methods launch the type's kernels unchecked; call the module's functions instead.
 #[allow(clippy::too_many_arguments, missing_docs)]
 pub trait NnFloat: GemmElement + DeviceCopy + sealed::Sealed + 'static {
@@ -319,6 +329,15 @@ pub trait NnFloat: GemmElement + DeviceCopy + sealed::Sealed + 'static {
         a: DeviceSlice<'_, Self>,
         b: DeviceSlice<'_, Self>,
         y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn embedding(
+        d: &Device<'_>,
+        dim: usize,
+        vocab: usize,
+        ids: DeviceSlice<'_, u32>,
+        table: DeviceSlice<'_, Self>,
+        out: DeviceSlice<'_, Self>,
     ) -> Result<()>;
     #[doc(hidden)]
     fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()>;
@@ -407,6 +426,16 @@ macro_rules! nn_float {
                 y: DeviceSlice<'_, Self>,
             ) -> Result<()> {
                 $module::add::launch(d, a.len(), a, b, y)
+            }
+            fn embedding(
+                d: &Device<'_>,
+                dim: usize,
+                vocab: usize,
+                ids: DeviceSlice<'_, u32>,
+                table: DeviceSlice<'_, Self>,
+                out: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::embedding::launch(d, (ids.len(), dim), dim, vocab, ids, table, out)
             }
             fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()> {
                 $module::from_f32::launch(d, x.len(), x, y)
@@ -715,6 +744,34 @@ pub fn add<T: NnFloat>(
     T::add(dev, a, b, y)
 }
 
+/// `out[r] = table[ids[r]]` for each of the `ids` (host values, as a decoding loop has
+/// them), `table` a `[vocab, dim]` embedding, `out` `[ids.len(), dim]`: `nn.Embedding`.
+/// Every id is checked against the table's rows before anything is copied; the ids go to
+/// the device in a buffer of this call, which waits for the gather before it returns.
+pub fn embedding<T: NnFloat>(
+    dev: &Device<'_>,
+    dim: usize,
+    ids: &[u32],
+    table: DeviceSlice<'_, T>,
+    out: DeviceSlice<'_, T>,
+) -> Result<()> {
+    let vocab = rows_of("embedding", 1, "table", table.len(), dim)?;
+    expect_len("embedding", 2, "out", out.len(), ids.len().saturating_mul(dim), "ids x dim")?;
+    crate::check_writable("embedding", "out", &out)?;
+    if let Some((r, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+        return Err(Error::KernelArgument {
+            kernel: "embedding",
+            index: 0,
+            what: format!("id {id} (position {r}) is past the table's {vocab} rows"),
+        });
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let on_device = offload::DeviceBuffer::from_slice(dev, ids)?;
+    T::embedding(dev, dim, vocab, on_device.view(), table, out)
+}
+
 /// `y = x` converted from f32 to `T`, rounded to nearest even (as `half` converts).
 pub fn from_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, T>) -> Result<()> {
     expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
@@ -738,7 +795,7 @@ pub fn all() -> Vec<&'static Kernel> {
                     &$m::layer_norm::KERNEL, &$m::rms_norm::KERNEL,
                     &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED, &$m::masked_softmax::KERNEL,
                     &$m::activate::KERNEL, &$m::activate_in_place::KERNEL, &$m::add::KERNEL, &$m::add_in_place::KERNEL,
-                    &$m::from_f32::KERNEL, &$m::to_f32::KERNEL,
+                    &$m::from_f32::KERNEL, &$m::to_f32::KERNEL, &$m::embedding::KERNEL,
                 ]);
             )*
             v
