@@ -52,6 +52,81 @@ macro_rules! mix_kernel {
 mix_kernel!(mix_bf16, bf16);
 mix_kernel!(mix_f16, f16);
 
+/// Every associated constant of the 16-bit floats the language has, stored.
+#[offload::kernel]
+fn constants(i: usize, b: &mut [bf16], h: &mut [f16]) {
+    if i == 0 {
+        b[0] = bf16::ZERO;
+        b[1] = bf16::NEG_ZERO;
+        b[2] = bf16::ONE;
+        b[3] = bf16::NEG_ONE;
+        b[4] = bf16::MAX;
+        b[5] = bf16::MIN;
+        b[6] = bf16::MIN_POSITIVE;
+        b[7] = bf16::MIN_POSITIVE_SUBNORMAL;
+        b[8] = bf16::MAX_SUBNORMAL;
+        b[9] = bf16::EPSILON;
+        b[10] = bf16::INFINITY;
+        b[11] = bf16::NEG_INFINITY;
+        b[12] = offload::half::bf16::NAN;
+        h[0] = f16::ZERO;
+        h[1] = f16::NEG_ZERO;
+        h[2] = f16::ONE;
+        h[3] = f16::NEG_ONE;
+        h[4] = f16::MAX;
+        h[5] = f16::MIN;
+        h[6] = f16::MIN_POSITIVE;
+        h[7] = f16::MIN_POSITIVE_SUBNORMAL;
+        h[8] = f16::MAX_SUBNORMAL;
+        h[9] = f16::EPSILON;
+        h[10] = f16::INFINITY;
+        h[11] = f16::NEG_INFINITY;
+        h[12] = offload::half::f16::NAN;
+    }
+}
+
+#[test]
+fn the_constants_are_halfs_bits() {
+    on_every_device("bf16 and f16 constants", |rt, d| {
+        let gpu = rt.device(d)?;
+        let (mut b, mut h) = (vec![bf16::ONE; 13], vec![f16::ONE; 13]);
+        gpu.data((map::tofrom(&mut b), map::tofrom(&mut h)), |(b, h)| constants::launch(&gpu, 1, b, h))?;
+        let wb = [
+            bf16::ZERO,
+            bf16::NEG_ZERO,
+            bf16::ONE,
+            bf16::NEG_ONE,
+            bf16::MAX,
+            bf16::MIN,
+            bf16::MIN_POSITIVE,
+            bf16::MIN_POSITIVE_SUBNORMAL,
+            bf16::MAX_SUBNORMAL,
+            bf16::EPSILON,
+            bf16::INFINITY,
+            bf16::NEG_INFINITY,
+            bf16::NAN,
+        ];
+        let wh = [
+            f16::ZERO,
+            f16::NEG_ZERO,
+            f16::ONE,
+            f16::NEG_ONE,
+            f16::MAX,
+            f16::MIN,
+            f16::MIN_POSITIVE,
+            f16::MIN_POSITIVE_SUBNORMAL,
+            f16::MAX_SUBNORMAL,
+            f16::EPSILON,
+            f16::INFINITY,
+            f16::NEG_INFINITY,
+            f16::NAN,
+        ];
+        check!(b.iter().map(|x| x.to_bits()).eq(wb.iter().map(|x| x.to_bits())), "{b:?}");
+        check!(h.iter().map(|x| x.to_bits()).eq(wh.iter().map(|x| x.to_bits())), "{h:?}");
+        Ok(())
+    });
+}
+
 /// A row's RMS norm in bf16: the row kept in team-local bf16, the sum of squares in f32
 /// across the team, the output scaled by a bf16 weight.
 #[offload::kernel(teams = 64)]
@@ -341,6 +416,7 @@ fn every_half_float_kernel_compiles_with_nvrtc() {
             &rms_norm_bf16::KERNEL,
             &rms_norm_bf16::KERNEL_CHECKED,
             &scale_rows::KERNEL,
+            &constants::KERNEL,
         ],
     );
 }

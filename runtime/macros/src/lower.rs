@@ -1058,6 +1058,18 @@ impl Lowerer {
         if let Some(b) = builtin_const(&p.path, span) {
             return Ok(b);
         }
+        if let Some((h, name)) = half_function(&p.path) {
+            return err(
+                p,
+                format!(
+                    "`{}::{name}` is not in the kernel language: the 16-bit floats' constants are ZERO, NEG_ZERO, ONE, \
+                     NEG_ONE, MAX, MIN, MIN_POSITIVE, MIN_POSITIVE_SUBNORMAL, MAX_SUBNORMAL, EPSILON, INFINITY, \
+                     NEG_INFINITY and NAN (others: `{}::from_f32(...)`)",
+                    h.rust_name(),
+                    h.rust_name()
+                ),
+            );
+        }
         // A constant item: its value and type are rustc's to know.
         if p.path.segments.iter().any(|s| !s.arguments.is_empty()) {
             return err(p, "generic paths are not in the kernel language");
@@ -1561,6 +1573,17 @@ pub fn coerce(mut e: Expr, t: &Type) -> Expr {
 
 /// `f32::EPSILON`, `f64::consts::PI`, `i32::MAX` and the like: their C text.
 fn builtin_const(path: &syn::Path, span: Span) -> Option<Expr> {
+    // `bf16::ONE`, `half::f16::MAX`: the constant's bits; the twin names it through `offload`.
+    if let Some((t, name)) = half_function(path) {
+        let bits = half_const(t, &name)?;
+        let (ty, ident) = (t.rust(), syn::Ident::new(&name, span));
+        let c = format!("{}{{(unsigned short) 0x{bits:04x}u}}", t.c());
+        return Some(ex(
+            ExprKind::Builtin { c, rust: syn::parse_quote!(#ty::#ident) },
+            Type::Scalar(t),
+            span,
+        ));
+    }
     let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let (ty, name) = match segs.as_slice() {
@@ -1817,4 +1840,41 @@ fn half_conversion(
         return err(at, format!("`{name}` takes no arguments"));
     }
     Ok(ex(ExprKind::Cast(Box::new(recv), to), Type::Scalar(to), span))
+}
+
+/// The bits of `half`'s associated constant `name` of 16-bit float type `t` (those of
+/// half 2.7; the kernel tests compare each with the crate's own).
+fn half_const(t: Ty, name: &str) -> Option<u16> {
+    const BF16: &[(&str, u16)] = &[
+        ("ZERO", 0x0000),
+        ("NEG_ZERO", 0x8000),
+        ("ONE", 0x3f80),
+        ("NEG_ONE", 0xbf80),
+        ("MAX", 0x7f7f),
+        ("MIN", 0xff7f),
+        ("MIN_POSITIVE", 0x0080),
+        ("MIN_POSITIVE_SUBNORMAL", 0x0001),
+        ("MAX_SUBNORMAL", 0x007f),
+        ("EPSILON", 0x3c00),
+        ("INFINITY", 0x7f80),
+        ("NEG_INFINITY", 0xff80),
+        ("NAN", 0x7fc0),
+    ];
+    const F16: &[(&str, u16)] = &[
+        ("ZERO", 0x0000),
+        ("NEG_ZERO", 0x8000),
+        ("ONE", 0x3c00),
+        ("NEG_ONE", 0xbc00),
+        ("MAX", 0x7bff),
+        ("MIN", 0xfbff),
+        ("MIN_POSITIVE", 0x0400),
+        ("MIN_POSITIVE_SUBNORMAL", 0x0001),
+        ("MAX_SUBNORMAL", 0x03ff),
+        ("EPSILON", 0x1400),
+        ("INFINITY", 0x7c00),
+        ("NEG_INFINITY", 0xfc00),
+        ("NAN", 0x7e00),
+    ];
+    let table = if t == Ty::Bf16 { BF16 } else { F16 };
+    table.iter().find(|(n, _)| *n == name).map(|&(_, b)| b)
 }

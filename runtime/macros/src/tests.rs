@@ -1166,6 +1166,14 @@ fn what_bf16_and_f16_do_not_do_is_refused_saying_what_to_write() {
             ),
             "ranges of this type are not in the kernel language",
         ),
+        (
+            quote!(
+                fn k(i: usize, y: &mut [bf16]) {
+                    y[i] = bf16::PI;
+                }
+            ),
+            "`bf16::PI` is not in the kernel language: the 16-bit floats' constants are ZERO",
+        ),
     ] {
         let e = fails(f);
         assert!(e.contains(why), "expected {why:?} in {e:?}");
