@@ -52,6 +52,42 @@ macro_rules! mix_kernel {
 mix_kernel!(mix_bf16, bf16);
 mix_kernel!(mix_f16, f16);
 
+/// A device function over bf16: arguments and result of the 16-bit type (an add, then a
+/// multiply: nothing a GPU compiler contracts into a fused multiply-add, so the bits are
+/// the host's).
+#[offload::device]
+fn lerp(a: bf16, b: bf16, t: f32) -> bf16 {
+    bf16::from_f32((a.to_f32() + b.to_f32()) * t)
+}
+
+/// `lerp` called from a kernel, its result bound to a typed local and converted.
+#[offload::kernel]
+fn blend(i: usize, t: f32, a: &[bf16], b: &[bf16], y: &mut [bf16], wide: &mut [f32]) {
+    let v: bf16 = lerp(a[i], b[i], t);
+    y[i] = v;
+    wide[i] = v.to_f32();
+}
+
+#[test]
+fn device_functions_take_and_return_bf16() {
+    on_every_device("bf16 device function", |rt, d| {
+        let gpu = rt.device(d)?;
+        let n = 300;
+        let a: Vec<bf16> = (0..n).map(|k| bf16::from_f32(k as f32 * 0.37 - 20.0)).collect();
+        let b: Vec<bf16> = (0..n).map(|k| bf16::from_f32(5.0 - k as f32 * 0.11)).collect();
+        let (mut y, mut wide) = (vec![bf16::ZERO; n], vec![0f32; n]);
+        gpu.data((map::to(&a), map::to(&b), map::from(&mut y), map::from(&mut wide)), |(a, b, y, w)| {
+            blend::launch(&gpu, n, 0.3, a, b, y, w)
+        })?;
+        let (mut wy, mut ww) = (vec![bf16::ZERO; n], vec![0f32; n]);
+        for i in 0..n {
+            blend(i, 0.3, &a, &b, &mut wy, &mut ww);
+        }
+        check!(y == wy && wide == ww, "{:?} vs {:?}", &y[..4], &wy[..4]);
+        Ok(())
+    });
+}
+
 /// Every associated constant of the 16-bit floats the language has, stored.
 #[offload::kernel]
 fn constants(i: usize, b: &mut [bf16], h: &mut [f16]) {
@@ -417,6 +453,7 @@ fn every_half_float_kernel_compiles_with_nvrtc() {
             &rms_norm_bf16::KERNEL_CHECKED,
             &scale_rows::KERNEL,
             &constants::KERNEL,
+            &blend::KERNEL,
         ],
     );
 }

@@ -1366,6 +1366,16 @@ impl Lowerer {
             Type::Opaque(_) => match FLOAT_METHODS.iter().find(|(n, _)| *n == name) {
                 // Overloaded helpers in C pick the float or integer version.
                 Some(&(n, a)) => (Math::Float(n, a), a),
+                // A device function's or a constant's value: its type is rustc's alone here.
+                None if name == "to_f32" || name == "to_f64" => {
+                    return err(
+                        at,
+                        format!(
+                            "`{name}` converts a bf16 or f16 the kernel knows as one: bind the value to a typed local \
+                             first (`let v: bf16 = f(x); v.{name}()`)"
+                        ),
+                    )
+                }
                 None => return err(at, format!("the method `{name}` is not in the kernel language")),
             },
             Type::IntLit | Type::FloatLit => {

@@ -1178,6 +1178,20 @@ fn what_bf16_and_f16_do_not_do_is_refused_saying_what_to_write() {
         let e = fails(f);
         assert!(e.contains(why), "expected {why:?} in {e:?}");
     }
+    // A device function's bf16 result converts once bound to a typed local.
+    let e = fails(quote!(
+        fn k(i: usize, x: &[bf16], y: &mut [f32]) {
+            y[i] = twice(x[i]).to_f32();
+        }
+    ));
+    assert!(e.contains("bind the value to a typed local first (`let v: bf16 = f(x); v.to_f32()`)"), "{e}");
+    let c = ok(quote!(
+        fn k(i: usize, x: &[bf16], y: &mut [f32]) {
+            let v: bf16 = twice(x[i]);
+            y[i] = v.to_f32();
+        }
+    ));
+    assert!(c.contains("offload_half_to_f32(v)"), "{c}");
     // Reductions combine in f32 (a bf16 sum would depend on its order at every step).
     let e = cuda(
         quote!(reduction(+: s)),
