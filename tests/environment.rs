@@ -57,7 +57,7 @@ fn child_starts_a_runtime_from_the_environment() {
         return;
     }
     match Runtime::builder().gpus(false).build() {
-        Ok(rt) => println!("started with {} devices", rt.num_devices()),
+        Ok(rt) => println!("started with {} devices\n{}", rt.num_devices(), rt.device_report()),
         Err(e) => println!("error: {e}"),
     }
 }
@@ -112,6 +112,38 @@ fn the_global_runtimes_trace_file_is_whole_however_the_process_ends() {
         let events = doc["traceEvents"].as_array().unwrap_or_else(|| panic!("{end}: no traceEvents: {text}"));
         let constructs = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "construct").count();
         assert!(constructs >= 2, "{end}: {constructs} construct slices in {text}");
+    }
+}
+
+/// With `OFFLOAD_HOST_DEVICES` unset and no GPU a program gets one host device, and the
+/// device report says it was the default; `OFFLOAD_HOST_DEVICES=0` (or the builder's 0)
+/// gives none, and beside GPUs the default is none.
+#[test]
+fn with_no_gpu_and_no_number_a_program_gets_one_host_device_and_is_told() {
+    let child = "child_starts_a_runtime_from_the_environment";
+    let (ok, out) = run_child(child, &[]);
+    assert!(ok && out.contains("started with 1 devices"), "{out}");
+    assert!(out.contains("host: 1 host device (the default with no GPU"), "{out}");
+    let (ok, out) = run_child(child, &[("OFFLOAD_HOST_DEVICES", OsStr::new("0"))]);
+    assert!(ok && out.contains("started with 0 devices"), "{out}");
+    assert!(out.contains("host: 0 host devices (OFFLOAD_HOST_DEVICES)"), "{out}");
+
+    let none = Runtime::builder().env(|_| None).gpus(false).host_devices(0).build().unwrap();
+    assert_eq!(none.num_devices(), 0);
+    let default = Runtime::builder().env(|_| None).gpus(false).build().unwrap();
+    assert_eq!(default.num_devices(), 1, "{}", default.device_report());
+    // Beside GPUs (where the machine has any) the default adds no host device.
+    let with_gpus = Runtime::builder().env(|_| None).gpus(true).build().unwrap();
+    let gpus = Runtime::builder().env(|_| None).gpus(true).host_devices(0).build().unwrap().num_devices();
+    let report = with_gpus.device_report();
+    if gpus > 0 {
+        assert_eq!(with_gpus.num_devices(), gpus, "{report}");
+        assert!(
+            report.contains("host: 0 host devices (OFFLOAD_HOST_DEVICES unset: none beside GPUs)"),
+            "{report}"
+        );
+    } else {
+        assert_eq!(with_gpus.num_devices(), 1, "{report}");
     }
 }
 

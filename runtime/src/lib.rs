@@ -31,7 +31,7 @@
 //! let n = 4096;
 //! let x = vec![1.0f32; n];
 //! let mut y = vec![2.0f32; n];
-//! let rt = Runtime::builder().host_devices(2).build()?; // Runtime::new(): GPUs, else OFFLOAD_HOST_DEVICES
+//! let rt = Runtime::builder().host_devices(2).build()?; // Runtime::new(): GPUs, else one host device
 //! let gpu = rt.device(0)?;
 //! gpu.data((map::to(&x), map::tofrom(&mut y)), |(x, y)| {
 //!     for _ in 0..100 {

@@ -348,6 +348,9 @@ pub(crate) struct HostDevice {
 /// a kernel pool of `kernel_threads` threads (one per CPU when `None`).
 pub(crate) struct HostPlatform {
     pub(crate) count: usize,
+    /// Whether `count` is the default (no GPU and no number asked for), which the device
+    /// report says.
+    pub(crate) defaulted: bool,
     pub(crate) capacity: usize,
     pub(crate) kernel_threads: Option<usize>,
     pub(crate) topology: Arc<Topology>,
@@ -388,7 +391,11 @@ impl VendorPlatform for HostPlatform {
     }
 
     fn summary(&self, count: usize) -> String {
-        format!("host: {count} host devices (OFFLOAD_HOST_DEVICES)")
+        match (self.defaulted, count) {
+            (true, 1) => "host: 1 host device (the default with no GPU; OFFLOAD_HOST_DEVICES=N for N)".into(),
+            (true, _) => format!("host: {count} host devices (OFFLOAD_HOST_DEVICES unset: none beside GPUs)"),
+            (false, _) => format!("host: {count} host devices (OFFLOAD_HOST_DEVICES)"),
+        }
     }
 }
 

@@ -271,23 +271,14 @@ impl RuntimeBuilder {
             if self.gpus && !cfg!(feature = "cuda") {
                 report.push_str("cuda: not compiled in (cargo feature `cuda` off)\n");
             }
-            let hosts = HostPlatform {
-                count: settings.host_devices,
-                capacity: self.over.host_memory.unwrap_or_else(default_capacity),
-                kernel_threads: self.over.kernel_threads,
-                topology: Arc::clone(&topology),
-                cores: crate::fork_join::SharedCores::new(
-                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-                ),
-            };
             let gpus = if self.gpus { crate::backend::platforms() } else { Vec::new() };
-            // GPUs first, then host devices; each device placed by its PCI bus id (host
-            // devices: on the whole machine), with its worker there.
-            for platform in gpus.iter().map(|p| &**p).chain([&hosts as &dyn Platform]) {
+            // Each platform's devices, placed by PCI bus id (host devices: on the whole
+            // machine), each with its worker there.
+            // Host devices are asked for by number (`required`): one that could not start (its
+            // worker thread) fails the start, as a missing GPU does not.
+            let mut add = |platform: &dyn Platform, required: usize, devices: &mut Vec<FoundDevice>| {
                 let (found, line) = platform.discover(devices.len(), &mut peers);
-                // Host devices are asked for by number: one that could not start (its worker
-                // thread) fails the start, as a missing GPU does not.
-                if platform.kind() == BackendKind::Host && found.len() < settings.host_devices {
+                if found.len() < required {
                     return Err(start_failed("spawn a device worker", line));
                 }
                 report.push_str(&line);
@@ -316,7 +307,24 @@ impl RuntimeBuilder {
                     };
                     devices.push((d, p, w));
                 }
+                Ok::<(), Error>(())
+            };
+            // GPUs first, then host devices: as many as asked, else one when no GPU was found.
+            for platform in &gpus {
+                add(&**platform, 0, &mut devices)?;
             }
+            let count = settings.host_devices_with(devices.len());
+            let hosts = HostPlatform {
+                count,
+                defaulted: settings.host_devices.is_none(),
+                capacity: self.over.host_memory.unwrap_or_else(default_capacity),
+                kernel_threads: self.over.kernel_threads,
+                topology: Arc::clone(&topology),
+                cores: crate::fork_join::SharedCores::new(
+                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+                ),
+            };
+            add(&hosts, count, &mut devices)?;
         }
         if !self.peer_access {
             peers = PeerMatrix::default();

@@ -192,7 +192,11 @@ fn flush_trace_at_exit() {
 }
 
 impl Runtime {
-    /// A runtime configured from the environment alone.
+    /// A runtime configured from the environment alone: the GPUs and
+    /// `OFFLOAD_HOST_DEVICES` host devices; with that unset and no GPU, one host device, so
+    /// a program always has a device (its [`Runtime::device_report`] says it was the
+    /// default; `OFFLOAD_HOST_DEVICES=0` gives none, as a C program built without an
+    /// offload target for the host has).
     pub fn new() -> Result<Self> {
         Self::builder().build()
     }

@@ -101,7 +101,9 @@ fn parse_count(var: &'static str, value: &str, max: usize, expected: &'static st
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Settings {
     pub policy: OffloadPolicy,
-    pub host_devices: usize,
+    /// `None` when neither `OFFLOAD_HOST_DEVICES` nor the builder says: one host device when
+    /// no GPU is found, else none ([`Settings::host_devices_with`]).
+    pub host_devices: Option<usize>,
     pub default_device: Option<usize>,
     /// `OMP_DEFAULT_DEVICE` given as a device UID (OpenMP 6.0), resolved after discovery.
     pub default_device_uid: Option<String>,
@@ -150,11 +152,11 @@ impl Settings {
         };
         let host_devices =
             match (over.host_devices, read("OFFLOAD_HOST_DEVICES", over.host_devices.is_some())?) {
-                (Some(n), _) => n,
+                (Some(n), _) => Some(n),
                 (None, Some(v)) => {
-                    parse_count("OFFLOAD_HOST_DEVICES", &v, MAX_HOST_DEVICES, HOST_DEVICES_EXPECTED)?
+                    Some(parse_count("OFFLOAD_HOST_DEVICES", &v, MAX_HOST_DEVICES, HOST_DEVICES_EXPECTED)?)
                 }
-                (None, None) => 0,
+                (None, None) => None,
             };
         let (default_device, default_device_uid) =
             match (over.default_device, read("OMP_DEFAULT_DEVICE", over.default_device.is_some())?) {
@@ -286,6 +288,13 @@ impl Settings {
         Ok(settings)
     }
 
+    /// How many host devices to start when `gpus` GPUs were found: the number asked for,
+    /// else one when there is no GPU (a program always has a device to run on; the device
+    /// report says it was the default) and none beside GPUs.
+    pub(crate) fn host_devices_with(&self, gpus: usize) -> usize {
+        self.host_devices.unwrap_or(usize::from(gpus == 0))
+    }
+
     /// Checks every numeric setting against the range the runtime can work with.
     fn validate(&self, over: &Overrides) -> Result<()> {
         const KIB4: usize = 4096;
@@ -294,8 +303,8 @@ impl Settings {
         let checks: [(&'static str, usize, bool, &'static str); 11] = [
             (
                 "RuntimeBuilder::host_devices",
-                self.host_devices,
-                self.host_devices <= MAX_HOST_DEVICES,
+                self.host_devices.unwrap_or(0),
+                self.host_devices.unwrap_or(0) <= MAX_HOST_DEVICES,
                 HOST_DEVICES_EXPECTED,
             ),
             (
@@ -422,7 +431,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.dump_kernels.as_deref(), Some(std::path::Path::new("out/kernels")));
         assert_eq!(s.policy, OffloadPolicy::Mandatory);
-        assert_eq!(s.host_devices, 3);
+        assert_eq!(s.host_devices, Some(3));
         assert_eq!(s.default_device, Some(1));
         assert_eq!(s.info, InfoFlags::ENTRIES | InfoFlags::TRANSFERS);
         assert!(!s.pool.enabled);
@@ -438,7 +447,7 @@ mod tests {
         let s =
             Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "2"), ("OMP_TARGET_OFFLOAD", "junk")]), &over)
                 .unwrap();
-        assert_eq!((s.host_devices, s.policy), (5, OffloadPolicy::Disabled));
+        assert_eq!((s.host_devices, s.policy), (Some(5), OffloadPolicy::Disabled));
     }
 
     #[test]
@@ -477,7 +486,7 @@ mod tests {
     #[test]
     fn too_many_host_devices_is_an_error_from_the_environment_and_the_builder() {
         let ok = Settings::resolve(&env(&[("OFFLOAD_HOST_DEVICES", "64")]), &Overrides::default()).unwrap();
-        assert_eq!(ok.host_devices, MAX_HOST_DEVICES);
+        assert_eq!(ok.host_devices, Some(MAX_HOST_DEVICES));
         for value in ["65", "1000000", "18446744073709551615"] {
             let lookup = lookup_from(move |k| (k == "OFFLOAD_HOST_DEVICES").then(|| value.to_string()));
             let e = Settings::resolve(&lookup, &Overrides::default()).unwrap_err();

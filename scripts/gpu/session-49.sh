@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 49's inference work proved on the lent GPU, after
+#   ../shared/gpu/bundle   (stripped and packed into .gpupack/gpu.tar.xz)
+# PART picks what one call runs:
+#   suite  the whole suite with OFFLOAD_REQUIRE_DEVICES=1 (a case that would skip for lack
+#          of a GPU fails), queued and then with OFFLOAD_SYNC=1;
+#   nn     tests/nn.rs, half_floats.rs and weights.rs; compute-sanitizer memcheck over nn
+#          (attention included) and half_floats, racecheck over nn; then benches/nn.rs on
+#          the GPU beside benches/pytorch/nn_ops.py on the same GPU, and both on the CPU.
+# Logs under $OUT.   carry: [".gpupack"]; command: PART=nn bash scripts/gpu/session-49.sh
+cd "$(dirname "$0")/../.."
+set -o pipefail
+[ -d .gpu ] || tar -xJf .gpupack/gpu.tar.xz
+export OFFLOAD_REQUIRE_DEVICES=1
+nvidia-smi -L; date -u +%FT%TZ
+t=.gpu/tests
+suite() { # $1: label; runs every test binary, one line each
+  local pass=0 fail=0 failed="" start=$SECONDS
+  for b in $t/*; do
+    name=$(basename "$b")
+    case "$name" in *compile_fail*|*build*) continue ;; esac
+    if timeout "${EACH:-240}" "$b" > "$OUT/$1-$name.log" 2>&1; then pass=$((pass+1)); else fail=$((fail+1)); failed="$failed $name"; fi
+  done
+  echo "suite ($1): $pass binaries passed, $fail failed:$failed ($((SECONDS-start)) s)"
+  for f in $failed; do echo "== $f"; grep -E "panicked|FAILED|error|^test .* \.\.\. FAILED" "$OUT/$1-$f.log" | head -20; done
+}
+case "${PART:-suite}" in
+suite)
+  suite queued
+  OFFLOAD_SYNC=1 suite sync
+  ;;
+nn)
+  for b in nn half_floats weights; do
+    timeout 200 $t/tests--test-$b > "$OUT/test-$b.log" 2>&1
+    echo "test $b: exit $? $(grep 'test result' "$OUT/test-$b.log" | tail -1)"
+  done
+  for b in nn half_floats; do
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $t/tests--test-$b \
+      > "$OUT/memcheck-$b.log" 2>&1
+    echo "memcheck $b: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$b.log" | tail -1) $(grep 'test result' "$OUT/memcheck-$b.log" | tail -1)"
+  done
+  timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $t/tests--test-nn \
+    > "$OUT/racecheck-nn.log" 2>&1
+  echo "racecheck nn: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-nn.log" | tail -1) $(grep 'test result' "$OUT/racecheck-nn.log" | tail -1)"
+  echo "== nn bench, GPU"; NN_DEVICE=gpu timeout 150 .gpu/benches/nn --bench 2>&1 | tee "$OUT/nn-gpu.log" | grep -E "^\|"
+  echo "== PyTorch, GPU"; timeout 150 python3 benches/pytorch/nn_ops.py cuda 2>&1 | tee "$OUT/torch-gpu.log"
+  echo "== nn bench, host device (16 cores)"; NN_DEVICE=host timeout 150 .gpu/benches/nn --bench 2>&1 | tee "$OUT/nn-host.log" | grep -E "^\|"
+  echo "== PyTorch, CPU"; CUDA_VISIBLE_DEVICES= timeout 150 python3 benches/pytorch/nn_ops.py cpu 2>&1 | tee "$OUT/torch-cpu.log"
+  ;;
+esac
