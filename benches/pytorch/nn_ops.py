@@ -56,7 +56,7 @@ def main():
     print(f"\n{ROWS} x {COLS}, PyTorch eager on {device}, us per op (median)\n")
     print("| op | f32 | bf16 |\n| --- | --- | --- |")
     for name, (a, b) in rows.items():
-        print(f"| {name} | {a:.1} | {b:.1} |")
+        print(f"| {name} | {a:.1f} | {b:.1f} |")
 
 
 if __name__ == "__main__":
