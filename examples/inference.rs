@@ -30,10 +30,11 @@ use std::io::Write;
 use std::time::Instant;
 
 use offload::half::{bf16, f16};
-use offload::{GemmElement, Precision, Runtime};
+use offload::{Precision, Runtime};
 use offload_examples::inference::{check, uniform, Deployment, Mlp, StagedDeployment};
 use offload_examples::options::Options;
 use offload_examples::{example_devices, example_runtime};
+use offload_kernels::nn::NnFloat;
 
 struct Args {
     layers: usize,
@@ -111,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The run in elements of `T` (inputs, weights, outputs).
-fn run<T: GemmElement>(
+fn run<T: NnFloat>(
     args: &Args,
     rt: &Runtime,
     devices: &[usize],

@@ -4,7 +4,8 @@
 //! tolerance; and its shape errors, each naming the operand.
 
 use offload::half::{bf16, f16};
-use offload::{map, Error, GemmElement, HostBuffer, MapType, Precision};
+use offload::{map, Error, HostBuffer, MapType, Precision};
+use offload_kernels::nn::NnFloat;
 use offload_kernels::{linear, Activation, Linear};
 use offload_tests::{activation_f64, check, on_every_device, values};
 
@@ -122,7 +123,7 @@ fn a_layer_writes_device_scratch_and_chains_into_the_next() {
 /// One layer in precision `p` (elements `T`, TF32 for `Tf32`) against the f64 reference of
 /// the f32 values it was made from: every element within `p.tolerance()` of the reference,
 /// relative to its size plus the output's root mean square.
-fn layer_in<T: GemmElement>(
+fn layer_in<T: NnFloat>(
     rt: &offload::Runtime,
     d: usize,
     p: Precision,
@@ -164,13 +165,43 @@ fn every_precision_agrees_with_the_reference_within_its_tolerance() {
             Linear { rows: 33, in_features: 512, out_features: 48, tf32: false },
             Linear { rows: 8, in_features: 4096, out_features: 16, tf32: false },
         ] {
-            for act in [Activation::Identity, Activation::Relu, Activation::Gelu] {
+            for act in [Activation::Identity, Activation::Relu, Activation::Gelu, Activation::GeluExact] {
                 layer_in::<f32>(rt, d, Precision::Fp32, l, act)?;
                 layer_in::<f32>(rt, d, Precision::Tf32, l, act)?;
                 layer_in::<f16>(rt, d, Precision::Fp16, l, act)?;
                 layer_in::<bf16>(rt, d, Precision::Bf16, l, act)?;
             }
         }
+        Ok(())
+    });
+}
+
+/// Exact GELU: `linear` applies it after the product (no GEMM library fuses it), and
+/// `Device::gemm`, which has no second pass, refuses it naming `linear`.
+#[test]
+fn exact_gelu_runs_through_linear_and_is_refused_by_the_bare_gemm() {
+    on_every_device("linear exact gelu", |rt, d| {
+        let dev = rt.device(d)?;
+        let l = Linear { rows: 1, in_features: 1, out_features: 3, tf32: false };
+        let (x, w) = ([1.0f32], [-1.0f32, 0.5, 2.0]);
+        let mut y = [0.0f32; 3];
+        let g = offload::Gemm { m: 3, n: 1, k: 1, lda: 3, ldb: 1, ldc: 3, ..Default::default() };
+        let g = offload::Gemm { activation: Activation::GeluExact, ..g };
+        let refused = dev.data((map::to(&x), map::to(&w), map::from(&mut y)), |(xv, wv, yv)| {
+            let r = dev.gemm(&g, wv, xv, yv, None);
+            linear(&dev, l, xv, wv, None, yv, Activation::GeluExact)?;
+            Ok(r)
+        })?;
+        check!(
+            matches!(&refused, Err(Error::InvalidArgument { routine: "gemm", what }) if what.contains("exact GELU") && what.contains("offload_kernels::linear")),
+            "{refused:?}"
+        );
+        for (got, v) in y.iter().zip(w) {
+            let want = activation_f64(Activation::GeluExact, f64::from(v));
+            check!((f64::from(*got) - want).abs() < 1e-6, "gelu({v}) = {got}, expected {want}");
+        }
+        // Tanh and exact GELU differ (by 1.6e-4 at 1.0): the right one ran.
+        check!((y[1] - Activation::Gelu.apply(0.5)).abs() > 1e-5, "{y:?}");
         Ok(())
     });
 }

@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use offload::pipeline::{Pipeline, PipelineReport, Stage, StagePipeline, StageReport};
-use offload::{
-    Activation, Device, DeviceBuffer, DeviceSlice, ElementType, Gemm, GemmElement, Precision, Result, Runtime,
-};
+use offload::{Activation, Device, DeviceBuffer, DeviceSlice, ElementType, Gemm, Precision, Result, Runtime};
+use offload_kernels::nn::NnFloat;
 use offload_kernels::{linear, Linear};
 
 /// A model's shape and weights (row-major `[out][in]` per layer).
@@ -80,14 +79,14 @@ impl Mlp {
 
 /// Per-device state: the resident weights of some layers (device memory, placed once from
 /// the host through the runtime's pinned staging) and two activation buffers.
-struct DeviceModel<'rt, T: GemmElement> {
+struct DeviceModel<'rt, T: NnFloat> {
     weights: Vec<DeviceBuffer<'rt, T>>,
     biases: Vec<DeviceBuffer<'rt, T>>,
     scratch: [DeviceBuffer<'rt, T>; 2],
     tf32: bool,
 }
 
-impl<'rt, T: GemmElement> DeviceModel<'rt, T> {
+impl<'rt, T: NnFloat> DeviceModel<'rt, T> {
     /// Layers `layers` of `model` in `T` on device `d` (kept resident), with scratch for
     /// `batch` rows; first-use costs (the BLAS handle, its plans and their timing, staging
     /// buffers) paid now, so that a run measures the steady state.
@@ -150,7 +149,7 @@ impl<'rt, T: GemmElement> DeviceModel<'rt, T> {
 }
 
 /// An error unless `precision` is one that elements `T` hold (TF32 and fp32 for `f32`).
-fn tf32_for<T: GemmElement>(precision: Precision) -> Result<bool> {
+fn tf32_for<T: NnFloat>(precision: Precision) -> Result<bool> {
     // The GEMM's own rule decides which precision elements `T` run in, with TF32 or not.
     let tf32 = precision == Precision::Tf32;
     if (Gemm { tf32, ..Gemm::default() }).precision::<T>() != precision {
@@ -163,7 +162,7 @@ fn tf32_for<T: GemmElement>(precision: Precision) -> Result<bool> {
 }
 
 /// The model on a set of devices, ready to stream batches of `batch` rows of `T`.
-pub struct Deployment<'rt, T: GemmElement> {
+pub struct Deployment<'rt, T: NnFloat> {
     rt: &'rt Runtime,
     model: &'rt Mlp,
     batch: usize,
@@ -171,13 +170,13 @@ pub struct Deployment<'rt, T: GemmElement> {
     per_device: Vec<DeviceModel<'rt, T>>,
 }
 
-impl<T: GemmElement> std::fmt::Debug for Deployment<'_, T> {
+impl<T: NnFloat> std::fmt::Debug for Deployment<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deployment").field("devices", &self.devices).field("batch", &self.batch).finish()
     }
 }
 
-impl<'rt, T: GemmElement> Deployment<'rt, T> {
+impl<'rt, T: NnFloat> Deployment<'rt, T> {
     /// Places the weights in `T` on every device (once: they stay resident) and the
     /// activation buffers (device memory), in `T`'s own precision (fp32 for `f32`).
     pub fn new(rt: &'rt Runtime, model: &'rt Mlp, devices: &[usize], batch: usize) -> Result<Self> {
@@ -264,21 +263,21 @@ impl<'rt, T: GemmElement> Deployment<'rt, T> {
 
 /// The model split into stages (pipeline parallelism): consecutive layers on each stage's
 /// device, micro-batches flowing stage to stage ([`StagePipeline`]).
-pub struct StagedDeployment<'rt, T: GemmElement> {
+pub struct StagedDeployment<'rt, T: NnFloat> {
     rt: &'rt Runtime,
     width: usize,
     /// Each stage's device and its layers' resident state.
     stages: Vec<(usize, DeviceModel<'rt, T>)>,
 }
 
-impl<T: GemmElement> std::fmt::Debug for StagedDeployment<'_, T> {
+impl<T: NnFloat> std::fmt::Debug for StagedDeployment<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let devices: Vec<usize> = self.stages.iter().map(|(d, _)| *d).collect();
         f.debug_struct("StagedDeployment").field("stage_devices", &devices).finish()
     }
 }
 
-impl<'rt, T: GemmElement> StagedDeployment<'rt, T> {
+impl<'rt, T: NnFloat> StagedDeployment<'rt, T> {
     /// `model`'s layers split as evenly as they go over `stage_devices.len()` stages, stage
     /// `s` on `stage_devices[s]` (a device may take several), each with its weights
     /// resident in `precision` (which `T` must hold) and scratch for `batch` rows.
@@ -331,7 +330,7 @@ impl<'rt, T: GemmElement> StagedDeployment<'rt, T> {
 
 /// Largest relative difference between `got` and the reference, over sampled rows of each
 /// checked batch: `(max relative error, rows checked)`.
-pub fn check<T: GemmElement>(
+pub fn check<T: NnFloat>(
     model: &Mlp,
     inputs: &[Vec<T>],
     outputs: &[Vec<T>],

@@ -25,7 +25,9 @@
 //! ```
 
 pub use offload::Activation;
-use offload::{Device, DeviceSlice, Error, Gemm, GemmElement, Result};
+use offload::{Device, DeviceSlice, Error, Gemm, Result};
+
+use crate::nn::NnFloat;
 
 /// A dense layer's shape over a batch: `rows` rows of `in_features` in, of `out_features`
 /// out.
@@ -57,13 +59,15 @@ impl Linear {
 
 /// `y = act(x W^T + b)` on `dev` (see the module documentation); `b` may be left out.
 /// `y` must be writable by kernels (a `from`/`tofrom` map's view, or device scratch). One
-/// GEMM, its epilogue adding the bias and applying the activation.
+/// GEMM, its epilogue adding the bias and applying the activation; exact GELU
+/// ([`Activation::GeluExact`], `nn.GELU()`'s default), which no GEMM library fuses, in a
+/// second pass over `y` ([`crate::nn::gelu_in_place`]), rounded once more in `T`.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the operand whose length is not its shape's; the
 /// GEMM's errors otherwise.
 #[track_caller]
-pub fn linear<T: GemmElement>(
+pub fn linear<T: NnFloat>(
     dev: &Device<'_>,
     layer: Linear,
     x: DeviceSlice<'_, T>,
@@ -95,8 +99,12 @@ pub fn linear<T: GemmElement>(
         ldb: k.max(1),
         ldc: n,
         tf32,
-        activation: act,
+        activation: if act == Activation::GeluExact { Activation::Identity } else { act },
         ..Gemm::default()
     };
-    dev.gemm(&g, w, x, y, b)
+    dev.gemm(&g, w, x, y, b)?;
+    if act == Activation::GeluExact {
+        crate::nn::gelu_in_place(dev, y)?;
+    }
+    Ok(())
 }

@@ -340,9 +340,9 @@ pub trait NnFloat: GemmElement + DeviceCopy + sealed::Sealed + 'static {
         out: DeviceSlice<'_, Self>,
     ) -> Result<()>;
     #[doc(hidden)]
-    fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()>;
+    fn cast_from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()>;
     #[doc(hidden)]
-    fn to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()>;
+    fn cast_to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()>;
 }
 
 macro_rules! nn_float {
@@ -437,10 +437,14 @@ macro_rules! nn_float {
             ) -> Result<()> {
                 $module::embedding::launch(d, (ids.len(), dim), dim, vocab, ids, table, out)
             }
-            fn from_f32(d: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, Self>) -> Result<()> {
+            fn cast_from_f32(
+                d: &Device<'_>,
+                x: DeviceSlice<'_, f32>,
+                y: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
                 $module::from_f32::launch(d, x.len(), x, y)
             }
-            fn to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()> {
+            fn cast_to_f32(d: &Device<'_>, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, f32>) -> Result<()> {
                 $module::to_f32::launch(d, x.len(), x, y)
             }
         }
@@ -775,13 +779,13 @@ pub fn embedding<T: NnFloat>(
 /// `y = x` converted from f32 to `T`, rounded to nearest even (as `half` converts).
 pub fn from_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, f32>, y: DeviceSlice<'_, T>) -> Result<()> {
     expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
-    <T as NnFloat>::from_f32(dev, x, y)
+    T::cast_from_f32(dev, x, y)
 }
 
 /// `y = x` converted from `T` to f32 (exact).
 pub fn to_f32<T: NnFloat>(dev: &Device<'_>, x: DeviceSlice<'_, T>, y: DeviceSlice<'_, f32>) -> Result<()> {
     expect_len("cast", 1, "y", y.len(), x.len(), "x's length")?;
-    <T as NnFloat>::to_f32(dev, x, y)
+    T::cast_to_f32(dev, x, y)
 }
 
 /// Every kernel of this module, plain and bounds-checked (for NVRTC checks).

@@ -138,6 +138,10 @@ pub enum Activation {
     /// `gelu(approximate="tanh")` compute it:
     /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
     Gelu,
+    /// GELU in its exact form, PyTorch's `nn.GELU()` default: `0.5 x (1 + erf(x / sqrt 2))`.
+    /// No GEMM library fuses it, so [`crate::Device::gemm`] refuses it;
+    /// `offload_kernels::linear` applies it in a pass of its own after the product.
+    GeluExact,
 }
 
 impl Activation {
@@ -147,6 +151,7 @@ impl Activation {
     /// use offload::Activation;
     /// assert_eq!(Activation::Relu.apply(-2.0), 0.0);
     /// assert!((Activation::Gelu.apply(1.0) - 0.841192).abs() < 1e-5);
+    /// assert!((Activation::GeluExact.apply(1.0) - 0.841345).abs() < 1e-5);
     /// ```
     pub fn apply(self, x: f32) -> f32 {
         match self {
@@ -156,6 +161,7 @@ impl Activation {
                 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
                 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
             }
+            Self::GeluExact => 0.5 * x * (1.0 + crate::erf(x * std::f32::consts::FRAC_1_SQRT_2)),
         }
     }
 }

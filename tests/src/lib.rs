@@ -417,6 +417,7 @@ pub fn activation_f64(act: offload::Activation, v: f64) -> f64 {
         offload::Activation::Gelu => {
             0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
         }
+        offload::Activation::GeluExact => 0.5 * v * (1.0 + offload::erf(v * std::f64::consts::FRAC_1_SQRT_2)),
     }
 }
 

@@ -254,6 +254,13 @@ impl<'rt> Device<'rt> {
                 T::TYPE.name()
             )));
         }
+        if g.activation == crate::Activation::GeluExact {
+            return Err(invalid(
+                "no GEMM library fuses exact GELU into its epilogue: run offload_kernels::linear, \
+                 which applies it after the product, or take Activation::Gelu (the tanh form)"
+                    .into(),
+            ));
+        }
         // A recording holds kernel launches only (a library's product is not one).
         self.rt.not_recording(self.number, "a gemm")?;
         // C is written: as for a generated kernel's `&mut` argument (`check_writable`), only

@@ -157,6 +157,7 @@ mod tests {
             Activation::Gelu => {
                 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
             }
+            Activation::GeluExact => unreachable!("Device::gemm refuses it"),
         }
     }
 

@@ -265,6 +265,7 @@ impl LtBlas {
             (true, Activation::Identity) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
             (true, Activation::Relu) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
             (true, Activation::Gelu) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+            (_, Activation::GeluExact) => return Err("no cuBLASLt epilogue computes exact GELU".into()),
         };
         // cublasOperation_t: N = 0, T = 1, as an int32.
         let (ta, tb) = (i32::from(key.transa), i32::from(key.transb));
