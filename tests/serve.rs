@@ -2,14 +2,15 @@
 //! ready batch growing while every slot is busy), each request's result back to its
 //! submitter, a failing (or panicking) batch failing only its own requests, shutdown
 //! draining what is pending, the report's counts, and nothing left mapped, on every
-//! backend. Batch counts are asserted where they are determined (submit,
+//! backend; requests of many rows, each run whole in one batch, and a bounded intake that
+//! refuses or waits. Batch counts are asserted where they are determined (submit,
 //! then wait), not speeds.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use offload::pipeline::{Answer, Intake, Pipeline, ServeConfig, ServeReport};
+use offload::pipeline::{Answer, Intake, Pipeline, ServeConfig, ServeReport, Submitted};
 use offload::{Device, DeviceSlice, Error, HostBuffer, MapType, Result, Runtime};
 use offload_tests::{assert_clean, check, check_eq, on_every_backend};
 
@@ -22,7 +23,7 @@ const ROW: usize = 16;
 const LONG: Duration = Duration::from_secs(60);
 
 fn config(max_rows: usize, deadline: Duration) -> ServeConfig {
-    ServeConfig { in_row: ROW, out_row: ROW, max_rows, deadline }
+    ServeConfig { in_row: ROW, out_row: ROW, max_rows, deadline, max_queued: None }
 }
 
 fn row(client: usize, i: usize) -> Vec<f32> {
@@ -213,6 +214,68 @@ fn shutdown_runs_the_pending_requests_at_once() {
     );
 }
 
+/// Holds batch 0's compute until `open` (saying in `computing` that it has started); every
+/// batch computes `2x + 2`.
+#[derive(Default)]
+struct Gate {
+    computing: AtomicBool,
+    open: AtomicBool,
+}
+
+impl Gate {
+    /// Serves `clients` on device 0 of `rt`, two slots, batch 0 held until the gate opens
+    /// (when `clients` returns at the latest).
+    fn serve<R>(
+        &self,
+        rt: &Runtime,
+        config: ServeConfig,
+        clients: impl FnOnce(&Intake<'_, f32, f32>) -> R,
+    ) -> Result<(R, ServeReport)> {
+        let compute = |dev: &Device<'_>,
+                       _: &mut (),
+                       batch: usize,
+                       rows: usize,
+                       x: DeviceSlice<'_, f32>,
+                       y: DeviceSlice<'_, f32>| {
+            if batch == 0 {
+                self.computing.store(true, Ordering::Release);
+                while !self.open.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            affine::launch(dev, rows * ROW, 2.0, 2.0, x, y)
+        };
+        Pipeline::new(rt, &[0], 2)?.serve(
+            config,
+            |_| Ok(()),
+            compute,
+            |intake| {
+                let _open = OpenOnDrop(&self.open);
+                clients(intake)
+            },
+        )
+    }
+
+    /// Submits `row` (batch 0), its answer awaited on a thread of `t`, and waits until its
+    /// compute holds (or it has ended: an injected fault).
+    fn hold<'s>(
+        &self,
+        t: &'s std::thread::Scope<'s, '_>,
+        rt: &Runtime,
+        intake: &Intake<'_, f32, f32>,
+        row: Vec<f32>,
+    ) -> Result<std::thread::ScopedJoinHandle<'s, Result<Answer<f32>>>> {
+        let first = intake.submit(row)?;
+        let first = t.spawn(move || first.answer());
+        wait_until(
+            "batch 0 computing",
+            || self.computing.load(Ordering::Acquire),
+            || first.is_finished() || fault_fired(rt),
+        )?;
+        Ok(first)
+    }
+}
+
 /// Opens a gate when dropped, so that a case that stops early never leaves a compute
 /// waiting on it.
 struct OpenOnDrop<'a>(&'a AtomicBool);
@@ -253,60 +316,34 @@ fn a_ready_batch_grows_while_every_slot_is_busy() {
         |rt| {
             // One device of two slots; batch 0's compute waits for the gate, batch 1's
             // behind it on the compute lane, so both slots are busy until it opens.
-            let (computing, gate) = (AtomicBool::new(false), AtomicBool::new(false));
+            let gate = Gate::default();
             let config = config(8, Duration::from_millis(1));
-            let compute = |dev: &Device<'_>,
-                           _: &mut (),
-                           batch: usize,
-                           rows: usize,
-                           x: DeviceSlice<'_, f32>,
-                           y: DeviceSlice<'_, f32>| {
-                if batch == 0 {
-                    computing.store(true, Ordering::Release);
-                    while !gate.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-                affine::launch(dev, rows * ROW, 2.0, 2.0, x, y)
-            };
             let rows: Vec<Vec<f32>> = (0..12).map(|i| row(5, i)).collect();
-            let (answers, report) = Pipeline::new(rt, &[0], 2)?.serve(
-                config,
-                |_| Ok(()),
-                compute,
-                |intake| {
-                    let _open = OpenOnDrop(&gate);
-                    std::thread::scope(|t| -> Result<Vec<Answer<f32>>> {
-                        let first = intake.submit(rows[0].clone())?;
-                        let first = t.spawn(move || first.answer());
-                        wait_until(
-                            "batch 0 computing",
-                            || computing.load(Ordering::Acquire),
-                            || first.is_finished() || fault_fired(rt),
-                        )?;
-                        // Batch 1 is in its slot once its two maps are entered.
-                        let before = rt.live_mappings().len();
-                        let second = intake.submit(rows[1].clone())?;
-                        let second = t.spawn(move || second.answer());
-                        wait_until(
-                            "batch 1 entered",
-                            || rt.live_mappings().len() >= before + 2,
-                            || second.is_finished() || fault_fired(rt),
-                        )?;
-                        let rest =
-                            rows[2..].iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
-                        gate.store(true, Ordering::Release);
-                        let mut answers = Vec::new();
-                        for a in [first, second] {
-                            answers.push(a.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?);
-                        }
-                        for t in rest {
-                            answers.push(t.answer()?);
-                        }
-                        Ok(answers)
-                    })
-                },
-            )?;
+            let (answers, report) = gate.serve(rt, config, |intake| {
+                std::thread::scope(|t| -> Result<Vec<Answer<f32>>> {
+                    let first = gate.hold(t, rt, intake, rows[0].clone())?;
+                    // Batch 1 is in its slot once its two maps are entered.
+                    let before = rt.live_mappings().len();
+                    let second = intake.submit(rows[1].clone())?;
+                    let second = t.spawn(move || second.answer());
+                    wait_until(
+                        "batch 1 entered",
+                        || rt.live_mappings().len() >= before + 2,
+                        || second.is_finished() || fault_fired(rt),
+                    )?;
+                    let rest =
+                        rows[2..].iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+                    gate.open.store(true, Ordering::Release);
+                    let mut answers = Vec::new();
+                    for a in [first, second] {
+                        answers.push(a.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?);
+                    }
+                    for t in rest {
+                        answers.push(t.answer()?);
+                    }
+                    Ok(answers)
+                })
+            })?;
             let answers = answers?;
             // The ten that came while both slots were busy: a full batch, then the rest.
             check_eq!(report.batch_rows, vec![1, 1, 8, 2]);
@@ -377,7 +414,7 @@ fn bad_configurations_and_rows_are_refused() -> Result<()> {
     let cases =
         [(0, 1, 1, zero), (1, 0, 1, zero), (1, 1, 0, zero), (1, usize::MAX / 2, 3, "max_rows 3 x out_row")];
     for (in_row, out_row, max_rows, why) in cases {
-        let config = ServeConfig { in_row, out_row, max_rows, deadline: LONG };
+        let config = ServeConfig { in_row, out_row, max_rows, deadline: LONG, max_queued: None };
         let r = Pipeline::new(&rt, &[0], 2)?.serve(
             config,
             |_| Ok(()),
@@ -393,6 +430,21 @@ fn bad_configurations_and_rows_are_refused() -> Result<()> {
         serve(&rt, config(4, LONG), &[], &[], |intake| intake.submit(vec![1.0; ROW + 1]).err())?;
     let e = refused.expect("a row too long is refused");
     assert!(e.to_string().contains("a row of 17 elements; the server takes rows of 16"), "{e}");
+    assert_eq!(report.batches(), 0);
+    // Many-row requests: none, not whole rows, or more than a batch holds.
+    let (refused, report) = serve(&rt, config(4, LONG), &[], &[], |intake| {
+        [0, ROW + 1, 5 * ROW]
+            .map(|n| (n, intake.submit_rows(vec![1.0; n]).err(), intake.try_submit(vec![1.0; n]).err()))
+    })?;
+    for (n, rows, try_rows) in refused {
+        for e in [rows, try_rows] {
+            let e = e.unwrap_or_else(|| panic!("a request of {n} elements was accepted"));
+            let want = format!(
+                "a request of {n} elements; expected 1 to 4 rows of 16 (a request never spans two batches"
+            );
+            assert!(e.to_string().contains(&want), "{e}");
+        }
+    }
     assert_eq!(report.batches(), 0);
     Ok(())
 }
@@ -457,7 +509,13 @@ fn requests_get_a_row_of_each_of_several_outputs_on_every_backend() {
             // submitted back to back are never split, even on a loaded machine (a thread
             // held off the CPU for a moment must not cut the full batch).
             let partial = Duration::from_secs(2);
-            let two = ServeConfig { in_row: ROW, out_row: (ROW, 1), max_rows: 6, deadline: partial };
+            let two = ServeConfig {
+                in_row: ROW,
+                out_row: (ROW, 1),
+                max_rows: 6,
+                deadline: partial,
+                max_queued: None,
+            };
             let (answers, report) = pipeline.serve_outputs(
                 two,
                 |_| Ok(()),
@@ -496,7 +554,8 @@ fn requests_get_a_row_of_each_of_several_outputs_on_every_backend() {
             check_eq!(report.batch_rows, vec![6, 2, 1]);
             check_eq!(report.failed_batches, vec![1]);
             // Three outputs: the third an i64 of its own, and an answer's whole shape.
-            let three = ServeConfig { in_row: ROW, out_row: (ROW, 1, 1), max_rows: 4, deadline };
+            let three =
+                ServeConfig { in_row: ROW, out_row: (ROW, 1, 1), max_rows: 4, deadline, max_queued: None };
             let (answer, _) = pipeline.serve_outputs(
                 three,
                 |_| Ok(()),
@@ -520,7 +579,7 @@ fn an_output_row_of_zero_or_too_many_elements_is_refused() -> Result<()> {
         ((4, usize::MAX / 2), 3, "Pipeline::serve_outputs: a batch's elements, max_rows 3 x out_row"),
     ];
     for (out_row, max_rows, why) in cases {
-        let config = ServeConfig { in_row: 4, out_row, max_rows, deadline: LONG };
+        let config = ServeConfig { in_row: 4, out_row, max_rows, deadline: LONG, max_queued: None };
         let r = Pipeline::new(&rt, &[0], 2)?.serve_outputs(
             config,
             |_| Ok(()),
@@ -547,7 +606,7 @@ fn a_server_inside_a_task_is_refused() {
             let inputs = vec![vec![1f32; 4]];
             let mut outputs = vec![vec![0f32; 4]];
             let r = Pipeline::new(rt, &[0], 2)?.run(&inputs, &mut outputs, |dev, _, x, y| {
-                let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 2, deadline: Duration::from_millis(1) };
+                let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 2, deadline: Duration::from_millis(1), max_queued: None };
                 let served = Pipeline::new(dev.runtime(), &[0], 2)?.serve(
                     config,
                     |_: &Device<'_>| Ok(()),
@@ -565,6 +624,182 @@ fn a_server_inside_a_task_is_refused() {
             check_eq!(outputs[0][0], 2.0);
             assert_clean(rt, 0)?;
             Ok(())
+        },
+    );
+}
+
+/// Each row's input back, and the index of the batch it ran in (every row of a request
+/// alike when it is never split).
+#[offload::kernel]
+fn echo_batch(r: usize, batch: u32, x: &[f32], y: &mut [f32], ran_in: &mut [u32]) {
+    for j in 0usize..16 {
+        y[r * 16 + j] = x[r * 16 + j];
+    }
+    ran_in[r] = batch;
+}
+
+/// Requests of 1 to `max_rows` rows, from several threads: each runs whole in one batch
+/// (every row's batch index is its answer's), gets its own rows back with one latency, no
+/// batch holds more than `max_rows` rows, and the report counts rows, requests and fill.
+#[test]
+fn a_request_of_many_rows_runs_whole_in_one_batch() {
+    on_every_backend(
+        "many-row requests",
+        1,
+        |b| b,
+        |rt| {
+            let max_rows = 8;
+            let config = ServeConfig {
+                in_row: ROW,
+                out_row: (ROW, 1),
+                max_rows,
+                deadline: Duration::from_millis(1),
+                max_queued: None,
+            };
+            let devices: Vec<usize> = (0..rt.num_devices().min(2)).collect();
+            let sizes = |c: usize| (0..12).map(move |i| 1 + (c * 5 + i * 3) % max_rows);
+            let rows_of =
+                |c: usize, i: usize, k: usize| (0..k).flat_map(|r| row(c, i * max_rows + r)).collect();
+            let (answers, report) = Pipeline::new(rt, &devices, 2)?.serve_outputs(
+                config,
+                |_| Ok(()),
+                |dev, _, batch, rows, x, (y, ran_in)| {
+                    echo_batch::launch(dev, rows, batch as u32, x, y, ran_in)
+                },
+                |intake: &Intake<'_, f32, (f32, u32)>| {
+                    std::thread::scope(|t| {
+                        let clients: Vec<_> = (0..3)
+                            .map(|c| {
+                                t.spawn(move || {
+                                    let tickets = sizes(c)
+                                        .enumerate()
+                                        .map(|(i, k)| intake.submit_rows(rows_of(c, i, k)))
+                                        .collect::<Result<Vec<_>>>()?;
+                                    tickets.into_iter().map(|t| t.answer()).collect::<Result<Vec<_>>>()
+                                })
+                            })
+                            .collect();
+                        clients.into_iter().map(|c| c.join().expect("a client thread")).collect::<Vec<_>>()
+                    })
+                },
+            )?;
+            let mut total_rows = 0;
+            for (c, answers) in answers.into_iter().enumerate() {
+                for ((i, k), answer) in sizes(c).enumerate().zip(answers?) {
+                    let (y, ran_in) = &answer.row;
+                    check_eq!(*y, rows_of(c, i, k));
+                    check_eq!(*ran_in, vec![answer.batch as u32; k]);
+                    check!(report.batch_rows[answer.batch] >= k);
+                    total_rows += k;
+                }
+            }
+            check_eq!(report.requests, 36);
+            check_eq!(report.batch_requests.iter().sum::<usize>(), 36);
+            check_eq!(report.rows(), total_rows);
+            check!(report.batch_rows.iter().all(|&r| (1..=max_rows).contains(&r)), "{:?}", report.batch_rows);
+            check_eq!(report.fill(), total_rows as f64 / (report.batches() * max_rows) as f64);
+            for d in devices {
+                assert_clean(rt, d)?;
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A request that does not fit the batch being formed starts the next one: with the
+/// server closed after four submissions, batches are formed from what waits, in order.
+#[test]
+fn a_request_that_does_not_fit_starts_the_next_batch() {
+    on_every_backend(
+        "many-row requests in order",
+        1,
+        |b| b,
+        |rt| {
+            let config =
+                ServeConfig { in_row: ROW, out_row: ROW, max_rows: 8, deadline: LONG, max_queued: None };
+            let sizes = [3, 6, 2, 8];
+            let (tickets, report) = serve(rt, config, &[], &[], |intake| {
+                let rows = |k: usize| (0..k).flat_map(|r| row(7, r)).collect::<Vec<f32>>();
+                sizes.iter().map(|&k| intake.submit_rows(rows(k))).collect::<Result<Vec<_>>>()
+            })?;
+            let answers = tickets?.into_iter().map(|t| t.answer()).collect::<Result<Vec<_>>>()?;
+            // 3 + 6 > 8: the 6 starts batch 1, which the 2 joins; the 8 fills batch 2.
+            check_eq!(report.batch_rows, vec![3, 8, 8]);
+            check_eq!(report.batch_requests, vec![1, 2, 1]);
+            check_eq!(answers.iter().map(|a| a.batch).collect::<Vec<_>>(), vec![0, 1, 1, 2]);
+            for (a, k) in answers.iter().zip(sizes) {
+                check_eq!(a.row, expected(&(0..k).flat_map(|r| row(7, r)).collect::<Vec<_>>()));
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A bounded intake: with the device's two slots held (batch 0 computing behind a gate,
+/// batch 1 behind it) and the next batch waiting for a slot, the queue fills; then `try_submit` refuses and gives the rows back, `submit` waits for
+/// room, and every request queued is answered once the slot frees.
+#[test]
+fn a_full_intake_refuses_or_waits_as_the_caller_chooses() {
+    on_every_backend(
+        "serving with backpressure",
+        1,
+        |b| b,
+        |rt| {
+            let gate = Gate::default();
+            let config =
+                ServeConfig { in_row: ROW, out_row: ROW, max_rows: 1, deadline: LONG, max_queued: Some(1) };
+            let rows: Vec<Vec<f32>> = (0..5).map(|i| row(9, i)).collect();
+            let (answers, report) = gate.serve(rt, config, |intake| {
+                std::thread::scope(|t| -> Result<Vec<Answer<f32>>> {
+                    let first = gate.hold(t, rt, intake, rows[0].clone())?;
+                    if first.is_finished() {
+                        // A fault ended batch 0 early: nothing is held to fill up behind.
+                        return Ok(Vec::new());
+                    }
+                    // Batch 1 (a full batch of one row) takes the second slot; batch 2
+                    // waits for one in the batcher (which takes no more meanwhile); the
+                    // next request waits in the intake, which is then full.
+                    let tickets =
+                        rows[1..4].iter().map(|r| intake.submit(r.clone())).collect::<Result<Vec<_>>>()?;
+                    let refused = match intake.try_submit(rows[4].clone())? {
+                        Submitted::Full(back) => back,
+                        // An injected fault may end batch 1 early and free its slot.
+                        Submitted::Queued(_) if fault_fired(rt) => return Ok(Vec::new()),
+                        Submitted::Queued(_) => {
+                            return Err(Error::InvalidArgument {
+                                routine: "try_submit",
+                                what: "queued into a full intake".into(),
+                            })
+                        }
+                    };
+                    check_eq!(refused, rows[4]);
+                    // A blocking submit waits for room: it returns once the gate opens.
+                    let opener = t.spawn(|| {
+                        std::thread::sleep(Duration::from_millis(20));
+                        gate.open.store(true, Ordering::Release);
+                    });
+                    let last = intake.submit(refused)?;
+                    check!(
+                        gate.open.load(Ordering::Acquire),
+                        "a submit into a full intake returned before room was made"
+                    );
+                    opener.join().expect("the opener");
+                    let mut answers = vec![first.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?];
+                    for t in tickets.into_iter().chain([last]) {
+                        answers.push(t.answer()?);
+                    }
+                    Ok(answers)
+                })
+            })?;
+            let answers = answers?;
+            if answers.is_empty() {
+                return Ok(());
+            }
+            check_eq!(report.batch_rows, vec![1; 5]);
+            for (a, x) in answers.iter().zip(&rows) {
+                check_eq!(a.row, x.iter().map(|x| 2.0 * x + 2.0).collect::<Vec<_>>());
+            }
+            assert_clean(rt, 0)
         },
     );
 }

@@ -43,7 +43,7 @@ mod stages;
 mod state;
 
 pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews, RowOutputs};
-pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Ticket};
+pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Submitted, Ticket};
 pub use stages::{Stage, StagePipeline, StageReport};
 
 use state::DeviceStates;

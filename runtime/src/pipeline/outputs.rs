@@ -139,8 +139,8 @@ pub trait RowOutputs: Send + Sized + sealed::Sealed {
     fn buffers(rows: usize, lens: Self::RowLens) -> Self::Buffers;
     /// `buffers` cut or grown to `rows` rows, keeping their memory.
     fn resize(buffers: &mut Self::Buffers, rows: usize, lens: Self::RowLens);
-    /// Row `i` of every output.
-    fn rows(buffers: &Self::Buffers, i: usize, lens: Self::RowLens) -> Self::Rows;
+    /// Rows `first..first + count` of every output (a request's rows), one after another.
+    fn rows(buffers: &Self::Buffers, first: usize, count: usize, lens: Self::RowLens) -> Self::Rows;
 }
 
 mod sealed {
@@ -152,8 +152,8 @@ mod sealed {
 }
 
 /// Row `i` of `len` elements of `buffer`.
-fn row_of<T: Copy>(buffer: &[T], i: usize, len: usize) -> Vec<T> {
-    buffer[i * len..(i + 1) * len].to_vec()
+fn row_of<T: Copy>(buffer: &[T], first: usize, count: usize, len: usize) -> Vec<T> {
+    buffer[first * len..(first + count) * len].to_vec()
 }
 
 impl<T: DeviceCopy + Default> RowOutputs for T {
@@ -170,8 +170,8 @@ impl<T: DeviceCopy + Default> RowOutputs for T {
     fn resize(buffers: &mut Vec<T>, rows: usize, lens: usize) {
         buffers.resize(rows * lens, T::default());
     }
-    fn rows(buffers: &Vec<T>, i: usize, lens: usize) -> Vec<T> {
-        row_of(buffers, i, lens)
+    fn rows(buffers: &Vec<T>, first: usize, count: usize, lens: usize) -> Vec<T> {
+        row_of(buffers, first, count, lens)
     }
 }
 
@@ -191,8 +191,8 @@ macro_rules! row_outputs_tuple {
             fn resize(buffers: &mut Self::Buffers, rows: usize, lens: Self::RowLens) {
                 $(buffers.$i.resize(rows * lens.$i, $n::default());)+
             }
-            fn rows(buffers: &Self::Buffers, i: usize, lens: Self::RowLens) -> Self::Rows {
-                ($(row_of(&buffers.$i, i, lens.$i),)+)
+            fn rows(buffers: &Self::Buffers, first: usize, count: usize, lens: Self::RowLens) -> Self::Rows {
+                ($(row_of(&buffers.$i, first, count, lens.$i),)+)
             }
         }
     };

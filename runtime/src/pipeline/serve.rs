@@ -1,12 +1,15 @@
 //! A long-lived pipeline fed by requests over time (an inference server's batching loop):
-//! [`Pipeline::serve`] (one output row per request) and [`Pipeline::serve_outputs`] (a row
-//! of each of several outputs), their [`Intake`], [`Ticket`]s and [`ServeReport`].
+//! [`Pipeline::serve`] (one output) and [`Pipeline::serve_outputs`] (several), their
+//! [`Intake`], [`Ticket`]s and [`ServeReport`]. A request is one row or several
+//! ([`Intake::submit_rows`]), never split across batches; the intake may be bounded
+//! ([`ServeConfig::max_queued`]), a full one blocking ([`Intake::submit`]) or refusing
+//! ([`Intake::try_submit`]) a submission.
 
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError, TrySendError};
 use parking_lot::Mutex;
 
 use super::{queue_batch, BatchOutputs, DeviceStates, OutputShape, Pipeline, RowOutputs};
@@ -25,17 +28,23 @@ pub struct ServeConfig<L = usize> {
     /// Elements of each request's output row, or of its row of each output in order
     /// (each at least 1).
     pub out_row: L,
-    /// Rows (requests) in a batch at most (at least 1).
+    /// Rows in a batch at most (at least 1); also the most rows one request may have.
     pub max_rows: usize,
     /// How long after its first request's submission a batch that is not full starts.
     /// A deadline too long to add to an instant (such as `Duration::MAX`) means none: a
     /// batch then starts only once full or when the server shuts down.
     pub deadline: Duration,
+    /// Requests waiting in the intake at most, beside the batch being formed (backpressure:
+    /// then [`Intake::submit`] waits for room and [`Intake::try_submit`] refuses); `None`
+    /// for no bound. `Some(0)` takes a request only when the batcher is ready for it.
+    pub max_queued: Option<usize>,
 }
 
-/// A request in flight: its row, when it was submitted, and where its answer goes.
+/// A request in flight: its rows (`rows` of `in_row` elements, one after another), when
+/// it was submitted, and where its answer goes.
 struct Request<In, Out: RowOutputs> {
     row: Vec<In>,
+    rows: usize,
     submitted: Instant,
     reply: Sender<Result<Answer<Out>>>,
 }
@@ -53,23 +62,39 @@ pub struct Intake<'s, In, Out: RowOutputs> {
     tx: Sender<Message<In, Out>>,
     closed: &'s AtomicBool,
     in_row: usize,
+    max_rows: usize,
 }
 
 impl<In, Out: RowOutputs> Clone for Intake<'_, In, Out> {
     fn clone(&self) -> Self {
-        Self { tx: self.tx.clone(), closed: self.closed, in_row: self.in_row }
+        Self { tx: self.tx.clone(), closed: self.closed, in_row: self.in_row, max_rows: self.max_rows }
     }
 }
 
 impl<In, Out: RowOutputs> std::fmt::Debug for Intake<'_, In, Out> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Intake").field("in_row", &self.in_row).field("queued", &self.tx.len()).finish()
+        f.debug_struct("Intake")
+            .field("in_row", &self.in_row)
+            .field("max_rows", &self.max_rows)
+            .field("queued", &self.tx.len())
+            .finish()
     }
 }
 
+/// What [`Intake::try_submit`] did with a request.
+#[derive(Debug)]
+#[must_use = "a queued request's ticket is how its result comes back; a refused one's rows are given back"]
+pub enum Submitted<In, Out: RowOutputs> {
+    /// Queued: its ticket.
+    Queued(Ticket<Out>),
+    /// Refused, the intake being full ([`ServeConfig::max_queued`]): its rows, given back.
+    Full(Vec<In>),
+}
+
 impl<In: DeviceCopy, Out: RowOutputs> Intake<'_, In, Out> {
-    /// Submits one request: `row` (of the server's `in_row` elements) is run in the next
-    /// batch formed; the ticket gives its result.
+    /// Submits a request of one row (the server's `in_row` elements), run in the next
+    /// batch formed; the ticket gives its result. With a bounded intake
+    /// ([`ServeConfig::max_queued`]) that is full, waits for room.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a row of another length; [`Error::ServerClosed`]
@@ -81,14 +106,74 @@ impl<In: DeviceCopy, Out: RowOutputs> Intake<'_, In, Out> {
                 what: format!("a row of {} elements; the server takes rows of {}", row.len(), self.in_row),
             });
         }
-        let refused = Error::ServerClosed { what: "a request submitted after the intake closed" };
+        self.send(row, true).map(|s| match s {
+            Submitted::Queued(ticket) => ticket,
+            Submitted::Full(_) => unreachable!("a blocking send waits for room"),
+        })
+    }
+
+    /// Submits a request of several rows (`rows.len()` a multiple of `in_row`, at most
+    /// `max_rows` rows), run as one unit: all its rows in the same batch, never split, its
+    /// ticket giving its output rows one after another and one latency. With a bounded
+    /// intake that is full, waits for room.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no rows, a length that is not a whole number of
+    /// rows, or more rows than a batch holds (such a request could never run);
+    /// [`Error::ServerClosed`] once the intake has closed.
+    pub fn submit_rows(&self, rows: Vec<In>) -> Result<Ticket<Out>> {
+        self.check_rows("Intake::submit_rows", &rows)?;
+        self.send(rows, true).map(|s| match s {
+            Submitted::Queued(ticket) => ticket,
+            Submitted::Full(_) => unreachable!("a blocking send waits for room"),
+        })
+    }
+
+    /// [`Intake::submit_rows`] that does not wait: with a bounded intake that is full, the
+    /// request is refused and its rows given back ([`Submitted::Full`]), for the caller to
+    /// retry, shed or answer "busy".
+    ///
+    /// # Errors
+    /// As [`Intake::submit_rows`].
+    pub fn try_submit(&self, rows: Vec<In>) -> Result<Submitted<In, Out>> {
+        self.check_rows("Intake::try_submit", &rows)?;
+        self.send(rows, false)
+    }
+
+    fn check_rows(&self, routine: &'static str, rows: &[In]) -> Result<()> {
+        let (len, in_row) = (rows.len(), self.in_row);
+        if len == 0 || len % in_row != 0 || len / in_row > self.max_rows {
+            return Err(Error::InvalidArgument {
+                routine,
+                what: format!(
+                    "a request of {len} elements; expected 1 to {} rows of {in_row} (a request never \
+                     spans two batches, and a batch holds {} rows)",
+                    self.max_rows, self.max_rows
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues `row` (checked), waiting for room when `wait`.
+    fn send(&self, row: Vec<In>, wait: bool) -> Result<Submitted<In, Out>> {
+        let closed = || Error::ServerClosed { what: "a request submitted after the intake closed" };
         if self.closed.load(Ordering::Acquire) {
-            return Err(refused);
+            return Err(closed());
         }
         let (reply, answer) = crossbeam_channel::bounded(1);
-        let request = Request { row, submitted: Instant::now(), reply };
-        self.tx.send(Message::Request(request)).map_err(|_| refused)?;
-        Ok(Ticket { answer })
+        let rows = row.len() / self.in_row;
+        let message = Message::Request(Request { row, rows, submitted: Instant::now(), reply });
+        let sent = if wait {
+            self.tx.send(message).map_err(|_| closed())
+        } else {
+            match self.tx.try_send(message) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full(Message::Request(r))) => return Ok(Submitted::Full(r.row)),
+                Err(_) => Err(closed()),
+            }
+        };
+        sent.map(|()| Submitted::Queued(Ticket { answer }))
     }
 }
 
@@ -115,7 +200,8 @@ pub struct Ticket<Out: RowOutputs> {
 }
 
 impl<Out: RowOutputs> Ticket<Out> {
-    /// Waits for the request's output row (its row of each output for several).
+    /// Waits for the request's output rows (of each output for several), one after
+    /// another.
     ///
     /// # Errors
     /// [`Error::Batch`] naming the request's batch when it failed; [`Error::ServerClosed`]
@@ -137,11 +223,13 @@ impl<Out: RowOutputs> Ticket<Out> {
 
 /// A request's answer.
 pub struct Answer<Out: RowOutputs> {
-    /// Its output row: a `Vec`, or a tuple of `Vec`s for several outputs.
+    /// Its output rows, one after another: a `Vec`, or a tuple of `Vec`s for several
+    /// outputs.
     pub row: Out::Rows,
     /// The batch it ran in.
     pub batch: usize,
-    /// From its submission to its result being available.
+    /// From its submission to its result being available (the request's, whatever its
+    /// number of rows).
     pub latency: Duration,
 }
 
@@ -176,8 +264,8 @@ where
     }
 }
 
-/// The spread of requests' latencies (submission to result available); zero when there
-/// were none.
+/// The spread of requests' latencies (submission to result available, one figure per
+/// request whatever its rows); zero when there were none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Latency {
     /// The median (the lower one for an even count).
@@ -202,10 +290,14 @@ impl Latency {
 /// What a server did, from its start to its shutdown.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeReport {
-    /// Requests answered, with their row or their batch's error.
+    /// Requests answered, with their rows or their batch's error.
     pub requests: usize,
     /// The rows of each batch formed, by batch index.
     pub batch_rows: Vec<usize>,
+    /// The requests of each batch formed, by batch index.
+    pub batch_requests: Vec<usize>,
+    /// The configuration's `max_rows`: a full batch's rows.
+    pub max_rows: usize,
     /// The batches that failed, in increasing order.
     pub failed_batches: Vec<usize>,
     /// Batches each device ran, in the order of the pipeline's devices.
@@ -221,6 +313,36 @@ impl ServeReport {
     pub fn batches(&self) -> usize {
         self.batch_rows.len()
     }
+
+    /// Rows run, over every batch.
+    pub fn rows(&self) -> usize {
+        self.batch_rows.iter().sum()
+    }
+
+    /// How full the batches were: rows run over the rows the batches could hold
+    /// (`batches * max_rows`), from 0 to 1; 0 with no batch.
+    ///
+    /// ```
+    /// # use offload::pipeline::{Latency, ServeReport};
+    /// # use std::time::Duration;
+    /// let r = ServeReport {
+    ///     requests: 3,
+    ///     batch_rows: vec![8, 4],
+    ///     batch_requests: vec![2, 1],
+    ///     max_rows: 8,
+    ///     failed_batches: vec![],
+    ///     batches_per_device: vec![2],
+    ///     latency: Latency::default(),
+    ///     elapsed: Duration::ZERO,
+    /// };
+    /// assert_eq!(r.fill(), 0.75);
+    /// ```
+    pub fn fill(&self) -> f64 {
+        match self.batches() * self.max_rows {
+            0 => 0.0,
+            room => self.rows() as f64 / room as f64,
+        }
+    }
 }
 
 /// What the device threads have answered.
@@ -233,6 +355,13 @@ struct Served {
 
 /// A batch formed: its index and its requests, in submission order.
 type Formed<In, Out> = (usize, Vec<Request<In, Out>>);
+
+/// The rows and requests of each batch formed, by batch index.
+#[derive(Default)]
+struct BatchLog {
+    rows: Vec<usize>,
+    requests: Vec<usize>,
+}
 
 /// What makes a device's state for a served pipeline ([`Pipeline::serve_outputs`]'s `init`).
 type StateInit<'f, 'rt, S> = dyn Fn(&Device<'rt>) -> Result<S> + Sync + 'f;
@@ -250,18 +379,23 @@ type ServeCompute<'f, S, In, Out> = dyn Fn(
     + 'f;
 
 impl<'rt> Pipeline<'rt> {
-    /// Serves requests until `clients` returns: single requests (a row of `in_row`
-    /// elements each) come from any thread through the [`Intake`] that `clients` gets, are
-    /// grouped into batches of up to `max_rows` rows, and each batch runs as in
+    /// Serves requests until `clients` returns: requests (a row of `in_row` elements, or
+    /// several: [`Intake::submit_rows`]) come from any thread through the [`Intake`] that
+    /// `clients` gets, and are grouped into batches of up to `max_rows` rows, a request
+    /// never split (one that does not fit starts the next batch), and each batch runs as in
     /// [`Pipeline::run_with`]: copy-in, compute and copy-out on a device's three lanes, up
     /// to `slots` batches in flight per device, each taken by a device with a free slot.
     /// A batch is ready when it is full, or `deadline` after its first request's
     /// submission, whichever comes first, and starts once a device has a free slot (taking
-    /// more requests meanwhile, up to `max_rows`, so batches grow under load). `compute(device, state, batch, rows, input, output)` runs a
-    /// batch of `rows` requests (`rows * in_row` elements in, `rows * out_row` out) on the
+    /// more requests meanwhile, up to `max_rows`, so batches grow under load). With
+    /// [`ServeConfig::max_queued`] the intake holds that many requests at most, and a full
+    /// one blocks [`Intake::submit`] or refuses [`Intake::try_submit`].
+    /// `compute(device, state, batch, rows, input, output)` runs a
+    /// batch of `rows` rows (`rows * in_row` elements in, `rows * out_row` out) on the
     /// device's compute lane, with the device's state, made by `init` before its first
-    /// batch. Each request's row of results goes back through its [`Ticket`], with its
-    /// latency (submission to result available). Constructs are traced at the caller.
+    /// batch. Each request's rows of results go back through its [`Ticket`], with its
+    /// latency (submission to result available); the [`ServeReport`] gives the latencies'
+    /// spread over requests and how full the batches were. Constructs are traced at the caller.
     ///
     /// A failing batch (an error or a panic of `compute` or `init`) fails the requests of
     /// that batch only, each with [`Error::Batch`] naming it; the server goes on with the
@@ -283,7 +417,7 @@ impl<'rt> Pipeline<'rt> {
     /// }
     ///
     /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
-    /// let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 8, deadline: Duration::from_millis(2) };
+    /// let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 8, deadline: Duration::from_millis(2), max_queued: None };
     /// let pipeline = Pipeline::new(&rt, &[0, 1], 2)?;
     /// let no_state = |_: &offload::Device<'_>| Ok(());
     /// let (answers, report) = pipeline.serve(config, no_state, |dev, _, _batch, rows, x, y| {
@@ -371,7 +505,7 @@ impl<'rt> Pipeline<'rt> {
     /// }
     ///
     /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
-    /// let config = ServeConfig { in_row: 4, out_row: (4, 1), max_rows: 8, deadline: Duration::from_millis(2) };
+    /// let config = ServeConfig { in_row: 4, out_row: (4, 1), max_rows: 8, deadline: Duration::from_millis(2), max_queued: None };
     /// let no_state = |_: &offload::Device<'_>| Ok(());
     /// let (answer, report) = Pipeline::new(&rt, &[0], 2)?.serve_outputs(
     ///     config,
@@ -444,7 +578,7 @@ impl<'rt> Pipeline<'rt> {
                     .into(),
             });
         }
-        let ServeConfig { in_row, out_row, max_rows, deadline } = config;
+        let ServeConfig { in_row, out_row, max_rows, deadline, max_queued } = config;
         let out_lens = Out::lens(out_row);
         if in_row == 0 || out_lens.contains(&0) || max_rows == 0 {
             return Err(Error::InvalidArgument {
@@ -464,10 +598,13 @@ impl<'rt> Pipeline<'rt> {
             }
         }
         let (start, rt) = (Instant::now(), self.rt);
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = match max_queued {
+            Some(n) => crossbeam_channel::bounded(n),
+            None => crossbeam_channel::unbounded(),
+        };
         let (formed_tx, formed_rx) = crossbeam_channel::bounded::<Formed<In, Out>>(0);
         let closed = AtomicBool::new(false);
-        let batch_rows = Mutex::new(Vec::new());
+        let batch_rows = Mutex::new(BatchLog::default());
         let served = Mutex::new(Served { per_device: vec![0; self.devices.len()], ..Served::default() });
         let states = DeviceStates::new(self.devices.len());
         let r = std::thread::scope(|threads| {
@@ -481,7 +618,7 @@ impl<'rt> Pipeline<'rt> {
                         let mut input: Vec<In> = Vec::with_capacity(max_rows * in_row);
                         let mut output = Out::buffers(max_rows, out_row);
                         for (batch, requests) in formed.iter() {
-                            let rows = requests.len();
+                            let rows = requests.iter().map(|r| r.rows).sum();
                             input.clear();
                             requests.iter().for_each(|r| input.extend_from_slice(&r.row));
                             Out::resize(&mut output, rows, out_row);
@@ -510,15 +647,18 @@ impl<'rt> Pipeline<'rt> {
             }
             drop(formed_rx);
             let _close = CloseOnDrop { tx: tx.clone(), closed: &closed };
-            clients(&Intake { tx, closed: &closed, in_row })
+            clients(&Intake { tx, closed: &closed, in_row, max_rows })
         });
         // Every batch has ended; what the states mapped goes now.
         drop(states);
         let Served { latencies, mut failed, per_device } = served.into_inner();
         failed.sort_unstable();
+        let formed = batch_rows.into_inner();
         let report = ServeReport {
             requests: latencies.len(),
-            batch_rows: batch_rows.into_inner(),
+            batch_rows: formed.rows,
+            batch_requests: formed.requests,
+            max_rows,
             failed_batches: failed,
             batches_per_device: per_device,
             latency: Latency::of(latencies),
@@ -545,12 +685,14 @@ fn reply<In, Out: RowOutputs>(
 ) -> Answered {
     let failed = run.is_err();
     let run = run.map_err(|e| Error::Batch { batch, source: Box::new(e) });
+    let mut first = 0;
     let latencies = requests
         .into_iter()
-        .enumerate()
-        .map(|(i, request)| {
+        .map(|request| {
             let latency = request.submitted.elapsed();
-            let answer = run.clone().map(|()| Answer { row: Out::rows(output, i, out_row), batch, latency });
+            let rows = |()| Answer { row: Out::rows(output, first, request.rows, out_row), batch, latency };
+            let answer = run.clone().map(rows);
+            first += request.rows;
             // A submitter that dropped its ticket no longer wants the answer.
             let _ = request.reply.send(answer);
             latency
@@ -559,51 +701,89 @@ fn reply<In, Out: RowOutputs>(
     Answered { failed, latencies }
 }
 
+/// A batch being formed: its requests, their rows, and the request that did not fit (the
+/// first of the next batch: a request is never split).
+struct Forming<In, Out: RowOutputs> {
+    requests: Vec<Request<In, Out>>,
+    rows: usize,
+    next: Option<Request<In, Out>>,
+    max_rows: usize,
+}
+
+impl<In, Out: RowOutputs> Forming<In, Out> {
+    /// Full: `max_rows` rows, or a request waiting that does not fit.
+    fn full(&self) -> bool {
+        self.rows >= self.max_rows || self.next.is_some()
+    }
+
+    fn take(&mut self, r: Request<In, Out>) {
+        if self.rows + r.rows > self.max_rows {
+            debug_assert!(self.next.is_none() && !self.requests.is_empty());
+            self.next = Some(r);
+        } else {
+            self.rows += r.rows;
+            self.requests.push(r);
+        }
+    }
+
+    /// The batch's requests, the next one (if any) starting the batch after.
+    fn hand_over(&mut self) -> Vec<Request<In, Out>> {
+        self.rows = 0;
+        let requests = std::mem::take(&mut self.requests);
+        if let Some(r) = self.next.take() {
+            self.take(r);
+        }
+        requests
+    }
+}
+
 /// The batcher: takes requests from `intake` until it closes, and hands them to the
 /// device threads (`devices`, a rendezvous: a send waits for a thread with a free slot) in
-/// batches of up to `max_rows`, each once full or `deadline` after its first request's
-/// submission; records each batch's rows in `rows`. A ready batch first takes the requests
-/// already waiting, and while every slot is busy it takes more as they come (up to
-/// `max_rows`), so batches grow under load.
+/// batches of up to `max_rows` rows, each once full or `deadline` after its first
+/// request's submission, a request never split (one that does not fit starts the next
+/// batch); records each batch in `log`. A ready batch first takes the requests already
+/// waiting, and while every slot is busy it takes more as they come (up to `max_rows`), so
+/// batches grow under load.
 fn form_batches<In, Out: RowOutputs>(
     intake: Receiver<Message<In, Out>>,
     devices: Sender<Formed<In, Out>>,
     max_rows: usize,
     deadline: Duration,
-    rows: &Mutex<Vec<usize>>,
+    log: &Mutex<BatchLog>,
 ) {
-    let mut pending: Vec<Request<In, Out>> = Vec::with_capacity(max_rows);
+    let mut pending = Forming { requests: Vec::new(), rows: 0, next: None, max_rows };
     let mut closing = false;
     loop {
-        let full = pending.len() >= max_rows;
-        let due = pending.first().and_then(|first| first.submitted.checked_add(deadline));
-        let next = if closing || full || due.is_some_and(|d| Instant::now() >= d) {
-            if pending.is_empty() {
+        let due = pending.requests.first().and_then(|first| first.submitted.checked_add(deadline));
+        let next = if closing || pending.full() || due.is_some_and(|d| Instant::now() >= d) {
+            if pending.requests.is_empty() {
                 return;
             }
             // What already waits joins the batch first.
-            while !closing && pending.len() < max_rows {
+            while !closing && !pending.full() {
                 match intake.try_recv() {
-                    Ok(Message::Request(r)) => pending.push(r),
+                    Ok(Message::Request(r)) => pending.take(r),
                     Ok(Message::Close) | Err(TryRecvError::Disconnected) => closing = true,
                     Err(TryRecvError::Empty) => break,
                 }
             }
-            let full = pending.len() >= max_rows;
             let mut ready = Select::new();
             let to_device = ready.send(&devices);
-            let more = (!full && !closing).then(|| ready.recv(&intake));
+            let more = (!pending.full() && !closing).then(|| ready.recv(&intake));
             let op = ready.select();
             if op.index() == to_device {
-                let batch = rows.lock().len();
-                let requests = std::mem::replace(&mut pending, Vec::with_capacity(max_rows));
+                let batch = log.lock().rows.len();
+                let rows = pending.rows;
+                let requests = pending.hand_over();
                 let n = requests.len();
                 // With no device thread left the batch is dropped, and its tickets fail
                 // (their reply senders go with it); so do those still in the intake.
                 if op.send(&devices, (batch, requests)).is_err() {
                     return;
                 }
-                rows.lock().push(n);
+                let mut log = log.lock();
+                log.rows.push(rows);
+                log.requests.push(n);
                 continue;
             }
             match more {
@@ -616,7 +796,7 @@ fn form_batches<In, Out: RowOutputs>(
             intake.recv().map_err(|_| RecvTimeoutError::Disconnected)
         };
         match next {
-            Ok(Message::Request(r)) => pending.push(r),
+            Ok(Message::Request(r)) => pending.take(r),
             // Due now: handed to a device on the next turn.
             Err(RecvTimeoutError::Timeout) => {}
             Ok(Message::Close) | Err(RecvTimeoutError::Disconnected) => closing = true,
