@@ -2,9 +2,11 @@
 //! stage to stage: outputs in micro-batch order on every backend, hand-offs by peer copy
 //! and staged through the host (and none between stages of one device), the first failing
 //! micro-batch stopping the pipe and naming its stage, a panic as an error, nothing left
-//! mapped, and bad input refused.
+//! mapped, and bad input refused; stages whose element types change ([`StageChain`]) and a
+//! last stage of several outputs.
 
-use offload::pipeline::{Stage, StagePipeline};
+use offload::half::bf16;
+use offload::pipeline::{Stage, StageChain, StagePipeline};
 use offload::{Error, Runtime};
 use offload_tests::{check, check_eq, on_every_backend, synchronous};
 
@@ -205,5 +207,113 @@ fn a_pipeline_that_cannot_map_its_boundaries_leaves_nothing_mapped() -> offload:
     for d in 0..2 {
         check_eq!(rt.pool_usage(d)?.live_allocations, 0);
     }
+    Ok(())
+}
+
+#[offload::kernel]
+fn to_bf16_plus(i: usize, v: f32, x: &[f32], y: &mut [bf16]) {
+    y[i] = bf16::from_f32(x[i] + v);
+}
+
+#[offload::kernel]
+fn bf16_times(i: usize, v: f32, x: &[bf16], y: &mut [bf16]) {
+    y[i] = bf16::from_f32(x[i].to_f32() * v);
+}
+
+/// Each micro-batch's 64 values: their share of the sum (f32) and the index of the largest
+/// (u32), from bf16.
+#[offload::kernel]
+fn shares_and_best(_i: usize, x: &[bf16], share: &mut [f32], best: &mut [u32]) {
+    let mut sum = 0.0f32;
+    let mut b = 0usize;
+    for j in 0usize..64 {
+        sum += x[j].to_f32();
+        if x[j].to_f32() > x[b].to_f32() {
+            b = j;
+        }
+    }
+    for j in 0usize..64 {
+        share[j] = x[j].to_f32() / sum;
+    }
+    best[0] = b as u32;
+}
+
+/// f32 in, bf16 between stages (which the compiler checks link up), f32 shares and a u32
+/// class out of the last stage, on two devices where there are: each micro-batch's
+/// outputs as the host computes them, in order, with the hand-offs counted.
+#[test]
+fn stages_of_different_types_and_a_last_stage_of_several_outputs_on_every_backend() {
+    on_every_backend(
+        "mixed-type stage pipeline",
+        1,
+        |b| b,
+        |rt| {
+            let (a, b) = (0, 1 % rt.num_devices());
+            let mut pipe =
+                StageChain::new(Stage::new(a, 64, |dev, _, x, y| to_bf16_plus::launch(dev, 64, 0.5, x, y)))
+                    .then(Stage::new(b, 64, |dev, _, x, y| bf16_times::launch(dev, 64, 2.0, x, y)))
+                    .build_outputs::<(f32, u32)>(rt, 3, a, (64, 1), |dev, _, x, (share, best)| {
+                        shares_and_best::launch(dev, 1, x, share, best)
+                    })?;
+            let x = inputs(9);
+            let mut y: Vec<(Vec<f32>, Vec<u32>)> = vec![(vec![0.0; 64], vec![99]); 9];
+            let report = pipe.run(&x, &mut y)?;
+            for (xb, (share, best)) in x.iter().zip(&y) {
+                let h: Vec<f32> = xb
+                    .iter()
+                    .map(|&v| bf16::from_f32(bf16::from_f32(v + 0.5).to_f32() * 2.0).to_f32())
+                    .collect();
+                let sum: f32 = h.iter().sum();
+                // The same sum in the same order; the quotients within an ulp.
+                check!(
+                    share.iter().zip(&h).all(|(s, v)| (s - v / sum).abs() <= f32::EPSILON * (v / sum).abs()),
+                    "{share:?}"
+                );
+                let want = (0..64).fold(0, |b, j| if h[j] > h[b] { j } else { b });
+                check_eq!(*best, vec![want as u32]);
+            }
+            check_eq!(report.micro_batches, 9);
+            check_eq!(report.hand_offs, if a == b { 0 } else { 18 });
+            drop(pipe);
+            check!(rt.live_mappings().is_empty());
+
+            // One output: `build`, bf16 out.
+            let mut pipe =
+                StageChain::new(Stage::new(b, 64, |dev, _, x, y| to_bf16_plus::launch(dev, 64, 1.0, x, y)))
+                    .build(rt, 2)?;
+            let mut out = vec![vec![bf16::ZERO; 64]; 3];
+            pipe.run(&x[..3], &mut out)?;
+            for (xb, yb) in x.iter().zip(&out) {
+                check_eq!(*yb, xb.iter().map(|&v| bf16::from_f32(v + 1.0)).collect::<Vec<_>>());
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A last stage of several outputs: an output of the wrong length is named by micro-batch
+/// and position, one of no elements refused when the pipe is built.
+#[test]
+fn several_outputs_are_checked_by_position() -> offload::Result<()> {
+    let rt = two()?;
+    let chain =
+        || StageChain::new(Stage::new(0, 64, |dev, _, x, y| to_bf16_plus::launch(dev, 64, 0.5, x, y)));
+    fn last(
+        dev: &offload::Device<'_>,
+        _: usize,
+        x: offload::DeviceSlice<'_, bf16>,
+        (share, best): (offload::DeviceSlice<'_, f32>, offload::DeviceSlice<'_, u32>),
+    ) -> offload::Result<()> {
+        shares_and_best::launch(dev, 1, x, share, best)
+    }
+    let e = chain().build_outputs::<(f32, u32)>(&rt, 2, 1, (64, 0), last).expect_err("an empty output");
+    assert!(e.to_string().contains("stage 1's output 1 makes 0 elements"), "{e}");
+    let mut pipe = chain().build_outputs::<(f32, u32)>(&rt, 2, 1, (64, 1), last)?;
+    let x = inputs(2);
+    let mut y = vec![(vec![0f32; 64], vec![0u32; 1]), (vec![0f32; 64], vec![0u32; 2])];
+    let e = pipe.run(&x, &mut y).expect_err("a long second output");
+    assert!(e.to_string().contains("output 1.1 has 2 elements; the last stage makes 1"), "{e}");
+    drop(pipe);
+    assert!(rt.live_mappings().is_empty());
     Ok(())
 }

@@ -54,5 +54,5 @@ pub use device_buffer::{Association, DeviceBuffer};
 pub use device_global::{DeviceGlobal, GlobalArg};
 pub use guards::{HostMut, Mapped};
 pub use host_buffer::{HostBuffer, QueuedRead};
-pub(crate) use views::{scratch_view_of, view_of, ViewExit};
+pub(crate) use views::{scratch_view_of, view_of, ErasedView, ViewExit};
 pub use views::{BasedSlice, DeviceSlice};

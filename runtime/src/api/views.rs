@@ -221,6 +221,44 @@ pub(crate) fn scratch_view_of<T>(s: &[T], device: usize) -> DeviceSlice<'_, T> {
     DeviceSlice { scratch: true, ..view_of(s, device, false) }
 }
 
+/// A [`DeviceSlice`] whose element type is held as a value: a stage pipeline's activations
+/// between stages of different types pass through code that cannot name them. It becomes a
+/// view again only as the type it was made from ([`ErasedView::typed`]), so its length
+/// always counts elements of the type behind it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ErasedView<'a> {
+    view: DeviceSlice<'a, ()>,
+    ty: std::any::TypeId,
+    name: &'static str,
+}
+
+impl<'a> ErasedView<'a> {
+    /// `view` with its type erased.
+    pub(crate) fn of<T: 'static>(view: DeviceSlice<'a, T>) -> Self {
+        let DeviceSlice { device, host, len, writable, scratch, resident, on_exit, _borrow } = view;
+        let view =
+            DeviceSlice { device, host, len, writable, scratch, resident, on_exit, _borrow: PhantomData };
+        Self { view, ty: std::any::TypeId::of::<T>(), name: std::any::type_name::<T>() }
+    }
+
+    /// The view as `T`: an error naming both types unless it was made from a view of `T`.
+    pub(crate) fn typed<T: 'static>(self, routine: &'static str) -> Result<DeviceSlice<'a, T>> {
+        if self.ty != std::any::TypeId::of::<T>() {
+            return Err(Error::InvalidArgument {
+                routine,
+                what: format!(
+                    "a view of {} where {} was expected, on device {}",
+                    self.name,
+                    std::any::type_name::<T>(),
+                    self.view.device
+                ),
+            });
+        }
+        let DeviceSlice { device, host, len, writable, scratch, resident, on_exit, .. } = self.view;
+        Ok(DeviceSlice { device, host, len, writable, scratch, resident, on_exit, _borrow: PhantomData })
+    }
+}
+
 /// A view of `s` on `device` (for views the runtime hands out itself, e.g. distributed
 /// arrays); `writable` when the holder has exclusive access to `s`.
 pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<'_, T> {
@@ -233,5 +271,23 @@ pub(crate) fn view_of<T>(s: &[T], device: usize, writable: bool) -> DeviceSlice<
         resident: false,
         on_exit: if writable { ViewExit::CopyBack } else { ViewExit::Release },
         _borrow: PhantomData,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An erased view becomes a view again only as its own type, keeping every field.
+    #[test]
+    fn an_erased_view_is_typed_back_only_as_its_own_type() {
+        let data = [1.5f32; 6];
+        let view = scratch_view_of(&data, 3);
+        let erased = ErasedView::of(view);
+        let back = erased.typed::<f32>("test").unwrap();
+        assert_eq!((back.device, back.host, back.len), (3, data.as_ptr() as usize, 6));
+        assert!(back.scratch && !back.writable && !back.resident);
+        let e = erased.typed::<u64>("test").unwrap_err().to_string();
+        assert!(e.contains("a view of f32 where u64 was expected, on device 3"), "{e}");
     }
 }

@@ -44,7 +44,7 @@ mod state;
 
 pub use outputs::{BatchOutput, BatchOutputs, One, OutputShape, OutputViews, RowOutputs};
 pub use serve::{Answer, Intake, Latency, ServeConfig, ServeReport, Submitted, Ticket};
-pub use stages::{Stage, StagePipeline, StageReport};
+pub use stages::{Stage, StageChain, StagePipeline, StageReport};
 
 use state::DeviceStates;
 

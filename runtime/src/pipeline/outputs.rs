@@ -66,6 +66,8 @@ pub trait BatchOutputs: Send {
         Self: 'a;
     /// Maps every output `from` (over an exclusive borrow: copied back after the batch).
     fn maps(&mut self) -> Self::Maps<'_>;
+    /// Every output's length in elements, in order.
+    fn lens(&mut self) -> Vec<usize>;
 }
 
 /// The device views of outputs `O` that a batch's `compute` receives.
@@ -96,6 +98,9 @@ impl<O: BatchOutput> BatchOutputs for O {
     fn maps(&mut self) -> Self::Maps<'_> {
         Map::exclusive(self.out_slice(), MapType::FROM)
     }
+    fn lens(&mut self) -> Vec<usize> {
+        vec![self.out_slice().len()]
+    }
 }
 
 macro_rules! outputs_tuple {
@@ -109,6 +114,9 @@ macro_rules! outputs_tuple {
             type Maps<'a> = ($(Map<'a, $n::Elem>,)+) where Self: 'a;
             fn maps(&mut self) -> Self::Maps<'_> {
                 ($(Map::exclusive(self.$i.out_slice(), MapType::FROM),)+)
+            }
+            fn lens(&mut self) -> Vec<usize> {
+                vec![$(self.$i.out_slice().len()),+]
             }
         }
     };
