@@ -246,6 +246,7 @@ fn an_output_that_cannot_be_written_is_refused_by_its_name() {
             head_dim: 2,
             causal: false,
             scale: None,
+            kv_capacity: None,
         };
         let mut out = vec![0.0f32; 4];
         let r = dev.data((map::to(&v), map::to(&y), map::from(&mut out)), |(v, s, o)| {

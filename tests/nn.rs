@@ -301,15 +301,32 @@ fn in_place_forms_give_the_out_of_place_bits_and_one_view_twice_is_refused() {
 /// rounding.
 fn attention_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<()> {
     let dev = rt.device(d)?;
-    for (q_len, kv_len, causal) in [(7, 7, true), (7, 7, false), (1, 9, true), (3, 9, true), (5, 300, false)]
-    {
+    let cases = [
+        (7, 7, true, 7),
+        (7, 7, false, 7),
+        (1, 9, true, 9),
+        (3, 9, true, 9),
+        (5, 300, false, 300),
+        (3, 9, true, 16),
+    ];
+    for (q_len, kv_len, causal, cap) in cases {
         let (batch, heads, dim) = (2, 3, 40);
-        let a = nn::Attention { batch, heads, q_len, kv_len, head_dim: dim, causal, scale: None };
+        let kv_capacity = (cap != kv_len).then_some(cap);
+        let a =
+            nn::Attention { batch, heads, q_len, kv_len, head_dim: dim, causal, scale: None, kv_capacity };
         // Queries and keys of magnitude up to 1, as after a layer norm.
         let small = |v: Vec<T>| -> Vec<T> { v.into_iter().map(|x| T::of(x.f() as f32 * 0.25)).collect() };
         let q: Vec<T> = small(input(batch * heads * q_len, dim, 7));
-        let k: Vec<T> = small(input(batch * heads * kv_len, dim, 8));
-        let v: Vec<T> = input(batch * heads * kv_len, dim, 9);
+        // A cache's positions past `kv_len` hold NaN: never read.
+        let past = |mut x: Vec<T>| {
+            x.chunks_mut(dim)
+                .enumerate()
+                .filter(|(r, _)| r % cap >= kv_len)
+                .for_each(|(_, row)| row.fill(T::of(f32::NAN)));
+            x
+        };
+        let k: Vec<T> = past(small(input(batch * heads * cap, dim, 8)));
+        let v: Vec<T> = past(input(batch * heads * cap, dim, 9));
         let mut s = vec![T::default(); batch * heads * q_len * kv_len];
         let mut out = vec![T::default(); q.len()];
         dev.data(
@@ -317,14 +334,14 @@ fn attention_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<()>
             |(q, k, v, s, o)| nn::attention(&dev, a, q, k, v, s, o),
         )?;
         let scale = 1.0 / (dim as f64).sqrt();
-        let vmax = v.iter().map(|x| x.f().abs()).fold(0.0, f64::max);
+        let vmax = v.iter().map(|x| x.f().abs()).filter(|x| !x.is_nan()).fold(0.0, f64::max);
         for h in 0..batch * heads {
             for i in 0..q_len {
                 let keep = if causal { kv_len - q_len + i + 1 } else { kv_len };
                 let row: Vec<f64> = (0..keep)
                     .map(|j| {
                         (0..dim)
-                            .map(|c| q[(h * q_len + i) * dim + c].f() * k[(h * kv_len + j) * dim + c].f())
+                            .map(|c| q[(h * q_len + i) * dim + c].f() * k[(h * cap + j) * dim + c].f())
                             .sum::<f64>()
                             * scale
                     })
@@ -334,9 +351,8 @@ fn attention_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<()>
                 let tol = (4.0 * T::REL * (1.0 + smax) + 1e-4) * vmax;
                 let total: f64 = row.iter().map(|x| (x - m).exp()).sum();
                 for c in 0..dim {
-                    let want: f64 = (0..keep)
-                        .map(|j| (row[j] - m).exp() / total * v[(h * kv_len + j) * dim + c].f())
-                        .sum();
+                    let want: f64 =
+                        (0..keep).map(|j| (row[j] - m).exp() / total * v[(h * cap + j) * dim + c].f()).sum();
                     let got = out[(h * q_len + i) * dim + c].f();
                     check!(
                         (got - want).abs() <= tol,
@@ -371,8 +387,16 @@ fn attention_shapes_that_do_not_fit_are_refused() {
         let x = vec![0f32; 2 * 4 * 8];
         let mut s = vec![0f32; 2 * 4 * 4];
         let mut o = vec![0f32; 2 * 4 * 8];
-        let a =
-            nn::Attention { batch: 1, heads: 2, q_len: 4, kv_len: 4, head_dim: 8, causal: true, scale: None };
+        let a = nn::Attention {
+            batch: 1,
+            heads: 2,
+            q_len: 4,
+            kv_len: 4,
+            head_dim: 8,
+            causal: true,
+            scale: None,
+            kv_capacity: None,
+        };
         dev.data((map::to(&x), map::from(&mut s), map::from(&mut o)), |(x, s, o)| {
             nn::attention(&dev, a, x, x, x, s, o)?;
             let e = nn::attention(&dev, nn::Attention { q_len: 5, ..a }, x, x, x, s, o).unwrap_err();
@@ -380,6 +404,12 @@ fn attention_shapes_that_do_not_fit_are_refused() {
             let e = nn::attention(&dev, nn::Attention { kv_len: 3, causal: false, ..a }, x, x, x, s, o)
                 .unwrap_err();
             check!(e.to_string().contains("`k` holds 64 elements; expected 48"), "{e}");
+            let e =
+                nn::attention(&dev, nn::Attention { kv_capacity: Some(3), ..a }, x, x, x, s, o).unwrap_err();
+            check!(e.to_string().contains("hold fewer positions than are read"), "{e}");
+            let e =
+                nn::attention(&dev, nn::Attention { kv_capacity: Some(5), ..a }, x, x, x, s, o).unwrap_err();
+            check!(e.to_string().contains("`k` holds 64 elements; expected 80"), "{e}");
             let e = nn::attention(&dev, nn::Attention { head_dim: 0, ..a }, x, x, x, s, o).unwrap_err();
             check!(e.to_string().contains("at least 1"), "{e}");
             let e = nn::attention(&dev, nn::Attention { batch: usize::MAX, ..a }, x, x, x, s, o).unwrap_err();

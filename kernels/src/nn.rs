@@ -587,6 +587,9 @@ pub struct Attention {
     pub causal: bool,
     /// The scores' scale; `None`: `1 / sqrt(head_dim)`, as PyTorch's default.
     pub scale: Option<f32>,
+    /// Positions each head's keys and values hold, of which the first `kv_len` are read (a
+    /// KV cache's capacity, so that decoding needs no copy); `None`: `kv_len`.
+    pub kv_capacity: Option<usize>,
 }
 
 /// Scaled dot-product attention, `softmax(scale * Q K^T + mask) V` for each of
@@ -595,7 +598,7 @@ pub struct Attention {
 /// sees keys up to its own; PyTorch's `is_causal=True` when `q_len == kv_len`).
 ///
 /// `q` and `out` are `[batch, heads, q_len, head_dim]`, `k` and `v` `[batch, heads,
-/// kv_len, head_dim]`, row-major; `scores` is scratch of `batch * heads * q_len * kv_len`
+/// kv_capacity, head_dim]` (`kv_capacity` being `kv_len` unless said), row-major; `scores` is scratch of `batch * heads * q_len * kv_len`
 /// elements (the probabilities, in `T`, are left in it). Two GEMMs per head (the device's:
 /// cuBLASLt on GPUs, f32 accumulation) around a masked softmax in place.
 pub fn attention<T: NnFloat>(
@@ -607,13 +610,14 @@ pub fn attention<T: NnFloat>(
     scores: DeviceSlice<'_, T>,
     out: DeviceSlice<'_, T>,
 ) -> Result<()> {
-    let Attention { batch, heads, q_len, kv_len, head_dim: d, causal, scale } = a;
+    let Attention { batch, heads, q_len, kv_len, head_dim: d, causal, scale, kv_capacity } = a;
+    let cap = kv_capacity.unwrap_or(kv_len);
     let overflow = || Error::Overflow { routine: "attention", what: format!("{a:?}") };
     let heads_all = batch.checked_mul(heads).ok_or_else(overflow)?;
     let size = |rows: usize, cols: usize| heads_all.checked_mul(rows)?.checked_mul(cols);
     let (q_size, kv_size, s_size) = (
         size(q_len, d).ok_or_else(overflow)?,
-        size(kv_len, d).ok_or_else(overflow)?,
+        size(cap, d).ok_or_else(overflow)?,
         size(q_len, kv_len).ok_or_else(overflow)?,
     );
     let bad = |index, what: String| Err(Error::KernelArgument { kernel: "attention", index, what });
@@ -623,10 +627,13 @@ pub fn attention<T: NnFloat>(
     if causal && q_len > kv_len {
         return bad(0, format!("{a:?}: a causal attention's queries are the last of its keys' positions"));
     }
+    if cap < kv_len {
+        return bad(0, format!("{a:?}: keys and values hold fewer positions than are read"));
+    }
     for (index, name, len, want, of) in [
         (0, "q", q.len(), q_size, "batch x heads x q_len x head_dim"),
-        (1, "k", k.len(), kv_size, "batch x heads x kv_len x head_dim"),
-        (2, "v", v.len(), kv_size, "batch x heads x kv_len x head_dim"),
+        (1, "k", k.len(), kv_size, "batch x heads x kv_capacity x head_dim"),
+        (2, "v", v.len(), kv_size, "batch x heads x kv_capacity x head_dim"),
         (3, "scores", scores.len(), s_size, "batch x heads x q_len x kv_len"),
         (4, "out", out.len(), q_size, "batch x heads x q_len x head_dim"),
     ] {
@@ -650,13 +657,13 @@ pub fn attention<T: NnFloat>(
     };
     let mixed = Gemm { m: d, n: q_len, k: kv_len, lda: d, ldb: kv_len, ldc: d, ..Gemm::default() };
     for h in 0..heads_all {
-        let (qs, ks, ss) = (h * q_len * d, h * kv_len * d, h * q_len * kv_len);
+        let (qs, ks, ss) = (h * q_len * d, h * cap * d, h * q_len * kv_len);
         let s = scores.slice(ss..ss + q_len * kv_len)?;
         dev.gemm(&scores_of, k.slice(ks..ks + kv_len * d)?, q.slice(qs..qs + q_len * d)?, s, None)?;
     }
     T::masked_softmax(dev, heads_all * q_len, kv_len, q_len, causal, scores)?;
     for h in 0..heads_all {
-        let (qs, ks, ss) = (h * q_len * d, h * kv_len * d, h * q_len * kv_len);
+        let (qs, ks, ss) = (h * q_len * d, h * cap * d, h * q_len * kv_len);
         let p = scores.slice(ss..ss + q_len * kv_len)?;
         dev.gemm(&mixed, v.slice(ks..ks + kv_len * d)?, p, out.slice(qs..qs + q_len * d)?, None)?;
     }
