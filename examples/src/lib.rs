@@ -1,6 +1,7 @@
 //! Library halves of the examples, shared with tests and benches: the Jacobi and 3-D
 //! stencil solvers, the inference model, the command-line parser, and the trace renderer of `offload-trace`. The runnable programs are the `[[example]]` targets of this package.
 
+pub mod gpt;
 pub mod inference;
 pub mod jacobi;
 pub mod options;

@@ -1,0 +1,516 @@
+//! A GPT-2-shaped decoder on `offload_kernels`' ready kernels, split into stages of
+//! consecutive blocks across devices: token and position embeddings, blocks of (layer norm,
+//! causal multi-head attention over a KV cache, residual, layer norm, MLP with tanh GELU,
+//! residual), a final layer norm and logits against the token embedding (tied, as GPT-2's).
+//! A prefill of a batch of prompts fills each block's KV cache; each greedy decoding step
+//! then runs one position per sequence. Weights come from a safetensors file in
+//! `nn.Linear`'s layout (`tests/fixtures/make_gpt_reference.py` makes one with PyTorch,
+//! and what PyTorch computes with it).
+//!
+//! Every layer runs in the element type `T` (`f32`, `bf16` or `f16`: weights converted
+//! once as they are loaded, activations stored in `T` between kernels, arithmetic in f32),
+//! as the same model in PyTorch with `model.to(dtype)` does.
+
+use offload::half::{bf16, f16};
+use offload::weights::Weights;
+use offload::{Activation, Device, DeviceBuffer, DeviceSlice, Error, Result, Runtime};
+use offload_kernels::nn::{self, Attention, NnFloat};
+use offload_kernels::{linear, Linear};
+
+/// A decoder's shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GptConfig {
+    /// Tokens in the vocabulary: rows of `wte.weight`.
+    pub vocab: usize,
+    /// Positions at most (the KV caches' capacity): rows of `wpe.weight`.
+    pub ctx: usize,
+    /// Features per position: `wte.weight`'s columns.
+    pub dim: usize,
+    /// Attention heads per block (`dim` a multiple of them).
+    pub heads: usize,
+    /// Blocks: `h.0.*` to `h.{layers - 1}.*`.
+    pub layers: usize,
+    /// The layer norms' epsilon.
+    pub eps: f32,
+}
+
+impl GptConfig {
+    /// The shape of the model in `weights` with `heads` heads (which the file cannot say):
+    /// the rest read from its tensors' shapes.
+    ///
+    /// # Errors
+    /// [`Error::Weights`] for a missing tensor; [`Error::InvalidArgument`] for `heads` 0 or
+    /// not dividing the width, or a model of no blocks.
+    pub fn of(weights: &Weights, heads: usize) -> Result<Self> {
+        let shape = |name: &str| weights.meta(name).map(|m| m.shape);
+        let (wte, wpe) = (shape("wte.weight")?, shape("wpe.weight")?);
+        let bad = |what: String| Error::InvalidArgument { routine: "GptConfig::of", what };
+        let (&[vocab, dim], &[ctx, _]) = (&wte[..], &wpe[..]) else {
+            return Err(bad(format!("wte.weight {wte:?} and wpe.weight {wpe:?}; expected two matrices")));
+        };
+        let layers = (0..).take_while(|l| shape(&format!("h.{l}.ln_1.weight")).is_ok()).count();
+        if heads == 0 || dim % heads != 0 || layers == 0 {
+            return Err(bad(format!("{heads} heads over a width of {dim}, {layers} blocks; expected heads dividing the width and a block at least")));
+        }
+        Ok(Self { vocab, ctx, dim, heads, layers, eps: 1e-5 })
+    }
+
+    fn head_dim(&self) -> usize {
+        self.dim / self.heads
+    }
+}
+
+/// What [`Gpt::generate`] computed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// The prefill's logits, `[batch, prompt, vocab]`, in f32.
+    pub prefill_logits: Vec<f32>,
+    /// The tokens chosen, `[batch, new]`.
+    pub tokens: Vec<u32>,
+    /// Each decoding step's logits (after the token chosen before it), `[batch, new,
+    /// vocab]`, in f32.
+    pub step_logits: Vec<f32>,
+    /// Wall time of the prefill, its logits read back included.
+    pub prefill_time: std::time::Duration,
+    /// Wall time of the decoding steps, each choosing its tokens on the device and reading
+    /// its logits back.
+    pub decoding_time: std::time::Duration,
+}
+
+/// One block's weights and KV cache, on its device.
+struct Block<'rt, T: GptFloat> {
+    dev: Device<'rt>,
+    ln_1: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    qkv: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    proj: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    ln_2: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    fc: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    out: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    /// `[batch, heads, ctx, head_dim]` each.
+    k_cache: DeviceBuffer<'rt, T>,
+    v_cache: DeviceBuffer<'rt, T>,
+}
+
+/// A decoder on one or more devices, for `batch` sequences at once; see the module
+/// documentation.
+pub struct Gpt<'rt, T: GptFloat> {
+    config: GptConfig,
+    batch: usize,
+    /// The embeddings, on the first block's device.
+    wte: DeviceBuffer<'rt, T>,
+    wpe: DeviceBuffer<'rt, T>,
+    blocks: Vec<Block<'rt, T>>,
+    /// The final norm and the (tied) output embedding, on the last block's device.
+    ln_f: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    lm_head: DeviceBuffer<'rt, T>,
+    /// Positions in the KV caches.
+    filled: usize,
+}
+
+impl<T: GptFloat> std::fmt::Debug for Gpt<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let devices: Vec<usize> = self.blocks.iter().map(|b| b.dev.number()).collect();
+        f.debug_struct("Gpt")
+            .field("config", &self.config)
+            .field("batch", &self.batch)
+            .field("devices", &devices)
+            .field("filled", &self.filled)
+            .finish()
+    }
+}
+
+impl<'rt, T: GptFloat> Gpt<'rt, T> {
+    /// The model of `weights` (shape `config`) for `batch` sequences, its blocks split in
+    /// consecutive stages over `devices` (block `l` on `devices[l * n / layers]`), each
+    /// weight converted to `T` and copied to its device once.
+    ///
+    /// # Errors
+    /// [`Error::Weights`] for a tensor missing or of another shape;
+    /// [`Error::InvalidArgument`] for no device or a batch of 0; the devices' errors.
+    pub fn new(
+        rt: &'rt Runtime,
+        weights: &Weights,
+        config: GptConfig,
+        devices: &[usize],
+        batch: usize,
+    ) -> Result<Self> {
+        if devices.is_empty() || batch == 0 {
+            return Err(Error::InvalidArgument {
+                routine: "Gpt::new",
+                what: format!("{} devices, a batch of {batch}; expected at least one of each", devices.len()),
+            });
+        }
+        let GptConfig { vocab, ctx, dim, heads, layers, .. } = config;
+        let load = |dev: &Device<'rt>, name: &str, shape: &[usize]| weights.to_device::<T>(dev, name, shape);
+        // A layer norm's (`rows` 1: weight and bias of `cols`) or a linear layer's
+        // (weight `[rows, cols]`, bias of `rows`) parameters.
+        let pair = |dev: &Device<'rt>, name: &str, rows: usize, cols: usize| -> Result<_> {
+            let (weight, bias) = if rows == 1 { (vec![cols], cols) } else { (vec![rows, cols], rows) };
+            Ok((load(dev, &format!("{name}.weight"), &weight)?, load(dev, &format!("{name}.bias"), &[bias])?))
+        };
+        let device_of = |l: usize| rt.device(devices[l * devices.len() / layers]);
+        let cache = batch.checked_mul(heads * ctx * config.head_dim()).ok_or(Error::Overflow {
+            routine: "Gpt::new",
+            what: format!("a KV cache of {batch} x {heads} x {ctx} x {}", config.head_dim()),
+        })?;
+        let mut blocks = Vec::with_capacity(layers);
+        for l in 0..layers {
+            let dev = device_of(l)?;
+            let h = |part: &str| format!("h.{l}.{part}");
+            blocks.push(Block {
+                ln_1: pair(&dev, &h("ln_1"), 1, dim)?,
+                qkv: pair(&dev, &h("qkv"), 3 * dim, dim)?,
+                proj: pair(&dev, &h("proj"), dim, dim)?,
+                ln_2: pair(&dev, &h("ln_2"), 1, dim)?,
+                fc: pair(&dev, &h("fc"), 4 * dim, dim)?,
+                out: pair(&dev, &h("out"), dim, 4 * dim)?,
+                k_cache: DeviceBuffer::new(&dev, cache)?,
+                v_cache: DeviceBuffer::new(&dev, cache)?,
+                dev,
+            });
+        }
+        let (first, last) = (device_of(0)?, device_of(layers - 1)?);
+        Ok(Self {
+            wte: load(&first, "wte.weight", &[vocab, dim])?,
+            wpe: load(&first, "wpe.weight", &[ctx, dim])?,
+            ln_f: pair(&last, "ln_f", 1, dim)?,
+            lm_head: load(&last, "wte.weight", &[vocab, dim])?,
+            blocks,
+            config,
+            batch,
+            filled: 0,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> GptConfig {
+        self.config
+    }
+
+    /// Empties the KV caches: the next [`Gpt::forward`] starts new sequences.
+    pub fn reset(&mut self) {
+        self.filled = 0;
+    }
+
+    /// Runs `ids` (`[batch, len]`: the next `len` positions of every sequence) through
+    /// the model, appending to the KV caches; the logits of every position, `[batch, len,
+    /// vocab]`, on the last block's device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `ids` not a whole number of the batch's rows, or
+    /// more positions than the caches hold; the kernels' errors.
+    pub fn forward(&mut self, ids: &[u32]) -> Result<DeviceBuffer<'rt, T>> {
+        let GptConfig { vocab, ctx, dim, heads, eps, .. } = self.config;
+        let (batch, hd, p0) = (self.batch, self.config.head_dim(), self.filled);
+        let len = ids.len() / batch;
+        if len == 0 || ids.len() % batch != 0 || p0 + len > ctx {
+            return Err(Error::InvalidArgument {
+                routine: "Gpt::forward",
+                what: format!(
+                    "{} ids for a batch of {batch} after {p0} positions; expected {batch} x len, len >= 1, \
+                     and at most {ctx} positions in all",
+                    ids.len()
+                ),
+            });
+        }
+        let rows = batch * len;
+        let first = self.wte.device();
+        let mut x = DeviceBuffer::<T>::new(&first, rows * dim)?;
+        nn::embedding(&first, dim, ids, self.wte.view(), x.view())?;
+        T::add_positions(&first, rows * dim, dim, len, p0, self.wpe.view(), x.view())?;
+        let layer = |rows, i, o| Linear { rows, in_features: i, out_features: o, tf32: false };
+        for block in &self.blocks {
+            let dev = &block.dev;
+            if x.device().number() != dev.number() {
+                // The activations go to the next stage's device.
+                let mut moved = DeviceBuffer::<T>::new(dev, rows * dim)?;
+                moved.copy_from(&x)?;
+                x = moved;
+            }
+            let scratch = |n: usize| DeviceBuffer::<T>::new(dev, n);
+            let (h, qkv, q, o, a) = (
+                scratch(rows * dim)?,
+                scratch(rows * 3 * dim)?,
+                scratch(rows * dim)?,
+                scratch(rows * dim)?,
+                scratch(rows * dim)?,
+            );
+            let scores = scratch(batch * heads * len * (p0 + len))?;
+            nn::layer_norm(dev, dim, eps, x.view(), block.ln_1.0.view(), block.ln_1.1.view(), h.view())?;
+            let ident = Activation::Identity;
+            linear(
+                dev,
+                layer(rows, dim, 3 * dim),
+                h.view(),
+                block.qkv.0.view(),
+                Some(block.qkv.1.view()),
+                qkv.view(),
+                ident,
+            )?;
+            T::split_heads(
+                dev,
+                (batch, len, heads, hd, ctx, p0),
+                qkv.view(),
+                q.view(),
+                block.k_cache.view(),
+                block.v_cache.view(),
+            )?;
+            let attention = Attention {
+                batch,
+                heads,
+                q_len: len,
+                kv_len: p0 + len,
+                head_dim: hd,
+                causal: true,
+                scale: None,
+                kv_capacity: Some(ctx),
+            };
+            nn::attention(
+                dev,
+                attention,
+                q.view(),
+                block.k_cache.view(),
+                block.v_cache.view(),
+                scores.view(),
+                o.view(),
+            )?;
+            T::merge_heads(dev, (batch, len, heads, hd), o.view(), a.view())?;
+            linear(
+                dev,
+                layer(rows, dim, dim),
+                a.view(),
+                block.proj.0.view(),
+                Some(block.proj.1.view()),
+                h.view(),
+                ident,
+            )?;
+            nn::add_in_place(dev, x.view(), h.view())?;
+            nn::layer_norm(dev, dim, eps, x.view(), block.ln_2.0.view(), block.ln_2.1.view(), h.view())?;
+            let f = scratch(rows * 4 * dim)?;
+            linear(
+                dev,
+                layer(rows, dim, 4 * dim),
+                h.view(),
+                block.fc.0.view(),
+                Some(block.fc.1.view()),
+                f.view(),
+                Activation::Gelu,
+            )?;
+            linear(
+                dev,
+                layer(rows, 4 * dim, dim),
+                f.view(),
+                block.out.0.view(),
+                Some(block.out.1.view()),
+                h.view(),
+                ident,
+            )?;
+            nn::add_in_place(dev, x.view(), h.view())?;
+        }
+        let dev = self.lm_head.device();
+        let h = DeviceBuffer::<T>::new(&dev, rows * dim)?;
+        nn::layer_norm(&dev, dim, eps, x.view(), self.ln_f.0.view(), self.ln_f.1.view(), h.view())?;
+        let logits = DeviceBuffer::<T>::new(&dev, rows * vocab)?;
+        linear(
+            &dev,
+            layer(rows, dim, vocab),
+            h.view(),
+            self.lm_head.view(),
+            None,
+            logits.view(),
+            Activation::Identity,
+        )?;
+        self.filled += len;
+        Ok(logits)
+    }
+
+    /// A prefill of `prompts` (`[batch, len]`) into emptied caches, then `new` greedy steps
+    /// (each sequence's most likely next token, the first of equals, fed back in).
+    ///
+    /// # Errors
+    /// As [`Gpt::forward`].
+    pub fn generate(&mut self, prompts: &[u32], new: usize) -> Result<Generation> {
+        self.reset();
+        let (batch, vocab) = (self.batch, self.config.vocab);
+        let len = prompts.len() / batch.max(1);
+        let start = std::time::Instant::now();
+        let prefill = self.forward(prompts)?;
+        let mut last = last_rows(&prefill, batch, len, vocab)?;
+        let prefill_logits = to_f32(&prefill)?;
+        let prefill_time = start.elapsed();
+        let start = std::time::Instant::now();
+        let (mut tokens, mut step_logits) =
+            (vec![0u32; batch * new], Vec::with_capacity(batch * new * vocab));
+        let mut steps = Vec::with_capacity(new);
+        for s in 0..new {
+            let next = greedy(&last, vocab)?;
+            for (b, &t) in next.iter().enumerate() {
+                tokens[b * new + s] = t;
+            }
+            let logits = self.forward(&next)?;
+            steps.push(to_f32(&logits)?);
+            last = logits;
+        }
+        let decoding_time = start.elapsed();
+        for b in 0..batch {
+            for step in &steps {
+                step_logits.extend_from_slice(&step[b * vocab..(b + 1) * vocab]);
+            }
+        }
+        Ok(Generation { prefill_logits, tokens, step_logits, prefill_time, decoding_time })
+    }
+}
+
+/// The logits of each sequence's last position (`[batch, vocab]`) of `logits` (`[batch,
+/// len, vocab]`), on the same device.
+fn last_rows<'rt, T: GptFloat>(
+    logits: &DeviceBuffer<'rt, T>,
+    batch: usize,
+    len: usize,
+    vocab: usize,
+) -> Result<DeviceBuffer<'rt, T>> {
+    let mut last = DeviceBuffer::<T>::new(&logits.device(), batch * vocab)?;
+    let all = logits.to_vec()?;
+    let rows: Vec<T> = (0..batch)
+        .flat_map(|b| all[((b + 1) * len - 1) * vocab..(b + 1) * len * vocab].iter().copied())
+        .collect();
+    last.write(0, &rows)?;
+    Ok(last)
+}
+
+/// The most likely token of each row of `logits` (`[rows, vocab]`), chosen on the device.
+fn greedy<T: GptFloat>(logits: &DeviceBuffer<'_, T>, vocab: usize) -> Result<Vec<u32>> {
+    let dev = logits.device();
+    let out = DeviceBuffer::<u32>::new(&dev, logits.len() / vocab)?;
+    nn::argmax(&dev, vocab, logits.view(), out.view())?;
+    out.to_vec()
+}
+
+fn to_f32<T: GptFloat>(x: &DeviceBuffer<'_, T>) -> Result<Vec<f32>> {
+    Ok(x.to_vec()?.into_iter().map(T::widen).collect())
+}
+
+/// An element type of the decoder: the data-movement kernels of [`Gpt::forward`] that
+/// `offload_kernels::nn` has no use for (sealed by `NnFloat`: `f32`, `bf16`, `f16`).
+#[allow(missing_docs)]
+pub trait GptFloat: NnFloat {
+    fn widen(self) -> f32;
+    fn add_positions(
+        dev: &Device<'_>,
+        n: usize,
+        dim: usize,
+        len: usize,
+        p0: usize,
+        wpe: DeviceSlice<'_, Self>,
+        x: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    fn split_heads(
+        dev: &Device<'_>,
+        shape: (usize, usize, usize, usize, usize, usize),
+        qkv: DeviceSlice<'_, Self>,
+        q: DeviceSlice<'_, Self>,
+        k: DeviceSlice<'_, Self>,
+        v: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+    fn merge_heads(
+        dev: &Device<'_>,
+        shape: (usize, usize, usize, usize),
+        o: DeviceSlice<'_, Self>,
+        a: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
+}
+
+macro_rules! gpt_kernels {
+    ($t:ty, to = [$($to:tt)*], from = [$($from:tt)*], $module:ident) => {
+        #[allow(clippy::too_many_arguments)]
+        mod $module {
+            #[allow(unused_imports)]
+            use offload::half::{bf16, f16};
+
+            /// `x[r, j] += wpe[p0 + r % len, j]`: each row's position embedding.
+            #[offload::kernel(dims = 1)]
+            pub fn add_positions(i: usize, dim: usize, len: usize, p0: usize, wpe: &[$t], x: &mut [$t]) {
+                let t = (i / dim) % len;
+                let v = x[i]$($to)* + wpe[(p0 + t) * dim + i % dim]$($to)*;
+                x[i] = $($from)*(v);
+            }
+
+            /// `[batch * len, 3 * dim]` (q, k, v side by side) to `q` `[batch, heads, len,
+            /// hd]` and positions `p0..p0 + len` of the caches `[batch, heads, ctx, hd]`.
+            #[offload::kernel(dims = 1)]
+            pub fn split_heads(
+                i: usize,
+                len: usize,
+                heads: usize,
+                hd: usize,
+                ctx: usize,
+                p0: usize,
+                qkv: &[$t],
+                q: &mut [$t],
+                k: &mut [$t],
+                v: &mut [$t],
+            ) {
+                let dim = heads * hd;
+                let r = i / (3 * dim);
+                let c = i % (3 * dim);
+                let part = c / dim;
+                let h = (c % dim) / hd;
+                let e = c % hd;
+                let b = r / len;
+                let t = r % len;
+                if part == 0 {
+                    q[((b * heads + h) * len + t) * hd + e] = qkv[i];
+                } else if part == 1 {
+                    k[((b * heads + h) * ctx + p0 + t) * hd + e] = qkv[i];
+                } else {
+                    v[((b * heads + h) * ctx + p0 + t) * hd + e] = qkv[i];
+                }
+            }
+
+            /// `[batch, heads, len, hd]` back to `[batch * len, heads * hd]`.
+            #[offload::kernel(dims = 1)]
+            pub fn merge_heads(i: usize, len: usize, heads: usize, hd: usize, o: &[$t], a: &mut [$t]) {
+                let dim = heads * hd;
+                let r = i / dim;
+                let c = i % dim;
+                a[i] = o[((r / len * heads + c / hd) * len + r % len) * hd + c % hd];
+            }
+        }
+
+        impl GptFloat for $t {
+            fn widen(self) -> f32 {
+                self$($to)*
+            }
+            fn add_positions(dev: &Device<'_>, n: usize, dim: usize, len: usize, p0: usize, wpe: DeviceSlice<'_, Self>, x: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::add_positions::launch(dev, n, dim, len, p0, wpe, x)
+            }
+            fn split_heads(
+                dev: &Device<'_>,
+                (batch, len, heads, hd, ctx, p0): (usize, usize, usize, usize, usize, usize),
+                qkv: DeviceSlice<'_, Self>,
+                q: DeviceSlice<'_, Self>,
+                k: DeviceSlice<'_, Self>,
+                v: DeviceSlice<'_, Self>,
+            ) -> Result<()> {
+                $module::split_heads::launch(dev, batch * len * 3 * heads * hd, len, heads, hd, ctx, p0, qkv, q, k, v)
+            }
+            fn merge_heads(dev: &Device<'_>, (batch, len, heads, hd): (usize, usize, usize, usize), o: DeviceSlice<'_, Self>, a: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::merge_heads::launch(dev, batch * len * heads * hd, len, heads, hd, o, a)
+            }
+        }
+    };
+}
+
+gpt_kernels!(f32, to = [], from = [], gpt_f32);
+gpt_kernels!(bf16, to = [.to_f32()], from = [bf16::from_f32], gpt_bf16);
+gpt_kernels!(f16, to = [.to_f32()], from = [f16::from_f32], gpt_f16);
+
+/// Every kernel of this module, for NVRTC checks.
+pub fn kernels() -> Vec<&'static offload::Kernel> {
+    macro_rules! of {
+        ($($m:ident),*) => {
+            vec![$(&$m::add_positions::KERNEL, &$m::split_heads::KERNEL, &$m::merge_heads::KERNEL),*]
+        };
+    }
+    of!(gpt_f32, gpt_bf16, gpt_f16)
+}
