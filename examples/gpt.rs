@@ -9,7 +9,9 @@
 //! cargo run --release -p offload-examples --example gpt -- -dtype bf16 -ndev 1
 //! ```
 //! Options: `-weights FILE` (another model: `wte.weight`, `wpe.weight`, `h.{l}.*`,
-//! `ln_f.*` as the script names them), `-heads N` (4), `-dtype f32|bf16|f16` (f32),
+//! `ln_f.*` as the script names them; `benches/pytorch/gpt_bench.py` writes a GPT-2-small
+//! shaped one), `-heads N` (4), `-dtype f32|bf16|f16` (f32), `-batch N` and `-prompt N`
+//! (prompts made up, without a reference: 3 of 8 tokens),
 //! `-ndev N` (all devices), `-new N` (tokens to generate, 12), `-reference FILE` (PyTorch's
 //! prompts and tokens, checked; the fixture's with the fixture's weights, else `none`),
 //! `-repeat N` (timed runs after one warm-up; the medians printed, 3). Times are wall
@@ -23,11 +25,24 @@ use offload_examples::gpt::{Gpt, GptConfig, GptFloat};
 use offload_examples::options::Options;
 use offload_examples::{example_devices, example_runtime};
 
-const USAGE: &str = "gpt [-weights FILE] [-heads N] [-dtype f32|bf16|f16] [-ndev N] [-new N] [-reference FILE|none] [-repeat N]";
+const USAGE: &str = "gpt [-weights FILE] [-heads N] [-dtype f32|bf16|f16] [-ndev N] [-new N] \
+                     [-reference FILE|none] [-batch N] [-prompt N] [-repeat N]";
+
+/// What one run generates, and where.
+struct Run {
+    devices: Vec<usize>,
+    /// `[batch, len]`.
+    prompts: Vec<u32>,
+    batch: usize,
+    new: usize,
+    repeat: usize,
+    /// PyTorch's tokens for these prompts (`[batch, 12]`), to check.
+    expected: Option<Vec<u32>>,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = Options::parse(&[])?;
-    o.only(&["weights", "heads", "dtype", "ndev", "new", "reference", "repeat"], USAGE)?;
+    o.only(&["weights", "heads", "dtype", "ndev", "new", "reference", "batch", "prompt", "repeat"], USAGE)?;
     let weights = Weights::open(o.text("weights", "tests/fixtures/gpt-tiny.safetensors"))?;
     // The fixture's reference goes with the fixture's weights only.
     let default_reference =
@@ -37,39 +52,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         path => Some(Weights::open(path)?),
     };
     let config = GptConfig::of(&weights, o.num("heads", 4)?)?;
+    let dtype = o.choice("dtype", &[("f32", "f32"), ("bf16", "bf16"), ("f16", "f16")], "f32")?;
+    let ids = |r: &Weights, name: &str| -> offload::Result<(Vec<u32>, Vec<usize>)> {
+        let shape = r.meta(name)?.shape;
+        Ok((r.read::<f32>(name, &shape)?.iter().map(|&v| v as u32).collect(), shape))
+    };
+    // The reference's prompts and tokens, else prompts of `-prompt` tokens made up.
+    let (prompts, batch, expected) = match &reference {
+        Some(r) => {
+            let (prompts, shape) = ids(r, "prompts")?;
+            let tokens = ids(r, if dtype == "bf16" { "tokens_bf16" } else { "tokens" })?.0;
+            (prompts, shape[0], Some(tokens))
+        }
+        None => {
+            let (batch, len) = (o.num("batch", 3usize)?, o.num("prompt", 8usize)?);
+            ((0..batch * len).map(|i| ((i * 7 + 3) % config.vocab) as u32).collect(), batch, None)
+        }
+    };
     let rt = example_runtime()?;
     print!("{}", rt.device_report());
-    let devices = example_devices(&rt, o.num_opt("ndev")?);
-    let (new, repeat) = (o.num("new", 12usize)?, o.num("repeat", 3usize)?.max(1));
-    match o.choice("dtype", &[("f32", 0), ("bf16", 1), ("f16", 2)], 0)? {
-        0 => run::<f32>(&rt, &weights, reference.as_ref(), config, &devices, new, repeat, "f32"),
-        1 => run::<bf16>(&rt, &weights, reference.as_ref(), config, &devices, new, repeat, "bf16"),
-        _ => run::<f16>(&rt, &weights, reference.as_ref(), config, &devices, new, repeat, "f16"),
+    let run = Run {
+        devices: example_devices(&rt, o.num_opt("ndev")?),
+        prompts,
+        batch,
+        new: o.num("new", 12usize)?,
+        repeat: o.num("repeat", 3usize)?.max(1),
+        expected,
+    };
+    match dtype {
+        "f32" => generate::<f32>(&rt, &weights, config, &run, dtype),
+        "bf16" => generate::<bf16>(&rt, &weights, config, &run, dtype),
+        _ => generate::<f16>(&rt, &weights, config, &run, dtype),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run<T: GptFloat>(
+fn generate<T: GptFloat>(
     rt: &Runtime,
     weights: &Weights,
-    reference: Option<&Weights>,
     config: GptConfig,
-    devices: &[usize],
-    new: usize,
-    repeat: usize,
+    run: &Run,
     dtype: &str,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    // The reference's prompts, else three prompts of eight tokens.
-    let prompts: Vec<u32> = match reference.map(|r| r.meta("prompts")).transpose()? {
-        Some(meta) => reference
-            .expect("read above")
-            .read::<f32>("prompts", &meta.shape)?
-            .iter()
-            .map(|&v| v as u32)
-            .collect(),
-        None => (0..24u32).map(|i| (i * 7 + 3) % config.vocab as u32).collect(),
-    };
-    let batch = reference.and_then(|r| r.meta("prompts").ok()).map_or(3, |m| m.shape[0]);
+    let Run { devices, prompts, batch, new, repeat, expected } = run;
+    let (batch, new, repeat) = (*batch, *new, *repeat);
     let len = prompts.len() / batch;
     println!(
         "GPT {} blocks x {} wide, {} heads, vocabulary {}, in {dtype}; {batch} prompts of {len} tokens, {new} new each, \
@@ -81,10 +106,10 @@ fn run<T: GptFloat>(
         devices.len().min(config.layers)
     );
     let mut gpt = Gpt::<T>::new(rt, weights, config, devices, batch)?;
-    let mut g = gpt.generate(&prompts, new)?; // the warm-up
+    let mut g = gpt.generate(prompts, new, false)?; // the warm-up
     let (mut prefill, mut decoding) = (Vec::new(), Vec::new());
     for _ in 0..repeat {
-        g = gpt.generate(&prompts, new)?;
+        g = gpt.generate(prompts, new, false)?;
         prefill.push(g.prefill_time.as_secs_f64());
         decoding.push(g.decoding_time.as_secs_f64());
     }
@@ -99,14 +124,14 @@ fn run<T: GptFloat>(
         (batch * new) as f64 / d,
         d * 1e3
     );
-    for (b, row) in g.tokens.chunks(new).enumerate() {
-        println!("sequence {b}: {:?} -> {row:?}", &prompts[b * len..(b + 1) * len]);
+    for (b, row) in g.tokens.chunks(new).enumerate().take(4) {
+        println!("sequence {b}: {:?} -> {row:?}", &prompts[b * len..((b + 1) * len).min(b * len + 16)]);
     }
-    if let (Some(r), true) = (reference, new <= 12) {
-        let name = if dtype == "bf16" { "tokens_bf16" } else { "tokens" };
-        let want: Vec<u32> = r.read::<f32>(name, &[batch, 12])?.iter().map(|&v| v as u32).collect();
-        let same = g.tokens.chunks(new).zip(want.chunks(12)).all(|(a, b)| a == &b[..new]);
-        println!("PyTorch's tokens ({name}): {}", if same { "the same" } else { "DIFFERENT" });
+    if let Some(want) = expected {
+        let per = want.len() / batch;
+        let same =
+            g.tokens.chunks(new).zip(want.chunks(per)).all(|(a, b)| a.iter().zip(b).all(|(x, y)| x == y));
+        println!("PyTorch's tokens: {}", if same { "the same" } else { "DIFFERENT" });
         if !same {
             return Err("tokens differ from PyTorch's".into());
         }

@@ -77,15 +77,18 @@ pub struct Generation {
     pub decoding_time: std::time::Duration,
 }
 
+/// A layer's weight and bias (a layer norm's gain and bias).
+type Params<'rt, T> = (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>);
+
 /// One block's weights and KV cache, on its device.
 struct Block<'rt, T: GptFloat> {
     dev: Device<'rt>,
-    ln_1: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
-    qkv: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
-    proj: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
-    ln_2: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
-    fc: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
-    out: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    ln_1: Params<'rt, T>,
+    qkv: Params<'rt, T>,
+    proj: Params<'rt, T>,
+    ln_2: Params<'rt, T>,
+    fc: Params<'rt, T>,
+    out: Params<'rt, T>,
     /// `[batch, heads, ctx, head_dim]` each.
     k_cache: DeviceBuffer<'rt, T>,
     v_cache: DeviceBuffer<'rt, T>,
@@ -101,7 +104,7 @@ pub struct Gpt<'rt, T: GptFloat> {
     wpe: DeviceBuffer<'rt, T>,
     blocks: Vec<Block<'rt, T>>,
     /// The final norm and the (tied) output embedding, on the last block's device.
-    ln_f: (DeviceBuffer<'rt, T>, DeviceBuffer<'rt, T>),
+    ln_f: Params<'rt, T>,
     lm_head: DeviceBuffer<'rt, T>,
     /// Positions in the KV caches.
     filled: usize,
@@ -194,12 +197,13 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
 
     /// Runs `ids` (`[batch, len]`: the next `len` positions of every sequence) through
     /// the model, appending to the KV caches; the logits of every position, `[batch, len,
-    /// vocab]`, on the last block's device.
+    /// vocab]`, or with `last_only` of each sequence's last, `[batch, vocab]`, on the last
+    /// block's device.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for `ids` not a whole number of the batch's rows, or
     /// more positions than the caches hold; the kernels' errors.
-    pub fn forward(&mut self, ids: &[u32]) -> Result<DeviceBuffer<'rt, T>> {
+    pub fn forward(&mut self, ids: &[u32], last_only: bool) -> Result<DeviceBuffer<'rt, T>> {
         let GptConfig { vocab, ctx, dim, heads, eps, .. } = self.config;
         let (batch, hd, p0) = (self.batch, self.config.head_dim(), self.filled);
         let len = ids.len() / batch;
@@ -218,43 +222,38 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
         let mut x = DeviceBuffer::<T>::new(&first, rows * dim)?;
         nn::embedding(&first, dim, ids, self.wte.view(), x.view())?;
         T::add_positions(&first, rows * dim, dim, len, p0, self.wpe.view(), x.view())?;
-        let layer = |rows, i, o| Linear { rows, in_features: i, out_features: o, tf32: false };
+        // `y = act(x W^T + b)` of `rows` rows, `W` being `[out, in]`.
+        let dense = |dev: &Device<'_>,
+                     rows,
+                     x: &DeviceBuffer<'_, T>,
+                     (w, b): &Params<'_, T>,
+                     y: &DeviceBuffer<'_, T>,
+                     act| {
+            let shape = Linear { rows, in_features: w.len() / b.len(), out_features: b.len(), tf32: false };
+            linear(dev, shape, x.view(), w.view(), Some(b.view()), y.view(), act)
+        };
+        let norm =
+            |dev: &Device<'_>, x: &DeviceBuffer<'_, T>, (g, b): &Params<'_, T>, y: &DeviceBuffer<'_, T>| {
+                nn::layer_norm(dev, dim, eps, x.view(), g.view(), b.view(), y.view())
+            };
+        let identity = Activation::Identity;
         for block in &self.blocks {
             let dev = &block.dev;
-            if x.device().number() != dev.number() {
-                // The activations go to the next stage's device.
-                let mut moved = DeviceBuffer::<T>::new(dev, rows * dim)?;
-                moved.copy_from(&x)?;
-                x = moved;
-            }
+            x = moved_to(x, dev)?;
             let scratch = |n: usize| DeviceBuffer::<T>::new(dev, n);
-            let (h, qkv, q, o, a) = (
+            let (h, qkv, q, o, f) = (
                 scratch(rows * dim)?,
                 scratch(rows * 3 * dim)?,
                 scratch(rows * dim)?,
                 scratch(rows * dim)?,
-                scratch(rows * dim)?,
+                scratch(rows * 4 * dim)?,
             );
             let scores = scratch(batch * heads * len * (p0 + len))?;
-            nn::layer_norm(dev, dim, eps, x.view(), block.ln_1.0.view(), block.ln_1.1.view(), h.view())?;
-            let ident = Activation::Identity;
-            linear(
-                dev,
-                layer(rows, dim, 3 * dim),
-                h.view(),
-                block.qkv.0.view(),
-                Some(block.qkv.1.view()),
-                qkv.view(),
-                ident,
-            )?;
-            T::split_heads(
-                dev,
-                (batch, len, heads, hd, ctx, p0),
-                qkv.view(),
-                q.view(),
-                block.k_cache.view(),
-                block.v_cache.view(),
-            )?;
+            // Attention: the new keys and values into the caches, the queries over them.
+            norm(dev, &x, &block.ln_1, &h)?;
+            dense(dev, rows, &h, &block.qkv, &qkv, identity)?;
+            let (k, v) = (block.k_cache.view(), block.v_cache.view());
+            T::split_heads(dev, (batch, len, heads, hd, ctx, p0), qkv.view(), q.view(), k, v)?;
             let attention = Attention {
                 batch,
                 heads,
@@ -265,78 +264,54 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
                 scale: None,
                 kv_capacity: Some(ctx),
             };
-            nn::attention(
-                dev,
-                attention,
-                q.view(),
-                block.k_cache.view(),
-                block.v_cache.view(),
-                scores.view(),
-                o.view(),
-            )?;
-            T::merge_heads(dev, (batch, len, heads, hd), o.view(), a.view())?;
-            linear(
-                dev,
-                layer(rows, dim, dim),
-                a.view(),
-                block.proj.0.view(),
-                Some(block.proj.1.view()),
-                h.view(),
-                ident,
-            )?;
+            nn::attention(dev, attention, q.view(), k, v, scores.view(), o.view())?;
+            T::merge_heads(dev, (batch, len, heads, hd), o.view(), q.view())?;
+            dense(dev, rows, &q, &block.proj, &h, identity)?;
             nn::add_in_place(dev, x.view(), h.view())?;
-            nn::layer_norm(dev, dim, eps, x.view(), block.ln_2.0.view(), block.ln_2.1.view(), h.view())?;
-            let f = scratch(rows * 4 * dim)?;
-            linear(
-                dev,
-                layer(rows, dim, 4 * dim),
-                h.view(),
-                block.fc.0.view(),
-                Some(block.fc.1.view()),
-                f.view(),
-                Activation::Gelu,
-            )?;
-            linear(
-                dev,
-                layer(rows, 4 * dim, dim),
-                f.view(),
-                block.out.0.view(),
-                Some(block.out.1.view()),
-                h.view(),
-                ident,
-            )?;
+            // The MLP.
+            norm(dev, &x, &block.ln_2, &h)?;
+            dense(dev, rows, &h, &block.fc, &f, Activation::Gelu)?;
+            dense(dev, rows, &f, &block.out, &h, identity)?;
             nn::add_in_place(dev, x.view(), h.view())?;
         }
         let dev = self.lm_head.device();
+        let mut x = moved_to(x, &dev)?;
+        let mut rows = rows;
+        if last_only && len > 1 {
+            let last = DeviceBuffer::<T>::new(&dev, batch * dim)?;
+            T::last_rows(&dev, (batch, len, dim), x.view(), last.view())?;
+            (x, rows) = (last, batch);
+        }
         let h = DeviceBuffer::<T>::new(&dev, rows * dim)?;
-        nn::layer_norm(&dev, dim, eps, x.view(), self.ln_f.0.view(), self.ln_f.1.view(), h.view())?;
+        norm(&dev, &x, &self.ln_f, &h)?;
         let logits = DeviceBuffer::<T>::new(&dev, rows * vocab)?;
-        linear(
-            &dev,
-            layer(rows, dim, vocab),
-            h.view(),
-            self.lm_head.view(),
-            None,
-            logits.view(),
-            Activation::Identity,
-        )?;
+        let head = Linear { rows, in_features: dim, out_features: vocab, tf32: false };
+        linear(&dev, head, h.view(), self.lm_head.view(), None, logits.view(), identity)?;
         self.filled += len;
         Ok(logits)
     }
 
     /// A prefill of `prompts` (`[batch, len]`) into emptied caches, then `new` greedy steps
-    /// (each sequence's most likely next token, the first of equals, fed back in).
+    /// (each sequence's most likely next token, the first of equals, chosen on the device
+    /// and fed back in). With `keep_logits` every logit comes back to the host (the
+    /// prefill's of every position); without, only each step's tokens do (the prefill
+    /// computes the last positions' logits only).
     ///
     /// # Errors
     /// As [`Gpt::forward`].
-    pub fn generate(&mut self, prompts: &[u32], new: usize) -> Result<Generation> {
+    pub fn generate(&mut self, prompts: &[u32], new: usize, keep_logits: bool) -> Result<Generation> {
         self.reset();
         let (batch, vocab) = (self.batch, self.config.vocab);
         let len = prompts.len() / batch.max(1);
         let start = std::time::Instant::now();
-        let prefill = self.forward(prompts)?;
-        let mut last = last_rows(&prefill, batch, len, vocab)?;
-        let prefill_logits = to_f32(&prefill)?;
+        let (mut last, prefill_logits) = if keep_logits {
+            let all = self.forward(prompts, false)?;
+            (last_rows(&all, batch, len, vocab)?, to_f32(&all)?)
+        } else {
+            let last = self.forward(prompts, true)?;
+            last.device().runtime().synchronize(last.device().number())?;
+            (last, Vec::new())
+        };
         let prefill_time = start.elapsed();
         let start = std::time::Instant::now();
         let (mut tokens, mut step_logits) =
@@ -347,8 +322,10 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
             for (b, &t) in next.iter().enumerate() {
                 tokens[b * new + s] = t;
             }
-            let logits = self.forward(&next)?;
-            steps.push(to_f32(&logits)?);
+            let logits = self.forward(&next, true)?;
+            if keep_logits {
+                steps.push(to_f32(&logits)?);
+            }
             last = logits;
         }
         let decoding_time = start.elapsed();
@@ -359,6 +336,16 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
         }
         Ok(Generation { prefill_logits, tokens, step_logits, prefill_time, decoding_time })
     }
+}
+
+/// `x`, on `dev`: itself when it is there, else a copy.
+fn moved_to<'rt, T: GptFloat>(x: DeviceBuffer<'rt, T>, dev: &Device<'rt>) -> Result<DeviceBuffer<'rt, T>> {
+    if x.device().number() == dev.number() {
+        return Ok(x);
+    }
+    let mut moved = DeviceBuffer::<T>::new(dev, x.len())?;
+    moved.copy_from(&x)?;
+    Ok(moved)
 }
 
 /// The logits of each sequence's last position (`[batch, vocab]`) of `logits` (`[batch,
@@ -418,6 +405,12 @@ pub trait GptFloat: NnFloat {
         o: DeviceSlice<'_, Self>,
         a: DeviceSlice<'_, Self>,
     ) -> Result<()>;
+    fn last_rows(
+        dev: &Device<'_>,
+        shape: (usize, usize, usize),
+        x: DeviceSlice<'_, Self>,
+        y: DeviceSlice<'_, Self>,
+    ) -> Result<()>;
 }
 
 macro_rules! gpt_kernels {
@@ -475,6 +468,12 @@ macro_rules! gpt_kernels {
                 let c = i % dim;
                 a[i] = o[((r / len * heads + c / hd) * len + r % len) * hd + c % hd];
             }
+
+            /// Each sequence's last row of `x` (`[batch, len, dim]`) into `y` (`[batch, dim]`).
+            #[offload::kernel(dims = 1)]
+            pub fn last_rows(i: usize, len: usize, dim: usize, x: &[$t], y: &mut [$t]) {
+                y[i] = x[((i / dim + 1) * len - 1) * dim + i % dim];
+            }
         }
 
         impl GptFloat for $t {
@@ -497,6 +496,9 @@ macro_rules! gpt_kernels {
             fn merge_heads(dev: &Device<'_>, (batch, len, heads, hd): (usize, usize, usize, usize), o: DeviceSlice<'_, Self>, a: DeviceSlice<'_, Self>) -> Result<()> {
                 $module::merge_heads::launch(dev, batch * len * heads * hd, len, heads, hd, o, a)
             }
+            fn last_rows(dev: &Device<'_>, (batch, len, dim): (usize, usize, usize), x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
+                $module::last_rows::launch(dev, batch * dim, len, dim, x, y)
+            }
         }
     };
 }
@@ -509,7 +511,7 @@ gpt_kernels!(f16, to = [.to_f32()], from = [f16::from_f32], gpt_f16);
 pub fn kernels() -> Vec<&'static offload::Kernel> {
     macro_rules! of {
         ($($m:ident),*) => {
-            vec![$(&$m::add_positions::KERNEL, &$m::split_heads::KERNEL, &$m::merge_heads::KERNEL),*]
+            vec![$(&$m::add_positions::KERNEL, &$m::split_heads::KERNEL, &$m::merge_heads::KERNEL, &$m::last_rows::KERNEL),*]
         };
     }
     of!(gpt_f32, gpt_bf16, gpt_f16)

@@ -53,7 +53,7 @@ fn generate<T: GptFloat>(rt: &offload::Runtime) -> Result<offload_examples::gpt:
     let devices: Vec<usize> = (0..rt.num_devices().min(2)).collect();
     let prompts: Vec<u32> =
         reference.read::<f32>("prompts", &[BATCH, PROMPT])?.into_iter().map(|v| v as u32).collect();
-    Gpt::<T>::new(rt, &weights, config, &devices, BATCH)?.generate(&prompts, NEW)
+    Gpt::<T>::new(rt, &weights, config, &devices, BATCH)?.generate(&prompts, NEW, true)
 }
 
 #[test]
