@@ -6,7 +6,10 @@
 #          of a GPU fails), queued and then with OFFLOAD_SYNC=1;
 #   nn     tests/nn.rs, half_floats.rs and weights.rs; compute-sanitizer memcheck over nn
 #          (attention included) and half_floats, racecheck over nn; then benches/nn.rs on
-#          the GPU beside benches/pytorch/nn_ops.py on the same GPU, and both on the CPU.
+#          the GPU beside benches/pytorch/nn_ops.py on the same GPU, and both on the CPU;
+#   gpt    examples/tests/gpt.rs (PyTorch's tokens and logits) and its memcheck, then a
+#          GPT-2-small-shaped decoder (benches/pytorch/gpt_bench.py writes it and times
+#          PyTorch eager on it) through examples/gpt.rs on one GPU, f32 and bf16.
 # Logs under $OUT.   carry: [".gpupack"]; command: PART=nn bash scripts/gpu/session-49.sh
 cd "$(dirname "$0")/../.."
 set -o pipefail
@@ -18,7 +21,19 @@ suite() { # $1: label; runs every test binary, one line each
   local pass=0 fail=0 failed="" start=$SECONDS
   for b in $t/*; do
     name=$(basename "$b")
-    case "$name" in *compile_fail*|*build*) continue ;; esac
+    case "$name" in *compile_fail*|*build*) continue ;; gpt)
+  timeout 200 $t/examples--test-gpt > "$OUT/test-gpt.log" 2>&1
+  echo "test gpt: exit $? $(grep 'test result' "$OUT/test-gpt.log" | tail -1)"; grep -E "^(fp32|bf16):" "$OUT/test-gpt.log"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $t/examples--test-gpt > "$OUT/memcheck-gpt.log" 2>&1
+  echo "memcheck gpt: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-gpt.log" | tail -1)"
+  model=/tmp/gpt2s.safetensors
+  timeout 300 python3 benches/pytorch/gpt_bench.py cuda $model 2>&1 | tee "$OUT/torch-gpt.log"
+  for d in f32 bf16; do
+    timeout 200 .gpu/examples/gpt -weights $model -heads 12 -batch 8 -prompt 128 -new 32 -dtype $d -ndev 1 -repeat 5 \
+      2>&1 | tee "$OUT/gpt-$d.log" | grep -E "^GPT|prefill|rror"
+  done
+  ;;
+esac
     if timeout "${EACH:-240}" "$b" > "$OUT/$1-$name.log" 2>&1; then pass=$((pass+1)); else fail=$((fail+1)); failed="$failed $name"; fi
   done
   echo "suite ($1): $pass binaries passed, $fail failed:$failed ($((SECONDS-start)) s)"
@@ -46,5 +61,17 @@ nn)
   echo "== PyTorch, GPU"; timeout 150 python3 benches/pytorch/nn_ops.py cuda 2>&1 | tee "$OUT/torch-gpu.log"
   echo "== nn bench, host device (16 cores)"; NN_DEVICE=host timeout 150 .gpu/benches/nn --bench 2>&1 | tee "$OUT/nn-host.log" | grep -E "^\|"
   echo "== PyTorch, CPU"; CUDA_VISIBLE_DEVICES= timeout 150 python3 benches/pytorch/nn_ops.py cpu 2>&1 | tee "$OUT/torch-cpu.log"
+  ;;
+gpt)
+  timeout 200 $t/examples--test-gpt > "$OUT/test-gpt.log" 2>&1
+  echo "test gpt: exit $? $(grep 'test result' "$OUT/test-gpt.log" | tail -1)"; grep -E "^(fp32|bf16):" "$OUT/test-gpt.log"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $t/examples--test-gpt > "$OUT/memcheck-gpt.log" 2>&1
+  echo "memcheck gpt: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-gpt.log" | tail -1)"
+  model=/tmp/gpt2s.safetensors
+  timeout 300 python3 benches/pytorch/gpt_bench.py cuda $model 2>&1 | tee "$OUT/torch-gpt.log"
+  for d in f32 bf16; do
+    timeout 200 .gpu/examples/gpt -weights $model -heads 12 -batch 8 -prompt 128 -new 32 -dtype $d -ndev 1 -repeat 5 \
+      2>&1 | tee "$OUT/gpt-$d.log" | grep -E "^GPT|prefill|rror"
+  done
   ;;
 esac
