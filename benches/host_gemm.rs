@@ -72,6 +72,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ldc: n,
             tf32: false,
             activation: offload::Activation::Identity,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
         };
         let flops = 2.0 * (n as f64).powi(3);
         let ours = dev.data((map::to(&a), map::to(&b), map::alloc_mut(&mut c)), |(va, vb, vc)| {

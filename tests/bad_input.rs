@@ -716,6 +716,10 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
             ldc: 2,
             tf32: false,
             activation: offload::Activation::Identity,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
         };
         expect!(
             dev.sgemm(&g, va, vb, vc),
@@ -1688,6 +1692,10 @@ fn runtime_cases<'a>() -> Vec<Case<Ctx<'a>>> {
         ldc: 4,
         tf32: false,
         activation: offload::Activation::Identity,
+        batch: 1,
+        stride_a: 0,
+        stride_b: 0,
+        stride_c: 0,
     };
     bad_sgemm!(
         "sgemm: lda < m",

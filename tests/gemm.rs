@@ -1,7 +1,8 @@
 //! `Device::gemm` on every device of every backend: every transposition, scalar pair and
 //! epilogue (bias, ReLU, GELU) in fp32, TF32, fp16 and bf16 against an f64 reference of the
 //! operands as stored, rows of C past `m` untouched; a plan reused with other scalars (the
-//! same shape with `beta != 0` after `beta = 0`) still right.
+//! same shape with `beta != 0` after `beta = 0`) still right; strided batches product by
+//! product.
 
 use offload::half::{bf16, f16};
 use offload::{map, Activation, Gemm, GemmElement};
@@ -36,24 +37,40 @@ fn agrees<T: GemmElement>(
         },
     )?;
     let f = |v: T| f64::from(v.to_f32());
-    for j in 0..g.n {
-        for i in 0..g.m {
-            let at = |p: usize| f(if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] });
-            let bt = |p: usize| f(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] });
-            let dot: f64 = (0..g.k).map(|p| at(p) * bt(p)).sum();
-            let beta_c = if g.beta == 0.0 { 0.0 } else { f64::from(g.beta) * f(c0[i + j * g.ldc]) };
-            let v = f64::from(g.alpha) * dot + beta_c + if with_bias { f(bias[i]) } else { 0.0 };
-            let want = activation_f64(g.activation, v);
-            let got = f(c[i + j * g.ldc]);
-            let bound = tol * (1.0 + want.abs()) * (1.0 + g.k as f64).sqrt();
-            check!((got - want).abs() <= bound, "{:?} {g:?} at ({i}, {j}): {got} vs {want}", T::TYPE);
+    let ec1 = g.one_extents()?.2;
+    for t in 0..g.batch {
+        // Product `t`'s operands.
+        let (a, b) = (&a[t * g.stride_a..], &b[t * g.stride_b..]);
+        let (c, c0) = (&c[t * g.stride_c..], &c0[t * g.stride_c..]);
+        for j in 0..g.n {
+            for i in 0..g.m {
+                let at = |p: usize| f(if g.transa { a[p + i * g.lda] } else { a[i + p * g.lda] });
+                let bt = |p: usize| f(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] });
+                let dot: f64 = (0..g.k).map(|p| at(p) * bt(p)).sum();
+                let beta_c = if g.beta == 0.0 { 0.0 } else { f64::from(g.beta) * f(c0[i + j * g.ldc]) };
+                let v = f64::from(g.alpha) * dot + beta_c + if with_bias { f(bias[i]) } else { 0.0 };
+                let want = activation_f64(g.activation, v);
+                let got = f(c[i + j * g.ldc]);
+                let bound = tol * (1.0 + want.abs()) * (1.0 + g.k as f64).sqrt();
+                check!(
+                    (got - want).abs() <= bound,
+                    "{:?} {g:?} product {t} at ({i}, {j}): {got} vs {want}",
+                    T::TYPE
+                );
+            }
+            for i in g.m..g.ldc.min(ec1 - j * g.ldc) {
+                check!(
+                    c[i + j * g.ldc].to_f32().to_bits() == c0[i + j * g.ldc].to_f32().to_bits(),
+                    "{g:?}: product {t}'s row {i} of column {j} written"
+                );
+            }
         }
-        for i in g.m..g.ldc.min(ec - j * g.ldc) {
-            check!(
-                c[i + j * g.ldc].to_f32().to_bits() == c0[i + j * g.ldc].to_f32().to_bits(),
-                "{g:?}: row {i} of column {j} written"
-            );
-        }
+        // Between two products' C, nothing is written.
+        let gap = if t + 1 < g.batch { g.stride_c - ec1 } else { 0 };
+        check!(
+            (ec1..ec1 + gap).all(|e| c[e].to_f32().to_bits() == c0[e].to_f32().to_bits()),
+            "{g:?}: the gap after product {t} written"
+        );
     }
     Ok(())
 }
@@ -138,6 +155,42 @@ fn one_column_with_a_huge_leading_dimension_is_computed() {
         let g = Gemm { m, n: 1, k: 1, lda: m, ldb: 1, ldc: (1usize << 60) + 1, ..Gemm::default() };
         dev.data((map::to(&a), map::to(&b), map::tofrom(&mut c)), |(a, b, c)| dev.sgemm(&g, a, b, c))?;
         check!(c.iter().all(|&v| v == 3.0), "C = {:?}", &c[..4]);
+        Ok(())
+    });
+}
+
+/// A strided batch: each product against f64, B shared (stride 0) or not, A and C with gaps
+/// between products that stay untouched, transposed or not, with a bias and an activation,
+/// in f32 and bf16; and a C stride shorter than C refused.
+#[test]
+fn a_strided_batch_agrees_product_by_product() {
+    on_every_device("gemm batch", |rt, d| {
+        for (m, n, k, batch) in [(5, 3, 4, 3), (16, 1, 40, 6), (9, 7, 1, 2)] {
+            for (transa, shared_b) in [(false, false), (true, true), (true, false)] {
+                let ra = if transa { k } else { m };
+                let one = Gemm { transa, m, n, k, lda: ra + 2, ldb: k, ldc: m + 1, ..Gemm::default() };
+                let (ea, eb, ec) = one.one_extents()?;
+                let g = Gemm {
+                    batch,
+                    stride_a: ea + 3,
+                    stride_b: if shared_b { 0 } else { eb },
+                    stride_c: ec + 5,
+                    activation: Activation::Gelu,
+                    ..one
+                };
+                agrees::<f32>(rt, d, g, true, 0, 1e-5)?;
+                agrees::<bf16>(rt, d, g, true, 0, 1e-2)?;
+            }
+        }
+        let dev = rt.device(d)?;
+        let g = Gemm { m: 2, n: 2, k: 2, lda: 2, ldb: 2, ldc: 2, batch: 2, stride_c: 3, ..Gemm::default() };
+        let x = vec![1f32; 8];
+        let mut y = vec![0f32; 8];
+        let r = dev.data((map::to(&x), map::from(&mut y)), |(x, y)| dev.gemm(&g, x, x, y, None));
+        check!(
+            matches!(&r, Err(offload::Error::InvalidArgument { what, .. }) if what.contains("C stride 3 is shorter than C's 4 elements")),
+            "{r:?}"
+        );
         Ok(())
     });
 }

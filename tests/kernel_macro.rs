@@ -316,6 +316,10 @@ fn a_host_buffers_shared_view_is_device_scratch_that_kernels_may_write() {
                 ldc: 4,
                 tf32: false,
                 activation: offload::Activation::Identity,
+                batch: 1,
+                stride_a: 0,
+                stride_b: 0,
+                stride_c: 0,
             };
             match gpu.data((map::to(&a), map::to(&b)), |(av, bv)| gpu.sgemm(&g, av, bv, y.shared_view(d))) {
                 Err(Error::NoKernelImpl { kernel: "gemm", .. }) => {}

@@ -599,8 +599,9 @@ pub struct Attention {
 ///
 /// `q` and `out` are `[batch, heads, q_len, head_dim]`, `k` and `v` `[batch, heads,
 /// kv_capacity, head_dim]` (`kv_capacity` being `kv_len` unless said), row-major; `scores` is scratch of `batch * heads * q_len * kv_len`
-/// elements (the probabilities, in `T`, are left in it). Two GEMMs per head (the device's:
-/// cuBLASLt on GPUs, f32 accumulation) around a masked softmax in place.
+/// elements (the probabilities, in `T`, are left in it). Two batched GEMMs, a product per
+/// head each (the device's: cuBLASLt on GPUs, f32 accumulation), around a masked softmax
+/// in place.
 pub fn attention<T: NnFloat>(
     dev: &Device<'_>,
     a: Attention,
@@ -644,6 +645,7 @@ pub fn attention<T: NnFloat>(
     let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
     // Row-major S (q_len x kv_len) = Q K^T is column-major S^T = K Q^T; row-major O =
     // P V is column-major O^T = V^T P^T (as `linear` reads row-major operands).
+    // Each a batch of one product per head: K and V a cache's `cap` positions apart.
     let scores_of = Gemm {
         transa: true,
         m: kv_len,
@@ -653,21 +655,28 @@ pub fn attention<T: NnFloat>(
         lda: d,
         ldb: d,
         ldc: kv_len,
+        batch: heads_all,
+        stride_a: cap * d,
+        stride_b: q_len * d,
+        stride_c: q_len * kv_len,
         ..Gemm::default()
     };
-    let mixed = Gemm { m: d, n: q_len, k: kv_len, lda: d, ldb: kv_len, ldc: d, ..Gemm::default() };
-    for h in 0..heads_all {
-        let (qs, ks, ss) = (h * q_len * d, h * cap * d, h * q_len * kv_len);
-        let s = scores.slice(ss..ss + q_len * kv_len)?;
-        dev.gemm(&scores_of, k.slice(ks..ks + kv_len * d)?, q.slice(qs..qs + q_len * d)?, s, None)?;
-    }
+    let mixed = Gemm {
+        m: d,
+        n: q_len,
+        k: kv_len,
+        lda: d,
+        ldb: kv_len,
+        ldc: d,
+        batch: heads_all,
+        stride_a: cap * d,
+        stride_b: q_len * kv_len,
+        stride_c: q_len * d,
+        ..Gemm::default()
+    };
+    dev.gemm(&scores_of, k, q, scores, None)?;
     T::masked_softmax(dev, heads_all * q_len, kv_len, q_len, causal, scores)?;
-    for h in 0..heads_all {
-        let (qs, ks, ss) = (h * q_len * d, h * cap * d, h * q_len * kv_len);
-        let p = scores.slice(ss..ss + q_len * kv_len)?;
-        dev.gemm(&mixed, v.slice(ks..ks + kv_len * d)?, p, out.slice(qs..qs + q_len * d)?, None)?;
-    }
-    Ok(())
+    dev.gemm(&mixed, v, scores, out, None)
 }
 
 /// `out[r]` = the column of row `r`'s largest element (the first of equals, NaNs passed

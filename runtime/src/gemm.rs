@@ -24,7 +24,11 @@ use crate::kernel::DeviceCopy;
 
 /// `D = act(alpha op(A) op(B) + beta C + bias)`, column-major: `op(A)` is `m x k`, `op(B)`
 /// `k x n`, C and D (the same memory) `m x n` with leading dimensions `lda`, `ldb`, `ldc`;
-/// the bias, when given, has `m` elements, one per row, broadcast over the columns.
+/// the bias, when given, has `m` elements, one per row, broadcast over the columns. With
+/// `batch > 1`, that many products at once (a strided batch, as
+/// `cublasGemmStridedBatched`): product `i` reads A and B `i * stride_a` and `i *
+/// stride_b` elements in and writes C `i * stride_c` elements in (a stride of 0 shares an
+/// input; outputs may not overlap), the bias shared.
 ///
 /// ```
 /// use offload::{Activation, Gemm};
@@ -61,11 +65,20 @@ pub struct Gemm {
     pub tf32: bool,
     /// Applied to each element last, after the bias ([`Activation::Identity`]: none).
     pub activation: Activation,
+    /// Products computed at once (1: one; 0: none).
+    pub batch: usize,
+    /// Elements from one product's A to the next's.
+    pub stride_a: usize,
+    /// Elements from one product's B to the next's.
+    pub stride_b: usize,
+    /// Elements from one product's C to the next's: at least C's span, so that no two
+    /// products write one element.
+    pub stride_c: usize,
 }
 
 impl Default for Gemm {
     /// An empty product: no rows, columns or depth, `alpha = 1`, `beta = 0`, leading
-    /// dimensions 1, no TF32, no activation. Meant for `..Gemm::default()`.
+    /// dimensions 1, no TF32, no activation, a batch of one. Meant for `..Gemm::default()`.
     fn default() -> Self {
         Self {
             transa: false,
@@ -80,15 +93,59 @@ impl Default for Gemm {
             ldc: 1,
             tf32: false,
             activation: Activation::Identity,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
         }
     }
 }
 
 impl Gemm {
-    /// Elements each operand spans: `(a, b, c)`. An error when a leading dimension is
-    /// smaller than its operand's rows (BLAS requires `ld >= max(1, rows)`), or when a span
-    /// in bytes overflows.
+    /// Elements each operand spans, over the whole batch: `(a, b, c)`. An error when a
+    /// leading dimension is smaller than its operand's rows (BLAS requires `ld >= max(1,
+    /// rows)`), when C's stride is shorter than C (two products would write one element),
+    /// or when a span in bytes overflows.
+    ///
+    /// ```
+    /// use offload::Gemm;
+    ///
+    /// // Four 2 x 3 by 3 x 2 products, B shared, each C 2 x 2 after the one before.
+    /// let g = Gemm { m: 2, n: 2, k: 3, lda: 2, ldb: 3, ldc: 2, batch: 4, stride_a: 6, stride_c: 4, ..Gemm::default() };
+    /// assert_eq!(g.extents()?, (24, 6, 16));
+    /// assert!(Gemm { stride_c: 3, ..g }.extents().is_err());
+    /// # Ok::<(), offload::Error>(())
+    /// ```
     pub fn extents(&self) -> Result<(usize, usize, usize)> {
+        let (a, b, c) = self.one_extents()?;
+        if self.batch <= 1 {
+            return Ok(if self.batch == 0 { (0, 0, 0) } else { (a, b, c) });
+        }
+        if self.stride_c < c {
+            return Err(Error::InvalidArgument {
+                routine: "gemm",
+                what: format!(
+                    "a batch whose C stride {} is shorter than C's {c} elements; expected at least {c}, so \
+                     that no two products write one element",
+                    self.stride_c
+                ),
+            });
+        }
+        let whole = |name: &str, stride: usize, span: usize| {
+            stride
+                .checked_mul(self.batch - 1)
+                .and_then(|e| e.checked_add(span))
+                .filter(|e| e.checked_mul(std::mem::size_of::<f32>()).is_some())
+                .ok_or_else(|| Error::Overflow {
+                    routine: "gemm",
+                    what: format!("{name}: a batch of {} products {stride} elements apart", self.batch),
+                })
+        };
+        Ok((whole("A", self.stride_a, a)?, whole("B", self.stride_b, b)?, whole("C", self.stride_c, c)?))
+    }
+
+    /// Elements each operand of one product spans: `(a, b, c)` ([`Gemm::extents`]).
+    pub fn one_extents(&self) -> Result<(usize, usize, usize)> {
         let span = |name: &str, ld: usize, rows: usize, cols: usize| {
             if ld < rows.max(1) {
                 return Err(Error::InvalidArgument {

@@ -8,8 +8,8 @@ use crate::gemm::{round_to_tf32, Activation, Gemm, GemmElement};
 /// The host's GEMM: `matrixmultiply`'s packed, vectorised f32 kernel, one block of C's
 /// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
 /// are not f32 already, the epilogue (bias, activation) on each block in f32, and one
-/// rounding to `T` at the end. `a`, `b` and `c` span exactly what [`Gemm::extents`] says;
-/// `bias` has `g.m` elements.
+/// rounding to `T` at the end; a batch's products as tasks of `pool` too. `a`, `b` and `c`
+/// span exactly what [`Gemm::extents`] says; `bias` has `g.m` elements.
 pub(crate) fn host_gemm<T: GemmElement>(
     pool: &rayon::ThreadPool,
     g: &Gemm,
@@ -19,7 +19,31 @@ pub(crate) fn host_gemm<T: GemmElement>(
     bias: Option<&[T]>,
 ) {
     use rayon::prelude::*;
-    if g.m == 0 || g.n == 0 {
+    if g.batch <= 1 || g.m == 0 || g.n == 0 {
+        return host_gemm_one(pool, g, a, b, c, bias);
+    }
+    let Ok((ea, eb, ec)) = g.one_extents() else { unreachable!("the caller checked the extents") };
+    let one = Gemm { batch: 1, ..*g };
+    // `extents` made C's stride at least C's span: each product's C lies in its own chunk.
+    pool.install(|| {
+        c.par_chunks_mut(g.stride_c).take(g.batch).enumerate().for_each(|(i, c)| {
+            let (a, b) = (&a[i * g.stride_a..i * g.stride_a + ea], &b[i * g.stride_b..i * g.stride_b + eb]);
+            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias);
+        })
+    });
+}
+
+/// [`host_gemm`] of one product.
+fn host_gemm_one<T: GemmElement>(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    bias: Option<&[T]>,
+) {
+    use rayon::prelude::*;
+    if g.m == 0 || g.n == 0 || g.batch == 0 {
         return;
     }
     fn widen<'a, T: GemmElement>(pool: &rayon::ThreadPool, x: &'a [T], tf32: bool) -> Cow<'a, [f32]> {
@@ -63,8 +87,13 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
     // Strides of op(A) (m x k), op(B) (k x n) and C (m x n), column-major.
     let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
+    let threads = pool.current_num_threads().max(1);
+    if g.n < 16 * threads && g.m >= 64 && g.k > 0 {
+        // Few columns (a decoding step's handful of rows): blocks of rows instead.
+        return f32_gemm_by_rows(pool, g, a, b, c, bias);
+    }
     // Blocks of whole columns, about one per thread, at least 16 columns each.
-    let cols = g.n.div_ceil(pool.current_num_threads().max(1)).max(16);
+    let cols = g.n.div_ceil(threads).max(16);
     let (a, b) = (a.as_ptr() as usize, b.as_ptr() as usize);
     pool.install(|| {
         // `extents` bounds ldc * (n - 1), not ldc * cols: with fewer columns than a block
@@ -104,16 +133,70 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
                     )
                 }
             }
-            if bias.is_some() || g.activation != Activation::Identity {
-                for j in 0..n {
-                    let col = &mut out[j * g.ldc..j * g.ldc + g.m];
-                    match bias {
-                        Some(bias) => {
-                            col.iter_mut().zip(bias).for_each(|(v, b)| *v = g.activation.apply(*v + b))
-                        }
-                        None => col.iter_mut().for_each(|v| *v = g.activation.apply(*v)),
-                    }
-                }
+            for j in 0..n {
+                epilogue(g, &mut out[j * g.ldc..j * g.ldc + g.m], bias);
+            }
+        })
+    });
+}
+
+/// The bias (one per row of `col`) and the activation on a column (or part of one) of C.
+fn epilogue(g: &Gemm, col: &mut [f32], bias: Option<&[f32]>) {
+    match (bias, g.activation) {
+        (None, Activation::Identity) => {}
+        (Some(bias), act) => col.iter_mut().zip(bias).for_each(|(v, b)| *v = act.apply(*v + b)),
+        (None, act) => col.iter_mut().for_each(|v| *v = act.apply(*v)),
+    }
+}
+
+/// [`f32_gemm`] in blocks of C's rows, about one per thread and at least 32 rows each, for
+/// products of few columns (`g.k > 0`): each block `op(A)`'s rows times all of `op(B)`.
+fn f32_gemm_by_rows(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    bias: Option<&[f32]>,
+) {
+    use rayon::prelude::*;
+    let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
+    let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
+    let rows = g.m.div_ceil(pool.current_num_threads().max(1)).max(32);
+    // Every block writes rows i0..i0 + m of each column, which no other block writes; the
+    // blocks meet in C only through raw pointers.
+    let (a, b, c) = (a.as_ptr() as usize, b.as_ptr() as usize, c.as_mut_ptr() as usize);
+    pool.install(|| {
+        (0..g.m.div_ceil(rows)).into_par_iter().for_each(|block| {
+            let i0 = block * rows;
+            let m = rows.min(g.m - i0);
+            let c = c as *mut f32;
+            // SAFETY: `extents` bounds every element op(A), op(B) and C reach by these strides
+            // (checked against the device's allocations by the caller); op(A)'s rows i0..i0+m
+            // start i0 * rsa elements in and C's rows i0..i0+m of each column i0 elements
+            // in, which this block alone writes.
+            unsafe {
+                matrixmultiply::sgemm(
+                    m,
+                    g.k,
+                    g.n,
+                    g.alpha,
+                    (a as *const f32).add(i0 * rsa),
+                    rsa as isize,
+                    csa as isize,
+                    b as *const f32,
+                    rsb as isize,
+                    csb as isize,
+                    g.beta,
+                    c.add(i0),
+                    1,
+                    g.ldc as isize,
+                )
+            }
+            for j in 0..g.n {
+                // SAFETY: this block's rows of column j, as above; nothing else holds them.
+                let col = unsafe { std::slice::from_raw_parts_mut(c.add(j * g.ldc + i0), m) };
+                epilogue(g, col, bias.map(|b| &b[i0..i0 + m]));
             }
         })
     });
@@ -191,6 +274,7 @@ mod tests {
                         ldc: m + 3,
                         tf32,
                         activation,
+                        ..Gemm::default()
                     };
                     let (ea, eb, ec) = g.extents().unwrap();
                     let mut gen =

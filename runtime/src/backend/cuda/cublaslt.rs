@@ -69,6 +69,9 @@ struct PlanKey {
     tf32: bool,
     activation: Activation,
     bias: bool,
+    /// Products in the batch, and the strides of A, B and C between them (0 for one).
+    batch: usize,
+    strides: [usize; 3],
     /// log2 of each operand's alignment in bytes (A, B, C, then the bias or 8 without
     /// one), up to 256. cuBLASLt's preferences name no bias alignment, so a plan chosen
     /// (and timed) for one bias alignment is not reused for another.
@@ -136,7 +139,7 @@ impl LtBlas {
         ops: GemmOperands,
         stream: &Arc<CudaStream>,
     ) -> Result<(), String> {
-        if g.m == 0 || g.n == 0 {
+        if g.m == 0 || g.n == 0 || g.batch == 0 {
             return Ok(());
         }
         let ops = match ops.bias {
@@ -146,6 +149,8 @@ impl LtBlas {
             _ => ops,
         };
         let align = |addr: u64| addr.trailing_zeros().min(8) as u8;
+        // A batch's later products start a stride further: as aligned as both.
+        let stride_align = |stride: usize| if g.batch > 1 { align((stride * ty.size()) as u64) } else { 8 };
         // A matrix of one column never steps by its leading dimension, which may then be
         // anything from its rows up (the caller checked only what is reached); cuBLASLt
         // refuses a huge one, so such a matrix is described with its rows.
@@ -165,7 +170,14 @@ impl LtBlas {
             tf32: g.tf32,
             activation: g.activation,
             bias: ops.bias.is_some(),
-            align: [align(ops.a), align(ops.b), align(ops.c), ops.bias.map_or(8, align)],
+            batch: g.batch,
+            strides: if g.batch > 1 { [g.stride_a, g.stride_b, g.stride_c] } else { [0; 3] },
+            align: [
+                align(ops.a).min(stride_align(g.stride_a)),
+                align(ops.b).min(stride_align(g.stride_b)),
+                align(ops.c).min(stride_align(g.stride_c)),
+                ops.bias.map_or(8, align),
+            ],
         };
         if !self.plans.contains_key(&key) {
             let plan = self.plan(&key)?;
@@ -288,6 +300,31 @@ impl LtBlas {
         let (ar, ac) = if key.transa { (key.k, key.m) } else { (key.m, key.k) };
         let (br, bc) = if key.transb { (key.n, key.k) } else { (key.k, key.n) };
         let (a, b, c) = (layout(ar, ac, key.lda)?, layout(br, bc, key.ldb)?, layout(key.m, key.n, key.ldc)?);
+        if key.batch > 1 {
+            use sys::cublasLtMatrixLayoutAttribute_t as L;
+            let count = i32::try_from(key.batch).map_err(|_| format!("a batch of {} products", key.batch))?;
+            for (layout, stride) in [(&a, key.strides[0]), (&b, key.strides[1]), (&c, key.strides[2])] {
+                let stride = i64::try_from(stride).map_err(|_| format!("a batch stride of {stride}"))?;
+                // SAFETY: a live layout; each value is an integer of the size given, living
+                // in this frame.
+                unsafe {
+                    lt::set_matrix_layout_attribute(
+                        layout.0,
+                        L::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        (&count as *const i32).cast(),
+                        4,
+                    )
+                    .map_err(|e| format!("cublasLtMatrixLayoutSetAttribute(BATCH_COUNT): {e}"))?;
+                    lt::set_matrix_layout_attribute(
+                        layout.0,
+                        L::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        (&stride as *const i64).cast(),
+                        8,
+                    )
+                    .map_err(|e| format!("cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET): {e}"))?;
+                }
+            }
+        }
         let pref =
             Preference(lt::create_matmul_pref().map_err(|e| format!("cublasLtMatmulPreferenceCreate: {e}"))?);
         use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
