@@ -150,6 +150,33 @@ fn every_kernel_in<T: Elem>(rt: &offload::Runtime, d: usize) -> offload::Result<
     check!(at == want, "argmax in {}: {at:?}, want {want:?}", T::NAME);
     check!(at[1] == 0 && at[2] == 10);
 
+    // top-k: decreasing, equals by index, NaNs passed over; a row of NaNs but two.
+    let k = 7;
+    let mut xk = xa.clone();
+    xk[5] = T::of(f32::NAN);
+    xk[3 * cols..4 * cols]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(j, v)| *v = T::of(if j == 4 || j == 9 { -2.0 } else { f32::NAN }));
+    let (mut values, mut indices) = (vec![T::default(); rows * k], vec![0u32; rows * k]);
+    dev.data((map::to(&xk), map::from(&mut values), map::from(&mut indices)), |(x, v, i)| {
+        nn::top_k(&dev, cols, k, x, v, i)
+    })?;
+    for (r, row) in rows_of(&xk).iter().enumerate() {
+        let mut order: Vec<usize> = (0..cols).filter(|&j| !row[j].is_nan()).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        order.resize(k, u32::MAX as usize);
+        let want: Vec<u32> = order.iter().map(|&j| j as u32).collect();
+        let got = &indices[r * k..(r + 1) * k];
+        check!(got == want, "top_k in {} row {r}: {got:?}, want {want:?}", T::NAME);
+        for (p, &j) in order.iter().enumerate() {
+            let want = if j < cols { row[j] } else { f64::NEG_INFINITY };
+            check!(values[r * k + p].f() == want, "top_k value {p} of row {r} in {}", T::NAME);
+        }
+    }
+    check!(indices[k..2 * k] == [0, 1, 2, 3, 4, 5, 6], "equals by index: {:?}", &indices[k..2 * k]);
+    check!(indices[3 * k..3 * k + 3] == [4, 9, u32::MAX]);
+
     // Element-wise: GELU both ways, SiLU, the residual add, casts.
     let xs: Vec<f64> = x.iter().map(|e| e.f()).collect();
     dev.data((map::to(&x), map::from(&mut y)), |(x, y)| nn::gelu(&dev, x, y))?;
@@ -240,6 +267,12 @@ fn shapes_that_do_not_fit_are_refused_naming_the_argument() {
                 check!(msg(e).contains("`beta` holds 5 elements"));
                 let e = nn::argmax(&dev, 6, x, at).unwrap_err();
                 check!(msg(e).contains("`out` holds 3 elements; expected 2 (one per row)"));
+                let e = nn::top_k(&dev, 4, 0, x, y, at).unwrap_err();
+                check!(msg(e).contains("k = 0 of rows of 4; expected 1 to 4"));
+                let e = nn::top_k(&dev, 4, 5, x, y, at).unwrap_err();
+                check!(msg(e).contains("k = 5 of rows of 4"));
+                let e = nn::top_k(&dev, 4, 1, x, y, at).unwrap_err();
+                check!(msg(e).contains("`values` holds 12 elements; expected 3 (rows x k)"));
                 let e = nn::add(&dev, x, short, y).unwrap_err();
                 check!(msg(e).contains("`b` holds 5 elements; expected 12"));
                 check!(nn::gelu(&dev, x, short).is_err() && nn::silu(&dev, short, y).is_err());

@@ -202,6 +202,49 @@ macro_rules! nn_kernels {
                 }
             }
 
+            /// Each row's `k` largest elements in decreasing order, equals by increasing
+            /// index (NaNs passed over; a row of fewer numbers than `k` ends with index
+            /// `u32::MAX` and value negative infinity): `values` and `indices` `[rows, k]`.
+            #[offload::kernel(teams = 256)]
+            pub fn top_k(row: usize, thread: usize, cols: usize, k: usize, x: &[$t], values: &mut [$t], indices: &mut [u32]) {
+                let base = row * cols;
+                // The pick before: every candidate comes after it (smaller, or equal and
+                // further on).
+                let mut prev = f32::INFINITY;
+                let mut prev_at = -1i64;
+                let mut pass = 0usize;
+                while pass < k {
+                    let mut m = f32::NEG_INFINITY;
+                    let mut j = thread;
+                    while j < cols {
+                        let v = x[base + j]$($to)*;
+                        if v < prev || (v == prev && (j as i64) > prev_at) {
+                            m = m.max(v);
+                        }
+                        j += offload::team_size();
+                    }
+                    let most = offload::team_max(m);
+                    let mut first = u32::MAX;
+                    let mut j = thread;
+                    while j < cols {
+                        let v = x[base + j]$($to)*;
+                        let after = v < prev || (v == prev && (j as i64) > prev_at);
+                        if after && v == most && (j as u32) < first {
+                            first = j as u32;
+                        }
+                        j += offload::team_size();
+                    }
+                    let at = offload::team_min(first);
+                    if thread == 0 {
+                        values[row * k + pass] = $($from)*(most);
+                        indices[row * k + pass] = at;
+                    }
+                    prev = most;
+                    prev_at = if at == u32::MAX { cols as i64 } else { at as i64 };
+                    pass += 1;
+                }
+            }
+
             /// `y = f(x)` with `f` the activation numbered `act` (GELU 0, its tanh form 1, SiLU 2).
             #[offload::kernel]
             pub fn activate(i: usize, act: u32, x: &[$t], y: &mut [$t]) {
@@ -318,6 +361,16 @@ pub trait NnFloat: GemmElement + DeviceCopy + sealed::Sealed + 'static {
         out: DeviceSlice<'_, u32>,
     ) -> Result<()>;
     #[doc(hidden)]
+    fn top_k(
+        d: &Device<'_>,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        x: DeviceSlice<'_, Self>,
+        values: DeviceSlice<'_, Self>,
+        indices: DeviceSlice<'_, u32>,
+    ) -> Result<()>;
+    #[doc(hidden)]
     fn activate(d: &Device<'_>, act: u32, x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()>;
     #[doc(hidden)]
     fn activate_in_place(d: &Device<'_>, act: u32, y: DeviceSlice<'_, Self>) -> Result<()>;
@@ -400,6 +453,17 @@ macro_rules! nn_float {
                 out: DeviceSlice<'_, u32>,
             ) -> Result<()> {
                 $module::argmax::launch(d, rows, cols, x, out)
+            }
+            fn top_k(
+                d: &Device<'_>,
+                rows: usize,
+                cols: usize,
+                k: usize,
+                x: DeviceSlice<'_, Self>,
+                values: DeviceSlice<'_, Self>,
+                indices: DeviceSlice<'_, u32>,
+            ) -> Result<()> {
+                $module::top_k::launch(d, rows, cols, k, x, values, indices)
             }
             fn activate(
                 d: &Device<'_>,
@@ -699,6 +763,53 @@ pub fn argmax<T: NnFloat>(
     T::argmax(dev, rows, cols, x, out)
 }
 
+/// Each row's `k` largest elements (rows of `cols`), as `torch.topk(x, k)`: `values` and
+/// `indices` are `[rows, k]`, in decreasing order, equals by increasing index (PyTorch
+/// leaves their order open). NaNs are passed over: a row with fewer than `k` numbers ends
+/// with value negative infinity and index `u32::MAX`.
+///
+/// ```
+/// use offload::{map, Runtime};
+/// use offload_kernels::nn;
+///
+/// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(1).build()?;
+/// let dev = rt.device(0)?;
+/// let x = [0.5f32, 3.0, -1.0, 3.0, 2.0];
+/// let (mut values, mut indices) = ([0f32; 3], [0u32; 3]);
+/// dev.data((map::to(&x), map::from(&mut values), map::from(&mut indices)), |(x, v, i)| {
+///     nn::top_k(&dev, 5, 3, x, v, i)
+/// })?;
+/// assert_eq!((values, indices), ([3.0, 3.0, 2.0], [1, 3, 4]));
+/// # Ok::<(), offload::Error>(())
+/// ```
+pub fn top_k<T: NnFloat>(
+    dev: &Device<'_>,
+    cols: usize,
+    k: usize,
+    x: DeviceSlice<'_, T>,
+    values: DeviceSlice<'_, T>,
+    indices: DeviceSlice<'_, u32>,
+) -> Result<()> {
+    let rows = rows_of("top_k", 0, "x", x.len(), cols)?;
+    if k == 0 || k > cols || u32::try_from(cols).is_err() {
+        return Err(Error::KernelArgument {
+            kernel: "top_k",
+            index: 1,
+            what: format!(
+                "k = {k} of rows of {cols}; expected 1 to {cols}, and rows of at most u32::MAX columns"
+            ),
+        });
+    }
+    let want = rows
+        .checked_mul(k)
+        .ok_or(Error::Overflow { routine: "top_k", what: format!("{rows} rows x k = {k}") })?;
+    expect_len("top_k", 2, "values", values.len(), want, "rows x k")?;
+    expect_len("top_k", 3, "indices", indices.len(), want, "rows x k")?;
+    crate::check_writable("top_k", "values", &values)?;
+    crate::check_writable("top_k", "indices", &indices)?;
+    T::top_k(dev, rows, cols, k, x, values, indices)
+}
+
 /// `y = f(x)` for activation `act`, named `kernel` in errors.
 fn activate<T: NnFloat>(
     kernel: &'static str,
@@ -814,6 +925,7 @@ pub fn all() -> Vec<&'static Kernel> {
                     &$m::softmax::KERNEL, &$m::softmax::KERNEL_CHECKED,
                     &$m::layer_norm::KERNEL, &$m::rms_norm::KERNEL,
                     &$m::argmax::KERNEL, &$m::argmax::KERNEL_CHECKED, &$m::masked_softmax::KERNEL,
+                    &$m::top_k::KERNEL, &$m::top_k::KERNEL_CHECKED,
                     &$m::activate::KERNEL, &$m::activate_in_place::KERNEL, &$m::add::KERNEL, &$m::add_in_place::KERNEL,
                     &$m::from_f32::KERNEL, &$m::to_f32::KERNEL, &$m::embedding::KERNEL,
                 ]);
