@@ -6,7 +6,7 @@
 //! last stage of several outputs.
 
 use offload::half::bf16;
-use offload::pipeline::{Stage, StageChain, StagePipeline};
+use offload::pipeline::{Intake, ServeConfig, Stage, StageChain, StagePipeline};
 use offload::{Error, Runtime};
 use offload_tests::{check, check_eq, on_every_backend, synchronous};
 
@@ -314,6 +314,150 @@ fn several_outputs_are_checked_by_position() -> offload::Result<()> {
     let e = pipe.run(&x, &mut y).expect_err("a long second output");
     assert!(e.to_string().contains("output 1.1 has 2 elements; the last stage makes 1"), "{e}");
     drop(pipe);
+    assert!(rt.live_mappings().is_empty());
+    Ok(())
+}
+
+/// Requests of one to four rows of 16 served through a stage chain (f32 in, bf16 between,
+/// f32 shares and a u32 class out) from three threads, the intake bounded: every request
+/// gets its own rows, and the report counts every request.
+#[test]
+fn a_stage_pipeline_serves_requests_of_many_rows_on_every_backend() {
+    on_every_backend(
+        "serving a stage pipeline",
+        1,
+        |b| b,
+        |rt| {
+            let (a, b) = (0, 1 % rt.num_devices());
+            let (rows, row) = (4, 16);
+            let n = rows * row;
+            let mut pipe = StageChain::new(Stage::new(a, n, move |dev, _, x, y| {
+                to_bf16_plus::launch(dev, n, 0.0, x, y)
+            }))
+            .then(Stage::new(b, n, move |dev, _, x, y| bf16_times::launch(dev, n, 1.0, x, y)))
+            .build_outputs::<(f32, u32)>(
+                rt,
+                2,
+                a,
+                (row * rows, rows),
+                move |dev, _, x, (share, best)| row_stats::launch(dev, rows, x, share, best),
+            )?;
+            let config = ServeConfig {
+                in_row: row,
+                out_row: (row, 1),
+                max_rows: rows,
+                deadline: std::time::Duration::from_millis(1),
+                max_queued: Some(4),
+            };
+            let request = |c: usize, i: usize| -> Vec<f32> {
+                let k = 1 + (c + i) % rows;
+                (0..k * row).map(|j| ((c * 1000 + i * 50 + j) % 97) as f32).collect()
+            };
+            let (answers, report) = pipe.serve(config, |intake: &Intake<'_, f32, (f32, u32)>| {
+                std::thread::scope(|t| {
+                    let clients: Vec<_> = (0..3)
+                        .map(|c| {
+                            t.spawn(move || {
+                                let tickets = (0..8)
+                                    .map(|i| intake.submit_rows(request(c, i)))
+                                    .collect::<offload::Result<Vec<_>>>()?;
+                                tickets.into_iter().map(|t| t.wait()).collect::<offload::Result<Vec<_>>>()
+                            })
+                        })
+                        .collect();
+                    clients.into_iter().map(|c| c.join().expect("a client")).collect::<Vec<_>>()
+                })
+            })?;
+            for (c, answers) in answers.into_iter().enumerate() {
+                for (i, (share, best)) in answers?.into_iter().enumerate() {
+                    let x = request(c, i);
+                    check_eq!(best.len(), x.len() / row);
+                    for (r, xr) in x.chunks(row).enumerate() {
+                        let h: Vec<f32> = xr.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+                        let sum: f32 = h.iter().sum();
+                        let want = (0..row).fold(0, |b, j| if h[j] > h[b] { j } else { b });
+                        check_eq!(best[r], want as u32);
+                        let s = &share[r * row..(r + 1) * row];
+                        check!(s
+                            .iter()
+                            .zip(&h)
+                            .all(|(s, v)| (s - v / sum).abs() <= f32::EPSILON * (v / sum).abs()));
+                    }
+                }
+            }
+            check_eq!(report.requests, 24);
+            check_eq!(report.batches_per_device, vec![report.batches()]);
+            check!(report.batch_rows.iter().all(|&r| (1..=rows).contains(&r)));
+            drop(pipe);
+            check!(rt.live_mappings().is_empty());
+            Ok(())
+        },
+    );
+}
+
+/// Each row of 16 of `x`: its share of the row's sum (f32) and the index of its largest
+/// (u32).
+#[offload::kernel]
+fn row_stats(r: usize, x: &[bf16], share: &mut [f32], best: &mut [u32]) {
+    let mut sum = 0.0f32;
+    let mut b = 0usize;
+    for j in 0usize..16 {
+        sum += x[r * 16 + j].to_f32();
+        if x[r * 16 + j].to_f32() > x[r * 16 + b].to_f32() {
+            b = j;
+        }
+    }
+    for j in 0usize..16 {
+        share[r * 16 + j] = x[r * 16 + j].to_f32() / sum;
+    }
+    best[r] = b as u32;
+}
+
+/// A failing micro-batch fails its own batch's requests alone: the first batch through the
+/// pipe fails, every request of the others is answered, and the server goes on.
+#[test]
+fn a_failing_micro_batch_fails_only_its_requests() -> offload::Result<()> {
+    let rt = two()?;
+    let failed_once = std::sync::atomic::AtomicBool::new(false);
+    let stages = vec![
+        Stage::new(0, 64, |dev, _, x, y| plus::launch(dev, 64, 1.0, x, y)),
+        Stage::new(1, 64, |dev, _, x, y| {
+            if !failed_once.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                return Err(Error::InvalidArgument {
+                    routine: "stage",
+                    what: "the first batch refused".into(),
+                });
+            }
+            times::launch(dev, 64, 2.0, x, y)
+        }),
+    ];
+    let config = ServeConfig {
+        in_row: 16,
+        out_row: 16,
+        max_rows: 4,
+        deadline: std::time::Duration::from_millis(1),
+        max_queued: None,
+    };
+    let (answers, report) =
+        StagePipeline::new(&rt, stages, 2)?.serve(config, |intake: &Intake<'_, f32, f32>| {
+            let tickets: Vec<_> =
+                (0..10).map(|i| intake.submit(vec![i as f32; 16])).collect::<offload::Result<_>>()?;
+            Ok::<_, Error>(tickets.into_iter().map(|t| t.answer()).collect::<Vec<_>>())
+        })?;
+    let answers = answers?;
+    assert_eq!(report.failed_batches.len(), 1, "{report:?}");
+    let failed = report.failed_batches[0];
+    for (i, a) in answers.iter().enumerate() {
+        match a {
+            Ok(a) => assert_eq!(a.row, vec![(i as f32 + 1.0) * 2.0; 16], "request {i}"),
+            Err(e) => {
+                assert!(matches!(e, Error::Batch { batch, .. } if *batch == failed), "{e}");
+                assert!(e.to_string().contains("the first batch refused"), "{e}");
+            }
+        }
+    }
+    assert!(answers.iter().any(|a| a.is_ok()) && answers.iter().any(|a| a.is_err()));
+    assert_eq!(report.requests, 10);
     assert!(rt.live_mappings().is_empty());
     Ok(())
 }

@@ -42,9 +42,9 @@ pub struct ServeConfig<L = usize> {
 
 /// A request in flight: its rows (`rows` of `in_row` elements, one after another), when
 /// it was submitted, and where its answer goes.
-struct Request<In, Out: RowOutputs> {
-    row: Vec<In>,
-    rows: usize,
+pub(super) struct Request<In, Out: RowOutputs> {
+    pub(super) row: Vec<In>,
+    pub(super) rows: usize,
     submitted: Instant,
     reply: Sender<Result<Answer<Out>>>,
 }
@@ -345,16 +345,27 @@ impl ServeReport {
     }
 }
 
-/// What the device threads have answered.
+/// What the consumers (a server's device threads) have answered.
 #[derive(Default)]
-struct Served {
+pub(super) struct Served {
     latencies: Vec<Duration>,
     failed: Vec<usize>,
     per_device: Vec<usize>,
 }
 
+impl Served {
+    /// Batch `batch`, answered by consumer `k`.
+    pub(super) fn record(&mut self, k: usize, batch: usize, answers: Answered) {
+        self.per_device[k] += 1;
+        if answers.failed {
+            self.failed.push(batch);
+        }
+        self.latencies.extend(answers.latencies);
+    }
+}
+
 /// A batch formed: its index and its requests, in submission order.
-type Formed<In, Out> = (usize, Vec<Request<In, Out>>);
+pub(super) type Formed<In, Out> = (usize, Vec<Request<In, Out>>);
 
 /// The rows and requests of each batch formed, by batch index.
 #[derive(Default)]
@@ -578,7 +589,7 @@ impl<'rt> Pipeline<'rt> {
                     .into(),
             });
         }
-        let ServeConfig { in_row, out_row, max_rows, deadline, max_queued } = config;
+        let ServeConfig { in_row, out_row, max_rows, .. } = config;
         let out_lens = Out::lens(out_row);
         if in_row == 0 || out_lens.contains(&0) || max_rows == 0 {
             return Err(Error::InvalidArgument {
@@ -597,22 +608,19 @@ impl<'rt> Pipeline<'rt> {
                 });
             }
         }
-        let (start, rt) = (Instant::now(), self.rt);
-        let (tx, rx) = match max_queued {
-            Some(n) => crossbeam_channel::bounded(n),
-            None => crossbeam_channel::unbounded(),
-        };
-        let (formed_tx, formed_rx) = crossbeam_channel::bounded::<Formed<In, Out>>(0);
-        let closed = AtomicBool::new(false);
-        let batch_rows = Mutex::new(BatchLog::default());
-        let served = Mutex::new(Served { per_device: vec![0; self.devices.len()], ..Served::default() });
+        let rt = self.rt;
         let states = DeviceStates::new(self.devices.len());
-        let r = std::thread::scope(|threads| {
-            let (batch_rows, served, states) = (&batch_rows, &served, &states);
-            threads.spawn(move || form_batches(rx, formed_tx, max_rows, deadline, batch_rows));
+        let consume = |formed: Receiver<Formed<In, Out>>, served: &Mutex<Served>| {
+            // A receiver per slot of each device, and none besides: when every slot's thread
+            // has gone, the batcher's hand-over fails and it stops.
+            let mut slots = Vec::new();
             for (k, &device) in self.devices.iter().enumerate() {
-                for _ in 0..self.slots {
-                    let formed = formed_rx.clone();
+                slots.extend((0..self.slots).map(|_| (k, device, formed.clone())));
+            }
+            drop(formed);
+            std::thread::scope(|threads| {
+                let states = &states;
+                for (k, device, formed) in slots {
                     threads.spawn(move || {
                         // One batch's rows, kept for the thread's batches.
                         let mut input: Vec<In> = Vec::with_capacity(max_rows * in_row);
@@ -635,48 +643,75 @@ impl<'rt> Pipeline<'rt> {
                             });
                             let answers =
                                 reply::<In, Out>(run.and_then(|r| r), batch, requests, &output, out_row);
-                            let mut served = served.lock();
-                            served.per_device[k] += 1;
-                            if answers.failed {
-                                served.failed.push(batch);
-                            }
-                            served.latencies.extend(answers.latencies);
+                            served.lock().record(k, batch, answers);
                         }
                     });
                 }
-            }
-            drop(formed_rx);
-            let _close = CloseOnDrop { tx: tx.clone(), closed: &closed };
-            clients(&Intake { tx, closed: &closed, in_row, max_rows })
-        });
+            })
+        };
+        let served = serve_batches(config, self.devices.len(), consume, clients);
         // Every batch has ended; what the states mapped goes now.
         drop(states);
-        let Served { latencies, mut failed, per_device } = served.into_inner();
-        failed.sort_unstable();
-        let formed = batch_rows.into_inner();
-        let report = ServeReport {
-            requests: latencies.len(),
-            batch_rows: formed.rows,
-            batch_requests: formed.requests,
-            max_rows,
-            failed_batches: failed,
-            batches_per_device: per_device,
-            latency: Latency::of(latencies),
-            elapsed: start.elapsed(),
-        };
-        Ok((r, report))
+        Ok(served)
     }
 }
 
+/// A server's batcher and intake around `consume`, which takes the batches formed
+/// (answering their requests and recording them in the [`Served`] given) until the channel
+/// closes; `consumers` of them in the report. Returns `clients`' value and the report.
+pub(super) fn serve_batches<In, Out, C, R>(
+    config: ServeConfig<Out::RowLens>,
+    consumers: usize,
+    consume: impl FnOnce(Receiver<Formed<In, Out>>, &Mutex<Served>) + Send,
+    clients: C,
+) -> (R, ServeReport)
+where
+    In: DeviceCopy,
+    Out: RowOutputs,
+    C: FnOnce(&Intake<'_, In, Out>) -> R,
+{
+    let ServeConfig { in_row, max_rows, deadline, max_queued, .. } = config;
+    let start = Instant::now();
+    let (tx, rx) = match max_queued {
+        Some(n) => crossbeam_channel::bounded(n),
+        None => crossbeam_channel::unbounded(),
+    };
+    let (formed_tx, formed_rx) = crossbeam_channel::bounded::<Formed<In, Out>>(0);
+    let closed = AtomicBool::new(false);
+    let batch_rows = Mutex::new(BatchLog::default());
+    let served = Mutex::new(Served { per_device: vec![0; consumers], ..Served::default() });
+    let r = std::thread::scope(|threads| {
+        let (batch_rows, served) = (&batch_rows, &served);
+        threads.spawn(move || form_batches(rx, formed_tx, max_rows, deadline, batch_rows));
+        threads.spawn(move || consume(formed_rx, served));
+        let _close = CloseOnDrop { tx: tx.clone(), closed: &closed };
+        clients(&Intake { tx, closed: &closed, in_row, max_rows })
+    });
+    let Served { latencies, mut failed, per_device } = served.into_inner();
+    failed.sort_unstable();
+    let formed = batch_rows.into_inner();
+    let report = ServeReport {
+        requests: latencies.len(),
+        batch_rows: formed.rows,
+        batch_requests: formed.requests,
+        max_rows,
+        failed_batches: failed,
+        batches_per_device: per_device,
+        latency: Latency::of(latencies),
+        elapsed: start.elapsed(),
+    };
+    (r, report)
+}
+
 /// What answering a batch's requests did.
-struct Answered {
+pub(super) struct Answered {
     failed: bool,
     latencies: Vec<Duration>,
 }
 
 /// Sends each request of `batch` its rows of `output` (`out_row` elements each, in request
 /// order), or the batch's error.
-fn reply<In, Out: RowOutputs>(
+pub(super) fn reply<In, Out: RowOutputs>(
     run: Result<()>,
     batch: usize,
     requests: Vec<Request<In, Out>>,

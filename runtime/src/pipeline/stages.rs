@@ -48,7 +48,11 @@ use std::marker::PhantomData;
 use std::panic::Location;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+
 use super::outputs::{BatchOutputs, One, OutputShape, RowOutputs};
+use super::serve::{reply, serve_batches, Formed, Intake, ServeConfig, ServeReport, Served};
 use crate::api::{scratch_view_of, Device, DeviceSlice, ErasedView, Map};
 use crate::data_env::MapItem;
 use crate::data_env::MapType;
@@ -59,14 +63,17 @@ use crate::rt::Runtime;
 
 /// What a stage computes: `(device, micro-batch, input, output)`.
 type StageFn<'f, In, Out> =
-    dyn Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Sync + 'f;
+    dyn Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Send + Sync + 'f;
 
 /// A stage before the last, its types erased (its views typed back inside).
-type InnerFn<'f> = dyn Fn(&Device<'_>, usize, ErasedView<'_>, ErasedView<'_>) -> Result<()> + Sync + 'f;
+type InnerFn<'f> =
+    dyn Fn(&Device<'_>, usize, ErasedView<'_>, ErasedView<'_>) -> Result<()> + Send + Sync + 'f;
 
 /// The last stage, its input's type erased, writing the pipe's outputs.
-type LastFn<'f, Out> =
-    dyn Fn(&Device<'_>, usize, ErasedView<'_>, <Out as OutputShape>::Views<'_>) -> Result<()> + Sync + 'f;
+type LastFn<'f, Out> = dyn Fn(&Device<'_>, usize, ErasedView<'_>, <Out as OutputShape>::Views<'_>) -> Result<()>
+    + Send
+    + Sync
+    + 'f;
 
 /// One stage of a [`StagePipeline`]: its device, the length of its output per micro-batch
 /// (the next stage's input, or the pipe's output), and what it computes, from elements
@@ -93,7 +100,10 @@ impl<'f, In: DeviceCopy, Out: DeviceCopy> Stage<'f, In, Out> {
     pub fn new(
         device: usize,
         out_len: usize,
-        compute: impl Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()> + Sync + 'f,
+        compute: impl Fn(&Device<'_>, usize, DeviceSlice<'_, In>, DeviceSlice<'_, Out>) -> Result<()>
+            + Send
+            + Sync
+            + 'f,
     ) -> Self {
         Self { device, out_len, compute: Box::new(compute) }
     }
@@ -254,6 +264,7 @@ impl<'f, In: DeviceCopy, T: DeviceCopy> StageChain<'f, In, T> {
         device: usize,
         lens: O::RowLens,
         compute: impl Fn(&Device<'_>, usize, DeviceSlice<'_, T>, <O::Shape as OutputShape>::Views<'_>) -> Result<()>
+            + Send
             + Sync
             + 'f,
     ) -> Result<StagePipeline<'rt, 'f, In, O::Shape>> {
@@ -484,6 +495,113 @@ impl<'rt, 'f, In: DeviceCopy, Out: OutputShape> StagePipeline<'rt, 'f, In, Out> 
         }
         scope??;
         Ok(StageReport { micro_batches: inputs.len(), hand_offs, elapsed: start.elapsed() })
+    }
+
+    /// Serves requests through the pipe, as [`Pipeline::serve_outputs`](super::Pipeline::serve_outputs)
+    /// does over devices (the same [`Intake`], [`ServeConfig`] and [`ServeReport`]; `O` is
+    /// the output element type, or a tuple of them, that the last stage writes): each batch
+    /// formed is one micro-batch of `max_rows` rows, for stages compute on fixed sizes (the
+    /// first stage's input `max_rows * in_row` elements, the last stage's outputs `max_rows`
+    /// rows of `out_row`), a partial batch padded with copies of its last element and the
+    /// padding's results dropped. The batches ready together go through the pipe together,
+    /// up to `in_flight` at once (the stages' `micro_batch` numbers count each group from
+    /// 0). A failing micro-batch fails its own requests; the batches after it in its group
+    /// run again. The report counts the pipe as one device.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use offload::pipeline::{Intake, ServeConfig, Stage, StagePipeline};
+    /// use offload::Runtime;
+    ///
+    /// #[offload::kernel]
+    /// fn add_one(i: usize, x: &[f32], y: &mut [f32]) {
+    ///     y[i] = x[i] + 1.0;
+    /// }
+    ///
+    /// let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    /// // Batches of 4 rows of 2: 8 elements through each stage.
+    /// let stages = vec![
+    ///     Stage::new(0, 8, |dev, _, x, y| add_one::launch(dev, 8, x, y)),
+    ///     Stage::new(1, 8, |dev, _, x, y| add_one::launch(dev, 8, x, y)),
+    /// ];
+    /// let config = ServeConfig { in_row: 2, out_row: 2, max_rows: 4, deadline: Duration::from_millis(1), max_queued: None };
+    /// let (answer, report) = StagePipeline::new(&rt, stages, 2)?
+    ///     .serve(config, |intake: &Intake<'_, f32, f32>| intake.submit_rows(vec![1.0, 2.0, 3.0, 4.0])?.wait())?;
+    /// assert_eq!(answer?, vec![3.0, 4.0, 5.0, 6.0]);
+    /// assert_eq!(report.requests, 1);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero in `config`, or a first stage or last stage
+    /// whose sizes are not `max_rows` rows of the configuration's; a failing batch is
+    /// reported to its requests.
+    pub fn serve<O, C, R>(&mut self, config: ServeConfig<O::RowLens>, clients: C) -> Result<(R, ServeReport)>
+    where
+        O: RowOutputs<Shape = Out>,
+        C: FnOnce(&Intake<'_, In, O>) -> R,
+    {
+        let ServeConfig { in_row, out_row, max_rows, .. } = config;
+        let want: Vec<usize> = O::lens(out_row).into_iter().map(|l| l.saturating_mul(max_rows)).collect();
+        if in_row == 0 || max_rows == 0 || want.contains(&0) || want != self.last.out_lens {
+            return Err(Error::InvalidArgument {
+                routine: "StagePipeline::serve",
+                what: format!(
+                    "in_row {in_row}, out_row {out_row:?}, max_rows {max_rows} for a last stage making {:?} \
+                     elements per micro-batch; expected each at least 1, and max_rows rows of out_row",
+                    self.last.out_lens
+                ),
+            });
+        }
+        let len = in_row.checked_mul(max_rows).ok_or(Error::Overflow {
+            routine: "StagePipeline::serve",
+            what: format!("a batch's elements, max_rows {max_rows} x in_row {in_row},"),
+        })?;
+        let in_flight = self.in_flight;
+        let consume = |formed: Receiver<Formed<In, O>>, served: &Mutex<Served>| {
+            while let Ok(first) = formed.recv() {
+                // What is ready goes through the pipe together.
+                let mut group: VecDeque<Formed<In, O>> = VecDeque::from([first]);
+                while group.len() < in_flight {
+                    match formed.try_recv() {
+                        Ok(b) => group.push_back(b),
+                        Err(_) => break,
+                    }
+                }
+                while !group.is_empty() {
+                    let inputs: Vec<Vec<In>> = group
+                        .iter()
+                        .map(|(_, requests)| {
+                            let mut x: Vec<In> =
+                                requests.iter().flat_map(|r| r.row.iter().copied()).collect();
+                            if let Some(&pad) = x.last() {
+                                x.resize(len, pad);
+                            }
+                            x
+                        })
+                        .collect();
+                    let mut outputs: Vec<O::Buffers> =
+                        group.iter().map(|_| O::buffers(max_rows, out_row)).collect();
+                    let result = self.run(&inputs, &mut outputs);
+                    // The micro-batches up to a failing one ran; those after it go again.
+                    let ran = match &result {
+                        Err(Error::Batch { batch, .. }) => batch + 1,
+                        _ => group.len(),
+                    };
+                    for (i, ((batch, requests), output)) in group.drain(..ran).zip(&outputs).enumerate() {
+                        let run = match &result {
+                            Err(Error::Batch { batch: failed, source }) if *failed == i => {
+                                Err((**source).clone())
+                            }
+                            Err(Error::Batch { .. }) | Ok(_) => Ok(()),
+                            Err(e) => Err(e.clone()),
+                        };
+                        served.lock().record(0, batch, reply::<In, O>(run, batch, requests, output, out_row));
+                    }
+                }
+            }
+        };
+        Ok(serve_batches(config, 1, consume, clients))
     }
 
     /// The device scratch after every stage but the last: `in_flight` activations of the
