@@ -618,6 +618,16 @@ fn a_server_inside_a_task_is_refused() {
                     "{:?}",
                     served.as_ref().err()
                 );
+                // So is one over a stage pipeline.
+                let stages = vec![offload::pipeline::Stage::new(0, 8, |d, _, x, y| affine::launch(d, 8, 2.0, 0.0, x, y))];
+                let config = ServeConfig { in_row: 4, out_row: 4, max_rows: 2, deadline: Duration::from_millis(1), max_queued: None };
+                let staged = offload::pipeline::StagePipeline::new(dev.runtime(), stages, 2)?
+                    .serve(config, |intake: &Intake<'_, f32, f32>| intake.submit(vec![1.0; 4]).and_then(|t| t.wait()).map(drop));
+                check!(
+                    matches!(&staged, Err(Error::InvalidArgument { routine: "StagePipeline::serve", what }) if what.contains("inside a nowait task")),
+                    "{:?}",
+                    staged.as_ref().err()
+                );
                 affine::launch(dev, 4, 2.0, 0.0, x, y)
             });
             check!(r.is_ok(), "{r:?}");

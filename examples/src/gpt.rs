@@ -152,7 +152,7 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
             Ok((load(dev, &format!("{name}.weight"), &weight)?, load(dev, &format!("{name}.bias"), &[bias])?))
         };
         let device_of = |l: usize| rt.device(devices[l * devices.len() / layers]);
-        let cache = batch.checked_mul(heads * ctx * config.head_dim()).ok_or(Error::Overflow {
+        let cache = batch.checked_mul(ctx).and_then(|n| n.checked_mul(dim)).ok_or(Error::Overflow {
             routine: "Gpt::new",
             what: format!("a KV cache of {batch} x {heads} x {ctx} x {}", config.head_dim()),
         })?;
@@ -306,7 +306,10 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
         let start = std::time::Instant::now();
         let (mut last, prefill_logits) = if keep_logits {
             let all = self.forward(prompts, false)?;
-            (last_rows(&all, batch, len, vocab)?, to_f32(&all)?)
+            let dev = all.device();
+            let last = DeviceBuffer::<T>::new(&dev, batch * vocab)?;
+            T::last_rows(&dev, (batch, len, vocab), all.view(), last.view())?;
+            (last, to_f32(&all)?)
         } else {
             let last = self.forward(prompts, true)?;
             last.device().runtime().synchronize(last.device().number())?;
@@ -314,8 +317,7 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
         };
         let prefill_time = start.elapsed();
         let start = std::time::Instant::now();
-        let (mut tokens, mut step_logits) =
-            (vec![0u32; batch * new], Vec::with_capacity(batch * new * vocab));
+        let (mut tokens, mut step_logits) = (vec![0u32; batch * new], Vec::new());
         let mut steps = Vec::with_capacity(new);
         for s in 0..new {
             let next = greedy(&last, vocab)?;
@@ -346,23 +348,6 @@ fn moved_to<'rt, T: GptFloat>(x: DeviceBuffer<'rt, T>, dev: &Device<'rt>) -> Res
     let mut moved = DeviceBuffer::<T>::new(dev, x.len())?;
     moved.copy_from(&x)?;
     Ok(moved)
-}
-
-/// The logits of each sequence's last position (`[batch, vocab]`) of `logits` (`[batch,
-/// len, vocab]`), on the same device.
-fn last_rows<'rt, T: GptFloat>(
-    logits: &DeviceBuffer<'rt, T>,
-    batch: usize,
-    len: usize,
-    vocab: usize,
-) -> Result<DeviceBuffer<'rt, T>> {
-    let mut last = DeviceBuffer::<T>::new(&logits.device(), batch * vocab)?;
-    let all = logits.to_vec()?;
-    let rows: Vec<T> = (0..batch)
-        .flat_map(|b| all[((b + 1) * len - 1) * vocab..(b + 1) * len * vocab].iter().copied())
-        .collect();
-    last.write(0, &rows)?;
-    Ok(last)
 }
 
 /// The most likely token of each row of `logits` (`[rows, vocab]`), chosen on the device.

@@ -578,17 +578,7 @@ impl<'rt> Pipeline<'rt> {
         S: Send,
         C: FnOnce(&Intake<'_, In, Out>) -> R,
     {
-        // Its batches are queued from threads of its own, on the devices' lanes; inside a
-        // task (a pipeline's compute, a `nowait` task) they could wait behind the task that
-        // waits for them, for ever.
-        if crate::nowait::running_a_task() {
-            return Err(Error::InvalidArgument {
-                routine,
-                what: "a server started inside a nowait task or a pipeline's compute, whose lanes would \
-                       wait for it; expected a call from an ordinary thread"
-                    .into(),
-            });
-        }
+        refuse_inside_a_task(routine)?;
         let ServeConfig { in_row, out_row, max_rows, .. } = config;
         let out_lens = Out::lens(out_row);
         if in_row == 0 || out_lens.contains(&0) || max_rows == 0 {
@@ -654,6 +644,21 @@ impl<'rt> Pipeline<'rt> {
         drop(states);
         Ok(served)
     }
+}
+
+/// An error unless called from an ordinary thread: a server's batches are queued from
+/// threads of its own, on the devices' lanes; inside a task (a pipeline's compute, a
+/// `nowait` task) they could wait behind the task that waits for them, for ever.
+pub(super) fn refuse_inside_a_task(routine: &'static str) -> Result<()> {
+    if crate::nowait::running_a_task() {
+        return Err(Error::InvalidArgument {
+            routine,
+            what: "a server started inside a nowait task or a pipeline's compute, whose lanes would \
+                   wait for it; expected a call from an ordinary thread"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// A server's batcher and intake around `consume`, which takes the batches formed

@@ -52,7 +52,9 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use super::outputs::{BatchOutputs, One, OutputShape, RowOutputs};
-use super::serve::{reply, serve_batches, Formed, Intake, ServeConfig, ServeReport, Served};
+use super::serve::{
+    refuse_inside_a_task, reply, serve_batches, Formed, Intake, ServeConfig, ServeReport, Served,
+};
 use crate::api::{scratch_view_of, Device, DeviceSlice, ErasedView, Map};
 use crate::data_env::MapItem;
 use crate::data_env::MapType;
@@ -541,6 +543,7 @@ impl<'rt, 'f, In: DeviceCopy, Out: OutputShape> StagePipeline<'rt, 'f, In, Out> 
         O: RowOutputs<Shape = Out>,
         C: FnOnce(&Intake<'_, In, O>) -> R,
     {
+        refuse_inside_a_task("StagePipeline::serve")?;
         let ServeConfig { in_row, out_row, max_rows, .. } = config;
         let want: Vec<usize> = O::lens(out_row).into_iter().map(|l| l.saturating_mul(max_rows)).collect();
         if in_row == 0 || max_rows == 0 || want.contains(&0) || want != self.last.out_lens {
