@@ -11,11 +11,13 @@
 //! argmax and the casts exactly; the shape errors name the argument.
 
 use offload::half::{bf16, f16};
+use offload::tensor::{DeviceTensor, HostTensor};
 use offload::weights::{serialize, Weights};
 use offload::{map, Error};
-use offload::{Device, DeviceBuffer};
+use offload::Device;
 use offload_kernels::nn::{self, NnFloat};
-use offload_kernels::{linear, Activation, Linear};
+use offload_kernels::ops;
+use offload_kernels::Activation;
 use offload_tests::{check, on_every_device};
 
 /// A test's view of an element type: conversions and the tolerance of the table above.
@@ -485,28 +487,22 @@ fn embedding_gathers_rows_by_id_and_refuses_an_id_past_the_table() {
 /// The class of each of `rows` rows of 64 features in `x`.
 fn classify(dev: &Device<'_>, path: &std::path::Path, x: &[f32], rows: usize) -> offload::Result<Vec<u32>> {
     let w = Weights::open(path)?;
-    // Weights once onto the device, converted to bf16 (rounded once).
-    let w0 = w.to_device::<bf16>(dev, "0.weight", &[128, 64])?;
-    let b0 = w.to_device::<bf16>(dev, "0.bias", &[128])?;
-    let w2 = w.to_device::<bf16>(dev, "2.weight", &[10, 128])?;
-    let b2 = w.to_device::<bf16>(dev, "2.bias", &[10])?;
+    // Weights once onto the device, converted to bf16 (rounded once), shapes as declared.
+    let w0 = w.device_tensor::<bf16>(dev, "0.weight", &[128, 64])?;
+    let b0 = w.device_tensor::<bf16>(dev, "0.bias", &[128])?;
+    let w2 = w.device_tensor::<bf16>(dev, "2.weight", &[10, 128])?;
+    let b2 = w.device_tensor::<bf16>(dev, "2.bias", &[10])?;
     // The batch, converted on the device; activations in device scratch.
-    let xs = DeviceBuffer::from_slice(dev, x)?;
-    let (x16, h, logits) = (
-        DeviceBuffer::<bf16>::new(dev, rows * 64)?,
-        DeviceBuffer::<bf16>::new(dev, rows * 128)?,
-        DeviceBuffer::<bf16>::new(dev, rows * 10)?,
-    );
-    let classes = DeviceBuffer::<u32>::new(dev, rows)?;
-    nn::from_f32(dev, xs.view(), x16.view())?;
-    let (l0, l2) = (
-        Linear { rows, in_features: 64, out_features: 128, tf32: false },
-        Linear { rows, in_features: 128, out_features: 10, tf32: false },
-    );
-    linear(dev, l0, x16.view(), w0.view(), Some(b0.view()), h.view(), Activation::Gelu)?;
-    linear(dev, l2, h.view(), w2.view(), Some(b2.view()), logits.view(), Activation::Identity)?;
-    nn::argmax(dev, 10, logits.view(), classes.view())?;
-    classes.to_vec()
+    let xs = DeviceTensor::from_host(dev, &HostTensor::new("x", &[rows, 64], x.to_vec())?)?;
+    let x16 = DeviceTensor::<bf16>::new(dev, "x16", &[rows, 64])?;
+    let h = DeviceTensor::<bf16>::new(dev, "h", &[rows, 128])?;
+    let logits = DeviceTensor::<bf16>::new(dev, "logits", &[rows, 10])?;
+    let classes = DeviceTensor::<u32>::new(dev, "classes", &[rows])?;
+    ops::from_f32(dev, &xs, &x16)?;
+    ops::linear(dev, &x16, &w0, Some(&b0), &h, Activation::Gelu)?;
+    ops::linear(dev, &h, &w2, Some(&b2), &logits, Activation::Identity)?;
+    ops::argmax(dev, &logits, &classes)?;
+    Ok(classes.to_host()?.into_vec())
 }
 
 #[test]

@@ -76,26 +76,53 @@ pub fn linear<T: NnFloat>(
     y: DeviceSlice<'_, T>,
     act: Activation,
 ) -> Result<()> {
-    let Linear { rows, in_features: k, out_features: n, tf32 } = layer;
+    let Linear { rows, in_features: k, out_features: n, .. } = layer;
     layer.check("x", x.len(), (rows, k), "rows x in_features")?;
     layer.check("w", w.len(), (n, k), "out_features x in_features")?;
     if let Some(b) = b {
         layer.check("b", b.len(), (1, n), "1 x out_features")?;
     }
     layer.check("y", y.len(), (rows, n), "rows x out_features")?;
+    linear_checked(dev, layer, x, (WeightLayout::OutIn, w), b, y, act)
+}
+
+/// How a dense layer's weight lies in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightLayout {
+    /// Row-major `out_features x in_features` (`nn.Linear`'s).
+    OutIn,
+    /// Row-major `in_features x out_features` (GPT-2's `Conv1D`, a `.t()` of the former).
+    InOut,
+}
+
+/// [`linear`] once every operand's length is checked, with `w` laid out as `layout` says.
+pub(crate) fn linear_checked<T: NnFloat>(
+    dev: &Device<'_>,
+    layer: Linear,
+    x: DeviceSlice<'_, T>,
+    (layout, w): (WeightLayout, DeviceSlice<'_, T>),
+    b: Option<DeviceSlice<'_, T>>,
+    y: DeviceSlice<'_, T>,
+    act: Activation,
+) -> Result<()> {
+    let Linear { rows, in_features: k, out_features: n, tf32 } = layer;
     crate::check_writable("linear", "y", &y)?;
     if rows == 0 || n == 0 {
         return Ok(());
     }
     // Row-major Y (rows x n) is column-major Y^T (n x rows) = W (row-major n x k, so
-    // column-major k x n, transposed) times X^T (column-major k x rows); the bias is one
-    // per row of Y^T.
+    // column-major k x n, transposed; or row-major k x n, column-major n x k as it is)
+    // times X^T (column-major k x rows); the bias is one per row of Y^T.
+    let (transa, lda) = match layout {
+        WeightLayout::OutIn => (true, k.max(1)),
+        WeightLayout::InOut => (false, n),
+    };
     let g = Gemm {
-        transa: true,
+        transa,
         m: n,
         n: rows,
         k,
-        lda: k.max(1),
+        lda,
         ldb: k.max(1),
         ldc: n,
         tf32,

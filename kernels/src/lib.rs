@@ -5,7 +5,9 @@
 //!   and its host twin (a `rayon` loop) from the one body. The typed launchers of this crate
 //!   ([`fill_f32`], [`saxpy`], [`sum`], [`bias_act`], ...) run these.
 //! * [`nn`]: inference building blocks in f32, bf16 and f16 (softmax, log-softmax, layer
-//!   and RMS norm, argmax, GELU, SiLU, the residual add, casts), also written once.
+//!   and RMS norm, argmax, GELU, SiLU, the residual add, casts), also written once;
+//!   [`ops`]: the same, and [`linear`], over `offload::tensor::Tensor`s, their shapes
+//!   taken from the tensors and checked by name.
 //! * The expert path, kept beside them: [`Kernel`] values built by hand with
 //!   `Kernel::new(..).with_cuda(..).with_host(..)` ([`FILL_F32`], [`SAXPY`], [`SUM_F32`], the
 //!   tuned stencils of [`stencil`], ...). Their CUDA signature is the plain OpenMP one (the
@@ -54,6 +56,7 @@
 pub mod generated;
 mod layers;
 pub mod nn;
+pub mod ops;
 pub mod stencil;
 
 pub use layers::{linear, Activation, Linear};

@@ -357,6 +357,17 @@ pub enum Error {
         what: String,
     },
 
+    /// A tensor whose shape is not what a routine expects ([`crate::tensor`]).
+    #[error("{routine}: tensor `{tensor}` {what}")]
+    Shape {
+        /// The routine or op that refused it.
+        routine: &'static str,
+        /// The tensor's name.
+        tensor: String,
+        /// Its shape and what was expected.
+        what: String,
+    },
+
     /// A device's worker is gone (it panicked or the runtime is shutting down).
     #[error("device {device}: its work queue is closed ({why})")]
     QueueClosed {

@@ -100,6 +100,7 @@ mod rt;
 mod services;
 #[cfg(test)]
 mod soak;
+pub mod tensor;
 mod trace;
 pub mod weights;
 

@@ -44,6 +44,7 @@ use safetensors::SafeTensors;
 use crate::api::{Device, DeviceBuffer};
 use crate::error::{Error, Result};
 use crate::gemm::{ElementType, GemmElement};
+use crate::tensor::{DeviceTensor, HostTensor};
 
 /// The tensors of one safetensors file, mapped read-only.
 pub struct Weights {
@@ -141,6 +142,40 @@ impl Weights {
     ) -> Result<DeviceBuffer<'rt, T>> {
         let values: Vec<T> = self.read_converted(name, shape)?;
         DeviceBuffer::from_slice(device, &values)
+    }
+
+    /// Tensor `name` of the shape the model declares, `dims` ([`Weights::read_converted`]),
+    /// as a [`HostTensor`] under its name.
+    pub fn tensor<T: GemmElement>(&self, name: &str, dims: &[usize]) -> Result<HostTensor<T>> {
+        HostTensor::new(name, dims, self.read_converted(name, dims)?)
+    }
+
+    /// Tensor `name` of the shape the model declares, `dims`, converted to `T` and copied
+    /// once into a new [`DeviceTensor`] on `device`.
+    ///
+    /// ```
+    /// use offload::half::bf16;
+    /// use offload::weights::{serialize, Weights};
+    /// use offload::Runtime;
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("offload-weights-tensor-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let path = dir.join("fc.safetensors");
+    /// std::fs::write(&path, serialize(&[("fc.weight", &[4, 2], &[0.25f32; 8])])?).unwrap();
+    /// let rt = Runtime::builder().host_devices(1).build()?;
+    /// let w = Weights::open(&path)?.device_tensor::<bf16>(&rt.device(0)?, "fc.weight", &[4, 2])?;
+    /// assert_eq!((w.name(), w.dims()), ("fc.weight", &[4, 2][..]));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn device_tensor<'rt, T: GemmElement>(
+        &self,
+        device: &Device<'rt>,
+        name: &str,
+        dims: &[usize],
+    ) -> Result<DeviceTensor<'rt, T>> {
+        DeviceTensor::from_host(device, &self.tensor(name, dims)?)
     }
 
     fn info(&self, name: &str) -> Result<&TensorInfo> {
