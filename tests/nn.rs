@@ -13,8 +13,8 @@
 use offload::half::{bf16, f16};
 use offload::tensor::{DeviceTensor, HostTensor};
 use offload::weights::{serialize, Weights};
-use offload::{map, Error};
 use offload::Device;
+use offload::{map, Error};
 use offload_kernels::nn::{self, NnFloat};
 use offload_kernels::ops;
 use offload_kernels::Activation;

@@ -70,3 +70,29 @@ impl Mlp {
         )
     }
 }
+
+/// Writes to `path` the state of a random `nn.Sequential` of `nn.Linear` layers of widths
+/// `dims` (each followed by an activation, so its layers are `0`, `2`, `4`, ...), in F32,
+/// as `safetensors.torch.save_file(model.state_dict(), path)` would: tensors
+/// `{2l}.weight` (`[dims[l + 1], dims[l]]`) and `{2l}.bias`, drawn as `nn.Linear` draws
+/// them (uniform within `1 / sqrt(in_features)`), from `seed`.
+pub fn write_sequential(path: impl AsRef<Path>, dims: &[usize], seed: u64) -> Result<(), offload::Error> {
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    for (l, d) in dims.windows(2).enumerate() {
+        let bound = 1.0 / (d[0] as f32).sqrt();
+        let draw = |s: u64, n: usize| -> Vec<f32> {
+            crate::inference::uniform(seed.wrapping_add(s), n)
+                .iter()
+                .map(|u| (2.0 * u - 1.0) * bound)
+                .collect()
+        };
+        tensors.push((format!("{}.weight", 2 * l), vec![d[1], d[0]], draw(2 * l as u64, d[1] * d[0])));
+        tensors.push((format!("{}.bias", 2 * l), vec![d[1]], draw(2 * l as u64 + 1, d[1])));
+    }
+    let views: Vec<(&str, &[usize], &[f32])> =
+        tensors.iter().map(|(n, s, v)| (n.as_str(), &s[..], &v[..])).collect();
+    std::fs::write(path.as_ref(), offload::weights::serialize(&views)?).map_err(|e| offload::Error::Weights {
+        path: path.as_ref().display().to_string(),
+        what: format!("cannot write: {e}"),
+    })
+}
