@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "cluster",
             "macro_support",
             "soak",
+            "tensor",
             "weights",
         ],
     ),

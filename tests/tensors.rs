@@ -321,7 +321,11 @@ fn attention_reads_a_narrowed_cache_in_place() {
         );
         ops::attention(&dev, &qt, &k_cache, &v_cache, true, None, &scores.view(), &o1.view())?;
         ops::attention(&dev, &qt, &k, &v, true, None, &scores.view(), &o2.view())?;
-        check_eq!(o1.to_host()?.into_vec(), o2.to_host()?.into_vec());
+        // Equal up to f32 rounding: a GPU's GEMM library may pick another algorithm (and
+        // summation order) for the cache's strides than for the packed copy.
+        let (cached, packed) = (o1.to_host()?.into_vec(), o2.to_host()?.into_vec());
+        let close = cached.iter().zip(&packed).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
+        check!(close, "{cached:?} != {packed:?}");
         // Misfits by name.
         let m = shape_error(
             ops::attention(&dev, &qt, &k_cache, &v, true, None, &scores.view(), &o1.view()),
