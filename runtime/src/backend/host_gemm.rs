@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use crate::gemm::{round_to_tf32, Activation, Gemm, GemmElement};
+use crate::gemm::{round_to_tf32, Gemm, GemmElement};
 
 /// The host's GEMM: `matrixmultiply`'s packed, vectorised f32 kernel, one block of C's
 /// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
@@ -88,8 +88,10 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
     let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
     let threads = pool.current_num_threads().max(1);
-    if g.n < 16 * threads && g.m >= 64 && g.k > 0 {
-        // Few columns (a decoding step's handful of rows): blocks of rows instead.
+    if threads > 1 && g.m >= g.n && g.m >= 64 && g.k > 0 {
+        // Each task packs its own part of one operand and all of the other: split the
+        // longer side of C (a layer's outputs, against a batch's rows), so that the
+        // operand packed whole by every task is the smaller.
         return f32_gemm_by_rows(pool, g, a, b, c, bias);
     }
     // Blocks of whole columns, about one per thread, at least 16 columns each.
@@ -142,11 +144,10 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
 
 /// The bias (one per row of `col`) and the activation on a column (or part of one) of C.
 fn epilogue(g: &Gemm, col: &mut [f32], bias: Option<&[f32]>) {
-    match (bias, g.activation) {
-        (None, Activation::Identity) => {}
-        (Some(bias), act) => col.iter_mut().zip(bias).for_each(|(v, b)| *v = act.apply(*v + b)),
-        (None, act) => col.iter_mut().for_each(|v| *v = act.apply(*v)),
+    if let Some(bias) = bias {
+        col.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
     }
+    g.activation.apply_all(col);
 }
 
 /// [`f32_gemm`] in blocks of C's rows, about one per thread and at least 32 rows each, for
@@ -205,6 +206,7 @@ fn f32_gemm_by_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::Activation;
     use half::{bf16, f16};
 
     fn random(seed: &mut u64) -> f32 {
