@@ -194,3 +194,55 @@ fn a_strided_batch_agrees_product_by_product() {
         Ok(())
     });
 }
+
+/// A kernel that writes a bf16 operand in place (doubles it).
+#[offload::kernel]
+fn double_bf16(i: usize, x: &mut [bf16]) {
+    x[i] = bf16::from_f32(x[i].to_f32() * 2.0);
+}
+
+/// A 16-bit operand read by several products and written between them, every way a
+/// program can write device memory (a kernel, a copy from the host, a copy within the
+/// device, a memset, a GEMM's output), is read anew after each write: host devices keep
+/// an f32 copy of such an operand while it is unwritten, and must drop it on each.
+#[test]
+fn a_16_bit_operand_written_between_products_is_read_anew() {
+    on_every_device("gemm after writes", |rt, d| {
+        let dev = rt.device(d)?;
+        let n = 16;
+        // C = A B with B the identity: C is A, whatever A was when the product ran.
+        let g = Gemm { m: n, n, k: n, lda: n, ldb: n, ldc: n, ..Gemm::default() };
+        let eye: Vec<bf16> =
+            (0..n * n).map(|i| bf16::from_f32(if i % (n + 1) == 0 { 1.0 } else { 0.0 })).collect();
+        let start: Vec<bf16> = values(11, n * n);
+        let mut a = offload::DeviceBuffer::from_slice(&dev, &start)?;
+        let b = offload::DeviceBuffer::from_slice(&dev, &eye)?;
+        let c = offload::DeviceBuffer::<bf16>::new(&dev, n * n)?;
+        let product = |a: &offload::DeviceBuffer<'_, bf16>| -> offload::Result<Vec<bf16>> {
+            dev.gemm(&g, a.view(), b.view(), c.view(), None)?;
+            c.to_vec()
+        };
+        // Read unwritten three times (kept from the second), then after each write.
+        for _ in 0..3 {
+            check!(product(&a)? == start, "unwritten");
+        }
+        double_bf16::launch(&dev, n * n, a.view())?;
+        let doubled: Vec<bf16> = start.iter().map(|v| bf16::from_f32(v.to_f32() * 2.0)).collect();
+        check!(product(&a)? == doubled, "after a kernel");
+        check!(product(&a)? == doubled);
+        let fresh: Vec<bf16> = values(12, n * n);
+        a.write(0, &fresh)?;
+        check!(product(&a)? == fresh, "after a write from the host");
+        check!(product(&a)? == fresh);
+        a.copy_from(&b)?;
+        check!(product(&a)? == eye, "after a copy within the device");
+        check!(product(&a)? == eye);
+        a.fill_bytes(0)?;
+        check!(product(&a)? == vec![bf16::ZERO; n * n], "after a memset");
+        check!(product(&a)? == vec![bf16::ZERO; n * n]);
+        // A product into A itself: A = B B = the identity.
+        dev.gemm(&g, b.view(), b.view(), a.view(), None)?;
+        check!(product(&a)? == eye, "after a GEMM's output");
+        Ok(())
+    });
+}

@@ -9,7 +9,10 @@
 #          the GPU beside benches/pytorch/nn_ops.py on the same GPU, and both on the CPU;
 #   gpt    examples/tests/gpt.rs (PyTorch's tokens and logits) and its memcheck, then a
 #          GPT-2-small-shaped decoder (benches/pytorch/gpt_bench.py writes it and times
-#          PyTorch eager on it) through examples/gpt.rs on one GPU, f32 and bf16.
+#          PyTorch eager on it) through examples/gpt.rs on one GPU, f32 and bf16;
+#   service tests/tensors.rs and the mlp_service example's test (and tensors' memcheck),
+#          then the service beside benches/pytorch/mlp_service.py on the GPU, and
+#          benches/mlp_batch.rs beside benches/pytorch/mlp_batch.py on the GPU.
 # Logs under $OUT.   carry: [".gpupack"]; command: PART=nn bash scripts/gpu/session-49.sh
 cd "$(dirname "$0")/../.."
 set -o pipefail
@@ -61,5 +64,20 @@ gpt)
     timeout 200 .gpu/examples/gpt -weights $model -heads 12 -batch 8 -prompt 128 -new 32 -dtype $d -ndev 1 -repeat 5 \
       2>&1 | tee "$OUT/gpt-$d.log" | grep -E "^GPT|prefill|rror"
   done
+  ;;
+service)
+  for b in tests--test-tensors examples--example-mlp_service; do
+    timeout 200 $t/$b > "$OUT/test-$b.log" 2>&1
+    echo "test $b: exit $? $(grep 'test result' "$OUT/test-$b.log" | tail -1)"
+  done
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $t/tests--test-tensors > "$OUT/memcheck-tensors.log" 2>&1
+  echo "memcheck tensors: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-tensors.log" | tail -1)"
+  model=/tmp/mlp.safetensors
+  for r in 1 2 3; do
+    echo "== round $r"; timeout 100 python3 benches/pytorch/mlp_service.py $model cuda 2>&1 | tee -a "$OUT/torch-service.log"
+    timeout 100 .gpu/examples/mlp_service $model 2>&1 | tee -a "$OUT/service.log" | tail -1
+  done
+  MLP_DEVICE=gpu timeout 150 .gpu/benches/mlp_batch --bench 2>&1 | tee "$OUT/mlp-batch-gpu.log" | grep -E "^\|"
+  timeout 100 python3 benches/pytorch/mlp_batch.py cuda 2>&1 | tee "$OUT/torch-mlp-batch.log"
   ;;
 esac

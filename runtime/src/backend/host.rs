@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::host_gemm::host_gemm;
+use super::host_gemm::{host_gemm, Widening};
+use super::host_widened::{new_stamp, WidenedOperands, DEFAULT_BUDGET};
 use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
 use crate::backend::worker::DeviceWorker;
@@ -335,12 +336,21 @@ pub(crate) struct HostDevice {
     description: DeviceDescription,
     worker: Option<Arc<DeviceWorker>>,
     pool: Arc<KernelPool>,
-    allocations: Mutex<BTreeMap<u64, usize>>,
+    allocations: Mutex<BTreeMap<u64, Allocation>>,
+    /// f32 copies of 16-bit GEMM operands, kept while their allocation is unwritten.
+    widened: Arc<WidenedOperands>,
     used: AtomicUsize,
     capacity: usize,
     /// The first failure of an enqueued kernel not yet reported: the next synchronisation
     /// of the device returns it (one worker runs every queue).
     failed: Arc<Mutex<Option<Error>>>,
+}
+
+/// A live allocation of a host device: its length, and the write stamp it had after the
+/// last write queued to it ([`super::host_widened`]).
+struct Allocation {
+    bytes: usize,
+    stamp: u64,
 }
 
 /// Host devices as a platform, like the GPUs' ([`super::platform`]): `count` devices of
@@ -422,6 +432,7 @@ impl HostDevice {
             worker: Some(worker),
             pool: Arc::new(pool),
             allocations: Mutex::new(BTreeMap::new()),
+            widened: Arc::new(WidenedOperands::new(DEFAULT_BUDGET)),
             used: AtomicUsize::new(0),
             capacity,
             failed: Arc::new(Mutex::new(None)),
@@ -571,10 +582,48 @@ impl HostDevice {
 
     /// Checks that `addr..addr+bytes` lies inside one live allocation.
     fn check_range(&self, addr: u64, bytes: usize, routine: &'static str) -> Result<()> {
+        self.stamp_of(addr, bytes).map(drop).ok_or(Error::UnknownDevicePointer {
+            device: self.number,
+            addr,
+            routine,
+        })
+    }
+
+    /// The write stamp of the allocation holding `addr..addr+bytes`, if one does.
+    fn stamp_of(&self, addr: u64, bytes: usize) -> Option<u64> {
         let allocs = self.allocations.lock();
         match allocs.range(..=addr).next_back() {
-            Some((&base, &len)) if addr + bytes as u64 <= base + len as u64 => Ok(()),
-            _ => Err(Error::UnknownDevicePointer { device: self.number, addr, routine }),
+            Some((&base, a)) if addr.saturating_add(bytes as u64) <= base + a.bytes as u64 => Some(a.stamp),
+            _ => None,
+        }
+    }
+
+    /// Renews the write stamp of every allocation that `addr..addr+bytes` reaches (of
+    /// every allocation when `bytes` is unknown): called after a write is queued.
+    fn stamp_written(&self, addr: u64, bytes: Option<usize>) {
+        let mut allocs = self.allocations.lock();
+        let stamp = new_stamp();
+        match bytes {
+            None => allocs.values_mut().for_each(|a| a.stamp = stamp),
+            Some(bytes) => {
+                let end = addr.saturating_add(bytes.max(1) as u64);
+                let first = allocs.range(..=addr).next_back().map_or(addr, |(&base, _)| base);
+                for (&base, a) in allocs.range_mut(first..end) {
+                    if base + a.bytes as u64 > addr {
+                        a.stamp = stamp;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renews the stamps of what a launch's pointer arguments reach (its kernel may write
+    /// any of them).
+    fn stamp_arguments(&self, args: &[KernelArg]) {
+        for arg in args {
+            if let KernelArg::Ptr { addr, bytes } = *arg {
+                self.stamp_written(addr, bytes);
+            }
         }
     }
 
@@ -600,6 +649,9 @@ impl HostDevice {
         let (g, pool, number) = (*g, Arc::clone(&self.pool), self.number);
         let (a, b, c) = (Addr(ops.a as usize), Addr(ops.b as usize), Addr(ops.c as usize));
         let bias = ops.bias.map(|b| Addr(b as usize));
+        // The operands' stamps now, before the product is queued (see `host_widened`).
+        let stamps = [self.stamp_of(ops.a, ea * size), self.stamp_of(ops.b, eb * size)];
+        let widened = Arc::clone(&self.widened);
         self.submit(self.spanned(move || {
             let (a, b, c, bias) = (a, b, c, bias);
             // SAFETY: the ranges lie in live allocations of this device, aligned for `T`
@@ -617,8 +669,14 @@ impl HostDevice {
             // is the queue's failure.
             let pool = pool.get(number).unwrap_or_else(|e| panic!("{e}"));
             let _in = InKernel::enter();
-            host_gemm(pool, &g, a, b, cm, bias);
-        }))
+            let widening = match stamps {
+                [Some(sa), Some(sb)] => Some(Widening { kept: &widened, stamps: [sa, sb] }),
+                _ => None,
+            };
+            host_gemm(pool, &g, a, b, cm, bias, widening);
+        }))?;
+        self.stamp_written(ops.c, Some(ec * size));
+        Ok(())
     }
 }
 
@@ -626,10 +684,13 @@ impl Drop for HostDevice {
     fn drop(&mut self) {
         // Every job was waited for, so none still uses the memory freed below.
         drop(self.worker.take());
-        for (&addr, &len) in self.allocations.get_mut().iter() {
+        for (&addr, a) in self.allocations.get_mut().iter() {
             // SAFETY: every entry was allocated by `alloc` with this layout and not freed.
             unsafe {
-                std::alloc::dealloc(addr as usize as *mut u8, Layout::from_size_align_unchecked(len, ALIGN))
+                std::alloc::dealloc(
+                    addr as usize as *mut u8,
+                    Layout::from_size_align_unchecked(a.bytes, ALIGN),
+                )
             };
         }
     }
@@ -672,17 +733,19 @@ impl Backend for HostDevice {
             self.used.fetch_sub(bytes, Ordering::Relaxed);
             return Err(oom(self.capacity - used));
         }
-        self.allocations.lock().insert(p as u64, bytes);
+        self.allocations.lock().insert(p as u64, Allocation { bytes, stamp: new_stamp() });
         Ok(p as u64)
     }
 
     fn free(&self, addr: u64, bytes: usize) -> Result<()> {
-        let len = self.allocations.lock().remove(&addr).ok_or(Error::UnknownDevicePointer {
-            device: self.number,
-            addr,
-            routine: "free",
-        })?;
+        let len = self
+            .allocations
+            .lock()
+            .remove(&addr)
+            .ok_or(Error::UnknownDevicePointer { device: self.number, addr, routine: "free" })?
+            .bytes;
         debug_assert_eq!(len, bytes);
+        self.widened.forget(addr, len);
         let a = Addr(addr as usize);
         // Freed on the queue, after any kernel or copy already queued that may use it.
         self.run(move || {
@@ -704,7 +767,9 @@ impl Backend for HostDevice {
             // passed this job; `dst` is inside one of this device's allocations (checked),
             // which never overlap host memory, and is freed only on this queue.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
-        })
+        })?;
+        self.stamp_written(dst, Some(bytes));
+        Ok(())
     }
 
     unsafe fn enqueue_read(&self, _q: Queue, dst: *mut u8, src: u64, bytes: usize) -> Result<()> {
@@ -726,7 +791,9 @@ impl Backend for HostDevice {
             // SAFETY: both ranges lie inside live allocations (checked), freed only on this
             // queue, after this job; they may overlap.
             unsafe { std::ptr::copy(s.0 as *const u8, d.0 as *mut u8, bytes) }
-        })
+        })?;
+        self.stamp_written(dst, Some(bytes));
+        Ok(())
     }
 
     fn enqueue_memset(&self, _q: Queue, dst: u64, value: u8, bytes: usize) -> Result<()> {
@@ -736,7 +803,9 @@ impl Backend for HostDevice {
             let d = d;
             // SAFETY: inside a live allocation (checked), freed only after this job.
             unsafe { std::ptr::write_bytes(d.0 as *mut u8, value, bytes) }
-        })
+        })?;
+        self.stamp_written(dst, Some(bytes));
+        Ok(())
     }
 
     fn record(&self, _q: Queue) -> Result<Event> {
@@ -825,7 +894,9 @@ impl Backend for HostDevice {
             // SAFETY: two live allocations of two distinct devices, valid and disjoint, kept
             // allocated by the caller until this queue has passed the copy.
             unsafe { std::ptr::copy_nonoverlapping(s.0 as *const u8, d.0 as *mut u8, bytes) }
-        }))
+        }))?;
+        self.stamp_written(dst, Some(bytes));
+        Ok(())
     }
 
     fn copy_from_peer(&self, dst: u64, src: &dyn Backend, src_addr: u64, bytes: usize) -> Result<()> {
@@ -843,7 +914,9 @@ impl Backend for HostDevice {
             if let Err(e) = job() {
                 failed.lock().get_or_insert(e);
             }
-        }))
+        }))?;
+        self.stamp_arguments(args);
+        Ok(())
     }
 
     /// As the enqueue, waited for, with this kernel's own result (not a failure another
@@ -851,7 +924,9 @@ impl Backend for HostDevice {
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let job = self.spanned(self.kernel_job(kernel, n, args)?);
         // On the worker: thread 0 of the device's kernel pool.
-        self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job)?
+        let ran = self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job);
+        self.stamp_arguments(args);
+        ran?
     }
 
     fn has_blas(&self) -> bool {

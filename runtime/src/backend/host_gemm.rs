@@ -1,9 +1,18 @@
 //! The host backend's GEMM: [`crate::gemm::Gemm`] computed on a host device's kernel pool,
 //! in the precisions a GPU computes it in (see `crate::gemm`).
 
-use std::borrow::Cow;
+use std::sync::Arc;
 
+use super::host_widened::WidenedOperands;
 use crate::gemm::{round_to_tf32, Gemm, GemmElement};
+
+/// Where a product finds f32 copies of its 16-bit operands: the device's kept copies and
+/// the write stamps of A's and B's allocations when it was queued.
+#[derive(Clone, Copy)]
+pub(crate) struct Widening<'w> {
+    pub(crate) kept: &'w WidenedOperands,
+    pub(crate) stamps: [u64; 2],
+}
 
 /// The host's GEMM: `matrixmultiply`'s packed, vectorised f32 kernel, one block of C's
 /// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
@@ -17,10 +26,11 @@ pub(crate) fn host_gemm<T: GemmElement>(
     b: &[T],
     c: &mut [T],
     bias: Option<&[T]>,
+    widening: Option<Widening<'_>>,
 ) {
     use rayon::prelude::*;
     if g.batch <= 1 || g.m == 0 || g.n == 0 {
-        return host_gemm_one(pool, g, a, b, c, bias);
+        return host_gemm_one(pool, g, a, b, c, bias, widening);
     }
     let Ok((ea, eb, ec)) = g.one_extents() else { unreachable!("the caller checked the extents") };
     let one = Gemm { batch: 1, ..*g };
@@ -28,9 +38,53 @@ pub(crate) fn host_gemm<T: GemmElement>(
     pool.install(|| {
         c.par_chunks_mut(g.stride_c).take(g.batch).enumerate().for_each(|(i, c)| {
             let (a, b) = (&a[i * g.stride_a..i * g.stride_a + ea], &b[i * g.stride_b..i * g.stride_b + eb]);
-            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias);
+            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias, widening);
         })
     });
+}
+
+/// An operand in f32: the caller's own, or a widened copy (kept or made for this product).
+enum Wide<'a> {
+    Same(&'a [f32]),
+    Widened(Arc<Vec<f32>>),
+}
+
+impl std::ops::Deref for Wide<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            Wide::Same(x) => x,
+            Wide::Widened(x) => x,
+        }
+    }
+}
+
+/// `x` in f32 (rounded to TF32 when `tf32`), made on `pool`.
+fn widened<T: GemmElement>(pool: &rayon::ThreadPool, x: &[T], tf32: bool) -> Vec<f32> {
+    use rayon::prelude::*;
+    pool.install(|| {
+        x.par_iter().map(|&v| if tf32 { round_to_tf32(v.to_f32()) } else { v.to_f32() }).collect()
+    })
+}
+
+/// Operand `operand` (0 for A, 1 for B) in f32: itself when it is f32 already (and not
+/// to be rounded to TF32), else a copy, kept across products where `widening` says.
+fn wide<'x, T: GemmElement>(
+    pool: &rayon::ThreadPool,
+    tf32: bool,
+    widening: Option<Widening<'_>>,
+    x: &'x [T],
+    operand: usize,
+) -> Wide<'x> {
+    match (T::as_f32(x), widening) {
+        (Some(x), _) if !tf32 => Wide::Same(x),
+        (_, Some(w)) => {
+            Wide::Widened(
+                w.kept.get(x.as_ptr() as u64, x.len(), tf32, w.stamps[operand], || widened(pool, x, tf32)),
+            )
+        }
+        (_, None) => Wide::Widened(Arc::new(widened(pool, x, tf32))),
+    }
 }
 
 /// [`host_gemm`] of one product.
@@ -41,24 +95,13 @@ fn host_gemm_one<T: GemmElement>(
     b: &[T],
     c: &mut [T],
     bias: Option<&[T]>,
+    widening: Option<Widening<'_>>,
 ) {
     use rayon::prelude::*;
     if g.m == 0 || g.n == 0 || g.batch == 0 {
         return;
     }
-    fn widen<'a, T: GemmElement>(pool: &rayon::ThreadPool, x: &'a [T], tf32: bool) -> Cow<'a, [f32]> {
-        match T::as_f32(x) {
-            Some(x) if !tf32 => Cow::Borrowed(x),
-            _ => pool.install(|| {
-                Cow::Owned(
-                    x.par_iter()
-                        .map(|&v| if tf32 { round_to_tf32(v.to_f32()) } else { v.to_f32() })
-                        .collect(),
-                )
-            }),
-        }
-    }
-    let (a, b) = (widen(pool, a, g.tf32), widen(pool, b, g.tf32));
+    let (a, b) = (wide(pool, g.tf32, widening, a, 0), wide(pool, g.tf32, widening, b, 1));
     let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
     match T::as_f32_mut(c) {
         Some(c) => f32_gemm(pool, g, &a, &b, c, bias.as_deref()),
@@ -284,7 +327,7 @@ mod tests {
                     let (a, b, c0, bias) = (gen(ea), gen(eb), gen(ec), gen(m));
                     let bias = with_bias.then_some(&bias[..]);
                     let mut c = c0.clone();
-                    host_gemm(&pool, &g, &a, &b, &mut c, bias);
+                    host_gemm(&pool, &g, &a, &b, &mut c, bias, None);
                     for j in 0..n {
                         for i in 0..m {
                             let want = reference(&g, &a, &b, &c0, bias, i, j);

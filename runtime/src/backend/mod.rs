@@ -16,6 +16,7 @@ pub(crate) mod cuda;
 pub(crate) mod hip;
 pub(crate) mod host;
 mod host_gemm;
+mod host_widened;
 pub mod kernel_cache;
 pub(crate) mod platform;
 pub mod topology;
