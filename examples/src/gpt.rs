@@ -414,10 +414,14 @@ macro_rules! gpt_kernels {
             }
 
             /// `[batch * len, 3 * dim]` (q, k, v side by side) to `q` `[batch, heads, len,
-            /// hd]` and positions `p0..p0 + len` of the caches `[batch, heads, ctx, hd]`.
-            #[offload::kernel(dims = 1)]
+            /// hd]` and positions `p0..p0 + len` of the caches `[batch, heads, ctx, hd]`:
+            /// over rows `r`, the `3 * heads` heads of q, k and v, and each head's `e`
+            /// (three loops, so that a host device divides per head, not per element).
+            #[offload::kernel(dims = 3)]
             pub fn split_heads(
-                i: usize,
+                r: usize,
+                j: usize,
+                e: usize,
                 len: usize,
                 heads: usize,
                 hd: usize,
@@ -428,30 +432,25 @@ macro_rules! gpt_kernels {
                 k: &mut [$t],
                 v: &mut [$t],
             ) {
-                let dim = heads * hd;
-                let r = i / (3 * dim);
-                let c = i % (3 * dim);
-                let part = c / dim;
-                let h = (c % dim) / hd;
-                let e = c % hd;
+                let part = j / heads;
+                let h = j % heads;
                 let b = r / len;
                 let t = r % len;
+                let x = qkv[(r * 3 * heads + j) * hd + e];
                 if part == 0 {
-                    q[((b * heads + h) * len + t) * hd + e] = qkv[i];
+                    q[((b * heads + h) * len + t) * hd + e] = x;
                 } else if part == 1 {
-                    k[((b * heads + h) * ctx + p0 + t) * hd + e] = qkv[i];
+                    k[((b * heads + h) * ctx + p0 + t) * hd + e] = x;
                 } else {
-                    v[((b * heads + h) * ctx + p0 + t) * hd + e] = qkv[i];
+                    v[((b * heads + h) * ctx + p0 + t) * hd + e] = x;
                 }
             }
 
-            /// `[batch, heads, len, hd]` back to `[batch * len, heads * hd]`.
-            #[offload::kernel(dims = 1)]
-            pub fn merge_heads(i: usize, len: usize, heads: usize, hd: usize, o: &[$t], a: &mut [$t]) {
-                let dim = heads * hd;
-                let r = i / dim;
-                let c = i % dim;
-                a[i] = o[((r / len * heads + c / hd) * len + r % len) * hd + c % hd];
+            /// `[batch, heads, len, hd]` back to `[batch * len, heads * hd]`, over rows,
+            /// heads and each head's `e`.
+            #[offload::kernel(dims = 3)]
+            pub fn merge_heads(r: usize, h: usize, e: usize, len: usize, heads: usize, hd: usize, o: &[$t], a: &mut [$t]) {
+                a[(r * heads + h) * hd + e] = o[((r / len * heads + h) * len + r % len) * hd + e];
             }
 
             /// Each sequence's last row of `x` (`[batch, len, dim]`) into `y` (`[batch, dim]`).
@@ -476,10 +475,10 @@ macro_rules! gpt_kernels {
                 k: DeviceSlice<'_, Self>,
                 v: DeviceSlice<'_, Self>,
             ) -> Result<()> {
-                $module::split_heads::launch(dev, batch * len * 3 * heads * hd, len, heads, hd, ctx, p0, qkv, q, k, v)
+                $module::split_heads::launch(dev, (0..batch * len, 0..3 * heads, 0..hd), len, heads, hd, ctx, p0, qkv, q, k, v)
             }
             fn merge_heads(dev: &Device<'_>, (batch, len, heads, hd): (usize, usize, usize, usize), o: DeviceSlice<'_, Self>, a: DeviceSlice<'_, Self>) -> Result<()> {
-                $module::merge_heads::launch(dev, batch * len * heads * hd, len, heads, hd, o, a)
+                $module::merge_heads::launch(dev, (0..batch * len, 0..heads, 0..hd), len, heads, hd, o, a)
             }
             fn last_rows(dev: &Device<'_>, (batch, len, dim): (usize, usize, usize), x: DeviceSlice<'_, Self>, y: DeviceSlice<'_, Self>) -> Result<()> {
                 $module::last_rows::launch(dev, batch * dim, len, dim, x, y)

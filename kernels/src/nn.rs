@@ -3,8 +3,9 @@
 //! and RMS norm, argmax, exact and tanh GELU, SiLU, the residual add, casts, the
 //! [`embedding`] gather and [`attention`] (the device's GEMMs around a masked softmax). Each
 //! computes in f32 and rounds once to the element type when it stores, as PyTorch's CUDA
-//! kernels for 16-bit tensors do; the row-wise ones are teams kernels (a team of
-//! [`ROW_TEAM`] threads per row, the row's maximum and sums reduced across the team).
+//! kernels for 16-bit tensors do; the row-wise ones are teams kernels (a team per row of
+//! the whole warps that cover it, at most [`ROW_TEAM`] threads, the row's maximum and sums
+//! reduced across the team).
 //!
 //! Tensors are row-major views with the row length given (`cols`); every launcher checks
 //! that each view holds whole rows of the same count before anything runs, and says which
@@ -28,8 +29,16 @@
 use offload::half::{bf16, f16};
 use offload::{Device, DeviceCopy, DeviceSlice, Error, Gemm, GemmElement, Kernel, Result};
 
-/// Threads of the team that works one row of a row-wise kernel.
+/// Threads of the team that works one row of a row-wise kernel, at most: a row of fewer
+/// columns gets the whole warps that cover it.
 pub const ROW_TEAM: usize = 256;
+
+/// The team for rows of `cols` elements: the whole warps covering a row, at most
+/// [`ROW_TEAM`] (a team thread per element of a short row, not 256 of which most idle:
+/// host devices run a team's threads as loops, so idle ones cost there too).
+fn row_team(cols: usize) -> usize {
+    (cols.div_ceil(32) * 32).clamp(32, ROW_TEAM)
+}
 
 /// GELU with the exact normal CDF (`nn.GELU()`).
 const GELU: u32 = 0;
@@ -60,7 +69,7 @@ macro_rules! nn_kernels {
             use offload::half::{bf16, f16};
 
             /// `y = softmax(x)` over each row of `cols`, or `log_softmax(x)` when `log`.
-            #[offload::kernel(teams = 256)]
+            #[offload::kernel(teams = ..=256)]
             pub fn softmax(row: usize, thread: usize, cols: usize, log: bool, x: &[$t], y: &mut [$t]) {
                 let base = row * cols;
                 let mut m = f32::NEG_INFINITY;
@@ -90,7 +99,7 @@ macro_rules! nn_kernels {
             /// with `causal`, row `r` (query `r % q_len`, the queries being the last
             /// `q_len` of `cols` positions) keeps the keys up to its own position and
             /// gives the rest 0.
-            #[offload::kernel(teams = 256)]
+            #[offload::kernel(teams = ..=256)]
             pub fn masked_softmax(row: usize, thread: usize, cols: usize, q_len: usize, causal: bool, s: &mut [$t]) {
                 let base = row * cols;
                 let keep = if causal { cols - q_len + row % q_len + 1 } else { cols };
@@ -118,7 +127,7 @@ macro_rules! nn_kernels {
 
             /// `y = (x - mean) / sqrt(var + eps) * gamma + beta` over each row of `cols`
             /// (the biased variance, as `nn.LayerNorm`).
-            #[offload::kernel(teams = 256)]
+            #[offload::kernel(teams = ..=256)]
             #[allow(clippy::too_many_arguments)]
             pub fn layer_norm(
                 row: usize,
@@ -157,7 +166,7 @@ macro_rules! nn_kernels {
             }
 
             /// `y = x / sqrt(mean(x^2) + eps) * w` over each row of `cols`.
-            #[offload::kernel(teams = 256)]
+            #[offload::kernel(teams = ..=256)]
             pub fn rms_norm(row: usize, thread: usize, cols: usize, eps: f32, x: &[$t], w: &[$t], y: &mut [$t]) {
                 let base = row * cols;
                 let mut q = 0.0f32;
@@ -410,7 +419,7 @@ macro_rules! nn_float {
                 x: DeviceSlice<'_, Self>,
                 y: DeviceSlice<'_, Self>,
             ) -> Result<()> {
-                $module::softmax::launch(d, rows, cols, log, x, y)
+                $module::softmax::launch(d, rows, row_team(cols), cols, log, x, y)
             }
             fn layer_norm(
                 d: &Device<'_>,
@@ -422,7 +431,7 @@ macro_rules! nn_float {
                 beta: DeviceSlice<'_, Self>,
                 y: DeviceSlice<'_, Self>,
             ) -> Result<()> {
-                $module::layer_norm::launch(d, rows, cols, eps, x, gamma, beta, y)
+                $module::layer_norm::launch(d, rows, row_team(cols), cols, eps, x, gamma, beta, y)
             }
             fn rms_norm(
                 d: &Device<'_>,
@@ -433,7 +442,7 @@ macro_rules! nn_float {
                 w: DeviceSlice<'_, Self>,
                 y: DeviceSlice<'_, Self>,
             ) -> Result<()> {
-                $module::rms_norm::launch(d, rows, cols, eps, x, w, y)
+                $module::rms_norm::launch(d, rows, row_team(cols), cols, eps, x, w, y)
             }
             fn masked_softmax(
                 d: &Device<'_>,
@@ -443,7 +452,7 @@ macro_rules! nn_float {
                 causal: bool,
                 s: DeviceSlice<'_, Self>,
             ) -> Result<()> {
-                $module::masked_softmax::launch(d, rows, cols, q_len, causal, s)
+                $module::masked_softmax::launch(d, rows, row_team(cols), cols, q_len, causal, s)
             }
             fn argmax(
                 d: &Device<'_>,
