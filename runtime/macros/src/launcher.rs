@@ -50,13 +50,13 @@ pub(crate) fn shape(g: &KernelGen<'_>) -> TokenStream {
             match &p.kind {
                 ParamKind::Scalar(_) => quote!(#sp::Value),
                 ParamKind::Struct(_) => quote!(#sp::Struct),
-                ParamKind::View { elem, .. } => {
+                ParamKind::View { elem, mutable } => {
                     let t = elem.rust_inner();
-                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>() })
+                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>(), writes: #mutable })
                 }
                 ParamKind::Reduction { ty, .. } => {
                     let t = ty.rust();
-                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>() })
+                    quote!(#sp::View { elem_bytes: ::core::mem::size_of::<#t>(), writes: true })
                 }
             }
         })

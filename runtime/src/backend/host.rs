@@ -23,7 +23,7 @@ use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
 use crate::fork_join::{ForkJoinTeam, SharedCores};
 use crate::gemm::{ElementType, Gemm, GemmElement};
-use crate::kernel::{run_host_kernel, Kernel, KernelArg};
+use crate::kernel::{run_host_kernel, Kernel, KernelArg, ShapeParam};
 use crate::topology::Topology;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
@@ -617,11 +617,30 @@ impl HostDevice {
         }
     }
 
-    /// Renews the stamps of what a launch's pointer arguments reach (its kernel may write
-    /// any of them).
-    fn stamp_arguments(&self, args: &[KernelArg]) {
-        for arg in args {
-            if let KernelArg::Ptr { addr, bytes } = *arg {
+    /// Renews the stamps of what a launch's pointer arguments reach, but for the views
+    /// `kernel`'s shape says it only reads (`&[T]`). The argument block's pointers are its
+    /// views, in order (the index space's slots and the views' lengths are values); when
+    /// they do not pair one to one with the shape's views, or the kernel has no shape (one
+    /// built by hand, which may write through any pointer), every pointer counts as written.
+    fn stamp_arguments(&self, kernel: &Kernel, args: &[KernelArg]) {
+        let pointers = args.iter().filter_map(|a| match *a {
+            KernelArg::Ptr { addr, bytes } => Some((addr, bytes)),
+            KernelArg::Scalar(_) => None,
+        });
+        let writes: Vec<bool> = kernel
+            .shape()
+            .map(|s| {
+                s.params
+                    .iter()
+                    .filter_map(
+                        |p| if let ShapeParam::View { writes, .. } = p { Some(*writes) } else { None },
+                    )
+                    .collect()
+            })
+            .unwrap_or_default();
+        let paired = writes.len() == pointers.clone().count();
+        for (k, (addr, bytes)) in pointers.enumerate() {
+            if !paired || writes[k] {
                 self.stamp_written(addr, bytes);
             }
         }
@@ -915,7 +934,7 @@ impl Backend for HostDevice {
                 failed.lock().get_or_insert(e);
             }
         }))?;
-        self.stamp_arguments(args);
+        self.stamp_arguments(kernel, args);
         Ok(())
     }
 
@@ -925,7 +944,7 @@ impl Backend for HostDevice {
         let job = self.spanned(self.kernel_job(kernel, n, args)?);
         // On the worker: thread 0 of the device's kernel pool.
         let ran = self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job);
-        self.stamp_arguments(args);
+        self.stamp_arguments(kernel, args);
         ran?
     }
 
@@ -1036,6 +1055,59 @@ pub(crate) mod tests {
         drop(d.worker.take());
         assert!(matches!(d.record(Queue::Compute), Err(Error::QueueClosed { .. })));
         assert!(matches!(d.enqueue_memset(Queue::Compute, 0, 0, 0), Err(Error::UnknownDevicePointer { .. })));
+    }
+
+    /// A launch renews the write stamps of the views its kernel may write, not of those it
+    /// only reads; of every pointer when its kernel has no shape or its pointers do not
+    /// pair with the shape's views; copies, memsets and a GEMM's output renew theirs.
+    #[test]
+    fn writes_renew_the_stamps_of_what_they_reach() {
+        use crate::kernel::{KernelShape, Scalar};
+        fn nothing(_: &crate::kernel::HostLaunch<'_>) -> std::result::Result<(), String> {
+            Ok(())
+        }
+        static SHAPE: KernelShape = KernelShape {
+            dims: 1,
+            threads: 0,
+            team_size_at_launch: false,
+            team_warps: false,
+            params: &[
+                ShapeParam::View { elem_bytes: 4, writes: false },
+                ShapeParam::Value,
+                ShapeParam::View { elem_bytes: 4, writes: true },
+            ],
+        };
+        static SHAPED: Kernel = Kernel::new("shaped").with_host(nothing).with_shape(&SHAPE);
+        static BY_HAND: Kernel = Kernel::new("by_hand").with_host(nothing);
+        let d = device(1 << 20);
+        let (r, w, other) = (d.alloc(64).unwrap(), d.alloc(64).unwrap(), d.alloc(64).unwrap());
+        let stamp = |p| d.stamp_of(p, 64).unwrap();
+        let before = [stamp(r), stamp(w), stamp(other)];
+        let ptr = |addr| KernelArg::Ptr { addr, bytes: Some(64) };
+        let args = [KernelArg::Scalar(Scalar::U64(0)), ptr(r), KernelArg::Scalar(Scalar::U32(3)), ptr(w)];
+        d.launch(&SHAPED, 1, &args).unwrap();
+        assert_eq!(stamp(r), before[0], "a view only read keeps its stamp");
+        assert_ne!(stamp(w), before[1], "a view written gets a new one");
+        assert_eq!(stamp(other), before[2]);
+        let s = stamp(r);
+        d.launch(&BY_HAND, 1, &[ptr(r)]).unwrap();
+        assert_ne!(stamp(r), s, "a kernel without a shape may write any pointer");
+        let s = stamp(r);
+        d.launch(&SHAPED, 1, &[ptr(r), KernelArg::Scalar(Scalar::U32(3))]).unwrap();
+        assert_ne!(stamp(r), s, "unpaired pointers count as written");
+        let s = stamp(other);
+        d.enqueue_memset(Queue::Compute, other + 8, 0, 8).unwrap();
+        assert_ne!(stamp(other), s, "a memset");
+        let s = stamp(other);
+        d.enqueue_copy(Queue::Compute, other, w, 64).unwrap();
+        assert_ne!(stamp(other), s, "a copy");
+        let s = [stamp(r), stamp(w)];
+        d.launch(&BY_HAND, 1, &[KernelArg::Ptr { addr: w, bytes: None }]).unwrap();
+        assert!(stamp(r) != s[0] && stamp(w) != s[1], "a pointer of unknown extent reaches everything");
+        d.synchronize().unwrap();
+        for p in [r, w, other] {
+            d.free(p, 64).unwrap();
+        }
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! Every allocation of a host device carries a *write stamp*, a number from one counter
 //! for the process, renewed after each write the device is asked for (a copy or memset
-//! into it, a GEMM's output, and a kernel launch for every allocation one of its pointer
-//! arguments reaches, read or written: a kernel's parameters do not say which it writes).
+//! into it, a GEMM's output, and a kernel launch for every allocation that one of its
+//! pointer arguments reaches, but for a generated kernel's views it only reads, `&[T]`,
+//! which its [`crate::kernel::KernelShape`] says).
 //! A product takes its operands' stamps before it is queued; a copy widened under a stamp
 //! is used again only while the allocation keeps that stamp. Writers renew the stamp
 //! after queueing their write and readers take it before queueing their read, so a copy

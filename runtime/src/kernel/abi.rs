@@ -187,7 +187,7 @@ pub(crate) fn expand_c_shaped(
     for (k, (a, p)) in args.iter().zip(shape.params).enumerate() {
         match (p, a) {
             (ShapeParam::Value, KernelArg::Scalar(_)) => {}
-            (ShapeParam::View { elem_bytes }, KernelArg::Ptr { bytes: Some(b), .. }) => {
+            (ShapeParam::View { elem_bytes, .. }, KernelArg::Ptr { bytes: Some(b), .. }) => {
                 lens.push(KernelArg::Scalar(Scalar::U64((b / (*elem_bytes).max(1)) as u64)));
             }
             (ShapeParam::View { .. }, KernelArg::Ptr { bytes: None, addr }) => {

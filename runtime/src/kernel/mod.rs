@@ -113,6 +113,9 @@ pub enum ShapeParam {
     View {
         /// Bytes per element.
         elem_bytes: usize,
+        /// Whether the kernel may write it (a `&mut [T]`, a reduction's variable); a `&[T]`
+        /// is only read.
+        writes: bool,
     },
     /// A struct by value (not expressible in the OpenMP shape).
     Struct,
