@@ -131,6 +131,11 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
     let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
     let threads = pool.current_num_threads().max(1);
+    if g.transa && !g.transb && g.n <= SKINNY && g.k > 0 {
+        // A layer applied to a handful of rows (a decoding step): dot products reading
+        // each weight row once, rather than packing every weight for a few columns.
+        return f32_gemm_skinny(pool, g, a, b, c, bias);
+    }
     if threads > 1 && g.m >= g.n && g.m >= 64 && g.k > 0 {
         // Each task packs its own part of one operand and all of the other: split the
         // longer side of C (a layer's outputs, against a batch's rows), so that the
@@ -183,6 +188,61 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
             }
         })
     });
+}
+
+/// The most columns of C (rows of a batch) [`f32_gemm_skinny`] takes.
+const SKINNY: usize = 8;
+
+/// [`f32_gemm`] for `op(A) = A^T` (A's rows are C's rows' weights, contiguous), `op(B) = B`
+/// and at most [`SKINNY`] columns of C (`g.k > 0`): each C element the dot product of a row
+/// of A and a column of B, in blocks of C's rows over the pool, each row of A read once
+/// for every column. A matrix-vector product is memory-bound: packing A for so few columns,
+/// as a general kernel does, costs more than the arithmetic.
+fn f32_gemm_skinny(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    bias: Option<&[f32]>,
+) {
+    use rayon::prelude::*;
+    let rows = g.m.div_ceil(pool.current_num_threads().max(1) * 4).max(16);
+    // Every block writes rows i0..i0 + m of each column, which no other block writes; the
+    // blocks meet in C only through its address.
+    let c_addr = c.as_mut_ptr() as usize;
+    pool.install(|| {
+        (0..g.m.div_ceil(rows)).into_par_iter().for_each(|block| {
+            let i0 = block * rows;
+            let m = rows.min(g.m - i0);
+            for j in 0..g.n {
+                let col = &b[j * g.ldb..j * g.ldb + g.k];
+                // SAFETY: rows i0..i0+m of column j lie in `c` (`extents` bounds C's span) and
+                // this block alone writes them.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut((c_addr as *mut f32).add(j * g.ldc + i0), m) };
+                for (r, o) in out.iter_mut().enumerate() {
+                    let row = &a[(i0 + r) * g.lda..(i0 + r) * g.lda + g.k];
+                    let v = g.alpha * dot(row, col);
+                    *o = if g.beta == 0.0 { v } else { v + g.beta * *o };
+                }
+                epilogue(g, out, bias.map(|b| &b[i0..i0 + m]));
+            }
+        })
+    });
+}
+
+/// `x . y` over equal lengths, in eight running sums (lanes the compiler vectorises).
+fn dot(x: &[f32], y: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (xs, ys) = (x.chunks_exact(8), y.chunks_exact(8));
+    let tail: f32 = xs.remainder().iter().zip(ys.remainder()).map(|(a, b)| a * b).sum();
+    for (xc, yc) in xs.zip(ys) {
+        for l in 0..8 {
+            acc[l] += xc[l] * yc[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// The bias (one per row of `col`) and the activation on a column (or part of one) of C.
