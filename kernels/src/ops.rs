@@ -90,8 +90,8 @@ pub fn linear<T: NnFloat>(
     y.expect_dims(R, &with_last(x.dims(), Some(n)), &format!("`{}`'s rows x out_features", x.name()))?;
     let (layout, wv) = if w.shape().is_contiguous() {
         (WeightLayout::OutIn, w.contiguous(R)?)
-    } else if w.t()?.shape().is_contiguous() {
-        (WeightLayout::InOut, w.t()?.contiguous(R)?)
+    } else if let Some(stored) = w.t().ok().filter(|t| t.shape().is_contiguous()) {
+        (WeightLayout::InOut, stored.contiguous(R)?)
     } else {
         return Err(Error::Shape {
             routine: R,

@@ -627,20 +627,20 @@ impl HostDevice {
             KernelArg::Ptr { addr, bytes } => Some((addr, bytes)),
             KernelArg::Scalar(_) => None,
         });
-        let writes: Vec<bool> = kernel
-            .shape()
-            .map(|s| {
-                s.params
-                    .iter()
-                    .filter_map(
-                        |p| if let ShapeParam::View { writes, .. } = p { Some(*writes) } else { None },
-                    )
-                    .collect()
+        // What each view may do, without allocating on the launch path.
+        let views = kernel.shape().map(|s| {
+            s.params.iter().filter_map(|p| {
+                if let ShapeParam::View { writes, .. } = p {
+                    Some(*writes)
+                } else {
+                    None
+                }
             })
-            .unwrap_or_default();
-        let paired = writes.len() == pointers.clone().count();
-        for (k, (addr, bytes)) in pointers.enumerate() {
-            if !paired || writes[k] {
+        });
+        let paired = views.clone().is_some_and(|v| v.count() == pointers.clone().count());
+        let mut writes = views.into_iter().flatten();
+        for (addr, bytes) in pointers {
+            if !paired || writes.next().unwrap_or(true) {
                 self.stamp_written(addr, bytes);
             }
         }
