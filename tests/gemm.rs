@@ -246,3 +246,44 @@ fn a_16_bit_operand_written_between_products_is_read_anew() {
         Ok(())
     });
 }
+
+/// Host devices multiply bf16 with the CPU's bf16 dot products (AVX512-BF16) where it has
+/// them, and widen to f32 when `host_bf16_dot(false)` says so: told apart by a subnormal
+/// input, which the instruction counts as zero.
+#[test]
+fn host_bf16_products_follow_the_dot_product_setting() {
+    #[cfg(target_arch = "x86_64")]
+    let has_dot = std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512bf16");
+    #[cfg(not(target_arch = "x86_64"))]
+    let has_dot = false;
+    // A 1 x 1 x 1 product of the smallest subnormal and 2^100: 2^-33 exactly, or 0.
+    let a = [bf16::from_bits(1)];
+    let b = [bf16::from_f32(2f32.powi(100))];
+    let exact = a[0].to_f32() * b[0].to_f32();
+    assert!(exact > 0.0);
+    for dot in [true, false] {
+        let rt = offload::Runtime::builder()
+            .env(|_| None)
+            .gpus(false)
+            .host_devices(1)
+            .host_bf16_dot(dot)
+            .build()
+            .unwrap();
+        let dev = rt.device(0).unwrap();
+        let mut c = [bf16::ONE];
+        let g = Gemm { m: 1, n: 1, k: 1, lda: 1, ldb: 1, ldc: 1, ..Gemm::default() };
+        dev.data((map::to(&a[..]), map::to(&b[..]), map::from(&mut c[..])), |(a, b, c)| {
+            dev.gemm(&g, a, b, c, None)
+        })
+        .unwrap();
+        let want = if dot && has_dot { 0.0 } else { exact };
+        assert_eq!(
+            c[0].to_f32(),
+            want,
+            "host_bf16_dot({dot}) on a CPU with{} AVX512-BF16",
+            if has_dot { "" } else { "out" }
+        );
+    }
+}

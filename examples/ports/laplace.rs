@@ -254,7 +254,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let warmup: usize = o.num("warmup", 20)?;
     let it_max: usize = o.num("it_max", 1_000_000)?;
     let out = o.text("out", "temperature.dat");
-    if num < 4 || num % 2 != 0 {
+    if num < 4 || !num.is_multiple_of(2) {
         return Err("-n must be even and at least 4".into());
     }
     let (l, h, width, th_cond, tn) = (1.0f32, 1.0f32, 0.01f32, 1.0f32, 1.0f32);

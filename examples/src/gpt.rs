@@ -207,7 +207,7 @@ impl<'rt, T: GptFloat> Gpt<'rt, T> {
         let GptConfig { vocab, ctx, dim, heads, eps, .. } = self.config;
         let (batch, hd, p0) = (self.batch, self.config.head_dim(), self.filled);
         let len = ids.len() / batch;
-        if len == 0 || ids.len() % batch != 0 || p0 + len > ctx {
+        if len == 0 || !ids.len().is_multiple_of(batch) || p0 + len > ctx {
             return Err(Error::InvalidArgument {
                 routine: "Gpt::forward",
                 what: format!(

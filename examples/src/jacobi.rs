@@ -122,7 +122,7 @@ pub fn solve_slab(
     let mut a_new = a.clone();
     let across = edges.map(|edges| Across { edges, clock: HaloClock::default() });
     let (seconds, norm) = run_steps(rt, devices, args, part, &mut a, &mut a_new, across.as_ref())?;
-    let grid = if args.niter % 2 == 0 { a } else { a_new };
+    let grid = if args.niter.is_multiple_of(2) { a } else { a_new };
     Ok(Outcome { seconds, norm, grid, halo: across.and_then(|a| a.clock.per_step()) })
 }
 
@@ -206,7 +206,7 @@ fn run_steps(
                 total = r.sum(f64::from(total)) as f32;
             }
             *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
-            if !args.csv && iter % 100 == 0 && ranks.is_none_or(|r| r.is_root()) {
+            if !args.csv && iter.is_multiple_of(100) && ranks.is_none_or(|r| r.is_root()) {
                 println!("{iter:5}, {:.6}", total.sqrt());
             }
             Ok(())
@@ -266,7 +266,7 @@ fn run_steps(
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;
     // After an even number of steps the newest values are back in the first grid.
-    let (newest, other) = if args.niter % 2 == 0 { (g0, g1) } else { (g1, g0) };
+    let (newest, other) = if args.niter.is_multiple_of(2) { (g0, g1) } else { (g1, g0) };
     drop(other);
     newest.gather()?;
     let norm = *norm_out.lock().map_err(|_| poisoned())?;

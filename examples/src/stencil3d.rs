@@ -91,7 +91,7 @@ pub fn solve_slab(
     let mut b = a.clone();
     let across = edges.map(|edges| Across { edges, clock: HaloClock::default() });
     let seconds = run_steps(rt, devices, args, part, &mut a, &mut b, across.as_ref())?;
-    Ok((seconds, if args.niter % 2 == 0 { a } else { b }, across.and_then(|a| a.clock.per_step())))
+    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }, across.and_then(|a| a.clock.per_step())))
 }
 
 fn run_steps(
@@ -179,7 +179,7 @@ fn run_steps(
     }
     let seconds = start.elapsed().as_secs_f64();
     let [g0, g1] = grids;
-    let (newest, other) = if args.niter % 2 == 0 { (g0, g1) } else { (g1, g0) };
+    let (newest, other) = if args.niter.is_multiple_of(2) { (g0, g1) } else { (g1, g0) };
     drop(other);
     newest.gather()?;
     Ok(seconds)

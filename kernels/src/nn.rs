@@ -530,7 +530,7 @@ nn_float!(f16, for_f16);
 /// The rows of `cols` that view `name` (argument `index` of `kernel`, `len` elements)
 /// holds, or an error saying why it holds no whole number of them.
 fn rows_of(kernel: &'static str, index: usize, name: &str, len: usize, cols: usize) -> Result<usize> {
-    if cols == 0 || len % cols != 0 {
+    if cols == 0 || !len.is_multiple_of(cols) {
         return Err(Error::KernelArgument {
             kernel,
             index,

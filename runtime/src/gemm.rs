@@ -8,7 +8,10 @@
 //! and the activation fused into the GEMM's epilogue), `matrixmultiply`'s kernel on host
 //! devices, which compute the same precisions the same way (operands widened to f32, or
 //! rounded to TF32 first; f32 accumulation; the epilogue in f32; one rounding to the output
-//! type), so that host tests check what GPUs compute.
+//! type), so that host tests check what GPUs compute. bf16 products on a CPU with AVX512-BF16
+//! multiply the bf16 pairs as they are, with f32 partial sums (`vdpbf16ps`, twice the f32
+//! kernel's rate), as GPUs' bf16 tensor cores do; such a CPU counts subnormal bf16 inputs
+//! as zero ([`crate::RuntimeBuilder::host_bf16_dot`] turns it off).
 //!
 //! | precision | operands | expected relative error of a `k`-long dot product |
 //! |---|---|---|
@@ -378,6 +381,11 @@ pub trait GemmElement: DeviceCopy + Send + Sync + sealed::Sealed {
         let _ = s;
         None
     }
+    /// The slice itself when the type is bf16 (which host devices may multiply as it is).
+    fn as_bf16(s: &[Self]) -> Option<&[half::bf16]> {
+        let _ = s;
+        None
+    }
 }
 
 impl GemmElement for f32 {
@@ -413,6 +421,9 @@ impl GemmElement for half::bf16 {
     }
     fn from_f32(v: f32) -> Self {
         half::bf16::from_f32(v)
+    }
+    fn as_bf16(s: &[Self]) -> Option<&[half::bf16]> {
+        Some(s)
     }
 }
 

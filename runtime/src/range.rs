@@ -100,7 +100,7 @@ impl fmt::Display for RangeName {
             // Below the array's first element there is no section to name.
             Some(a) if r.begin >= a.begin => {
                 let (offset, elem) = (r.begin - a.begin, a.elem.max(1));
-                if offset % elem == 0 && r.bytes % elem == 0 {
+                if offset % elem == 0 && r.bytes.is_multiple_of(elem) {
                     write!(f, "{}[{}:{}]", a.name, offset / elem, r.bytes / elem)
                 } else {
                     // Not whole elements: the section in bytes.

@@ -203,6 +203,8 @@ fn device_items(f: &ItemFn, original: &ItemFn) -> syn::Result<TokenStream> {
     };
     let twin_body = emit.stmts(&body.stmts);
     Ok(quote! {
+        // The kernel language has `%` but not `is_multiple_of`, which clippy would ask for.
+        #[allow(clippy::manual_is_multiple_of)]
         #original
         #[doc(hidden)]
         #[allow(unused, unused_parens, clippy::all, non_snake_case)]
@@ -616,7 +618,8 @@ fn generate(
     Ok(quote! {
         #shared_checks
         #threads_item
-        #[allow(dead_code)]
+        // The kernel language has `%` but not `is_multiple_of`, which clippy would ask for.
+        #[allow(dead_code, clippy::manual_is_multiple_of)]
         #original
 
         #[doc = #doc]

@@ -208,7 +208,8 @@ impl<'rt> Device<'rt> {
     /// BLAS; D is C's memory) on mapped views of `f32`, `bf16` or `f16` elements, with f32
     /// accumulation: cuBLASLt on CUDA devices, the bias and the activation fused into its
     /// epilogue; `matrixmultiply`'s kernel over the device's threads on host devices, which
-    /// compute the same precisions (see [`crate::gemm`]). Each view must span its operand
+    /// compute the same precisions (see [`crate::gemm`]), and bf16 on the CPU's bf16 dot
+    /// products where it has them ([`crate::RuntimeBuilder::host_bf16_dot`]). Each view must span its operand
     /// (the bias `g.m` elements) within one mapped range or a [`crate::DeviceBuffer::view`],
     /// and C's must be writable (not of a shared borrow); C must not overlap the other
     /// operands.

@@ -339,6 +339,8 @@ pub(crate) struct HostDevice {
     allocations: Mutex<BTreeMap<u64, Allocation>>,
     /// f32 copies of 16-bit GEMM operands, kept while their allocation is unwritten.
     widened: Arc<WidenedOperands>,
+    /// Whether bf16 products use the CPU's bf16 dot products (`host_bf16`) where it has them.
+    bf16_dot: bool,
     used: AtomicUsize,
     capacity: usize,
     /// The first failure of an enqueued kernel not yet reported: the next synchronisation
@@ -363,6 +365,8 @@ pub(crate) struct HostPlatform {
     pub(crate) defaulted: bool,
     pub(crate) capacity: usize,
     pub(crate) kernel_threads: Option<usize>,
+    /// Whether bf16 products use the CPU's bf16 dot products where it has them.
+    pub(crate) bf16_dot: bool,
     pub(crate) topology: Arc<Topology>,
     /// The cores the devices' generated kernels share: devices running kernels at once
     /// split them ([`SharedCores`]).
@@ -387,7 +391,8 @@ impl VendorPlatform for HostPlatform {
             Error::Driver { device: number, call: "spawn a device worker", message: e.to_string() }
         })?;
         let pool = KernelPool::new(name, self.kernel_threads, Some(Arc::clone(&self.cores)));
-        Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool))
+        Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool)
+            .with_bf16_dot(self.bf16_dot))
     }
 
     fn details(&self, _: &HostDevice) -> Option<String> {
@@ -433,10 +438,18 @@ impl HostDevice {
             pool: Arc::new(pool),
             allocations: Mutex::new(BTreeMap::new()),
             widened: Arc::new(WidenedOperands::new(DEFAULT_BUDGET)),
+            bf16_dot: true,
             used: AtomicUsize::new(0),
             capacity,
             failed: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// This device with bf16 products on the CPU's bf16 dot products where it has them
+    /// (`on`, the default) or widened to f32 (see `RuntimeBuilder::host_bf16_dot`).
+    pub(crate) fn with_bf16_dot(mut self, on: bool) -> Self {
+        self.bf16_dot = on;
+        self
     }
 
     /// `kernel`'s host twin over `n` items, as a job for the worker (which runs it itself,
@@ -671,6 +684,7 @@ impl HostDevice {
         // The operands' stamps now, before the product is queued (see `host_widened`).
         let stamps = [self.stamp_of(ops.a, ea * size), self.stamp_of(ops.b, eb * size)];
         let widened = Arc::clone(&self.widened);
+        let bf16_dot = self.bf16_dot;
         self.submit(self.spanned(move || {
             let (a, b, c, bias) = (a, b, c, bias);
             // SAFETY: the ranges lie in live allocations of this device, aligned for `T`
@@ -692,7 +706,7 @@ impl HostDevice {
                 [Some(sa), Some(sb)] => Some(Widening { kept: &widened, stamps: [sa, sb] }),
                 _ => None,
             };
-            host_gemm(pool, &g, a, b, cm, bias, widening);
+            host_gemm(pool, &g, a, b, cm, bias, widening, bf16_dot);
         }))?;
         self.stamp_written(ops.c, Some(ec * size));
         Ok(())

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::host_bf16;
 use super::host_widened::WidenedOperands;
 use crate::gemm::{round_to_tf32, Gemm, GemmElement};
 
@@ -17,8 +18,11 @@ pub(crate) struct Widening<'w> {
 /// The host's GEMM: `matrixmultiply`'s packed, vectorised f32 kernel, one block of C's
 /// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
 /// are not f32 already, the epilogue (bias, activation) on each block in f32, and one
-/// rounding to `T` at the end; a batch's products as tasks of `pool` too. `a`, `b` and `c`
-/// span exactly what [`Gemm::extents`] says; `bias` has `g.m` elements.
+/// rounding to `T` at the end; a batch's products as tasks of `pool` too. bf16 products
+/// run on the CPU's bf16 dot products instead when `bf16_dot` and the CPU has them
+/// (`host_bf16`). `a`, `b` and `c` span exactly what [`Gemm::extents`] says; `bias` has
+/// `g.m` elements.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn host_gemm<T: GemmElement>(
     pool: &rayon::ThreadPool,
     g: &Gemm,
@@ -27,10 +31,11 @@ pub(crate) fn host_gemm<T: GemmElement>(
     c: &mut [T],
     bias: Option<&[T]>,
     widening: Option<Widening<'_>>,
+    bf16_dot: bool,
 ) {
     use rayon::prelude::*;
     if g.batch <= 1 || g.m == 0 || g.n == 0 {
-        return host_gemm_one(pool, g, a, b, c, bias, widening);
+        return host_gemm_one(pool, g, a, b, c, bias, widening, bf16_dot);
     }
     let Ok((ea, eb, ec)) = g.one_extents() else { unreachable!("the caller checked the extents") };
     let one = Gemm { batch: 1, ..*g };
@@ -38,7 +43,7 @@ pub(crate) fn host_gemm<T: GemmElement>(
     pool.install(|| {
         c.par_chunks_mut(g.stride_c).take(g.batch).enumerate().for_each(|(i, c)| {
             let (a, b) = (&a[i * g.stride_a..i * g.stride_a + ea], &b[i * g.stride_b..i * g.stride_b + eb]);
-            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias, widening);
+            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias, widening, bf16_dot);
         })
     });
 }
@@ -88,6 +93,7 @@ fn wide<'x, T: GemmElement>(
 }
 
 /// [`host_gemm`] of one product.
+#[allow(clippy::too_many_arguments)]
 fn host_gemm_one<T: GemmElement>(
     pool: &rayon::ThreadPool,
     g: &Gemm,
@@ -96,15 +102,19 @@ fn host_gemm_one<T: GemmElement>(
     c: &mut [T],
     bias: Option<&[T]>,
     widening: Option<Widening<'_>>,
+    bf16_dot: bool,
 ) {
     use rayon::prelude::*;
     if g.m == 0 || g.n == 0 || g.batch == 0 {
         return;
     }
-    let (a, b) = (wide(pool, g.tf32, widening, a, 0), wide(pool, g.tf32, widening, b, 1));
     let bias: Option<Vec<f32>> = bias.map(|b| b.iter().map(|v| v.to_f32()).collect());
+    let wide_operands = || (wide(pool, g.tf32, widening, a, 0), wide(pool, g.tf32, widening, b, 1));
     match T::as_f32_mut(c) {
-        Some(c) => f32_gemm(pool, g, &a, &b, c, bias.as_deref()),
+        Some(c) => {
+            let (a, b) = wide_operands();
+            f32_gemm(pool, g, &a, &b, c, bias.as_deref())
+        }
         None => {
             // C in f32 (read only when beta is not 0), computed, then rounded back: only
             // the m rows of each column are C's.
@@ -113,7 +123,19 @@ fn host_gemm_one<T: GemmElement>(
             } else {
                 pool.install(|| c.par_iter().map(|v| v.to_f32()).collect())
             };
-            f32_gemm(pool, g, &a, &b, &mut wide, bias.as_deref());
+            match (T::as_bf16(a), T::as_bf16(b)) {
+                // bf16 values are TF32 values already: `g.tf32` changes nothing here.
+                (Some(a), Some(b)) if bf16_dot && host_bf16::supported() => {
+                    let bias = bias.as_deref();
+                    let epilogue =
+                        |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
+                    host_bf16::gemm(pool, g, a, b, &mut wide, &epilogue);
+                }
+                _ => {
+                    let (a, b) = wide_operands();
+                    f32_gemm(pool, g, &a, &b, &mut wide, bias.as_deref());
+                }
+            }
             pool.install(|| {
                 c.par_chunks_mut(g.ldc).zip(wide.par_chunks(g.ldc)).for_each(|(c, w)| {
                     let rows = g.m.min(c.len());
@@ -351,10 +373,22 @@ mod tests {
 
     /// Every shape, transposition, scalar pair and epilogue, in one element type, against
     /// f64; rows past `m` of each column of C untouched.
-    fn agrees_on_every_shape<T: GemmElement>(tf32: bool, tol: f64) {
+    fn agrees_on_every_shape<T: GemmElement>(tf32: bool, bf16_dot: bool, tol: f64) {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let shapes = [(1, 1, 1), (7, 5, 3), (33, 70, 17), (64, 64, 64), (5, 100, 0), (130, 3, 41)];
+        // Beside the general ones, the edges of the bf16 kernels (32-row panels, blocks of
+        // 8 columns, k in pairs, the dot products' 32-element steps).
+        let shapes = [
+            (1, 1, 1),
+            (7, 5, 3),
+            (33, 70, 17),
+            (64, 64, 64),
+            (5, 100, 0),
+            (130, 3, 41),
+            (33, 9, 66),
+            (64, 8, 100),
+            (3, 2, 33),
+        ];
         for (m, n, k) in shapes {
             for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {
                 for (alpha, beta, activation, with_bias) in [
@@ -387,7 +421,7 @@ mod tests {
                     let (a, b, c0, bias) = (gen(ea), gen(eb), gen(ec), gen(m));
                     let bias = with_bias.then_some(&bias[..]);
                     let mut c = c0.clone();
-                    host_gemm(&pool, &g, &a, &b, &mut c, bias, None);
+                    host_gemm(&pool, &g, &a, &b, &mut c, bias, None, bf16_dot);
                     for j in 0..n {
                         for i in 0..m {
                             let want = reference(&g, &a, &b, &c0, bias, i, j);
@@ -413,17 +447,20 @@ mod tests {
 
     #[test]
     fn f32_agrees_with_a_reference_in_f64_on_every_shape() {
-        agrees_on_every_shape::<f32>(false, 1e-6);
+        agrees_on_every_shape::<f32>(false, true, 1e-6);
     }
 
     #[test]
     fn tf32_agrees_within_its_rounding() {
-        agrees_on_every_shape::<f32>(true, 2e-3);
+        agrees_on_every_shape::<f32>(true, true, 2e-3);
     }
 
     #[test]
     fn f16_and_bf16_agree_within_their_rounding() {
-        agrees_on_every_shape::<f16>(false, 2e-3);
-        agrees_on_every_shape::<bf16>(false, 1e-2);
+        agrees_on_every_shape::<f16>(false, true, 2e-3);
+        // Both ways of multiplying bf16: the CPU's bf16 dot products (where it has them)
+        // and the operands widened to f32.
+        agrees_on_every_shape::<bf16>(false, true, 1e-2);
+        agrees_on_every_shape::<bf16>(false, false, 1e-2);
     }
 }

@@ -53,7 +53,7 @@ pub fn team_size_of(kernel: &'static str, size: usize, most: usize, warps: bool)
             "a team of {size} threads: this kernel's teams have 1 to {most} (`teams = ..={most}`)"
         )));
     }
-    if warps && size % 32 != 0 {
+    if warps && !size.is_multiple_of(32) {
         return Err(bad(format!(
             "a team of {size} threads: this kernel reduces over its teams, which are whole warps (a multiple of 32)"
         )));

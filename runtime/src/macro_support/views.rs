@@ -143,7 +143,7 @@ impl<'a, T: Element> SharedSlice<'a, T> {
                 ))
             }
         }
-        if len > 0 && ptr as usize % std::mem::align_of::<T::Atomic>() != 0 {
+        if len > 0 && !(ptr as usize).is_multiple_of(std::mem::align_of::<T::Atomic>()) {
             return Err(format!(
                 "kernel `{kernel}` argument `{name}`: {ptr:p} is not aligned for atomic access"
             ));

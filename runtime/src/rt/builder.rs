@@ -177,6 +177,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether host devices compute bf16 products ([`crate::Device::gemm`] and what uses it)
+    /// with the CPU's bf16 dot-product instructions where it has them (AVX512-BF16:
+    /// `OFFLOAD_HOST_BF16_DOT`, default on), twice the multiply-adds of f32 and half the
+    /// bytes read. Off, they widen both operands to f32 and multiply in f32, which gives
+    /// results that differ in the last bits (f32 partial sums either way; the instruction
+    /// also counts subnormal bf16 inputs as zero). CPUs without the instructions widen
+    /// either way.
+    pub fn host_bf16_dot(mut self, on: bool) -> Self {
+        self.over.host_bf16_dot = Some(on);
+        self
+    }
+
     /// Test-only: each host device fails operations as `plan` says (see
     /// [`crate::backend::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
     #[doc(hidden)]
@@ -319,6 +331,7 @@ impl RuntimeBuilder {
                 defaulted: settings.host_devices.is_none(),
                 capacity: self.over.host_memory.unwrap_or_else(default_capacity),
                 kernel_threads: self.over.kernel_threads,
+                bf16_dot: settings.host_bf16_dot,
                 topology: Arc::clone(&topology),
                 cores: crate::fork_join::SharedCores::new(
                     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

@@ -1,7 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
 //! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`,
-//! `OFFLOAD_DUMP_KERNELS`, `OFFLOAD_NARROW_INDICES`, and the builder that can set each of them.
+//! `OFFLOAD_DUMP_KERNELS`, `OFFLOAD_NARROW_INDICES`, `OFFLOAD_HOST_BF16_DOT`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -130,6 +130,10 @@ pub(crate) struct Settings {
     /// by default: measured, it is faster for some kernels and slower for others
     /// (docs/PERFORMANCE.md, "32-bit index arithmetic").
     pub narrow_indices: bool,
+    /// `OFFLOAD_HOST_BF16_DOT` (default on): host devices compute bf16 products with the
+    /// CPU's bf16 dot-product instructions (AVX512-BF16) where it has them, instead of
+    /// widening the operands to f32 first (docs/PERFORMANCE.md, "bf16 products on the CPU").
+    pub host_bf16_dot: bool,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -215,6 +219,12 @@ impl Settings {
                 (None, Some(v)) => parse_switch("OFFLOAD_NARROW_INDICES", v)?,
                 (None, None) => false,
             };
+        let host_bf16_dot =
+            match (over.host_bf16_dot, read("OFFLOAD_HOST_BF16_DOT", over.host_bf16_dot.is_some())?) {
+                (Some(on), _) => on,
+                (None, Some(v)) => parse_switch("OFFLOAD_HOST_BF16_DOT", v)?,
+                (None, None) => true,
+            };
         let topology_xml = match &over.topology_xml {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
@@ -283,6 +293,7 @@ impl Settings {
             trace_rank,
             dump_kernels,
             narrow_indices,
+            host_bf16_dot,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -371,6 +382,7 @@ pub(crate) struct Overrides {
     pub trace_file: Option<PathBuf>,
     pub dump_kernels: Option<PathBuf>,
     pub narrow_indices: Option<bool>,
+    pub host_bf16_dot: Option<bool>,
 }
 
 /// The rank an MPI launcher gave this process: Open MPI's `OMPI_COMM_WORLD_RANK`, PMIx's
@@ -425,6 +437,7 @@ mod tests {
                 ("OFFLOAD_POPULATE_THREADS", " 4"),
                 ("OFFLOAD_SPLIT_CREWS", "on"),
                 ("OFFLOAD_DUMP_KERNELS", "out/kernels"),
+                ("OFFLOAD_HOST_BF16_DOT", "off"),
             ]),
             &Overrides::default(),
         )
@@ -438,6 +451,7 @@ mod tests {
         assert!(!s.staging.streaming_stores && s.staging.enabled);
         assert_eq!(s.staging.populate_threads, 4);
         assert!(s.staging.split_crews);
+        assert!(!s.host_bf16_dot);
     }
 
     #[test]
@@ -554,6 +568,7 @@ mod tests {
             trace_file: Some("t.json".into()),
             dump_kernels: Some("kernels".into()),
             narrow_indices: Some(true),
+            host_bf16_dot: Some(false),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();
@@ -572,6 +587,7 @@ mod tests {
         assert!(!defaults.narrow_indices, "32-bit index variants are opt-in (measured: not a general win)");
         let on = Settings::resolve(&env(&[("OFFLOAD_NARROW_INDICES", "1")]), &Overrides::default()).unwrap();
         assert!(on.narrow_indices);
+        assert!(defaults.host_bf16_dot, "bf16 dot products where the CPU has them, by default");
         let edges = Overrides {
             host_devices: Some(MAX_HOST_DEVICES),
             kernel_threads: Some(1),

@@ -292,7 +292,7 @@ unsafe fn copy_piece(dst: *mut u8, src: *const u8, n: usize, streaming: bool) {
 /// `src` and `dst` valid for 64 bytes and disjoint; `dst` 16-byte aligned.
 #[inline(always)]
 unsafe fn stream_line(dst: *mut u8, src: *const u8) {
-    debug_assert!(dst.addr() % 16 == 0, "a streaming store to an unaligned address");
+    debug_assert!(dst.addr().is_multiple_of(16), "a streaming store to an unaligned address");
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};

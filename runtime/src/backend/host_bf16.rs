@@ -1,0 +1,474 @@
+//! bf16 products on CPUs with AVX512-BF16, without widening either operand.
+//!
+//! `vdpbf16ps` adds to each of 16 f32 lanes the sum of two products of bf16 pairs, which
+//! are exact in f32: the instruction does twice the multiply-adds of an f32 FMA and reads
+//! half the bytes, and is how oneDNN computes PyTorch's bf16 on these CPUs. A product
+//! here keeps f32 partial sums, as a GPU's bf16 GEMM does, then scales by alpha and adds
+//! beta C in f32 (the caller rounds to bf16 once). As the instruction does, bf16
+//! subnormal inputs count as zero and subnormal partial sums are flushed to zero.
+//!
+//! The general kernel packs 32 rows of `op(A)` at a time as pairs along `k` (a lane's two
+//! bf16 side by side), reads each column of `op(B)` in place as pairs (or from one packed
+//! copy when B is transposed or `k` is odd), and computes 32 x 8 blocks of C in 16
+//! registers. Products of at most [`SKINNY`] columns whose A rows are contiguous (a
+//! layer over a decoding step's rows) are dot products instead, each weight row read once.
+
+use half::bf16;
+
+use crate::gemm::Gemm;
+
+/// Rows of `op(A)` packed together: two vectors of 16 lanes.
+const MR: usize = 32;
+/// Columns of C a block computes at once.
+const NR: usize = 8;
+/// The most columns of C the dot-product path takes.
+pub(crate) const SKINNY: usize = 8;
+
+/// Whether this CPU runs `vdpbf16ps` (AVX512-BF16 with AVX512F and AVX512BW).
+pub(crate) fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// A column's part of C: rows `i0..i0 + len` of column `j`, after the product and before
+/// rounding, for the bias and the activation.
+pub(crate) type Epilogue<'e> = &'e (dyn Fn(&mut [f32], usize) + Sync);
+
+/// `c = alpha op(A) op(B) + beta c` in f32 (c not read when beta is 0), then `epilogue` on
+/// each block of each column; `a`, `b` and `c` span what [`Gemm::one_extents`] says (the
+/// caller checked), `g.batch` is ignored. Only where [`supported`] is true.
+pub(crate) fn gemm(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[bf16],
+    b: &[bf16],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    assert!(supported(), "host_bf16::gemm without AVX512-BF16");
+    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    if g.k == 0 {
+        // op(A) op(B) is zero: C = beta C (not read when beta is 0, as BLAS says).
+        for j in 0..g.n {
+            let col = &mut c[j * g.ldc..j * g.ldc + g.m];
+            col.iter_mut().for_each(|v| *v = if g.beta == 0.0 { 0.0 } else { g.beta * *v });
+            epilogue(col, 0);
+        }
+        return;
+    }
+    if g.transa && !g.transb && g.n <= SKINNY {
+        return skinny(pool, g, a, b, c, epilogue);
+    }
+    general(pool, g, a, b, c, epilogue);
+}
+
+/// `op(A)`'s element `(i, p)`.
+fn at(g: &Gemm, a: &[bf16], i: usize, p: usize) -> bf16 {
+    if g.transa {
+        a[p + i * g.lda]
+    } else {
+        a[i + p * g.lda]
+    }
+}
+
+/// Rows `i0..i0 + rows` (`rows <= MR`) of `op(A)` as `k.div_ceil(2)` groups of [`MR`]
+/// pairs (`panel[p * MR + r]`: elements `2p` and `2p + 1` of row `r`, low half first), rows
+/// past `rows` and an odd `k`'s last high half zero.
+fn pack_panel(g: &Gemm, a: &[bf16], i0: usize, rows: usize, panel: &mut Vec<u32>) {
+    let pairs = g.k.div_ceil(2);
+    panel.clear();
+    panel.resize(pairs * MR, 0);
+    let bits = |v: bf16| u32::from(v.to_bits());
+    for r in 0..rows {
+        let i = i0 + r;
+        if g.transa {
+            // Row i is contiguous: read it as pairs.
+            let row = &a[i * g.lda..i * g.lda + g.k];
+            for (p, pair) in row.chunks_exact(2).enumerate() {
+                panel[p * MR + r] = bits(pair[0]) | bits(pair[1]) << 16;
+            }
+            if g.k % 2 == 1 {
+                panel[(pairs - 1) * MR + r] = bits(row[g.k - 1]);
+            }
+        } else {
+            for p in 0..pairs {
+                let hi = if 2 * p + 1 < g.k { bits(at(g, a, i, 2 * p + 1)) } else { 0 };
+                panel[p * MR + r] = bits(at(g, a, i, 2 * p)) | hi << 16;
+            }
+        }
+    }
+}
+
+/// `op(B)`'s columns where the kernels read them: in place when each is contiguous and of
+/// even length, else a copy of `n` columns of `k` rounded up to even (zero past `k`).
+enum Columns<'b> {
+    InPlace(&'b [bf16], usize),
+    Packed(Vec<bf16>, usize),
+}
+
+impl Columns<'_> {
+    fn new<'b>(pool: &rayon::ThreadPool, g: &Gemm, b: &'b [bf16]) -> Columns<'b> {
+        use rayon::prelude::*;
+        if !g.transb && g.k.is_multiple_of(2) {
+            return Columns::InPlace(b, g.ldb);
+        }
+        let ld = g.k.next_multiple_of(2);
+        let mut packed = vec![bf16::ZERO; ld * g.n];
+        pool.install(|| {
+            packed.par_chunks_mut(ld).enumerate().for_each(|(j, col)| {
+                for (p, v) in col[..g.k].iter_mut().enumerate() {
+                    *v = if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] };
+                }
+            })
+        });
+        Columns::Packed(packed, ld)
+    }
+
+    /// The columns and their leading dimension (at least `k` rounded up to even).
+    fn slice(&self) -> (&[bf16], usize) {
+        match self {
+            Columns::InPlace(b, ld) => (b, *ld),
+            Columns::Packed(b, ld) => (b, *ld),
+        }
+    }
+}
+
+/// The general product: tasks of whole [`MR`]-row panels of C (each packs its own), split
+/// along C's columns too when there are too few panels for the pool.
+fn general(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[bf16],
+    b: &[bf16],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    use rayon::prelude::*;
+    let columns = Columns::new(pool, g, b);
+    let (b, ldb) = columns.slice();
+    let tasks = pool.current_num_threads().max(1) * 4;
+    let panels = g.m.div_ceil(MR);
+    let col_blocks = tasks.div_ceil(panels).clamp(1, g.n.div_ceil(NR));
+    let cols = g.n.div_ceil(col_blocks).next_multiple_of(NR);
+    let col_blocks = g.n.div_ceil(cols);
+    let panels_per_task = if col_blocks == 1 { panels.div_ceil(tasks) } else { 1 };
+    let row_tasks = panels.div_ceil(panels_per_task);
+    // Tasks write disjoint blocks of C (their rows of their columns) and meet in it only
+    // through its address.
+    let c_addr = c.as_mut_ptr() as usize;
+    let c_len = c.len();
+    pool.install(|| {
+        (0..row_tasks * col_blocks).into_par_iter().for_each(|task| {
+            let (rt, cb) = (task / col_blocks, task % col_blocks);
+            let (j0, j1) = (cb * cols, ((cb + 1) * cols).min(g.n));
+            let mut panel = Vec::new();
+            for pi in rt * panels_per_task..((rt + 1) * panels_per_task).min(panels) {
+                let i0 = pi * MR;
+                let rows = MR.min(g.m - i0);
+                pack_panel(g, a, i0, rows, &mut panel);
+                let mut j = j0;
+                while j < j1 {
+                    let nr = NR.min(j1 - j);
+                    assert!((j + nr - 1) * g.ldc + i0 + rows <= c_len);
+                    // SAFETY: `vdpbf16ps` is supported (checked by `gemm`); `block` asserts
+                    // that the panel and columns j..j+nr of `b` (k rounded up to even
+                    // elements each, `ldb` apart) are inside their slices; rows i0..i0+rows
+                    // of columns j..j+nr of C lie in `c` (asserted) and only this task
+                    // writes them.
+                    unsafe {
+                        x86::block(
+                            nr,
+                            g.k.div_ceil(2),
+                            &panel,
+                            &b[j * ldb..],
+                            ldb,
+                            (c_addr as *mut f32).add(j * g.ldc + i0),
+                            g.ldc,
+                            rows,
+                            g.alpha,
+                            g.beta,
+                        )
+                    };
+                    j += nr;
+                }
+                for j in j0..j1 {
+                    let start = j * g.ldc + i0;
+                    assert!(start + rows <= c_len);
+                    // SAFETY: rows i0..i0+rows of column j, inside `c` (asserted), written
+                    // only by this task, no other reference to them alive.
+                    let col =
+                        unsafe { std::slice::from_raw_parts_mut((c_addr as *mut f32).add(start), rows) };
+                    epilogue(col, i0);
+                }
+            }
+        })
+    });
+}
+
+/// `op(A) = A^T` (contiguous rows), `op(B) = B` and at most [`SKINNY`] columns: each
+/// element a dot product, blocks of C's rows over the pool.
+fn skinny(pool: &rayon::ThreadPool, g: &Gemm, a: &[bf16], b: &[bf16], c: &mut [f32], epilogue: Epilogue<'_>) {
+    use rayon::prelude::*;
+    let rows = g.m.div_ceil(pool.current_num_threads().max(1) * 4).max(16);
+    let c_addr = c.as_mut_ptr() as usize;
+    let c_len = c.len();
+    pool.install(|| {
+        (0..g.m.div_ceil(rows)).into_par_iter().for_each(|block| {
+            let i0 = block * rows;
+            let m = rows.min(g.m - i0);
+            for i in i0..i0 + m {
+                let row = &a[i * g.lda..i * g.lda + g.k];
+                let mut sums = [0f32; SKINNY];
+                // SAFETY: `vdpbf16ps` is supported (checked by `gemm`); the row has k
+                // elements and each of the n <= SKINNY columns k from j * ldb (`extents`).
+                unsafe { x86::dots(row, b, g.ldb, g.n, &mut sums) };
+                for (j, s) in sums[..g.n].iter().enumerate() {
+                    let at = j * g.ldc + i;
+                    assert!(at < c_len);
+                    // SAFETY: element (i, j) of C, inside `c` (asserted), written only by
+                    // this block, which holds no reference to it.
+                    let out = unsafe { &mut *(c_addr as *mut f32).add(at) };
+                    *out = if g.beta == 0.0 { g.alpha * s } else { g.alpha * s + g.beta * *out };
+                }
+            }
+            for j in 0..g.n {
+                let start = j * g.ldc + i0;
+                assert!(start + m <= c_len);
+                // SAFETY: rows i0..i0+m of column j, inside `c` (asserted), this block's alone.
+                let col = unsafe { std::slice::from_raw_parts_mut((c_addr as *mut f32).add(start), m) };
+                epilogue(col, i0);
+            }
+        })
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use half::bf16;
+
+    use super::{MR, NR, SKINNY};
+
+    /// `nr` (1 to [`NR`]) columns of a block of C from a packed panel: see [`tile`].
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn block(
+        nr: usize,
+        pairs: usize,
+        panel: &[u32],
+        b: &[bf16],
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        alpha: f32,
+        beta: f32,
+    ) {
+        assert!(panel.len() >= pairs * MR && (nr - 1) * ldb + 2 * pairs <= b.len());
+        // SAFETY: the caller's contract, the sizes asserted above.
+        unsafe {
+            match nr {
+                1 => tile::<1>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                2 => tile::<2>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                3 => tile::<3>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                4 => tile::<4>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                5 => tile::<5>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                6 => tile::<6>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                7 => tile::<7>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+                _ => tile::<NR>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
+            }
+        }
+    }
+
+    /// Reinterprets 32 bf16 (16 pairs) as the instruction's operand type.
+    #[inline(always)]
+    fn as_pairs(v: __m512i) -> __m512bh {
+        // SAFETY: both are 64 bytes of plain bits.
+        unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+
+    /// Rows `0..rows` (at most [`MR`]) of `N` columns of C, 32 rows in two vectors per
+    /// column: `c = alpha (panel . columns) + beta c` over `pairs` pairs along k.
+    ///
+    /// # Safety
+    /// The CPU runs AVX512F, AVX512BW and AVX512-BF16; `panel` holds `pairs * MR` pairs;
+    /// column `j < N` of `b` holds `2 * pairs` elements from `j * ldb` (readable as
+    /// unaligned 4-byte pairs); rows `0..rows` of columns `0..N` of C (`c`, `ldc`) are
+    /// writable and no reference to them is alive.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const N: usize>(
+        pairs: usize,
+        panel: *const u32,
+        b: *const bf16,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        alpha: f32,
+        beta: f32,
+    ) {
+        let mut lo = [_mm512_setzero_ps(); N];
+        let mut hi = [_mm512_setzero_ps(); N];
+        for p in 0..pairs {
+            // SAFETY: pair group p of the panel and pair p of each column (the contract).
+            unsafe {
+                let a_lo = as_pairs(_mm512_loadu_si512(panel.add(p * MR).cast()));
+                let a_hi = as_pairs(_mm512_loadu_si512(panel.add(p * MR + 16).cast()));
+                for j in 0..N {
+                    let pair = b.add(j * ldb + 2 * p).cast::<i32>().read_unaligned();
+                    let bj = as_pairs(_mm512_set1_epi32(pair));
+                    lo[j] = _mm512_dpbf16_ps(lo[j], a_lo, bj);
+                    hi[j] = _mm512_dpbf16_ps(hi[j], a_hi, bj);
+                }
+            }
+        }
+        let (alpha, beta_v) = (_mm512_set1_ps(alpha), _mm512_set1_ps(beta));
+        let mask = |from: usize| -> __mmask16 {
+            let n = rows.saturating_sub(from).min(16);
+            ((1u32 << n) - 1) as __mmask16
+        };
+        for j in 0..N {
+            for (half, acc) in [(0, lo[j]), (16, hi[j])] {
+                let m = mask(half);
+                if m == 0 {
+                    continue;
+                }
+                // SAFETY: row `half` of column j is among rows 0..rows (m is not 0); the
+                // masked lanes past `rows` are neither read nor written.
+                unsafe {
+                    let at = c.add(j * ldc + half);
+                    let mut v = _mm512_mul_ps(alpha, acc);
+                    if beta != 0.0 {
+                        v = _mm512_fmadd_ps(beta_v, _mm512_maskz_loadu_ps(m, at), v);
+                    }
+                    _mm512_mask_storeu_ps(at, m, v);
+                }
+            }
+        }
+    }
+
+    /// `sums[j] = row . column j` for `n` (at most [`SKINNY`]) columns of `b`, each `row.len()`
+    /// elements from `j * ldb`.
+    ///
+    /// # Safety
+    /// The CPU runs AVX512F, AVX512BW and AVX512-BF16; column `j < n` lies in `b`.
+    pub(super) unsafe fn dots(row: &[bf16], b: &[bf16], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
+        assert!(n <= SKINNY && (n == 0 || (n - 1) * ldb + row.len() <= b.len()));
+        // SAFETY: the contract and the sizes asserted above.
+        unsafe {
+            match n {
+                1 => dots_n::<1>(row, b.as_ptr(), ldb, sums),
+                2 => dots_n::<2>(row, b.as_ptr(), ldb, sums),
+                3 => dots_n::<3>(row, b.as_ptr(), ldb, sums),
+                4 => dots_n::<4>(row, b.as_ptr(), ldb, sums),
+                5 => dots_n::<5>(row, b.as_ptr(), ldb, sums),
+                6 => dots_n::<6>(row, b.as_ptr(), ldb, sums),
+                7 => dots_n::<7>(row, b.as_ptr(), ldb, sums),
+                8 => dots_n::<8>(row, b.as_ptr(), ldb, sums),
+                _ => {}
+            }
+        }
+    }
+
+    /// [`dots`] for `N` columns: 32 elements a step, the last step's past the row masked
+    /// off (read as zero).
+    ///
+    /// # Safety
+    /// As [`dots`], `N` columns.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn dots_n<const N: usize>(row: &[bf16], b: *const bf16, ldb: usize, sums: &mut [f32; SKINNY]) {
+        let k = row.len();
+        let mut acc = [_mm512_setzero_ps(); N];
+        let mut p = 0;
+        while p < k {
+            let left = k - p;
+            let m: __mmask32 = if left >= 32 { !0 } else { (1u32 << left) - 1 };
+            // SAFETY: elements p..p+min(32, left) of the row and of each column (the
+            // contract); masked lanes are not read.
+            unsafe {
+                let a = as_pairs(_mm512_maskz_loadu_epi16(m, row.as_ptr().add(p).cast()));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let bj = as_pairs(_mm512_maskz_loadu_epi16(m, b.add(j * ldb + p).cast()));
+                    *acc = _mm512_dpbf16_ps(*acc, a, bj);
+                }
+            }
+            p += 32;
+        }
+        for j in 0..N {
+            sums[j] = _mm512_reduce_add_ps(acc[j]);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    use half::bf16;
+
+    use super::SKINNY;
+
+    /// Never called: [`super::supported`] is false off x86_64.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn block(
+        _: usize,
+        _: usize,
+        _: &[u32],
+        _: &[bf16],
+        _: usize,
+        _: *mut f32,
+        _: usize,
+        _: usize,
+        _: f32,
+        _: f32,
+    ) {
+        unreachable!("AVX512-BF16 off x86_64")
+    }
+
+    /// Never called: [`super::supported`] is false off x86_64.
+    pub(super) unsafe fn dots(_: &[bf16], _: &[bf16], _: usize, _: usize, _: &mut [f32; SKINNY]) {
+        unreachable!("AVX512-BF16 off x86_64")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One product of one element each: `a * b`, through [`gemm`] and its dot products
+    /// (`transa`) or its packed panel.
+    fn one(a: bf16, b: bf16, transa: bool) -> f32 {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let g = Gemm { transa, m: 1, n: 1, k: 1, lda: 1, ldb: 1, ldc: 1, ..Gemm::default() };
+        let mut c = [f32::NAN];
+        gemm(&pool, &g, &[a], &[b], &mut c, &|_, _| {});
+        c[0]
+    }
+
+    #[test]
+    fn products_are_exact_and_subnormal_inputs_count_as_zero() {
+        if !supported() {
+            eprintln!("skipped: this CPU has no AVX512-BF16 (host devices widen bf16 to f32 here)");
+            return;
+        }
+        for transa in [true, false] {
+            // Two 8-bit significands: the product is exact in f32.
+            let (a, b) = (bf16::from_f32(1.0078125), bf16::from_f32(-3.015625));
+            assert_eq!(one(a, b, transa), a.to_f32() * b.to_f32());
+            // The instruction's DAZ: the smallest subnormal times 2^100 is 0, not 2^-33.
+            assert_eq!(one(bf16::from_bits(1), bf16::from_f32(2f32.powi(100)), transa), 0.0);
+            assert!(one(bf16::NAN, bf16::ONE, transa).is_nan());
+        }
+    }
+}
