@@ -89,10 +89,70 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let rate = |s: Option<f64>| s.map(|s| flops / s / 1e9);
         rows.push((n, flops / ours / 1e9, rate(before), rate(single)));
     }
+    let layers = layer_shapes(&rt, &mut bench)?;
     println!("\n| n | host device sgemm | before (column tasks, {threads} threads) | one thread, i-p-j |\n|---|---|---|---|");
     let shown = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} GFLOP/s"));
     for (n, ours, before, single) in rows {
         println!("| {n} | {ours:.1} GFLOP/s | {} | {} |", shown(before), shown(single));
     }
+    println!("\n| layer (out x rows x in) | f32 | bf16 |\n|---|---|---|");
+    for ((m, n, k), f32_rate, bf16_rate) in layers {
+        println!("| {m} x {n} x {k} | {f32_rate:.1} GFLOP/s | {bf16_rate:.1} GFLOP/s |");
+    }
     Ok(())
+}
+
+/// A layer's products as `nn.Linear` lays them out (`op(A) = W^T` with W `[out, in]`
+/// row-major, B the rows `[rows, in]`, C `[rows, out]`), bias added, on the inference
+/// examples' shapes; device-resident operands, each sample's products queued back to back
+/// and synchronized once. `benches/pytorch/layer_gemm.py` times `torch.addmm` on the same.
+#[allow(clippy::type_complexity)]
+fn layer_shapes(rt: &Runtime, bench: &mut Bench) -> offload::Result<Vec<((usize, usize, usize), f64, f64)>> {
+    use offload::half::bf16;
+    use offload::DeviceBuffer;
+    let dev = rt.device(0)?;
+    let shapes = [
+        (1024, 64, 512),
+        (1024, 64, 1024),
+        (768, 256, 256),
+        (1024, 256, 256),
+        (256, 256, 1024),
+        (4096, 4, 256),
+    ];
+    let mut rows = Vec::new();
+    for (m, n, k) in shapes {
+        let g = Gemm { transa: true, m, n, k, lda: k, ldb: k, ldc: m, ..Gemm::default() };
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut time = |name: &str, run: &mut dyn FnMut() -> offload::Result<()>| {
+            bench.custom(&format!("layer {m}x{n}x{k} {name}"), Budget::SLOW, |iters| {
+                let t = std::time::Instant::now();
+                for _ in 0..iters {
+                    run().expect("gemm");
+                }
+                rt.synchronize(0).expect("synchronize");
+                t.elapsed()
+            })
+        };
+        let value = |i: usize| ((i * 7919) % 10_007) as f32 / 10_007.0 - 0.5;
+        let v32 = |len: usize| (0..len).map(value).collect::<Vec<f32>>();
+        let (a, b, bias) = (v32(m * k), v32(k * n), v32(m));
+        let (da, db, dbias) = (
+            DeviceBuffer::from_slice(&dev, &a)?,
+            DeviceBuffer::from_slice(&dev, &b)?,
+            DeviceBuffer::from_slice(&dev, &bias)?,
+        );
+        let dc = DeviceBuffer::<f32>::new(&dev, m * n)?;
+        let f32_secs = time("f32", &mut || dev.gemm(&g, da.view(), db.view(), dc.view(), Some(dbias.view())));
+        let v16 = |x: &[f32]| x.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<bf16>>();
+        let (da, db, dbias) = (
+            DeviceBuffer::from_slice(&dev, &v16(&a))?,
+            DeviceBuffer::from_slice(&dev, &v16(&b))?,
+            DeviceBuffer::from_slice(&dev, &v16(&bias))?,
+        );
+        let dc = DeviceBuffer::<bf16>::new(&dev, m * n)?;
+        let bf16_secs =
+            time("bf16", &mut || dev.gemm(&g, da.view(), db.view(), dc.view(), Some(dbias.view())));
+        rows.push(((m, n, k), flops / f32_secs / 1e9, flops / bf16_secs / 1e9));
+    }
+    Ok(rows)
 }

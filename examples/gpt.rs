@@ -124,7 +124,8 @@ fn generate<T: GptFloat>(
         (batch * new) as f64 / d,
         d * 1e3
     );
-    for (b, row) in g.tokens.chunks(new).enumerate().take(4) {
+    // No tokens with `-new 0` (a prefill alone): nothing to print then.
+    for (b, row) in g.tokens.chunks(new.max(1)).enumerate().take(4) {
         println!("sequence {b}: {:?} -> {row:?}", &prompts[b * len..((b + 1) * len).min(b * len + 16)]);
     }
     if let Some(want) = expected {

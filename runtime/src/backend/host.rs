@@ -339,7 +339,7 @@ pub(crate) struct HostDevice {
     allocations: Mutex<BTreeMap<u64, Allocation>>,
     /// f32 copies of 16-bit GEMM operands, kept while their allocation is unwritten.
     widened: Arc<WidenedOperands>,
-    /// Whether bf16 products use the CPU's bf16 dot products (`host_bf16`) where it has them.
+    /// Whether bf16 products use the CPU's bf16 dot products (`host_avx512`) where it has them.
     bf16_dot: bool,
     used: AtomicUsize,
     capacity: usize,

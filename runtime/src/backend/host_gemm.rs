@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::host_bf16;
+use super::host_avx512;
 use super::host_widened::WidenedOperands;
 use crate::gemm::{round_to_tf32, Gemm, GemmElement};
 
@@ -20,7 +20,7 @@ pub(crate) struct Widening<'w> {
 /// are not f32 already, the epilogue (bias, activation) on each block in f32, and one
 /// rounding to `T` at the end; a batch's products as tasks of `pool` too. bf16 products
 /// run on the CPU's bf16 dot products instead when `bf16_dot` and the CPU has them
-/// (`host_bf16`). `a`, `b` and `c` span exactly what [`Gemm::extents`] says; `bias` has
+/// (`host_avx512`). `a`, `b` and `c` span exactly what [`Gemm::extents`] says; `bias` has
 /// `g.m` elements.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn host_gemm<T: GemmElement>(
@@ -125,11 +125,11 @@ fn host_gemm_one<T: GemmElement>(
             };
             match (T::as_bf16(a), T::as_bf16(b)) {
                 // bf16 values are TF32 values already: `g.tf32` changes nothing here.
-                (Some(a), Some(b)) if bf16_dot && host_bf16::supported() => {
+                (Some(a), Some(b)) if bf16_dot && host_avx512::supported() => {
                     let bias = bias.as_deref();
                     let epilogue =
                         |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
-                    host_bf16::gemm(pool, g, a, b, &mut wide, &epilogue);
+                    host_avx512::gemm(pool, g, a, b, &mut wide, &epilogue);
                 }
                 _ => {
                     let (a, b) = wide_operands();
@@ -157,6 +157,11 @@ fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f
         // A layer applied to a handful of rows (a decoding step): dot products reading
         // each weight row once, rather than packing every weight for a few columns.
         return f32_gemm_skinny(pool, g, a, b, c, bias);
+    }
+    if host_avx512::layer_f32_takes(g) {
+        // A layer over a batch of rows: B packed once, A's rows read in place.
+        let epilogue = |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
+        return host_avx512::layer_f32(pool, g, a, b, c, &epilogue);
     }
     if threads > 1 && g.m >= g.n && g.m >= 64 && g.k > 0 {
         // Each task packs its own part of one operand and all of the other: split the
@@ -376,8 +381,9 @@ mod tests {
     fn agrees_on_every_shape<T: GemmElement>(tf32: bool, bf16_dot: bool, tol: f64) {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
-        // Beside the general ones, the edges of the bf16 kernels (32-row panels, blocks of
-        // 8 columns, k in pairs, the dot products' 32-element steps).
+        // Beside the general ones, the edges of the AVX-512 kernels: the layer kernel's
+        // bands of 8 rows and blocks of 32 columns (up to 512), the bf16 panels' 32 rows and
+        // 8 columns, k in pairs, the dot products' 32-element steps.
         let shapes = [
             (1, 1, 1),
             (7, 5, 3),
@@ -388,6 +394,8 @@ mod tests {
             (33, 9, 66),
             (64, 8, 100),
             (3, 2, 33),
+            (13, 45, 32),
+            (3, 600, 4),
         ];
         for (m, n, k) in shapes {
             for (transa, transb) in [(false, false), (true, false), (false, true), (true, true)] {

@@ -15,7 +15,7 @@ pub use faults::{FaultCounts, FaultInjector, FaultKind, FaultPlan};
 pub(crate) mod cuda;
 pub(crate) mod hip;
 pub(crate) mod host;
-mod host_bf16;
+mod host_avx512;
 mod host_gemm;
 mod host_widened;
 pub mod kernel_cache;

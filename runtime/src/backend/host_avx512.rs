@@ -1,17 +1,24 @@
-//! bf16 products on CPUs with AVX512-BF16, without widening either operand.
+//! Host GEMM kernels on AVX-512: f32 with FMAs, and bf16 with AVX512-BF16's dot products,
+//! without widening either operand.
+//!
+//! A layer's product (`op(A)` a weight of `m` outputs, `op(B)` a batch of at most
+//! [`LAYER_MAX_COLS`] rows, C their outputs) runs on the *layer kernel*: B, the smaller
+//! operand, is packed once per product in blocks of 32 columns, and each 8 x 32 block of
+//! C keeps 16 vectors of sums while A's rows are read in place, one element (or bf16 pair)
+//! broadcast per row and step. `matrixmultiply`, which packs A as well on every call, ran
+//! 45-101 GFLOP/s on one core on such shapes where this kernel runs 89-105
+//! (docs/PERFORMANCE.md).
 //!
 //! `vdpbf16ps` adds to each of 16 f32 lanes the sum of two products of bf16 pairs, which
-//! are exact in f32: the instruction does twice the multiply-adds of an f32 FMA and reads
-//! half the bytes, and is how oneDNN computes PyTorch's bf16 on these CPUs. A product
-//! here keeps f32 partial sums, as a GPU's bf16 GEMM does, then scales by alpha and adds
-//! beta C in f32 (the caller rounds to bf16 once). As the instruction does, bf16
-//! subnormal inputs count as zero and subnormal partial sums are flushed to zero.
-//!
-//! The general kernel packs 32 rows of `op(A)` at a time as pairs along `k` (a lane's two
-//! bf16 side by side), reads each column of `op(B)` in place as pairs (or from one packed
-//! copy when B is transposed or `k` is odd), and computes 32 x 8 blocks of C in 16
-//! registers. Products of at most [`SKINNY`] columns whose A rows are contiguous (a
-//! layer over a decoding step's rows) are dot products instead, each weight row read once.
+//! are exact in f32: twice the multiply-adds of an f32 FMA from half the bytes, and how
+//! oneDNN computes PyTorch's bf16 on these CPUs. bf16 products keep f32 partial sums, as a
+//! GPU's bf16 GEMM does, then scale by alpha and add beta C in f32 (the caller rounds to
+//! bf16 once). As the instruction does, bf16 subnormal inputs count as zero and subnormal
+//! partial sums are flushed to zero. bf16 products that are not a layer's (A not
+//! transposed, `k` odd, many columns) run on a *panel kernel*: 32 rows of `op(A)` packed
+//! as pairs along `k`, `op(B)`'s columns read as pairs, 32 x 8 blocks of C. Products of at
+//! most [`SKINNY`] columns whose A rows are contiguous (a layer over a decoding step's
+//! rows) are dot products, each weight row read once.
 
 use half::bf16;
 
@@ -23,6 +30,13 @@ const MR: usize = 32;
 const NR: usize = 8;
 /// The most columns of C the dot-product path takes.
 pub(crate) const SKINNY: usize = 8;
+/// Rows of C a block of the layer kernel computes, each from a broadcast of A.
+const LAYER_ROWS: usize = 8;
+/// Columns of C a block of the layer kernel computes: two vectors of 16 lanes.
+const LAYER_COLS: usize = 32;
+/// The most columns of C the layer kernel takes: its packed B (`n x k`) is read again for
+/// every 8 rows of C, so it must stay in the caches.
+pub(crate) const LAYER_MAX_COLS: usize = 512;
 
 /// Whether this CPU runs `vdpbf16ps` (AVX512-BF16 with AVX512F and AVX512BW).
 pub(crate) fn supported() -> bool {
@@ -34,6 +48,16 @@ pub(crate) fn supported() -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// Whether [`layer_f32`] takes `g`: an AVX-512 CPU, f32 operands (not rounded to TF32),
+/// more than [`SKINNY`] and at most [`LAYER_MAX_COLS`] columns.
+pub(crate) fn layer_f32_takes(g: &Gemm) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    avx512 && !g.tf32 && g.n > SKINNY && g.n <= LAYER_MAX_COLS && g.m > 0 && g.k > 0
 }
 
 /// A column's part of C: rows `i0..i0 + len` of column `j`, after the product and before
@@ -51,7 +75,7 @@ pub(crate) fn gemm(
     c: &mut [f32],
     epilogue: Epilogue<'_>,
 ) {
-    assert!(supported(), "host_bf16::gemm without AVX512-BF16");
+    assert!(supported(), "host_avx512::gemm without AVX512-BF16");
     debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
     if g.m == 0 || g.n == 0 {
         return;
@@ -68,7 +92,187 @@ pub(crate) fn gemm(
     if g.transa && !g.transb && g.n <= SKINNY {
         return skinny(pool, g, a, b, c, epilogue);
     }
+    if g.transa && g.k.is_multiple_of(2) && g.n <= LAYER_MAX_COLS {
+        return layer::<Bf16Pairs>(pool, g, a, b, c, epilogue);
+    }
     general(pool, g, a, b, c, epilogue);
+}
+
+/// [`gemm`] in f32 on the layer kernel, where [`layer_f32_takes`] says.
+pub(crate) fn layer_f32(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    assert!(layer_f32_takes(g), "host_avx512::layer_f32 on {g:?}");
+    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    layer::<F32Lanes>(pool, g, a, b, c, epilogue);
+}
+
+/// What the layer kernel needs of an element type: how `op(B)` is packed (one step along
+/// `k` per packed value) and the block itself.
+trait LayerElement {
+    type In: Copy + Sync;
+    type Packed: Copy + Default + Send + Sync;
+    /// Steps along `k`: its elements, or its pairs.
+    fn steps(k: usize) -> usize;
+    /// Column `j` of `op(B)` into `dst[p * LAYER_COLS]` for each step `p`.
+    fn pack_column(g: &Gemm, b: &[Self::In], j: usize, dst: &mut [Self::Packed]);
+    /// `out[r][jj] = sum over steps of A's row r times column jj` for one block.
+    ///
+    /// # Safety
+    /// The CPU runs the kernel's instructions; `rows[r]` points at row r of `op(A)`, whose
+    /// `steps` steps (elements `rows[r] + p * a_step`, or pairs there) are readable;
+    /// `packed` holds `steps * LAYER_COLS` values.
+    unsafe fn block(
+        steps: usize,
+        rows: &[*const Self::In; LAYER_ROWS],
+        a_step: usize,
+        packed: &[Self::Packed],
+        out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    );
+}
+
+/// f32: a step is one element; A may be transposed or not (`a_step` apart).
+struct F32Lanes;
+/// bf16: a step is a pair along `k` (A transposed, `k` even).
+struct Bf16Pairs;
+
+impl LayerElement for F32Lanes {
+    type In = f32;
+    type Packed = f32;
+    fn steps(k: usize) -> usize {
+        k
+    }
+    fn pack_column(g: &Gemm, b: &[f32], j: usize, dst: &mut [f32]) {
+        if g.transb {
+            for (p, d) in dst.iter_mut().step_by(LAYER_COLS).take(g.k).enumerate() {
+                *d = b[j + p * g.ldb];
+            }
+        } else {
+            let col = &b[j * g.ldb..j * g.ldb + g.k];
+            dst.iter_mut().step_by(LAYER_COLS).zip(col).for_each(|(d, &v)| *d = v);
+        }
+    }
+    unsafe fn block(
+        steps: usize,
+        rows: &[*const f32; LAYER_ROWS],
+        a_step: usize,
+        packed: &[f32],
+        out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { x86::f32_block(steps, rows, a_step, packed, out) }
+    }
+}
+
+impl LayerElement for Bf16Pairs {
+    type In = bf16;
+    type Packed = u32;
+    fn steps(k: usize) -> usize {
+        k / 2
+    }
+    fn pack_column(g: &Gemm, b: &[bf16], j: usize, dst: &mut [u32]) {
+        let at = |p: usize| u32::from(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] }.to_bits());
+        for (p, d) in dst.iter_mut().step_by(LAYER_COLS).take(g.k / 2).enumerate() {
+            *d = at(2 * p) | at(2 * p + 1) << 16;
+        }
+    }
+    unsafe fn block(
+        steps: usize,
+        rows: &[*const bf16; LAYER_ROWS],
+        _a_step: usize,
+        packed: &[u32],
+        out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { x86::bf16_block(steps, rows, packed, out) }
+    }
+}
+
+/// The layer kernel: `op(B)` packed in blocks of [`LAYER_COLS`] columns (on the pool),
+/// then tasks of consecutive bands of [`LAYER_ROWS`] rows of C, each block against each
+/// band in turn, and the epilogue on each task's rows of each column.
+fn layer<E: LayerElement>(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[E::In],
+    b: &[E::In],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    use rayon::prelude::*;
+    let steps = E::steps(g.k);
+    let blocks = g.n.div_ceil(LAYER_COLS);
+    let block_len = steps * LAYER_COLS;
+    let mut packed = vec![E::Packed::default(); blocks * block_len];
+    pool.install(|| {
+        packed.par_chunks_mut(block_len).enumerate().for_each(|(blk, dst)| {
+            for jj in 0..LAYER_COLS.min(g.n - blk * LAYER_COLS) {
+                E::pack_column(g, b, blk * LAYER_COLS + jj, &mut dst[jj..]);
+            }
+        })
+    });
+    // Where row i of op(A) starts, and how far apart its steps are.
+    let (row_stride, a_step) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
+    let bands = g.m.div_ceil(LAYER_ROWS);
+    let per_task = bands.div_ceil(pool.current_num_threads().max(1) * 4).max(1);
+    // Tasks write disjoint rows of C and meet in it only through its address.
+    let (c_addr, c_len) = (c.as_mut_ptr() as usize, c.len());
+    pool.install(|| {
+        (0..bands.div_ceil(per_task)).into_par_iter().for_each(|task| {
+            let first = task * per_task * LAYER_ROWS;
+            let last = ((task + 1) * per_task * LAYER_ROWS).min(g.m);
+            let mut out = [[0f32; LAYER_COLS]; LAYER_ROWS];
+            // Each block of B once, the task's rows of A against it (A's rows stay in the
+            // caches across blocks, B's block across bands).
+            for blk in 0..blocks {
+                let j0 = blk * LAYER_COLS;
+                let cols = LAYER_COLS.min(g.n - j0);
+                for i0 in (first..last).step_by(LAYER_ROWS) {
+                    let rows = LAYER_ROWS.min(g.m - i0);
+                    // Rows past m repeat the last one; their sums are not stored.
+                    let row_ptrs: [*const E::In; LAYER_ROWS] =
+                        std::array::from_fn(|r| a[(i0 + r.min(rows - 1)) * row_stride..].as_ptr());
+                    // SAFETY: the CPU runs the kernel (checked by the callers); each row
+                    // pointer starts a row i < m of op(A), whose steps lie in `a`
+                    // (`extents`: element (i, p) at i * row_stride + p * a_step); the
+                    // block's packed columns are `block_len` values.
+                    unsafe {
+                        E::block(
+                            steps,
+                            &row_ptrs,
+                            a_step,
+                            &packed[blk * block_len..(blk + 1) * block_len],
+                            &mut out,
+                        )
+                    };
+                    assert!((j0 + cols - 1) * g.ldc + i0 + rows <= c_len);
+                    for (jj, j) in (j0..j0 + cols).enumerate() {
+                        for (r, sums) in out.iter().take(rows).enumerate() {
+                            // SAFETY: element (i0 + r, j) of C, inside `c` (asserted), of
+                            // this task's rows, no reference to it alive.
+                            let v = unsafe { &mut *(c_addr as *mut f32).add(j * g.ldc + i0 + r) };
+                            let s = g.alpha * sums[jj];
+                            *v = if g.beta == 0.0 { s } else { s + g.beta * *v };
+                        }
+                    }
+                }
+            }
+            for j in 0..g.n {
+                let start = j * g.ldc + first;
+                assert!(start + (last - first) <= c_len);
+                // SAFETY: rows first..last of column j, inside `c` (asserted), this task's
+                // alone, no other reference to them alive.
+                let col =
+                    unsafe { std::slice::from_raw_parts_mut((c_addr as *mut f32).add(start), last - first) };
+                epilogue(col, first);
+            }
+        })
+    });
 }
 
 /// `op(A)`'s element `(i, p)`.
@@ -257,7 +461,7 @@ mod x86 {
 
     use half::bf16;
 
-    use super::{MR, NR, SKINNY};
+    use super::{LAYER_COLS, LAYER_ROWS, MR, NR, SKINNY};
 
     /// `nr` (1 to [`NR`]) columns of a block of C from a packed panel: see [`tile`].
     ///
@@ -360,6 +564,78 @@ mod x86 {
         }
     }
 
+    /// A layer block's sums, two vectors per row, into `out`.
+    #[target_feature(enable = "avx512f")]
+    fn store_rows(acc: &[[__m512; 2]; LAYER_ROWS], out: &mut [[f32; LAYER_COLS]; LAYER_ROWS]) {
+        for (out, acc) in out.iter_mut().zip(acc) {
+            let (lo, hi) = out.split_at_mut(16);
+            // SAFETY: 16 floats of each half of `out`'s row.
+            unsafe {
+                _mm512_storeu_ps(lo.as_mut_ptr(), acc[0]);
+                _mm512_storeu_ps(hi.as_mut_ptr(), acc[1]);
+            }
+        }
+    }
+
+    /// [`super::LayerElement::block`] in f32: 16 vectors of sums, two per row.
+    ///
+    /// # Safety
+    /// As [`super::LayerElement::block`], on a CPU with AVX512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn f32_block(
+        steps: usize,
+        rows: &[*const f32; LAYER_ROWS],
+        a_step: usize,
+        packed: &[f32],
+        out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        assert!(packed.len() >= steps * LAYER_COLS);
+        let mut acc = [[_mm512_setzero_ps(); 2]; LAYER_ROWS];
+        for p in 0..steps {
+            // SAFETY: step p of the packed block (asserted) and of each row (the contract).
+            unsafe {
+                let b0 = _mm512_loadu_ps(packed.as_ptr().add(p * LAYER_COLS));
+                let b1 = _mm512_loadu_ps(packed.as_ptr().add(p * LAYER_COLS + 16));
+                for (acc, row) in acc.iter_mut().zip(rows) {
+                    let a = _mm512_set1_ps(*row.add(p * a_step));
+                    acc[0] = _mm512_fmadd_ps(a, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(a, b1, acc[1]);
+                }
+            }
+        }
+        store_rows(&acc, out);
+    }
+
+    /// [`super::LayerElement::block`] in bf16 pairs.
+    ///
+    /// # Safety
+    /// As [`super::LayerElement::block`], on a CPU with AVX512F and AVX512-BF16; each row's
+    /// pairs are contiguous.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn bf16_block(
+        steps: usize,
+        rows: &[*const bf16; LAYER_ROWS],
+        packed: &[u32],
+        out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        assert!(packed.len() >= steps * LAYER_COLS);
+        let mut acc = [[_mm512_setzero_ps(); 2]; LAYER_ROWS];
+        for p in 0..steps {
+            // SAFETY: step p of the packed block (asserted) and pair p of each row (the
+            // contract), read as an unaligned 4-byte pair.
+            unsafe {
+                let b0 = as_pairs(_mm512_loadu_si512(packed.as_ptr().add(p * LAYER_COLS).cast()));
+                let b1 = as_pairs(_mm512_loadu_si512(packed.as_ptr().add(p * LAYER_COLS + 16).cast()));
+                for (acc, row) in acc.iter_mut().zip(rows) {
+                    let a = as_pairs(_mm512_set1_epi32(row.add(2 * p).cast::<i32>().read_unaligned()));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], a, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], a, b1);
+                }
+            }
+        }
+        store_rows(&acc, out);
+    }
+
     /// `sums[j] = row . column j` for `n` (at most [`SKINNY`]) columns of `b`, each `row.len()`
     /// elements from `j * ldb`.
     ///
@@ -417,7 +693,28 @@ mod x86 {
 mod x86 {
     use half::bf16;
 
-    use super::SKINNY;
+    use super::{LAYER_COLS, LAYER_ROWS, SKINNY};
+
+    /// Never called: AVX-512 is x86_64's.
+    pub(super) unsafe fn f32_block(
+        _: usize,
+        _: &[*const f32; LAYER_ROWS],
+        _: usize,
+        _: &[f32],
+        _: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        unreachable!("AVX-512 off x86_64")
+    }
+
+    /// Never called: AVX-512 is x86_64's.
+    pub(super) unsafe fn bf16_block(
+        _: usize,
+        _: &[*const bf16; LAYER_ROWS],
+        _: &[u32],
+        _: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
+    ) {
+        unreachable!("AVX-512 off x86_64")
+    }
 
     /// Never called: [`super::supported`] is false off x86_64.
     #[allow(clippy::too_many_arguments)]
