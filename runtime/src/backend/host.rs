@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::host_gemm::{host_gemm, Widening};
+use super::host_gemm::{host_gemm, CpuKernels, Widening};
 use super::host_widened::{new_stamp, WidenedOperands, DEFAULT_BUDGET};
 use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
@@ -706,7 +706,7 @@ impl HostDevice {
                 [Some(sa), Some(sb)] => Some(Widening { kept: &widened, stamps: [sa, sb] }),
                 _ => None,
             };
-            host_gemm(pool, &g, a, b, cm, bias, widening, bf16_dot);
+            host_gemm(pool, &g, a, b, cm, bias, widening, CpuKernels { avx512: true, bf16_dot });
         }))?;
         self.stamp_written(ops.c, Some(ec * size));
         Ok(())

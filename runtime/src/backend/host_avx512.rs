@@ -418,9 +418,65 @@ fn general(
     });
 }
 
+/// Elements the dot-product path multiplies.
+trait DotElement: Copy + Sync {
+    /// `sums[j] = row . column j` for `n` (at most [`SKINNY`]) columns of `b`, each
+    /// `row.len()` elements from `j * ldb`.
+    ///
+    /// # Safety
+    /// The CPU runs the instructions of the element's kernel (AVX512F; AVX512BW and
+    /// AVX512-BF16 too for bf16).
+    unsafe fn dots(row: &[Self], b: &[Self], ldb: usize, n: usize, sums: &mut [f32; SKINNY]);
+}
+
+impl DotElement for f32 {
+    unsafe fn dots(row: &[f32], b: &[f32], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
+        // SAFETY: the caller's contract.
+        unsafe { x86::dots_f32(row, b, ldb, n, sums) }
+    }
+}
+
+impl DotElement for bf16 {
+    unsafe fn dots(row: &[bf16], b: &[bf16], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
+        // SAFETY: the caller's contract.
+        unsafe { x86::dots(row, b, ldb, n, sums) }
+    }
+}
+
+/// Whether [`skinny_f32`] takes `g`: an AVX-512 CPU, f32 operands (not rounded to TF32),
+/// `op(A) = A^T`, `op(B) = B`, at most [`SKINNY`] columns.
+pub(crate) fn skinny_f32_takes(g: &Gemm) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    avx512 && !g.tf32 && g.transa && !g.transb && g.n <= SKINNY && g.m > 0 && g.n > 0 && g.k > 0
+}
+
+/// [`gemm`] in f32 as dot products, where [`skinny_f32_takes`] says.
+pub(crate) fn skinny_f32(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    assert!(skinny_f32_takes(g), "host_avx512::skinny_f32 on {g:?}");
+    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    skinny(pool, g, a, b, c, epilogue);
+}
+
 /// `op(A) = A^T` (contiguous rows), `op(B) = B` and at most [`SKINNY`] columns: each
 /// element a dot product, blocks of C's rows over the pool.
-fn skinny(pool: &rayon::ThreadPool, g: &Gemm, a: &[bf16], b: &[bf16], c: &mut [f32], epilogue: Epilogue<'_>) {
+fn skinny<E: DotElement>(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[E],
+    b: &[E],
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
     use rayon::prelude::*;
     let rows = g.m.div_ceil(pool.current_num_threads().max(1) * 4).max(16);
     let c_addr = c.as_mut_ptr() as usize;
@@ -432,9 +488,9 @@ fn skinny(pool: &rayon::ThreadPool, g: &Gemm, a: &[bf16], b: &[bf16], c: &mut [f
             for i in i0..i0 + m {
                 let row = &a[i * g.lda..i * g.lda + g.k];
                 let mut sums = [0f32; SKINNY];
-                // SAFETY: `vdpbf16ps` is supported (checked by `gemm`); the row has k
+                // SAFETY: the CPU runs the kernel (checked by the callers); the row has k
                 // elements and each of the n <= SKINNY columns k from j * ldb (`extents`).
-                unsafe { x86::dots(row, b, g.ldb, g.n, &mut sums) };
+                unsafe { E::dots(row, b, g.ldb, g.n, &mut sums) };
                 for (j, s) in sums[..g.n].iter().enumerate() {
                     let at = j * g.ldc + i;
                     assert!(at < c_len);
@@ -659,6 +715,56 @@ mod x86 {
         }
     }
 
+    /// `sums[j] = row . column j` in f32 for `n` (at most [`SKINNY`]) columns of `b`.
+    ///
+    /// # Safety
+    /// The CPU runs AVX512F; column `j < n` lies in `b`.
+    pub(super) unsafe fn dots_f32(row: &[f32], b: &[f32], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
+        assert!(n <= SKINNY && (n == 0 || (n - 1) * ldb + row.len() <= b.len()));
+        // SAFETY: the contract and the sizes asserted above.
+        unsafe {
+            match n {
+                1 => dots_f32_n::<1>(row, b.as_ptr(), ldb, sums),
+                2 => dots_f32_n::<2>(row, b.as_ptr(), ldb, sums),
+                3 => dots_f32_n::<3>(row, b.as_ptr(), ldb, sums),
+                4 => dots_f32_n::<4>(row, b.as_ptr(), ldb, sums),
+                5 => dots_f32_n::<5>(row, b.as_ptr(), ldb, sums),
+                6 => dots_f32_n::<6>(row, b.as_ptr(), ldb, sums),
+                7 => dots_f32_n::<7>(row, b.as_ptr(), ldb, sums),
+                8 => dots_f32_n::<8>(row, b.as_ptr(), ldb, sums),
+                _ => {}
+            }
+        }
+    }
+
+    /// [`dots_f32`] for `N` columns: 16 elements a step, the last step's past the row
+    /// masked off.
+    ///
+    /// # Safety
+    /// As [`dots_f32`], `N` columns.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn dots_f32_n<const N: usize>(row: &[f32], b: *const f32, ldb: usize, sums: &mut [f32; SKINNY]) {
+        let k = row.len();
+        let mut acc = [_mm512_setzero_ps(); N];
+        let mut p = 0;
+        while p < k {
+            let left = k - p;
+            let m: __mmask16 = if left >= 16 { !0 } else { ((1u32 << left) - 1) as __mmask16 };
+            // SAFETY: elements p..p+min(16, left) of the row and of each column (the
+            // contract); masked lanes are not read.
+            unsafe {
+                let a = _mm512_maskz_loadu_ps(m, row.as_ptr().add(p));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, b.add(j * ldb + p)), *acc);
+                }
+            }
+            p += 16;
+        }
+        for j in 0..N {
+            sums[j] = _mm512_reduce_add_ps(acc[j]);
+        }
+    }
+
     /// [`dots`] for `N` columns: 32 elements a step, the last step's past the row masked
     /// off (read as zero).
     ///
@@ -731,6 +837,11 @@ mod x86 {
         _: f32,
     ) {
         unreachable!("AVX512-BF16 off x86_64")
+    }
+
+    /// Never called: AVX-512 is x86_64's.
+    pub(super) unsafe fn dots_f32(_: &[f32], _: &[f32], _: usize, _: usize, _: &mut [f32; SKINNY]) {
+        unreachable!("AVX-512 off x86_64")
     }
 
     /// Never called: [`super::supported`] is false off x86_64.

@@ -19,7 +19,7 @@ pub(crate) struct Widening<'w> {
 /// columns per task of `pool`, operands widened to f32 (or rounded to TF32) first when they
 /// are not f32 already, the epilogue (bias, activation) on each block in f32, and one
 /// rounding to `T` at the end; a batch's products as tasks of `pool` too. bf16 products
-/// run on the CPU's bf16 dot products instead when `bf16_dot` and the CPU has them
+/// run on the CPU's bf16 dot products instead when `kernels.bf16_dot` and the CPU has them
 /// (`host_avx512`). `a`, `b` and `c` span exactly what [`Gemm::extents`] says; `bias` has
 /// `g.m` elements.
 #[allow(clippy::too_many_arguments)]
@@ -31,11 +31,11 @@ pub(crate) fn host_gemm<T: GemmElement>(
     c: &mut [T],
     bias: Option<&[T]>,
     widening: Option<Widening<'_>>,
-    bf16_dot: bool,
+    kernels: CpuKernels,
 ) {
     use rayon::prelude::*;
     if g.batch <= 1 || g.m == 0 || g.n == 0 {
-        return host_gemm_one(pool, g, a, b, c, bias, widening, bf16_dot);
+        return host_gemm_one(pool, g, a, b, c, bias, widening, kernels);
     }
     let Ok((ea, eb, ec)) = g.one_extents() else { unreachable!("the caller checked the extents") };
     let one = Gemm { batch: 1, ..*g };
@@ -43,9 +43,18 @@ pub(crate) fn host_gemm<T: GemmElement>(
     pool.install(|| {
         c.par_chunks_mut(g.stride_c).take(g.batch).enumerate().for_each(|(i, c)| {
             let (a, b) = (&a[i * g.stride_a..i * g.stride_a + ea], &b[i * g.stride_b..i * g.stride_b + eb]);
-            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias, widening, bf16_dot);
+            host_gemm_one(pool, &one, a, b, &mut c[..ec], bias, widening, kernels);
         })
     });
+}
+
+/// Which of the host's GEMM kernels a product may take: those on AVX-512 where the CPU has
+/// it (`avx512`, always outside tests), and bf16 on its bf16 dot products (`bf16_dot`, the
+/// runtime's setting) rather than widened to f32.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuKernels {
+    pub(crate) avx512: bool,
+    pub(crate) bf16_dot: bool,
 }
 
 /// An operand in f32: the caller's own, or a widened copy (kept or made for this product).
@@ -102,7 +111,7 @@ fn host_gemm_one<T: GemmElement>(
     c: &mut [T],
     bias: Option<&[T]>,
     widening: Option<Widening<'_>>,
-    bf16_dot: bool,
+    kernels: CpuKernels,
 ) {
     use rayon::prelude::*;
     if g.m == 0 || g.n == 0 || g.batch == 0 {
@@ -113,7 +122,7 @@ fn host_gemm_one<T: GemmElement>(
     match T::as_f32_mut(c) {
         Some(c) => {
             let (a, b) = wide_operands();
-            f32_gemm(pool, g, &a, &b, c, bias.as_deref())
+            f32_gemm(pool, g, &a, &b, c, bias.as_deref(), kernels.avx512)
         }
         None => {
             // C in f32 (read only when beta is not 0), computed, then rounded back: only
@@ -125,7 +134,7 @@ fn host_gemm_one<T: GemmElement>(
             };
             match (T::as_bf16(a), T::as_bf16(b)) {
                 // bf16 values are TF32 values already: `g.tf32` changes nothing here.
-                (Some(a), Some(b)) if bf16_dot && host_avx512::supported() => {
+                (Some(a), Some(b)) if kernels.avx512 && kernels.bf16_dot && host_avx512::supported() => {
                     let bias = bias.as_deref();
                     let epilogue =
                         |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
@@ -133,7 +142,7 @@ fn host_gemm_one<T: GemmElement>(
                 }
                 _ => {
                     let (a, b) = wide_operands();
-                    f32_gemm(pool, g, &a, &b, &mut wide, bias.as_deref());
+                    f32_gemm(pool, g, &a, &b, &mut wide, bias.as_deref(), kernels.avx512);
                 }
             }
             pool.install(|| {
@@ -147,21 +156,34 @@ fn host_gemm_one<T: GemmElement>(
 }
 
 /// [`host_gemm`] in f32: `a` and `b` already widened (or rounded to TF32).
-fn f32_gemm(pool: &rayon::ThreadPool, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]>) {
+#[allow(clippy::too_many_arguments)]
+fn f32_gemm(
+    pool: &rayon::ThreadPool,
+    g: &Gemm,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    bias: Option<&[f32]>,
+    avx512: bool,
+) {
     use rayon::prelude::*;
     // Strides of op(A) (m x k), op(B) (k x n) and C (m x n), column-major.
     let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
     let threads = pool.current_num_threads().max(1);
+    let epilogue_of = |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
+    if avx512 && host_avx512::skinny_f32_takes(g) {
+        // A layer over a handful of rows (a decoding step), 16 lanes a step.
+        return host_avx512::skinny_f32(pool, g, a, b, c, &epilogue_of);
+    }
     if g.transa && !g.transb && g.n <= SKINNY && g.k > 0 {
         // A layer applied to a handful of rows (a decoding step): dot products reading
         // each weight row once, rather than packing every weight for a few columns.
         return f32_gemm_skinny(pool, g, a, b, c, bias);
     }
-    if host_avx512::layer_f32_takes(g) {
+    if avx512 && host_avx512::layer_f32_takes(g) {
         // A layer over a batch of rows: B packed once, A's rows read in place.
-        let epilogue = |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
-        return host_avx512::layer_f32(pool, g, a, b, c, &epilogue);
+        return host_avx512::layer_f32(pool, g, a, b, c, &epilogue_of);
     }
     if threads > 1 && g.m >= g.n && g.m >= 64 && g.k > 0 {
         // Each task packs its own part of one operand and all of the other: split the
@@ -378,7 +400,7 @@ mod tests {
 
     /// Every shape, transposition, scalar pair and epilogue, in one element type, against
     /// f64; rows past `m` of each column of C untouched.
-    fn agrees_on_every_shape<T: GemmElement>(tf32: bool, bf16_dot: bool, tol: f64) {
+    fn agrees_on_every_shape<T: GemmElement>(tf32: bool, kernels: CpuKernels, tol: f64) {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         // Beside the general ones, the edges of the AVX-512 kernels: the layer kernel's
@@ -429,7 +451,7 @@ mod tests {
                     let (a, b, c0, bias) = (gen(ea), gen(eb), gen(ec), gen(m));
                     let bias = with_bias.then_some(&bias[..]);
                     let mut c = c0.clone();
-                    host_gemm(&pool, &g, &a, &b, &mut c, bias, None, bf16_dot);
+                    host_gemm(&pool, &g, &a, &b, &mut c, bias, None, kernels);
                     for j in 0..n {
                         for i in 0..m {
                             let want = reference(&g, &a, &b, &c0, bias, i, j);
@@ -453,22 +475,29 @@ mod tests {
         }
     }
 
+    /// Every kernel: the AVX-512 ones (where the CPU has them) and the portable ones.
+    const EVERY: [CpuKernels; 2] =
+        [CpuKernels { avx512: true, bf16_dot: true }, CpuKernels { avx512: false, bf16_dot: false }];
+
     #[test]
     fn f32_agrees_with_a_reference_in_f64_on_every_shape() {
-        agrees_on_every_shape::<f32>(false, true, 1e-6);
+        for kernels in EVERY {
+            agrees_on_every_shape::<f32>(false, kernels, 1e-6);
+        }
     }
 
     #[test]
     fn tf32_agrees_within_its_rounding() {
-        agrees_on_every_shape::<f32>(true, true, 2e-3);
+        agrees_on_every_shape::<f32>(true, EVERY[0], 2e-3);
     }
 
     #[test]
     fn f16_and_bf16_agree_within_their_rounding() {
-        agrees_on_every_shape::<f16>(false, true, 2e-3);
-        // Both ways of multiplying bf16: the CPU's bf16 dot products (where it has them)
-        // and the operands widened to f32.
-        agrees_on_every_shape::<bf16>(false, true, 1e-2);
-        agrees_on_every_shape::<bf16>(false, false, 1e-2);
+        for kernels in EVERY {
+            agrees_on_every_shape::<f16>(false, kernels, 2e-3);
+            agrees_on_every_shape::<bf16>(false, kernels, 1e-2);
+        }
+        // bf16 widened to f32 on the AVX-512 kernels.
+        agrees_on_every_shape::<bf16>(false, CpuKernels { avx512: true, bf16_dot: false }, 1e-2);
     }
 }
