@@ -268,16 +268,17 @@ fn gelu_tanh(x: f32) -> f32 {
 
 /// `e^x` in f32 within 2 ulp, without a call or a branch so that loops over it vectorise
 /// (libm's `expf` is a call per element): `x = n ln 2 + r` with `n` rounded to nearest by
-/// the 1.5 * 2^23 trick, `e^r` by Cephes' polynomial on `|r| <= ln 2 / 2`, and `2^n`
-/// built in the exponent bits. Inputs are clamped to [-87, 88] (below, results are 0 to
-/// within f32's normal range; above, they would overflow anyway); NaN gives NaN.
+/// the 1.5 * 2^23 trick, `e^r` by Cephes' polynomial on `|r| <= ln 2 / 2`, and `2^n` as two
+/// powers of two built in the exponent bits (so that results near overflow and in the
+/// subnormal range come out right). Inputs are clamped to [-104, 89], beyond which the
+/// result is 0 or infinite anyway; NaN gives NaN.
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const MAGIC: f32 = 12_582_912.0;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
+    let x = x.clamp(-104.0, 89.0);
     let t = x * LOG2E + MAGIC;
     let n = t - MAGIC;
     let r = x - n * LN2_HI - n * LN2_LO;
@@ -288,9 +289,12 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let er = p * r * r + r + 1.0;
-    // n lies in [-126, 127]: 2^n is the normal float of exponent field n + 127.
+    // n lies in [-150, 129]: 2^n as 2^n1 2^n2, each half a normal float (exponent field
+    // n_i + 127).
     let n_int = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    er * f32::from_bits((n_int.wrapping_add(127) as u32) << 23)
+    let n1 = n_int >> 1;
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    er * pow2(n1) * pow2(n_int - n1)
 }
 
 /// The element types of a GEMM's operands.
@@ -467,8 +471,8 @@ pub fn round_to_tf32(v: f32) -> f32 {
 mod tests {
     use super::*;
 
-    /// `exp_f32` within 2 ulp of the exact value over all of its range, 0 below it, NaN for
-    /// NaN; the tanh GELU through it within 8 ulp of the exact value (f64, in the logistic
+    /// `exp_f32` within 2 ulp of the exact value over its normal range, subnormal results
+    /// and those near overflow right, 0 and infinity beyond, NaN for NaN; the tanh GELU through it within 8 ulp of the exact value (f64, in the logistic
     /// form, which does not cancel) from x = -3, and within 2e-5 relative down to -10 (the
     /// rounding of u, about 40 there, is amplified 2u times), under 1e-36 below.
     #[test]
@@ -482,8 +486,17 @@ mod tests {
             worst = worst.max(ulps(exp_f32(x), f64::from(x).exp()));
         }
         assert!(worst <= 2.0, "exp_f32: {worst} ulp");
-        assert_eq!(exp_f32(-200.0), exp_f32(-87.0));
-        assert!(exp_f32(-200.0) < 1.7e-38);
+        // Near overflow, and subnormal results (within one unit of the smallest
+        // subnormal), then 0 and infinity beyond.
+        for x in [88.0f32, 88.5, 88.72, -87.5, -95.0, -100.0, -103.0] {
+            let (got, want) = (f64::from(exp_f32(x)), f64::from(x).exp());
+            assert!(
+                (got - want).abs() <= 2.0 * f64::from(f32::EPSILON) * want + 1.5e-45,
+                "exp_f32({x}) = {got}"
+            );
+        }
+        assert_eq!(exp_f32(-200.0), 0.0);
+        assert!(exp_f32(88.8).is_infinite() && exp_f32(1000.0).is_infinite());
         assert!(exp_f32(f32::NAN).is_nan());
         let mut worst = 0f64;
         for i in 0..=200_000 {
