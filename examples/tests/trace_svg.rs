@@ -521,7 +521,18 @@ fn a_real_run_draws_names_counts_races_and_notes() -> offload::Result<()> {
     for s in ["ref count a[0:8]", "ref count b[0:5]", "ref count b[3:5]"] {
         assert!(strips.contains(&s.to_string()), "{strips:?}");
     }
-    assert_eq!(texts(&doc, "race-label"), ["race"], "{svg}");
-    assert_eq!(texts(&doc, "note-label").len(), 2, "{svg}");
+    // One race tick; its word is cut (or left out) when the next mark is close, which
+    // depends on this run's timings.
+    assert_eq!(svg.matches(r#"<line class="race""#).count(), 1, "{svg}");
+    let race = texts(&doc, "race-label");
+    assert!(race.len() <= 1 && race.iter().all(|w| "race".starts_with(w.trim_end_matches('…'))), "{race:?}");
+    assert_eq!(svg.matches(r#"<line class="note""#).count(), 2, "{svg}");
+    let words = ["1. two maps of a, then a halo race", "2. the halo race"];
+    let labels = texts(&doc, "note-label");
+    assert!(
+        labels.len() <= 2
+            && labels.iter().all(|l| words.iter().any(|w| w.starts_with(l.trim_end_matches('…')))),
+        "{labels:?}"
+    );
     Ok(())
 }

@@ -103,17 +103,24 @@ macro_rules! nn_kernels {
             pub fn masked_softmax(row: usize, thread: usize, cols: usize, q_len: usize, causal: bool, s: &mut [$t]) {
                 let base = row * cols;
                 let keep = if causal { cols - q_len + row % q_len + 1 } else { cols };
+                // Every walk is over the whole row (`k < cols`), the masked keys skipped
+                // inside it: then each team touches only its own row, which host devices
+                // see and run without atomics.
                 let mut m = f32::NEG_INFINITY;
                 let mut k = thread;
-                while k < keep {
-                    m = m.max(s[base + k]$($to)*);
+                while k < cols {
+                    if k < keep {
+                        m = m.max(s[base + k]$($to)*);
+                    }
                     k += offload::team_size();
                 }
                 let most = offload::team_max(m);
                 let mut t = 0.0f32;
                 let mut k = thread;
-                while k < keep {
-                    t += (s[base + k]$($to)* - most).exp();
+                while k < cols {
+                    if k < keep {
+                        t += (s[base + k]$($to)* - most).exp();
+                    }
                     k += offload::team_size();
                 }
                 let total = offload::team_sum(t);

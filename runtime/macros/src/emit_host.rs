@@ -124,7 +124,13 @@ impl<'a> RustEmitter<'a> {
             }
             // The 16-bit floats' conversions (Rust has no `as` for them).
             ExprKind::Cast(a, t) if t.is_half() => {
-                let (a, t) = (self.expr(a), t.rust());
+                let a = self.expr(a);
+                if *t == Ty::Bf16 {
+                    // half's rounding, without its branches, so that loops storing bf16
+                    // vectorise.
+                    return quote_spanned!(s=> ::offload::__private::bf16_from_f32(#a));
+                }
+                let t = t.rust();
                 quote_spanned!(s=> #t::from_f32(#a))
             }
             ExprKind::Cast(a, t) if a.ty.scalar().is_some_and(Ty::is_half) => {

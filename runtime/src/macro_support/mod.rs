@@ -33,3 +33,37 @@ pub use views::*;
 pub fn exp_f32(x: f32) -> f32 {
     crate::gemm::exp_f32(x)
 }
+
+/// `v` rounded to bf16 as `half::bf16::from_f32` rounds it (to nearest, ties to even; a NaN
+/// keeps its payload's high bits and is made quiet), without a branch (what a twin's
+/// `bf16::from_f32(v)` runs, so that loops storing bf16 vectorise).
+#[inline(always)]
+pub fn bf16_from_f32(v: f32) -> half::bf16 {
+    let x = v.to_bits();
+    let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
+    let quiet_nan = ((x >> 16) | 0x40) as u16;
+    half::bf16::from_bits(if x & 0x7fff_ffff > 0x7f80_0000 { quiet_nan } else { rounded })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every f32 whose low 16 bits are one of the rounding cases, every exponent and sign,
+    /// NaNs and infinities: the branch-free rounding equals half's bit for bit.
+    #[test]
+    fn bf16_rounding_equals_halfs() {
+        let lows = [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000, 0xc000];
+        // Miri runs this module's tests: a sample of the exponents there.
+        let step = if cfg!(miri) { 4099 } else { 1 };
+        for high in (0..=0xffffu32).step_by(step) {
+            for low in lows {
+                let v = f32::from_bits(high << 16 | low);
+                assert_eq!(
+                    super::bf16_from_f32(v).to_bits(),
+                    half::bf16::from_f32(v).to_bits(),
+                    "{v:e} ({:#x})",
+                    v.to_bits()
+                );
+            }
+        }
+    }
+}
