@@ -60,9 +60,17 @@ pub(crate) fn layer_f32_takes(g: &Gemm) -> bool {
     avx512 && !g.tf32 && g.n > SKINNY && g.n <= LAYER_MAX_COLS && g.m > 0 && g.k > 0
 }
 
-/// A column's part of C: rows `i0..i0 + len` of column `j`, after the product and before
-/// rounding, for the bias and the activation.
+/// What follows the product on a part of one column of C (after the product, before
+/// rounding): called with the part, rows `i0..i0 + len` of its column, and `i0` (the bias
+/// and the activation depend on the row only).
 pub(crate) type Epilogue<'e> = &'e (dyn Fn(&mut [f32], usize) + Sync);
+
+/// Panics unless `a`, `b` and `c` span the elements `g` reaches (`Gemm::one_extents`): the
+/// kernels read rows and columns through raw pointers from there on.
+fn assert_spans(g: &Gemm, a: usize, b: usize, c: usize) {
+    let fits = g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a && eb <= b && ec <= c);
+    assert!(fits, "host_avx512: operands of {a}, {b} and {c} elements for {g:?}");
+}
 
 /// `c = alpha op(A) op(B) + beta c` in f32 (c not read when beta is 0), then `epilogue` on
 /// each block of each column; `a`, `b` and `c` span what [`Gemm::one_extents`] says (the
@@ -76,7 +84,7 @@ pub(crate) fn gemm(
     epilogue: Epilogue<'_>,
 ) {
     assert!(supported(), "host_avx512::gemm without AVX512-BF16");
-    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    assert_spans(g, a.len(), b.len(), c.len());
     if g.m == 0 || g.n == 0 {
         return;
     }
@@ -108,7 +116,7 @@ pub(crate) fn layer_f32(
     epilogue: Epilogue<'_>,
 ) {
     assert!(layer_f32_takes(g), "host_avx512::layer_f32 on {g:?}");
-    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    assert_spans(g, a.len(), b.len(), c.len());
     layer::<F32Lanes>(pool, g, a, b, c, epilogue);
 }
 
@@ -463,7 +471,7 @@ pub(crate) fn skinny_f32(
     epilogue: Epilogue<'_>,
 ) {
     assert!(skinny_f32_takes(g), "host_avx512::skinny_f32 on {g:?}");
-    debug_assert!(g.one_extents().is_ok_and(|(ea, eb, ec)| ea <= a.len() && eb <= b.len() && ec <= c.len()));
+    assert_spans(g, a.len(), b.len(), c.len());
     skinny(pool, g, a, b, c, epilogue);
 }
 
@@ -515,6 +523,23 @@ fn skinny<E: DotElement>(
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// `$f::<N>($args)` for the run-time column count `$n` (1 to 8; anything else runs nothing).
+    macro_rules! for_columns {
+        ($n:expr, $f:ident($($args:expr),*)) => {
+            match $n {
+                1 => $f::<1>($($args),*),
+                2 => $f::<2>($($args),*),
+                3 => $f::<3>($($args),*),
+                4 => $f::<4>($($args),*),
+                5 => $f::<5>($($args),*),
+                6 => $f::<6>($($args),*),
+                7 => $f::<7>($($args),*),
+                8 => $f::<8>($($args),*),
+                _ => {}
+            }
+        };
+    }
+
     use half::bf16;
 
     use super::{LAYER_COLS, LAYER_ROWS, MR, NR, SKINNY};
@@ -536,20 +561,9 @@ mod x86 {
         alpha: f32,
         beta: f32,
     ) {
-        assert!(panel.len() >= pairs * MR && (nr - 1) * ldb + 2 * pairs <= b.len());
+        assert!((1..=NR).contains(&nr) && panel.len() >= pairs * MR && (nr - 1) * ldb + 2 * pairs <= b.len());
         // SAFETY: the caller's contract, the sizes asserted above.
-        unsafe {
-            match nr {
-                1 => tile::<1>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                2 => tile::<2>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                3 => tile::<3>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                4 => tile::<4>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                5 => tile::<5>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                6 => tile::<6>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                7 => tile::<7>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-                _ => tile::<NR>(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta),
-            }
-        }
+        unsafe { for_columns!(nr, tile(pairs, panel.as_ptr(), b.as_ptr(), ldb, c, ldc, rows, alpha, beta)) }
     }
 
     /// Reinterprets 32 bf16 (16 pairs) as the instruction's operand type.
@@ -700,19 +714,7 @@ mod x86 {
     pub(super) unsafe fn dots(row: &[bf16], b: &[bf16], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
         assert!(n <= SKINNY && (n == 0 || (n - 1) * ldb + row.len() <= b.len()));
         // SAFETY: the contract and the sizes asserted above.
-        unsafe {
-            match n {
-                1 => dots_n::<1>(row, b.as_ptr(), ldb, sums),
-                2 => dots_n::<2>(row, b.as_ptr(), ldb, sums),
-                3 => dots_n::<3>(row, b.as_ptr(), ldb, sums),
-                4 => dots_n::<4>(row, b.as_ptr(), ldb, sums),
-                5 => dots_n::<5>(row, b.as_ptr(), ldb, sums),
-                6 => dots_n::<6>(row, b.as_ptr(), ldb, sums),
-                7 => dots_n::<7>(row, b.as_ptr(), ldb, sums),
-                8 => dots_n::<8>(row, b.as_ptr(), ldb, sums),
-                _ => {}
-            }
-        }
+        unsafe { for_columns!(n, dots_n(row, b.as_ptr(), ldb, sums)) }
     }
 
     /// `sums[j] = row . column j` in f32 for `n` (at most [`SKINNY`]) columns of `b`.
@@ -722,19 +724,7 @@ mod x86 {
     pub(super) unsafe fn dots_f32(row: &[f32], b: &[f32], ldb: usize, n: usize, sums: &mut [f32; SKINNY]) {
         assert!(n <= SKINNY && (n == 0 || (n - 1) * ldb + row.len() <= b.len()));
         // SAFETY: the contract and the sizes asserted above.
-        unsafe {
-            match n {
-                1 => dots_f32_n::<1>(row, b.as_ptr(), ldb, sums),
-                2 => dots_f32_n::<2>(row, b.as_ptr(), ldb, sums),
-                3 => dots_f32_n::<3>(row, b.as_ptr(), ldb, sums),
-                4 => dots_f32_n::<4>(row, b.as_ptr(), ldb, sums),
-                5 => dots_f32_n::<5>(row, b.as_ptr(), ldb, sums),
-                6 => dots_f32_n::<6>(row, b.as_ptr(), ldb, sums),
-                7 => dots_f32_n::<7>(row, b.as_ptr(), ldb, sums),
-                8 => dots_f32_n::<8>(row, b.as_ptr(), ldb, sums),
-                _ => {}
-            }
-        }
+        unsafe { for_columns!(n, dots_f32_n(row, b.as_ptr(), ldb, sums)) }
     }
 
     /// [`dots_f32`] for `N` columns: 16 elements a step, the last step's past the row
@@ -862,6 +852,19 @@ mod tests {
         let mut c = [f32::NAN];
         gemm(&pool, &g, &[a], &[b], &mut c, &|_, _| {});
         c[0]
+    }
+
+    /// The kernels' entry points refuse operands shorter than the product reaches, in
+    /// release builds too (they read through raw pointers after).
+    #[test]
+    fn operands_shorter_than_the_product_are_refused() {
+        let g = Gemm { transa: true, m: 3, n: 9, k: 4, lda: 4, ldb: 4, ldc: 3, ..Gemm::default() };
+        let (ea, eb, ec) = g.one_extents().unwrap();
+        assert_spans(&g, ea, eb, ec);
+        for (a, b, c) in [(ea - 1, eb, ec), (ea, eb - 1, ec), (ea, eb, ec - 1)] {
+            let refused = std::panic::catch_unwind(|| assert_spans(&g, a, b, c)).is_err();
+            assert!(refused, "{a}, {b}, {c} elements for {g:?}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::host_avx512;
+use super::host_avx512::{self, SKINNY};
 use super::host_widened::WidenedOperands;
 use crate::gemm::{round_to_tf32, Gemm, GemmElement};
 
@@ -135,10 +135,7 @@ fn host_gemm_one<T: GemmElement>(
             match (T::as_bf16(a), T::as_bf16(b)) {
                 // bf16 values are TF32 values already: `g.tf32` changes nothing here.
                 (Some(a), Some(b)) if kernels.avx512 && kernels.bf16_dot && host_avx512::supported() => {
-                    let bias = bias.as_deref();
-                    let epilogue =
-                        |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
-                    host_avx512::gemm(pool, g, a, b, &mut wide, &epilogue);
+                    host_avx512::gemm(pool, g, a, b, &mut wide, &column_epilogue(g, bias.as_deref()));
                 }
                 _ => {
                     let (a, b) = wide_operands();
@@ -171,7 +168,7 @@ fn f32_gemm(
     let (rsa, csa) = if g.transa { (g.lda, 1) } else { (1, g.lda) };
     let (rsb, csb) = if g.transb { (g.ldb, 1) } else { (1, g.ldb) };
     let threads = pool.current_num_threads().max(1);
-    let epilogue_of = |col: &mut [f32], i0: usize| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]));
+    let epilogue_of = column_epilogue(g, bias);
     if avx512 && host_avx512::skinny_f32_takes(g) {
         // A layer over a handful of rows (a decoding step), 16 lanes a step.
         return host_avx512::skinny_f32(pool, g, a, b, c, &epilogue_of);
@@ -239,9 +236,6 @@ fn f32_gemm(
     });
 }
 
-/// The most columns of C (rows of a batch) [`f32_gemm_skinny`] takes.
-const SKINNY: usize = 8;
-
 /// [`f32_gemm`] for `op(A) = A^T` (A's rows are C's rows' weights, contiguous), `op(B) = B`
 /// and at most [`SKINNY`] columns of C (`g.k > 0`): each C element the dot product of a row
 /// of A and a column of B, in blocks of C's rows over the pool, each row of A read once
@@ -292,6 +286,12 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// [`epilogue`] for a part of a column that starts at row `i0`, as the AVX-512 kernels
+/// call it.
+fn column_epilogue<'g>(g: &'g Gemm, bias: Option<&'g [f32]>) -> impl Fn(&mut [f32], usize) + Sync + 'g {
+    move |col, i0| epilogue(g, col, bias.map(|b| &b[i0..i0 + col.len()]))
 }
 
 /// The bias (one per row of `col`) and the activation on a column (or part of one) of C.
