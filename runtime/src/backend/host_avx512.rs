@@ -37,6 +37,8 @@ const LAYER_COLS: usize = 32;
 /// The most columns of C the layer kernel takes: its packed B (`n x k`) is read again for
 /// every 8 rows of C, so it must stay in the caches.
 pub(crate) const LAYER_MAX_COLS: usize = 512;
+/// The largest packed B a thread keeps between layer products (larger ones are freed).
+const KEPT_PACKED_BYTES: usize = 4 << 20;
 
 /// Whether this CPU runs `vdpbf16ps` (AVX512-BF16 with AVX512F and AVX512BW).
 pub(crate) fn supported() -> bool {
@@ -124,11 +126,20 @@ pub(crate) fn layer_f32(
 /// `k` per packed value) and the block itself.
 trait LayerElement {
     type In: Copy + Sync;
-    type Packed: Copy + Default + Send + Sync;
+    type Packed: Copy + Default + Send + Sync + 'static;
     /// Steps along `k`: its elements, or its pairs.
     fn steps(k: usize) -> usize;
     /// Column `j` of `op(B)` into `dst[p * LAYER_COLS]` for each step `p`.
     fn pack_column(g: &Gemm, b: &[Self::In], j: usize, dst: &mut [Self::Packed]);
+    /// Columns `j0..j0 + cols` (`cols` at most [`LAYER_COLS`]) of `op(B)` into the block
+    /// `dst` (`steps * LAYER_COLS` values), column `j0 + jj` at `dst[p * LAYER_COLS + jj]`.
+    fn pack_block(g: &Gemm, b: &[Self::In], j0: usize, cols: usize, dst: &mut [Self::Packed]) {
+        for jj in 0..cols {
+            Self::pack_column(g, b, j0 + jj, &mut dst[jj..]);
+        }
+    }
+    /// The calling thread's packed B, kept between products.
+    fn scratch() -> &'static std::thread::LocalKey<std::cell::RefCell<Vec<Self::Packed>>>;
     /// `out[r][jj] = sum over steps of A's row r times column jj` for one block.
     ///
     /// # Safety
@@ -149,11 +160,32 @@ struct F32Lanes;
 /// bf16: a step is a pair along `k` (A transposed, `k` even).
 struct Bf16Pairs;
 
+thread_local! {
+    static F32_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PAIRS_PACKED: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl LayerElement for F32Lanes {
     type In = f32;
     type Packed = f32;
     fn steps(k: usize) -> usize {
         k
+    }
+    fn scratch() -> &'static std::thread::LocalKey<std::cell::RefCell<Vec<f32>>> {
+        &F32_PACKED
+    }
+    fn pack_block(g: &Gemm, b: &[f32], j0: usize, cols: usize, dst: &mut [f32]) {
+        // Whole blocks of contiguous columns: 8 x 8 tiles transposed in registers.
+        if !g.transb && cols == LAYER_COLS && g.k >= 8 {
+            assert!((j0 + cols - 1) * g.ldb + g.k <= b.len() && dst.len() >= g.k * LAYER_COLS);
+            // SAFETY: the CPU has AVX512F (the callers checked); columns j0..j0 + 32 of B
+            // hold k elements each in `b`, `dst` holds k steps of 32 (asserted).
+            unsafe { x86::pack_f32_columns(b.as_ptr().add(j0 * g.ldb), g.ldb, g.k, dst.as_mut_ptr()) };
+            return;
+        }
+        for jj in 0..cols {
+            Self::pack_column(g, b, j0 + jj, &mut dst[jj..]);
+        }
     }
     fn pack_column(g: &Gemm, b: &[f32], j: usize, dst: &mut [f32]) {
         if g.transb {
@@ -182,6 +214,9 @@ impl LayerElement for Bf16Pairs {
     type Packed = u32;
     fn steps(k: usize) -> usize {
         k / 2
+    }
+    fn scratch() -> &'static std::thread::LocalKey<std::cell::RefCell<Vec<u32>>> {
+        &PAIRS_PACKED
     }
     fn pack_column(g: &Gemm, b: &[bf16], j: usize, dst: &mut [u32]) {
         let at = |p: usize| u32::from(if g.transb { b[j + p * g.ldb] } else { b[p + j * g.ldb] }.to_bits());
@@ -216,12 +251,14 @@ fn layer<E: LayerElement>(
     let steps = E::steps(g.k);
     let blocks = g.n.div_ceil(LAYER_COLS);
     let block_len = steps * LAYER_COLS;
-    let mut packed = vec![E::Packed::default(); blocks * block_len];
+    // The packed B of the calling thread's last product, reused (no allocation, no page
+    // faults, no zeroing): its columns past `n` in the last block keep what they held,
+    // and their sums are never stored.
+    let mut packed = E::scratch().with(|s| s.take());
+    packed.resize(blocks * block_len, E::Packed::default());
     pool.install(|| {
-        packed.par_chunks_mut(block_len).enumerate().for_each(|(blk, dst)| {
-            for jj in 0..LAYER_COLS.min(g.n - blk * LAYER_COLS) {
-                E::pack_column(g, b, blk * LAYER_COLS + jj, &mut dst[jj..]);
-            }
+        packed[..blocks * block_len].par_chunks_mut(block_len).enumerate().for_each(|(blk, dst)| {
+            E::pack_block(g, b, blk * LAYER_COLS, LAYER_COLS.min(g.n - blk * LAYER_COLS), dst)
         })
     });
     // Where row i of op(A) starts, and how far apart its steps are.
@@ -259,6 +296,16 @@ fn layer<E: LayerElement>(
                         )
                     };
                     assert!((j0 + cols - 1) * g.ldc + i0 + rows <= c_len);
+                    if rows == LAYER_ROWS && cols == LAYER_COLS {
+                        // SAFETY: the CPU has AVX512F (the callers checked); rows i0..i0 + 8
+                        // of columns j0..j0 + 32 of C are inside `c` (asserted), this
+                        // task's, no reference to them alive.
+                        unsafe {
+                            let at = (c_addr as *mut f32).add(j0 * g.ldc + i0);
+                            x86::store_columns(&out, at, g.ldc, g.alpha, g.beta)
+                        }
+                        continue;
+                    }
                     for (jj, j) in (j0..j0 + cols).enumerate() {
                         for (r, sums) in out.iter().take(rows).enumerate() {
                             // SAFETY: element (i0 + r, j) of C, inside `c` (asserted), of
@@ -281,6 +328,10 @@ fn layer<E: LayerElement>(
             }
         })
     });
+    // Kept for the next product unless large (a thread keeps at most this much).
+    if std::mem::size_of_val(packed.as_slice()) <= KEPT_PACKED_BYTES {
+        E::scratch().with(|s| s.replace(packed));
+    }
 }
 
 /// `op(A)`'s element `(i, p)`.
@@ -634,6 +685,101 @@ mod x86 {
         }
     }
 
+    /// Transposes eight vectors of eight: `r[i][j]` becomes `r[j][i]`.
+    #[target_feature(enable = "avx512f")]
+    fn transpose8(r: &mut [__m256; 8]) {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
+        r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
+        r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
+        r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
+        r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
+        r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
+        r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
+        r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
+    }
+
+    /// A whole layer block of sums (8 rows of C by 32 columns) into column-major C at `c`
+    /// (row `r` of column `j` at `c + j * ldc + r`): `alpha s`, plus `beta c` where beta is
+    /// not 0, rounded as the scalar store rounds (a product, then a sum).
+    ///
+    /// # Safety
+    /// The CPU runs AVX512F; rows 0..8 of columns 0..32 from `c` are writable (readable
+    /// too where beta is not 0) and no reference to them is alive.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn store_columns(
+        out: &[[f32; LAYER_COLS]; LAYER_ROWS],
+        c: *mut f32,
+        ldc: usize,
+        alpha: f32,
+        beta: f32,
+    ) {
+        let (alpha, beta_v) = (_mm256_set1_ps(alpha), _mm256_set1_ps(beta));
+        for q in 0..LAYER_COLS / 8 {
+            // SAFETY: 8 floats of each of `out`'s rows, from column 8q.
+            let mut r: [__m256; 8] =
+                std::array::from_fn(|i| unsafe { _mm256_loadu_ps(out[i][8 * q..].as_ptr()) });
+            transpose8(&mut r);
+            for (jj, v) in r.iter().enumerate() {
+                // SAFETY: rows 0..8 of column 8q + jj (the contract).
+                unsafe {
+                    let at = c.add((8 * q + jj) * ldc);
+                    let mut v = _mm256_mul_ps(alpha, *v);
+                    if beta != 0.0 {
+                        v = _mm256_add_ps(v, _mm256_mul_ps(beta_v, _mm256_loadu_ps(at)));
+                    }
+                    _mm256_storeu_ps(at, v);
+                }
+            }
+        }
+    }
+
+    /// Packs 32 columns of `k` contiguous f32 each (column `jj` from `b + jj * ldb`) into
+    /// `dst`, step `p` of column `jj` at `dst[p * 32 + jj]`: 8 x 8 tiles transposed in
+    /// registers, the last `k % 8` steps one by one.
+    ///
+    /// # Safety
+    /// The CPU runs AVX512F; `k` elements from `b + jj * ldb` are readable for each
+    /// `jj < 32`, `k * 32` from `dst` writable, and no reference to them is alive.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_f32_columns(b: *const f32, ldb: usize, k: usize, dst: *mut f32) {
+        for p0 in (0..k - k % 8).step_by(8) {
+            for q in 0..LAYER_COLS / 8 {
+                // SAFETY: steps p0..p0 + 8 of columns 8q..8q + 8, and their places in
+                // `dst` (the contract).
+                unsafe {
+                    let mut r: [__m256; 8] =
+                        std::array::from_fn(|i| _mm256_loadu_ps(b.add((8 * q + i) * ldb + p0)));
+                    transpose8(&mut r);
+                    for (i, v) in r.iter().enumerate() {
+                        _mm256_storeu_ps(dst.add((p0 + i) * LAYER_COLS + 8 * q), *v);
+                    }
+                }
+            }
+        }
+        for p in k - k % 8..k {
+            for jj in 0..LAYER_COLS {
+                // SAFETY: step p of column jj, and its place (the contract).
+                unsafe { *dst.add(p * LAYER_COLS + jj) = *b.add(jj * ldb + p) };
+            }
+        }
+    }
+
     /// A layer block's sums, two vectors per row, into `out`.
     #[target_feature(enable = "avx512f")]
     fn store_rows(acc: &[[__m512; 2]; LAYER_ROWS], out: &mut [[f32; LAYER_COLS]; LAYER_ROWS]) {
@@ -799,6 +945,22 @@ mod x86 {
         _: &[f32],
         _: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
     ) {
+        unreachable!("AVX-512 off x86_64")
+    }
+
+    /// Never called: AVX-512 is x86_64's.
+    pub(super) unsafe fn store_columns(
+        _: &[[f32; LAYER_COLS]; LAYER_ROWS],
+        _: *mut f32,
+        _: usize,
+        _: f32,
+        _: f32,
+    ) {
+        unreachable!("AVX-512 off x86_64")
+    }
+
+    /// Never called: AVX-512 is x86_64's.
+    pub(super) unsafe fn pack_f32_columns(_: *const f32, _: usize, _: usize, _: *mut f32) {
         unreachable!("AVX-512 off x86_64")
     }
 
