@@ -735,6 +735,68 @@ fn teams_stores_in_their_own_rows_are_plain_and_still_checked() {
     });
 }
 
+/// Differences along each row, in rounds: `x`'s element before `c` is read only where
+/// `c > 0` (a start that could wrap: no window), `x`'s and `w`'s at `c` by every thread
+/// (windows), `y` stored in the team's row (a window of its own row); `w` may be shorter
+/// than the rows reach.
+#[offload::kernel(teams = 32)]
+fn row_differences(row: usize, thread: usize, cols: usize, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let base = row * cols;
+    let mut c = thread;
+    while c < cols {
+        let mut d = x[base + c] * w[base + c];
+        if c > 0 {
+            d -= x[base + c - 1];
+        }
+        y[base + c] = if c % 2 == 0 { d } else { -d };
+        c += 32;
+    }
+}
+
+/// A block-stride round takes each run of its row as a window checked once per round (host
+/// devices; the same results everywhere), for rows shorter than the team, a multiple of it
+/// and longer; a view too short for the last row's run fails the launch naming the
+/// index, as the body as written does.
+#[test]
+fn rounds_read_and_store_their_runs_through_windows() {
+    on_every_device("row differences", |rt, d| {
+        let gpu = rt.device(d)?;
+        for cols in [5usize, 32, 100, 257] {
+            let rows = 3;
+            let x: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 + 0.5).collect();
+            let w: Vec<f32> = (0..rows * cols).map(|i| (i % 3) as f32).collect();
+            let mut y = vec![0f32; rows * cols];
+            gpu.data((map::to(&x), map::to(&w), map::from(&mut y)), |(x, w, y)| {
+                row_differences::launch(&gpu, rows, cols, x, w, y)
+            })?;
+            for r in 0..rows {
+                for c in 0..cols {
+                    let i = r * cols + c;
+                    let d = x[i] * w[i] - if c > 0 { x[i - 1] } else { 0.0 };
+                    let want = if c % 2 == 0 { d } else { -d };
+                    check!(y[i] == want, "cols {cols}, ({r}, {c}): {} vs {want}", y[i]);
+                }
+            }
+        }
+        if rt.describe(d)?.kind == offload::BackendKind::Host {
+            let (rows, cols) = (3usize, 40usize);
+            let x = vec![1f32; rows * cols];
+            let short = vec![1f32; rows * cols - 3];
+            let mut y = vec![0f32; rows * cols];
+            let r = gpu.data((map::to(&x), map::to(&short), map::from(&mut y)), |(x, w, y)| {
+                row_differences::launch(&gpu, rows, cols, x, w, y)
+            });
+            match r.map_err(cause) {
+                Err(Error::KernelFailed { message, .. }) => {
+                    check!(message.contains("out of range") && message.contains("`w`"), "{message}")
+                }
+                other => check!(false, "expected KernelFailed, got {other:?}"),
+            }
+        }
+        Ok(())
+    });
+}
+
 /// A thread's sums in two block-stride stretches, one local reused across the barrier:
 /// set by a `let` (to 1) before the first loop and by an assignment before the second.
 /// `j` copies the counter before it is set: an index in the next team's row, not the

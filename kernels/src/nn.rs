@@ -105,29 +105,29 @@ macro_rules! nn_kernels {
                 let keep = if causal { cols - q_len + row % q_len + 1 } else { cols };
                 // Every walk is over the whole row (`k < cols`), the masked keys skipped
                 // inside it: then each team touches only its own row, which host devices
-                // see and run without atomics.
+                // see and run without atomics. Each score is loaded and each sum updated
+                // whether masked or not, the mask only selecting, so host devices' loops
+                // vectorise.
                 let mut m = f32::NEG_INFINITY;
                 let mut k = thread;
                 while k < cols {
-                    if k < keep {
-                        m = m.max(s[base + k]$($to)*);
-                    }
+                    let v = s[base + k]$($to)*;
+                    m = m.max(if k < keep { v } else { f32::NEG_INFINITY });
                     k += offload::team_size();
                 }
                 let most = offload::team_max(m);
                 let mut t = 0.0f32;
                 let mut k = thread;
                 while k < cols {
-                    if k < keep {
-                        t += (s[base + k]$($to)* - most).exp();
-                    }
+                    let e = (s[base + k]$($to)* - most).exp();
+                    t += if k < keep { e } else { 0.0f32 };
                     k += offload::team_size();
                 }
                 let total = offload::team_sum(t);
                 let mut k = thread;
                 while k < cols {
-                    let p = if k < keep { (s[base + k]$($to)* - most).exp() / total } else { 0.0f32 };
-                    s[base + k] = $($from)*(p);
+                    let e = (s[base + k]$($to)* - most).exp() / total;
+                    s[base + k] = $($from)*(if k < keep { e } else { 0.0f32 });
                     k += offload::team_size();
                 }
             }

@@ -50,6 +50,9 @@ pub struct TeamsTwin<'a> {
     enter: TokenStream,
     /// The block-stride loops (by address) whose stretches run in rounds ([`Strided`]).
     strided: HashSet<*const Stmt>,
+    /// The views whose runs a round may take as windows (`fast_rows::round_windows`): the
+    /// twin's fast path's plain reads and each team's own rows; none on its shared path.
+    windows: Vec<VarId>,
 }
 
 /// What tells the team size in a kernel's body: a literal equal to a literal `teams`, or
@@ -118,7 +121,14 @@ impl<'a> TeamsTwin<'a> {
             hoisted,
             enter,
             strided,
+            windows: Vec::new(),
         }
+    }
+
+    /// The same twin, its rounds taking windows of `views`.
+    pub fn with_windows(mut self, views: &[VarId]) -> Self {
+        self.windows = views.to_vec();
+        self
     }
 
     /// How many stretches run in rounds (for the twin's description).
@@ -263,7 +273,41 @@ impl<'a> TeamsTwin<'a> {
         let (before, after) = (each(&f.before), each(&f.after));
         let counter = &self.emit.body.vars[f.counter].rust;
         let bound = self.uniform(f.bound);
-        let step = self.emit.stmts(f.step_body);
+        let threads = |step: TokenStream| {
+            quote! {
+                for __offload_thread in 0..__offload_cnt {
+                    #enter
+                    let #counter: usize = __offload_r + __offload_thread;
+                    #step
+                }
+            }
+        };
+        let looped = threads(self.emit.stmts(f.step_body));
+        let looped = match self.round_windows(&f) {
+            Some((makes, fast)) => {
+                let names = (0..makes.len()).map(|w| quote::format_ident!("__offload_w{}", w));
+                let fast = threads(fast);
+                quote! {
+                    match (#(#makes,)*) {
+                        (#(::core::option::Option::Some(#names),)*) => #fast,
+                        _ => #looped,
+                    }
+                }
+            }
+            None => looped,
+        };
+        // The per-thread scalars the step names, as slices of the round's threads: indexed
+        // by a thread below the round's length, they need no check.
+        let mut named = HashSet::new();
+        visit_stmt_vars(f.step_body, &mut |v| {
+            named.insert(v);
+        });
+        let mut shadowed: Vec<VarId> = named
+            .into_iter()
+            .filter(|v| self.emit.per_thread.contains(v) && self.emit.body.vars[*v].ty.scalar().is_some())
+            .collect();
+        shadowed.sort_unstable();
+        let shadowed = shadowed.into_iter().map(per_thread_array);
         Some(quote! {
             #(#clears)*
             #(#declared)*
@@ -272,11 +316,9 @@ impl<'a> TeamsTwin<'a> {
                 let __offload_n: usize = #bound;
                 let mut __offload_r: usize = 0;
                 while __offload_r < __offload_n {
-                    for __offload_thread in 0..::core::cmp::min(#t, __offload_n - __offload_r) {
-                        #enter
-                        let #counter: usize = __offload_r + __offload_thread;
-                        #step
-                    }
+                    let __offload_cnt: usize = ::core::cmp::min(#t, __offload_n - __offload_r);
+                    #(let #shadowed = &mut #shadowed[..__offload_cnt];)*
+                    #looped
                     __offload_r = match __offload_r.checked_add(#t) {
                         Some(r) => r,
                         None => break,
@@ -285,6 +327,35 @@ impl<'a> TeamsTwin<'a> {
             }
             #after
         })
+    }
+
+    /// A round's windows ([`crate::fast_rows::round_windows`]): the code making each (an
+    /// `Option` of it), and the step's body reading them.
+    fn round_windows(&self, f: &Strided<'_>) -> Option<(Vec<TokenStream>, TokenStream)> {
+        if self.windows.is_empty() || self.emit.per_thread.contains(&f.counter) {
+            return None;
+        }
+        let (windows, body) = crate::fast_rows::round_windows(
+            self.emit.body,
+            f.step_body,
+            f.counter,
+            self.thread,
+            &self.windows,
+        )?;
+        let counter = &self.emit.body.vars[f.counter].rust;
+        let makes = windows
+            .iter()
+            .map(|(view, start)| {
+                let v = &self.emit.body.vars[*view].rust;
+                let start = self.emit.expr(start);
+                quote!(#v.window({ let #counter: usize = __offload_r; #start }, __offload_cnt))
+            })
+            .collect();
+        let mut emit = RustEmitter::new(&body, true);
+        emit.per_thread = self.emit.per_thread.clone();
+        emit.declared_outside = self.emit.declared_outside.clone();
+        emit.local_reductions = self.emit.local_reductions;
+        Some((makes, emit.stmts(&body.stmts)))
     }
 
     /// A stretch of uniform lets then `if thread < E` / `if thread == E` (no `else`): the

@@ -335,7 +335,17 @@ pub fn teams_twin(attr: TokenStream, f: TokenStream) -> Result<String, String> {
     let f: ItemFn = syn::parse2(f).map_err(|e| e.to_string())?;
     let (_, k, _) = lower_kernel(attr, &f).map_err(|e| e.to_string())?;
     let threads = k.sig.teams.as_ref().ok_or("not a teams kernel")?;
-    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, &k.sig.name, k.index_vars[1], quote!());
+    // Every view may take windows, as on the twin's fast path.
+    let views: Vec<crate::ir::VarId> = k
+        .sig
+        .params
+        .iter()
+        .zip(&k.param_vars)
+        .filter(|(p, _)| matches!(p.kind, crate::signature::ParamKind::View { .. }))
+        .map(|(_, v)| *v)
+        .collect();
+    let twin = crate::emit_teams::TeamsTwin::new(&k.body, threads, &k.sig.name, k.index_vars[1], quote!())
+        .with_windows(&views);
     Ok(format!("{} {}", twin.arrays(), twin.team()))
 }
 

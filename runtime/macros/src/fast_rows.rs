@@ -56,7 +56,17 @@ pub fn fast_rows(body: &Body, inner: VarId, counter: &str, views: &[VarId]) -> O
         init: None,
     });
     let mut windows = Vec::new();
-    let mut w = Windows { body, inner, views, count, windows: &mut windows, new_vars: Vec::new() };
+    let names = Names { inner, varying: None };
+    let mut w = Windows {
+        body,
+        names,
+        views,
+        count,
+        windows: &mut windows,
+        new_vars: Vec::new(),
+        branches: false,
+        in_branch: false,
+    };
     let mut stmts = std::mem::take(&mut fast.stmts);
     for s in &mut stmts {
         if may_end(s) {
@@ -69,6 +79,59 @@ pub fn fast_rows(body: &Body, inner: VarId, counter: &str, views: &[VarId]) -> O
     fast.vars.extend(new_vars);
     let deferred = if windows.is_empty() { Vec::new() } else { defer_reductions(&mut fast, count) };
     (!guards.is_empty() || !windows.is_empty()).then_some(FastRows { guards, windows, body: fast, deferred })
+}
+
+/// A teams twin's round of a block-stride loop (`emit_teams`), with windows: the step
+/// body `step` for the round's threads, its accesses of `views` at the loop's counter
+/// (`counter`, which is the round's first plus the thread's place in the round) plus terms
+/// the same for the whole team, as loads and stores of a window of the round's length at
+/// the thread's place (`__offload_thread`). Accesses in branches take windows too (the
+/// round makes every window or none). `thread`: the kernel's thread index, which is not
+/// the same for the round. The windows (each view and its start, the counter standing for
+/// the round's first), and the step's body; `None` without windows.
+pub fn round_windows(
+    body: &Body,
+    step: &[Stmt],
+    counter: VarId,
+    thread: VarId,
+    views: &[VarId],
+) -> Option<(Vec<(VarId, Expr)>, Body)> {
+    let mut fast = Body { stmts: Vec::new(), ..body.clone() };
+    let count = fast.vars.len();
+    fast.vars.push(Var {
+        rust: syn::Ident::new("__offload_thread", Span::call_site()),
+        c: String::new(),
+        ty: Type::Scalar(crate::ty::Ty::Usize),
+        mutable: false,
+        role: Role::Local,
+        init: None,
+    });
+    let mut windows = Vec::new();
+    let names = Names { inner: counter, varying: Some(thread) };
+    let mut w = Windows {
+        body,
+        names,
+        views,
+        count,
+        windows: &mut windows,
+        new_vars: Vec::new(),
+        branches: true,
+        in_branch: false,
+    };
+    let mut stmts = step.to_vec();
+    for s in &mut stmts {
+        if may_end(s) {
+            break;
+        }
+        w.stmt(s);
+    }
+    let new_vars = std::mem::take(&mut w.new_vars);
+    if windows.is_empty() {
+        return None;
+    }
+    fast.stmts = stmts;
+    fast.vars.extend(new_vars);
+    Some((windows, fast))
 }
 
 /// Turns each reduction update `*r op= v` of `fast`'s top level into a store of `v` at the
@@ -207,28 +270,48 @@ fn invariant(body: &Body, inner: VarId, e: &Expr) -> bool {
     }
 }
 
+/// What an index may name besides fixed values: the innermost index (or a teams round's
+/// counter, a local), and an index that is not fixed for the row (a teams kernel's thread).
+#[derive(Clone, Copy)]
+struct Names {
+    inner: VarId,
+    varying: Option<VarId>,
+}
+
 /// `e` with every immutable local replaced by its value, if it then names only fixed
-/// values and `inner` (through arithmetic and casts).
-fn inlined(body: &Body, e: &Expr, depth: usize) -> Option<Expr> {
+/// values and the innermost index (through arithmetic and casts).
+fn inlined(body: &Body, e: &Expr, depth: usize, names: Names) -> Option<Expr> {
+    let inl = |a: &Expr| inlined(body, a, depth, names).map(Box::new);
     let kind = match &e.kind {
         ExprKind::Lit(_) | ExprKind::Builtin { .. } => return Some(e.clone()),
+        ExprKind::Var(v) if *v == names.inner => return Some(e.clone()),
+        ExprKind::Var(v) if Some(*v) == names.varying => return None,
         ExprKind::Var(v) => {
             let var = &body.vars[*v];
             return match (&var.role, &var.init) {
-                (Role::Local, Some(init)) if !var.mutable && depth < 16 => inlined(body, init, depth + 1),
+                (Role::Local, Some(init)) if !var.mutable && depth < 16 => {
+                    inlined(body, init, depth + 1, names)
+                }
                 _ if fixed(body, *v) => Some(e.clone()),
                 _ => None,
             };
         }
-        ExprKind::Neg(a) => ExprKind::Neg(Box::new(inlined(body, a, depth)?)),
-        ExprKind::Not(a) => ExprKind::Not(Box::new(inlined(body, a, depth)?)),
-        ExprKind::Cast(a, t) => ExprKind::Cast(Box::new(inlined(body, a, depth)?), *t),
-        ExprKind::Binary(op, a, b) => {
-            ExprKind::Binary(*op, Box::new(inlined(body, a, depth)?), Box::new(inlined(body, b, depth)?))
-        }
+        ExprKind::Neg(a) => ExprKind::Neg(inl(a)?),
+        ExprKind::Not(a) => ExprKind::Not(inl(a)?),
+        ExprKind::Cast(a, t) => ExprKind::Cast(inl(a)?, *t),
+        ExprKind::Binary(op, a, b) => ExprKind::Binary(*op, inl(a)?, inl(b)?),
         _ => return None,
     };
     Some(Expr { kind, ty: e.ty.clone(), span: e.span })
+}
+
+/// Whether `e` may wrap below zero (a `-` or a negation in it).
+fn subtracts(e: &Expr) -> bool {
+    let mut found = false;
+    crate::ir::walk_expr(e, &mut |x| {
+        found |= matches!(x.kind, ExprKind::Neg(_) | ExprKind::Binary(BinOp::Sub(_), ..))
+    });
+    found
 }
 
 /// How often `inner` occurs in `e`, and whether every occurrence is a plain `+` term
@@ -257,12 +340,18 @@ fn unit_term(e: &Expr, inner: VarId) -> (usize, bool) {
 /// The rewriting of a fast body's loads into window loads.
 struct Windows<'b, 'w> {
     body: &'b Body,
-    inner: VarId,
+    names: Names,
     views: &'b [VarId],
     /// The loop counter's variable.
     count: VarId,
     windows: &'w mut Vec<(VarId, Expr)>,
     new_vars: Vec<Var>,
+    /// Whether accesses that only some items make (in an `if`, a `match` arm, the right
+    /// side of `&&`) may take windows too, where their start cannot wrap: a teams round,
+    /// whose windows all lie inside the row's run or the round runs as written.
+    branches: bool,
+    /// Whether the access being rewritten is one that only some items make.
+    in_branch: bool,
 }
 
 impl Windows<'_, '_> {
@@ -281,12 +370,20 @@ impl Windows<'_, '_> {
             }
             Stmt::Reduce { value, .. } => self.expr(value),
             Stmt::Expr(e) => self.expr(e),
+            Stmt::If { cond, then, els } if self.branches => {
+                self.expr(cond);
+                let was = std::mem::replace(&mut self.in_branch, true);
+                then.iter_mut().chain(els.iter_mut().flatten()).for_each(|s| self.stmt(s));
+                self.in_branch = was;
+            }
+            Stmt::Block(b) if self.branches => b.iter_mut().for_each(|s| self.stmt(s)),
             // What runs only for some items stays as written.
             _ => {}
         }
     }
 
-    /// Rewrites the loads of `e` that every evaluation of `e` makes.
+    /// Rewrites the loads of `e` that every evaluation of `e` makes (and, with `branches`,
+    /// the others).
     fn expr(&mut self, e: &mut Expr) {
         match &mut e.kind {
             ExprKind::Load { view, index } => {
@@ -298,14 +395,30 @@ impl Windows<'_, '_> {
             ExprKind::Field { base, .. } => self.expr(base),
             ExprKind::Neg(a) | ExprKind::Not(a) | ExprKind::Cast(a, _) => self.expr(a),
             // The right side of `&&` and `||` runs only for some items.
-            ExprKind::Binary(BinOp::And(_) | BinOp::Or(_), a, _) => self.expr(a),
+            ExprKind::Binary(BinOp::And(_) | BinOp::Or(_), a, b) => {
+                self.expr(a);
+                self.branch(b);
+            }
             ExprKind::Binary(_, a, b) => {
                 self.expr(a);
                 self.expr(b);
             }
-            ExprKind::Select(c, _, _) => self.expr(c),
+            ExprKind::Select(c, a, b) => {
+                self.expr(c);
+                self.branch(a);
+                self.branch(b);
+            }
             ExprKind::Math(_, args) => args.iter_mut().for_each(|a| self.expr(a)),
             _ => {}
+        }
+    }
+
+    /// Rewrites `e`, evaluated only by some items, where `branches` allows.
+    fn branch(&mut self, e: &mut Expr) {
+        if self.branches {
+            let was = std::mem::replace(&mut self.in_branch, true);
+            self.expr(e);
+            self.in_branch = was;
         }
     }
 
@@ -319,8 +432,10 @@ impl Windows<'_, '_> {
         if !self.views.contains(&view) {
             return None;
         }
-        let start = inlined(self.body, index, 0)?;
-        if unit_term(&start, self.inner) != (1, true) {
+        let start = inlined(self.body, index, 0, self.names)?;
+        // A start that only some items compute must not wrap (a debug build would panic
+        // where the body as written does not).
+        if unit_term(&start, self.names.inner) != (1, true) || (self.in_branch && subtracts(&start)) {
             return None;
         }
         let id = self.body.vars.len() + 1 + self.new_vars.len();

@@ -909,12 +909,47 @@ fn teams_twins_are_loops_over_threads_between_barriers() {
     // Both stretches run their block-stride loops in rounds: thread `t` of round `r` takes
     // element `r + t`, the threads below the bound only.
     assert_eq!(
-        code.matches("for__offload_threadin0..::core::cmp::min(__offload_ts,__offload_n-__offload_r)")
+        code.matches("let__offload_cnt:usize=::core::cmp::min(__offload_ts,__offload_n-__offload_r);")
             .count(),
         2,
         "{code}"
     );
     assert!(code.contains("letc:usize=__offload_r+__offload_thread;"), "{code}");
+    // Each round reads `x` and writes `y` through a window of the round's run (checked once
+    // per round, indexed by the thread's place), and runs as written where one is not
+    // made: two loops per round.
+    assert!(code.contains("x.window({letc:usize=__offload_r;c},__offload_cnt)"), "{code}");
+    assert!(code.contains("y.window({letc:usize=__offload_r;((team*n)+c)},__offload_cnt)"), "{code}");
+    assert!(code.contains("__offload_w0.get(__offload_thread)"), "{code}");
+    assert!(code.contains("__offload_w0.set(__offload_i,__offload_v)"), "{code}");
+    assert_eq!(code.matches("for__offload_threadin0..__offload_cnt").count(), 4, "{code}");
+    // The per-thread partial `s`, as a slice of the round's threads (no check per index).
+    assert!(code.contains("&mut__offload_pt_"), "{code}");
+    // Accesses that only some threads make take windows too, unless their start could wrap
+    // below zero (a debug build would panic where the body does not); an index naming the
+    // thread is not one run of the round.
+    let code = crate::expand::teams_twin(
+        quote!(teams = 32),
+        quote!(
+            fn k(team: usize, thread: usize, n: usize, x: &[f32], y: &[f32], z: &mut [f32]) {
+                let base = team * n;
+                let mut c = thread;
+                while c < n {
+                    let mut v = 0.0f32;
+                    if c > 0 {
+                        v = x[base + c - 1] + y[base + c];
+                    }
+                    z[base + c] = v + x[c + thread];
+                    c += 32;
+                }
+            }
+        ),
+    )
+    .unwrap()
+    .replace(' ', "");
+    assert!(code.contains("y.window("), "{code}");
+    assert!(code.contains("z.window("), "{code}");
+    assert!(!code.contains("x.window("), "{code}");
     // A tree step's stretch loops over its active threads only, `thread == 0` over one,
     // but a guard on a value that differs per thread keeps the whole team.
     let code = crate::expand::teams_twin(

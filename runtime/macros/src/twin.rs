@@ -39,11 +39,11 @@ pub(crate) fn host_twin(g: &KernelGen<'_>) -> HostTwin {
     let red = Reductions::of(g);
     let views = ViewPaths::of(g, &emit);
     let copies = task_copies(g);
-    let run = |own_bind: &[TokenStream], fast: bool| match teams_loop(g, &red, &copies, own_bind) {
-        Some(teams) => teams,
-        None => {
-            let windows = if fast { &views.window_vars[..] } else { &[] };
-            flat_loop(g, &emit, &red, &copies, own_bind, windows)
+    let run = |own_bind: &[TokenStream], fast: bool| {
+        let windows = if fast { &views.window_vars[..] } else { &[] };
+        match teams_loop(g, &red, &copies, own_bind, windows) {
+            Some(teams) => teams,
+            None => flat_loop(g, &emit, &red, &copies, own_bind, windows),
         }
     };
     // A teams kernel's own rows hold each thread's stores unlogged: the checked twin, whose
@@ -238,6 +238,7 @@ fn teams_loop(
     red: &Reductions<'_>,
     copies: &TokenStream,
     own_bind: &[TokenStream],
+    windows: &[VarId],
 ) -> Option<TokenStream> {
     let (k, sig) = (g.k, &g.k.sig);
     // The team size: the host twin's `__offload_ts` (the count, or the launch's).
@@ -279,7 +280,8 @@ fn teams_loop(
         #partials
     };
     let twin =
-        crate::emit_teams::TeamsTwin::new(&k.body, sig.teams.as_ref()?, &sig.name, k.index_vars[1], enter);
+        crate::emit_teams::TeamsTwin::new(&k.body, sig.teams.as_ref()?, &sig.name, k.index_vars[1], enter)
+            .with_windows(windows);
     let (arrays, team_code) = (twin.arrays(), twin.team());
     let task = quote! {
         #copies
