@@ -45,38 +45,10 @@ pub struct FastRows {
 pub fn fast_rows(body: &Body, inner: VarId, counter: &str, views: &[VarId]) -> Option<FastRows> {
     let mut guards = Vec::new();
     let stmts = prune(body, inner, &body.stmts, &[], &mut guards);
-    let mut fast = Body { stmts, ..body.clone() };
-    let count = fast.vars.len();
-    fast.vars.push(Var {
-        rust: syn::Ident::new(counter, Span::call_site()),
-        c: String::new(),
-        ty: Type::Scalar(crate::ty::Ty::Usize),
-        mutable: false,
-        role: Role::Local,
-        init: None,
-    });
-    let mut windows = Vec::new();
-    let names = Names { inner, varying: None };
-    let mut w = Windows {
-        body,
-        names,
-        views,
-        count,
-        windows: &mut windows,
-        new_vars: Vec::new(),
-        branches: false,
-        in_branch: false,
-    };
-    let mut stmts = std::mem::take(&mut fast.stmts);
-    for s in &mut stmts {
-        if may_end(s) {
-            break;
-        }
-        w.stmt(s);
-    }
-    fast.stmts = stmts;
-    let new_vars = std::mem::take(&mut w.new_vars);
-    fast.vars.extend(new_vars);
+    let (mut fast, windows) =
+        with_windows(body, stmts, counter, Names { inner, varying: None }, views, false);
+    // The loop counter's variable.
+    let count = body.vars.len();
     let deferred = if windows.is_empty() { Vec::new() } else { defer_reductions(&mut fast, count) };
     (!guards.is_empty() || !windows.is_empty()).then_some(FastRows { guards, windows, body: fast, deferred })
 }
@@ -96,10 +68,27 @@ pub fn round_windows(
     thread: VarId,
     views: &[VarId],
 ) -> Option<(Vec<(VarId, Expr)>, Body)> {
-    let mut fast = Body { stmts: Vec::new(), ..body.clone() };
+    let names = Names { inner: counter, varying: Some(thread) };
+    let (fast, windows) = with_windows(body, step.to_vec(), "__offload_thread", names, views, true);
+    (!windows.is_empty()).then_some((windows, fast))
+}
+
+/// `stmts` (of `body`) with their accesses of `views` one run per row rewritten as window
+/// accesses ([`Windows`]), up to the first statement that may end the item: the body (its
+/// variables `body`'s, then the loop counter named `counter`, then the windows) and the
+/// windows, each view and its start.
+fn with_windows(
+    body: &Body,
+    mut stmts: Vec<Stmt>,
+    counter: &str,
+    names: Names,
+    views: &[VarId],
+    branches: bool,
+) -> (Body, Vec<(VarId, Expr)>) {
+    let mut fast = body.clone();
     let count = fast.vars.len();
     fast.vars.push(Var {
-        rust: syn::Ident::new("__offload_thread", Span::call_site()),
+        rust: syn::Ident::new(counter, Span::call_site()),
         c: String::new(),
         ty: Type::Scalar(crate::ty::Ty::Usize),
         mutable: false,
@@ -107,7 +96,6 @@ pub fn round_windows(
         init: None,
     });
     let mut windows = Vec::new();
-    let names = Names { inner: counter, varying: Some(thread) };
     let mut w = Windows {
         body,
         names,
@@ -115,10 +103,9 @@ pub fn round_windows(
         count,
         windows: &mut windows,
         new_vars: Vec::new(),
-        branches: true,
+        branches,
         in_branch: false,
     };
-    let mut stmts = step.to_vec();
     for s in &mut stmts {
         if may_end(s) {
             break;
@@ -126,12 +113,9 @@ pub fn round_windows(
         w.stmt(s);
     }
     let new_vars = std::mem::take(&mut w.new_vars);
-    if windows.is_empty() {
-        return None;
-    }
     fast.stmts = stmts;
     fast.vars.extend(new_vars);
-    Some((windows, fast))
+    (fast, windows)
 }
 
 /// Turns each reduction update `*r op= v` of `fast`'s top level into a store of `v` at the
