@@ -154,6 +154,82 @@ fn f32_exp_is_within_two_ulp_everywhere() {
     });
 }
 
+/// Writes whether the launch may run a copy compiled for AVX-512 ([`offload::HostLaunch::avx512`]).
+fn probe_avx512(l: &offload::HostLaunch<'_>) -> Result<(), String> {
+    // SAFETY: the launch maps one u32, which nothing else touches meanwhile.
+    let out = unsafe { l.slice_mut::<u32>(0, 1)? };
+    out[0] = u32::from(l.avx512());
+    Ok(())
+}
+
+static PROBE_AVX512: offload::Kernel = offload::Kernel::new("probe_avx512").with_host(probe_avx512);
+
+/// Host devices let generated kernels run their copies compiled for AVX-512 where the CPU
+/// has it and `host_avx512` is on (the default), and never otherwise; the kernels give the
+/// same results bit for bit either way: exp, a block-stride teams kernel with team sums,
+/// minima, maxima and products, a masked softmax. (Release builds have the copies; in a
+/// debug build both runs take the baseline code.)
+#[test]
+fn host_avx512_copies_give_the_same_results() {
+    #[cfg(target_arch = "x86_64")]
+    let cpu = {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512dq")
+            && has!("avx512vl")
+            && has!("avx2")
+            && has!("fma")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("lzcnt")
+            && has!("popcnt")
+            && has!("f16c")
+    };
+    let run = |on: bool| {
+        let rt = offload::Runtime::builder()
+            .env(|_| None)
+            .gpus(false)
+            .host_devices(1)
+            .host_avx512(on)
+            .build()
+            .unwrap();
+        let dev = rt.device(0).unwrap();
+        let mut flag = [7u32];
+        dev.data(map::from(&mut flag[..]), |f| dev.launch(&PROBE_AVX512, 1, (f,))).unwrap();
+        let x: Vec<f32> = (0..8_001).map(|i| -80.0 + 0.02 * i as f32).collect();
+        let mut e = vec![0f32; x.len()];
+        dev.data((map::to(&x), map::from(&mut e)), |(x, e)| exponentials::launch(&dev, x.len(), x, e))
+            .unwrap();
+        let (teams, w) = (9usize, 200usize);
+        let rows: Vec<f32> = (0..teams * w).map(|i| ((i * 37) % 101) as f32 * 0.37 - 11.0).collect();
+        let (mut y, mut stats) = (vec![0f32; teams * w], vec![0f32; 4 * teams]);
+        dev.data((map::to(&rows), map::from(&mut y), map::from(&mut stats)), |(x, y, s)| {
+            normalise_with_team_sums::launch(&dev, teams, w, x, y, s)
+        })
+        .unwrap();
+        let mut p = rows.clone();
+        dev.data(map::tofrom(&mut p), |p| {
+            offload_kernels::nn::for_f32::masked_softmax::launch(&dev, teams, 224, w, w / 2, true, p)
+        })
+        .unwrap();
+        (flag[0], [e, y, stats, p])
+    };
+    let ((on, with), (off, without)) = (run(true), run(false));
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(
+        on,
+        u32::from(cpu),
+        "host_avx512(true) on a CPU with{} x86-64-v4",
+        if cpu { "" } else { "out" }
+    );
+    assert_eq!(off, 0, "host_avx512(false)");
+    for (k, (a, b)) in with.iter().zip(&without).enumerate() {
+        let same = a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same && a.len() == b.len(), "output {k} differs between the copies");
+    }
+}
+
 /// A C `declare target` function that takes an array.
 #[offload::device]
 fn laplacian(u: &[f32], c: usize, nx: usize) -> f32 {

@@ -27,6 +27,10 @@ use crate::emit_host::{per_thread_array, RustEmitter};
 use crate::ir::{visit_stmt_vars, visit_vars, Body, Expr, ExprKind, Role, Stmt, TeamOp, VarId};
 use crate::signature::Threads;
 
+/// The independent partial combinations of a team reduction on host devices (a vector of
+/// 16 f32 on AVX-512).
+const TEAM_LANES: usize = 16;
+
 /// The team-level code of a teams kernel's twin.
 pub struct TeamsTwin<'a> {
     emit: RustEmitter<'a>,
@@ -199,14 +203,36 @@ impl<'a> TeamsTwin<'a> {
         let declared = self.declared(stmts);
         let body = stmts.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
         let (t, enter) = (&self.threads, &self.enter);
+        let shadows = self.team_slices(stmts.iter().copied(), t);
         quote! {
             #(#clears)*
             #(#declared)*
-            for __offload_thread in 0..#t {
-                #enter
-                #(#body)*
+            {
+                #shadows
+                for __offload_thread in 0..#t {
+                    #enter
+                    #(#body)*
+                }
             }
         }
+    }
+
+    /// The per-thread scalars `stmts` name, as slices of their first `len` threads: indexed
+    /// by a thread below `len`, they need no check, and loops over them vectorise.
+    fn team_slices<'s>(&self, stmts: impl IntoIterator<Item = &'s Stmt>, len: &TokenStream) -> TokenStream {
+        let mut named = HashSet::new();
+        for s in stmts {
+            visit_stmt_vars(std::slice::from_ref(s), &mut |v| {
+                named.insert(v);
+            });
+        }
+        let mut vars: Vec<VarId> = named
+            .into_iter()
+            .filter(|v| self.emit.per_thread.contains(v) && self.emit.body.vars[*v].ty.scalar().is_some())
+            .collect();
+        vars.sort_unstable();
+        let arrays = vars.into_iter().map(per_thread_array);
+        quote!(#(let #arrays = &mut #arrays[..#len];)*)
     }
 
     /// The declarations, for the team's code, of the locals `stmts` declare that each later
@@ -263,10 +289,14 @@ impl<'a> TeamsTwin<'a> {
                 return quote!();
             }
             let body = part.iter().map(|s| self.emit.stmts(std::slice::from_ref(*s)));
+            let shadows = self.team_slices(part.iter().copied(), t);
             quote! {
-                for __offload_thread in 0..#t {
-                    #enter
-                    #(#body)*
+                {
+                    #shadows
+                    for __offload_thread in 0..#t {
+                        #enter
+                        #(#body)*
+                    }
                 }
             }
         };
@@ -296,18 +326,7 @@ impl<'a> TeamsTwin<'a> {
             }
             None => looped,
         };
-        // The per-thread scalars the step names, as slices of the round's threads: indexed
-        // by a thread below the round's length, they need no check.
-        let mut named = HashSet::new();
-        visit_stmt_vars(f.step_body, &mut |v| {
-            named.insert(v);
-        });
-        let mut shadowed: Vec<VarId> = named
-            .into_iter()
-            .filter(|v| self.emit.per_thread.contains(v) && self.emit.body.vars[*v].ty.scalar().is_some())
-            .collect();
-        shadowed.sort_unstable();
-        let shadowed = shadowed.into_iter().map(per_thread_array);
+        let shadows = self.team_slices(f.step_body, &quote!(__offload_cnt));
         Some(quote! {
             #(#clears)*
             #(#declared)*
@@ -317,7 +336,7 @@ impl<'a> TeamsTwin<'a> {
                 let mut __offload_r: usize = 0;
                 while __offload_r < __offload_n {
                     let __offload_cnt: usize = ::core::cmp::min(#t, __offload_n - __offload_r);
-                    #(let #shadowed = &mut #shadowed[..__offload_cnt];)*
+                    #shadows
                     #looped
                     __offload_r = match __offload_r.checked_add(#t) {
                         Some(r) => r,
@@ -391,9 +410,11 @@ impl<'a> TeamsTwin<'a> {
         } else {
             quote!(({ let __offload_e: usize = #e; __offload_e..if __offload_e < #t { __offload_e + 1 } else { __offload_e } }))
         };
+        let shadows = self.team_slices(then, t);
         Some(quote! {
             {
                 #(#lets)*
+                #shadows
                 for __offload_thread in #range {
                     #enter
                     #body
@@ -451,8 +472,10 @@ impl<'a> TeamsTwin<'a> {
                 let b = self.list(b);
                 quote!(loop { #b })
             }
-            // A team reduction: every thread's value combined in thread order, once for the
-            // team; every thread then reads the one result.
+            // A team reduction: every thread's value combined once for the team, thread `t`
+            // into lane `t % TEAM_LANES` in thread order, then the lanes in order (each
+            // lane's chain independent, so rustc vectorises them); every thread then reads
+            // the one result.
             Stmt::Let { var, init: Expr { kind: ExprKind::TeamReduce(op, value), ty, .. } } => {
                 let id = &self.emit.body.vars[*var].rust;
                 let ty = self.emit.ty(ty);
@@ -465,12 +488,36 @@ impl<'a> TeamsTwin<'a> {
                 };
                 let (v, t, enter) = (self.emit.expr(value), &self.threads, &self.enter);
                 self.uniform.borrow_mut().insert(*var);
+                let lanes = TEAM_LANES;
+                let mut named = Vec::new();
+                visit_vars(value, &mut |v| {
+                    let scalar = self.emit.body.vars[v].ty.scalar().is_some();
+                    if scalar && self.emit.per_thread.contains(&v) && !named.contains(&v) {
+                        named.push(v)
+                    }
+                });
+                // The per-thread scalars read, as slices of the team's threads.
+                let per_thread = named.into_iter().map(|v| {
+                    let a = per_thread_array(v);
+                    quote!(let #a = &#a[..#t];)
+                });
                 quote! {
                     let #id: #ty = {
+                        #(#per_thread)*
+                        let mut __offload_lanes: [#ty; #lanes] = [#identity; #lanes];
+                        let mut __offload_first: usize = 0;
+                        while __offload_first < #t {
+                            let __offload_cnt: usize = ::core::cmp::min(#lanes, #t - __offload_first);
+                            for __offload_lane in 0..__offload_cnt {
+                                let __offload_thread: usize = __offload_first + __offload_lane;
+                                #enter
+                                __offload_lanes[__offload_lane] = #combine(__offload_lanes[__offload_lane], #v);
+                            }
+                            __offload_first += #lanes;
+                        }
                         let mut __offload_acc: #ty = #identity;
-                        for __offload_thread in 0..#t {
-                            #enter
-                            __offload_acc = #combine(__offload_acc, #v);
+                        for __offload_lane in __offload_lanes {
+                            __offload_acc = #combine(__offload_acc, __offload_lane);
                         }
                         __offload_acc
                     };

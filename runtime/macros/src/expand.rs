@@ -601,6 +601,7 @@ fn generate(
     let name = &sig.name;
     let vis = &f.vis;
     let host_fn = format_ident!("__offload_host_{}", name);
+    let host_fn_avx512 = format_ident!("__offload_host_avx512_{}", name);
     let mut items = Vec::new();
     let narrowed = crate::narrow::narrow(&k.body, &k.index_vars);
     let sources = g.device_sources(&narrowed, rows, &mut items);
@@ -638,6 +639,23 @@ fn generate(
             #[doc(hidden)]
             #[allow(unused, unused_parens, unused_braces, clippy::all, non_snake_case)]
             fn #host_fn<const __OFFLOAD_CHECK: bool>(__offload_l: &::offload::HostLaunch<'_>) -> ::core::result::Result<(), ::std::string::String> {
+                #[cfg(all(target_arch = "x86_64", not(debug_assertions)))]
+                if !__OFFLOAD_CHECK && __offload_l.avx512() {
+                    // SAFETY: the CPU runs x86-64-v4 (`HostLaunch::avx512` checked it).
+                    return unsafe { #host_fn_avx512(__offload_l) };
+                }
+                #twin_body
+                ::core::result::Result::Ok(())
+            }
+
+            /// The same twin unchecked, compiled for AVX-512 (x86-64-v4), its closures too:
+            /// release builds only, as it doubles the twin's code.
+            #[doc(hidden)]
+            #[cfg(all(target_arch = "x86_64", not(debug_assertions)))]
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2,lzcnt,popcnt,f16c")]
+            #[allow(unused, unused_parens, unused_braces, clippy::all, non_snake_case)]
+            fn #host_fn_avx512(__offload_l: &::offload::HostLaunch<'_>) -> ::core::result::Result<(), ::std::string::String> {
+                const __OFFLOAD_CHECK: bool = false;
                 #twin_body
                 ::core::result::Result::Ok(())
             }

@@ -341,6 +341,8 @@ pub(crate) struct HostDevice {
     widened: Arc<WidenedOperands>,
     /// Whether bf16 products use the CPU's bf16 dot products (`host_avx512`) where it has them.
     bf16_dot: bool,
+    /// Whether generated kernels run their AVX-512 copies where the CPU has them.
+    avx512: bool,
     used: AtomicUsize,
     capacity: usize,
     /// The first failure of an enqueued kernel not yet reported: the next synchronisation
@@ -367,6 +369,8 @@ pub(crate) struct HostPlatform {
     pub(crate) kernel_threads: Option<usize>,
     /// Whether bf16 products use the CPU's bf16 dot products where it has them.
     pub(crate) bf16_dot: bool,
+    /// Whether generated kernels run their AVX-512 copies where the CPU has them.
+    pub(crate) avx512: bool,
     pub(crate) topology: Arc<Topology>,
     /// The cores the devices' generated kernels share: devices running kernels at once
     /// split them ([`SharedCores`]).
@@ -392,7 +396,8 @@ impl VendorPlatform for HostPlatform {
         })?;
         let pool = KernelPool::new(name, self.kernel_threads, Some(Arc::clone(&self.cores)));
         Ok(HostDevice::new(number, ordinal, self.capacity, Arc::new(worker), pool)
-            .with_bf16_dot(self.bf16_dot))
+            .with_bf16_dot(self.bf16_dot)
+            .with_avx512(self.avx512))
     }
 
     fn details(&self, _: &HostDevice) -> Option<String> {
@@ -439,6 +444,7 @@ impl HostDevice {
             allocations: Mutex::new(BTreeMap::new()),
             widened: Arc::new(WidenedOperands::new(DEFAULT_BUDGET)),
             bf16_dot: true,
+            avx512: true,
             used: AtomicUsize::new(0),
             capacity,
             failed: Arc::new(Mutex::new(None)),
@@ -449,6 +455,13 @@ impl HostDevice {
     /// (`on`, the default) or widened to f32 (see `RuntimeBuilder::host_bf16_dot`).
     pub(crate) fn with_bf16_dot(mut self, on: bool) -> Self {
         self.bf16_dot = on;
+        self
+    }
+
+    /// This device with generated kernels on their AVX-512 copies where the CPU has them
+    /// (`on`, the default) or on the baseline ones (see `RuntimeBuilder::host_avx512`).
+    pub(crate) fn with_avx512(mut self, on: bool) -> Self {
+        self.avx512 = on;
         self
     }
 
@@ -470,10 +483,10 @@ impl HostDevice {
         let pool = Arc::clone(&self.pool);
         // Up to 8 arguments travel inside the job: no allocation of their own.
         let args: smallvec::SmallVec<[KernelArg; 8]> = args.into();
-        let (name, number) = (kernel.name(), self.number);
+        let (name, number, avx512) = (kernel.name(), self.number, self.avx512);
         Ok(move || {
             let _in = InKernel::enter();
-            pool.run_kernel(number, |p| run_host_kernel(p, number, name, f, n, &args))?
+            pool.run_kernel(number, |p| run_host_kernel(p, number, name, f, n, &args, avx512))?
         })
     }
 

@@ -6,7 +6,8 @@ use super::*;
 /// Runs host kernel `f` (named `kernel`) over `n` work items on `pool`, for `device`: its
 /// error, or its panic with the panic's message, becomes [`Error::KernelFailed`]. A panic
 /// is not resumed: as on a GPU, a failed kernel is the launch's error, and the pool and
-/// the calling thread (a device's worker) go on.
+/// the calling thread (a device's worker) go on. `avx512`: whether the kernel may run its
+/// AVX-512 copy ([`HostLaunch::avx512`]).
 ///
 /// [`Error::KernelFailed`]: crate::Error::KernelFailed
 pub(crate) fn run_host_kernel(
@@ -16,9 +17,10 @@ pub(crate) fn run_host_kernel(
     f: HostKernelFn,
     n: usize,
     args: &[KernelArg],
+    avx512: bool,
 ) -> crate::error::Result<()> {
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pool.install(|| f(&HostLaunch::new(kernel, n, args)))
+        pool.install(|| f(&HostLaunch::new(kernel, n, args).with_avx512(avx512)))
     }));
     let message = match ran {
         Ok(Ok(())) => return Ok(()),
@@ -34,11 +36,26 @@ pub struct HostLaunch<'a> {
     kernel: &'static str,
     n: usize,
     args: &'a [KernelArg],
+    avx512: bool,
 }
 
 impl<'a> HostLaunch<'a> {
     pub(crate) fn new(kernel: &'static str, n: usize, args: &'a [KernelArg]) -> Self {
-        Self { kernel, n, args }
+        Self { kernel, n, args, avx512: false }
+    }
+
+    /// The launch, allowed to run a copy compiled for AVX-512 where `on` and the CPU has it.
+    pub(crate) fn with_avx512(mut self, on: bool) -> Self {
+        self.avx512 = on && cpu_has_avx512();
+        self
+    }
+
+    /// Whether the kernel may run its copy compiled for AVX-512 (x86-64-v4: AVX512F, BW,
+    /// DQ and VL with AVX2, FMA, BMI1/2, LZCNT, POPCNT and F16C): the CPU has it and the
+    /// device's setting allows it (`RuntimeBuilder::host_avx512`). The generated twins of
+    /// release builds check this before they call that copy.
+    pub fn avx512(&self) -> bool {
+        self.avx512
     }
 
     /// Number of work items of the launch.
@@ -133,4 +150,25 @@ impl<'a> HostLaunch<'a> {
         // SAFETY: the caller guarantees validity and exclusivity.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
     }
+}
+
+/// Whether this CPU runs x86-64-v4's instructions (what [`HostLaunch::avx512`] promises).
+fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512dq")
+            && has!("avx512vl")
+            && has!("avx2")
+            && has!("fma")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("lzcnt")
+            && has!("popcnt")
+            && has!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }

@@ -189,6 +189,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether generated kernels (`#[offload::kernel]`) on host devices run the copy of
+    /// their host twin compiled for AVX-512 (x86-64-v4) where the CPU has it
+    /// (`OFFLOAD_HOST_AVX512`, default on), which rustc vectorises 16 floats wide; off, or
+    /// on other CPUs, in debug builds and in checked launches, they run the baseline x86-64
+    /// one. Both are the same Rust: the results are the same bit for bit.
+    pub fn host_avx512(mut self, on: bool) -> Self {
+        self.over.host_avx512 = Some(on);
+        self
+    }
+
     /// Test-only: each host device fails operations as `plan` says (see
     /// [`crate::backend::FaultPlan`]); `Runtime::fault_counts` tells what each saw and failed.
     #[doc(hidden)]
@@ -332,6 +342,7 @@ impl RuntimeBuilder {
                 capacity: self.over.host_memory.unwrap_or_else(default_capacity),
                 kernel_threads: self.over.kernel_threads,
                 bf16_dot: settings.host_bf16_dot,
+                avx512: settings.host_avx512,
                 topology: Arc::clone(&topology),
                 cores: crate::fork_join::SharedCores::new(
                     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

@@ -930,7 +930,8 @@ impl Runtime {
             None => args,
         };
         let _hold = self.hold_initial_device(true, kernel.name())?;
-        run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args)
+        let avx512 = self.inner.settings.host_avx512;
+        run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args, avx512)
     }
 
     /// Waits for all work queued on `device`: what constructs queued and did not wait for

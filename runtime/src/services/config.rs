@@ -1,7 +1,7 @@
 //! Settings: `OMP_TARGET_OFFLOAD`, `OMP_DEFAULT_DEVICE`, `OFFLOAD_HOST_DEVICES`,
 //! `OFFLOAD_INFO`, `OFFLOAD_MEMORY_POOL`, `OFFLOAD_STAGING`, `OFFLOAD_STREAMING_STORES`,
 //! `OFFLOAD_POPULATE_THREADS`, `OFFLOAD_SPLIT_CREWS`, `OFFLOAD_SYNC`, `OFFLOAD_TRACE`,
-//! `OFFLOAD_DUMP_KERNELS`, `OFFLOAD_NARROW_INDICES`, `OFFLOAD_HOST_BF16_DOT`, and the builder that can set each of them.
+//! `OFFLOAD_DUMP_KERNELS`, `OFFLOAD_NARROW_INDICES`, `OFFLOAD_HOST_BF16_DOT`, `OFFLOAD_HOST_AVX512`, and the builder that can set each of them.
 //!
 //! A value the runtime does not understand (including one that is not UTF-8) is an error
 //! naming the variable, the value and what would have been accepted, never a silent
@@ -134,6 +134,10 @@ pub(crate) struct Settings {
     /// CPU's bf16 dot-product instructions (AVX512-BF16) where it has them, instead of
     /// widening the operands to f32 first (docs/PERFORMANCE.md, "bf16 products on the CPU").
     pub host_bf16_dot: bool,
+    /// `OFFLOAD_HOST_AVX512` (default on): release builds' generated kernels run, on host
+    /// devices whose CPU has AVX-512 (x86-64-v4), a copy compiled for it, which rustc
+    /// vectorises 16 floats wide, instead of the baseline x86-64 one (SSE2).
+    pub host_avx512: bool,
 }
 
 fn parse_switch(var: &'static str, v: String) -> Result<bool> {
@@ -225,6 +229,11 @@ impl Settings {
                 (None, Some(v)) => parse_switch("OFFLOAD_HOST_BF16_DOT", v)?,
                 (None, None) => true,
             };
+        let host_avx512 = match (over.host_avx512, read("OFFLOAD_HOST_AVX512", over.host_avx512.is_some())?) {
+            (Some(on), _) => on,
+            (None, Some(v)) => parse_switch("OFFLOAD_HOST_AVX512", v)?,
+            (None, None) => true,
+        };
         let topology_xml = match &over.topology_xml {
             Some(path) => Some(path.clone()),
             None => env("OFFLOAD_TOPOLOGY_XML")?.map(PathBuf::from),
@@ -294,6 +303,7 @@ impl Settings {
             dump_kernels,
             narrow_indices,
             host_bf16_dot,
+            host_avx512,
         };
         settings.validate(over)?;
         Ok(settings)
@@ -383,6 +393,7 @@ pub(crate) struct Overrides {
     pub dump_kernels: Option<PathBuf>,
     pub narrow_indices: Option<bool>,
     pub host_bf16_dot: Option<bool>,
+    pub host_avx512: Option<bool>,
 }
 
 /// The rank an MPI launcher gave this process: Open MPI's `OMPI_COMM_WORLD_RANK`, PMIx's
@@ -438,6 +449,7 @@ mod tests {
                 ("OFFLOAD_SPLIT_CREWS", "on"),
                 ("OFFLOAD_DUMP_KERNELS", "out/kernels"),
                 ("OFFLOAD_HOST_BF16_DOT", "off"),
+                ("OFFLOAD_HOST_AVX512", "0"),
             ]),
             &Overrides::default(),
         )
@@ -452,6 +464,7 @@ mod tests {
         assert_eq!(s.staging.populate_threads, 4);
         assert!(s.staging.split_crews);
         assert!(!s.host_bf16_dot);
+        assert!(!s.host_avx512);
     }
 
     #[test]
@@ -569,6 +582,7 @@ mod tests {
             dump_kernels: Some("kernels".into()),
             narrow_indices: Some(true),
             host_bf16_dot: Some(false),
+            host_avx512: Some(false),
             ..Default::default()
         };
         Settings::resolve(&bad, &every).unwrap();
@@ -588,6 +602,7 @@ mod tests {
         let on = Settings::resolve(&env(&[("OFFLOAD_NARROW_INDICES", "1")]), &Overrides::default()).unwrap();
         assert!(on.narrow_indices);
         assert!(defaults.host_bf16_dot, "bf16 dot products where the CPU has them, by default");
+        assert!(defaults.host_avx512, "generated kernels' AVX-512 copies where the CPU has it, by default");
         let edges = Overrides {
             host_devices: Some(MAX_HOST_DEVICES),
             kernel_threads: Some(1),
