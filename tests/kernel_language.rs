@@ -171,21 +171,7 @@ static PROBE_AVX512: offload::Kernel = offload::Kernel::new("probe_avx512").with
 /// debug build both runs take the baseline code.)
 #[test]
 fn host_avx512_copies_give_the_same_results() {
-    #[cfg(target_arch = "x86_64")]
-    let cpu = {
-        use std::arch::is_x86_feature_detected as has;
-        has!("avx512f")
-            && has!("avx512bw")
-            && has!("avx512dq")
-            && has!("avx512vl")
-            && has!("avx2")
-            && has!("fma")
-            && has!("bmi1")
-            && has!("bmi2")
-            && has!("lzcnt")
-            && has!("popcnt")
-            && has!("f16c")
-    };
+    let cpu = offload::HostLaunch::cpu_has_avx512();
     let run = |on: bool| {
         let rt = offload::Runtime::builder()
             .env(|_| None)

@@ -46,8 +46,29 @@ impl<'a> HostLaunch<'a> {
 
     /// The launch, allowed to run a copy compiled for AVX-512 where `on` and the CPU has it.
     pub(crate) fn with_avx512(mut self, on: bool) -> Self {
-        self.avx512 = on && cpu_has_avx512();
+        self.avx512 = on && Self::cpu_has_avx512();
         self
+    }
+
+    /// Whether this CPU runs x86-64-v4's instructions, which [`HostLaunch::avx512`] needs.
+    pub fn cpu_has_avx512() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            has!("avx512f")
+                && has!("avx512bw")
+                && has!("avx512dq")
+                && has!("avx512vl")
+                && has!("avx2")
+                && has!("fma")
+                && has!("bmi1")
+                && has!("bmi2")
+                && has!("lzcnt")
+                && has!("popcnt")
+                && has!("f16c")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// Whether the kernel may run its copy compiled for AVX-512 (x86-64-v4: AVX512F, BW,
@@ -150,25 +171,4 @@ impl<'a> HostLaunch<'a> {
         // SAFETY: the caller guarantees validity and exclusivity.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
     }
-}
-
-/// Whether this CPU runs x86-64-v4's instructions (what [`HostLaunch::avx512`] promises).
-fn cpu_has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        has!("avx512f")
-            && has!("avx512bw")
-            && has!("avx512dq")
-            && has!("avx512vl")
-            && has!("avx2")
-            && has!("fma")
-            && has!("bmi1")
-            && has!("bmi2")
-            && has!("lzcnt")
-            && has!("popcnt")
-            && has!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
