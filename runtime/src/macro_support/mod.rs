@@ -39,10 +39,7 @@ pub fn exp_f32(x: f32) -> f32 {
 /// `bf16::from_f32(v)` runs, so that loops storing bf16 vectorise).
 #[inline(always)]
 pub fn bf16_from_f32(v: f32) -> half::bf16 {
-    let x = v.to_bits();
-    let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
-    let quiet_nan = ((x >> 16) | 0x40) as u16;
-    half::bf16::from_bits(if x & 0x7fff_ffff > 0x7f80_0000 { quiet_nan } else { rounded })
+    crate::gemm::bf16_from_f32(v)
 }
 
 #[cfg(test)]
