@@ -6,7 +6,9 @@
 //! plus `halo` rows on each side. A [`DistributedArray`] maps each part's rows (halos
 //! included) on its own device, keyed by that slice's host address, exchanges halos between
 //! neighbours with `target_memcpy` (peer copies where the devices have peer access), and
-//! gathers each owned row back to the host exactly once, from its owner.
+//! gathers each owned row back to the host exactly once, from its owner. A
+//! [`GridPartition`] splits a grid along two or three axes (a `2 x 2` grid of parts), with
+//! the faces, edges and corners each part exchanges with its neighbours.
 //!
 //! ```
 //! use offload::partition::{DistributedArray, RowPartition};
@@ -26,6 +28,10 @@
 //! ```
 
 use std::ops::Range;
+
+mod grid;
+
+pub use grid::{Exchange, GridBox, GridPartition, Reach, MAX_AXES};
 
 use crate::api::DeviceSlice;
 use crate::data_env::{MapItem, MapType, UpdateDirection};

@@ -1,0 +1,474 @@
+//! Grids split in one, two or three dimensions: a grid of parts (devices or ranks), each
+//! owning a box of the interior, with halos on every side and the regions it exchanges with
+//! each neighbour, across faces alone or across edges and corners too.
+//!
+//! A grid of `D` axes (axis 0 slowest, the last contiguous, as a row-major array) has a
+//! boundary of `halo` points on each side of each axis, which no part computes; its interior
+//! is split along each axis into blocks ([`BlockPartition`]), one part per combination, so
+//! `2 x 2` parts of a 2-D grid each own a quarter. A part maps its owned box grown by `halo`
+//! on each side ([`GridPartition::mapped`]): the points of that shell are either the
+//! grid's boundary (fixed, copied from the host) or another part's owned points, which
+//! [`GridPartition::exchanges`] names, neighbour by neighbour, with the box each sends and
+//! the box the other receives.
+//!
+//! ```
+//! use offload::partition::{GridPartition, Reach};
+//!
+//! // 8 x 10 points with a boundary of 1: a 6 x 8 interior on 2 x 2 parts.
+//! let g = GridPartition::new(&[8, 10], &[2, 2], 1)?;
+//! assert_eq!(g.owned(3).ranges(), &[4..7, 5..9]);
+//! assert_eq!(g.mapped(3).ranges(), &[3..8, 4..10]);
+//! // Part 0 (top left) receives its right face from part 1, its lower face from part 2,
+//! // and (for a 9-point stencil) its lower right corner from part 3.
+//! let from: Vec<usize> = g.exchanges(0, Reach::Corners).map(|e| e.neighbour).collect();
+//! assert_eq!(from, [1, 2, 3]);
+//! # Ok::<(), offload::Error>(())
+//! ```
+
+use std::ops::Range;
+
+use super::BlockPartition;
+use crate::error::{Error, Result};
+
+/// The most axes a [`GridPartition`] splits.
+pub const MAX_AXES: usize = 3;
+
+/// A box of grid points: a range along each axis of a grid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridBox {
+    ranges: Vec<Range<usize>>,
+}
+
+impl GridBox {
+    /// The box of `ranges`, one per axis (axis 0 slowest).
+    pub fn new(ranges: &[Range<usize>]) -> Self {
+        Self { ranges: ranges.to_vec() }
+    }
+
+    /// Its range along each axis.
+    pub fn ranges(&self) -> &[Range<usize>] {
+        &self.ranges
+    }
+
+    /// Its extent along each axis.
+    pub fn extents(&self) -> Vec<usize> {
+        self.ranges.iter().map(|r| r.len()).collect()
+    }
+
+    /// Its number of points.
+    pub fn len(&self) -> usize {
+        self.ranges.iter().map(|r| r.len()).product()
+    }
+
+    /// Whether it holds no point.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `point` (a coordinate per axis) lies inside.
+    pub fn contains(&self, point: &[usize]) -> bool {
+        point.len() == self.ranges.len() && self.ranges.iter().zip(point).all(|(r, c)| r.contains(c))
+    }
+
+    /// Whether `other`, of as many axes, lies wholly inside.
+    pub fn encloses(&self, other: &GridBox) -> bool {
+        other.ranges.len() == self.ranges.len()
+            && (other.is_empty()
+                || self.ranges.iter().zip(&other.ranges).all(|(a, b)| a.start <= b.start && b.end <= a.end))
+    }
+
+    /// The offset of each row of the box (its runs along the last axis) in a row-major
+    /// array that holds `within` (which must enclose it), in order: what packing the box
+    /// into a contiguous buffer copies, `extents().last()` elements from each.
+    ///
+    /// # Panics
+    ///
+    /// If `within` does not enclose the box.
+    pub fn rows_in(&self, within: &GridBox) -> Vec<usize> {
+        assert!(within.encloses(self), "{self:?} is not inside {within:?}");
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let axes = self.ranges.len();
+        let ext = within.extents();
+        // Row-major strides of `within`.
+        let mut stride = vec![1usize; axes];
+        for a in (0..axes.saturating_sub(1)).rev() {
+            stride[a] = stride[a + 1] * ext[a + 1];
+        }
+        let mut rows = Vec::with_capacity(self.len() / self.ranges[axes - 1].len());
+        let mut at: Vec<usize> = self.ranges.iter().map(|r| r.start).collect();
+        loop {
+            rows.push(at.iter().zip(&within.ranges).zip(&stride).map(|((c, w), s)| (c - w.start) * s).sum());
+            // The next row: the axes before the last, as an odometer.
+            let mut a = axes - 1;
+            loop {
+                if a == 0 {
+                    return rows;
+                }
+                a -= 1;
+                at[a] += 1;
+                if at[a] < self.ranges[a].end {
+                    break;
+                }
+                at[a] = self.ranges[a].start;
+            }
+        }
+    }
+
+    /// Copies the box's points out of `src`, a row-major array of the points of `within`,
+    /// into `dst` in the box's own row-major order (a face, edge or corner packed for a
+    /// message).
+    ///
+    /// # Panics
+    ///
+    /// If `within` does not enclose the box, `src` is not `within.len()` elements or `dst`
+    /// not `self.len()`.
+    pub fn pack<T: Copy>(&self, within: &GridBox, src: &[T], dst: &mut [T]) {
+        assert_eq!(src.len(), within.len(), "pack: the source is not the enclosing box");
+        assert_eq!(dst.len(), self.len(), "pack: the destination is not the box");
+        let run = self.ranges.last().map_or(0, |r| r.len());
+        for (row, d) in self.rows_in(within).into_iter().zip(dst.chunks_exact_mut(run.max(1))) {
+            d.copy_from_slice(&src[row..row + run]);
+        }
+    }
+
+    /// Copies `src`, the box's points in its own row-major order, into `dst`, a row-major
+    /// array of the points of `within` (a received face, edge or corner unpacked).
+    ///
+    /// # Panics
+    ///
+    /// As [`GridBox::pack`], with the roles of the two arrays swapped.
+    pub fn unpack<T: Copy>(&self, within: &GridBox, src: &[T], dst: &mut [T]) {
+        assert_eq!(dst.len(), within.len(), "unpack: the destination is not the enclosing box");
+        assert_eq!(src.len(), self.len(), "unpack: the source is not the box");
+        let run = self.ranges.last().map_or(0, |r| r.len());
+        for (row, s) in self.rows_in(within).into_iter().zip(src.chunks_exact(run.max(1))) {
+            dst[row..row + run].copy_from_slice(s);
+        }
+    }
+}
+
+/// Which neighbours a stencil reads across: those sharing a face (a 5- or 7-point
+/// stencil), or also those sharing only an edge or a corner (9- or 27-point).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Across faces only: each halo box is as wide as the owned box along the other axes.
+    Faces,
+    /// Across faces, edges and corners: the halo shell whole.
+    Corners,
+}
+
+/// What a part receives from one neighbour: `recv`, points of the grid that the
+/// neighbour owns and sends (packed in the box's row-major order where it goes through a
+/// buffer: [`GridBox::pack`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    /// The neighbour's part.
+    pub neighbour: usize,
+    /// Where the neighbour lies, per axis: -1 before, 0 level, 1 after.
+    pub direction: Vec<i8>,
+    /// The points received, in grid coordinates: inside this part's mapped box, outside
+    /// its owned one, inside the neighbour's owned one.
+    pub recv: GridBox,
+}
+
+impl Exchange {
+    /// The kind of region, by how many axes the neighbour is off: `"face"`, `"edge"` or
+    /// `"corner"` (for naming it in errors).
+    pub fn kind(&self) -> &'static str {
+        match self.direction.iter().filter(|&&d| d != 0).count() {
+            1 => "face",
+            2 => "edge",
+            _ => "corner",
+        }
+    }
+}
+
+/// A row-major grid of up to [`MAX_AXES`] axes split over a grid of parts, with halos.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridPartition {
+    extents: Vec<usize>,
+    halo: usize,
+    axes: Vec<BlockPartition>,
+}
+
+impl GridPartition {
+    /// A grid of `extents` points (axis 0 slowest) whose interior, `halo` points in from
+    /// each side, is split into `parts[a]` blocks along each axis `a`. Each block must be
+    /// at least `halo` wide, so that a part's halos reach only its next neighbours.
+    pub fn new(extents: &[usize], parts: &[usize], halo: usize) -> Result<Self> {
+        let bad = |what: String| Error::InvalidArgument { routine: "GridPartition::new", what };
+        if extents.is_empty() || extents.len() > MAX_AXES || parts.len() != extents.len() {
+            return Err(bad(format!(
+                "a grid of {} axes split by {} (1 to {MAX_AXES} axes, a count of parts for each)",
+                extents.len(),
+                parts.len()
+            )));
+        }
+        let mut axes = Vec::with_capacity(extents.len());
+        for (a, (&n, &p)) in extents.iter().zip(parts).enumerate() {
+            let interior = halo.checked_mul(2).and_then(|h| n.checked_sub(h)).unwrap_or(0);
+            let block = BlockPartition::new(interior, p)?;
+            // The shortest block is the last one.
+            let shortest = block.range(p - 1).len();
+            if shortest == 0 || shortest < halo {
+                return Err(bad(format!(
+                    "axis {a}: {n} points with halo {halo} leave {interior} interior points, which \
+                     {p} parts cannot split into blocks of at least {} each",
+                    halo.max(1)
+                )));
+            }
+            axes.push(block);
+        }
+        Ok(Self { extents: extents.to_vec(), halo, axes })
+    }
+
+    /// The grid's points per axis.
+    pub fn extents(&self) -> &[usize] {
+        &self.extents
+    }
+
+    /// The halo width (and the boundary's).
+    pub fn halo(&self) -> usize {
+        self.halo
+    }
+
+    /// The parts per axis (`2 x 2` is `[2, 2]`).
+    pub fn shape(&self) -> Vec<usize> {
+        self.axes.iter().map(|b| b.parts()).collect()
+    }
+
+    /// The number of parts.
+    pub fn parts(&self) -> usize {
+        self.axes.iter().map(|b| b.parts()).product()
+    }
+
+    /// The whole grid as a box.
+    pub fn whole(&self) -> GridBox {
+        GridBox { ranges: self.extents.iter().map(|&n| 0..n).collect() }
+    }
+
+    /// The interior (every point some part owns).
+    pub fn interior(&self) -> GridBox {
+        GridBox { ranges: self.extents.iter().map(|&n| self.halo..n - self.halo).collect() }
+    }
+
+    /// Part `p`'s place in the grid of parts, per axis (parts are numbered row-major, the
+    /// last axis fastest).
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part.
+    pub fn coords(&self, p: usize) -> Vec<usize> {
+        assert!(p < self.parts(), "part {p} of a grid of {} parts", self.parts());
+        let mut rest = p;
+        let mut c = vec![0; self.axes.len()];
+        for a in (0..self.axes.len()).rev() {
+            c[a] = rest % self.axes[a].parts();
+            rest /= self.axes[a].parts();
+        }
+        c
+    }
+
+    /// The part at `coords` in the grid of parts, if there is one.
+    pub fn part_at(&self, coords: &[usize]) -> Option<usize> {
+        if coords.len() != self.axes.len() {
+            return None;
+        }
+        coords.iter().zip(&self.axes).try_fold(0, |p, (&c, b)| (c < b.parts()).then_some(p * b.parts() + c))
+    }
+
+    /// The points part `p` owns (computes, and gathers back).
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part.
+    pub fn owned(&self, p: usize) -> GridBox {
+        let c = self.coords(p);
+        let ranges = c
+            .iter()
+            .zip(&self.axes)
+            .map(|(&c, b)| {
+                let r = b.range(c);
+                r.start + self.halo..r.end + self.halo
+            })
+            .collect();
+        GridBox { ranges }
+    }
+
+    /// The points part `p` maps: its owned box and `halo` points on each side.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part.
+    pub fn mapped(&self, p: usize) -> GridBox {
+        let o = self.owned(p);
+        GridBox { ranges: o.ranges.iter().map(|r| r.start - self.halo..r.end + self.halo).collect() }
+    }
+
+    /// What part `p` receives from each neighbour before a stencil step that reads across
+    /// `reach`, in a fixed order (directions row-major, -1 before 0 before 1). The regions
+    /// received from all neighbours are disjoint; with [`Reach::Corners`] they cover every
+    /// point of `p`'s halo shell inside the interior, with [`Reach::Faces`] the shell's
+    /// faces alone. A neighbour sends the same points out of its owned box.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part.
+    pub fn exchanges(&self, p: usize, reach: Reach) -> impl Iterator<Item = Exchange> + '_ {
+        let (coords, owned) = (self.coords(p), self.owned(p));
+        let axes = self.axes.len();
+        let count = 3usize.pow(axes as u32);
+        (0..count).filter_map(move |code| {
+            // Digit a of `code` in base 3 (axis 0 first) is the direction along axis a.
+            let direction: Vec<i8> =
+                (0..axes).map(|a| (code / 3usize.pow((axes - 1 - a) as u32) % 3) as i8 - 1).collect();
+            let off = direction.iter().filter(|&&d| d != 0).count();
+            if off == 0 || (reach == Reach::Faces && off > 1) {
+                return None;
+            }
+            let mut at = Vec::with_capacity(axes);
+            for (c, d) in coords.iter().zip(&direction) {
+                at.push(c.checked_add_signed(isize::from(*d))?);
+            }
+            let neighbour = self.part_at(&at)?;
+            let ranges = owned
+                .ranges
+                .iter()
+                .zip(&direction)
+                .map(|(r, d)| match d {
+                    -1 => r.start - self.halo..r.start,
+                    1 => r.end..r.end + self.halo,
+                    _ => r.clone(),
+                })
+                .collect();
+            Some(Exchange { neighbour, direction, recv: GridBox { ranges } })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every point of `b`, in row-major order.
+    fn points(b: &GridBox) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new()];
+        for r in b.ranges() {
+            out =
+                out.into_iter().flat_map(|p| r.clone().map(move |c| [p.clone(), vec![c]].concat())).collect();
+        }
+        if b.is_empty() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Odd and uneven splits in one, two and three axes, halos of 1 and 2: owned boxes tile
+    /// the interior once; every exchange is received outside the receiver's owned box,
+    /// inside its mapped box and inside the sender's owned box; the received regions are
+    /// disjoint and cover the shell inside the interior (corners) or its faces (faces); the
+    /// sender lists the receiver back in the opposite direction.
+    #[test]
+    fn boxes_tile_the_interior_and_exchanges_cover_each_halo_once() {
+        let cases: &[(&[usize], &[usize], usize)] = &[
+            (&[9], &[3], 1),
+            (&[12], &[4], 2),
+            (&[7, 9], &[2, 3], 1),
+            (&[11, 6], &[3, 2], 1),
+            (&[10, 13], &[2, 2], 2),
+            (&[6, 7, 8], &[2, 2, 2], 1),
+            (&[9, 8, 7], &[3, 1, 2], 1),
+            (&[10, 10, 11], &[2, 3, 2], 2),
+        ];
+        // Miri runs this module's tests (slowly): a 1-D and a 2-D case there.
+        let cases: Vec<_> = if cfg!(miri) { vec![cases[0], cases[2]] } else { cases.to_vec() };
+        for (extents, shape, halo) in cases {
+            let g = GridPartition::new(extents, shape, halo).unwrap();
+            let interior = g.interior();
+            let mut owner = std::collections::HashMap::new();
+            for p in 0..g.parts() {
+                assert_eq!(g.part_at(&g.coords(p)), Some(p));
+                for pt in points(&g.owned(p)) {
+                    assert!(interior.contains(&pt), "{extents:?}/{shape:?}: {pt:?} outside the interior");
+                    assert!(owner.insert(pt.clone(), p).is_none(), "{pt:?} owned twice");
+                }
+                assert!(g.whole().encloses(&g.mapped(p)));
+            }
+            assert_eq!(owner.len(), interior.len(), "{extents:?}/{shape:?}: owned boxes miss points");
+            for p in 0..g.parts() {
+                let (owned, mapped) = (g.owned(p), g.mapped(p));
+                for reach in [Reach::Faces, Reach::Corners] {
+                    let mut got = std::collections::HashSet::new();
+                    for e in g.exchanges(p, reach) {
+                        assert!(mapped.encloses(&e.recv) && g.owned(e.neighbour).encloses(&e.recv));
+                        for pt in points(&e.recv) {
+                            assert!(!owned.contains(&pt) && owner[&pt] == e.neighbour, "{pt:?} from {e:?}");
+                            assert!(got.insert(pt), "received twice: {e:?}");
+                        }
+                        let back: Vec<i8> = e.direction.iter().map(|d| -d).collect();
+                        assert!(
+                            g.exchanges(e.neighbour, reach).any(|b| b.neighbour == p && b.direction == back),
+                            "{e:?} not listed back"
+                        );
+                    }
+                    // The shell inside the interior: all of it, or the points level with the
+                    // owned box along all axes but one.
+                    for pt in points(&mapped) {
+                        let off = pt.iter().zip(owned.ranges()).filter(|(c, r)| !r.contains(*c)).count();
+                        let want = interior.contains(&pt) && off > 0 && (reach == Reach::Corners || off == 1);
+                        assert_eq!(
+                            got.contains(&pt),
+                            want,
+                            "{extents:?}/{shape:?} part {p} {reach:?} at {pt:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Packing a face, an edge or a corner and unpacking it elsewhere moves exactly its
+    /// points, in row-major order, and nothing else.
+    #[test]
+    fn packing_moves_exactly_the_boxs_points() {
+        let g = GridPartition::new(&[7, 8, 9], &[2, 2, 2], 1).unwrap();
+        for p in 0..if cfg!(miri) { 1 } else { g.parts() } {
+            let mapped = g.mapped(p);
+            let coord = |pt: &[usize]| (pt[0] * 1000 + pt[1] * 100 + pt[2]) as u32;
+            let local: Vec<u32> = points(&mapped).iter().map(|pt| coord(pt)).collect();
+            for e in g.exchanges(p, Reach::Corners) {
+                let mut buf = vec![0u32; e.recv.len()];
+                e.recv.pack(&mapped, &local, &mut buf);
+                let want: Vec<u32> = points(&e.recv).iter().map(|pt| coord(pt)).collect();
+                assert_eq!(buf, want, "{} {e:?}", e.kind());
+                let mut other = vec![u32::MAX; mapped.len()];
+                e.recv.unpack(&mapped, &buf, &mut other);
+                for (pt, v) in points(&mapped).iter().zip(&other) {
+                    let inside = e.recv.contains(pt);
+                    assert_eq!(*v, if inside { coord(pt) } else { u32::MAX }, "{pt:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grids_too_small_or_malformed_are_refused() {
+        for (extents, shape, halo) in [
+            (&[5usize][..], &[4usize][..], 1),
+            (&[10, 10][..], &[2, 5][..], 2),
+            (&[4, 4, 4, 4][..], &[1, 1, 1, 1][..], 1),
+            (&[8, 8][..], &[2][..], 1),
+            (&[8, 8][..], &[2, 0][..], 1),
+            (&[1, 8][..], &[1, 1][..], 1),
+        ] {
+            match GridPartition::new(extents, shape, halo) {
+                Err(Error::InvalidArgument {
+                    routine: "GridPartition::new" | "BlockPartition::new", ..
+                }) => {}
+                other => panic!("{extents:?} / {shape:?} / {halo}: {other:?}"),
+            }
+        }
+    }
+}
