@@ -29,11 +29,11 @@ export OFFLOAD_NVRTC_REQUIRED=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --lib --test nvrtc --test kernel_macro --test kernel_language --test kernel_reduce \
-  --test reduce --test half_floats --test nn --test gpt -- nvrtc every_kernel_compiles_for_sm_80_and_sm_90 2>&1 | tee "$log"
+  --test reduce --test half_floats --test nn --test gpt --test ready_kernels -- nvrtc every_kernel_compiles_for_sm_80_and_sm_90 2>&1 | tee "$log"
 for t in every_kernel_compiles_for_sm_80_and_sm_90 every_generated_kernel_compiles_with_nvrtc \
   every_kernel_of_this_file_compiles_with_nvrtc every_reduction_kernel_compiles_with_nvrtc \
   every_half_float_kernel_compiles_with_nvrtc every_nn_kernel_compiles_with_nvrtc \
-  every_gpt_kernel_compiles_with_nvrtc \
+  every_gpt_kernel_compiles_with_nvrtc every_halo_kernel_compiles_with_nvrtc \
   every_reduce_kernel_compiles_with_nvrtc \
   backend::cuda::nvrtc::tests::nvrtc_gives_a_cubin_for_a_real_architecture_and_ptx_for_a_virtual_one; do
   grep -q "^test $t \.\.\. ok$" "$log" || { echo "nvrtc-check: $t did not run and pass" >&2; exit 1; }

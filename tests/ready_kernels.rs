@@ -129,3 +129,79 @@ fn the_3d_stencil_matches_the_tuned_one_bit_for_bit() {
         Ok(())
     });
 }
+
+/// `halo::pack` and `halo::unpack` move each face, edge and corner of 2-D and 3-D grids
+/// split unevenly (halos 1 and 2) between a part's array and a contiguous buffer on every
+/// device, exactly as `GridBox::pack` and `unpack` do on the host, touching nothing else;
+/// a buffer or an array of the wrong length, or a region outside the array's box, is
+/// refused naming which.
+#[test]
+fn halo_boxes_pack_and_unpack_every_face_edge_and_corner() {
+    use offload::partition::{GridPartition, Reach};
+    use offload_kernels::halo;
+    on_every_device("halo boxes", |rt, d| {
+        let dev = rt.device(d)?;
+        for (extents, shape, halo_width) in [
+            (&[9usize, 11][..], &[2usize, 3][..], 1),
+            (&[8, 9, 10][..], &[2, 2, 3][..], 1),
+            (&[12, 11][..], &[2, 2][..], 2),
+        ] {
+            let g = GridPartition::new(extents, shape, halo_width)?;
+            for p in 0..g.parts() {
+                let mapped = g.mapped(p);
+                let local: Vec<f64> = (0..mapped.len()).map(|i| i as f64 * 0.5 + p as f64).collect();
+                for e in g.exchanges(p, Reach::Corners) {
+                    let mut packed = vec![f64::NAN; e.recv.len()];
+                    dev.data((map::to(&local), map::from(&mut packed)), |(src, dst)| {
+                        halo::pack(&dev, &e.recv, &mapped, src, dst)
+                    })?;
+                    let mut want = vec![0f64; e.recv.len()];
+                    e.recv.pack(&mapped, &local, &mut want);
+                    check!(
+                        packed == want,
+                        "{extents:?} part {p}: {} {:?}: {packed:?} vs {want:?}",
+                        e.kind(),
+                        e.direction
+                    );
+                    let mut back = vec![-1f64; mapped.len()];
+                    dev.data((map::to(&packed), map::tofrom(&mut back)), |(src, dst)| {
+                        halo::unpack(&dev, &e.recv, &mapped, src, dst)
+                    })?;
+                    let mut want = vec![-1f64; mapped.len()];
+                    e.recv.unpack(&mapped, &packed, &mut want);
+                    check!(back == want, "{extents:?} part {p}: {} {:?} unpacked", e.kind(), e.direction);
+                }
+            }
+        }
+        let g = GridPartition::new(&[6, 6], &[2, 2], 1)?;
+        let (mapped, face) = (g.mapped(0), g.exchanges(0, Reach::Faces).next().map(|e| e.recv));
+        let face =
+            face.ok_or_else(|| offload::Error::InvalidArgument { routine: "test", what: "no face".into() })?;
+        let (array, mut short, mut buffer) =
+            (vec![1f32; mapped.len()], vec![0f32; face.len() - 1], vec![0f32; face.len()]);
+        let refused = |r: offload::Result<()>, what: &str| -> offload::Result<()> {
+            match r {
+                Err(offload::Error::InvalidArgument { what: w, .. }) => check!(w.contains(what), "{w}"),
+                other => check!(false, "expected InvalidArgument ({what}), got {other:?}"),
+            }
+            Ok(())
+        };
+        let r = dev
+            .data((map::to(&array), map::from(&mut short)), |(a, b)| halo::pack(&dev, &face, &mapped, a, b));
+        refused(r, "the buffer holds 1 elements")?;
+        let r = dev.data((map::to(&array[1..]), map::from(&mut buffer)), |(a, b)| {
+            halo::pack(&dev, &face, &mapped, a, b)
+        });
+        refused(r, "the array holds 15 elements")?;
+        let r = dev.data((map::to(&array), map::from(&mut buffer)), |(a, b)| {
+            halo::pack(&dev, &g.mapped(3), &mapped, a, b)
+        });
+        refused(r, "is not a box inside")?;
+        Ok(())
+    });
+}
+
+#[test]
+fn every_halo_kernel_compiles_with_nvrtc() {
+    offload_tests::compile_with_nvrtc("halo", &offload_kernels::halo::all());
+}

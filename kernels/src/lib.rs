@@ -54,6 +54,7 @@
 //! ```
 
 pub mod generated;
+pub mod halo;
 mod layers;
 pub mod nn;
 pub mod ops;
