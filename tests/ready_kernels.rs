@@ -197,6 +197,9 @@ fn halo_boxes_pack_and_unpack_every_face_edge_and_corner() {
             halo::pack(&dev, &g.mapped(3), &mapped, a, b)
         });
         refused(r, "is not a box inside")?;
+        // An empty region copies nothing, wherever it lies.
+        let (empty, mut none) = (offload::partition::GridBox::new(&[0..0, 9..9]), Vec::<f32>::new());
+        dev.data((map::to(&array), map::from(&mut none)), |(a, b)| halo::pack(&dev, &empty, &mapped, a, b))?;
         Ok(())
     });
 }

@@ -138,7 +138,8 @@ fn geometry(
     for (a, (r, w)) in region.ranges().iter().zip(within.ranges()).enumerate() {
         let at = 3 - axes + a;
         extents[at] = r.len();
-        offsets[at] = r.start - w.start;
+        // (An empty region may lie anywhere: its offsets are never used.)
+        offsets[at] = r.start.saturating_sub(w.start);
         sizes[at] = w.len();
     }
     Ok(BoxGeometry { extents, offsets, strides: [sizes[1], sizes[2]] })

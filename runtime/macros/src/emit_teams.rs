@@ -220,19 +220,26 @@ impl<'a> TeamsTwin<'a> {
     /// The per-thread scalars `stmts` name, as slices of their first `len` threads: indexed
     /// by a thread below `len`, they need no check, and loops over them vectorise.
     fn team_slices<'s>(&self, stmts: impl IntoIterator<Item = &'s Stmt>, len: &TokenStream) -> TokenStream {
+        let arrays = self.per_thread_scalars(|named| {
+            for s in stmts {
+                visit_stmt_vars(std::slice::from_ref(s), &mut |v| named(v));
+            }
+        });
+        quote!(#(let #arrays = &mut #arrays[..#len];)*)
+    }
+
+    /// The arrays of the per-thread scalars that `visit` names, each once, in a fixed order.
+    fn per_thread_scalars(&self, visit: impl FnOnce(&mut dyn FnMut(VarId))) -> Vec<Ident> {
         let mut named = HashSet::new();
-        for s in stmts {
-            visit_stmt_vars(std::slice::from_ref(s), &mut |v| {
-                named.insert(v);
-            });
-        }
+        visit(&mut |v| {
+            named.insert(v);
+        });
         let mut vars: Vec<VarId> = named
             .into_iter()
             .filter(|v| self.emit.per_thread.contains(v) && self.emit.body.vars[*v].ty.scalar().is_some())
             .collect();
         vars.sort_unstable();
-        let arrays = vars.into_iter().map(per_thread_array);
-        quote!(#(let #arrays = &mut #arrays[..#len];)*)
+        vars.into_iter().map(per_thread_array).collect()
     }
 
     /// The declarations, for the team's code, of the locals `stmts` declare that each later
@@ -489,18 +496,9 @@ impl<'a> TeamsTwin<'a> {
                 let (v, t, enter) = (self.emit.expr(value), &self.threads, &self.enter);
                 self.uniform.borrow_mut().insert(*var);
                 let lanes = TEAM_LANES;
-                let mut named = Vec::new();
-                visit_vars(value, &mut |v| {
-                    let scalar = self.emit.body.vars[v].ty.scalar().is_some();
-                    if scalar && self.emit.per_thread.contains(&v) && !named.contains(&v) {
-                        named.push(v)
-                    }
-                });
                 // The per-thread scalars read, as slices of the team's threads.
-                let per_thread = named.into_iter().map(|v| {
-                    let a = per_thread_array(v);
-                    quote!(let #a = &#a[..#t];)
-                });
+                let arrays = self.per_thread_scalars(|named| visit_vars(value, &mut |v| named(v)));
+                let per_thread = arrays.iter().map(|a| quote!(let #a = &#a[..#t];));
                 quote! {
                     let #id: #ty = {
                         #(#per_thread)*

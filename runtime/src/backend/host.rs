@@ -23,7 +23,7 @@ use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
 use crate::fork_join::{ForkJoinTeam, SharedCores};
 use crate::gemm::{ElementType, Gemm, GemmElement};
-use crate::kernel::{run_host_kernel, Kernel, KernelArg, ShapeParam};
+use crate::kernel::{run_host_kernel, HostLaunch, Kernel, KernelArg, ShapeParam};
 use crate::topology::Topology;
 
 /// Alignment of host-device allocations, the same as CUDA's `cuMemAlloc` gives.
@@ -444,7 +444,7 @@ impl HostDevice {
             allocations: Mutex::new(BTreeMap::new()),
             widened: Arc::new(WidenedOperands::new(DEFAULT_BUDGET)),
             bf16_dot: true,
-            avx512: true,
+            avx512: HostLaunch::cpu_has_avx512(),
             used: AtomicUsize::new(0),
             capacity,
             failed: Arc::new(Mutex::new(None)),
@@ -461,7 +461,7 @@ impl HostDevice {
     /// This device with generated kernels on their AVX-512 copies where the CPU has them
     /// (`on`, the default) or on the baseline ones (see `RuntimeBuilder::host_avx512`).
     pub(crate) fn with_avx512(mut self, on: bool) -> Self {
-        self.avx512 = on;
+        self.avx512 = on && HostLaunch::cpu_has_avx512();
         self
     }
 

@@ -134,9 +134,7 @@ trait LayerElement {
     /// Columns `j0..j0 + cols` (`cols` at most [`LAYER_COLS`]) of `op(B)` into the block
     /// `dst` (`steps * LAYER_COLS` values), column `j0 + jj` at `dst[p * LAYER_COLS + jj]`.
     fn pack_block(g: &Gemm, b: &[Self::In], j0: usize, cols: usize, dst: &mut [Self::Packed]) {
-        for jj in 0..cols {
-            Self::pack_column(g, b, j0 + jj, &mut dst[jj..]);
-        }
+        pack_columns::<Self>(g, b, j0, cols, dst)
     }
     /// The calling thread's packed B, kept between products.
     fn scratch() -> &'static std::thread::LocalKey<std::cell::RefCell<Vec<Self::Packed>>>;
@@ -153,6 +151,19 @@ trait LayerElement {
         packed: &[Self::Packed],
         out: &mut [[f32; LAYER_COLS]; LAYER_ROWS],
     );
+}
+
+/// [`LayerElement::pack_block`] column by column.
+fn pack_columns<E: LayerElement + ?Sized>(
+    g: &Gemm,
+    b: &[E::In],
+    j0: usize,
+    cols: usize,
+    dst: &mut [E::Packed],
+) {
+    for jj in 0..cols {
+        E::pack_column(g, b, j0 + jj, &mut dst[jj..]);
+    }
 }
 
 /// f32: a step is one element; A may be transposed or not (`a_step` apart).
@@ -183,9 +194,7 @@ impl LayerElement for F32Lanes {
             unsafe { x86::pack_f32_columns(b.as_ptr().add(j0 * g.ldb), g.ldb, g.k, dst.as_mut_ptr()) };
             return;
         }
-        for jj in 0..cols {
-            Self::pack_column(g, b, j0 + jj, &mut dst[jj..]);
-        }
+        pack_columns::<Self>(g, b, j0, cols, dst)
     }
     fn pack_column(g: &Gemm, b: &[f32], j: usize, dst: &mut [f32]) {
         if g.transb {

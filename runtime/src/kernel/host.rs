@@ -7,7 +7,7 @@ use super::*;
 /// error, or its panic with the panic's message, becomes [`Error::KernelFailed`]. A panic
 /// is not resumed: as on a GPU, a failed kernel is the launch's error, and the pool and
 /// the calling thread (a device's worker) go on. `avx512`: whether the kernel may run its
-/// AVX-512 copy ([`HostLaunch::avx512`]).
+/// AVX-512 copy ([`HostLaunch::avx512`]): only where the CPU has it.
 ///
 /// [`Error::KernelFailed`]: crate::Error::KernelFailed
 pub(crate) fn run_host_kernel(
@@ -44,9 +44,10 @@ impl<'a> HostLaunch<'a> {
         Self { kernel, n, args, avx512: false }
     }
 
-    /// The launch, allowed to run a copy compiled for AVX-512 where `on` and the CPU has it.
+    /// The launch, allowed to run a copy compiled for AVX-512 where `on` (which the caller
+    /// sets only where [`HostLaunch::cpu_has_avx512`] says so).
     pub(crate) fn with_avx512(mut self, on: bool) -> Self {
-        self.avx512 = on && Self::cpu_has_avx512();
+        self.avx512 = on;
         self
     }
 

@@ -930,7 +930,7 @@ impl Runtime {
             None => args,
         };
         let _hold = self.hold_initial_device(true, kernel.name())?;
-        let avx512 = self.inner.settings.host_avx512;
+        let avx512 = self.inner.settings.host_avx512 && crate::kernel::HostLaunch::cpu_has_avx512();
         run_host_kernel(&self.inner.kernel_pool, self.initial_device(), kernel.name(), f, n, &args, avx512)
     }
 
