@@ -12,19 +12,23 @@
 //! (16384), `-csv`, `-ndev N` (all), `-rows N` (rows per GPU thread, 16),
 //! `-halo peer|memcpy` (peer stores from the kernel, or `target_memcpy` after it),
 //! `-kernel generated|teams|tuned` (the `#[offload::kernel]` step, its teams form, or the hand-written one: tuned,
-//! the default), `-check`
+//! the default), `-grid RxC` (the multi-device run split into R bands of rows by C bands
+//! of columns, part p on device p mod the devices, instead of by rows), `-check`
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
-use offload_examples::jacobi::{digest, max_diff, reference, solve, Args, KernelChoice};
+use offload_examples::jacobi::{digest, max_diff, reference, solve, solve_grid, Args, KernelChoice};
 use offload_examples::options::Options;
 use offload_examples::{example_devices, example_runtime};
 
-const USAGE: &str = "jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-check]";
+const USAGE: &str = "jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-grid RxC] [-check]";
 
 fn parse() -> Result<Args, String> {
     let o = Options::parse(&["csv", "check"])?;
-    o.only(&["niter", "nccheck", "nx", "ny", "csv", "ndev", "rows", "halo", "kernel", "check"], USAGE)?;
+    o.only(
+        &["niter", "nccheck", "nx", "ny", "csv", "ndev", "rows", "halo", "kernel", "grid", "check"],
+        USAGE,
+    )?;
     let d = Args::default();
     let kernels = [
         ("generated", KernelChoice::Generated),
@@ -42,6 +46,7 @@ fn parse() -> Result<Args, String> {
         peer_stores: o.choice("halo", &[("peer", true), ("memcpy", false)], d.peer_stores)?,
         check: o.has("check"),
         kernel: o.choice("kernel", &kernels, d.kernel)?,
+        grid: o.grid("grid")?,
     };
     if a.nx < 3 || a.ny < 3 {
         return Err("-nx and -ny must be at least 3".into());
@@ -78,9 +83,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let single = solve(&rt, &devices[..1], &args)?;
     if !args.csv {
-        println!("Num devices: {}.", devices.len());
+        match args.grid {
+            Some([r, c]) => println!("Num devices: {}, a grid of {r} x {c} parts.", devices.len()),
+            None => println!("Num devices: {}.", devices.len()),
+        }
     }
-    let multi = solve(&rt, &devices, &args)?;
+    let multi = match args.grid {
+        Some(shape) => solve_grid(&rt, &devices, &args, shape)?,
+        None => solve(&rt, &devices, &args)?,
+    };
     let diff = max_diff(&single.grid, &multi.grid, args.nx, args.ny);
     let mut ok = diff == 0.0;
     let small = args.nx * args.ny * args.niter <= 64 << 20;

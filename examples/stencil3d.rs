@@ -10,22 +10,24 @@
 //! ```
 //! Options: `-n N` (cube edge, 256), `-nx/-ny/-nz N`, `-niter N` (100), `-ndev N` (all),
 //! `-planes N` (planes per GPU thread, 16), `-csv`, `-halo peer|memcpy` (peer stores from
-//! the kernel, or `target_memcpy` after it), `-check` (the CPU reference at any size; under
+//! the kernel, or `target_memcpy` after it), `-grid ZxYxX` (the multi-device run split into
+//! a grid of boxes along z, y and x, part p on device p mod the devices, instead of by
+//! planes), `-check` (the CPU reference at any size; under
 //! `mpirun`, the single-process run on rank 0's first device).
 //!
 //! Built with `--features mpi` and started by `mpirun -np N`, the planes are split over the
 //! ranks first, each rank's slab over its own devices (see `jacobi.rs`).
 
 use offload_examples::options::Options;
-use offload_examples::stencil3d::{digest, max_diff, reference, solve, Args};
+use offload_examples::stencil3d::{digest, max_diff, reference, solve, solve_grid, Args};
 use offload_examples::{example_devices, example_runtime};
 
 const USAGE: &str =
-    "stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy] [-check]";
+    "stencil3d [-n N | -nx N -ny N -nz N] [-niter N] [-ndev N] [-planes N] [-csv] [-halo peer|memcpy] [-grid ZxYxX] [-check]";
 
 fn parse() -> Result<Args, String> {
     let o = Options::parse(&["csv", "check"])?;
-    o.only(&["n", "nx", "ny", "nz", "niter", "ndev", "planes", "csv", "halo", "check"], USAGE)?;
+    o.only(&["n", "nx", "ny", "nz", "niter", "ndev", "planes", "csv", "halo", "grid", "check"], USAGE)?;
     let d = Args::default();
     // `-n` sets every edge; `-nx`, `-ny`, `-nz` one each.
     let n: Option<usize> = o.num_opt("n")?;
@@ -39,6 +41,7 @@ fn parse() -> Result<Args, String> {
         csv: o.has("csv"),
         peer_stores: o.choice("halo", &[("peer", true), ("memcpy", false)], d.peer_stores)?,
         check: o.has("check"),
+        grid: o.grid("grid")?,
     };
     if a.nx < 3 || a.ny < 3 || a.nz < 3 {
         return Err("every edge must be at least 3".into());
@@ -59,7 +62,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("7-point stencil: {} iterations on {} x {} x {}", args.niter, args.nz, args.ny, args.nx);
     }
     let (t1, single) = solve(&rt, &devices[..1], &args)?;
-    let (tn, multi) = solve(&rt, &devices, &args)?;
+    let (tn, multi) = match args.grid {
+        Some(shape) => solve_grid(&rt, &devices, &args, shape)?,
+        None => solve(&rt, &devices, &args)?,
+    };
     let diff = max_diff(&single, &multi);
     let small = args.nx * args.ny * args.nz * args.niter <= 64 << 20;
     let cpu = (small || args.check).then(|| max_diff(&reference(&args), &single));

@@ -6,7 +6,7 @@
 //! combined in another order than a sequential loop, so they are compared within
 //! `n * eps * sum(|x|)` (f32: about 6e-8 per item of magnitude; f64: 1.1e-16).
 
-use offload::{map, Error};
+use offload::{map, DeviceBuffer, Error};
 use offload_tests::{check, check_eq, on_every_device};
 
 /// Values spread over the type's useful range, deterministic, not sorted.
@@ -176,6 +176,11 @@ fn a_reduction_needs_a_writable_view_of_one_element() {
         // One view for two reductions overlaps.
         let r = gpu.data(map::tofrom(&mut fine), |f| count_kept::launch(&gpu, 4, 1, f, f));
         check!(matches!(&r, Err(Error::KernelArgument { what, .. }) if what.contains("overlap")), "{r:?}");
+        // A device buffer's view is memory kernels may write: reductions combine into it.
+        let (kept, last) =
+            (DeviceBuffer::from_slice(&gpu, &[1u64])?, DeviceBuffer::from_slice(&gpu, &[0u64])?);
+        count_kept::launch(&gpu, 10, 3, kept.view(), last.view())?;
+        check_eq!((kept.to_vec()?, last.to_vec()?), (vec![5], vec![9]));
         Ok(())
     });
 }

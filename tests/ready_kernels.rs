@@ -137,8 +137,8 @@ fn the_3d_stencil_matches_the_tuned_one_bit_for_bit() {
 /// refused naming which.
 #[test]
 fn halo_boxes_pack_and_unpack_every_face_edge_and_corner() {
+    use offload::partition::halo;
     use offload::partition::{GridPartition, Reach};
-    use offload_kernels::halo;
     on_every_device("halo boxes", |rt, d| {
         let dev = rt.device(d)?;
         for (extents, shape, halo_width) in [
@@ -206,5 +206,5 @@ fn halo_boxes_pack_and_unpack_every_face_edge_and_corner() {
 
 #[test]
 fn every_halo_kernel_compiles_with_nvrtc() {
-    offload_tests::compile_with_nvrtc("halo", &offload_kernels::halo::all());
+    offload_tests::compile_with_nvrtc("halo", &offload::partition::halo::all());
 }

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
-use offload::partition::{DistributedArray, RowPartition};
-use offload::{DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
+use crate::{newest, seconds_when_done};
+use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
+use offload::{DeviceBuffer, DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
 use offload_kernels::generated::{jacobi_step as generated_step, jacobi_teams, JACOBI_TEAM_COLUMNS};
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
 
@@ -52,6 +53,9 @@ pub struct Args {
     pub check: bool,
     /// The kernel.
     pub kernel: KernelChoice,
+    /// Split the grid over a grid of parts, bands of rows by bands of columns
+    /// ([`solve_grid`]), instead of by rows.
+    pub grid: Option<[usize; 2]>,
 }
 
 impl Default for Args {
@@ -67,6 +71,7 @@ impl Default for Args {
             peer_stores: true,
             check: false,
             kernel: KernelChoice::Tuned,
+            grid: None,
         }
     }
 }
@@ -258,17 +263,8 @@ fn run_steps(
         }
         Ok(())
     })?;
-    // Launches return once queued (docs/SEMANTICS.md R11): the clock stops when the
-    // devices have run them.
-    for &d in devices {
-        rt.synchronize(d)?;
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    let [g0, g1] = grids;
-    // After an even number of steps the newest values are back in the first grid.
-    let (newest, other) = if args.niter.is_multiple_of(2) { (g0, g1) } else { (g1, g0) };
-    drop(other);
-    newest.gather()?;
+    let seconds = seconds_when_done(rt, devices, start)?;
+    newest(grids, args.niter).gather()?;
     let norm = *norm_out.lock().map_err(|_| poisoned())?;
     Ok((seconds, norm))
 }
@@ -296,62 +292,165 @@ impl StepLaunch<'_, '_> {
         rows: Range<usize>,
         norm_view: DeviceSlice<'_, f32>,
     ) -> Result<(), offload::Error> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let (args, grids, p, parts) = (self.args, self.grids, self.p, self.parts);
-        let nx = args.nx;
-        let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-        match args.kernel {
-            KernelChoice::Tuned => {
-                let shape =
-                    JacobiShape { nx, iy_start: rows.start, iy_end: rows.end, rows_per_thread: args.rows };
-                jacobi_step(
-                    dev,
-                    shape,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view,
-                    slot,
-                    self.push[dst].0,
-                    self.push[dst].1,
-                )
-            }
-            KernelChoice::Teams => {
-                let end = self.part.owned(p).len() + 1;
-                let strip = args.rows.max(1);
-                let col_blocks = (nx - 2).div_ceil(JACOBI_TEAM_COLUMNS);
-                jacobi_teams::launch(
-                    dev,
-                    col_blocks * rows.len().div_ceil(strip),
-                    nx,
-                    rows.start,
-                    rows.end,
-                    strip,
-                    col_blocks,
-                    parts == 1 && !self.across_ranks && rows.start == 1 && rows.end == end,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view.slice(slot..slot + 1)?,
-                    norm_view.slice(1 - slot..2 - slot)?,
-                )
-            }
-            KernelChoice::Generated => {
-                let end = self.part.owned(p).len() + 1;
-                generated_step::launch(
-                    dev,
-                    (rows, 1..nx - 1),
-                    nx,
-                    end,
-                    parts == 1 && !self.across_ranks,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    norm_view.slice(slot..slot + 1)?,
-                    norm_view.slice(1 - slot..2 - slot)?,
-                )
-            }
-        }
+        let (src, dst) = (iter % 2, 1 - iter % 2);
+        let shape = StepShape {
+            nx: self.args.nx,
+            rows,
+            end: self.part.owned(self.p).len() + 1,
+            wrap: self.parts == 1 && !self.across_ranks,
+            push: self.push[dst],
+        };
+        launch_step(
+            dev,
+            self.args,
+            shape,
+            [self.grids[src].view(self.p), self.grids[dst].view(self.p)],
+            norm_view,
+            iter % 2,
+        )
     }
+}
+
+/// Where one launch of a step computes: rows `rows` (1-based, halo row 0) of an array of
+/// `nx` columns whose computed rows end at `end`; `wrap`: the array is the whole periodic
+/// grid (the generated kernels store its halo rows); `push`: the tuned kernel's peer
+/// stores of its first and last rows.
+struct StepShape {
+    nx: usize,
+    rows: Range<usize>,
+    end: usize,
+    wrap: bool,
+    push: (DevicePtr, DevicePtr),
+}
+
+/// One step of `args.kernel` from `grids[0]` into `grids[1]`, its squared update added to
+/// slot `slot` of `norm_view` (the other slot zeroed for the next step).
+fn launch_step(
+    dev: &offload::Device<'_>,
+    args: &Args,
+    s: StepShape,
+    [src, dst]: [DeviceSlice<'_, f32>; 2],
+    norm_view: DeviceSlice<'_, f32>,
+    slot: usize,
+) -> Result<(), offload::Error> {
+    let StepShape { nx, rows, end, wrap, push } = s;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    match args.kernel {
+        KernelChoice::Tuned => {
+            let shape =
+                JacobiShape { nx, iy_start: rows.start, iy_end: rows.end, rows_per_thread: args.rows };
+            jacobi_step(dev, shape, src, dst, norm_view, slot, push.0, push.1)
+        }
+        KernelChoice::Teams => {
+            let strip = args.rows.max(1);
+            let col_blocks = (nx - 2).div_ceil(JACOBI_TEAM_COLUMNS);
+            jacobi_teams::launch(
+                dev,
+                col_blocks * rows.len().div_ceil(strip),
+                nx,
+                rows.start,
+                rows.end,
+                strip,
+                col_blocks,
+                wrap && rows.start == 1 && rows.end == end,
+                src,
+                dst,
+                norm_view.slice(slot..slot + 1)?,
+                norm_view.slice(1 - slot..2 - slot)?,
+            )
+        }
+        KernelChoice::Generated => generated_step::launch(
+            dev,
+            (rows, 1..nx - 1),
+            nx,
+            end,
+            wrap,
+            src,
+            dst,
+            norm_view.slice(slot..slot + 1)?,
+            norm_view.slice(1 - slot..2 - slot)?,
+        ),
+    }
+}
+
+/// Runs `args.niter` iterations split as a grid of parts: `shape[0]` bands of rows by
+/// `shape[1]` bands of columns, part `p` on `devices[p % devices.len()]` (one host thread
+/// a part), the halos exchanged across faces after each step ([`DistributedGrid`]). Gives
+/// the bits of [`solve`] on one device; the norm is summed part by part, so it may differ
+/// from [`solve`]'s in its last bits.
+pub fn solve_grid(
+    rt: &Runtime,
+    devices: &[usize],
+    args: &Args,
+    shape: [usize; 2],
+) -> Result<Outcome, offload::Error> {
+    let (nx, ny) = (args.nx, args.ny);
+    let part = GridPartition::new(&[ny, nx], &shape, 1)?.with_periodic(&[true, false])?;
+    let parts = part.parts();
+    if devices.is_empty() {
+        return Err(offload::Error::InvalidArgument {
+            routine: "jacobi",
+            what: "no device to run on".into(),
+        });
+    }
+    let devices: Vec<usize> = (0..parts).map(|p| devices[p % devices.len()]).collect();
+    let devices = &devices[..];
+    let (mut a, mut a_new) = (initial(nx, ny), initial(nx, ny));
+    let (seconds, norm) = {
+        let grids = [
+            DistributedGrid::map(rt, devices, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
+            DistributedGrid::map(rt, devices, &mut a_new, part.clone(), Reach::Faces, MapType::TO)?,
+        ];
+        let mut norms = Vec::with_capacity(parts);
+        for &d in devices {
+            let dev = rt.device(d)?;
+            norms.push(DeviceBuffer::<f32>::from_slice(&dev, &[0.0; 2])?);
+        }
+        // Per-part norms by iteration parity: the leader sums step i's while the others may
+        // already write step i + 1's.
+        let partial = Mutex::new(vec![[0f32; 2]; parts]);
+        let norm_out = Mutex::new(0f32);
+        let start = Instant::now();
+        run_in_lockstep(devices, norms, |p, norm, barrier| -> Result<(), Stop> {
+            let dev = rt.device(devices[p])?;
+            let local = part.mapped(p).extents();
+            let (rows, lnx) = (local[0] - 2, local[1]);
+            for iter in 0..args.niter {
+                let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+                let shape = StepShape {
+                    nx: lnx,
+                    rows: 1..rows + 1,
+                    end: rows + 1,
+                    wrap: false,
+                    push: (DevicePtr::NULL, DevicePtr::NULL),
+                };
+                launch_step(&dev, args, shape, [grids[src].view(p), grids[dst].view(p)], norm.view(), slot)?;
+                let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
+                if want_norm {
+                    partial.lock().map_err(|_| poisoned())?[p][slot] = norm.to_vec()?[slot];
+                }
+                grids[dst].send_halos(p)?;
+                // Every halo of this step is written before any device starts the next.
+                let leader = barrier.wait()?;
+                if leader && want_norm {
+                    let total: f32 = partial.lock().map_err(|_| poisoned())?.iter().map(|n| n[slot]).sum();
+                    *norm_out.lock().map_err(|_| poisoned())? = total.sqrt();
+                    if !args.csv && iter.is_multiple_of(100) {
+                        println!("{iter:5}, {:.6}", total.sqrt());
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let seconds = seconds_when_done(rt, devices, start)?;
+        newest(grids, args.niter).gather()?;
+        let norm = *norm_out.lock().map_err(|_| poisoned())?;
+        (seconds, norm)
+    };
+    let grid = if args.niter.is_multiple_of(2) { a } else { a_new };
+    Ok(Outcome { seconds, norm, grid, halo: None })
 }
 
 fn poisoned() -> offload::Error {

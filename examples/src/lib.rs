@@ -45,3 +45,24 @@ pub fn example_devices(rt: &Runtime, ndev: Option<usize>) -> Vec<usize> {
     }
     (0..ndev.unwrap_or(rt.num_devices()).clamp(1, rt.num_devices())).collect()
 }
+
+/// The seconds since `start` once `devices` have run what was queued on them: launches
+/// return once queued (docs/SEMANTICS.md R11), so a solver's clock stops when the devices
+/// are done.
+pub fn seconds_when_done(rt: &Runtime, devices: &[usize], start: std::time::Instant) -> offload::Result<f64> {
+    for &d in devices {
+        rt.synchronize(d)?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Of two grids that `steps` steps alternate between (step `i` reads `grids[i % 2]`), the
+/// one holding the newest values (the first after an even number); the other is dropped.
+pub fn newest<G>(grids: [G; 2], steps: usize) -> G {
+    let [g0, g1] = grids;
+    if steps.is_multiple_of(2) {
+        g0
+    } else {
+        g1
+    }
+}

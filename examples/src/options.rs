@@ -88,6 +88,19 @@ impl Options {
         })
     }
 
+    /// The value of `-name` as a grid of `N` counts (`-grid 2x2`, `-grid 2x1x2`), each at
+    /// least 1, when it was given.
+    pub fn grid<const N: usize>(&self, name: &str) -> Result<Option<[usize; N]>, String> {
+        let Some(v) = self.value(name) else { return Ok(None) };
+        let counts: Vec<usize> = v.split('x').filter_map(|c| c.parse().ok()).filter(|&c| c > 0).collect();
+        counts.try_into().map(Some).map_err(|_| {
+            format!(
+                "-{name} wants {N} counts of at least 1 joined by x (as {}), got {v:?}",
+                vec!["2"; N].join("x")
+            )
+        })
+    }
+
     /// Whether the switch `-name` was given.
     pub fn has(&self, name: &str) -> bool {
         self.flags.iter().any(|(n, _)| n == name)

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
-use offload::partition::{DistributedArray, RowPartition};
+use crate::{newest, seconds_when_done};
+use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
 use offload::{DevicePtr, MapType, Runtime};
 use offload_kernels::stencil::{stencil7_step, STENCIL7_STEP};
 
@@ -31,6 +32,9 @@ pub struct Args {
     pub peer_stores: bool,
     /// Always check (against the CPU reference, or across ranks the single-process run).
     pub check: bool,
+    /// Split the cube over a grid of parts along z, y and x ([`solve_grid`]) instead of
+    /// by planes.
+    pub grid: Option<[usize; 3]>,
 }
 
 impl Default for Args {
@@ -45,6 +49,7 @@ impl Default for Args {
             csv: false,
             peer_stores: true,
             check: false,
+            grid: None,
         }
     }
 }
@@ -172,17 +177,68 @@ fn run_steps(
         }
         Ok(())
     })?;
-    // Launches return once queued (docs/SEMANTICS.md R11): the clock stops when the
-    // devices have run them.
-    for &d in devices {
-        rt.synchronize(d)?;
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    let [g0, g1] = grids;
-    let (newest, other) = if args.niter.is_multiple_of(2) { (g0, g1) } else { (g1, g0) };
-    drop(other);
-    newest.gather()?;
+    let seconds = seconds_when_done(rt, devices, start)?;
+    newest(grids, args.niter).gather()?;
     Ok(seconds)
+}
+
+/// Runs `args.niter` steps split as a grid of parts, `shape[0] x shape[1] x shape[2]`
+/// boxes along z, y and x, part `p` on `devices[p % devices.len()]` (one host thread a
+/// part), the halos exchanged across faces after each step ([`DistributedGrid`]); returns
+/// the loop's seconds and the final grid, the bits of [`solve`] on one device.
+pub fn solve_grid(
+    rt: &Runtime,
+    devices: &[usize],
+    args: &Args,
+    shape: [usize; 3],
+) -> Result<(f64, Vec<f32>), offload::Error> {
+    let part = GridPartition::new(&[args.nz, args.ny, args.nx], &shape, 1)?;
+    if devices.is_empty() {
+        return Err(offload::Error::InvalidArgument {
+            routine: "stencil3d",
+            what: "no device to run on".into(),
+        });
+    }
+    let devices: Vec<usize> = (0..part.parts()).map(|p| devices[p % devices.len()]).collect();
+    let (mut a, mut b) = (initial(args), initial(args));
+    let seconds = {
+        let grids = [
+            DistributedGrid::map(rt, &devices, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
+            DistributedGrid::map(rt, &devices, &mut b, part.clone(), Reach::Faces, MapType::TO)?,
+        ];
+        let start = Instant::now();
+        run_in_lockstep(&devices, vec![(); part.parts()], |p, (), barrier| -> Result<(), Stop> {
+            let dev = rt.device(devices[p])?;
+            let [lz, ly, lx] = <[usize; 3]>::try_from(part.mapped(p).extents()).map_err(|_| poisoned())?;
+            for iter in 0..args.niter {
+                let (src, dst) = (iter % 2, 1 - iter % 2);
+                let none = DevicePtr::NULL;
+                stencil7_step(
+                    &dev,
+                    lx,
+                    ly,
+                    1,
+                    lz - 1,
+                    args.planes,
+                    grids[src].view(p),
+                    grids[dst].view(p),
+                    none,
+                    none,
+                )?;
+                grids[dst].send_halos(p)?;
+                barrier.wait()?;
+            }
+            Ok(())
+        })?;
+        let seconds = seconds_when_done(rt, &devices, start)?;
+        newest(grids, args.niter).gather()?;
+        seconds
+    };
+    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }))
+}
+
+fn poisoned() -> offload::Error {
+    offload::Error::InvalidArgument { routine: "stencil3d", what: "a part's box is not 3-D".into() }
 }
 
 /// The same steps on the CPU, one thread.

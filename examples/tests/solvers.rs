@@ -82,6 +82,64 @@ fn stencil3d_multi_device_equals_single_device_and_the_cpu() {
     }
 }
 
+/// Jacobi split as a grid of parts (2 x 2, 1 x 3, 3 x 1 and 1 x 1, parts sharing devices
+/// where there are more parts than devices), with each kernel: the grid equals the
+/// single-device run's bit for bit (periodic rows exchanged across the wrap, columns
+/// across faces).
+#[test]
+fn jacobi_on_grids_of_parts_equals_single_device() {
+    let args = |kernel| jacobi::Args { nx: 70, ny: 45, niter: 23, kernel, ..Default::default() };
+    let cpu = jacobi::reference(&args(KernelChoice::Generated));
+    on_every_backend(
+        "jacobi on grids",
+        2,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            for kernel in [KernelChoice::Generated, KernelChoice::Tuned, KernelChoice::Teams] {
+                let single = jacobi::solve(rt, &devices[..1], &args(kernel))?;
+                check!(jacobi::max_diff(&cpu, &single.grid, 70, 45) == 0.0, "{kernel:?}: single != cpu");
+                for shape in [[2, 2], [1, 3], [3, 1], [1, 1]] {
+                    let grid = jacobi::solve_grid(rt, &devices, &args(kernel), shape)?;
+                    check!(
+                        jacobi::digest(&grid.grid, 70, 45) == jacobi::digest(&single.grid, 70, 45),
+                        "{kernel:?} on {shape:?}: max |grid - single| = {}",
+                        jacobi::max_diff(&grid.grid, &single.grid, 70, 45)
+                    );
+                    check!(
+                        (single.norm - grid.norm).abs() <= 1e-5 * single.norm.max(1.0),
+                        "{kernel:?} on {shape:?}: norms {} {}",
+                        single.norm,
+                        grid.norm
+                    );
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+/// The 3-D stencil split as a grid of boxes (2 x 2 x 2, 1 x 2 x 3, 3 x 1 x 1), parts
+/// sharing devices: the cube equals the single-device run's bit for bit.
+#[test]
+fn stencil3d_on_grids_of_parts_equals_single_device() {
+    let args = stencil3d::Args { nx: 19, ny: 13, nz: 11, niter: 7, ..Default::default() };
+    on_every_backend(
+        "stencil3d on grids",
+        2,
+        |b| b,
+        |rt| {
+            let devices: Vec<usize> = (0..rt.num_devices()).collect();
+            let (_, single) = stencil3d::solve(rt, &devices[..1], &args)?;
+            for shape in [[2, 2, 2], [1, 2, 3], [3, 1, 1]] {
+                let (_, grid) = stencil3d::solve_grid(rt, &devices, &args, shape)?;
+                check!(stencil3d::digest(&grid) == stencil3d::digest(&single), "{shape:?}: grid != single");
+            }
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn inference_pipeline_matches_the_cpu_and_the_serial_run() {
     use offload_examples::inference::{check, uniform, Deployment, Mlp};

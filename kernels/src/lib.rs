@@ -54,7 +54,6 @@
 //! ```
 
 pub mod generated;
-pub mod halo;
 mod layers;
 pub mod nn;
 pub mod ops;

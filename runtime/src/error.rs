@@ -288,6 +288,24 @@ pub enum Error {
         message: String,
     },
 
+    /// Moving a halo region between the parts of a split grid failed: names the sending
+    /// part (and rank, across ranks), its device and the region, with the failure as its
+    /// source.
+    #[error("{}part {part} (device {device}): sending {region} failed: {source}", rank.map_or(String::new(), |r| format!("rank {r}, ")))]
+    Exchange {
+        /// The sending rank, across ranks.
+        rank: Option<usize>,
+        /// The sending part.
+        part: usize,
+        /// Its device.
+        device: usize,
+        /// The region: its kind, its points in grid coordinates, where it goes.
+        region: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// An MPI call failed or could not be made (feature `mpi`).
     #[error("MPI rank {rank}: {call}: {message}")]
     Mpi {

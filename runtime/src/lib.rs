@@ -78,6 +78,9 @@
 
 #![warn(missing_docs)]
 
+// The crate's own generated kernels (`partition::halo`) name it as their users do.
+extern crate self as offload;
+
 pub mod api;
 pub mod backend;
 pub mod cluster;

@@ -29,8 +29,11 @@
 
 use std::ops::Range;
 
+mod distributed_grid;
 mod grid;
+pub mod halo;
 
+pub use distributed_grid::DistributedGrid;
 pub use grid::{Exchange, GridBox, GridPartition, Reach, MAX_AXES};
 
 use crate::api::DeviceSlice;

@@ -108,7 +108,8 @@ pub fn check_writable<T>(
 }
 
 /// An error unless `view`, given for reduction variable `name` (position `index`) of
-/// `kernel`, is writable and holds the element the reduction combines into.
+/// `kernel`, is one kernels may write ([`DeviceSlice::device_writable`]: a `&mut` argument
+/// takes the same) and holds the element the reduction combines into.
 pub fn check_reduction<T>(
     kernel: &'static str,
     index: usize,
@@ -116,15 +117,15 @@ pub fn check_reduction<T>(
     op: &str,
     view: &DeviceSlice<'_, T>,
 ) -> Result<()> {
-    if !view.is_writable() || view.is_empty() {
+    if !view.device_writable() || view.is_empty() {
         return Err(Error::KernelArgument {
             kernel,
             index,
             what: format!(
-                "`{name}` is a `{op}` reduction variable: it takes a writable view of at least one {} (the \
-                 result is combined into element 0), got {} view {} of {} elements",
+                "`{name}` is a `{op}` reduction variable: it takes a view kernels may write of at least one {} \
+                 (the result is combined into element 0), got {} view {} of {} elements",
                 std::any::type_name::<T>(),
-                if view.is_writable() { "a writable" } else { "a shared" },
+                if view.device_writable() { "a writable" } else { "a shared" },
                 view.host_range(),
                 view.len()
             ),

@@ -159,18 +159,22 @@ pub enum Reach {
     Corners,
 }
 
-/// What a part receives from one neighbour: `recv`, points of the grid that the
-/// neighbour owns and sends (packed in the box's row-major order where it goes through a
-/// buffer: [`GridBox::pack`]).
+/// What a part receives from one neighbour: the neighbour's owned points `send`, into this
+/// part's halo points `recv` (packed in the boxes' row-major order where they go through a
+/// buffer: [`GridBox::pack`]). The two boxes are the same points, except across a periodic
+/// axis's ends, where `recv` lies in the boundary and `send` at the interior's other end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exchange {
-    /// The neighbour's part.
+    /// The neighbour's part (this part itself across a periodic axis it spans alone).
     pub neighbour: usize,
     /// Where the neighbour lies, per axis: -1 before, 0 level, 1 after.
     pub direction: Vec<i8>,
     /// The points received, in grid coordinates: inside this part's mapped box, outside
-    /// its owned one, inside the neighbour's owned one.
+    /// its owned one.
     pub recv: GridBox,
+    /// The points the neighbour sends, in grid coordinates: inside its owned box, the
+    /// same extents as `recv`.
+    pub send: GridBox,
 }
 
 impl Exchange {
@@ -191,6 +195,9 @@ pub struct GridPartition {
     extents: Vec<usize>,
     halo: usize,
     axes: Vec<BlockPartition>,
+    /// Per axis: whether the interior wraps (the boundary before it holds the interior's
+    /// last points, the boundary after it the first).
+    periodic: Vec<bool>,
 }
 
 impl GridPartition {
@@ -221,7 +228,44 @@ impl GridPartition {
             }
             axes.push(block);
         }
-        Ok(Self { extents: extents.to_vec(), halo, axes })
+        let periodic = vec![false; extents.len()];
+        Ok(Self { extents: extents.to_vec(), halo, axes, periodic })
+    }
+
+    /// The same split with the interior wrapping along each axis where `periodic` says so:
+    /// the `halo` boundary points before the interior receive its last `halo` points, those
+    /// after it its first (Jacobi's top and bottom rows). A part alone along such an axis
+    /// is its own neighbour there.
+    ///
+    /// Errors: not one flag per axis ([`Error::InvalidArgument`]).
+    ///
+    /// ```
+    /// use offload::partition::{GridPartition, Reach};
+    ///
+    /// // Rows wrap, columns do not: part 0's top halo row comes from part 2's last row.
+    /// let g = GridPartition::new(&[8, 10], &[2, 2], 1)?.with_periodic(&[true, false])?;
+    /// let top = g.exchanges(0, Reach::Faces).next().unwrap();
+    /// assert_eq!((top.neighbour, top.recv.ranges(), top.send.ranges()), (2, &[0..1, 1..5][..], &[6..7, 1..5][..]));
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn with_periodic(mut self, periodic: &[bool]) -> Result<Self> {
+        if periodic.len() != self.axes.len() {
+            return Err(Error::InvalidArgument {
+                routine: "GridPartition::with_periodic",
+                what: format!(
+                    "{} flags for a grid of {} axes; expected one per axis",
+                    periodic.len(),
+                    self.axes.len()
+                ),
+            });
+        }
+        self.periodic = periodic.to_vec();
+        Ok(self)
+    }
+
+    /// Per axis, whether the interior wraps ([`GridPartition::with_periodic`]).
+    pub fn periodic(&self) -> &[bool] {
+        &self.periodic
     }
 
     /// The grid's points per axis.
@@ -310,8 +354,9 @@ impl GridPartition {
     /// What part `p` receives from each neighbour before a stencil step that reads across
     /// `reach`, in a fixed order (directions row-major, -1 before 0 before 1). The regions
     /// received from all neighbours are disjoint; with [`Reach::Corners`] they cover every
-    /// point of `p`'s halo shell inside the interior, with [`Reach::Faces`] the shell's
-    /// faces alone. A neighbour sends the same points out of its owned box.
+    /// point of `p`'s halo shell inside the interior (or across a periodic axis's ends),
+    /// with [`Reach::Faces`] the shell's faces alone. A neighbour sends them out of its
+    /// owned box ([`Exchange::send`]).
     ///
     /// # Panics
     ///
@@ -328,22 +373,36 @@ impl GridPartition {
             if off == 0 || (reach == Reach::Faces && off > 1) {
                 return None;
             }
-            let mut at = Vec::with_capacity(axes);
-            for (c, d) in coords.iter().zip(&direction) {
-                at.push(c.checked_add_signed(isize::from(*d))?);
-            }
-            let neighbour = self.part_at(&at)?;
-            let ranges = owned
-                .ranges
-                .iter()
-                .zip(&direction)
-                .map(|(r, d)| match d {
+            let (mut at, mut recv, mut send) =
+                (Vec::with_capacity(axes), Vec::with_capacity(axes), Vec::with_capacity(axes));
+            for (a, ((&c, &d), r)) in coords.iter().zip(&direction).zip(&owned.ranges).enumerate() {
+                let parts = self.axes[a].parts();
+                let wanted = c.checked_add_signed(isize::from(d)).filter(|&n| n < parts);
+                // Across a periodic axis's ends, the halo receives the interior's far end.
+                let span = self.extents[a] - 2 * self.halo;
+                let (neighbour, shift) = match (wanted, self.periodic[a]) {
+                    (Some(n), _) => (n, 0isize),
+                    (None, true) if d < 0 => (parts - 1, span as isize),
+                    (None, true) => (0, -(span as isize)),
+                    (None, false) => return None,
+                };
+                at.push(neighbour);
+                let got = match d {
                     -1 => r.start - self.halo..r.start,
                     1 => r.end..r.end + self.halo,
                     _ => r.clone(),
-                })
-                .collect();
-            Some(Exchange { neighbour, direction, recv: GridBox { ranges } })
+                };
+                let moved = got.start.wrapping_add_signed(shift)..got.end.wrapping_add_signed(shift);
+                recv.push(got);
+                send.push(moved);
+            }
+            let neighbour = self.part_at(&at)?;
+            Some(Exchange {
+                neighbour,
+                direction,
+                recv: GridBox { ranges: recv },
+                send: GridBox { ranges: send },
+            })
         })
     }
 }
@@ -365,10 +424,11 @@ mod tests {
         out
     }
 
-    /// Odd and uneven splits in one, two and three axes, halos of 1 and 2: owned boxes tile
-    /// the interior once; every exchange is received outside the receiver's owned box,
-    /// inside its mapped box and inside the sender's owned box; the received regions are
-    /// disjoint and cover the shell inside the interior (corners) or its faces (faces); the
+    /// Odd and uneven splits in one, two and three axes, halos of 1 and 2, no axis, the
+    /// first or every axis periodic: owned boxes tile the interior once; every exchange is
+    /// received outside the receiver's owned box, inside its mapped box, from the points
+    /// of the sender's owned box that wrap onto it; the received regions are disjoint and
+    /// cover the shell inside the (wrapped) interior (corners) or its faces (faces); the
     /// sender lists the receiver back in the opposite direction.
     #[test]
     fn boxes_tile_the_interior_and_exchanges_cover_each_halo_once() {
@@ -397,32 +457,64 @@ mod tests {
                 assert!(g.whole().encloses(&g.mapped(p)));
             }
             assert_eq!(owner.len(), interior.len(), "{extents:?}/{shape:?}: owned boxes miss points");
-            for p in 0..g.parts() {
-                let (owned, mapped) = (g.owned(p), g.mapped(p));
-                for reach in [Reach::Faces, Reach::Corners] {
-                    let mut got = std::collections::HashSet::new();
-                    for e in g.exchanges(p, reach) {
-                        assert!(mapped.encloses(&e.recv) && g.owned(e.neighbour).encloses(&e.recv));
-                        for pt in points(&e.recv) {
-                            assert!(!owned.contains(&pt) && owner[&pt] == e.neighbour, "{pt:?} from {e:?}");
-                            assert!(got.insert(pt), "received twice: {e:?}");
+            // No axis wrapping, the first, and all.
+            let axes = extents.len();
+            for periodic in
+                [vec![false; axes], [vec![true], vec![false; axes - 1]].concat(), vec![true; axes]]
+            {
+                let g = g.clone().with_periodic(&periodic).unwrap();
+                // A point of the shell, wrapped into the interior along periodic axes.
+                let wrap = |pt: &[usize]| -> Vec<usize> {
+                    pt.iter()
+                        .enumerate()
+                        .map(|(a, &c)| {
+                            let (lo, hi) = (halo, extents[a] - halo);
+                            match (periodic[a], c < lo, c >= hi) {
+                                (true, true, _) => c + (hi - lo),
+                                (true, _, true) => c - (hi - lo),
+                                _ => c,
+                            }
+                        })
+                        .collect()
+                };
+                for p in 0..g.parts() {
+                    let (owned, mapped) = (g.owned(p), g.mapped(p));
+                    for reach in [Reach::Faces, Reach::Corners] {
+                        let mut got = std::collections::HashSet::new();
+                        for e in g.exchanges(p, reach) {
+                            assert!(
+                                mapped.encloses(&e.recv) && g.owned(e.neighbour).encloses(&e.send),
+                                "{e:?}"
+                            );
+                            let sent = points(&e.send);
+                            assert_eq!(sent.len(), e.recv.len(), "{e:?}");
+                            for (pt, from) in points(&e.recv).into_iter().zip(sent) {
+                                assert_eq!(wrap(&pt), from, "{e:?}");
+                                assert!(
+                                    !owned.contains(&pt) && owner[&from] == e.neighbour,
+                                    "{pt:?} from {e:?}"
+                                );
+                                assert!(got.insert(pt), "received twice: {e:?}");
+                            }
+                            let back: Vec<i8> = e.direction.iter().map(|d| -d).collect();
+                            assert!(
+                                g.exchanges(e.neighbour, reach)
+                                    .any(|b| b.neighbour == p && b.direction == back),
+                                "{e:?} not listed back"
+                            );
                         }
-                        let back: Vec<i8> = e.direction.iter().map(|d| -d).collect();
-                        assert!(
-                            g.exchanges(e.neighbour, reach).any(|b| b.neighbour == p && b.direction == back),
-                            "{e:?} not listed back"
-                        );
-                    }
-                    // The shell inside the interior: all of it, or the points level with the
-                    // owned box along all axes but one.
-                    for pt in points(&mapped) {
-                        let off = pt.iter().zip(owned.ranges()).filter(|(c, r)| !r.contains(*c)).count();
-                        let want = interior.contains(&pt) && off > 0 && (reach == Reach::Corners || off == 1);
-                        assert_eq!(
-                            got.contains(&pt),
-                            want,
-                            "{extents:?}/{shape:?} part {p} {reach:?} at {pt:?}"
-                        );
+                        // The shell inside the interior (wrapped): all of it, or the points
+                        // level with the owned box along all axes but one.
+                        for pt in points(&mapped) {
+                            let off = pt.iter().zip(owned.ranges()).filter(|(c, r)| !r.contains(*c)).count();
+                            let inside = interior.contains(&wrap(&pt));
+                            let want = inside && off > 0 && (reach == Reach::Corners || off == 1);
+                            assert_eq!(
+                                got.contains(&pt),
+                                want,
+                                "{extents:?}/{shape:?} {periodic:?} part {p} {reach:?} at {pt:?}"
+                            );
+                        }
                     }
                 }
             }
@@ -470,5 +562,10 @@ mod tests {
                 other => panic!("{extents:?} / {shape:?} / {halo}: {other:?}"),
             }
         }
+        let g = GridPartition::new(&[8, 8], &[2, 2], 1).unwrap();
+        assert!(matches!(
+            g.with_periodic(&[true]),
+            Err(Error::InvalidArgument { routine: "GridPartition::with_periodic", .. })
+        ));
     }
 }

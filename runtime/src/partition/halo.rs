@@ -1,5 +1,5 @@
 //! A split grid's faces, edges and corners packed into contiguous buffers and unpacked back,
-//! on the device that holds them: the regions [`offload::partition::GridPartition`] names
+//! on the device that holds them: the regions [`GridPartition`](crate::partition::GridPartition) names
 //! are strided in a part's array (a column of a 2-D grid, a plane's edge of a 3-D one), and
 //! a message, a copy to another device or a network transfer wants them contiguous. Each
 //! copy is a generated kernel over the region's points, in the region's row-major order,
@@ -17,15 +17,17 @@
 //! let face = g.exchanges(1, Reach::Faces).find(|e| e.neighbour == 0).unwrap().recv;
 //! let mut packed = vec![0f32; face.len()];
 //! dev.data((map::to(&local), map::from(&mut packed)), |(src, dst)| {
-//!     offload_kernels::halo::pack(&dev, &face, &mapped, src, dst)
+//!     offload::partition::halo::pack(&dev, &face, &mapped, src, dst)
 //! })?;
 //! // Part 1 receives part 0's last owned column: 2 points, 4 apart in part 0's array.
 //! assert_eq!(packed, [6.0, 10.0]);
 //! # Ok::<(), offload::Error>(())
 //! ```
 
-use offload::partition::GridBox;
-use offload::{Device, DeviceCopy, DeviceSlice, Error, Result};
+use crate::api::{Device, DeviceSlice};
+use crate::error::{Error, Result};
+use crate::kernel::DeviceCopy;
+use crate::partition::GridBox;
 
 macro_rules! box_copy {
     ($module:ident, $t:ty) => {
@@ -147,7 +149,7 @@ fn geometry(
 
 /// Copies the points of `region` out of `array` (a row-major array of the points of
 /// `within`, on `dev`) into `buffer`, in the region's own row-major order: a face, edge or
-/// corner of [`offload::partition::GridPartition::exchanges`] made contiguous for a message.
+/// corner of [`GridPartition::exchanges`](crate::partition::GridPartition::exchanges) made contiguous for a message.
 /// `within` must enclose `region` (1 to 3 axes), `array` hold `within.len()` elements and
 /// `buffer` `region.len()`, else `Error::InvalidArgument` saying which.
 pub fn pack<T: HaloElement>(
@@ -191,7 +193,7 @@ fn copy<T: HaloElement>(
 }
 
 /// Every kernel of this module, plain and bounds-checked (for NVRTC checks).
-pub fn all() -> Vec<&'static offload::Kernel> {
+pub fn all() -> Vec<&'static crate::Kernel> {
     vec![
         &for_f32::copy_box::KERNEL,
         &for_f32::copy_box::KERNEL_CHECKED,

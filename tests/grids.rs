@@ -1,0 +1,179 @@
+//! Grids split in one, two and three dimensions and held part by part on devices
+//! (`DistributedGrid`), on every backend present: what an exchange brings each part (faces,
+//! edges and corners, across periodic ends too), what a gather brings back, refused shapes,
+//! and a failing exchange's error.
+
+use offload::backend::{FaultKind, FaultPlan};
+use offload::partition::{halo, DistributedGrid, GridBox, GridPartition, Reach};
+use offload::{Error, MapType, Runtime};
+use offload_tests::{assert_clean, check, check_eq, faulty_runtime, on_every_backend};
+
+/// What part `p` holds after one exchange, worked out on the host: its mapped box of
+/// `host`, each received region replaced by the points its neighbour sends.
+fn expected<T: Copy + Default>(g: &GridPartition, reach: Reach, host: &[T], p: usize) -> Vec<T> {
+    let (whole, mapped) = (g.whole(), g.mapped(p));
+    let mut local = vec![T::default(); mapped.len()];
+    mapped.pack(&whole, host, &mut local);
+    for e in g.exchanges(p, reach) {
+        let mut buf = vec![T::default(); e.send.len()];
+        e.send.pack(&whole, host, &mut buf);
+        e.recv.unpack(&mapped, &buf, &mut local);
+    }
+    local
+}
+
+/// Distinct values for every point, negated in the boundary, so that a point from the
+/// wrong place shows.
+fn numbered(g: &GridPartition) -> Vec<f64> {
+    let (whole, interior) = (g.whole(), g.interior());
+    let mut v = vec![0f64; whole.len()];
+    let mut i = 0;
+    // Row-major order: the box's points in turn.
+    fn each(b: &GridBox, at: &mut Vec<usize>, f: &mut dyn FnMut(&[usize])) {
+        if at.len() == b.ranges().len() {
+            return f(at);
+        }
+        for c in b.ranges()[at.len()].clone() {
+            at.push(c);
+            each(b, at, f);
+            at.pop();
+        }
+    }
+    each(&whole, &mut Vec::new(), &mut |pt| {
+        v[i] = if interior.contains(pt) { i as f64 + 1.0 } else { -(i as f64) - 1.0 };
+        i += 1;
+    });
+    v
+}
+
+/// Odd and uneven 1-, 2- and 3-D splits, halos 1 and 2, faces or corners, periodic or not,
+/// parts sharing devices (more parts than devices): after one exchange every part holds
+/// exactly what the partition says, and a gather after the parts change their owned points
+/// brings each point back from its owner.
+#[test]
+fn exchanges_bring_every_face_edge_and_corner_and_gathers_bring_owned_points_back() {
+    /// Extents, parts per axis, halo, periodic axes, reach.
+    type Case = (&'static [usize], &'static [usize], usize, &'static [bool], Reach);
+    let cases: &[Case] = &[
+        (&[11], &[3], 1, &[true], Reach::Faces),
+        (&[9, 11], &[2, 2], 1, &[true, false], Reach::Faces),
+        (&[10, 13], &[3, 2], 2, &[false, false], Reach::Corners),
+        (&[8, 7], &[1, 2], 1, &[true, true], Reach::Corners),
+        (&[7, 8, 9], &[2, 2, 2], 1, &[false, false, false], Reach::Faces),
+        (&[9, 7, 8], &[3, 1, 2], 1, &[true, false, true], Reach::Corners),
+        (&[10, 9, 11], &[2, 2, 1], 2, &[false, true, false], Reach::Corners),
+    ];
+    on_every_backend(
+        "distributed grids",
+        2,
+        |b| b,
+        |rt| {
+            let n = rt.num_devices();
+            for &(extents, shape, halo, periodic, reach) in cases {
+                let g = GridPartition::new(extents, shape, halo)?.with_periodic(periodic)?;
+                let devices: Vec<usize> = (0..g.parts()).map(|p| p % n).collect();
+                let start = numbered(&g);
+                let mut host = start.clone();
+                let d = DistributedGrid::map(rt, &devices, &mut host, g.clone(), reach, MapType::TO)?;
+                // Before an exchange each part holds its mapped box as the host had it.
+                for p in 0..g.parts() {
+                    let mut want = vec![0f64; g.mapped(p).len()];
+                    g.mapped(p).pack(&g.whole(), &start, &mut want);
+                    check_eq!(d.to_vec(p)?, want);
+                }
+                d.exchange_halos()?;
+                for p in 0..g.parts() {
+                    check_eq!(d.to_vec(p)?, expected(&g, reach, &start, p));
+                }
+                // Each part doubles its whole box (halos too); only owned points come back.
+                for (p, &device) in devices.iter().enumerate() {
+                    let doubled: Vec<f64> = d.to_vec(p)?.iter().map(|v| v * 2.0).collect();
+                    let dev = rt.device(device)?;
+                    let b = offload::DeviceBuffer::from_slice(&dev, &doubled)?;
+                    halo::unpack(&dev, &g.mapped(p), &g.mapped(p), b.view(), d.view(p))?;
+                }
+                d.gather()?;
+                // Owned points (the interior's, numbered positive) doubled; the boundary as it was.
+                for (i, (&got, &was)) in host.iter().zip(&start).enumerate() {
+                    let want = if was > 0.0 { was * 2.0 } else { was };
+                    check!(got == want, "{extents:?}/{shape:?}: point {i}: {got} (was {was})");
+                }
+                for dev in 0..n {
+                    assert_clean(rt, dev)?;
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+/// Shapes and arguments a grid cannot be mapped with are refused before anything is
+/// allocated, each error saying what was expected.
+#[test]
+fn grids_mapped_wrongly_are_refused() -> offload::Result<()> {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    let g = GridPartition::new(&[6, 6], &[2, 1], 1)?;
+    let refused = |r: offload::Result<DistributedGrid<'_, f32>>, what: &str| match r {
+        Err(Error::InvalidArgument { routine: "DistributedGrid::map", what: w }) if w.contains(what) => {
+            Ok(())
+        }
+        other => {
+            Err(Error::InvalidArgument { routine: "test", what: format!("expected {what:?}, got {other:?}") })
+        }
+    };
+    let mut host = vec![0f32; 36];
+    refused(
+        DistributedGrid::map(&rt, &[0], &mut host, g.clone(), Reach::Faces, MapType::TO),
+        "1 devices for 2 parts",
+    )?;
+    let mut short = vec![0f32; 35];
+    refused(
+        DistributedGrid::map(&rt, &[0, 1], &mut short, g.clone(), Reach::Faces, MapType::TO),
+        "35 elements",
+    )?;
+    refused(
+        DistributedGrid::map(&rt, &[0, 1], &mut host, g.clone(), Reach::Faces, MapType::FROM),
+        "expected TO or ALLOC",
+    )?;
+    let initial = rt.initial_device();
+    refused(
+        DistributedGrid::map(&rt, &[0, initial], &mut host, g.clone(), Reach::Faces, MapType::TO),
+        "initial device",
+    )?;
+    match DistributedGrid::map(&rt, &[0, 7], &mut host, g, Reach::Faces, MapType::TO) {
+        Err(Error::NoSuchDevice { .. }) => {}
+        other => check!(false, "device 7: {other:?}"),
+    }
+    for d in 0..2 {
+        assert_clean(&rt, d)?;
+    }
+    Ok(())
+}
+
+/// A launch that fails while a part sends its face fails the exchange with an error naming
+/// the part, its device and the region; the grid stays usable: the next exchange brings
+/// every halo, and the gather every owned point.
+#[test]
+fn a_failing_exchange_names_the_part_device_and_region() -> offload::Result<()> {
+    let rt = faulty_runtime(FaultPlan::default().fail_nth(FaultKind::Launch, 1), true)?;
+    let g = GridPartition::new(&[6, 5], &[2, 1], 1)?;
+    let start: Vec<f32> = (0..30).map(|i| i as f32).collect();
+    let mut host = start.clone();
+    let d = DistributedGrid::map(&rt, &[0, 0], &mut host, g.clone(), Reach::Faces, MapType::TO)?;
+    match d.exchange_halos() {
+        Err(Error::Exchange { rank: None, part: 0, device: 0, region, .. }) => check!(
+            region.contains("face") && region.contains("to part 1") && region.contains("[2..3, 1..4]"),
+            "{region}"
+        ),
+        other => check!(false, "expected an exchange error, got {other:?}"),
+    }
+    d.exchange_halos()?;
+    let widened = start.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
+    for p in 0..2 {
+        let want: Vec<f32> = expected(&g, Reach::Faces, &widened, p).iter().map(|&v| v as f32).collect();
+        check_eq!(d.to_vec(p)?, want);
+    }
+    d.gather()?;
+    check_eq!(host, start);
+    assert_clean(&rt, 0)
+}
