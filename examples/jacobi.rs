@@ -140,6 +140,9 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
     use offload_examples::jacobi::solve_slab;
     use offload_examples::ranks::{gather_grid, MpiEdges, RankRun};
 
+    if let Some(shape) = args.grid {
+        return grid_across_ranks(cluster, args, shape);
+    }
     let run = RankRun::start(cluster, args.ny, args.nx, args.ndev)?;
     let (rt, devices) = (run.runtime(), &run.devices);
     let edges = MpiEdges::new(cluster, rt, devices, &run.slab, true)?;
@@ -183,6 +186,74 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
         let same = s.grid[args.nx..(args.ny - 1) * args.nx] == grid[args.nx..(args.ny - 1) * args.nx];
         println!("final norm: single {:.6}, ranks {:.6}; max |ranks - single| = {diff:e}", s.norm, out.norm);
         if !same {
+            return Err("the ranks' grid differs from the single-process one".into());
+        }
+    }
+    Ok(())
+}
+
+/// The run under `mpirun -np N` with `-grid RxC`: the grid of parts split over the ranks
+/// (contiguous runs of parts, at least one a rank), each rank's parts on its devices, the
+/// faces between ranks through pinned buffers and MPI; rank 0 prints, and with `-check`
+/// (or at small sizes) compares the gathered grid with a single-process run on its first
+/// device, bit for bit.
+#[cfg(feature = "mpi")]
+fn grid_across_ranks(
+    cluster: &offload::cluster::Cluster,
+    args: &Args,
+    shape: [usize; 2],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use offload::partition::GridPartition;
+    use offload_examples::jacobi::solve_grid_held;
+    use offload_examples::ranks::{gather_grid_parts, grid_owners, grid_placement, MpiGrid, RankRun};
+
+    let parts = shape[0] * shape[1];
+    if parts < cluster.size() {
+        return Err(format!(
+            "a grid of {parts} parts over {} ranks: every rank needs a part",
+            cluster.size()
+        )
+        .into());
+    }
+    let run = RankRun::start(cluster, args.ny, args.nx, args.ndev)?;
+    let (rt, devices) = (run.runtime(), &run.devices);
+    let owners = grid_owners(parts, cluster.size());
+    let placement = grid_placement(&owners, cluster.rank(), devices);
+    let part = GridPartition::new(&[args.ny, args.nx], &shape, 1)?.with_periodic(&[true, false])?;
+    let across = MpiGrid::new(cluster, rt, &part, &owners, &placement)?;
+    run.print_placements(cluster);
+    if cluster.is_root() {
+        println!(
+            "Jacobi relaxation: {} iterations on {} x {} mesh as {} x {} parts across {} ranks, norm every {} iterations, {} kernel, faces between ranks through pinned host buffers",
+            args.niter,
+            args.ny,
+            args.nx,
+            shape[0],
+            shape[1],
+            cluster.size(),
+            args.nccheck,
+            kernel_name(args.kernel)
+        );
+    }
+    cluster.barrier();
+    let out = solve_grid_held(rt, &placement, args, shape, &across)?;
+    let seconds = cluster.max(out.seconds);
+    let Some(grid) = gather_grid_parts(cluster, &part, &owners, out.grid)? else { return Ok(()) };
+    let small = args.nx * args.ny * args.niter <= 64 << 20;
+    let single = (args.check || small).then(|| solve(rt, &devices[..1], args)).transpose()?;
+    println!(
+        "{}x{}: {} x {} parts on {} ranks: {seconds:8.4} s",
+        args.ny,
+        args.nx,
+        shape[0],
+        shape[1],
+        cluster.size()
+    );
+    println!("result: norm {:.6}, grid digest {:#018x}", out.norm, digest(&grid, args.nx, args.ny));
+    if let Some(s) = single {
+        let diff = max_diff(&s.grid, &grid, args.nx, args.ny);
+        println!("final norm: single {:.6}, ranks {:.6}; max |ranks - single| = {diff:e}", s.norm, out.norm);
+        if digest(&s.grid, args.nx, args.ny) != digest(&grid, args.nx, args.ny) {
             return Err("the ranks' grid differs from the single-process one".into());
         }
     }

@@ -109,6 +109,9 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
     use offload_examples::ranks::{gather_grid, MpiEdges, RankRun};
     use offload_examples::stencil3d::solve_slab;
 
+    if let Some(shape) = args.grid {
+        return grid_across_ranks(cluster, args, shape);
+    }
     let plane = args.nx * args.ny;
     let run = RankRun::start(cluster, args.nz, plane, args.ndev)?;
     let (rt, devices) = (run.runtime(), &run.devices);
@@ -153,6 +156,71 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
     if let Some((_, s)) = single {
         println!("max |ranks - single| = {:e}", max_diff(&s, &grid));
         if s != grid {
+            return Err("the ranks' cube differs from the single-process one".into());
+        }
+    }
+    Ok(())
+}
+
+/// The run under `mpirun -np N` with `-grid ZxYxX`: the grid of boxes split over the ranks
+/// (contiguous runs of parts, at least one a rank), each rank's parts on its devices, the
+/// faces between ranks through pinned buffers and MPI; rank 0 compares the gathered cube
+/// with a single-process run on its first device (with `-check`, or at small sizes).
+#[cfg(feature = "mpi")]
+fn grid_across_ranks(
+    cluster: &offload::cluster::Cluster,
+    args: &Args,
+    shape: [usize; 3],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use offload::partition::GridPartition;
+    use offload_examples::ranks::{gather_grid_parts, grid_owners, grid_placement, MpiGrid, RankRun};
+    use offload_examples::stencil3d::solve_grid_held;
+
+    let parts = shape.iter().product::<usize>();
+    if parts < cluster.size() {
+        return Err(format!(
+            "a grid of {parts} parts over {} ranks: every rank needs a part",
+            cluster.size()
+        )
+        .into());
+    }
+    let run = RankRun::start(cluster, args.nz, args.nx * args.ny, args.ndev)?;
+    let (rt, devices) = (run.runtime(), &run.devices);
+    let owners = grid_owners(parts, cluster.size());
+    let placement = grid_placement(&owners, cluster.rank(), devices);
+    let part = GridPartition::new(&[args.nz, args.ny, args.nx], &shape, 1)?;
+    let across = MpiGrid::new(cluster, rt, &part, &owners, &placement)?;
+    run.print_placements(cluster);
+    if cluster.is_root() {
+        println!(
+            "7-point stencil: {} iterations on {} x {} x {} as {} x {} x {} parts across {} ranks",
+            args.niter,
+            args.nz,
+            args.ny,
+            args.nx,
+            shape[0],
+            shape[1],
+            shape[2],
+            cluster.size()
+        );
+    }
+    cluster.barrier();
+    let (seconds, mine) = solve_grid_held(rt, &placement, args, shape, &across)?;
+    let seconds = cluster.max(seconds);
+    let Some(grid) = gather_grid_parts(cluster, &part, &owners, mine)? else { return Ok(()) };
+    println!(
+        "{}x{}x{}: {parts} parts on {} ranks: {seconds:8.4} s",
+        args.nz,
+        args.ny,
+        args.nx,
+        cluster.size()
+    );
+    println!("result: grid digest {:#018x}", digest(&grid));
+    let small = args.nx * args.ny * args.nz * args.niter <= 64 << 20;
+    if args.check || small {
+        let (_, single) = solve(rt, &devices[..1], args)?;
+        println!("max |ranks - single| = {:e}", max_diff(&single, &grid));
+        if digest(&single) != digest(&grid) {
             return Err("the ranks' cube differs from the single-process one".into());
         }
     }

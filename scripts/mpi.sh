@@ -3,7 +3,8 @@
 # process, then under mpirun -np 3; the rest of the suite does not change with it and runs
 # in scripts/test.sh), then runs Jacobi and the 3-D stencil under mpirun -np 2 and -np 3
 # and compares each run's result line (final norm within 1e-5, grid digest bit for bit)
-# with the single-process run's. Each MPI run also checks its gathered grid against a
+# with the single-process run's; then both on grids of parts split in 2-D and 3-D over
+# 3, 4 and 8 ranks, compared the same way. Each MPI run also checks its gathered grid against a
 # single-process run itself (-check). Then a traced run: one timeline file per rank. The
 # examples run in the dev profile the tests built (small grids: seconds).
 set -euo pipefail
@@ -40,6 +41,23 @@ for run in "${runs[@]}"; do
       echo "FAILED: mpirun -np $np $run"; failed=$((failed + 1)); continue; }
     compare "mpirun -np $np $run" "$want" "$got"
   done
+done
+# Grids split in 2-D and 3-D over the ranks (-grid): Jacobi as 2 x 2 parts on 4 ranks and
+# 2 x 3 on 3, the stencil as 2 x 2 x 2 boxes on 8 ranks and 1 x 2 x 2 on 4, each rank's
+# grid gathered to rank 0 and compared with the single-process run (one host device a
+# rank: 8 ranks on 2 cores).
+grid_runs=("4 jacobi -nx 190 -ny 67 -niter 41 -kernel generated -grid 2x2"
+  "3 jacobi -nx 130 -ny 67 -niter 21 -grid 2x3"
+  "8 stencil3d -nx 40 -ny 33 -nz 29 -niter 17 -grid 2x2x2"
+  "4 stencil3d -nx 40 -ny 33 -nz 29 -niter 17 -grid 1x2x2")
+for run in "${grid_runs[@]}"; do
+  read -r -a cmd <<<"$run"
+  np=${cmd[0]}; cmd=("${cmd[@]:1}")
+  plain=("${cmd[@]:0:${#cmd[@]}-2}")
+  want=$(OFFLOAD_HOST_DEVICES=1 "$examples/${plain[0]}" "${plain[@]:1}" | grep '^result:')
+  got=$(OFFLOAD_HOST_DEVICES=1 "${mpirun[@]}" -np "$np" "$examples/${cmd[0]}" "${cmd[@]:1}" -check | grep '^result:') || {
+    echo "FAILED: mpirun -np $np ${cmd[*]}"; failed=$((failed + 1)); continue; }
+  compare "mpirun -np $np ${cmd[*]}" "$want" "$got"
 done
 # A timeline per rank: OFFLOAD_TRACE=x.json under mpirun -np 2 writes x.rank0.json and
 # x.rank1.json, each a whole trace whose processes carry the rank.

@@ -1,11 +1,12 @@
 //! Ranks of an MPI job (feature `mpi`): run as one process (MPI's singleton) by
 //! `cargo test --features mpi`, and by `scripts/mpi.sh` under `mpirun -np 3`, where every
 //! rank runs the one test below and its collectives meet the other ranks'. Halo exchange
-//! runs on every backend present.
+//! (of row slabs and of grids split in 2-D) runs on every backend present.
 
-use offload::cluster::{Cluster, Edge, RankHalos};
-use offload::partition::{DistributedArray, RowPartition};
-use offload::{MapType, Runtime};
+use offload::backend::{FaultKind, FaultPlan};
+use offload::cluster::{Cluster, Edge, GridRanks, RankHalos};
+use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
+use offload::{Error, MapType, Runtime};
 use offload_tests::backends;
 
 const LEN: usize = 5;
@@ -148,5 +149,96 @@ fn a_job_of_any_size_reduces_gathers_places_and_exchanges_halos() {
         }
         assert!(rt.live_mappings().is_empty());
         cluster.barrier();
+        grids_across_ranks(&cluster, &rt, &devices, backend.name);
     }
+    a_failing_grid_exchange_names_the_rank_part_and_region(&cluster);
+}
+
+/// Each rank's share of a grid split in 2-D (its parts on `devices` of `rt`):
+/// [`GridRanks::exchange`] brings every held part exactly what the partition says, faces,
+/// edges and corners, across the ranks and the periodic rows; a grid placed otherwise is
+/// refused.
+fn grids_across_ranks(cluster: &Cluster, rt: &Runtime, devices: &[usize], backend: &str) {
+    let (r, n) = (cluster.rank(), cluster.size());
+    // Two bands of columns, a band of rows per rank and one more: parts on every rank,
+    // some ranks with two.
+    let g = GridPartition::new(&[2 + 3 * (n + 1), 9], &[n + 1, 2], 1)
+        .and_then(|g| g.with_periodic(&[true, false]))
+        .expect("partition");
+    let parts = g.parts();
+    let owners: Vec<usize> = (0..parts).map(|p| p * n / parts).collect();
+    let mut k = 0;
+    let placement: Vec<Option<usize>> = owners
+        .iter()
+        .map(|&o| {
+            (o == r).then(|| {
+                k += 1;
+                devices[(k - 1) % devices.len()]
+            })
+        })
+        .collect();
+    let whole = g.whole();
+    let start: Vec<f32> = (0..whole.len()).map(|i| i as f32).collect();
+    let mut host = start.clone();
+    let ranks = GridRanks::new(cluster, rt, &g, Reach::Corners, &owners, &placement).expect("crossings");
+    let grid = DistributedGrid::map_held(rt, &placement, &mut host, g.clone(), Reach::Corners, MapType::TO)
+        .expect("map");
+    ranks.exchange(&grid).expect("exchange");
+    for p in grid.held() {
+        let mapped = g.mapped(p);
+        let mut want = vec![0f32; mapped.len()];
+        mapped.pack(&whole, &start, &mut want);
+        for e in g.exchanges(p, Reach::Corners) {
+            let mut buf = vec![0f32; e.send.len()];
+            e.send.pack(&whole, &start, &mut buf);
+            e.recv.unpack(&mapped, &buf, &mut want);
+        }
+        assert_eq!(grid.to_vec(p).expect("read back"), want, "[{backend}] rank {r} part {p}");
+    }
+    assert!(
+        grid.held().all(|p| owners[p] == r)
+            && grid.held().count() == owners.iter().filter(|&&o| o == r).count()
+    );
+    // The same grid reaching only across faces is not what the crossings were made for.
+    let mut h2 = start.clone();
+    let faces = DistributedGrid::map_held(rt, &placement, &mut h2, g.clone(), Reach::Faces, MapType::TO)
+        .expect("map");
+    assert!(matches!(
+        ranks.exchange(&faces),
+        Err(Error::InvalidArgument { routine: "GridRanks::exchange", .. })
+    ));
+    drop(faces);
+    grid.gather().expect("gather");
+    cluster.barrier();
+}
+
+/// Every rank's first launch fails (each packing its first region): each rank's exchange
+/// fails with an error naming its rank (across ranks), the part, its device and the
+/// region, before any message is posted, so no rank waits for another; the next exchange
+/// works on every rank.
+fn a_failing_grid_exchange_names_the_rank_part_and_region(cluster: &Cluster) {
+    let (r, n) = (cluster.rank(), cluster.size());
+    let rt = offload_tests::faulty_runtime(FaultPlan::default().fail_nth(FaultKind::Launch, 1), true)
+        .expect("runtime");
+    let g = GridPartition::new(&[2 + 2 * n, 6], &[n, 1], 1).expect("partition");
+    let owners: Vec<usize> = (0..n).collect();
+    let placement: Vec<Option<usize>> = (0..n).map(|p| (p == r).then_some(0)).collect();
+    let mut host = vec![1f32; g.whole().len()];
+    let ranks = GridRanks::new(cluster, &rt, &g, Reach::Faces, &owners, &placement).expect("crossings");
+    let grid =
+        DistributedGrid::map_held(&rt, &placement, &mut host, g, Reach::Faces, MapType::TO).expect("map");
+    match ranks.exchange(&grid) {
+        // Alone, the part sends to nobody: the fault waits for the next launch.
+        Ok(()) if n == 1 => {}
+        Err(Error::Exchange { rank, part, device: 0, region, .. }) => {
+            assert!(rank == Some(r) && part == r, "rank {rank:?} part {part}");
+            assert!(region.starts_with("sending the face") && region.contains("(rank "), "{region}");
+        }
+        other => panic!("rank {r}: expected an exchange error, got {other:?}"),
+    }
+    cluster.barrier();
+    ranks.exchange(&grid).expect("the next exchange");
+    grid.gather().expect("gather");
+    assert!(host.iter().all(|&v| v == 1.0));
+    cluster.barrier();
 }

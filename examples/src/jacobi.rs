@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{step_across, Across, GridAcross, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use crate::{newest, seconds_when_done};
 use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
@@ -447,6 +447,71 @@ pub fn solve_grid(
         let seconds = seconds_when_done(rt, devices, start)?;
         newest(grids, args.niter).gather()?;
         let norm = *norm_out.lock().map_err(|_| poisoned())?;
+        (seconds, norm)
+    };
+    let grid = if args.niter.is_multiple_of(2) { a } else { a_new };
+    Ok(Outcome { seconds, norm, grid, halo: None })
+}
+
+/// Runs `args.niter` iterations of a grid split as `shape` whose parts this process holds
+/// where `placement` says (`None`: another rank's), one thread over its parts, the halos
+/// exchanged by `across` after each step (between this rank's parts and with the other
+/// ranks'); the outcome's grid holds this rank's owned points (the rest as they started),
+/// its norm the whole grid's.
+pub fn solve_grid_held(
+    rt: &Runtime,
+    placement: &[Option<usize>],
+    args: &Args,
+    shape: [usize; 2],
+    across: &dyn GridAcross,
+) -> Result<Outcome, offload::Error> {
+    let (nx, ny) = (args.nx, args.ny);
+    let part = GridPartition::new(&[ny, nx], &shape, 1)?.with_periodic(&[true, false])?;
+    let (mut a, mut a_new) = (initial(nx, ny), initial(nx, ny));
+    let (seconds, norm) = {
+        let grids = [
+            DistributedGrid::map_held(rt, placement, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
+            DistributedGrid::map_held(rt, placement, &mut a_new, part.clone(), Reach::Faces, MapType::TO)?,
+        ];
+        let held: Vec<(usize, usize)> =
+            grids[0].held().map(|p| (p, placement[p].unwrap_or_default())).collect();
+        let mut norms = Vec::with_capacity(held.len());
+        for &(_, d) in &held {
+            norms.push(DeviceBuffer::<f32>::from_slice(&rt.device(d)?, &[0.0; 2])?);
+        }
+        let mut norm = 0f32;
+        let start = Instant::now();
+        for iter in 0..args.niter {
+            let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+            for (&(p, d), n) in held.iter().zip(&norms) {
+                let local = part.mapped(p).extents();
+                let (rows, lnx) = (local[0] - 2, local[1]);
+                let none = (DevicePtr::NULL, DevicePtr::NULL);
+                let shape = StepShape { nx: lnx, rows: 1..rows + 1, end: rows + 1, wrap: false, push: none };
+                launch_step(
+                    &rt.device(d)?,
+                    args,
+                    shape,
+                    [grids[src].view(p), grids[dst].view(p)],
+                    n.view(),
+                    slot,
+                )?;
+            }
+            if iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0) {
+                let mut mine = 0f32;
+                for n in &norms {
+                    mine += n.to_vec()?[slot];
+                }
+                norm = (across.sum(f64::from(mine)) as f32).sqrt();
+                if !args.csv && iter.is_multiple_of(100) && across.is_root() {
+                    println!("{iter:5}, {norm:.6}");
+                }
+            }
+            across.exchange(&grids[dst])?;
+        }
+        let devices: Vec<usize> = held.iter().map(|&(_, d)| d).collect();
+        let seconds = seconds_when_done(rt, &devices, start)?;
+        newest(grids, args.niter).gather()?;
         (seconds, norm)
     };
     let grid = if args.niter.is_multiple_of(2) { a } else { a_new };

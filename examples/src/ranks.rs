@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use offload::partition::DistributedArray;
+use offload::partition::{DistributedArray, DistributedGrid};
 use offload::Error;
 
 /// A rank's view of the ranks beside it (see the module documentation).
@@ -21,6 +21,40 @@ pub trait RankEdges: Sync {
     fn sum(&self, x: f64) -> f64;
     /// Whether this rank prints.
     fn is_root(&self) -> bool;
+}
+
+/// A rank's view of the other ranks when a grid is split in two or three dimensions over
+/// them ([`DistributedGrid::map_held`]): with the `mpi` feature, `MpiGrid` is one over an
+/// `offload::cluster::GridRanks`.
+pub trait GridAcross: Sync {
+    /// Brings every part of `grid` held here its neighbours' points, from this rank's
+    /// parts and from other ranks' (collective with the neighbours' exchanges).
+    fn exchange(&self, grid: &DistributedGrid<'_, f32>) -> Result<(), Error>;
+    /// The sum of every rank's `x`, on every rank.
+    fn sum(&self, x: f64) -> f64;
+    /// Whether this rank prints.
+    fn is_root(&self) -> bool;
+}
+
+/// The rank that holds each of `parts` parts over `ranks` ranks: contiguous runs of parts,
+/// as even as they can be (part `p` on rank `p * ranks / parts`).
+pub fn grid_owners(parts: usize, ranks: usize) -> Vec<usize> {
+    (0..parts).map(|p| p * ranks / parts).collect()
+}
+
+/// Where this rank (`rank`) holds its parts: its `k`-th part on `devices[k % len]`, the
+/// others `None`.
+pub fn grid_placement(owners: &[usize], rank: usize, devices: &[usize]) -> Vec<Option<usize>> {
+    let mut k = 0;
+    owners
+        .iter()
+        .map(|&o| {
+            (o == rank && !devices.is_empty()).then(|| {
+                k += 1;
+                devices[(k - 1) % devices.len()]
+            })
+        })
+        .collect()
 }
 
 /// The rows of a part-local step (`1..end`, row 0 and `end` being halos of one row, as in
@@ -172,9 +206,73 @@ mod with_mpi {
     use mpi::datatype::PartitionMut;
     use mpi::traits::*;
     use mpi::Count;
-    use offload::cluster::{Cluster, RankHalos, RankRuntime};
-    use offload::partition::{DistributedArray, RowPartition};
+    use offload::cluster::{Cluster, GridRanks, RankHalos, RankRuntime};
+    use offload::partition::{
+        DistributedArray, DistributedGrid, GridBox, GridPartition, Reach, RowPartition,
+    };
     use offload::{Error, Runtime};
+
+    /// The other ranks of an MPI job holding parts of a grid split in two or three
+    /// dimensions.
+    #[derive(Debug)]
+    pub struct MpiGrid<'c, 'a> {
+        cluster: &'c Cluster,
+        ranks: GridRanks<'a, f32>,
+    }
+
+    impl<'c, 'a> MpiGrid<'c, 'a> {
+        /// The crossings of a grid split by `part` across faces (`Reach::Faces`), part `p`
+        /// held by rank `owners[p]`, this rank's on `placement` of `rt`.
+        pub fn new(
+            cluster: &'c Cluster,
+            rt: &'a Runtime,
+            part: &GridPartition,
+            owners: &[usize],
+            placement: &[Option<usize>],
+        ) -> Result<Self, Error> {
+            Ok(Self { cluster, ranks: GridRanks::new(cluster, rt, part, Reach::Faces, owners, placement)? })
+        }
+    }
+
+    impl super::GridAcross for MpiGrid<'_, '_> {
+        fn exchange(&self, grid: &DistributedGrid<'_, f32>) -> Result<(), Error> {
+            self.ranks.exchange(grid)
+        }
+        fn sum(&self, x: f64) -> f64 {
+            self.cluster.sum(x)
+        }
+        fn is_root(&self) -> bool {
+            self.cluster.is_root()
+        }
+    }
+
+    /// The whole grid on rank 0 (`None` on the others) from every rank's host grid, in
+    /// which it gathered its parts' owned boxes: each other rank sends rank 0 its parts'
+    /// owned boxes, packed, tagged by part.
+    pub fn gather_grid_parts(
+        cluster: &Cluster,
+        part: &GridPartition,
+        owners: &[usize],
+        mut host: Vec<f32>,
+    ) -> Result<Option<Vec<f32>>, Error> {
+        let whole = part.whole();
+        let world = cluster.world();
+        for (p, &owner) in owners.iter().enumerate() {
+            let owned: GridBox = part.owned(p);
+            if owner == 0 {
+                continue;
+            }
+            let mut buf = vec![0f32; owned.len()];
+            if cluster.rank() == owner {
+                owned.pack(&whole, &host, &mut buf);
+                world.process_at_rank(0).send_with_tag(&buf[..], p as i32);
+            } else if cluster.is_root() {
+                world.process_at_rank(owner as i32).receive_into_with_tag(&mut buf[..], p as i32);
+                owned.unpack(&whole, &buf, &mut host);
+            }
+        }
+        Ok(cluster.is_root().then_some(host))
+    }
 
     /// The ranks of an MPI job beside this one.
     #[derive(Debug)]

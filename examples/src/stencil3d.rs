@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use crate::ranks::{step_across, Across, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{step_across, Across, GridAcross, HaloClock, HaloTimes, RankEdges};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use crate::{newest, seconds_when_done};
 use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
@@ -209,23 +209,9 @@ pub fn solve_grid(
         let start = Instant::now();
         run_in_lockstep(&devices, vec![(); part.parts()], |p, (), barrier| -> Result<(), Stop> {
             let dev = rt.device(devices[p])?;
-            let [lz, ly, lx] = <[usize; 3]>::try_from(part.mapped(p).extents()).map_err(|_| poisoned())?;
             for iter in 0..args.niter {
-                let (src, dst) = (iter % 2, 1 - iter % 2);
-                let none = DevicePtr::NULL;
-                stencil7_step(
-                    &dev,
-                    lx,
-                    ly,
-                    1,
-                    lz - 1,
-                    args.planes,
-                    grids[src].view(p),
-                    grids[dst].view(p),
-                    none,
-                    none,
-                )?;
-                grids[dst].send_halos(p)?;
+                box_step(&dev, &part, p, args, &grids, iter)?;
+                grids[1 - iter % 2].send_halos(p)?;
                 barrier.wait()?;
             }
             Ok(())
@@ -235,6 +221,55 @@ pub fn solve_grid(
         seconds
     };
     Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }))
+}
+
+/// As [`solve_grid`] for a process that holds the parts `placement` names (`None`:
+/// another rank's), one thread over its parts, the halos exchanged by `across` after each
+/// step; the grid returned holds this rank's owned points (the rest as they started).
+pub fn solve_grid_held(
+    rt: &Runtime,
+    placement: &[Option<usize>],
+    args: &Args,
+    shape: [usize; 3],
+    across: &dyn GridAcross,
+) -> Result<(f64, Vec<f32>), offload::Error> {
+    let part = GridPartition::new(&[args.nz, args.ny, args.nx], &shape, 1)?;
+    let (mut a, mut b) = (initial(args), initial(args));
+    let seconds = {
+        let grids = [
+            DistributedGrid::map_held(rt, placement, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
+            DistributedGrid::map_held(rt, placement, &mut b, part.clone(), Reach::Faces, MapType::TO)?,
+        ];
+        let held: Vec<(usize, usize)> =
+            grids[0].held().map(|p| (p, placement[p].unwrap_or_default())).collect();
+        let start = Instant::now();
+        for iter in 0..args.niter {
+            for &(p, d) in &held {
+                box_step(&rt.device(d)?, &part, p, args, &grids, iter)?;
+            }
+            across.exchange(&grids[1 - iter % 2])?;
+        }
+        let devices: Vec<usize> = held.iter().map(|&(_, d)| d).collect();
+        let seconds = seconds_when_done(rt, &devices, start)?;
+        newest(grids, args.niter).gather()?;
+        seconds
+    };
+    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }))
+}
+
+/// Step `iter` of part `p` of a cube split by `part` on `dev`: its box's interior (a halo
+/// of one point on every side) from `grids[iter % 2]` into the other.
+fn box_step(
+    dev: &offload::Device<'_>,
+    part: &GridPartition,
+    p: usize,
+    args: &Args,
+    grids: &[DistributedGrid<'_, f32>; 2],
+    iter: usize,
+) -> Result<(), offload::Error> {
+    let [lz, ly, lx] = <[usize; 3]>::try_from(part.mapped(p).extents()).map_err(|_| poisoned())?;
+    let (src, dst, none) = (iter % 2, 1 - iter % 2, DevicePtr::NULL);
+    stencil7_step(dev, lx, ly, 1, lz - 1, args.planes, grids[src].view(p), grids[dst].view(p), none, none)
 }
 
 fn poisoned() -> offload::Error {

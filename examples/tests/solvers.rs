@@ -227,6 +227,13 @@ fn eight_host_devices_run_every_solver_and_the_pipeline() {
     let (_, s1) = stencil3d::solve(&rt, &devices[..1], &args).expect("stencil 1");
     let (_, s8) = stencil3d::solve(&rt, &devices, &args).expect("stencil 8");
     assert_eq!(stencil3d::max_diff(&s1, &s8), 0.0);
+    // Grids of parts, a device a part: Jacobi on 2 x 2 host devices, the stencil on 2 x 2 x 2.
+    let (_, grid) = stencil3d::solve_grid(&rt, &devices, &args, [2, 2, 2]).expect("stencil 2x2x2");
+    assert_eq!(stencil3d::digest(&grid), stencil3d::digest(&s1));
+    let args = jacobi::Args { nx: 40, ny: 43, niter: 9, ..Default::default() };
+    let single = jacobi::solve(&rt, &devices[..1], &args).expect("jacobi 1");
+    let grid = jacobi::solve_grid(&rt, &devices[..4], &args, [2, 2]).expect("jacobi 2x2");
+    assert_eq!(jacobi::digest(&grid.grid, 40, 43), jacobi::digest(&single.grid, 40, 43));
     let model = Mlp::new(2, 16);
     let inputs: Vec<Vec<f32>> = (0..32).map(|b| uniform(b, 8 * 16)).collect();
     let mut out = vec![vec![0f32; 8 * 16]; 32];

@@ -288,18 +288,19 @@ pub enum Error {
         message: String,
     },
 
-    /// Moving a halo region between the parts of a split grid failed: names the sending
-    /// part (and rank, across ranks), its device and the region, with the failure as its
-    /// source.
-    #[error("{}part {part} (device {device}): sending {region} failed: {source}", rank.map_or(String::new(), |r| format!("rank {r}, ")))]
+    /// Moving a halo region between the parts of a split grid failed: names the part that
+    /// sent or received it (and its rank, across ranks), its device and the region, with
+    /// the failure as its source.
+    #[error("{}part {part} (device {device}): {region} failed: {source}", rank.map_or(String::new(), |r| format!("rank {r}, ")))]
     Exchange {
-        /// The sending rank, across ranks.
+        /// The part's rank, across ranks.
         rank: Option<usize>,
-        /// The sending part.
+        /// The part that sent or received the region.
         part: usize,
         /// Its device.
         device: usize,
-        /// The region: its kind, its points in grid coordinates, where it goes.
+        /// The region: sent or received, its kind, its points in grid coordinates, the
+        /// other part.
         region: String,
         /// What failed.
         #[source]

@@ -29,7 +29,7 @@
 
 use std::ops::Range;
 
-mod distributed_grid;
+pub(crate) mod distributed_grid;
 mod grid;
 pub mod halo;
 

@@ -34,9 +34,9 @@ pub enum Edge {
 }
 
 /// Bytes MPI reads or writes: a pinned host buffer, or device memory for a CUDA-aware MPI.
-struct RawBytes {
-    ptr: *mut u8,
-    len: Count,
+pub(super) struct RawBytes {
+    pub(super) ptr: *mut u8,
+    pub(super) len: Count,
 }
 
 // The six impls below rest on this: `ptr..ptr + len` is memory of the exchange that made it
@@ -75,7 +75,7 @@ unsafe impl BufferMut for RawBytes {}
 
 /// The halos' own communicator: a duplicate of the world's, so that no other message (the
 /// program's, another `RankHalos`') can match theirs.
-struct HaloComm(SimpleCommunicator);
+pub(super) struct HaloComm(pub(super) SimpleCommunicator);
 
 // SAFETY: MPI runs with MPI_THREAD_MULTIPLE (`Cluster::init` refuses less), under which
 // point-to-point calls on one communicator may come from any thread at once; only those
@@ -347,7 +347,7 @@ impl<T: DeviceCopy> RankHalos<T> {
 
 /// A pinned buffer of `len` elements allocated (and so first touched) on `device`'s
 /// compute lane, whose thread is bound to the device's CPUs.
-fn local_buffer<T: DeviceCopy>(rt: &Runtime, device: usize, len: usize) -> Result<HostBuffer<T>> {
+pub(super) fn local_buffer<T: DeviceCopy>(rt: &Runtime, device: usize, len: usize) -> Result<HostBuffer<T>> {
     let mut made = None;
     rt.nowait(|s| -> Result<()> {
         let slot = &mut made;

@@ -43,13 +43,14 @@ use super::{Exchange, GridBox, GridPartition, Reach};
 #[derive(Debug)]
 pub struct DistributedGrid<'a, T: HaloElement> {
     rt: &'a Runtime,
-    devices: Vec<usize>,
+    /// Each part's device, `None` for a part another process holds.
+    placement: Vec<Option<usize>>,
     part: GridPartition,
     reach: Reach,
     host: &'a mut [T],
-    /// Part `p`'s mapped box, row-major, on `devices[p]`.
-    local: Vec<DeviceBuffer<'a, T>>,
-    /// Per sending part, what it sends.
+    /// Part `p`'s mapped box, row-major, on its device (`None`: held elsewhere).
+    local: Vec<Option<DeviceBuffer<'a, T>>>,
+    /// Per sending part, what it sends to parts held here.
     sends: Vec<Vec<Send<'a, T>>>,
 }
 
@@ -82,9 +83,26 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         reach: Reach,
         map_type: MapType,
     ) -> Result<Self> {
+        let placement: Vec<Option<usize>> = devices.iter().map(|&d| Some(d)).collect();
+        Self::map_held(rt, &placement, host, part, reach, map_type)
+    }
+
+    /// As [`DistributedGrid::map`] for a process that holds only some of the parts: part
+    /// `p` on device `placement[p]`, or held by another process where that is `None` (the
+    /// parts of an MPI rank: `cluster::GridRanks` exchanges the regions between
+    /// processes). Exchanges here move regions between parts held here; a gather copies
+    /// back the owned boxes of those.
+    pub fn map_held(
+        rt: &'a Runtime,
+        placement: &[Option<usize>],
+        host: &'a mut [T],
+        part: GridPartition,
+        reach: Reach,
+        map_type: MapType,
+    ) -> Result<Self> {
         let bad = |what: String| Error::InvalidArgument { routine: "DistributedGrid::map", what };
-        if devices.len() != part.parts() {
-            return Err(bad(format!("{} devices for {} parts", devices.len(), part.parts())));
+        if placement.len() != part.parts() {
+            return Err(bad(format!("{} devices for {} parts", placement.len(), part.parts())));
         }
         let points = part.extents().iter().try_fold(1usize, |n, &e| n.checked_mul(e));
         if points != Some(host.len()) {
@@ -103,30 +121,28 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         };
         // The initial device's "buffer" would be host memory its kernels share with this
         // thread's copies; a grid's parts go to offload devices.
-        if let Some(&d) = devices.iter().find(|&&d| d == rt.initial_device()) {
+        if let Some(d) = placement.iter().flatten().find(|&&d| d == rt.initial_device()) {
             return Err(bad(format!("device {d} is the initial device; expected offload devices")));
         }
-        let mut local = Vec::with_capacity(devices.len());
-        for (p, &d) in devices.iter().enumerate() {
-            local.push(DeviceBuffer::new(&rt.device(d)?, part.mapped(p).len())?);
+        let mut local = Vec::with_capacity(placement.len());
+        for (p, d) in placement.iter().enumerate() {
+            local.push(d.map(|d| DeviceBuffer::new(&rt.device(d)?, part.mapped(p).len())).transpose()?);
         }
-        let mut sends: Vec<Vec<Send<'a, T>>> = (0..devices.len()).map(|_| Vec::new()).collect();
-        for to in 0..devices.len() {
+        let mut sends: Vec<Vec<Send<'a, T>>> = (0..placement.len()).map(|_| Vec::new()).collect();
+        for (to, at) in placement.iter().enumerate() {
+            let Some(at) = *at else { continue };
             for exchange in part.exchanges(to, reach) {
                 let from = exchange.neighbour;
+                let Some(src) = placement[from] else { continue };
                 let n = exchange.recv.len();
-                let packed = DeviceBuffer::new(&rt.device(devices[from])?, n)?;
-                let landed = if devices[from] == devices[to] {
-                    None
-                } else {
-                    Some(DeviceBuffer::new(&rt.device(devices[to])?, n)?)
-                };
+                let packed = DeviceBuffer::new(&rt.device(src)?, n)?;
+                let landed = if src == at { None } else { Some(DeviceBuffer::new(&rt.device(at)?, n)?) };
                 sends[from].push(Send { to, exchange, packed, landed });
             }
         }
-        let g = Self { rt, devices: devices.to_vec(), part, reach, host, local, sends };
+        let g = Self { rt, placement: placement.to_vec(), part, reach, host, local, sends };
         if copy_in {
-            for p in 0..g.devices.len() {
+            for p in g.held() {
                 g.copy_box(p, &g.part.mapped(p), false)?;
             }
         }
@@ -148,35 +164,57 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         self.reach
     }
 
-    /// The devices, part by part.
-    pub fn devices(&self) -> &[usize] {
-        &self.devices
+    /// Each part's device, `None` for a part held by another process.
+    pub fn placement(&self) -> &[Option<usize>] {
+        &self.placement
     }
 
-    /// The device of part `p`.
+    /// The parts held here, in order.
+    pub fn held(&self) -> impl Iterator<Item = usize> + '_ {
+        self.placement.iter().enumerate().filter_map(|(p, d)| d.map(|_| p))
+    }
+
+    /// The device of part `p`, `None` if another process holds it.
     ///
     /// # Panics
     ///
     /// If `p` is not a part (`p >= parts`), as for every method here that takes a part.
-    pub fn device(&self, p: usize) -> usize {
-        self.devices[p]
+    pub fn device(&self, p: usize) -> Option<usize> {
+        self.placement[p]
     }
 
     /// A kernel view of part `p`'s points: its mapped box ([`GridPartition::mapped`]),
     /// row-major, halos included (a kernel may write it, as a [`DeviceBuffer`]'s).
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part held here.
     pub fn view(&self, p: usize) -> DeviceSlice<'_, T> {
-        self.local[p].view()
+        self.buffer(p).unwrap_or_else(|| panic!("part {p} of the grid is held by another process")).view()
+    }
+
+    /// Part `p`'s buffer, if held here.
+    pub(crate) fn buffer(&self, p: usize) -> Option<&DeviceBuffer<'a, T>> {
+        self.local[p].as_ref()
     }
 
     /// Part `p`'s points as they are on its device now (its mapped box, row-major).
+    ///
+    /// Errors: a part another process holds ([`Error::InvalidArgument`]).
     pub fn to_vec(&self, p: usize) -> Result<Vec<T>> {
-        self.local[p].to_vec()
+        match self.buffer(p) {
+            Some(b) => b.to_vec(),
+            None => Err(Error::InvalidArgument {
+                routine: "DistributedGrid::to_vec",
+                what: format!("part {p} is held by another process; expected one held here"),
+            }),
+        }
     }
 
-    /// Brings every part its neighbours' points: what [`DistributedGrid::send_halos`]
-    /// sends, for every part in turn.
+    /// Brings every part held here its neighbours' points held here: what
+    /// [`DistributedGrid::send_halos`] sends, for every part in turn.
     pub fn exchange_halos(&self) -> Result<()> {
-        (0..self.devices.len()).try_for_each(|p| self.send_halos(p))
+        self.held().try_for_each(|p| self.send_halos(p))
     }
 
     /// Part `p`'s half of [`DistributedGrid::exchange_halos`]: each region of its owned
@@ -191,25 +229,20 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// Errors name the part, its device, the neighbour and the region
     /// ([`Error::Exchange`]).
     pub fn send_halos(&self, p: usize) -> Result<()> {
-        let dev = self.rt.device(self.devices[p])?;
+        let Some(device) = self.placement[p] else { return Ok(()) };
+        let dev = self.rt.device(device)?;
         let mapped = self.part.mapped(p);
         for s in &self.sends[p] {
             let e = &s.exchange;
+            let to_device = self.placement[s.to].unwrap_or(device);
             let failed = |source: Error| Error::Exchange {
                 rank: None,
                 part: p,
-                device: self.devices[p],
-                region: format!(
-                    "the {} {} to part {} (device {}) as {}",
-                    e.kind(),
-                    boxed(&e.send),
-                    s.to,
-                    self.devices[s.to],
-                    boxed(&e.recv)
-                ),
+                device,
+                region: sending(e, s.to, &format!("device {to_device}")),
                 source: Box::new(source),
             };
-            halo::pack(&dev, &e.send, &mapped, self.local[p].view(), s.packed.view()).map_err(failed)?;
+            halo::pack(&dev, &e.send, &mapped, self.view(p), s.packed.view()).map_err(failed)?;
             let arrived = match &s.landed {
                 Some(landed) => {
                     // SAFETY: both buffers are live allocations of their devices of
@@ -222,8 +255,8 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                             e.recv.len() * std::mem::size_of::<T>(),
                             0,
                             0,
-                            self.devices[s.to],
-                            self.devices[p],
+                            to_device,
+                            device,
                         )
                     }
                     .map_err(failed)?;
@@ -231,19 +264,19 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 }
                 None => &s.packed,
             };
-            let to = self.rt.device(self.devices[s.to])?;
-            halo::unpack(&to, &e.recv, &self.part.mapped(s.to), arrived.view(), self.local[s.to].view())
+            let to = self.rt.device(to_device)?;
+            halo::unpack(&to, &e.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
                 .map_err(failed)?;
         }
         Ok(())
     }
 
-    /// Copies every owned box back to the host grid from its part (halos and the grid's
-    /// boundary never), then frees the parts. Every part is copied even if one fails; the
-    /// first failure is returned.
+    /// Copies every owned box of the parts held here back to the host grid (halos and
+    /// the grid's boundary never), then frees the parts. Every part is copied even if one
+    /// fails; the first failure is returned.
     pub fn gather(self) -> Result<()> {
         let mut first_err = None;
-        for p in 0..self.devices.len() {
+        for p in self.held() {
             if let Err(e) = self.copy_box(p, &self.part.owned(p), true) {
                 first_err.get_or_insert(e);
             }
@@ -266,12 +299,8 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
             offsets: &host_at,
             dimensions: &host_dims,
         };
-        let local = RectSide {
-            ptr: self.local[p].addr(),
-            device: self.devices[p],
-            offsets: &local_at,
-            dimensions: &local_dims,
-        };
+        let (Some(buffer), Some(device)) = (self.buffer(p), self.placement[p]) else { return Ok(()) };
+        let local = RectSide { ptr: buffer.addr(), device, offsets: &local_at, dimensions: &local_dims };
         let (dst, src) = if back { (host, local) } else { (local, host) };
         let volume = region.extents();
         // SAFETY: the host grid is held exclusively for 'a and is `whole` (checked by
@@ -282,7 +311,8 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     }
 }
 
-/// A box as `rows 0..1 x columns 1..5` would be written: `[0..1, 1..5]`.
-fn boxed(b: &GridBox) -> String {
-    format!("{:?}", b.ranges())
+/// Names a region sent, for an error: "sending the face [6..7, 1..5] to part 2 (device 1)
+/// as [0..1, 1..5]".
+pub(crate) fn sending(e: &Exchange, to: usize, place: &str) -> String {
+    format!("sending the {} {:?} to part {to} ({place}) as {:?}", e.kind(), e.send.ranges(), e.recv.ranges())
 }
