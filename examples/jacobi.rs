@@ -123,6 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             multi.norm,
             cpu.map_or(String::new(), |d| format!("; max |single - cpu| = {d:e}"))
         );
+        if let Some(h) = multi.halo {
+            println!("{}", offload_examples::ranks::describe(&h, offload_examples::ranks::AT_GRID_LAYERS));
+        }
     }
     println!("result: norm {:.6}, grid digest {:#018x}", multi.norm, digest(&multi.grid, args.nx, args.ny));
     if !ok {
@@ -178,7 +181,7 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
         ))
     );
     if let Some(h) = out.halo {
-        println!("{}", offload_examples::ranks::describe(&h));
+        println!("{}", offload_examples::ranks::describe(&h, offload_examples::ranks::AT_RANK_EDGES));
     }
     println!("result: norm {:.6}, grid digest {:#018x}", out.norm, digest(&grid, args.nx, args.ny));
     if let Some(s) = single {
@@ -249,6 +252,15 @@ fn grid_across_ranks(
         shape[1],
         cluster.size()
     );
+    if let Some(h) = out.halo {
+        println!(
+            "{}",
+            offload_examples::ranks::describe(
+                &h,
+                "between parts, per step and part on rank 0 (layers first)"
+            )
+        );
+    }
     println!("result: norm {:.6}, grid digest {:#018x}", out.norm, digest(&grid, args.nx, args.ny));
     if let Some(s) = single {
         let diff = max_diff(&s.grid, &grid, args.nx, args.ny);

@@ -62,9 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("7-point stencil: {} iterations on {} x {} x {}", args.niter, args.nz, args.ny, args.nx);
     }
     let (t1, single) = solve(&rt, &devices[..1], &args)?;
-    let (tn, multi) = match args.grid {
+    let (tn, multi, halo) = match args.grid {
         Some(shape) => solve_grid(&rt, &devices, &args, shape)?,
-        None => solve(&rt, &devices, &args)?,
+        None => solve(&rt, &devices, &args).map(|(t, g)| (t, g, None))?,
     };
     let diff = max_diff(&single, &multi);
     let small = args.nx * args.ny * args.nz * args.niter <= 64 << 20;
@@ -92,6 +92,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "max |multi - single| = {diff:e}{}",
             cpu.map_or(String::new(), |d| format!("; max |single - cpu| = {d:e}"))
         );
+        if let Some(h) = halo {
+            println!("{}", offload_examples::ranks::describe(&h, offload_examples::ranks::AT_GRID_LAYERS));
+        }
     }
     println!("result: grid digest {:#018x}", digest(&multi));
     if diff != 0.0 || cpu.is_some_and(|d| d > 1e-6) {
@@ -150,7 +153,7 @@ fn across_ranks(cluster: &offload::cluster::Cluster, args: &Args) -> Result<(), 
         ))
     );
     if let Some(h) = halo {
-        println!("{}", offload_examples::ranks::describe(&h));
+        println!("{}", offload_examples::ranks::describe(&h, offload_examples::ranks::AT_RANK_EDGES));
     }
     println!("result: grid digest {:#018x}", digest(&grid));
     if let Some((_, s)) = single {
@@ -205,7 +208,7 @@ fn grid_across_ranks(
         );
     }
     cluster.barrier();
-    let (seconds, mine) = solve_grid_held(rt, &placement, args, shape, &across)?;
+    let (seconds, mine, halo) = solve_grid_held(rt, &placement, args, shape, &across)?;
     let seconds = cluster.max(seconds);
     let Some(grid) = gather_grid_parts(cluster, &part, &owners, mine)? else { return Ok(()) };
     println!(
@@ -215,6 +218,15 @@ fn grid_across_ranks(
         args.nx,
         cluster.size()
     );
+    if let Some(h) = halo {
+        println!(
+            "{}",
+            offload_examples::ranks::describe(
+                &h,
+                "between parts, per step and part on rank 0 (layers first)"
+            )
+        );
+    }
     println!("result: grid digest {:#018x}", digest(&grid));
     let small = args.nx * args.ny * args.nz * args.niter <= 64 << 20;
     if args.check || small {

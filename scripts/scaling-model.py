@@ -29,6 +29,10 @@ stencil's fixed per-step cost taken as Jacobi's 30 us; 5 us per extra launch.
 import argparse
 import math
 
+# Packing a face on the device (the generated box kernel), GB/s of the face: see
+# REMEDIES below for where the figure comes from.
+PACK_GBS = 1000.0
+
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 p.add_argument("--net-gbs", type=float, default=40.0, help="network GB/s per GPU")
 p.add_argument("--net-us", type=float, default=3.0, help="MPI latency between nodes, us")
@@ -37,6 +41,8 @@ p.add_argument("--node-us", type=float, default=1.0, help="MPI latency within a 
 p.add_argument("--copy-us", type=float, default=8.2, help="device<->pinned copy latency, us")
 p.add_argument("--copy-gbs", type=float, default=37.9, help="device<->pinned copy GB/s")
 p.add_argument("--launch-us", type=float, default=5.0, help="an extra kernel launch, us")
+p.add_argument("--pack-gbs", type=float, default=PACK_GBS, help="packing a strided face on the device, GB/s")
+p.add_argument("--self-test", action="store_true", help="check the model's own arithmetic and exit")
 a = p.parse_args()
 
 GPUS = [8, 16, 32, 64, 128, 256, 512]
@@ -78,12 +84,138 @@ def table(title, kernel_us, fixed_us, halo_bytes, hidden, strong, norm_every):
 
 
 J_KERNEL, J_FIXED, S_STEP, FIXED = 686.0, 30.0, 434.0, 30.0
-table("Jacobi, weak: 16384 x 16384 per GPU (rows of 64 KiB), norm every step",
-      J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 1)
-table("Jacobi, weak, norm every 100 steps", J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 100)
-table("Jacobi, strong: 65536 x 65536 in all (rows of 256 KiB), norm every step",
-      J_KERNEL * 16, J_FIXED, 65536 * 4, 0.55, True, 1)
-table("3-D stencil, weak: 512^3 per GPU (planes of 1 MiB)",
-      S_STEP - FIXED, FIXED, 512 * 512 * 4, 0.40, False, 0)
-table("3-D stencil, strong: 2048^3 in all (planes of 16 MiB)",
-      (S_STEP - FIXED) * 64, FIXED, 2048 * 2048 * 4, 0.40, True, 0)
+
+
+def baseline():
+    """The 1-D model's tables: slabs, each end staged after the other."""
+    table("Jacobi, weak: 16384 x 16384 per GPU (rows of 64 KiB), norm every step",
+          J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 1)
+    table("Jacobi, weak, norm every 100 steps", J_KERNEL, J_FIXED, 16384 * 4, 0.55, False, 100)
+    table("Jacobi, strong: 65536 x 65536 in all (rows of 256 KiB), norm every step",
+          J_KERNEL * 16, J_FIXED, 65536 * 4, 0.55, True, 1)
+    table("3-D stencil, weak: 512^3 per GPU (planes of 1 MiB)",
+          S_STEP - FIXED, FIXED, 512 * 512 * 4, 0.40, False, 0)
+    table("3-D stencil, strong: 2048^3 in all (planes of 16 MiB)",
+          (S_STEP - FIXED) * 64, FIXED, 2048 * 2048 * 4, 0.40, True, 0)
+
+
+def grid_shape(gpus, axes):
+    """The most even split of `gpus` parts over `axes` axes (largest counts first)."""
+    best = None
+    def rec(left, k, acc):
+        nonlocal best
+        if k == 1:
+            shape = sorted(acc + [left], reverse=True)
+            if best is None or shape[0] < best[0] or (shape[0] == best[0] and shape < best):
+                best = shape
+            return
+        for f in range(1, left + 1):
+            if left % f == 0:
+                rec(left // f, k - 1, acc + [f])
+    rec(gpus, axes, [])
+    return best
+
+
+def faces(extents, shape, periodic):
+    """The faces the busiest part exchanges: (bytes, strided) for each neighbour along each
+    split axis (two along an axis split in two or more, or that wraps), f32 points."""
+    local = [e // s for e, s in zip(extents, shape)]
+    out = []
+    for axis, parts in enumerate(shape):
+        if parts == 1:
+            continue
+        pts = 1
+        for other, n in enumerate(local):
+            if other != axis:
+                pts *= n
+        # A face across the slowest axis is contiguous; across any other it is strided.
+        out += [(pts * 4, axis != 0)] * 2
+    return out
+
+
+def grid_step(kernel_us, fixed_us, gpus, extents, axes, ends, path, hidden, norm_every, periodic=False):
+    """One step of a strong-scaled run on a grid of parts over `axes` axes (1: slabs):
+    `ends` "serial" (each face's copies one after another, today's) or "concurrent" (every
+    face on its own queue at once, sharing the DMA engines); `path` "staged" (device ->
+    pinned -> network -> pinned -> device) or "direct" (device buffers to a CUDA-aware MPI
+    or NCCL)."""
+    n = nodes(gpus)
+    g = gpus // n
+    shape = grid_shape(gpus, axes) + [1] * (len(extents) - axes)
+    fs = faces(extents, shape, periodic)
+    total = sum(b for b, _ in fs)
+    # The node's GPUs hold a compact block of parts: the busiest rank, at a corner of it,
+    # has one neighbour on its node along each split axis the block spans, reached through
+    # shared memory beside the network (taken as no slower); the rest cross the network.
+    block = grid_shape(g, axes) + [1] * (len(extents) - axes)
+    on_node = [i for i, (parts, span) in enumerate(zip(shape, block)) if parts > 1 and span > 1]
+    per_axis = {}
+    i = 0
+    for axis, parts in enumerate(shape):
+        if parts > 1:
+            per_axis[axis] = fs[i][0]
+            i += 2
+    net_bytes = total - sum(per_axis[ax] for ax in on_node)
+    packs = sum(2 * (a.launch_us + b / (a.pack_gbs * 1e3)) for b, strided in fs if strided or path == "direct")
+    compute = kernel_us / gpus + fixed_us + 2 * a.launch_us
+    link_us, link_gbs = (a.net_us, a.net_gbs) if n > 1 else (a.node_us, a.node_gbs)
+    network = link_us + net_bytes / (link_gbs * 1e3)
+    if path == "direct":
+        staging = 0.0
+    elif ends == "serial":
+        staging = sum(2 * (a.copy_us + b / (a.copy_gbs * 1e3)) for b, _ in fs)
+    else:
+        staging = 2 * (a.copy_us + total / (a.copy_gbs * 1e3))
+    exchange = packs + staging + network
+    exposed = exchange - hidden * min(exchange, compute)
+    reduce = 0.0
+    if norm_every:
+        reduce = (math.ceil(math.log2(g)) * a.node_us + math.ceil(math.log2(n)) * a.net_us) / norm_every
+    step = compute + exposed + reduce
+    return shape, exchange, exposed, step, (kernel_us + fixed_us) / (gpus * step)
+
+
+def remedies(title, kernel_us, fixed_us, extents, hidden, norm_every, periodic, axes_list):
+    print(f"\n{title}\n")
+    print("| GPUs | decomposition | ends | path | exchange us | exposed us | step us | efficiency |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for gpus in [16, 64, 256]:
+        for axes in axes_list:
+            for ends, path in [("serial", "staged"), ("concurrent", "staged"), ("concurrent", "direct")]:
+                if axes == 1 and path == "direct":
+                    continue
+                shape, x, e, t, eff = grid_step(kernel_us, fixed_us, gpus, extents, axes, ends, path, hidden, norm_every, periodic)
+                dec = " x ".join(str(c) for c in shape[:axes]) if axes > 1 else f"{gpus} slabs"
+                print(f"| {gpus} | {dec} | {ends} | {path} | {x:.1f} | {e:.1f} | {t:.1f} | {eff * 100:.1f}% |")
+
+
+def self_test():
+    """The model's arithmetic on cases worked by hand."""
+    assert grid_shape(64, 3) == [4, 4, 4] and grid_shape(64, 2) == [8, 8] and grid_shape(12, 2) == [4, 3]
+    assert grid_shape(8, 1) == [8]
+    # 2048^3 on 4 x 4 x 4: six faces of 512^2 f32 (1 MiB), the z faces contiguous.
+    fs = faces([2048] * 3, [4, 4, 4], False)
+    assert len(fs) == 6 and all(b == 512 * 512 * 4 for b, _ in fs) and [s for _, s in fs] == [False] * 2 + [True] * 4
+    # Slabs: two contiguous planes of 16 MiB, as the 1-D model's ends.
+    assert faces([2048] * 3, [64, 1, 1], False) == [(2048 * 2048 * 4, False)] * 2
+    # Serial staged slabs reproduce the 1-D model's exchange (4 copies + the link).
+    _, x, _, _, _ = grid_step(686.0 * 16, 30.0, 64, [65536, 65536], 1, "serial", "staged", 0.55, 1)
+    _, _, x1, _, _, _ = step(686.0 * 16, 30.0, 64, 65536 * 4, 0.55, 64, 1)
+    assert abs(x - x1) < 1e-9, (x, x1)
+    # Concurrent ends stage once per direction; direct stages never.
+    _, xc, _, _, _ = grid_step(686.0 * 16, 30.0, 64, [65536, 65536], 1, "concurrent", "staged", 0.55, 1)
+    assert xc < x
+    _, xd, _, _, _ = grid_step(686.0 * 16, 30.0, 64, [65536, 65536], 2, "concurrent", "direct", 0.55, 1)
+    assert xd < xc
+    print("scaling-model self-test: ok")
+
+
+if a.self_test:
+    self_test()
+else:
+    baseline()
+    print("\n## With the remedies (grids of parts, concurrent ends, direct paths)")
+    remedies("Jacobi, strong: 65536 x 65536 in all, norm every step",
+             J_KERNEL * 16, J_FIXED, [65536, 65536], 0.55, 1, True, [1, 2])
+    remedies("3-D stencil, strong: 2048^3 in all",
+             (S_STEP - FIXED) * 64, FIXED, [2048, 2048, 2048], 0.40, 0, False, [1, 2, 3])

@@ -6,10 +6,12 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::ranks::{step_across, Across, GridAcross, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{
+    step_across, step_layers_first, Across, GridAcross, HaloClock, HaloTimes, LayersFirst, RankEdges,
+};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use crate::{newest, seconds_when_done};
-use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
+use offload::partition::{DistributedArray, DistributedGrid, GridBox, GridPartition, Reach, RowPartition};
 use offload::{DeviceBuffer, DevicePtr, DeviceSlice, HostBuffer, MapType, Runtime};
 use offload_kernels::generated::{jacobi_step as generated_step, jacobi_teams, JACOBI_TEAM_COLUMNS};
 use offload_kernels::stencil::{jacobi_step, JacobiShape, JACOBI_STEP};
@@ -398,7 +400,7 @@ pub fn solve_grid(
     let devices: Vec<usize> = (0..parts).map(|p| devices[p % devices.len()]).collect();
     let devices = &devices[..];
     let (mut a, mut a_new) = (initial(nx, ny), initial(nx, ny));
-    let (seconds, norm) = {
+    let (seconds, norm, halo) = {
         let grids = [
             DistributedGrid::map(rt, devices, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
             DistributedGrid::map(rt, devices, &mut a_new, part.clone(), Reach::Faces, MapType::TO)?,
@@ -412,26 +414,19 @@ pub fn solve_grid(
         // already write step i + 1's.
         let partial = Mutex::new(vec![[0f32; 2]; parts]);
         let norm_out = Mutex::new(0f32);
+        let clock = HaloClock::default();
         let start = Instant::now();
         run_in_lockstep(devices, norms, |p, norm, barrier| -> Result<(), Stop> {
-            let dev = rt.device(devices[p])?;
-            let local = part.mapped(p).extents();
-            let (rows, lnx) = (local[0] - 2, local[1]);
+            let me = [LayersFirst::of(&part, p, devices[p])];
             for iter in 0..args.niter {
-                let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-                let shape = StepShape {
-                    nx: lnx,
-                    rows: 1..rows + 1,
-                    end: rows + 1,
-                    wrap: false,
-                    push: (DevicePtr::NULL, DevicePtr::NULL),
-                };
-                launch_step(&dev, args, shape, [grids[src].view(p), grids[dst].view(p)], norm.view(), slot)?;
+                let (dst, slot) = (1 - iter % 2, iter % 2);
+                step_grid_parts(rt, args, &part, &grids, iter, &me, &[norm.view()], &clock, || {
+                    grids[dst].send_halos(p)
+                })?;
                 let want_norm = iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0);
                 if want_norm {
                     partial.lock().map_err(|_| poisoned())?[p][slot] = norm.to_vec()?[slot];
                 }
-                grids[dst].send_halos(p)?;
                 // Every halo of this step is written before any device starts the next.
                 let leader = barrier.wait()?;
                 if leader && want_norm {
@@ -447,10 +442,62 @@ pub fn solve_grid(
         let seconds = seconds_when_done(rt, devices, start)?;
         newest(grids, args.niter).gather()?;
         let norm = *norm_out.lock().map_err(|_| poisoned())?;
-        (seconds, norm)
+        (seconds, norm, clock.per_step())
     };
     let grid = if args.niter.is_multiple_of(2) { a } else { a_new };
-    Ok(Outcome { seconds, norm, grid, halo: None })
+    Ok(Outcome { seconds, norm, grid, halo })
+}
+
+/// Step `iter` of the grid parts `parts` (held by this thread; `norms[k]` part `k`'s
+/// double-buffered norm), their halos sent by `exchange`. With the generated kernel the
+/// layers the neighbours read go first and the inner boxes run beside the exchange (the
+/// times in `clock`); the other kernels take whole rows, so each part's box is one launch
+/// and the exchange follows it.
+#[allow(clippy::too_many_arguments)]
+fn step_grid_parts(
+    rt: &Runtime,
+    args: &Args,
+    part: &GridPartition,
+    grids: &[DistributedGrid<'_, f32>; 2],
+    iter: usize,
+    parts: &[LayersFirst],
+    norms: &[DeviceSlice<'_, f32>],
+    clock: &HaloClock,
+    exchange: impl FnOnce() -> Result<(), offload::Error>,
+) -> Result<(), offload::Error> {
+    let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
+    if args.kernel != KernelChoice::Generated {
+        for (s, norm) in parts.iter().zip(norms) {
+            let local = part.mapped(s.part).extents();
+            let (rows, lnx) = (local[0] - 2, local[1]);
+            let none = (DevicePtr::NULL, DevicePtr::NULL);
+            let shape = StepShape { nx: lnx, rows: 1..rows + 1, end: rows + 1, wrap: false, push: none };
+            let views = [grids[src].view(s.part), grids[dst].view(s.part)];
+            launch_step(&rt.device(s.device)?, args, shape, views, *norm, slot)?;
+        }
+        return exchange();
+    }
+    // One launch of the generated kernel over box `b` (grid coordinates) of part `p`.
+    let step = |p: usize, dev: &offload::Device<'_>, b: &GridBox| -> Result<(), offload::Error> {
+        let Some(norm) = parts.iter().position(|s| s.part == p).map(|k| norms[k]) else { return Ok(()) };
+        if b.is_empty() {
+            return Ok(());
+        }
+        let (m, r) = (part.mapped(p), b.ranges());
+        let (m0, m1) = (m.ranges()[0].start, m.ranges()[1].start);
+        generated_step::launch(
+            dev,
+            (r[0].start - m0..r[0].end - m0, r[1].start - m1..r[1].end - m1),
+            m.extents()[1],
+            m.extents()[0] - 1,
+            false,
+            grids[src].view(p),
+            grids[dst].view(p),
+            norm.slice(slot..slot + 1)?,
+            norm.slice(1 - slot..2 - slot)?,
+        )
+    };
+    step_layers_first(rt, parts, clock, step, exchange)
 }
 
 /// Runs `args.niter` iterations of a grid split as `shape` whose parts this process holds
@@ -468,7 +515,7 @@ pub fn solve_grid_held(
     let (nx, ny) = (args.nx, args.ny);
     let part = GridPartition::new(&[ny, nx], &shape, 1)?.with_periodic(&[true, false])?;
     let (mut a, mut a_new) = (initial(nx, ny), initial(nx, ny));
-    let (seconds, norm) = {
+    let (seconds, norm, halo) = {
         let grids = [
             DistributedGrid::map_held(rt, placement, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
             DistributedGrid::map_held(rt, placement, &mut a_new, part.clone(), Reach::Faces, MapType::TO)?,
@@ -480,23 +527,15 @@ pub fn solve_grid_held(
             norms.push(DeviceBuffer::<f32>::from_slice(&rt.device(d)?, &[0.0; 2])?);
         }
         let mut norm = 0f32;
+        let clock = HaloClock::default();
+        let mine: Vec<LayersFirst> = held.iter().map(|&(p, d)| LayersFirst::of(&part, p, d)).collect();
+        let views: Vec<DeviceSlice<'_, f32>> = norms.iter().map(|n| n.view()).collect();
         let start = Instant::now();
         for iter in 0..args.niter {
-            let (src, dst, slot) = (iter % 2, 1 - iter % 2, iter % 2);
-            for (&(p, d), n) in held.iter().zip(&norms) {
-                let local = part.mapped(p).extents();
-                let (rows, lnx) = (local[0] - 2, local[1]);
-                let none = (DevicePtr::NULL, DevicePtr::NULL);
-                let shape = StepShape { nx: lnx, rows: 1..rows + 1, end: rows + 1, wrap: false, push: none };
-                launch_step(
-                    &rt.device(d)?,
-                    args,
-                    shape,
-                    [grids[src].view(p), grids[dst].view(p)],
-                    n.view(),
-                    slot,
-                )?;
-            }
+            let (dst, slot) = (1 - iter % 2, iter % 2);
+            step_grid_parts(rt, args, &part, &grids, iter, &mine, &views, &clock, || {
+                across.exchange(&grids[dst])
+            })?;
             if iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0) {
                 let mut mine = 0f32;
                 for n in &norms {
@@ -507,15 +546,14 @@ pub fn solve_grid_held(
                     println!("{iter:5}, {norm:.6}");
                 }
             }
-            across.exchange(&grids[dst])?;
         }
         let devices: Vec<usize> = held.iter().map(|&(_, d)| d).collect();
         let seconds = seconds_when_done(rt, &devices, start)?;
         newest(grids, args.niter).gather()?;
-        (seconds, norm)
+        (seconds, norm, clock.per_step())
     };
     let grid = if args.niter.is_multiple_of(2) { a } else { a_new };
-    Ok(Outcome { seconds, norm, grid, halo: None })
+    Ok(Outcome { seconds, norm, grid, halo })
 }
 
 fn poisoned() -> offload::Error {

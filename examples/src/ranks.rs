@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use offload::partition::{DistributedArray, DistributedGrid};
+use offload::partition::{DistributedArray, DistributedGrid, GridBox, GridPartition};
 use offload::Error;
 
 /// A rank's view of the ranks beside it (see the module documentation).
@@ -67,8 +67,8 @@ pub fn edge_rows_first(end: usize) -> ([Range<usize>; 2], Range<usize>) {
     ([1..2, end - 1..end], 2..end - 1)
 }
 
-/// Where a step's time goes at a rank's edges, per step, averaged over the parts that
-/// exchange: the exchange (device -> pinned -> MPI -> pinned -> device), the interior
+/// Where a step's time goes at a rank's edges (or a grid part's layers), per step,
+/// averaged over the parts that exchange: the exchange (device -> pinned -> MPI -> pinned -> device), the interior
 /// update it runs beside, and the two together; what of the exchange the interior does not
 /// hide is `both - interior` (which also holds the compute lane's start of the task).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -96,10 +96,11 @@ impl HaloTimes {
     }
 }
 
-/// A line of rank 0's halo times: "halos between ranks, per step at rank 0's edges: ...".
-pub fn describe(h: &HaloTimes) -> String {
+/// A line of halo times, `whose` saying whose ("between ranks, per step at rank 0's
+/// edges"): "halos {whose}: exchange ... us, interior beside it ..., hidden".
+pub fn describe(h: &HaloTimes, whose: &str) -> String {
     format!(
-        "halos between ranks, per step at rank 0's edges: exchange {:.1} us, interior beside it {:.1} us, both {:.1} us; exposed {:.1} us ({:.0}% of the exchange hidden)",
+        "halos {whose}: exchange {:.1} us, interior beside it {:.1} us, both {:.1} us; exposed {:.1} us ({:.0}% of the exchange hidden)",
         h.exchange * 1e6,
         h.interior * 1e6,
         h.both * 1e6,
@@ -107,6 +108,13 @@ pub fn describe(h: &HaloTimes) -> String {
         h.overlap() * 100.0
     )
 }
+
+/// Whose halo times [`describe`] gives for a run split by rows over ranks.
+pub const AT_RANK_EDGES: &str = "between ranks, per step at rank 0's edges";
+
+/// Whose halo times [`describe`] gives for a grid of parts.
+pub const AT_GRID_LAYERS: &str =
+    "between parts, per step and part (layers first, the inner box beside the exchange)";
 
 /// A run's ranks beside this one, and the clock of its edge parts' steps.
 pub struct Across<'a> {
@@ -143,6 +151,51 @@ pub fn step_across(
         step(dev, rows)?;
     }
     a.clock.overlap(rt, device, |d| step(d, rest), || a.edges.exchange(grid, p))
+}
+
+/// What one held part of a grid split in 2-D or 3-D computes in a step, in two goes: the
+/// layers its neighbours read ([`GridPartition::layers_and_inner`]), then the inner box.
+#[derive(Clone, Debug)]
+pub struct LayersFirst {
+    /// The part.
+    pub part: usize,
+    /// Its device.
+    pub device: usize,
+    /// The layers its neighbours read.
+    pub layers: Vec<GridBox>,
+    /// The rest of its owned box.
+    pub inner: GridBox,
+}
+
+impl LayersFirst {
+    /// Part `part` of `grid` on `device`.
+    pub fn of(grid: &GridPartition, part: usize, device: usize) -> Self {
+        let (layers, inner) = grid.layers_and_inner(part);
+        Self { part, device, layers, inner }
+    }
+}
+
+/// One step of `parts` (held by this thread), their halos sent by `exchange`: every part's
+/// layers first (`step(part, device, box)`), then the inner boxes on the first part's
+/// compute lane while `exchange` runs on this thread; the times go to `clock`.
+pub fn step_layers_first(
+    rt: &offload::Runtime,
+    parts: &[LayersFirst],
+    clock: &HaloClock,
+    step: impl Fn(usize, &offload::Device<'_>, &GridBox) -> Result<(), Error> + Sync,
+    exchange: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    for s in parts {
+        let dev = rt.device(s.device)?;
+        for b in &s.layers {
+            step(s.part, &dev, b)?;
+        }
+    }
+    let Some(lane) = parts.first().map(|s| s.device) else { return exchange() };
+    let inner = |_: &offload::Device<'_>| -> Result<(), Error> {
+        parts.iter().try_for_each(|s| step(s.part, &rt.device(s.device)?, &s.inner))
+    };
+    clock.overlap(rt, lane, inner, exchange)
 }
 
 /// Sums [`HaloTimes`] over steps and parts.

@@ -4,11 +4,14 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use crate::ranks::{step_across, Across, GridAcross, HaloClock, HaloTimes, RankEdges};
+use crate::ranks::{
+    step_across, step_layers_first, Across, GridAcross, HaloClock, HaloTimes, LayersFirst, RankEdges,
+};
 use crate::spin_barrier::{run_in_lockstep, Stop};
 use crate::{newest, seconds_when_done};
-use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
+use offload::partition::{DistributedArray, DistributedGrid, GridBox, GridPartition, Reach, RowPartition};
 use offload::{DevicePtr, MapType, Runtime};
+use offload_kernels::generated;
 use offload_kernels::stencil::{stencil7_step, STENCIL7_STEP};
 
 /// A stencil run's settings.
@@ -184,14 +187,16 @@ fn run_steps(
 
 /// Runs `args.niter` steps split as a grid of parts, `shape[0] x shape[1] x shape[2]`
 /// boxes along z, y and x, part `p` on `devices[p % devices.len()]` (one host thread a
-/// part), the halos exchanged across faces after each step ([`DistributedGrid`]); returns
-/// the loop's seconds and the final grid, the bits of [`solve`] on one device.
+/// part), by the generated kernel: each part's layers that its neighbours read first, then
+/// its inner box on the device's compute lane while the layers go to the neighbours
+/// across faces ([`DistributedGrid`]); returns the loop's seconds, the final grid (the
+/// bits of [`solve`] on one device) and where the exchanges' time went.
 pub fn solve_grid(
     rt: &Runtime,
     devices: &[usize],
     args: &Args,
     shape: [usize; 3],
-) -> Result<(f64, Vec<f32>), offload::Error> {
+) -> Result<(f64, Vec<f32>, Option<HaloTimes>), offload::Error> {
     let part = GridPartition::new(&[args.nz, args.ny, args.nx], &shape, 1)?;
     if devices.is_empty() {
         return Err(offload::Error::InvalidArgument {
@@ -201,6 +206,7 @@ pub fn solve_grid(
     }
     let devices: Vec<usize> = (0..part.parts()).map(|p| devices[p % devices.len()]).collect();
     let (mut a, mut b) = (initial(args), initial(args));
+    let clock = HaloClock::default();
     let seconds = {
         let grids = [
             DistributedGrid::map(rt, &devices, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
@@ -208,10 +214,11 @@ pub fn solve_grid(
         ];
         let start = Instant::now();
         run_in_lockstep(&devices, vec![(); part.parts()], |p, (), barrier| -> Result<(), Stop> {
-            let dev = rt.device(devices[p])?;
+            let me = [LayersFirst::of(&part, p, devices[p])];
             for iter in 0..args.niter {
-                box_step(&dev, &part, p, args, &grids, iter)?;
-                grids[1 - iter % 2].send_halos(p)?;
+                let step =
+                    |q: usize, d: &offload::Device<'_>, b: &GridBox| box_step(d, &part, q, b, &grids, iter);
+                step_layers_first(rt, &me, &clock, step, || grids[1 - iter % 2].send_halos(p))?;
                 barrier.wait()?;
             }
             Ok(())
@@ -220,21 +227,23 @@ pub fn solve_grid(
         newest(grids, args.niter).gather()?;
         seconds
     };
-    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }))
+    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }, clock.per_step()))
 }
 
 /// As [`solve_grid`] for a process that holds the parts `placement` names (`None`:
-/// another rank's), one thread over its parts, the halos exchanged by `across` after each
-/// step; the grid returned holds this rank's owned points (the rest as they started).
+/// another rank's), one thread over its parts: their layers first, then their inner boxes
+/// while `across` exchanges; the grid returned holds this rank's owned points (the rest as
+/// they started).
 pub fn solve_grid_held(
     rt: &Runtime,
     placement: &[Option<usize>],
     args: &Args,
     shape: [usize; 3],
     across: &dyn GridAcross,
-) -> Result<(f64, Vec<f32>), offload::Error> {
+) -> Result<(f64, Vec<f32>, Option<HaloTimes>), offload::Error> {
     let part = GridPartition::new(&[args.nz, args.ny, args.nx], &shape, 1)?;
     let (mut a, mut b) = (initial(args), initial(args));
+    let clock = HaloClock::default();
     let seconds = {
         let grids = [
             DistributedGrid::map_held(rt, placement, &mut a, part.clone(), Reach::Faces, MapType::TO)?,
@@ -243,33 +252,46 @@ pub fn solve_grid_held(
         let held: Vec<(usize, usize)> =
             grids[0].held().map(|p| (p, placement[p].unwrap_or_default())).collect();
         let start = Instant::now();
+        let mine: Vec<LayersFirst> = held.iter().map(|&(p, d)| LayersFirst::of(&part, p, d)).collect();
         for iter in 0..args.niter {
-            for &(p, d) in &held {
-                box_step(&rt.device(d)?, &part, p, args, &grids, iter)?;
-            }
-            across.exchange(&grids[1 - iter % 2])?;
+            let step =
+                |q: usize, d: &offload::Device<'_>, b: &GridBox| box_step(d, &part, q, b, &grids, iter);
+            step_layers_first(rt, &mine, &clock, step, || across.exchange(&grids[1 - iter % 2]))?;
         }
         let devices: Vec<usize> = held.iter().map(|&(_, d)| d).collect();
         let seconds = seconds_when_done(rt, &devices, start)?;
         newest(grids, args.niter).gather()?;
         seconds
     };
-    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }))
+    Ok((seconds, if args.niter.is_multiple_of(2) { a } else { b }, clock.per_step()))
 }
 
-/// Step `iter` of part `p` of a cube split by `part` on `dev`: its box's interior (a halo
-/// of one point on every side) from `grids[iter % 2]` into the other.
+/// Step `iter` of part `p` of a cube split by `part`, over box `b` of it (grid
+/// coordinates) on `dev`, by the generated kernel (the tuned one's arithmetic in its order,
+/// so the same bits) from `grids[iter % 2]` into the other.
 fn box_step(
     dev: &offload::Device<'_>,
     part: &GridPartition,
     p: usize,
-    args: &Args,
+    b: &GridBox,
     grids: &[DistributedGrid<'_, f32>; 2],
     iter: usize,
 ) -> Result<(), offload::Error> {
-    let [lz, ly, lx] = <[usize; 3]>::try_from(part.mapped(p).extents()).map_err(|_| poisoned())?;
-    let (src, dst, none) = (iter % 2, 1 - iter % 2, DevicePtr::NULL);
-    stencil7_step(dev, lx, ly, 1, lz - 1, args.planes, grids[src].view(p), grids[dst].view(p), none, none)
+    if b.is_empty() {
+        return Ok(());
+    }
+    let m = part.mapped(p);
+    let [z, y, x] = <[std::ops::Range<usize>; 3]>::try_from(
+        b.ranges()
+            .iter()
+            .zip(m.ranges())
+            .map(|(r, m)| r.start - m.start..r.end - m.start)
+            .collect::<Vec<_>>(),
+    )
+    .map_err(|_| poisoned())?;
+    let e = m.extents();
+    let (src, dst) = (iter % 2, 1 - iter % 2);
+    generated::stencil7_step::launch(dev, (z, y, x), e[1], e[2], grids[src].view(p), grids[dst].view(p))
 }
 
 fn poisoned() -> offload::Error {

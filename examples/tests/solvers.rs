@@ -85,7 +85,8 @@ fn stencil3d_multi_device_equals_single_device_and_the_cpu() {
 /// Jacobi split as a grid of parts (2 x 2, 1 x 3, 3 x 1 and 1 x 1, parts sharing devices
 /// where there are more parts than devices), with each kernel: the grid equals the
 /// single-device run's bit for bit (periodic rows exchanged across the wrap, columns
-/// across faces).
+/// across faces), the generated kernel's layers computed first and its inner boxes beside
+/// the exchange.
 #[test]
 fn jacobi_on_grids_of_parts_equals_single_device() {
     let args = |kernel| jacobi::Args { nx: 70, ny: 45, niter: 23, kernel, ..Default::default() };
@@ -112,6 +113,13 @@ fn jacobi_on_grids_of_parts_equals_single_device() {
                         single.norm,
                         grid.norm
                     );
+                    // The generated kernel's layers go first, its inner boxes beside the
+                    // exchange (timed); the others' whole boxes before it.
+                    check!(
+                        grid.halo.is_some() == (kernel == KernelChoice::Generated),
+                        "{kernel:?} on {shape:?}: halo times {:?}",
+                        grid.halo
+                    );
                 }
             }
             Ok(())
@@ -132,8 +140,10 @@ fn stencil3d_on_grids_of_parts_equals_single_device() {
             let devices: Vec<usize> = (0..rt.num_devices()).collect();
             let (_, single) = stencil3d::solve(rt, &devices[..1], &args)?;
             for shape in [[2, 2, 2], [1, 2, 3], [3, 1, 1]] {
-                let (_, grid) = stencil3d::solve_grid(rt, &devices, &args, shape)?;
+                let (_, grid, halo) = stencil3d::solve_grid(rt, &devices, &args, shape)?;
                 check!(stencil3d::digest(&grid) == stencil3d::digest(&single), "{shape:?}: grid != single");
+                // The layers went first and the inner boxes ran beside the exchange: timed.
+                check!(halo.is_some_and(|h| h.both > 0.0), "{shape:?}: no halo times ({halo:?})");
             }
             Ok(())
         },
@@ -228,7 +238,7 @@ fn eight_host_devices_run_every_solver_and_the_pipeline() {
     let (_, s8) = stencil3d::solve(&rt, &devices, &args).expect("stencil 8");
     assert_eq!(stencil3d::max_diff(&s1, &s8), 0.0);
     // Grids of parts, a device a part: Jacobi on 2 x 2 host devices, the stencil on 2 x 2 x 2.
-    let (_, grid) = stencil3d::solve_grid(&rt, &devices, &args, [2, 2, 2]).expect("stencil 2x2x2");
+    let (_, grid, _) = stencil3d::solve_grid(&rt, &devices, &args, [2, 2, 2]).expect("stencil 2x2x2");
     assert_eq!(stencil3d::digest(&grid), stencil3d::digest(&s1));
     let args = jacobi::Args { nx: 40, ny: 43, niter: 9, ..Default::default() };
     let single = jacobi::solve(&rt, &devices[..1], &args).expect("jacobi 1");

@@ -351,6 +351,52 @@ impl GridPartition {
         GridBox { ranges: o.ranges.iter().map(|r| r.start - self.halo..r.end + self.halo).collect() }
     }
 
+    /// Part `p`'s owned box as the layers its neighbours read, `halo` points deep along
+    /// each side that has a neighbour (across a periodic axis's ends too), as disjoint boxes
+    /// in a fixed order, and the inner box left: a step computes the layers first and the
+    /// inner box while they travel. Together they are the owned box, each point once.
+    ///
+    /// # Panics
+    ///
+    /// If `p` is not a part.
+    ///
+    /// ```
+    /// use offload::partition::GridPartition;
+    ///
+    /// // Part 0 of 2 x 1 owns rows 1..4 and columns 1..5; only its lower side has a neighbour.
+    /// let g = GridPartition::new(&[8, 6], &[2, 1], 1)?;
+    /// let (layers, inner) = g.layers_and_inner(0);
+    /// assert_eq!(layers.iter().map(|b| b.ranges().to_vec()).collect::<Vec<_>>(), [vec![3..4, 1..5]]);
+    /// assert_eq!(inner.ranges(), &[1..3, 1..5]);
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn layers_and_inner(&self, p: usize) -> (Vec<GridBox>, GridBox) {
+        let (coords, owned) = (self.coords(p), self.owned(p));
+        let mut rest = owned.ranges.clone();
+        let mut layers = Vec::new();
+        for (a, &c) in coords.iter().enumerate() {
+            let parts = self.axes[a].parts();
+            for before in [true, false] {
+                let has = self.periodic[a] || if before { c > 0 } else { c + 1 < parts };
+                let r = rest[a].clone();
+                let w = self.halo.min(r.len());
+                if !has || w == 0 {
+                    continue;
+                }
+                let (layer, left) = if before {
+                    (r.start..r.start + w, r.start + w..r.end)
+                } else {
+                    (r.end - w..r.end, r.start..r.end - w)
+                };
+                let mut b = rest.clone();
+                b[a] = layer;
+                layers.push(GridBox { ranges: b });
+                rest[a] = left;
+            }
+        }
+        (layers, GridBox { ranges: rest })
+    }
+
     /// What part `p` receives from each neighbour before a stencil step that reads across
     /// `reach`, in a fixed order (directions row-major, -1 before 0 before 1). The regions
     /// received from all neighbours are disjoint; with [`Reach::Corners`] they cover every
@@ -513,6 +559,44 @@ mod tests {
                                 got.contains(&pt),
                                 want,
                                 "{extents:?}/{shape:?} {periodic:?} part {p} {reach:?} at {pt:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The layers and the inner box tile the owned box once, and every point a neighbour
+    /// receives from the part lies in a layer, not in the inner box.
+    #[test]
+    fn layers_and_inner_tile_the_owned_box_and_hold_what_is_sent() {
+        /// Extents, parts per axis, halo, periodic axes.
+        type Case = (&'static [usize], &'static [usize], usize, &'static [bool]);
+        let cases: &[Case] = &[
+            (&[9], &[3], 1, &[false]),
+            (&[9, 11], &[2, 2], 1, &[true, false]),
+            (&[10, 13], &[3, 2], 2, &[false, false]),
+            (&[7, 8, 9], &[2, 2, 2], 1, &[false, true, false]),
+            (&[6, 6, 6], &[1, 1, 1], 1, &[true, true, true]),
+        ];
+        for &(extents, shape, halo, periodic) in cases {
+            let g = GridPartition::new(extents, shape, halo).unwrap().with_periodic(periodic).unwrap();
+            for p in 0..g.parts() {
+                let (layers, inner) = g.layers_and_inner(p);
+                let mut seen = std::collections::HashSet::new();
+                for b in layers.iter().chain([&inner]) {
+                    for pt in points(b) {
+                        assert!(seen.insert(pt), "{extents:?}/{shape:?} part {p}: a point twice");
+                    }
+                }
+                assert_eq!(seen.len(), g.owned(p).len(), "{extents:?}/{shape:?} part {p}");
+                for q in 0..g.parts() {
+                    for e in g.exchanges(q, Reach::Corners).filter(|e| e.neighbour == p) {
+                        for pt in points(&e.send) {
+                            assert!(
+                                !inner.contains(&pt),
+                                "{extents:?}/{shape:?}: {pt:?} sent from part {p}'s inner box"
                             );
                         }
                     }
