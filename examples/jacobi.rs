@@ -227,7 +227,7 @@ fn grid_across_ranks(
     run.print_placements(cluster);
     if cluster.is_root() {
         println!(
-            "Jacobi relaxation: {} iterations on {} x {} mesh as {} x {} parts across {} ranks, norm every {} iterations, {} kernel, faces between ranks through pinned host buffers",
+            "Jacobi relaxation: {} iterations on {} x {} mesh as {} x {} parts across {} ranks, norm every {} iterations, {} kernel, faces between ranks {}",
             args.niter,
             args.ny,
             args.nx,
@@ -235,7 +235,8 @@ fn grid_across_ranks(
             shape[1],
             cluster.size(),
             args.nccheck,
-            kernel_name(args.kernel)
+            kernel_name(args.kernel),
+            across.engine()
         );
     }
     cluster.barrier();

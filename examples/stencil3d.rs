@@ -196,7 +196,7 @@ fn grid_across_ranks(
     run.print_placements(cluster);
     if cluster.is_root() {
         println!(
-            "7-point stencil: {} iterations on {} x {} x {} as {} x {} x {} parts across {} ranks",
+            "7-point stencil: {} iterations on {} x {} x {} as {} x {} x {} parts across {} ranks, faces between ranks {}",
             args.niter,
             args.nz,
             args.ny,
@@ -204,7 +204,8 @@ fn grid_across_ranks(
             shape[0],
             shape[1],
             shape[2],
-            cluster.size()
+            cluster.size(),
+            across.engine()
         );
     }
     cluster.barrier();

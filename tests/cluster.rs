@@ -4,7 +4,7 @@
 //! (of row slabs and of grids split in 2-D) runs on every backend present.
 
 use offload::backend::{FaultKind, FaultPlan};
-use offload::cluster::{Cluster, Edge, GridRanks, RankHalos};
+use offload::cluster::{Cluster, Edge, GridRanks, HaloEngine, RankHalos};
 use offload::partition::{DistributedArray, DistributedGrid, GridPartition, Reach, RowPartition};
 use offload::{Error, MapType, Runtime};
 use offload_tests::backends;
@@ -181,6 +181,11 @@ fn grids_across_ranks(cluster: &Cluster, rt: &Runtime, devices: &[usize], backen
     let start: Vec<f32> = (0..whole.len()).map(|i| i as f32).collect();
     let mut host = start.clone();
     let ranks = GridRanks::new(cluster, rt, &g, Reach::Corners, &owners, &placement).expect("crossings");
+    // This MPI reports no CUDA support (and host devices are no GPUs): staged, saying why.
+    let (engine, why) = ranks.engine();
+    if !cluster.cuda_aware() {
+        assert!(engine == HaloEngine::Staged && why.contains("does not report CUDA support"), "{why}");
+    }
     let grid = DistributedGrid::map_held(rt, &placement, &mut host, g.clone(), Reach::Corners, MapType::TO)
         .expect("map");
     ranks.exchange(&grid).expect("exchange");

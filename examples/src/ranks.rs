@@ -285,6 +285,11 @@ mod with_mpi {
         ) -> Result<Self, Error> {
             Ok(Self { cluster, ranks: GridRanks::new(cluster, rt, part, Reach::Faces, owners, placement)? })
         }
+
+        /// How the faces cross between ranks, and why (`OFFLOAD_HALO`, the MPI library).
+        pub fn engine(&self) -> &str {
+            self.ranks.engine().1
+        }
     }
 
     impl super::GridAcross for MpiGrid<'_, '_> {

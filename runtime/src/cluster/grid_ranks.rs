@@ -19,6 +19,7 @@ use crate::partition::distributed_grid::sending;
 use crate::partition::halo::{self, HaloElement};
 use crate::partition::{DistributedGrid, Exchange, GridPartition, Reach};
 use crate::rt::Runtime;
+use crate::BackendKind;
 
 /// The most regions a part receives (3^3 - 1 neighbours, and one spare): a message's tag
 /// is its receiving part times this plus the region's place in the part's list.
@@ -36,8 +37,63 @@ struct Crossing<'a, T: HaloElement> {
     exchange: Exchange,
     /// On the held part's device: the region packed (outgoing) or landed (incoming).
     packed: DeviceBuffer<'a, T>,
-    /// Pinned, allocated on the device's compute lane.
-    staged: HostBuffer<T>,
+    /// Pinned, allocated on the device's compute lane; `None` where MPI takes `packed`.
+    staged: Option<HostBuffer<T>>,
+}
+
+/// How a grid's regions cross between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HaloEngine {
+    /// Device -> pinned host buffer -> MPI -> pinned host buffer -> device.
+    Staged,
+    /// The packed device buffers handed to a CUDA-aware MPI, no host copies.
+    CudaAwareMpi,
+}
+
+impl HaloEngine {
+    /// The engine for a run: `asked` is `OFFLOAD_HALO`'s value (`staged`, `mpi`, `nccl`, or
+    /// unset / `auto`: the direct path where it can run), `cuda_aware` whether the MPI
+    /// library said at run time that it takes CUDA pointers, `all_cuda` whether this rank's
+    /// parts are all on CUDA GPUs. Gives the engine and why: the one asked for, or why it
+    /// cannot run and what runs instead.
+    ///
+    /// Errors: a value not among those ([`Error::InvalidSetting`]).
+    ///
+    /// ```
+    /// use offload::cluster::HaloEngine;
+    ///
+    /// let (engine, why) = HaloEngine::choose(Some("mpi"), false, true)?;
+    /// assert_eq!(engine, HaloEngine::Staged);
+    /// assert!(why.contains("does not report CUDA support"));
+    /// # Ok::<(), offload::Error>(())
+    /// ```
+    pub fn choose(asked: Option<&str>, cuda_aware: bool, all_cuda: bool) -> Result<(Self, String)> {
+        let direct = match (cuda_aware, all_cuda) {
+            (false, _) => Err("the MPI library does not report CUDA support"),
+            (true, false) => Err("a part of this rank is not on a CUDA GPU"),
+            (true, true) => Ok(()),
+        };
+        let staged = "staged through pinned host buffers";
+        Ok(match asked.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("auto") {
+            "staged" => (Self::Staged, format!("{staged}, as OFFLOAD_HALO=staged asks")),
+            "nccl" => (
+                Self::Staged,
+                format!("{staged}: OFFLOAD_HALO=nccl asks for NCCL, which is not built in yet"),
+            ),
+            v @ ("mpi" | "auto") => match direct {
+                Ok(()) => (Self::CudaAwareMpi, "device buffers straight to the CUDA-aware MPI".to_string()),
+                Err(why) if v == "mpi" => (Self::Staged, format!("{staged}: OFFLOAD_HALO=mpi, but {why}")),
+                Err(why) => (Self::Staged, format!("{staged}: {why}")),
+            },
+            other => {
+                return Err(Error::InvalidSetting {
+                    var: "OFFLOAD_HALO",
+                    value: other.to_string(),
+                    expected: "staged, mpi, nccl or auto",
+                })
+            }
+        })
+    }
 }
 
 /// The regions of one rank's parts of a grid that cross to other ranks, with their
@@ -52,6 +108,7 @@ pub struct GridRanks<'a, T: HaloElement> {
     placement: Vec<Option<usize>>,
     /// `[outgoing, incoming]`, locked for a whole exchange.
     crossings: Mutex<[Vec<Crossing<'a, T>>; 2]>,
+    engine: (HaloEngine, String),
 }
 
 impl<T: HaloElement> std::fmt::Debug for GridRanks<'_, T> {
@@ -62,6 +119,7 @@ impl<T: HaloElement> std::fmt::Debug for GridRanks<'_, T> {
             .field("placement", &self.placement)
             .field("outgoing", &c[0].len())
             .field("incoming", &c[1].len())
+            .field("engine", &self.engine)
             .finish()
     }
 }
@@ -106,6 +164,13 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         if parts.checked_mul(TAGS_PER_PART).is_none_or(|t| t > 32767) {
             return Err(bad(format!("{parts} parts; at most {} can be tagged", 32767 / TAGS_PER_PART)));
         }
+        let on_gpus = |d: &usize| rt.describe(*d).is_ok_and(|x| x.kind == BackendKind::Cuda);
+        let all_cuda = placement.iter().flatten().all(on_gpus);
+        let engine = HaloEngine::choose(
+            std::env::var("OFFLOAD_HALO").ok().as_deref(),
+            cluster.cuda_aware(),
+            all_cuda,
+        )?;
         let mut crossings: [Vec<Crossing<'a, T>>; 2] = [Vec::new(), Vec::new()];
         for to in 0..parts {
             for (k, exchange) in part.exchanges(to, reach).enumerate() {
@@ -126,7 +191,10 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                     tag: (to * TAGS_PER_PART + k) as i32,
                     exchange,
                     packed: DeviceBuffer::new(&rt.device(device)?, n)?,
-                    staged: local_buffer(rt, device, n)?,
+                    staged: match engine.0 {
+                        HaloEngine::Staged => Some(local_buffer(rt, device, n)?),
+                        HaloEngine::CudaAwareMpi => None,
+                    },
                 });
             }
         }
@@ -138,7 +206,14 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             reach,
             placement: placement.to_vec(),
             crossings: Mutex::new(crossings),
+            engine,
         })
+    }
+
+    /// The engine the regions cross with, and why it was chosen ([`HaloEngine::choose`]
+    /// over `OFFLOAD_HALO`, the MPI library and this rank's devices).
+    pub fn engine(&self) -> (HaloEngine, &str) {
+        (self.engine.0, &self.engine.1)
     }
 
     /// The regions this rank sends to other ranks and receives from them.
@@ -181,26 +256,28 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             let device = grid.device(c.part).unwrap_or_default();
             let failed = self.failed(c, device, true);
             let dev = self.rt.device(device).map_err(&failed)?;
-            halo::pack(&dev, &c.exchange.send, &self.part.mapped(c.part), grid.view(c.part), c.packed.view())
+            let mapped = self.part.mapped(c.part);
+            halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
                 .map_err(&failed)?;
             let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer of
-            // as many, both owned by this crossing, whose lock the exchange holds.
-            unsafe {
-                self.rt.target_memcpy(
-                    c.staged.as_mut_ptr() as u64,
-                    c.packed.addr(),
-                    bytes,
-                    0,
-                    0,
-                    host,
-                    device,
-                )
+            match c.staged.as_mut() {
+                // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
+                // of as many, both owned by this crossing, whose lock the exchange holds.
+                Some(staged) => unsafe {
+                    let to = staged.as_mut_ptr() as u64;
+                    self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, device)
+                }
+                .map_err(&failed)?,
+                // MPI reads the packed buffer itself: the packing must be done first.
+                None => self.rt.synchronize(device).map_err(&failed)?,
             }
-            .map_err(&failed)?;
         }
+        // MPI's bytes: the pinned buffer, or the device buffer itself (CUDA-aware MPI).
         let raw = |c: &mut Crossing<'a, T>| RawBytes {
-            ptr: c.staged.as_mut_ptr().cast(),
+            ptr: match c.staged.as_mut() {
+                Some(staged) => staged.as_mut_ptr().cast(),
+                None => c.packed.addr() as *mut u8,
+            },
             len: (c.exchange.recv.len() * std::mem::size_of::<T>()) as Count,
         };
         let mut into: Vec<RawBytes> = incoming.iter_mut().map(raw).collect();
@@ -222,29 +299,17 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             let device = grid.device(c.part).unwrap_or_default();
             let failed = self.failed(c, device, false);
             let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            // SAFETY: the received bytes (pinned, this crossing's) into its landing buffer
-            // of as many on the part's device.
-            unsafe {
-                self.rt.target_memcpy(
-                    c.packed.addr(),
-                    c.staged.as_mut_ptr() as u64,
-                    bytes,
-                    0,
-                    0,
-                    device,
-                    host,
-                )
+            if let Some(staged) = c.staged.as_mut() {
+                let from = staged.as_mut_ptr() as u64;
+                // SAFETY: the received bytes (pinned, this crossing's) into its landing
+                // buffer of as many on the part's device.
+                unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, device, host) }
+                    .map_err(&failed)?;
             }
-            .map_err(&failed)?;
             let dev = self.rt.device(device).map_err(&failed)?;
-            halo::unpack(
-                &dev,
-                &c.exchange.recv,
-                &self.part.mapped(c.part),
-                c.packed.view(),
-                grid.view(c.part),
-            )
-            .map_err(&failed)?;
+            let mapped = self.part.mapped(c.part);
+            halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
+                .map_err(&failed)?;
         }
         Ok(())
     }
@@ -275,4 +340,34 @@ fn receiving(e: &Exchange, from: usize, place: &str) -> String {
         e.send.ranges(),
         e.recv.ranges()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each value of `OFFLOAD_HALO` against what the MPI library and the devices allow:
+    /// the engine, or the fallback with its reason; a wrong value refused.
+    #[test]
+    fn the_engine_is_the_one_asked_for_or_a_stated_fallback() {
+        let pick = |asked, aware, cuda| HaloEngine::choose(asked, aware, cuda).map(|(e, _)| e).ok();
+        assert_eq!(pick(None, true, true), Some(HaloEngine::CudaAwareMpi));
+        assert_eq!(pick(Some("auto"), true, true), Some(HaloEngine::CudaAwareMpi));
+        assert_eq!(pick(Some("mpi"), true, true), Some(HaloEngine::CudaAwareMpi));
+        assert_eq!(pick(Some("staged"), true, true), Some(HaloEngine::Staged));
+        for (asked, aware, cuda, because) in [
+            (None, false, true, "does not report CUDA support"),
+            (Some("mpi"), false, true, "OFFLOAD_HALO=mpi, but the MPI library does not report CUDA support"),
+            (Some("mpi"), true, false, "not on a CUDA GPU"),
+            (Some("nccl"), true, true, "NCCL, which is not built in yet"),
+        ] {
+            let (engine, why) = HaloEngine::choose(asked, aware, cuda).unwrap();
+            assert_eq!(engine, HaloEngine::Staged, "{asked:?}");
+            assert!(why.contains(because) && why.starts_with("staged"), "{asked:?}: {why}");
+        }
+        assert!(matches!(
+            HaloEngine::choose(Some("rdma"), true, true),
+            Err(Error::InvalidSetting { var: "OFFLOAD_HALO", .. })
+        ));
+    }
 }

@@ -23,7 +23,7 @@ mod halo;
 mod world;
 
 #[cfg(feature = "mpi")]
-pub use grid_ranks::GridRanks;
+pub use grid_ranks::{GridRanks, HaloEngine};
 #[cfg(feature = "mpi")]
 pub use halo::{Edge, RankHalos};
 #[cfg(feature = "mpi")]
