@@ -24,14 +24,28 @@ Stated inputs (not measured here): one 400 Gb/s NIC per GPU at 40 GB/s effective
 3 us MPI latency between nodes; shared memory within a node at 20 GB/s and 1 us; the
 stencil's fixed per-step cost taken as Jacobi's 30 us; 5 us per extra launch.
 
-`python3 scripts/scaling-model.py` prints the tables of docs/PERFORMANCE.md; `--help` for the knobs.
+With the remedies (the second set of tables): a grid of parts over 1, 2 or 3 axes (the
+most even split); the busiest part exchanges two faces along each split axis, each
+`b` bytes; faces across any axis but the slowest are strided, so packed and unpacked on the
+device (`2 (PACK_US + b / PACK_GBS)`, measured, and also every face on the direct path,
+which hands MPI one contiguous buffer); staging `2 (a_copy + b / B_copy)` per face with
+serial ends (today's), or `2 (a_copy + sum b / B_copy)` with concurrent ends (the faces on
+their own queues sharing the two DMA directions); none on the direct path (a CUDA-aware MPI
+or NCCL); the network carries every face but those to the part's neighbours on its node
+(one per split axis its node's block of parts spans, through shared memory beside it).
+
+`python3 scripts/scaling-model.py` prints the tables of docs/PERFORMANCE.md; `--help` for the
+knobs; `--self-test` checks the model's arithmetic (CI runs it).
 """
 import argparse
 import math
 
-# Packing a face on the device (the generated box kernel), GB/s of the face: see
-# REMEDIES below for where the figure comes from.
-PACK_GBS = 1000.0
+# Packing a strided face on the device and unpacking it (the generated box kernel,
+# offload::partition::halo), each `PACK_US + bytes / PACK_GBS`: fitted to
+# benches/grid_faces.rs on an H100 80GB HBM3, 2026-12-07 (pack 7.5 / 31.6 us and unpack
+# 7.5 / 54.3 us for a 1 MiB / 16 MiB face across the fastest axis: 5.2 us and 443 GB/s
+# reproduce both sums within 1%). Measured.
+PACK_US, PACK_GBS = 5.2, 443.0
 
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 p.add_argument("--net-gbs", type=float, default=40.0, help="network GB/s per GPU")
@@ -41,7 +55,8 @@ p.add_argument("--node-us", type=float, default=1.0, help="MPI latency within a 
 p.add_argument("--copy-us", type=float, default=8.2, help="device<->pinned copy latency, us")
 p.add_argument("--copy-gbs", type=float, default=37.9, help="device<->pinned copy GB/s")
 p.add_argument("--launch-us", type=float, default=5.0, help="an extra kernel launch, us")
-p.add_argument("--pack-gbs", type=float, default=PACK_GBS, help="packing a strided face on the device, GB/s")
+p.add_argument("--pack-us", type=float, default=PACK_US, help="packing (or unpacking) a face on the device, fixed us")
+p.add_argument("--pack-gbs", type=float, default=PACK_GBS, help="packing (or unpacking) a face on the device, GB/s")
 p.add_argument("--self-test", action="store_true", help="check the model's own arithmetic and exit")
 a = p.parse_args()
 
@@ -156,7 +171,7 @@ def grid_step(kernel_us, fixed_us, gpus, extents, axes, ends, path, hidden, norm
             per_axis[axis] = fs[i][0]
             i += 2
     net_bytes = total - sum(per_axis[ax] for ax in on_node)
-    packs = sum(2 * (a.launch_us + b / (a.pack_gbs * 1e3)) for b, strided in fs if strided or path == "direct")
+    packs = sum(2 * (a.pack_us + b / (a.pack_gbs * 1e3)) for b, strided in fs if strided or path == "direct")
     compute = kernel_us / gpus + fixed_us + 2 * a.launch_us
     link_us, link_gbs = (a.net_us, a.net_gbs) if n > 1 else (a.node_us, a.node_gbs)
     network = link_us + net_bytes / (link_gbs * 1e3)
