@@ -143,7 +143,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         let g = Self { rt, placement: placement.to_vec(), part, reach, host, local, sends };
         if copy_in {
             for p in g.held() {
-                g.copy_box(p, &g.part.mapped(p), false)?;
+                g.copy_box(p, &g.part.mapped(p), g.host.as_ptr() as u64, false)?;
             }
         }
         Ok(g)
@@ -276,17 +276,20 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// fails; the first failure is returned.
     pub fn gather(self) -> Result<()> {
         let mut first_err = None;
+        // Written through: a pointer from the exclusive borrow.
+        let host = self.host.as_mut_ptr() as u64;
         for p in self.held() {
-            if let Err(e) = self.copy_box(p, &self.part.owned(p), true) {
+            if let Err(e) = self.copy_box(p, &self.part.owned(p), host, true) {
                 first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Copies `region` (inside part `p`'s mapped box) between the host grid and the part:
-    /// to the host with `back`, else to the device.
-    fn copy_box(&self, p: usize, region: &GridBox, back: bool) -> Result<()> {
+    /// Copies `region` (inside part `p`'s mapped box) between the host grid at `host` and
+    /// the part: to the host with `back` (`host` then derived from `&mut self.host`), else
+    /// to the device.
+    fn copy_box(&self, p: usize, region: &GridBox, host: u64, back: bool) -> Result<()> {
         let (mapped, whole) = (self.part.mapped(p), self.part.whole());
         let starts = |b: &GridBox| -> Vec<usize> {
             region.ranges().iter().zip(b.ranges()).map(|(r, w)| r.start - w.start).collect()
@@ -294,7 +297,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         let (host_at, local_at) = (starts(&whole), starts(&mapped));
         let (host_dims, local_dims) = (whole.extents(), mapped.extents());
         let host = RectSide {
-            ptr: self.host.as_ptr() as u64,
+            ptr: host,
             device: self.rt.initial_device(),
             offsets: &host_at,
             dimensions: &host_dims,
