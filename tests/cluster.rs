@@ -217,33 +217,49 @@ fn grids_across_ranks(cluster: &Cluster, rt: &Runtime, devices: &[usize], backen
     cluster.barrier();
 }
 
-/// Every rank's first launch fails (each packing its first region): each rank's exchange
-/// fails with an error naming its rank (across ranks), the part, its device and the
-/// region, before any message is posted, so no rank waits for another; the next exchange
-/// works on every rank.
+/// Rank 0's first launch fails (packing its first region): its exchange fails with an
+/// error naming its rank, the part, its device and the region, while it still sends and
+/// receives, so the other ranks' exchanges complete; the next exchange works on every
+/// rank. And a rank that refuses its crossings (a placement that is not its parts) makes
+/// every rank's `GridRanks::new` fail, not wait.
 fn a_failing_grid_exchange_names_the_rank_part_and_region(cluster: &Cluster) {
     let (r, n) = (cluster.rank(), cluster.size());
-    let rt = offload_tests::faulty_runtime(FaultPlan::default().fail_nth(FaultKind::Launch, 1), true)
-        .expect("runtime");
+    let fail_first =
+        if r == 0 { FaultPlan::default().fail_nth(FaultKind::Launch, 1) } else { FaultPlan::default() };
+    let rt = offload_tests::faulty_runtime(fail_first, true).expect("runtime");
     let g = GridPartition::new(&[2 + 2 * n, 6], &[n, 1], 1).expect("partition");
     let owners: Vec<usize> = (0..n).collect();
     let placement: Vec<Option<usize>> = (0..n).map(|p| (p == r).then_some(0)).collect();
     let mut host = vec![1f32; g.whole().len()];
     let ranks = GridRanks::new(cluster, &rt, &g, Reach::Faces, &owners, &placement).expect("crossings");
-    let grid =
-        DistributedGrid::map_held(&rt, &placement, &mut host, g, Reach::Faces, MapType::TO).expect("map");
+    let grid = DistributedGrid::map_held(&rt, &placement, &mut host, g.clone(), Reach::Faces, MapType::TO)
+        .expect("map");
     match ranks.exchange(&grid) {
-        // Alone, the part sends to nobody: the fault waits for the next launch.
-        Ok(()) if n == 1 => {}
-        Err(Error::Exchange { rank, part, device: 0, region, .. }) => {
-            assert!(rank == Some(r) && part == r, "rank {rank:?} part {part}");
-            assert!(region.starts_with("sending the face") && region.contains("(rank "), "{region}");
+        // Alone, the part sends to nobody (the fault waits for the next launch); the other
+        // ranks' launches do not fail.
+        Ok(()) if n == 1 || r > 0 => {}
+        Err(Error::Exchange { rank, part, device: 0, region, .. }) if r == 0 => {
+            assert!(rank == Some(0) && part == 0, "rank {rank:?} part {part}");
+            assert!(region.starts_with("sending the face") && region.contains("(rank 1)"), "{region}");
         }
-        other => panic!("rank {r}: expected an exchange error, got {other:?}"),
+        other => panic!("rank {r}: unexpected {other:?}"),
     }
     cluster.barrier();
     ranks.exchange(&grid).expect("the next exchange");
     grid.gather().expect("gather");
     assert!(host.iter().all(|&v| v == 1.0));
+    cluster.barrier();
+    // The last rank claims no part: every rank's crossings fail, the last one's saying why.
+    let wrong: Vec<Option<usize>> = if r + 1 == n { vec![None; n] } else { placement };
+    match GridRanks::<f32>::new(cluster, &rt, &g, Reach::Faces, &owners, &wrong) {
+        Err(Error::InvalidArgument { routine: "GridRanks::new", what }) => {
+            let mine = r + 1 == n;
+            assert!(
+                what.contains(if mine { "expected a rank of the world" } else { "other rank(s)" }),
+                "{what}"
+            );
+        }
+        other => panic!("rank {r}: expected a refusal, got {other:?}"),
+    }
     cluster.barrier();
 }

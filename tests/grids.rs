@@ -177,3 +177,40 @@ fn a_failing_exchange_names_the_part_device_and_region() -> offload::Result<()> 
     check_eq!(host, start);
     assert_clean(&rt, 0)
 }
+
+/// A process holding only some parts (the others another rank's): it allocates, fills,
+/// exchanges and gathers those alone; the others have no device, no view and no points.
+#[test]
+fn a_process_holds_only_its_parts() -> offload::Result<()> {
+    let rt = Runtime::builder().env(|_| None).gpus(false).host_devices(2).build()?;
+    let g = GridPartition::new(&[8, 6], &[3, 1], 1)?.with_periodic(&[true, false])?;
+    let start: Vec<f32> = (0..48).map(|i| i as f32).collect();
+    let mut host = start.clone();
+    let placement = [Some(0), None, Some(1)];
+    let d = DistributedGrid::map_held(&rt, &placement, &mut host, g.clone(), Reach::Faces, MapType::TO)?;
+    check_eq!(d.held().collect::<Vec<_>>(), vec![0, 2]);
+    check_eq!((d.device(1), d.device(2)), (None, Some(1)));
+    check!(
+        matches!(d.to_vec(1), Err(Error::InvalidArgument { routine: "DistributedGrid::to_vec", .. })),
+        "part 1"
+    );
+    d.exchange_halos()?;
+    // Parts 0 and 2 meet across the periodic ends: each has the other's face, and part
+    // 1's faces are not theirs to bring.
+    let widened: Vec<f64> = start.iter().map(|&v| f64::from(v)).collect();
+    let (p0, p2) = (d.to_vec(0)?, d.to_vec(2)?);
+    let want = |p: usize| -> Vec<f32> {
+        expected(&g, Reach::Faces, &widened, p).iter().map(|&v| v as f32).collect()
+    };
+    let (w0, w2) = (want(0), want(2));
+    // Rows of part 0's box: its top halo row (from part 2) is exchanged, its bottom halo
+    // row (part 1's) is as mapped.
+    check_eq!(p0[..6], w0[..6]);
+    check_eq!(p2[p2.len() - 6..], w2[w2.len() - 6..]);
+    d.gather()?;
+    check_eq!(host, start);
+    for dev in 0..2 {
+        assert_clean(&rt, dev)?;
+    }
+    Ok(())
+}

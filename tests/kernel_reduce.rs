@@ -181,6 +181,16 @@ fn a_reduction_needs_a_writable_view_of_one_element() {
             (DeviceBuffer::from_slice(&gpu, &[1u64])?, DeviceBuffer::from_slice(&gpu, &[0u64])?);
         count_kept::launch(&gpu, 10, 3, kept.view(), last.view())?;
         check_eq!((kept.to_vec()?, last.to_vec()?), (vec![5], vec![9]));
+        // A HostBuffer's shared view is not: on the initial device its kernels write a
+        // private copy, so the result would be lost.
+        let mut shared = offload::HostBuffer::<u64>::new(rt, 1)?;
+        shared.enter(d, offload::MapType::TO)?;
+        let r = count_kept::launch(&gpu, 10, 3, shared.shared_view(d), last.view());
+        check!(
+            matches!(&r, Err(Error::KernelArgument { index: 1, what, .. }) if what.contains("a shared view")),
+            "{r:?}"
+        );
+        shared.exit(d, offload::MapType::RELEASE)?;
         Ok(())
     });
 }

@@ -483,3 +483,22 @@ mod with_mpi {
         Ok(Some(grid))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parts go to ranks in contiguous, even runs; a rank's parts to its devices in turn.
+    #[test]
+    fn parts_go_to_ranks_in_runs_and_to_devices_in_turn() {
+        assert_eq!(grid_owners(4, 4), [0, 1, 2, 3]);
+        assert_eq!(grid_owners(6, 3), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(grid_owners(5, 2), [0, 0, 0, 1, 1]);
+        let owners = grid_owners(8, 2);
+        assert_eq!(
+            grid_placement(&owners, 1, &[3, 5]),
+            [None, None, None, None, Some(3), Some(5), Some(3), Some(5)]
+        );
+        assert_eq!(grid_placement(&owners, 0, &[]), [None; 8], "no devices, no parts held");
+    }
+}

@@ -617,7 +617,8 @@ fn generate(
         "The generated launcher and kernel of `fn {name}` (`#[offload::kernel]`), over a {}-D \
          index space.\n\nArguments declared `&mut [T]` take a writable [`offload::DeviceSlice`] (one that comes \
          from an exclusive borrow); a shared one is an `Error::KernelArgument`. A reduction variable \
-         (`&mut T` listed in `reduction(..)`) takes a writable view of at least one element: the launch \
+         (`&mut T` listed in `reduction(..)`) takes a writable view, or a `DeviceBuffer`'s, of at least one \
+         element: the launch \
          combines every iteration's contributions, and element 0's value, into element 0 (`reduce`, \
          generated for kernels with reduction variables, provides them itself and returns their values). \
          Views the kernel writes may not overlap other views of the launch.\n\nThread mapping on GPUs: {}.",

@@ -72,6 +72,11 @@ impl<'a, T> DeviceSlice<'a, T> {
         self.writable
     }
 
+    /// Whether the view names device memory itself (a [`crate::DeviceBuffer`]'s).
+    pub(crate) fn is_resident(&self) -> bool {
+        self.resident
+    }
+
     /// Whether kernels may write the device's copy through this view: a writable view, or a
     /// [`crate::HostBuffer::shared_view`] (device scratch: what kernels write there stays on
     /// the device until the buffer's owner brings it back with `&mut`). A generated

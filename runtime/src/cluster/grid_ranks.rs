@@ -30,6 +30,8 @@ const TAGS_PER_PART: usize = 27;
 struct Crossing<'a, T: HaloElement> {
     /// The part held here: the sender of an outgoing region, the receiver of an incoming.
     part: usize,
+    /// Its device.
+    device: usize,
     /// The part on the other rank.
     other: usize,
     peer: usize,
@@ -40,6 +42,9 @@ struct Crossing<'a, T: HaloElement> {
     /// Pinned, allocated on the device's compute lane; `None` where MPI takes `packed`.
     staged: Option<HostBuffer<T>>,
 }
+
+/// A rank's crossings, `[outgoing, incoming]`, and its engine with the reason.
+type Made<'a, T> = ([Vec<Crossing<'a, T>>; 2], (HaloEngine, String));
 
 /// How a grid's regions cross between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,9 +134,14 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     /// those of this rank on `placement[p]` of `rt` (as [`DistributedGrid::map_held`]
     /// takes it: `Some` exactly for the parts this rank owns).
     ///
+    /// Collective, and so are its failures: the ranks check together that they describe
+    /// the same grid, and where one rank refuses or fails, every rank returns an error
+    /// (that rank its own, the others one naming it), so that none waits for another.
+    ///
     /// Errors: an owner per part, each a rank of the world, and a placement naming exactly
-    /// this rank's parts are expected; a grid of more parts than the tags can number
-    /// ([`Error::InvalidArgument`]).
+    /// this rank's parts are expected; a grid of more parts than the tags can number; ranks
+    /// that describe different grids (split, reach, owners or element type)
+    /// ([`Error::InvalidArgument`]); a bad `OFFLOAD_HALO`; memory a device cannot give.
     pub fn new(
         cluster: &Cluster,
         rt: &'a Runtime,
@@ -140,6 +150,45 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         owners: &[usize],
         placement: &[Option<usize>],
     ) -> Result<Self> {
+        let comm = HaloComm(cluster.world().duplicate());
+        let made = Self::crossings_of(cluster, rt, part, reach, owners, placement);
+        // The same grid on every rank: a key of its description, compared by its least
+        // and greatest value over the ranks (52 bits, exact in an f64).
+        let described = format!("{part:?} {reach:?} {owners:?} {}", std::mem::size_of::<T>());
+        let key = (fnv(described.as_bytes()) & ((1 << 52) - 1)) as f64;
+        let (lowest, highest) = (-cluster.max(-key), cluster.max(key));
+        let failed = cluster.sum(if made.is_ok() { 0.0 } else { 1.0 });
+        let bad = |what: String| Error::InvalidArgument { routine: "GridRanks::new", what };
+        let (crossings, engine) = made?;
+        if failed > 0.0 {
+            return Err(bad(format!("{failed} other rank(s) could not make their crossings of the grid")));
+        }
+        if lowest != highest {
+            return Err(bad(
+                "the ranks describe different grids (split, reach, owners or element type)".into()
+            ));
+        }
+        Ok(Self {
+            comm,
+            rank: cluster.rank(),
+            rt,
+            part: part.clone(),
+            reach,
+            placement: placement.to_vec(),
+            crossings: Mutex::new(crossings),
+            engine,
+        })
+    }
+
+    /// This rank's crossings and their engine, checked and allocated (see [`GridRanks::new`]).
+    fn crossings_of(
+        cluster: &Cluster,
+        rt: &'a Runtime,
+        part: &GridPartition,
+        reach: Reach,
+        owners: &[usize],
+        placement: &[Option<usize>],
+    ) -> Result<Made<'a, T>> {
         let rank = cluster.rank();
         let bad = |what: String| Error::InvalidArgument { routine: "GridRanks::new", what };
         let parts = part.parts();
@@ -166,11 +215,8 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         }
         let on_gpus = |d: &usize| rt.describe(*d).is_ok_and(|x| x.kind == BackendKind::Cuda);
         let all_cuda = placement.iter().flatten().all(on_gpus);
-        let engine = HaloEngine::choose(
-            std::env::var("OFFLOAD_HALO").ok().as_deref(),
-            cluster.cuda_aware(),
-            all_cuda,
-        )?;
+        let asked = std::env::var("OFFLOAD_HALO").ok();
+        let engine = HaloEngine::choose(asked.as_deref(), cluster.cuda_aware(), all_cuda)?;
         let mut crossings: [Vec<Crossing<'a, T>>; 2] = [Vec::new(), Vec::new()];
         for to in 0..parts {
             for (k, exchange) in part.exchanges(to, reach).enumerate() {
@@ -181,11 +227,13 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 let (held, other, out) = if owners[from] == rank { (from, to, 0) } else { (to, from, 1) };
                 let device = placement[held].unwrap_or_default();
                 let n = exchange.recv.len();
-                if Count::try_from(n * std::mem::size_of::<T>()).is_err() {
+                let bytes = n.checked_mul(std::mem::size_of::<T>()).filter(|&b| Count::try_from(b).is_ok());
+                if bytes.is_none() {
                     return Err(bad(format!("a region of {n} points exceeds an MPI count")));
                 }
                 crossings[out].push(Crossing {
                     part: held,
+                    device,
                     other,
                     peer: owners[other],
                     tag: (to * TAGS_PER_PART + k) as i32,
@@ -198,16 +246,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 });
             }
         }
-        Ok(Self {
-            comm: HaloComm(cluster.world().duplicate()),
-            rank,
-            rt,
-            part: part.clone(),
-            reach,
-            placement: placement.to_vec(),
-            crossings: Mutex::new(crossings),
-            engine,
-        })
+        Ok((crossings, engine))
     }
 
     /// The engine the regions cross with, and why it was chosen ([`HaloEngine::choose`]
@@ -228,49 +267,77 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     /// of the same grid. The program orders its writes of the points sent before the call
     /// (all of this rank's parts' steps queued from this thread, or a barrier).
     ///
-    /// Errors: a grid not split and placed as these crossings were made for
-    /// ([`Error::InvalidArgument`]); a failing pack, copy or MPI call names the rank, the
-    /// part, its device and the region ([`Error::Exchange`]).
+    /// A rank whose exchange fails still sends (what its buffers hold) and receives, so
+    /// that no other rank waits for it; it leaves its parts' halos as they were and returns
+    /// its error.
+    ///
+    /// Errors: a grid not split, reaching and placed as these crossings were made for
+    /// ([`Error::InvalidArgument`]); a failing pack, copy or launch names the rank, the
+    /// part, its device and the region ([`Error::Exchange`]). (A failing MPI call ends the
+    /// job, as MPI's default error handler does.)
     pub fn exchange(&self, grid: &DistributedGrid<'_, T>) -> Result<()> {
+        let mut first_err = None;
         if *grid.partition() != self.part
             || grid.reach() != self.reach
             || grid.placement() != self.placement
             || !grid.runtime().same_as(self.rt)
         {
-            return Err(Error::InvalidArgument {
+            first_err = Some(Error::InvalidArgument {
                 routine: "GridRanks::exchange",
                 what: format!(
-                    "a grid split as {:?} on {:?}; expected the crossings' {:?} on {:?} of their runtime",
+                    "a grid split as {:?} reaching across {:?} on {:?}; expected the crossings' {:?} across {:?} \
+                     on {:?}, of their runtime",
                     grid.partition(),
+                    grid.reach(),
                     grid.placement(),
                     self.part,
+                    self.reach,
                     self.placement
                 ),
             });
         }
-        grid.exchange_halos()?;
+        // Only a grid these crossings were made for is read or written.
+        let usable = first_err.is_none();
+        let mut note = |r: Result<()>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        if usable {
+            note(grid.exchange_halos());
+        }
         let mut guard = self.crossings.lock();
         let [outgoing, incoming] = &mut *guard;
         let host = self.rt.initial_device();
         for c in outgoing.iter_mut() {
-            let device = grid.device(c.part).unwrap_or_default();
-            let failed = self.failed(c, device, true);
-            let dev = self.rt.device(device).map_err(&failed)?;
-            let mapped = self.part.mapped(c.part);
-            halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
-                .map_err(&failed)?;
-            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            match c.staged.as_mut() {
-                // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
-                // of as many, both owned by this crossing, whose lock the exchange holds.
-                Some(staged) => unsafe {
-                    let to = staged.as_mut_ptr() as u64;
-                    self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, device)
-                }
-                .map_err(&failed)?,
-                // MPI reads the packed buffer itself: the packing must be done first.
-                None => self.rt.synchronize(device).map_err(&failed)?,
+            if !usable {
+                break;
             }
+            let failed = self.failed(c, true);
+            let mapped = self.part.mapped(c.part);
+            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
+            let packed = self.rt.device(c.device).and_then(|dev| {
+                halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
+            });
+            note(
+                packed
+                    .and_then(|()| match c.staged.as_mut() {
+                        // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
+                        // of as many, both owned by this crossing, whose lock the exchange holds.
+                        Some(staged) => unsafe {
+                            let to = staged.as_mut_ptr() as u64;
+                            self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
+                        },
+                        // MPI reads the packed buffer itself: the packing must be done first.
+                        None => self.rt.synchronize(c.device),
+                    })
+                    .map_err(failed),
+            );
+        }
+        // MPI writes the landing buffers themselves on the direct path: the unpacking of
+        // the exchange before must be done first.
+        for c in incoming.iter().filter(|c| c.staged.is_none()) {
+            note(self.rt.synchronize(c.device).map_err(self.failed(c, false)));
         }
         // MPI's bytes: the pinned buffer, or the device buffer itself (CUDA-aware MPI).
         let raw = |c: &mut Crossing<'a, T>| RawBytes {
@@ -283,7 +350,8 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         let mut into: Vec<RawBytes> = incoming.iter_mut().map(raw).collect();
         let out: Vec<RawBytes> = outgoing.iter_mut().map(raw).collect();
         // Every receive and send posted before any is waited for (the guards wait when the
-        // scope ends), so ranks exchanging both ways never wait on each other.
+        // scope ends), so ranks exchanging both ways never wait on each other; posted even
+        // after a failure here, so that the neighbours' matching calls complete.
         mpi::request::scope(|scope| {
             let mut waits = Vec::with_capacity(into.len() + out.len());
             for (b, c) in into.iter_mut().zip(incoming.iter()) {
@@ -296,28 +364,35 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             }
         });
         for c in incoming.iter_mut() {
-            let device = grid.device(c.part).unwrap_or_default();
-            let failed = self.failed(c, device, false);
-            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            if let Some(staged) = c.staged.as_mut() {
-                let from = staged.as_mut_ptr() as u64;
-                // SAFETY: the received bytes (pinned, this crossing's) into its landing
-                // buffer of as many on the part's device.
-                unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, device, host) }
-                    .map_err(&failed)?;
+            if first_err.is_some() {
+                break;
             }
-            let dev = self.rt.device(device).map_err(&failed)?;
+            let failed = self.failed(c, false);
+            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
+            let landed = match c.staged.as_mut() {
+                Some(staged) => {
+                    let from = staged.as_mut_ptr() as u64;
+                    // SAFETY: the received bytes (pinned, this crossing's) into its landing
+                    // buffer of as many on the part's device.
+                    unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, c.device, host) }
+                }
+                None => Ok(()),
+            };
             let mapped = self.part.mapped(c.part);
-            halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
-                .map_err(&failed)?;
+            let unpacked = landed.and_then(|()| self.rt.device(c.device)).and_then(|dev| {
+                halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
+            });
+            if let Err(e) = unpacked {
+                first_err = Some(failed(e));
+            }
         }
-        Ok(())
+        first_err.map_or(Ok(()), Err)
     }
 
-    /// What wraps a failure of crossing `c` on this rank, whose part is on `device`: the
-    /// error names this rank, the part, its device and the region, sent (`out`) or received.
-    fn failed(&self, c: &Crossing<'a, T>, device: usize, out: bool) -> impl Fn(Error) -> Error {
-        let (rank, part) = (self.rank, c.part);
+    /// What wraps a failure of crossing `c` on this rank: the error names this rank, the
+    /// part, its device and the region, sent (`out`) or received.
+    fn failed(&self, c: &Crossing<'a, T>, out: bool) -> impl Fn(Error) -> Error {
+        let (rank, part, device) = (self.rank, c.part, c.device);
         let other = format!("rank {}", c.peer);
         let region =
             if out { sending(&c.exchange, c.other, &other) } else { receiving(&c.exchange, c.other, &other) };
@@ -340,6 +415,11 @@ fn receiving(e: &Exchange, from: usize, place: &str) -> String {
         e.send.ranges(),
         e.recv.ranges()
     )
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]

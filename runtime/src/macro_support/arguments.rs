@@ -108,8 +108,10 @@ pub fn check_writable<T>(
 }
 
 /// An error unless `view`, given for reduction variable `name` (position `index`) of
-/// `kernel`, is one kernels may write ([`DeviceSlice::device_writable`]: a `&mut` argument
-/// takes the same) and holds the element the reduction combines into.
+/// `kernel`, is writable (an exclusive borrow) or a [`crate::DeviceBuffer`]'s (device memory
+/// itself), and holds the element the reduction combines into. (A `HostBuffer`'s shared
+/// view is refused: on the initial device its kernels write a private copy, and the result
+/// would be lost.)
 pub fn check_reduction<T>(
     kernel: &'static str,
     index: usize,
@@ -117,15 +119,16 @@ pub fn check_reduction<T>(
     op: &str,
     view: &DeviceSlice<'_, T>,
 ) -> Result<()> {
-    if !view.device_writable() || view.is_empty() {
+    let combines = view.is_writable() || view.is_resident();
+    if !combines || view.is_empty() {
         return Err(Error::KernelArgument {
             kernel,
             index,
             what: format!(
-                "`{name}` is a `{op}` reduction variable: it takes a view kernels may write of at least one {} \
-                 (the result is combined into element 0), got {} view {} of {} elements",
+                "`{name}` is a `{op}` reduction variable: it takes a writable view or a device buffer's view \
+                 of at least one {} (the result is combined into element 0), got {} view {} of {} elements",
                 std::any::type_name::<T>(),
-                if view.device_writable() { "a writable" } else { "a shared" },
+                if combines { "a writable" } else { "a shared" },
                 view.host_range(),
                 view.len()
             ),

@@ -33,6 +33,7 @@ use crate::data_env::MapType;
 use crate::error::{Error, Result};
 use crate::rt::memcpy::RectSide;
 use crate::rt::Runtime;
+use parking_lot::Mutex;
 
 use super::halo::{self, HaloElement};
 use super::{Exchange, GridBox, GridPartition, Reach};
@@ -50,8 +51,9 @@ pub struct DistributedGrid<'a, T: HaloElement> {
     host: &'a mut [T],
     /// Part `p`'s mapped box, row-major, on its device (`None`: held elsewhere).
     local: Vec<Option<DeviceBuffer<'a, T>>>,
-    /// Per sending part, what it sends to parts held here.
-    sends: Vec<Vec<Send<'a, T>>>,
+    /// Per sending part, what it sends to parts held here, locked while it sends (its
+    /// scratch buffers have one writer at a time).
+    sends: Vec<Mutex<Vec<Send<'a, T>>>>,
 }
 
 /// One region a part sends: the exchange as its receiver lists it, packed into `packed` on
@@ -140,6 +142,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 sends[from].push(Send { to, exchange, packed, landed });
             }
         }
+        let sends = sends.into_iter().map(Mutex::new).collect();
         let g = Self { rt, placement: placement.to_vec(), part, reach, host, local, sends };
         if copy_in {
             for p in g.held() {
@@ -221,18 +224,18 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// box that a neighbour's halo holds is packed on `p`'s device, copied to the
     /// neighbour's device if that is another, and unpacked into the neighbour's halo.
     /// Parts can send concurrently, each from its own thread: every region has one sender
-    /// and one place it lands. As with [`super::DistributedArray::send_halos`], the
-    /// program orders its threads' writes of the points sent (a barrier per step): the
-    /// packing is queued behind the work this thread queued on `p`'s device, not other
-    /// threads'.
+    /// and one place it lands (a part's sends from two threads at once take turns). As
+    /// with [`super::DistributedArray::send_halos`], the program orders its threads' writes
+    /// of the points sent (a barrier per step): the packing is queued behind the work this
+    /// thread queued on `p`'s device, not other threads'.
     ///
     /// Errors name the part, its device, the neighbour and the region
     /// ([`Error::Exchange`]).
     pub fn send_halos(&self, p: usize) -> Result<()> {
         let Some(device) = self.placement[p] else { return Ok(()) };
-        let dev = self.rt.device(device)?;
         let mapped = self.part.mapped(p);
-        for s in &self.sends[p] {
+        let sends = self.sends[p].lock();
+        for s in sends.iter() {
             let e = &s.exchange;
             let to_device = self.placement[s.to].unwrap_or(device);
             let failed = |source: Error| Error::Exchange {
@@ -242,12 +245,13 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 region: sending(e, s.to, &format!("device {to_device}")),
                 source: Box::new(source),
             };
+            let dev = self.rt.device(device).map_err(failed)?;
             halo::pack(&dev, &e.send, &mapped, self.view(p), s.packed.view()).map_err(failed)?;
             let arrived = match &s.landed {
                 Some(landed) => {
                     // SAFETY: both buffers are live allocations of their devices of
                     // `recv.len()` elements, owned by `self`; only this part's sends write
-                    // `landed`, and one thread sends a part's regions.
+                    // `landed`, under the part's lock (held for the whole send).
                     unsafe {
                         self.rt.target_memcpy(
                             landed.addr(),
@@ -264,7 +268,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 }
                 None => &s.packed,
             };
-            let to = self.rt.device(to_device)?;
+            let to = self.rt.device(to_device).map_err(failed)?;
             halo::unpack(&to, &e.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
                 .map_err(failed)?;
         }

@@ -83,8 +83,9 @@ impl GridBox {
     ///
     /// # Panics
     ///
-    /// If `within` does not enclose the box.
+    /// If `within` does not enclose the box, or the box has no axes.
     pub fn rows_in(&self, within: &GridBox) -> Vec<usize> {
+        assert!(!self.ranges.is_empty(), "a box of no axes has no rows");
         assert!(within.encloses(self), "{self:?} is not inside {within:?}");
         if self.is_empty() {
             return Vec::new();
@@ -122,8 +123,8 @@ impl GridBox {
     ///
     /// # Panics
     ///
-    /// If `within` does not enclose the box, `src` is not `within.len()` elements or `dst`
-    /// not `self.len()`.
+    /// If `within` does not enclose the box, the box has no axes, `src` is not
+    /// `within.len()` elements or `dst` not `self.len()`.
     pub fn pack<T: Copy>(&self, within: &GridBox, src: &[T], dst: &mut [T]) {
         assert_eq!(src.len(), within.len(), "pack: the source is not the enclosing box");
         assert_eq!(dst.len(), self.len(), "pack: the destination is not the box");
@@ -227,6 +228,16 @@ impl GridPartition {
                 )));
             }
             axes.push(block);
+        }
+        // Every count of points and of parts must fit, so that `len`, `parts` and the
+        // boxes' offsets never overflow.
+        let points = extents.iter().try_fold(1usize, |n, &e| n.checked_mul(e));
+        let count = parts.iter().try_fold(1usize, |n, &p| n.checked_mul(p));
+        if points.is_none() || count.is_none() {
+            return Err(Error::Overflow {
+                routine: "GridPartition::new",
+                what: format!("a grid of {extents:?} points split by {parts:?}"),
+            });
         }
         let periodic = vec![false; extents.len()];
         Ok(Self { extents: extents.to_vec(), halo, axes, periodic })
@@ -645,6 +656,19 @@ mod tests {
                 }) => {}
                 other => panic!("{extents:?} / {shape:?} / {halo}: {other:?}"),
             }
+        }
+        // Counts of points or of parts that do not fit a usize.
+        let huge = (1usize << 40) + 2;
+        for (extents, shape) in
+            [(&[huge, huge][..], &[1usize << 33, 1 << 33][..]), (&[1 << 33; 3][..], &[2, 1, 1][..])]
+        {
+            assert!(
+                matches!(
+                    GridPartition::new(extents, shape, 1),
+                    Err(Error::Overflow { routine: "GridPartition::new", .. })
+                ),
+                "{extents:?} / {shape:?}"
+            );
         }
         let g = GridPartition::new(&[8, 8], &[2, 2], 1).unwrap();
         assert!(matches!(
