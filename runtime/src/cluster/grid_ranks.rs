@@ -309,29 +309,36 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         let mut guard = self.crossings.lock();
         let [outgoing, incoming] = &mut *guard;
         let host = self.rt.initial_device();
+        // Every region packed first (queued on its part's device), then copied out: the
+        // first copy from a device waits for its packing once.
+        for c in outgoing.iter() {
+            if !usable {
+                break;
+            }
+            let mapped = self.part.mapped(c.part);
+            let packed = self.rt.device(c.device).and_then(|dev| {
+                halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
+            });
+            note(packed.map_err(self.failed(c, true)));
+        }
         for c in outgoing.iter_mut() {
             if !usable {
                 break;
             }
             let failed = self.failed(c, true);
-            let mapped = self.part.mapped(c.part);
             let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            let packed = self.rt.device(c.device).and_then(|dev| {
-                halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
-            });
             note(
-                packed
-                    .and_then(|()| match c.staged.as_mut() {
-                        // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
-                        // of as many, both owned by this crossing, whose lock the exchange holds.
-                        Some(staged) => unsafe {
-                            let to = staged.as_mut_ptr() as u64;
-                            self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
-                        },
-                        // MPI reads the packed buffer itself: the packing must be done first.
-                        None => self.rt.synchronize(c.device),
-                    })
-                    .map_err(failed),
+                match c.staged.as_mut() {
+                    // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
+                    // of as many, both owned by this crossing, whose lock the exchange holds.
+                    Some(staged) => unsafe {
+                        let to = staged.as_mut_ptr() as u64;
+                        self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
+                    },
+                    // MPI reads the packed buffer itself: the packing must be done first.
+                    None => self.rt.synchronize(c.device),
+                }
+                .map_err(failed),
             );
         }
         // MPI writes the landing buffers themselves on the direct path: the unpacking of

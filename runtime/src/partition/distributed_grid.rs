@@ -221,8 +221,10 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     }
 
     /// Part `p`'s half of [`DistributedGrid::exchange_halos`]: each region of its owned
-    /// box that a neighbour's halo holds is packed on `p`'s device, copied to the
-    /// neighbour's device if that is another, and unpacked into the neighbour's halo.
+    /// box that a neighbour's halo holds is packed on `p`'s device (all of them first),
+    /// copied to the neighbour's device if that is another, and unpacked into the
+    /// neighbour's halo.
+    ///
     /// Parts can send concurrently, each from its own thread: every region has one sender
     /// and one place it lands (a part's sends from two threads at once take turns). As
     /// with [`super::DistributedArray::send_halos`], the program orders its threads' writes
@@ -235,18 +237,25 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         let Some(device) = self.placement[p] else { return Ok(()) };
         let mapped = self.part.mapped(p);
         let sends = self.sends[p].lock();
-        for s in sends.iter() {
-            let e = &s.exchange;
+        let failed = |s: &Send<'a, T>| {
             let to_device = self.placement[s.to].unwrap_or(device);
-            let failed = |source: Error| Error::Exchange {
+            let region = sending(&s.exchange, s.to, &format!("device {to_device}"));
+            move |source: Error| Error::Exchange {
                 rank: None,
                 part: p,
                 device,
-                region: sending(e, s.to, &format!("device {to_device}")),
+                region,
                 source: Box::new(source),
-            };
-            let dev = self.rt.device(device).map_err(failed)?;
-            halo::pack(&dev, &e.send, &mapped, self.view(p), s.packed.view()).map_err(failed)?;
+            }
+        };
+        // Every region packed first (queued one after another on `p`'s device), so that the
+        // copies below wait for the packing once, not once a region.
+        let dev = self.rt.device(device)?;
+        for s in sends.iter() {
+            halo::pack(&dev, &s.exchange.send, &mapped, self.view(p), s.packed.view()).map_err(failed(s))?;
+        }
+        for s in sends.iter() {
+            let to_device = self.placement[s.to].unwrap_or(device);
             let arrived = match &s.landed {
                 Some(landed) => {
                     // SAFETY: both buffers are live allocations of their devices of
@@ -256,21 +265,21 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                         self.rt.target_memcpy(
                             landed.addr(),
                             s.packed.addr(),
-                            e.recv.len() * std::mem::size_of::<T>(),
+                            s.exchange.recv.len() * std::mem::size_of::<T>(),
                             0,
                             0,
                             to_device,
                             device,
                         )
                     }
-                    .map_err(failed)?;
+                    .map_err(failed(s))?;
                     landed
                 }
                 None => &s.packed,
             };
-            let to = self.rt.device(to_device).map_err(failed)?;
-            halo::unpack(&to, &e.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
-                .map_err(failed)?;
+            let to = self.rt.device(to_device).map_err(failed(s))?;
+            halo::unpack(&to, &s.exchange.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
+                .map_err(failed(s))?;
         }
         Ok(())
     }
