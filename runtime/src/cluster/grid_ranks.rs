@@ -319,32 +319,29 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             let packed = self.rt.device(c.device).and_then(|dev| {
                 halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
             });
-            note(packed.map_err(self.failed(c, true)));
+            note(packed.map_err(|e| self.failed(c, true, e)));
         }
         for c in outgoing.iter_mut() {
             if !usable {
                 break;
             }
-            let failed = self.failed(c, true);
             let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            note(
-                match c.staged.as_mut() {
-                    // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
-                    // of as many, both owned by this crossing, whose lock the exchange holds.
-                    Some(staged) => unsafe {
-                        let to = staged.as_mut_ptr() as u64;
-                        self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
-                    },
-                    // MPI reads the packed buffer itself: the packing must be done first.
-                    None => self.rt.synchronize(c.device),
-                }
-                .map_err(failed),
-            );
+            let copied = match c.staged.as_mut() {
+                // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
+                // of as many, both owned by this crossing, whose lock the exchange holds.
+                Some(staged) => unsafe {
+                    let to = staged.as_mut_ptr() as u64;
+                    self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
+                },
+                // MPI reads the packed buffer itself: the packing must be done first.
+                None => self.rt.synchronize(c.device),
+            };
+            note(copied.map_err(|e| self.failed(c, true, e)));
         }
         // MPI writes the landing buffers themselves on the direct path: the unpacking of
         // the exchange before must be done first.
         for c in incoming.iter().filter(|c| c.staged.is_none()) {
-            note(self.rt.synchronize(c.device).map_err(self.failed(c, false)));
+            note(self.rt.synchronize(c.device).map_err(|e| self.failed(c, false, e)));
         }
         // MPI's bytes: the pinned buffer, or the device buffer itself (CUDA-aware MPI).
         let raw = |c: &mut Crossing<'a, T>| RawBytes {
@@ -374,7 +371,6 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             if first_err.is_some() {
                 break;
             }
-            let failed = self.failed(c, false);
             let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
             let landed = match c.staged.as_mut() {
                 Some(staged) => {
@@ -390,24 +386,23 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
             });
             if let Err(e) = unpacked {
-                first_err = Some(failed(e));
+                first_err = Some(self.failed(c, false, e));
             }
         }
         first_err.map_or(Ok(()), Err)
     }
 
-    /// What wraps a failure of crossing `c` on this rank: the error names this rank, the
-    /// part, its device and the region, sent (`out`) or received.
-    fn failed(&self, c: &Crossing<'a, T>, out: bool) -> impl Fn(Error) -> Error {
-        let (rank, part, device) = (self.rank, c.part, c.device);
+    /// `source`, a failure of crossing `c` on this rank, named: this rank, the part, its
+    /// device and the region, sent (`out`) or received (formatted only on failure).
+    fn failed(&self, c: &Crossing<'a, T>, out: bool, source: Error) -> Error {
         let other = format!("rank {}", c.peer);
         let region =
             if out { sending(&c.exchange, c.other, &other) } else { receiving(&c.exchange, c.other, &other) };
-        move |source: Error| Error::Exchange {
-            rank: Some(rank),
-            part,
-            device,
-            region: region.clone(),
+        Error::Exchange {
+            rank: Some(self.rank),
+            part: c.part,
+            device: c.device,
+            region,
             source: Box::new(source),
         }
     }

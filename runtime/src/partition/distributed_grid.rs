@@ -237,22 +237,20 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         let Some(device) = self.placement[p] else { return Ok(()) };
         let mapped = self.part.mapped(p);
         let sends = self.sends[p].lock();
-        let failed = |s: &Send<'a, T>| {
-            let to_device = self.placement[s.to].unwrap_or(device);
-            let region = sending(&s.exchange, s.to, &format!("device {to_device}"));
-            move |source: Error| Error::Exchange {
-                rank: None,
-                part: p,
-                device,
-                region,
-                source: Box::new(source),
-            }
+        // Named only when something fails: a step's sends format nothing.
+        let failed = |s: &Send<'a, T>, source: Error| Error::Exchange {
+            rank: None,
+            part: p,
+            device,
+            region: sending(&s.exchange, s.to, &format!("device {}", self.placement[s.to].unwrap_or(device))),
+            source: Box::new(source),
         };
         // Every region packed first (queued one after another on `p`'s device), so that the
         // copies below wait for the packing once, not once a region.
         let dev = self.rt.device(device)?;
         for s in sends.iter() {
-            halo::pack(&dev, &s.exchange.send, &mapped, self.view(p), s.packed.view()).map_err(failed(s))?;
+            halo::pack(&dev, &s.exchange.send, &mapped, self.view(p), s.packed.view())
+                .map_err(|e| failed(s, e))?;
         }
         for s in sends.iter() {
             let to_device = self.placement[s.to].unwrap_or(device);
@@ -272,14 +270,14 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                             device,
                         )
                     }
-                    .map_err(failed(s))?;
+                    .map_err(|e| failed(s, e))?;
                     landed
                 }
                 None => &s.packed,
             };
-            let to = self.rt.device(to_device).map_err(failed(s))?;
+            let to = self.rt.device(to_device).map_err(|e| failed(s, e))?;
             halo::unpack(&to, &s.exchange.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
-                .map_err(failed(s))?;
+                .map_err(|e| failed(s, e))?;
         }
         Ok(())
     }
