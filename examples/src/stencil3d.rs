@@ -288,13 +288,14 @@ fn box_step(
             .map(|(r, m)| r.start - m.start..r.end - m.start)
             .collect::<Vec<_>>(),
     )
-    .map_err(|_| poisoned())?;
+    .map_err(|_| not_3d())?;
     let e = m.extents();
     let (src, dst) = (iter % 2, 1 - iter % 2);
     generated::stencil7_step::launch(dev, (z, y, x), e[1], e[2], grids[src].view(p), grids[dst].view(p))
 }
 
-fn poisoned() -> offload::Error {
+/// The error for a part's box that is not 3-D (a partition of another grid).
+fn not_3d() -> offload::Error {
     offload::Error::InvalidArgument { routine: "stencil3d", what: "a part's box is not 3-D".into() }
 }
 
