@@ -214,3 +214,87 @@ fn a_process_holds_only_its_parts() -> offload::Result<()> {
     }
     Ok(())
 }
+
+/// NCCL moving a grid's halos (`exchange_halos_over`): on CUDA GPUs with NCCL loadable,
+/// every part of 2-D and 3-D splits, periodic or not, all parts on one GPU (each region a
+/// send of the GPU's rank to itself) or spread over several, holds exactly what the
+/// device-to-device exchange brings, and a sum over the communicator's ranks adds each
+/// rank's values. Elsewhere the communicator is refused with the reason: host devices are
+/// not CUDA GPUs; a GPU without NCCL says where the library is looked for.
+#[test]
+fn nccl_moves_every_region_as_the_device_copies_do() {
+    use offload::collective::NcclComm;
+    type Case = (&'static [usize], &'static [usize], &'static [bool], Reach);
+    let cases: &[Case] = &[
+        (&[9, 11], &[2, 2], &[true, false], Reach::Faces),
+        (&[10, 13], &[3, 2], &[false, false], Reach::Corners),
+        (&[7, 8, 9], &[2, 2, 2], &[true, false, true], Reach::Corners),
+    ];
+    on_every_backend(
+        "grids over NCCL",
+        1,
+        |b| b,
+        |rt| {
+            let n = rt.num_devices();
+            let all: Vec<usize> = (0..n).collect();
+            let comm = match NcclComm::of_devices(rt, &all) {
+                Ok(c) => c,
+                Err(e) => {
+                    let gpu = rt.describe(0)?.kind == offload::BackendKind::Cuda;
+                    let why = e.to_string();
+                    if !gpu {
+                        check!(why.contains("not a CUDA GPU"), "{why}");
+                    } else {
+                        check!(
+                            why.contains("NCCL cannot run here") && NcclComm::available().is_err(),
+                            "{why}"
+                        );
+                    }
+                    println!("SKIP grids over NCCL on {}: {why}", rt.describe(0)?.kind.name());
+                    return Ok(());
+                }
+            };
+            check_eq!(comm.ranks(), n);
+            for &(extents, shape, periodic, reach) in cases {
+                let g = GridPartition::new(extents, shape, 1)?.with_periodic(periodic)?;
+                let start = numbered(&g);
+                for spread in [1, n] {
+                    let devices: Vec<usize> = (0..g.parts()).map(|p| p % spread).collect();
+                    let mut host = start.clone();
+                    let d = DistributedGrid::map(rt, &devices, &mut host, g.clone(), reach, MapType::TO)?;
+                    d.exchange_halos_over(&comm)?;
+                    for p in 0..g.parts() {
+                        check_eq!(d.to_vec(p)?, expected(&g, reach, &start, p));
+                    }
+                }
+            }
+            // The sum over the ranks: each rank holds (rank + 1) * [1, 2, 3].
+            let bufs = all
+                .iter()
+                .map(|&d| {
+                    let k = (d + 1) as f64;
+                    offload::DeviceBuffer::from_slice(&rt.device(d)?, &[k, 2.0 * k, 3.0 * k])
+                })
+                .collect::<offload::Result<Vec<_>>>()?;
+            comm.sum_f64(&bufs.iter().collect::<Vec<_>>())?;
+            let total = (n * (n + 1) / 2) as f64;
+            for b in &bufs {
+                check_eq!(b.to_vec()?, vec![total, 2.0 * total, 3.0 * total]);
+            }
+            // A communicator without a rank on a part's device is refused.
+            if n > 1 {
+                let one = NcclComm::of_devices(rt, &[0])?;
+                let mut host = start_of(&[6, 6]);
+                let g = GridPartition::new(&[6, 6], &[1, 2], 1)?;
+                let d = DistributedGrid::map(rt, &[0, 1], &mut host, g, Reach::Faces, MapType::TO)?;
+                let err = d.exchange_halos_over(&one).unwrap_err().to_string();
+                check!(err.contains("device 1 holds a part but has no rank"), "{err}");
+            }
+            Ok(())
+        },
+    );
+}
+
+fn start_of(extents: &[usize]) -> Vec<f64> {
+    (0..extents.iter().product::<usize>()).map(|i| i as f64).collect()
+}

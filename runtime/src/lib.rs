@@ -84,6 +84,7 @@ extern crate self as offload;
 pub mod api;
 pub mod backend;
 pub mod cluster;
+pub mod collective;
 mod device;
 pub mod error;
 mod fork_join;

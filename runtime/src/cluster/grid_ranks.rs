@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use super::halo::{local_buffer, HaloComm, RawBytes};
 use crate::api::{DeviceBuffer, HostBuffer};
 use crate::cluster::world::Cluster;
+use crate::collective::{NcclComm, NcclId, Transfer};
 use crate::error::{Error, Result};
 use crate::partition::distributed_grid::sending;
 use crate::partition::halo::{self, HaloElement};
@@ -53,26 +54,39 @@ pub enum HaloEngine {
     Staged,
     /// The packed device buffers handed to a CUDA-aware MPI, no host copies.
     CudaAwareMpi,
+    /// The packed device buffers sent and received by NCCL, one rank a GPU, on the
+    /// devices' compute queues.
+    Nccl,
 }
 
 impl HaloEngine {
     /// The engine for a run: `asked` is `OFFLOAD_HALO`'s value (`staged`, `mpi`, `nccl`, or
     /// unset / `auto`: the direct path where it can run), `cuda_aware` whether the MPI
     /// library said at run time that it takes CUDA pointers, `all_cuda` whether this rank's
-    /// parts are all on CUDA GPUs. Gives the engine and why: the one asked for, or why it
-    /// cannot run and what runs instead.
+    /// parts are all on CUDA GPUs, `nccl` whether NCCL can carry this rank's parts (`Err`:
+    /// why not). Gives the engine and why: the one asked for, or why it cannot run and
+    /// what runs instead. (`GridRanks::new` then makes the ranks agree: NCCL runs only where
+    /// every rank can run it.)
     ///
     /// Errors: a value not among those ([`Error::InvalidSetting`]).
     ///
     /// ```
     /// use offload::cluster::HaloEngine;
     ///
-    /// let (engine, why) = HaloEngine::choose(Some("mpi"), false, true)?;
+    /// let (engine, why) = HaloEngine::choose(Some("mpi"), false, true, Err("no NCCL library"))?;
     /// assert_eq!(engine, HaloEngine::Staged);
     /// assert!(why.contains("does not report CUDA support"));
+    /// let (engine, why) = HaloEngine::choose(Some("nccl"), false, true, Err("no NCCL library"))?;
+    /// assert_eq!(engine, HaloEngine::Staged);
+    /// assert!(why.contains("no NCCL library"));
     /// # Ok::<(), offload::Error>(())
     /// ```
-    pub fn choose(asked: Option<&str>, cuda_aware: bool, all_cuda: bool) -> Result<(Self, String)> {
+    pub fn choose(
+        asked: Option<&str>,
+        cuda_aware: bool,
+        all_cuda: bool,
+        nccl: std::result::Result<(), &str>,
+    ) -> Result<(Self, String)> {
         let direct = match (cuda_aware, all_cuda) {
             (false, _) => Err("the MPI library does not report CUDA support"),
             (true, false) => Err("a part of this rank is not on a CUDA GPU"),
@@ -81,10 +95,10 @@ impl HaloEngine {
         let staged = "staged through pinned host buffers";
         Ok(match asked.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("auto") {
             "staged" => (Self::Staged, format!("{staged}, as OFFLOAD_HALO=staged asks")),
-            "nccl" => (
-                Self::Staged,
-                format!("{staged}: OFFLOAD_HALO=nccl asks for NCCL, which is not built in yet"),
-            ),
+            "nccl" => match nccl {
+                Ok(()) => (Self::Nccl, "device buffers sent and received by NCCL".to_string()),
+                Err(why) => (Self::Staged, format!("{staged}: OFFLOAD_HALO=nccl, but {why}")),
+            },
             v @ ("mpi" | "auto") => match direct {
                 Ok(()) => (Self::CudaAwareMpi, "device buffers straight to the CUDA-aware MPI".to_string()),
                 Err(why) if v == "mpi" => (Self::Staged, format!("{staged}: OFFLOAD_HALO=mpi, but {why}")),
@@ -98,6 +112,28 @@ impl HaloEngine {
                 })
             }
         })
+    }
+
+    /// Whether NCCL can carry the parts of a rank placed on `placement` of `rt`: NCCL
+    /// built and loadable, and every part on one CUDA GPU (NCCL takes one rank a GPU, and
+    /// here one GPU a rank). `Err` says why not.
+    pub fn nccl_here(rt: &Runtime, placement: &[Option<usize>]) -> std::result::Result<usize, String> {
+        let mut devices: Vec<usize> = placement.iter().flatten().copied().collect();
+        devices.dedup();
+        devices.sort_unstable();
+        devices.dedup();
+        let [device] = devices[..] else {
+            return Err(format!(
+                "this rank's parts are on {} devices; NCCL here takes one GPU a rank",
+                devices.len()
+            ));
+        };
+        match rt.describe(device) {
+            Ok(d) if d.kind == BackendKind::Cuda => {}
+            Ok(d) => return Err(format!("device {device} is a {} device, not a CUDA GPU", d.kind.name())),
+            Err(e) => return Err(e.to_string()),
+        }
+        NcclComm::available().map(|_| device)
     }
 }
 
@@ -114,6 +150,8 @@ pub struct GridRanks<'a, T: HaloElement> {
     /// `[outgoing, incoming]`, locked for a whole exchange.
     crossings: Mutex<[Vec<Crossing<'a, T>>; 2]>,
     engine: (HaloEngine, String),
+    /// This rank's rank of the job's NCCL communicator, with [`HaloEngine::Nccl`].
+    nccl: Option<NcclComm<'a>>,
 }
 
 impl<T: HaloElement> std::fmt::Debug for GridRanks<'_, T> {
@@ -151,7 +189,15 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         placement: &[Option<usize>],
     ) -> Result<Self> {
         let comm = HaloComm(cluster.world().duplicate());
-        let made = Self::crossings_of(cluster, rt, part, reach, owners, placement);
+        // NCCL only where every rank can run it: agreed before anything is allocated.
+        let nccl_here = HaloEngine::nccl_here(rt, placement);
+        let unable = cluster.sum(if nccl_here.is_ok() { 0.0 } else { 1.0 });
+        let nccl = match &nccl_here {
+            Err(why) => Err(why.clone()),
+            Ok(_) if unable > 0.0 => Err(format!("{unable} other rank(s) cannot run it")),
+            Ok(_) => Ok(()),
+        };
+        let made = Self::crossings_of(cluster, rt, part, reach, owners, placement, nccl.as_ref().map(|_| ()));
         // The same grid on every rank: a key of its description, compared by its least
         // and greatest value over the ranks (52 bits, exact in an f64).
         let described = format!("{part:?} {reach:?} {owners:?} {}", std::mem::size_of::<T>());
@@ -168,7 +214,12 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 "the ranks describe different grids (split, reach, owners or element type)".into()
             ));
         }
+        let nccl = match (engine.0, nccl_here) {
+            (HaloEngine::Nccl, Ok(device)) => Some(Self::nccl_rank(cluster, rt, device)?),
+            _ => None,
+        };
         Ok(Self {
+            nccl,
             comm,
             rank: cluster.rank(),
             rt,
@@ -180,7 +231,27 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         })
     }
 
+    /// This rank's NCCL rank (its MPI rank) on `device`, the communicator's identity made
+    /// by rank 0 and broadcast. Collective in its failures as far as MPI goes: rank 0
+    /// failing to make the identity fails every rank; NCCL's own initialisation is
+    /// collective in NCCL (a rank failing inside it may leave the others waiting there).
+    fn nccl_rank(cluster: &Cluster, rt: &'a Runtime, device: usize) -> Result<NcclComm<'a>> {
+        let made = if cluster.is_root() { NcclId::new().map(|id| id.to_bytes()) } else { Ok([0; 128]) };
+        let mut bytes = *made.as_ref().unwrap_or(&[0; 128]);
+        let root_failed = cluster.max(if made.is_ok() { 0.0 } else { 1.0 }) > 0.0;
+        made?;
+        if root_failed {
+            return Err(Error::InvalidArgument {
+                routine: "GridRanks::new",
+                what: "rank 0 could not make the NCCL communicator's identity".into(),
+            });
+        }
+        cluster.world().process_at_rank(0).broadcast_into(&mut bytes[..]);
+        NcclComm::of_rank(rt, device, cluster.rank(), cluster.size(), &NcclId::from_bytes(bytes))
+    }
+
     /// This rank's crossings and their engine, checked and allocated (see [`GridRanks::new`]).
+    #[allow(clippy::too_many_arguments)]
     fn crossings_of(
         cluster: &Cluster,
         rt: &'a Runtime,
@@ -188,6 +259,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         reach: Reach,
         owners: &[usize],
         placement: &[Option<usize>],
+        nccl: std::result::Result<(), &String>,
     ) -> Result<Made<'a, T>> {
         let rank = cluster.rank();
         let bad = |what: String| Error::InvalidArgument { routine: "GridRanks::new", what };
@@ -216,7 +288,12 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         let on_gpus = |d: &usize| rt.describe(*d).is_ok_and(|x| x.kind == BackendKind::Cuda);
         let all_cuda = placement.iter().flatten().all(on_gpus);
         let asked = std::env::var("OFFLOAD_HALO").ok();
-        let engine = HaloEngine::choose(asked.as_deref(), cluster.cuda_aware(), all_cuda)?;
+        let engine = HaloEngine::choose(
+            asked.as_deref(),
+            cluster.cuda_aware(),
+            all_cuda,
+            nccl.map_err(|s| s.as_str()),
+        )?;
         let mut crossings: [Vec<Crossing<'a, T>>; 2] = [Vec::new(), Vec::new()];
         for to in 0..parts {
             for (k, exchange) in part.exchanges(to, reach).enumerate() {
@@ -241,7 +318,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                     packed: DeviceBuffer::new(&rt.device(device)?, n)?,
                     staged: match engine.0 {
                         HaloEngine::Staged => Some(local_buffer(rt, device, n)?),
-                        HaloEngine::CudaAwareMpi => None,
+                        HaloEngine::CudaAwareMpi | HaloEngine::Nccl => None,
                     },
                 });
             }
@@ -333,6 +410,8 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                     let to = staged.as_mut_ptr() as u64;
                     self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
                 },
+                // NCCL's send is queued behind the packing on the device's compute queue.
+                None if self.nccl.is_some() => Ok(()),
                 // MPI reads the packed buffer itself: the packing must be done first.
                 None => self.rt.synchronize(c.device),
             };
@@ -340,9 +419,43 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         }
         // MPI writes the landing buffers themselves on the direct path: the unpacking of
         // the exchange before must be done first.
-        for c in incoming.iter().filter(|c| c.staged.is_none()) {
+        // (NCCL's receives are queued behind it on the compute queue.)
+        for c in incoming.iter().filter(|c| c.staged.is_none() && self.nccl.is_none()) {
             note(self.rt.synchronize(c.device).map_err(|e| self.failed(c, false, e)));
         }
+        if let Some(nccl) = &self.nccl {
+            note(self.nccl_group(nccl, outgoing, incoming));
+        } else {
+            self.mpi_messages(outgoing, incoming);
+        }
+        for c in incoming.iter_mut() {
+            if first_err.is_some() {
+                break;
+            }
+            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
+            let landed = match c.staged.as_mut() {
+                Some(staged) => {
+                    let from = staged.as_mut_ptr() as u64;
+                    // SAFETY: the received bytes (pinned, this crossing's) into its landing
+                    // buffer of as many on the part's device.
+                    unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, c.device, host) }
+                }
+                None => Ok(()),
+            };
+            let mapped = self.part.mapped(c.part);
+            let unpacked = landed.and_then(|()| self.rt.device(c.device)).and_then(|dev| {
+                halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
+            });
+            if let Err(e) = unpacked {
+                first_err = Some(self.failed(c, false, e));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Every receive and send of the crossings as MPI messages: the pinned buffers, or the
+    /// device buffers themselves (CUDA-aware MPI).
+    fn mpi_messages(&self, outgoing: &mut [Crossing<'a, T>], incoming: &mut [Crossing<'a, T>]) {
         // MPI's bytes: the pinned buffer, or the device buffer itself (CUDA-aware MPI).
         let raw = |c: &mut Crossing<'a, T>| RawBytes {
             ptr: match c.staged.as_mut() {
@@ -367,29 +480,40 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 waits.push(WaitGuard::from(peer.immediate_send_with_tag(scope, b, c.tag)));
             }
         });
-        for c in incoming.iter_mut() {
-            if first_err.is_some() {
-                break;
-            }
-            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            let landed = match c.staged.as_mut() {
-                Some(staged) => {
-                    let from = staged.as_mut_ptr() as u64;
-                    // SAFETY: the received bytes (pinned, this crossing's) into its landing
-                    // buffer of as many on the part's device.
-                    unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, c.device, host) }
-                }
-                None => Ok(()),
-            };
-            let mapped = self.part.mapped(c.part);
-            let unpacked = landed.and_then(|()| self.rt.device(c.device)).and_then(|dev| {
-                halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
-            });
-            if let Err(e) = unpacked {
-                first_err = Some(self.failed(c, false, e));
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Every receive and send of the crossings in one NCCL group, queued on the devices'
+    /// compute queues (peers are MPI ranks, which are the communicator's ranks); posted
+    /// after a failure here too, so that the neighbours' matching calls complete.
+    fn nccl_group(
+        &self,
+        nccl: &NcclComm<'a>,
+        outgoing: &[Crossing<'a, T>],
+        incoming: &[Crossing<'a, T>],
+    ) -> Result<()> {
+        let op = |c: &Crossing<'a, T>, send: bool| Transfer {
+            device: c.device,
+            send,
+            addr: c.packed.addr(),
+            bytes: c.exchange.recv.len() * std::mem::size_of::<T>(),
+            peer: c.peer,
+        };
+        let ops: Vec<Transfer> =
+            incoming.iter().map(|c| op(c, false)).chain(outgoing.iter().map(|c| op(c, true))).collect();
+        // SAFETY: every buffer is a crossing's live device allocation of `bytes` (freed
+        // after its device's queued work), under the exchange's lock: each packed buffer
+        // is read by its send alone, each landing buffer written by its receive and read
+        // by the unpacking queued after it.
+        unsafe { nccl.group(&ops) }.map_err(|e| match incoming.first().or(outgoing.first()) {
+            Some(c) => Error::Exchange {
+                rank: Some(self.rank),
+                part: c.part,
+                device: c.device,
+                region: format!("the group of {} regions sent and received over NCCL", ops.len()),
+                source: Box::new(e),
+            },
+            None => e,
+        })
     }
 
     /// `source`, a failure of crossing `c` on this rank, named: this rank, the part, its
@@ -432,23 +556,28 @@ mod tests {
     /// the engine, or the fallback with its reason; a wrong value refused.
     #[test]
     fn the_engine_is_the_one_asked_for_or_a_stated_fallback() {
-        let pick = |asked, aware, cuda| HaloEngine::choose(asked, aware, cuda).map(|(e, _)| e).ok();
+        let no = Err("no NCCL library");
+        let pick = |asked, aware, cuda| HaloEngine::choose(asked, aware, cuda, no).map(|(e, _)| e).ok();
         assert_eq!(pick(None, true, true), Some(HaloEngine::CudaAwareMpi));
         assert_eq!(pick(Some("auto"), true, true), Some(HaloEngine::CudaAwareMpi));
         assert_eq!(pick(Some("mpi"), true, true), Some(HaloEngine::CudaAwareMpi));
         assert_eq!(pick(Some("staged"), true, true), Some(HaloEngine::Staged));
+        let (engine, why) = HaloEngine::choose(Some("nccl"), false, true, Ok(())).unwrap();
+        assert_eq!((engine, why.as_str()), (HaloEngine::Nccl, "device buffers sent and received by NCCL"));
+        // NCCL only where asked for: `auto` prefers the direct MPI path, then staging.
+        assert_eq!(HaloEngine::choose(None, false, true, Ok(())).unwrap().0, HaloEngine::Staged);
         for (asked, aware, cuda, because) in [
             (None, false, true, "does not report CUDA support"),
             (Some("mpi"), false, true, "OFFLOAD_HALO=mpi, but the MPI library does not report CUDA support"),
             (Some("mpi"), true, false, "not on a CUDA GPU"),
-            (Some("nccl"), true, true, "NCCL, which is not built in yet"),
+            (Some("nccl"), true, true, "OFFLOAD_HALO=nccl, but no NCCL library"),
         ] {
-            let (engine, why) = HaloEngine::choose(asked, aware, cuda).unwrap();
+            let (engine, why) = HaloEngine::choose(asked, aware, cuda, no).unwrap();
             assert_eq!(engine, HaloEngine::Staged, "{asked:?}");
             assert!(why.contains(because) && why.starts_with("staged"), "{asked:?}: {why}");
         }
         assert!(matches!(
-            HaloEngine::choose(Some("rdma"), true, true),
+            HaloEngine::choose(Some("rdma"), true, true, Ok(())),
             Err(Error::InvalidSetting { var: "OFFLOAD_HALO", .. })
         ));
     }

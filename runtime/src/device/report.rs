@@ -23,6 +23,13 @@ impl DeviceState {
         self.backend.description()
     }
 
+    /// Its backend, for a collective library's vendor hooks (`crate::collective`), which
+    /// drive the device's queues beside the generic layer.
+    #[cfg(feature = "nccl")]
+    pub(crate) fn backend(&self) -> &dyn crate::backend::Backend {
+        &*self.backend
+    }
+
     /// Its UID (`omp_get_uid_from_device`).
     pub(crate) fn uid(&self) -> String {
         self.backend.uid()

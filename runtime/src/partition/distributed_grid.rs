@@ -29,6 +29,7 @@
 //! ```
 
 use crate::api::{DeviceBuffer, DeviceSlice};
+use crate::collective::{NcclComm, Transfer};
 use crate::data_env::MapType;
 use crate::error::{Error, Result};
 use crate::rt::memcpy::RectSide;
@@ -57,13 +58,16 @@ pub struct DistributedGrid<'a, T: HaloElement> {
 }
 
 /// One region a part sends: the exchange as its receiver lists it, packed into `packed` on
-/// the sender's device, copied into `landed` on the receiver's where that is another.
+/// the sender's device, copied into `landed` on the receiver's where that is another (or
+/// where NCCL moves it: [`DistributedGrid::exchange_halos_over`]).
 #[derive(Debug)]
 struct Send<'a, T: HaloElement> {
     to: usize,
     exchange: Exchange,
     packed: DeviceBuffer<'a, T>,
-    landed: Option<DeviceBuffer<'a, T>>,
+    landed: DeviceBuffer<'a, T>,
+    /// Whether sender and receiver are one device (unpacked from `packed` itself).
+    local: bool,
 }
 
 impl<'a, T: HaloElement> DistributedGrid<'a, T> {
@@ -138,8 +142,8 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 let Some(src) = placement[from] else { continue };
                 let n = exchange.recv.len();
                 let packed = DeviceBuffer::new(&rt.device(src)?, n)?;
-                let landed = if src == at { None } else { Some(DeviceBuffer::new(&rt.device(at)?, n)?) };
-                sends[from].push(Send { to, exchange, packed, landed });
+                let landed = DeviceBuffer::new(&rt.device(at)?, n)?;
+                sends[from].push(Send { to, exchange, packed, landed, local: src == at });
             }
         }
         let sends = sends.into_iter().map(Mutex::new).collect();
@@ -223,7 +227,12 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// Part `p`'s half of [`DistributedGrid::exchange_halos`]: each region of its owned
     /// box that a neighbour's halo holds is packed on `p`'s device (all of them first),
     /// copied to the neighbour's device if that is another, and unpacked into the
-    /// neighbour's halo.
+    /// neighbour's halo. Where the devices order work (docs/SEMANTICS.md R11: queued
+    /// launches, peer access between the two) all of it is queued and no thread waits:
+    /// each copy runs on its receiver after the packing, the unpacking after the copy, and
+    /// the sender's later work after the copy; so a part's faces travel at once, each on
+    /// its receiver's queue. Otherwise (`OFFLOAD_SYNC=1`, no peer access) the copies are
+    /// made before the call returns.
     ///
     /// Parts can send concurrently, each from its own thread: every region has one sender
     /// and one place it lands (a part's sends from two threads at once take turns). As
@@ -238,13 +247,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         let mapped = self.part.mapped(p);
         let sends = self.sends[p].lock();
         // Named only when something fails: a step's sends format nothing.
-        let failed = |s: &Send<'a, T>, source: Error| Error::Exchange {
-            rank: None,
-            part: p,
-            device,
-            region: sending(&s.exchange, s.to, &format!("device {}", self.placement[s.to].unwrap_or(device))),
-            source: Box::new(source),
-        };
+        let failed = |s: &Send<'a, T>, source: Error| self.failed(p, device, s, source);
         // Every region packed first (queued one after another on `p`'s device), so that the
         // copies below wait for the packing once, not once a region.
         let dev = self.rt.device(device)?;
@@ -254,32 +257,116 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         }
         for s in sends.iter() {
             let to_device = self.placement[s.to].unwrap_or(device);
-            let arrived = match &s.landed {
-                Some(landed) => {
-                    // SAFETY: both buffers are live allocations of their devices of
-                    // `recv.len()` elements, owned by `self`; only this part's sends write
-                    // `landed`, under the part's lock (held for the whole send).
-                    unsafe {
-                        self.rt.target_memcpy(
-                            landed.addr(),
-                            s.packed.addr(),
-                            s.exchange.recv.len() * std::mem::size_of::<T>(),
-                            0,
-                            0,
-                            to_device,
-                            device,
-                        )
-                    }
-                    .map_err(|e| failed(s, e))?;
-                    landed
-                }
-                None => &s.packed,
+            let arrived = if s.local {
+                &s.packed
+            } else {
+                self.copy_packed(s, device, to_device).map_err(|e| failed(s, e))?;
+                &s.landed
             };
             let to = self.rt.device(to_device).map_err(|e| failed(s, e))?;
             halo::unpack(&to, &s.exchange.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
                 .map_err(|e| failed(s, e))?;
         }
         Ok(())
+    }
+
+    /// [`DistributedGrid::exchange_halos`] with NCCL moving every region, between parts of
+    /// one device too (a rank sends to itself): each part's regions packed on its device,
+    /// all sent and received in one NCCL group on the devices' compute queues, then
+    /// unpacked. `comm` holds a rank on every device of a part held here
+    /// ([`NcclComm::of_devices`] over them). Nothing waits on the host: the group runs after
+    /// the work queued on each device before the call, the unpacking after it.
+    ///
+    /// Errors: a communicator of another runtime or without a rank on a part's device
+    /// ([`Error::InvalidArgument`]); a failing pack, group or unpack ([`Error::Exchange`],
+    /// naming the part and region, or the whole group).
+    pub fn exchange_halos_over(&self, comm: &NcclComm<'_>) -> Result<()> {
+        let rank = |d: usize| {
+            comm.rank_of(d).filter(|_| comm.runtime().same_as(self.rt)).ok_or_else(|| Error::InvalidArgument {
+                routine: "DistributedGrid::exchange_halos_over",
+                what: format!(
+                    "device {d} holds a part but has no rank in the communicator ({:?}); expected one of this \
+                     runtime with a rank on every device of a part",
+                    comm.held()
+                ),
+            })
+        };
+        // Every part's sends locked, in order (as one thread's `send_halos` takes one).
+        let held: Vec<usize> = self.held().collect();
+        let locked: Vec<_> = held.iter().map(|&p| self.sends[p].lock()).collect();
+        let mut ops = Vec::new();
+        for (&p, sends) in held.iter().zip(&locked) {
+            let device = self.placement[p].unwrap_or_default();
+            let dev = self.rt.device(device)?;
+            let mapped = self.part.mapped(p);
+            for s in sends.iter() {
+                let to_device = self.placement[s.to].unwrap_or(device);
+                let failed = |e| self.failed(p, device, s, e);
+                halo::pack(&dev, &s.exchange.send, &mapped, self.view(p), s.packed.view()).map_err(failed)?;
+                let bytes = s.exchange.recv.len() * std::mem::size_of::<T>();
+                let (from, to) = (rank(device)?, rank(to_device)?);
+                ops.push(Transfer { device, send: true, addr: s.packed.addr(), bytes, peer: to });
+                ops.push(Transfer {
+                    device: to_device,
+                    send: false,
+                    addr: s.landed.addr(),
+                    bytes,
+                    peer: from,
+                });
+            }
+        }
+        // SAFETY: every buffer is a live allocation of the grid's (freed only after its
+        // device's queued work), of `bytes`; each landing buffer is written by this group
+        // alone and read by the unpacking queued after it, under every part's lock.
+        if let Err(e) = unsafe { comm.group(&ops) } {
+            let (p, device) = held.first().map_or((0, 0), |&p| (p, self.placement[p].unwrap_or_default()));
+            let region = format!("the group of {} regions sent and received over NCCL", ops.len() / 2);
+            return Err(Error::Exchange { rank: None, part: p, device, region, source: Box::new(e) });
+        }
+        for (&p, sends) in held.iter().zip(&locked) {
+            let device = self.placement[p].unwrap_or_default();
+            for s in sends.iter() {
+                let to = self.rt.device(self.placement[s.to].unwrap_or(device))?;
+                halo::unpack(
+                    &to,
+                    &s.exchange.recv,
+                    &self.part.mapped(s.to),
+                    s.landed.view(),
+                    self.view(s.to),
+                )
+                .map_err(|e| self.failed(p, device, s, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `source`, a failure of part `p`'s region `s` (`p` on `device`), named.
+    fn failed(&self, p: usize, device: usize, s: &Send<'a, T>, source: Error) -> Error {
+        Error::Exchange {
+            rank: None,
+            part: p,
+            device,
+            region: sending(&s.exchange, s.to, &format!("device {}", self.placement[s.to].unwrap_or(device))),
+            source: Box::new(source),
+        }
+    }
+
+    /// Copies region `s`'s packed points from `device` to its landing buffer on
+    /// `to_device`: queued on the receiver behind the packing where the devices order work
+    /// (no thread waits, so every region of every part is in flight at once, each
+    /// receiver's on its own queue), else as `omp_target_memcpy` copies.
+    #[track_caller]
+    fn copy_packed(&self, s: &Send<'a, T>, device: usize, to_device: usize) -> Result<()> {
+        let landed = &s.landed;
+        let bytes = s.exchange.recv.len() * std::mem::size_of::<T>();
+        let at = std::panic::Location::caller();
+        if self.rt.queue_copy_blocks(to_device, landed.addr(), device, s.packed.addr(), bytes, at)? {
+            return Ok(());
+        }
+        // SAFETY: both buffers are live allocations of their devices of `recv.len()`
+        // elements, owned by `self`; only this part's sends write `landed`, under the
+        // part's lock (held for the whole send).
+        unsafe { self.rt.target_memcpy(landed.addr(), s.packed.addr(), bytes, 0, 0, to_device, device) }
     }
 
     /// Copies every owned box of the parts held here back to the host grid (halos and

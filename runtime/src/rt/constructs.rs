@@ -7,7 +7,7 @@ use super::recorder;
 use super::*;
 use crate::backend::Queue;
 use crate::device::audit::AuditRule;
-use crate::device::{DeviceState, Wait};
+use crate::device::{BlocksInUse, DeviceState, Wait};
 use crate::info::{InfoFields, InfoFlags};
 use crate::kernel::OmpSpace;
 use crate::origin::Origin;
@@ -641,6 +641,43 @@ impl Runtime {
         Ok(true)
     }
 
+    /// Queues a copy of `bytes` from `src` on offload device `src_device` to `dst` on
+    /// offload device `dst_device` (addresses inside `omp_target_alloc` blocks, which the
+    /// caller keeps allocated: a free waits for the device's queued work), ordered as
+    /// [`Runtime::queue_copy_between`] orders a copy of mapped rows, or on the device's
+    /// compute queue where both are one device. `true` once queued; `false`, with nothing
+    /// done, where the devices cannot order it so (the caller then copies as
+    /// `omp_target_memcpy` does). Both ranges are checked against their devices' live
+    /// blocks first.
+    pub(crate) fn queue_copy_blocks(
+        &self,
+        dst_device: usize,
+        dst: u64,
+        src_device: usize,
+        src: u64,
+        bytes: usize,
+        at: &'static Location<'static>,
+    ) -> Result<bool> {
+        let id = self.identity();
+        if recorder::recording(id, dst_device) || recorder::recording(id, src_device) {
+            return Ok(false);
+        }
+        let (dd, sd) = match (self.target(dst_device)?, self.target(src_device)?) {
+            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => (dd, sd),
+            _ => return Ok(false),
+        };
+        dd.check_range("omp_target_memcpy", dst, bytes)?;
+        sd.check_range("omp_target_memcpy", src, bytes)?;
+        if dd.number == sd.number {
+            dd.queue_copy_within(dst, src, bytes, [BlocksInUse::new(dd), BlocksInUse::new(dd)], at)?;
+        } else if self.reaches(dd.number, sd.number) {
+            dd.queue_copy_from_peer(dst, sd, src, bytes, (BlocksInUse::new(dd), BlocksInUse::new(sd)), at)?;
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     /// The device address of mapped `range` on device `device`, its block held allocated
     /// while the pin lives; on the initial device the host address (nothing to hold).
     /// After the work queued on the device has completed. `what` names it in an error.
@@ -709,7 +746,7 @@ impl Runtime {
             return Err(Error::NoKernelImpl { device, kernel: "gemm", backend: kind.name() });
         }
         // The operands stay allocated until the product is done.
-        let mut in_use = crate::device::BlocksInUse::new(d);
+        let mut in_use = BlocksInUse::new(d);
         let mut addrs = [0u64; 4];
         for (i, op) in operands.iter().enumerate() {
             let Some(op) = op else { continue };

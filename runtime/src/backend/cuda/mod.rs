@@ -1,6 +1,6 @@
 //! NVIDIA GPUs through `cudarc` (driver API, NVRTC), loaded at run time: the device and
 //! its platform here, every raw driver call it makes in [`driver`], kernels compiled by
-//! NVRTC in [`nvrtc`], cuBLASLt in [`cublaslt`].
+//! NVRTC in [`nvrtc`], cuBLASLt in [`cublaslt`], NCCL in `nccl` (feature `nccl`).
 //!
 //! With no `libcuda` on the machine (every CI runner) discovery reports zero CUDA devices
 //! and says why; nothing calls into the driver before [`driver::present`] said it is there,
@@ -16,6 +16,8 @@
 
 mod cublaslt;
 mod driver;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 mod nvrtc;
 
 pub(crate) use nvrtc::compile;

@@ -1,0 +1,217 @@
+//! NCCL through `cudarc` (`nccl`, loaded at run time like the driver): communicators over
+//! CUDA devices, point-to-point sends and receives of device memory in a group, sums.
+//! Every operation is queued on its device's compute stream, so it runs after the work
+//! queued there before it and before the work queued after it.
+//!
+//! cudarc panics on its first call into a library it cannot load: nothing here calls NCCL
+//! before [`probe`] found it.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use cudarc::nccl::{result, sys};
+
+use super::CudaDevice;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// NCCL's version, or why it cannot be loaded (asked once a process).
+pub(crate) fn probe() -> std::result::Result<String, String> {
+    static PROBED: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            // SAFETY: only tries to open the library by its names (no symbol is called).
+            if !unsafe { sys::is_culib_present() } {
+                return Err(
+                    "no NCCL library (libnccl.so) on the library path: install the nvidia-nccl-cu13 \
+                            wheel and put its lib/ folder, with a libnccl.so link, on LD_LIBRARY_PATH \
+                            (scripts/setup.sh --nccl)"
+                        .into(),
+                );
+            }
+            let v =
+                result::get_nccl_version().map_err(|e| format!("ncclGetVersion failed: {}", message(e.0)))?;
+            Ok(format!("NCCL {}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
+        })
+        .clone()
+}
+
+/// A communicator's identity, made by one process and given to every rank of it.
+pub(crate) type UniqueId = [u8; 128];
+
+/// A new identity, made for device `device` (named in an error). NCCL must have been
+/// found by [`probe`].
+pub(crate) fn unique_id(device: usize) -> Result<UniqueId> {
+    let id = result::get_uniqueid().map_err(|e| failed(device, "ncclGetUniqueId", e))?;
+    Ok(id.internal.map(|c| c as u8))
+}
+
+/// One rank of a communicator, on one CUDA device's compute stream.
+pub(crate) struct DeviceComm {
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+    device: usize,
+    rank: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time; the
+// runtime's callers serialise their calls on it (see `crate::collective`), and the stream
+// is the device's, which lives as long as the runtime that holds this.
+unsafe impl Send for DeviceComm {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceComm {}
+
+impl std::fmt::Debug for DeviceComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceComm").field("device", &self.device).field("rank", &self.rank).finish()
+    }
+}
+
+/// One send or receive of `bytes` of device memory at `addr`, on `comm`, with rank `peer`.
+pub(crate) struct P2p<'c> {
+    pub(crate) comm: &'c DeviceComm,
+    pub(crate) send: bool,
+    pub(crate) addr: u64,
+    pub(crate) bytes: usize,
+    pub(crate) peer: usize,
+}
+
+/// The ranks `ranks[i]` of a communicator of `nranks` ranks named `id`, on `devices[i]`
+/// (CUDA devices of this process, one rank each), made together in one group as NCCL
+/// asks of a process that holds several ranks.
+pub(crate) fn init(
+    devices: &[&dyn Backend],
+    ranks: &[usize],
+    nranks: usize,
+    id: &UniqueId,
+) -> Result<Vec<DeviceComm>> {
+    let first = devices.first().map_or(0, |d| d.number());
+    probe().map_err(|message| Error::Driver { device: first, call: "load NCCL", message })?;
+    let n = c_int::try_from(nranks).map_err(|_| Error::InvalidArgument {
+        routine: "NCCL communicator",
+        what: format!("{nranks} ranks"),
+    })?;
+    let mut made = Vec::with_capacity(devices.len());
+    let cuda: Vec<&CudaDevice> = devices
+        .iter()
+        .map(|d| super::super::same_vendor::<CudaDevice>(d.number(), *d))
+        .collect::<Result<_>>()?;
+    let uid = sys::ncclUniqueId { internal: id.map(|b| b as std::ffi::c_char) };
+    result::group_start().map_err(|e| failed(first, "ncclGroupStart", e))?;
+    let mut first_err = None;
+    for (d, &rank) in cuda.iter().zip(ranks) {
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        let r = d.bind().and_then(|()| {
+            let rank = c_int::try_from(rank).map_err(|_| Error::InvalidArgument {
+                routine: "NCCL communicator",
+                what: format!("rank {rank} of {nranks}"),
+            })?;
+            // SAFETY: `comm` is written by the call; this device's context is current.
+            unsafe { result::comm_init_rank(&mut comm, n, uid, rank) }
+                .map_err(|e| failed(d.number, "ncclCommInitRank", e))
+        });
+        match r {
+            Ok(_) => {
+                made.push(DeviceComm { comm, stream: d.compute.cu_stream().cast(), device: d.number, rank })
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let ended = result::group_end().map_err(|e| failed(first, "ncclGroupEnd (making communicators)", e));
+    if let Some(e) = first_err.or(ended.err()) {
+        return Err(e);
+    }
+    Ok(made)
+}
+
+/// Queues `ops` as one group: every send and receive posted before any is waited for, so
+/// ranks that exchange both ways never wait on each other.
+///
+/// # Safety
+/// Each op's memory is `bytes` of its communicator's device, live until the op has run,
+/// and no other work writes a buffer sent or reads a buffer received meanwhile.
+pub(crate) unsafe fn group(ops: &[P2p<'_>]) -> Result<()> {
+    let Some(first) = ops.first().map(|op| op.comm.device) else { return Ok(()) };
+    result::group_start().map_err(|e| failed(first, "ncclGroupStart", e))?;
+    let mut first_err = None;
+    for op in ops {
+        let peer = c_int::try_from(op.peer).unwrap_or(c_int::MAX);
+        let (dt, count) = (sys::ncclDataType_t::ncclUint8, op.bytes);
+        let r = if op.send {
+            // SAFETY: forwarded from the caller.
+            unsafe { result::send(op.addr as *const c_void, count, dt, peer, op.comm.comm, op.comm.stream) }
+                .map_err(|e| failed(op.comm.device, "ncclSend", e))
+        } else {
+            // SAFETY: forwarded from the caller.
+            unsafe { result::recv(op.addr as *mut c_void, count, dt, peer, op.comm.comm, op.comm.stream) }
+                .map_err(|e| failed(op.comm.device, "ncclRecv", e))
+        };
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    // Ended even after a failure: a group left open would swallow the next calls.
+    let ended = result::group_end().map_err(|e| failed(first, "ncclGroupEnd", e));
+    first_err.or(ended.err()).map_or(Ok(()), Err)
+}
+
+/// Queues the sum over the communicator's ranks of `count` f64, in place, at each held
+/// rank's address (`ranks`), in one group.
+///
+/// # Safety
+/// Each address holds `count` f64 of its rank's device, live until the sum has run.
+pub(crate) unsafe fn sum_f64(ranks: &[(&DeviceComm, u64)], count: usize) -> Result<()> {
+    let Some(first) = ranks.first().map(|(c, _)| c.device) else { return Ok(()) };
+    let (dt, op) = (sys::ncclDataType_t::ncclFloat64, sys::ncclRedOp_t::ncclSum);
+    result::group_start().map_err(|e| failed(first, "ncclGroupStart", e))?;
+    let mut first_err = None;
+    for &(c, addr) in ranks {
+        let p = addr as *mut c_void;
+        // SAFETY: forwarded from the caller.
+        if let Err(e) = unsafe { result::all_reduce(p, p, count, dt, op, c.comm, c.stream) } {
+            first_err.get_or_insert(failed(c.device, "ncclAllReduce", e));
+        }
+    }
+    let ended = result::group_end().map_err(|e| failed(first, "ncclGroupEnd", e));
+    first_err.or(ended.err()).map_or(Ok(()), Err)
+}
+
+impl DeviceComm {
+    /// The runtime's number of the device.
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Its rank in the communicator.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+}
+
+impl Drop for DeviceComm {
+    fn drop(&mut self) {
+        // SAFETY: the communicator is this value's; finalising waits for its queued
+        // operations, which the owner's buffers outlive (they are freed after the device's
+        // queued work).
+        unsafe {
+            let _ = result::comm_finalize(self.comm);
+            let _ = result::comm_destroy(self.comm);
+        }
+    }
+}
+
+fn message(r: sys::ncclResult_t) -> String {
+    // SAFETY: NCCL returns a static string for every result code.
+    let s = unsafe { sys::ncclGetErrorString(r) };
+    if s.is_null() {
+        return format!("{r:?}");
+    }
+    // SAFETY: non-null, NUL-terminated, static.
+    unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+}
+
+fn failed(device: usize, call: &'static str, e: result::NcclError) -> Error {
+    Error::Driver { device, call, message: format!("{} ({:?})", message(e.0), e.0) }
+}
