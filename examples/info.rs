@@ -176,6 +176,10 @@ fn report(rt: &Runtime) -> Result<String, offload::Error> {
             say!(out, "(the topology is a recorded one, not this machine's: its GPUs are not here)");
         }
     }
+    match offload::collective::NcclComm::available() {
+        Ok(version) => say!(out, "\nNCCL: {version} (OFFLOAD_HALO=nccl moves grid halos with it)"),
+        Err(why) => say!(out, "\nNCCL: not available: {why}"),
+    }
     Ok(out)
 }
 

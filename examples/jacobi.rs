@@ -17,8 +17,11 @@
 //! (force the CPU reference). Without GPUs it runs on host devices (two unless
 //! `OFFLOAD_HOST_DEVICES` says otherwise).
 
-use offload_examples::jacobi::{digest, max_diff, reference, solve, solve_grid, Args, KernelChoice};
+use offload_examples::jacobi::{
+    digest, max_diff, reference, solve, solve_grid, solve_grid_held, Args, KernelChoice,
+};
 use offload_examples::options::Options;
+use offload_examples::ranks::nccl_in_process;
 use offload_examples::{example_devices, example_runtime};
 
 const USAGE: &str = "jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-grid RxC] [-check]";
@@ -89,7 +92,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let multi = match args.grid {
-        Some(shape) => solve_grid(&rt, &devices, &args, shape)?,
+        Some(shape) => {
+            let placement: Vec<Option<usize>> =
+                (0..shape[0] * shape[1]).map(|p| Some(devices[p % devices.len()])).collect();
+            let (nccl, engine) = nccl_in_process(&rt, &devices);
+            if !args.csv {
+                println!("{engine}");
+            }
+            match nccl {
+                Some(across) => solve_grid_held(&rt, &placement, &args, shape, &across)?,
+                None => solve_grid(&rt, &devices, &args, shape)?,
+            }
+        }
         None => solve(&rt, &devices, &args)?,
     };
     let diff = max_diff(&single.grid, &multi.grid, args.nx, args.ny);

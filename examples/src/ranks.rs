@@ -36,6 +36,46 @@ pub trait GridAcross: Sync {
     fn is_root(&self) -> bool;
 }
 
+/// One process moving its grid's halos with NCCL (`OFFLOAD_HALO=nccl` without MPI): a
+/// [`GridAcross`] with no other rank, every region through the communicator.
+#[derive(Debug)]
+pub struct NcclInProcess<'rt>(pub offload::collective::NcclComm<'rt>);
+
+impl GridAcross for NcclInProcess<'_> {
+    fn exchange(&self, grid: &DistributedGrid<'_, f32>) -> Result<(), Error> {
+        grid.exchange_halos_over(&self.0)
+    }
+    fn sum(&self, x: f64) -> f64 {
+        x
+    }
+    fn is_root(&self) -> bool {
+        true
+    }
+}
+
+/// The NCCL communicator over `devices` (the distinct devices of a grid's parts) when
+/// `OFFLOAD_HALO` asks for NCCL in one process, with the line saying which engine runs and
+/// why; `None` (device-to-device copies) otherwise or where NCCL cannot run.
+pub fn nccl_in_process<'rt>(
+    rt: &'rt offload::Runtime,
+    devices: &[usize],
+) -> (Option<NcclInProcess<'rt>>, String) {
+    let asked = std::env::var("OFFLOAD_HALO").unwrap_or_default();
+    if asked.trim() != "nccl" {
+        return (None, "halo engine: device-to-device copies, queued (OFFLOAD_HALO is not nccl)".into());
+    }
+    let mut distinct = devices.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    match offload::collective::NcclComm::of_devices(rt, &distinct) {
+        Ok(comm) => {
+            let version = offload::collective::NcclComm::available().unwrap_or_default();
+            (Some(NcclInProcess(comm)), format!("halo engine: NCCL ({version}), as OFFLOAD_HALO=nccl asks"))
+        }
+        Err(e) => (None, format!("halo engine: device-to-device copies, queued: OFFLOAD_HALO=nccl, but {e}")),
+    }
+}
+
 /// The rank that holds each of `parts` parts over `ranks` ranks: contiguous runs of parts,
 /// as even as they can be (part `p` on rank `p * ranks / parts`).
 pub fn grid_owners(parts: usize, ranks: usize) -> Vec<usize> {

@@ -24,6 +24,7 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+#[cfg(feature = "nccl")]
 use parking_lot::Mutex;
 
 use crate::api::DeviceBuffer;
@@ -80,8 +81,6 @@ pub struct NcclComm<'rt> {
     /// One group at a time: NCCL's calls on a communicator are not to interleave.
     #[cfg(feature = "nccl")]
     comms: Mutex<Vec<nccl::DeviceComm>>,
-    #[cfg(not(feature = "nccl"))]
-    comms: Mutex<Vec<()>>,
 }
 
 impl std::fmt::Debug for NcclComm<'_> {
@@ -93,6 +92,7 @@ impl std::fmt::Debug for NcclComm<'_> {
 /// One send or receive of a group ([`NcclComm`]'s crate-private `group`): `bytes` of
 /// device memory at `addr` on `device` (a device with a rank held here), with rank `peer`.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
 pub(crate) struct Transfer {
     pub(crate) device: usize,
     pub(crate) send: bool,
