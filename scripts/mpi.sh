@@ -59,6 +59,15 @@ for run in "${grid_runs[@]}"; do
     echo "FAILED: mpirun -np $np ${cmd[*]}"; failed=$((failed + 1)); continue; }
   compare "mpirun -np $np ${cmd[*]}" "$want" "$got"
 done
+# OFFLOAD_HALO=nccl on host devices: every rank falls back to staging and says why; the
+# grid is the one the other engines give.
+want=$(OFFLOAD_HOST_DEVICES=1 "$examples/jacobi" -nx 190 -ny 67 -niter 41 -kernel generated | grep '^result:')
+out=$(OFFLOAD_HOST_DEVICES=1 "${mpirun[@]}" -np 4 env OFFLOAD_HALO=nccl "$examples/jacobi" -nx 190 -ny 67 \
+  -niter 41 -kernel generated -grid 2x2 -check) || { echo "FAILED: the nccl fallback run"; failed=$((failed + 1)); }
+if ! grep -q "OFFLOAD_HALO=nccl, but" <<<"$out"; then
+  echo "FAILED: the nccl fallback gave no reason: $(grep -i engine <<<"$out")"; failed=$((failed + 1))
+fi
+compare "mpirun -np 4 OFFLOAD_HALO=nccl jacobi -grid 2x2" "$want" "$(grep '^result:' <<<"$out")"
 # A timeline per rank: OFFLOAD_TRACE=x.json under mpirun -np 2 writes x.rank0.json and
 # x.rank1.json, each a whole trace whose processes carry the rank.
 trace=$(mktemp -d)

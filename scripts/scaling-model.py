@@ -29,9 +29,10 @@ most even split); the busiest part exchanges two faces along each split axis, ea
 `b` bytes; faces across any axis but the slowest are strided, so packed and unpacked on the
 device (`2 (PACK_US + b / PACK_GBS)`, measured, and also every face on the direct path,
 which hands MPI one contiguous buffer); staging `2 (a_copy + b / B_copy)` per face with
-serial ends (today's), or `2 (a_copy + sum b / B_copy)` with concurrent ends (the faces on
-their own queues sharing the two DMA directions); none on the direct path (a CUDA-aware MPI
-or NCCL); the network carries every face but those to the part's neighbours on its node
+serial ends (each face its own copies), or `2 (a_copy + sum b / B_copy)` with concurrent
+ends (all of a device's faces packed side by side and staged in one copy a direction, as
+`cluster::GridRanks` does since issue 50); none on the direct path (a CUDA-aware MPI or
+NCCL); the network carries every face but those to the part's neighbours on its node
 (one per split axis its node's block of parts spans, through shared memory beside it).
 
 `python3 scripts/scaling-model.py` prints the tables of docs/PERFORMANCE.md; `--help` for the
@@ -150,8 +151,8 @@ def faces(extents, shape, periodic):
 
 def grid_step(kernel_us, fixed_us, gpus, extents, axes, ends, path, hidden, norm_every, periodic=False):
     """One step of a strong-scaled run on a grid of parts over `axes` axes (1: slabs):
-    `ends` "serial" (each face's copies one after another, today's) or "concurrent" (every
-    face on its own queue at once, sharing the DMA engines); `path` "staged" (device ->
+    `ends` "serial" (each face's copies one after another) or "concurrent" (all faces
+    staged in one copy a direction, as GridRanks' arenas do); `path` "staged" (device ->
     pinned -> network -> pinned -> device) or "direct" (device buffers to a CUDA-aware MPI
     or NCCL)."""
     n = nodes(gpus)

@@ -1,10 +1,13 @@
 //! A grid split in one, two or three dimensions ([`GridPartition`]) over the ranks of an
 //! MPI job: each rank holds some of the parts ([`DistributedGrid::map_held`]), and
 //! [`GridRanks::exchange`] moves every region between parts, within the rank as
-//! [`DistributedGrid::exchange_halos`] does and between ranks through pinned host buffers:
-//! packed on the sender's device by the generated box kernel, copied to its rank's pinned
-//! buffer, sent; received into the receiver's pinned buffer, copied to its device,
-//! unpacked.
+//! [`DistributedGrid::exchange_halos`] does and between ranks by one of three engines
+//! ([`HaloEngine`]): staged through pinned host buffers (packed on the sender's device by
+//! the generated box kernel, copied to its rank's pinned buffer, sent; received into the
+//! receiver's pinned buffer, copied to its device, unpacked), or the packed device buffers
+//! handed to a CUDA-aware MPI or to NCCL. A device's regions of one direction lie side by
+//! side in one buffer (an arena), so that a step stages each device's faces in one host
+//! copy a direction, not one a face.
 
 use mpi::request::WaitGuard;
 use mpi::traits::*;
@@ -27,8 +30,8 @@ use crate::BackendKind;
 const TAGS_PER_PART: usize = 27;
 
 /// A region crossing between this rank and another: the exchange as its receiver lists it,
-/// the part held here, the other rank, the tag, and the buffers it goes through.
-struct Crossing<'a, T: HaloElement> {
+/// the part held here, the other rank, the tag, and where in its [`Arena`] it goes.
+struct Crossing {
     /// The part held here: the sender of an outgoing region, the receiver of an incoming.
     part: usize,
     /// Its device.
@@ -38,14 +41,27 @@ struct Crossing<'a, T: HaloElement> {
     peer: usize,
     tag: i32,
     exchange: Exchange,
-    /// On the held part's device: the region packed (outgoing) or landed (incoming).
+    /// Its arena (of its direction) and its first element there.
+    arena: usize,
+    at: usize,
+}
+
+/// The regions one device sends (or receives) across ranks, back to back: packed (landed)
+/// in one device buffer and staged in one pinned buffer, so that each device and direction
+/// makes one host copy a step for all its faces, not one a face.
+struct Arena<'a, T: HaloElement> {
+    device: usize,
     packed: DeviceBuffer<'a, T>,
-    /// Pinned, allocated on the device's compute lane; `None` where MPI takes `packed`.
+    /// Pinned, allocated on the device's compute lane; `None` where the engine takes
+    /// `packed` itself (a CUDA-aware MPI, NCCL).
     staged: Option<HostBuffer<T>>,
 }
 
-/// A rank's crossings, `[outgoing, incoming]`, and its engine with the reason.
-type Made<'a, T> = ([Vec<Crossing<'a, T>>; 2], (HaloEngine, String));
+/// Each direction's crossings and arenas, `[outgoing, incoming]`.
+type Directions<'a, T> = ([Vec<Crossing>; 2], [Vec<Arena<'a, T>>; 2]);
+
+/// A rank's crossings and arenas, and its engine with the reason.
+type Made<'a, T> = (Directions<'a, T>, (HaloEngine, String));
 
 /// How a grid's regions cross between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +164,7 @@ pub struct GridRanks<'a, T: HaloElement> {
     reach: Reach,
     placement: Vec<Option<usize>>,
     /// `[outgoing, incoming]`, locked for a whole exchange.
-    crossings: Mutex<[Vec<Crossing<'a, T>>; 2]>,
+    crossings: Mutex<Directions<'a, T>>,
     engine: (HaloEngine, String),
     /// This rank's rank of the job's NCCL communicator, with [`HaloEngine::Nccl`].
     nccl: Option<NcclComm<'a>>,
@@ -160,8 +176,8 @@ impl<T: HaloElement> std::fmt::Debug for GridRanks<'_, T> {
         f.debug_struct("GridRanks")
             .field("rank", &self.rank)
             .field("placement", &self.placement)
-            .field("outgoing", &c[0].len())
-            .field("incoming", &c[1].len())
+            .field("outgoing", &c.0[0].len())
+            .field("incoming", &c.0[1].len())
             .field("engine", &self.engine)
             .finish()
     }
@@ -294,7 +310,9 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             all_cuda,
             nccl.map_err(|s| s.as_str()),
         )?;
-        let mut crossings: [Vec<Crossing<'a, T>>; 2] = [Vec::new(), Vec::new()];
+        let mut crossings: [Vec<Crossing>; 2] = [Vec::new(), Vec::new()];
+        // Each direction's arenas' devices and lengths, in the order first needed.
+        let mut sizes: [Vec<(usize, usize)>; 2] = [Vec::new(), Vec::new()];
         for to in 0..parts {
             for (k, exchange) in part.exchanges(to, reach).enumerate() {
                 let from = exchange.neighbour;
@@ -308,13 +326,34 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 if bytes.is_none() {
                     return Err(bad(format!("a region of {n} points exceeds an MPI count")));
                 }
+                let arena = match sizes[out].iter().position(|&(d, _)| d == device) {
+                    Some(a) => a,
+                    None => {
+                        sizes[out].push((device, 0));
+                        sizes[out].len() - 1
+                    }
+                };
+                let at = sizes[out][arena].1;
+                sizes[out][arena].1 =
+                    at.checked_add(n).ok_or_else(|| bad(format!("regions of {at} + {n} points")))?;
+                let tag = (to * TAGS_PER_PART + k) as i32;
                 crossings[out].push(Crossing {
                     part: held,
                     device,
                     other,
                     peer: owners[other],
-                    tag: (to * TAGS_PER_PART + k) as i32,
+                    tag,
                     exchange,
+                    arena,
+                    at,
+                });
+            }
+        }
+        let mut arenas: [Vec<Arena<'a, T>>; 2] = [Vec::new(), Vec::new()];
+        for (out, list) in sizes.iter().enumerate() {
+            for &(device, n) in list {
+                arenas[out].push(Arena {
+                    device,
                     packed: DeviceBuffer::new(&rt.device(device)?, n)?,
                     staged: match engine.0 {
                         HaloEngine::Staged => Some(local_buffer(rt, device, n)?),
@@ -323,7 +362,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 });
             }
         }
-        Ok((crossings, engine))
+        Ok(((crossings, arenas), engine))
     }
 
     /// The engine the regions cross with, and why it was chosen ([`HaloEngine::choose`]
@@ -335,7 +374,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     /// The regions this rank sends to other ranks and receives from them.
     pub fn crossings(&self) -> [usize; 2] {
         let c = self.crossings.lock();
-        [c[0].len(), c[1].len()]
+        [c.0[0].len(), c.0[1].len()]
     }
 
     /// Brings every part of `grid` held here its neighbours' points: from parts held here
@@ -384,67 +423,82 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             note(grid.exchange_halos());
         }
         let mut guard = self.crossings.lock();
-        let [outgoing, incoming] = &mut *guard;
+        let ([outgoing, incoming], [sending, landing]) = &mut *guard;
         let host = self.rt.initial_device();
-        // Every region packed first (queued on its part's device), then copied out: the
-        // first copy from a device waits for its packing once.
+        let size = std::mem::size_of::<T>();
+        // Every region packed first (queued on its part's device, each at its place in its
+        // device's arena), then each arena copied out in one go: the copy waits for the
+        // packing once, and a device makes one host copy a step, not one a face.
         for c in outgoing.iter() {
             if !usable {
                 break;
             }
             let mapped = self.part.mapped(c.part);
+            let a = &sending[c.arena];
             let packed = self.rt.device(c.device).and_then(|dev| {
-                halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), c.packed.view())
+                let into = a.packed.view().slice(c.at..c.at + c.exchange.recv.len())?;
+                halo::pack(&dev, &c.exchange.send, &mapped, grid.view(c.part), into)
             });
             note(packed.map_err(|e| self.failed(c, true, e)));
         }
-        for c in outgoing.iter_mut() {
+        for (k, a) in sending.iter_mut().enumerate() {
             if !usable {
                 break;
             }
-            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            let copied = match c.staged.as_mut() {
-                // SAFETY: the packed region (a live buffer of `bytes`) into the pinned buffer
-                // of as many, both owned by this crossing, whose lock the exchange holds.
+            let bytes = a.packed.len() * size;
+            let copied = match a.staged.as_mut() {
+                // SAFETY: the packed regions (a live buffer of `bytes`) into the pinned
+                // buffer of as many, both owned by this arena, whose lock the exchange holds.
                 Some(staged) => unsafe {
                     let to = staged.as_mut_ptr() as u64;
-                    self.rt.target_memcpy(to, c.packed.addr(), bytes, 0, 0, host, c.device)
+                    self.rt.target_memcpy(to, a.packed.addr(), bytes, 0, 0, host, a.device)
                 },
                 // NCCL's send is queued behind the packing on the device's compute queue.
                 None if self.nccl.is_some() => Ok(()),
                 // MPI reads the packed buffer itself: the packing must be done first.
-                None => self.rt.synchronize(c.device),
+                None => self.rt.synchronize(a.device),
             };
-            note(copied.map_err(|e| self.failed(c, true, e)));
+            if let (Err(e), Some(c)) = (copied, outgoing.iter().find(|c| c.arena == k)) {
+                note(Err(self.failed(c, true, e)));
+            }
         }
         // MPI writes the landing buffers themselves on the direct path: the unpacking of
         // the exchange before must be done first.
         // (NCCL's receives are queued behind it on the compute queue.)
-        for c in incoming.iter().filter(|c| c.staged.is_none() && self.nccl.is_none()) {
-            note(self.rt.synchronize(c.device).map_err(|e| self.failed(c, false, e)));
+        for (k, a) in landing.iter().enumerate().filter(|(_, a)| a.staged.is_none() && self.nccl.is_none()) {
+            if let (Err(e), Some(c)) = (self.rt.synchronize(a.device), incoming.iter().find(|c| c.arena == k))
+            {
+                note(Err(self.failed(c, false, e)));
+            }
         }
         if let Some(nccl) = &self.nccl {
-            note(self.nccl_group(nccl, outgoing, incoming));
+            note(self.nccl_group(nccl, outgoing, incoming, sending, landing));
         } else {
-            self.mpi_messages(outgoing, incoming);
+            self.mpi_messages(outgoing, incoming, sending, landing);
         }
-        for c in incoming.iter_mut() {
+        // Each arena's received regions copied in at once, then each region unpacked.
+        let mut landed = vec![Ok(()); landing.len()];
+        for (a, r) in landing.iter_mut().zip(landed.iter_mut()) {
             if first_err.is_some() {
                 break;
             }
-            let bytes = c.exchange.recv.len() * std::mem::size_of::<T>();
-            let landed = match c.staged.as_mut() {
-                Some(staged) => {
-                    let from = staged.as_mut_ptr() as u64;
-                    // SAFETY: the received bytes (pinned, this crossing's) into its landing
-                    // buffer of as many on the part's device.
-                    unsafe { self.rt.target_memcpy(c.packed.addr(), from, bytes, 0, 0, c.device, host) }
-                }
-                None => Ok(()),
-            };
+            if let Some(staged) = a.staged.as_mut() {
+                let from = staged.as_mut_ptr() as u64;
+                // SAFETY: the received bytes (pinned, this arena's) into its landing buffer
+                // of as many on its device.
+                *r = unsafe {
+                    self.rt.target_memcpy(a.packed.addr(), from, a.packed.len() * size, 0, 0, a.device, host)
+                };
+            }
+        }
+        for c in incoming.iter() {
+            if first_err.is_some() {
+                break;
+            }
             let mapped = self.part.mapped(c.part);
-            let unpacked = landed.and_then(|()| self.rt.device(c.device)).and_then(|dev| {
-                halo::unpack(&dev, &c.exchange.recv, &mapped, c.packed.view(), grid.view(c.part))
+            let unpacked = landed[c.arena].clone().and_then(|()| self.rt.device(c.device)).and_then(|dev| {
+                let from = landing[c.arena].packed.view().slice(c.at..c.at + c.exchange.recv.len())?;
+                halo::unpack(&dev, &c.exchange.recv, &mapped, from, grid.view(c.part))
             });
             if let Err(e) = unpacked {
                 first_err = Some(self.failed(c, false, e));
@@ -453,19 +507,24 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Every receive and send of the crossings as MPI messages: the pinned buffers, or the
-    /// device buffers themselves (CUDA-aware MPI).
-    fn mpi_messages(&self, outgoing: &mut [Crossing<'a, T>], incoming: &mut [Crossing<'a, T>]) {
-        // MPI's bytes: the pinned buffer, or the device buffer itself (CUDA-aware MPI).
-        let raw = |c: &mut Crossing<'a, T>| RawBytes {
-            ptr: match c.staged.as_mut() {
-                Some(staged) => staged.as_mut_ptr().cast(),
-                None => c.packed.addr() as *mut u8,
+    /// Every receive and send of the crossings as MPI messages: from the arenas' pinned
+    /// buffers, or their device buffers themselves (CUDA-aware MPI).
+    fn mpi_messages(
+        &self,
+        outgoing: &[Crossing],
+        incoming: &[Crossing],
+        sending: &mut [Arena<'a, T>],
+        landing: &mut [Arena<'a, T>],
+    ) {
+        let raw = |c: &Crossing, a: &mut Arena<'a, T>| RawBytes {
+            ptr: match a.staged.as_mut() {
+                Some(staged) => staged.as_mut_ptr().wrapping_add(c.at).cast(),
+                None => (a.packed.addr() + (c.at * std::mem::size_of::<T>()) as u64) as *mut u8,
             },
             len: (c.exchange.recv.len() * std::mem::size_of::<T>()) as Count,
         };
-        let mut into: Vec<RawBytes> = incoming.iter_mut().map(raw).collect();
-        let out: Vec<RawBytes> = outgoing.iter_mut().map(raw).collect();
+        let mut into: Vec<RawBytes> = incoming.iter().map(|c| raw(c, &mut landing[c.arena])).collect();
+        let out: Vec<RawBytes> = outgoing.iter().map(|c| raw(c, &mut sending[c.arena])).collect();
         // Every receive and send posted before any is waited for (the guards wait when the
         // scope ends), so ranks exchanging both ways never wait on each other; posted even
         // after a failure here, so that the neighbours' matching calls complete.
@@ -488,22 +547,28 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     fn nccl_group(
         &self,
         nccl: &NcclComm<'a>,
-        outgoing: &[Crossing<'a, T>],
-        incoming: &[Crossing<'a, T>],
+        outgoing: &[Crossing],
+        incoming: &[Crossing],
+        sending: &[Arena<'a, T>],
+        landing: &[Arena<'a, T>],
     ) -> Result<()> {
-        let op = |c: &Crossing<'a, T>, send: bool| Transfer {
+        let size = std::mem::size_of::<T>();
+        let op = |c: &Crossing, a: &Arena<'a, T>, send: bool| Transfer {
             device: c.device,
             send,
-            addr: c.packed.addr(),
-            bytes: c.exchange.recv.len() * std::mem::size_of::<T>(),
+            addr: a.packed.addr() + (c.at * size) as u64,
+            bytes: c.exchange.recv.len() * size,
             peer: c.peer,
         };
-        let ops: Vec<Transfer> =
-            incoming.iter().map(|c| op(c, false)).chain(outgoing.iter().map(|c| op(c, true))).collect();
-        // SAFETY: every buffer is a crossing's live device allocation of `bytes` (freed
-        // after its device's queued work), under the exchange's lock: each packed buffer
-        // is read by its send alone, each landing buffer written by its receive and read
-        // by the unpacking queued after it.
+        let ops: Vec<Transfer> = incoming
+            .iter()
+            .map(|c| op(c, &landing[c.arena], false))
+            .chain(outgoing.iter().map(|c| op(c, &sending[c.arena], true)))
+            .collect();
+        // SAFETY: every region lies in its arena's live device allocation (freed after its
+        // device's queued work), under the exchange's lock: each packed region is read by
+        // its send alone, each landing region written by its receive and read by the
+        // unpacking queued after it.
         unsafe { nccl.group(&ops) }.map_err(|e| match incoming.first().or(outgoing.first()) {
             Some(c) => Error::Exchange {
                 rank: Some(self.rank),
@@ -518,7 +583,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
 
     /// `source`, a failure of crossing `c` on this rank, named: this rank, the part, its
     /// device and the region, sent (`out`) or received (formatted only on failure).
-    fn failed(&self, c: &Crossing<'a, T>, out: bool, source: Error) -> Error {
+    fn failed(&self, c: &Crossing, out: bool, source: Error) -> Error {
         let other = format!("rank {}", c.peer);
         let region =
             if out { sending(&c.exchange, c.other, &other) } else { receiving(&c.exchange, c.other, &other) };
