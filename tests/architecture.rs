@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "partition",
             "recording",
             "cluster",
+            "collective",
             "macro_support",
             "soak",
             "tensor",

@@ -24,16 +24,15 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
-#[cfg(feature = "nccl")]
-use parking_lot::Mutex;
-
 use crate::api::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::rt::Runtime;
 use crate::BackendKind;
 
 #[cfg(feature = "nccl")]
-use crate::backend::cuda::nccl;
+pub(crate) use crate::rt::nccl::Transfer;
+#[cfg(feature = "nccl")]
+use crate::rt::nccl::{nccl_probe, NcclRanks};
 
 /// A communicator's identity: made once ([`NcclId::new`]), given to every rank (over MPI,
 /// as bytes), which then makes its rank with it ([`NcclComm::of_rank`]).
@@ -47,18 +46,22 @@ impl std::fmt::Debug for NcclId {
 }
 
 impl NcclId {
-    /// A new identity (NCCL's `ncclGetUniqueId`).
+    /// A new identity (NCCL's `ncclGetUniqueId`), made by the process that will hold a
+    /// rank on `device` of `rt` (named in an error).
     ///
     /// Errors: NCCL not built in or not loadable ([`Error::InvalidArgument`] with the
     /// reason), or its call failing ([`Error::Driver`]).
-    pub fn new() -> Result<Self> {
+    pub fn new(rt: &Runtime, device: usize) -> Result<Self> {
         #[cfg(feature = "nccl")]
         {
-            nccl::probe().map_err(unavailable)?;
-            nccl::unique_id(0).map(Self)
+            nccl_probe().map_err(unavailable)?;
+            rt.nccl_unique_id(device).map(Self)
         }
         #[cfg(not(feature = "nccl"))]
-        Err(unavailable(not_built()))
+        {
+            let _ = (rt, device);
+            Err(unavailable(not_built()))
+        }
     }
 
     /// The identity as bytes, to send to the other ranks.
@@ -80,7 +83,7 @@ pub struct NcclComm<'rt> {
     ranks: usize,
     /// One group at a time: NCCL's calls on a communicator are not to interleave.
     #[cfg(feature = "nccl")]
-    comms: Mutex<Vec<nccl::DeviceComm>>,
+    comms: parking_lot::Mutex<NcclRanks>,
 }
 
 impl std::fmt::Debug for NcclComm<'_> {
@@ -89,10 +92,10 @@ impl std::fmt::Debug for NcclComm<'_> {
     }
 }
 
-/// One send or receive of a group ([`NcclComm`]'s crate-private `group`): `bytes` of
-/// device memory at `addr` on `device` (a device with a rank held here), with rank `peer`.
+/// Without NCCL there is nothing to send with; the type keeps the callers one code.
+#[cfg(not(feature = "nccl"))]
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+#[allow(dead_code)]
 pub(crate) struct Transfer {
     pub(crate) device: usize,
     pub(crate) send: bool,
@@ -107,7 +110,7 @@ impl<'rt> NcclComm<'rt> {
     pub fn available() -> std::result::Result<String, String> {
         #[cfg(feature = "nccl")]
         {
-            nccl::probe()
+            nccl_probe()
         }
         #[cfg(not(feature = "nccl"))]
         Err(not_built())
@@ -124,10 +127,7 @@ impl<'rt> NcclComm<'rt> {
         Self::checked(rt, devices, devices.len())?;
         #[cfg(feature = "nccl")]
         {
-            let id = {
-                nccl::probe().map_err(unavailable)?;
-                nccl::unique_id(devices[0])?
-            };
+            let id = NcclId::new(rt, devices[0])?.0;
             Self::made(rt, devices, &ranks, devices.len(), &id)
         }
         #[cfg(not(feature = "nccl"))]
@@ -151,7 +151,7 @@ impl<'rt> NcclComm<'rt> {
         Self::checked(rt, &[device], ranks)?;
         #[cfg(feature = "nccl")]
         {
-            nccl::probe().map_err(unavailable)?;
+            nccl_probe().map_err(unavailable)?;
             Self::made(rt, &[device], &[rank], ranks, &id.0)
         }
         #[cfg(not(feature = "nccl"))]
@@ -187,11 +187,9 @@ impl<'rt> NcclComm<'rt> {
         nranks: usize,
         id: &[u8; 128],
     ) -> Result<Self> {
-        let states = devices.iter().map(|&d| rt.device_state(d)).collect::<Result<Vec<_>>>()?;
-        let backends: Vec<&dyn crate::backend::Backend> = states.iter().map(|s| s.backend()).collect();
-        let comms = nccl::init(&backends, ranks, nranks, id)?;
-        let held = comms.iter().map(|c| (c.device(), c.rank())).collect();
-        Ok(Self { rt, held, ranks: nranks, comms: Mutex::new(comms) })
+        let made = rt.nccl_ranks(devices, ranks, nranks, id)?;
+        let held = made.held();
+        Ok(Self { rt, held, ranks: nranks, comms: parking_lot::Mutex::new(made) })
     }
 
     /// The runtime its devices are of.
@@ -239,13 +237,11 @@ impl<'rt> NcclComm<'rt> {
         }
         #[cfg(feature = "nccl")]
         {
-            let comms = self.comms.lock();
-            let ranks: Vec<(&nccl::DeviceComm, u64)> =
-                comms.iter().zip(values).map(|(c, v)| (c, v.addr())).collect();
+            let addrs: Vec<u64> = values.iter().map(|v| v.addr()).collect();
             // SAFETY: each buffer is a live allocation of `len` f64 on its rank's device,
             // borrowed for the call; a free of it waits for the device's queued work, the
             // sum included.
-            unsafe { nccl::sum_f64(&ranks, values[0].len()) }
+            unsafe { self.rt.nccl_sum_f64(&self.comms.lock(), &addrs, values[0].len()) }
         }
         #[cfg(not(feature = "nccl"))]
         Err(unavailable(not_built()))
@@ -260,20 +256,8 @@ impl<'rt> NcclComm<'rt> {
     pub(crate) unsafe fn group(&self, ops: &[Transfer]) -> Result<()> {
         #[cfg(feature = "nccl")]
         {
-            let comms = self.comms.lock();
-            let mut p2p = Vec::with_capacity(ops.len());
-            for op in ops {
-                let Some(comm) = comms.iter().find(|c| c.device() == op.device) else {
-                    return Err(Error::InvalidArgument {
-                        routine: "NcclComm",
-                        what: format!("device {} has no rank here", op.device),
-                    });
-                };
-                self.rt.device_state(op.device)?.check_range("ncclSend/ncclRecv", op.addr, op.bytes)?;
-                p2p.push(nccl::P2p { comm, send: op.send, addr: op.addr, bytes: op.bytes, peer: op.peer });
-            }
-            // SAFETY: forwarded from the caller; each range checked inside a live block.
-            unsafe { nccl::group(&p2p) }
+            // SAFETY: forwarded from the caller (the runtime checks each range).
+            unsafe { self.rt.nccl_group(&self.comms.lock(), ops) }
         }
         #[cfg(not(feature = "nccl"))]
         {

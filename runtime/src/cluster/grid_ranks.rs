@@ -252,7 +252,8 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     /// failing to make the identity fails every rank; NCCL's own initialisation is
     /// collective in NCCL (a rank failing inside it may leave the others waiting there).
     fn nccl_rank(cluster: &Cluster, rt: &'a Runtime, device: usize) -> Result<NcclComm<'a>> {
-        let made = if cluster.is_root() { NcclId::new().map(|id| id.to_bytes()) } else { Ok([0; 128]) };
+        let made =
+            if cluster.is_root() { NcclId::new(rt, device).map(|id| id.to_bytes()) } else { Ok([0; 128]) };
         let mut bytes = *made.as_ref().unwrap_or(&[0; 128]);
         let root_failed = cluster.max(if made.is_ok() { 0.0 } else { 1.0 }) > 0.0;
         made?;

@@ -55,8 +55,9 @@ pub(crate) struct DeviceComm {
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time; the
-// runtime's callers serialise their calls on it (see `crate::collective`), and the stream
-// is the device's, which lives as long as the runtime that holds this.
+// runtime's callers serialise their calls on it (`crate::collective` locks it for each
+// group), and the stream is the device's, which lives as long as the runtime that holds
+// this.
 unsafe impl Send for DeviceComm {}
 // SAFETY: as above.
 unsafe impl Sync for DeviceComm {}
