@@ -21,7 +21,7 @@ use offload_examples::jacobi::{
     digest, max_diff, reference, solve, solve_grid, solve_grid_held, Args, KernelChoice,
 };
 use offload_examples::options::Options;
-use offload_examples::ranks::nccl_in_process;
+use offload_examples::ranks::grid_in_process;
 use offload_examples::{example_devices, example_runtime};
 
 const USAGE: &str = "jacobi [-niter N] [-nccheck N] [-nx N] [-ny N] [-csv] [-ndev N] [-rows N] [-halo peer|memcpy] [-kernel generated|teams|tuned] [-grid RxC] [-check]";
@@ -92,18 +92,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let multi = match args.grid {
-        Some(shape) => {
-            let placement: Vec<Option<usize>> =
-                (0..shape[0] * shape[1]).map(|p| Some(devices[p % devices.len()])).collect();
-            let (nccl, engine) = nccl_in_process(&rt, &devices);
-            if !args.csv {
-                println!("{engine}");
-            }
-            match nccl {
-                Some(across) => solve_grid_held(&rt, &placement, &args, shape, &across)?,
-                None => solve_grid(&rt, &devices, &args, shape)?,
-            }
-        }
+        Some(shape) => match grid_in_process(&rt, &devices, shape[0] * shape[1], args.csv) {
+            Some((across, placement)) => solve_grid_held(&rt, &placement, &args, shape, &across)?,
+            None => solve_grid(&rt, &devices, &args, shape)?,
+        },
         None => solve(&rt, &devices, &args)?,
     };
     let diff = max_diff(&single.grid, &multi.grid, args.nx, args.ny);

@@ -19,7 +19,7 @@
 //! ranks first, each rank's slab over its own devices (see `jacobi.rs`).
 
 use offload_examples::options::Options;
-use offload_examples::ranks::nccl_in_process;
+use offload_examples::ranks::grid_in_process;
 use offload_examples::stencil3d::{digest, max_diff, reference, solve, solve_grid, solve_grid_held, Args};
 use offload_examples::{example_devices, example_runtime};
 
@@ -64,18 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (t1, single) = solve(&rt, &devices[..1], &args)?;
     let (tn, multi, halo) = match args.grid {
-        Some(shape) => {
-            let placement: Vec<Option<usize>> =
-                (0..shape.iter().product()).map(|p| Some(devices[p % devices.len()])).collect();
-            let (nccl, engine) = nccl_in_process(&rt, &devices);
-            if !args.csv {
-                println!("{engine}");
-            }
-            match nccl {
-                Some(across) => solve_grid_held(&rt, &placement, &args, shape, &across)?,
-                None => solve_grid(&rt, &devices, &args, shape)?,
-            }
-        }
+        Some(shape) => match grid_in_process(&rt, &devices, shape.iter().product(), args.csv) {
+            Some((across, placement)) => solve_grid_held(&rt, &placement, &args, shape, &across)?,
+            None => solve_grid(&rt, &devices, &args, shape)?,
+        },
         None => solve(&rt, &devices, &args).map(|(t, g)| (t, g, None))?,
     };
     let diff = max_diff(&single, &multi);

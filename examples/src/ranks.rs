@@ -53,27 +53,42 @@ impl GridAcross for NcclInProcess<'_> {
     }
 }
 
-/// The NCCL communicator over `devices` (the distinct devices of a grid's parts) when
-/// `OFFLOAD_HALO` asks for NCCL in one process, with the line saying which engine runs and
-/// why; `None` (device-to-device copies) otherwise or where NCCL cannot run.
-pub fn nccl_in_process<'rt>(
+/// How one process moves the halos of a grid of `parts` parts, part `p` on
+/// `devices[p % devices.len()]`: with NCCL ([`NcclInProcess`], and the parts' placement
+/// for the solvers' `solve_grid_held`) when `OFFLOAD_HALO` asks for it and a communicator
+/// over those devices can be made, else `None` (device-to-device copies, the solvers'
+/// `solve_grid`). Prints which engine runs and why, unless `quiet`.
+pub fn grid_in_process<'rt>(
     rt: &'rt offload::Runtime,
     devices: &[usize],
-) -> (Option<NcclInProcess<'rt>>, String) {
+    parts: usize,
+    quiet: bool,
+) -> Option<(NcclInProcess<'rt>, Vec<Option<usize>>)> {
     let asked = std::env::var("OFFLOAD_HALO").unwrap_or_default();
-    if asked.trim() != "nccl" {
-        return (None, "halo engine: device-to-device copies, queued (OFFLOAD_HALO is not nccl)".into());
-    }
     let mut distinct = devices.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
-    match offload::collective::NcclComm::of_devices(rt, &distinct) {
-        Ok(comm) => {
-            let version = offload::collective::NcclComm::available().unwrap_or_default();
-            (Some(NcclInProcess(comm)), format!("halo engine: NCCL ({version}), as OFFLOAD_HALO=nccl asks"))
+    let (nccl, line) = if asked.trim() != "nccl" {
+        (None, "halo engine: device-to-device copies, queued (OFFLOAD_HALO is not nccl)".to_string())
+    } else {
+        match offload::collective::NcclComm::of_devices(rt, &distinct) {
+            Ok(comm) => {
+                let version = offload::collective::NcclComm::available().unwrap_or_default();
+                (
+                    Some(NcclInProcess(comm)),
+                    format!("halo engine: NCCL ({version}), as OFFLOAD_HALO=nccl asks"),
+                )
+            }
+            Err(e) => {
+                (None, format!("halo engine: device-to-device copies, queued: OFFLOAD_HALO=nccl, but {e}"))
+            }
         }
-        Err(e) => (None, format!("halo engine: device-to-device copies, queued: OFFLOAD_HALO=nccl, but {e}")),
+    };
+    if !quiet {
+        println!("{line}");
     }
+    let placement = (0..parts).map(|p| devices.get(p % devices.len().max(1)).copied()).collect();
+    nccl.map(|n| (n, placement))
 }
 
 /// The rank that holds each of `parts` parts over `ranks` ranks: contiguous runs of parts,

@@ -29,7 +29,6 @@ use crate::error::{Error, Result};
 use crate::rt::Runtime;
 use crate::BackendKind;
 
-#[cfg(feature = "nccl")]
 pub(crate) use crate::rt::nccl::Transfer;
 #[cfg(feature = "nccl")]
 use crate::rt::nccl::{nccl_probe, NcclRanks};
@@ -90,18 +89,6 @@ impl std::fmt::Debug for NcclComm<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NcclComm").field("held", &self.held).field("ranks", &self.ranks).finish()
     }
-}
-
-/// Without NCCL there is nothing to send with; the type keeps the callers one code.
-#[cfg(not(feature = "nccl"))]
-#[derive(Clone, Copy, Debug)]
-#[allow(dead_code)]
-pub(crate) struct Transfer {
-    pub(crate) device: usize,
-    pub(crate) send: bool,
-    pub(crate) addr: u64,
-    pub(crate) bytes: usize,
-    pub(crate) peer: usize,
 }
 
 impl<'rt> NcclComm<'rt> {

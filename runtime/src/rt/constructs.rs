@@ -605,14 +605,7 @@ impl Runtime {
         what: &'static str,
         at: &'static Location<'static>,
     ) -> Result<bool> {
-        let id = self.identity();
-        if recorder::recording(id, dst_device) || recorder::recording(id, src_device) {
-            return Ok(false);
-        }
-        let (dd, sd) = match (self.target(dst_device)?, self.target(src_device)?) {
-            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => (dd, sd),
-            _ => return Ok(false),
-        };
+        let Some((dd, sd)) = self.queues_ordered(dst_device, src_device)? else { return Ok(false) };
         if dd.number == sd.number || !self.reaches(dd.number, sd.number) {
             return Ok(false);
         }
@@ -641,6 +634,19 @@ impl Runtime {
         Ok(true)
     }
 
+    /// Both offload devices, where they run constructs in order (queued, not waited for
+    /// each) and this thread records for neither: a copy between them may be queued.
+    fn queues_ordered(&self, dst: usize, src: usize) -> Result<Option<(&DeviceState, &DeviceState)>> {
+        let id = self.identity();
+        if recorder::recording(id, dst) || recorder::recording(id, src) {
+            return Ok(None);
+        }
+        Ok(match (self.target(dst)?, self.target(src)?) {
+            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => Some((dd, sd)),
+            _ => None,
+        })
+    }
+
     /// Queues a copy of `bytes` from `src` on offload device `src_device` to `dst` on
     /// offload device `dst_device` (addresses inside `omp_target_alloc` blocks, which the
     /// caller keeps allocated: a free waits for the device's queued work), ordered as
@@ -658,14 +664,7 @@ impl Runtime {
         bytes: usize,
         at: &'static Location<'static>,
     ) -> Result<bool> {
-        let id = self.identity();
-        if recorder::recording(id, dst_device) || recorder::recording(id, src_device) {
-            return Ok(false);
-        }
-        let (dd, sd) = match (self.target(dst_device)?, self.target(src_device)?) {
-            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => (dd, sd),
-            _ => return Ok(false),
-        };
+        let Some((dd, sd)) = self.queues_ordered(dst_device, src_device)? else { return Ok(false) };
         dd.check_range("omp_target_memcpy", dst, bytes)?;
         sd.check_range("omp_target_memcpy", src, bytes)?;
         if dd.number == sd.number {

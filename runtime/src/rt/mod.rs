@@ -14,7 +14,6 @@ pub(crate) use constructs::{ArgShape, GemmOperand};
 pub(crate) use recorder::RecordedBody;
 pub mod memcpy;
 mod memory;
-#[cfg(feature = "nccl")]
 pub(crate) mod nccl;
 mod queries;
 pub(crate) mod recorder;

@@ -1,14 +1,15 @@
-//! The runtime's door to NCCL (`backend/cuda/nccl.rs`) for `crate::collective`: the
-//! ranks of a communicator on this runtime's CUDA devices, their grouped sends and
-//! receives and sums, each range checked against its device's live blocks first.
+//! The runtime's door to NCCL (`backend/cuda/nccl.rs`, feature `nccl`) for
+//! `crate::collective`: the ranks of a communicator on this runtime's CUDA devices, their
+//! grouped sends and receives and sums, each range checked against its device's live
+//! blocks first.
 
-use super::Runtime;
-use crate::backend::cuda::nccl::{self, DeviceComm, P2p};
-use crate::error::{Error, Result};
+#[cfg(feature = "nccl")]
+pub(crate) use with_nccl::*;
 
 /// One send or receive of a group ([`Runtime::nccl_group`]): `bytes` of device memory at
 /// `addr` on `device` (a device with a rank in the group's ranks), with rank `peer`.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
 pub(crate) struct Transfer {
     pub(crate) device: usize,
     pub(crate) send: bool,
@@ -17,81 +18,95 @@ pub(crate) struct Transfer {
     pub(crate) peer: usize,
 }
 
-/// The ranks of one NCCL communicator that this process holds, one CUDA device each.
-#[derive(Debug)]
-pub(crate) struct NcclRanks(Vec<DeviceComm>);
+#[cfg(feature = "nccl")]
+mod with_nccl {
+    use super::Transfer;
+    use crate::backend::cuda::nccl::{self, DeviceComm, P2p};
+    use crate::error::{Error, Result};
+    use crate::rt::Runtime;
 
-impl NcclRanks {
-    /// `(device, rank)` of each, in the order made.
-    pub(crate) fn held(&self) -> Vec<(usize, usize)> {
-        self.0.iter().map(|c| (c.device(), c.rank())).collect()
-    }
-}
+    /// The ranks of one NCCL communicator that this process holds, one CUDA device each.
+    #[derive(Debug)]
+    pub(crate) struct NcclRanks(Vec<DeviceComm>);
 
-/// NCCL's version, or why it cannot be loaded.
-pub(crate) fn nccl_probe() -> std::result::Result<String, String> {
-    nccl::probe()
-}
-
-impl Runtime {
-    /// A new communicator identity (NCCL found first), made for `device` (named in an
-    /// error).
-    pub(crate) fn nccl_unique_id(&self, device: usize) -> Result<[u8; 128]> {
-        nccl::probe().map_err(|message| Error::Driver { device, call: "load NCCL", message })?;
-        nccl::unique_id(device)
-    }
-
-    /// Ranks `ranks[i]` of the communicator `id` of `nranks` ranks, on `devices[i]` (CUDA
-    /// devices of this runtime, checked by the caller), made in one group.
-    pub(crate) fn nccl_ranks(
-        &self,
-        devices: &[usize],
-        ranks: &[usize],
-        nranks: usize,
-        id: &[u8; 128],
-    ) -> Result<NcclRanks> {
-        let states = devices.iter().map(|&d| self.device_state(d)).collect::<Result<Vec<_>>>()?;
-        let backends: Vec<&dyn crate::backend::Backend> = states.iter().map(|s| s.backend()).collect();
-        nccl::init(&backends, ranks, nranks, id).map(NcclRanks)
-    }
-
-    /// Queues `ops` on `ranks` as one group, each range checked inside a live block of
-    /// its device first.
-    ///
-    /// # Safety
-    /// Each op's memory stays allocated until its device's queued work has run, and no
-    /// other work writes a buffer sent or touches a buffer received meanwhile.
-    pub(crate) unsafe fn nccl_group(&self, ranks: &NcclRanks, ops: &[Transfer]) -> Result<()> {
-        let mut p2p = Vec::with_capacity(ops.len());
-        for op in ops {
-            let Some(comm) = ranks.0.iter().find(|c| c.device() == op.device) else {
-                return Err(Error::InvalidArgument {
-                    routine: "NcclComm",
-                    what: format!("device {} has no rank here", op.device),
-                });
-            };
-            self.device_state(op.device)?.check_range("ncclSend/ncclRecv", op.addr, op.bytes)?;
-            p2p.push(P2p { comm, send: op.send, addr: op.addr, bytes: op.bytes, peer: op.peer });
+    impl NcclRanks {
+        /// `(device, rank)` of each, in the order made.
+        pub(crate) fn held(&self) -> Vec<(usize, usize)> {
+            self.0.iter().map(|c| (c.device(), c.rank())).collect()
         }
-        // SAFETY: forwarded from the caller; each range checked inside a live block.
-        unsafe { nccl::group(&p2p) }
     }
 
-    /// Queues the sum over the communicator's ranks of `count` f64 at `addrs[i]` on held
-    /// rank `i`'s device, in place, each range checked first.
-    ///
-    /// # Safety
-    /// Each range stays allocated until its device's queued work has run.
-    pub(crate) unsafe fn nccl_sum_f64(&self, ranks: &NcclRanks, addrs: &[u64], count: usize) -> Result<()> {
-        let bytes = count
-            .checked_mul(8)
-            .ok_or_else(|| Error::Overflow { routine: "NcclComm::sum_f64", what: format!("{count} f64") })?;
-        let mut held = Vec::with_capacity(addrs.len());
-        for (c, &addr) in ranks.0.iter().zip(addrs) {
-            self.device_state(c.device())?.check_range("ncclAllReduce", addr, bytes)?;
-            held.push((c, addr));
+    /// NCCL's version, or why it cannot be loaded.
+    pub(crate) fn nccl_probe() -> std::result::Result<String, String> {
+        nccl::probe()
+    }
+
+    impl Runtime {
+        /// A new communicator identity (NCCL found first), made for `device` (named in an
+        /// error).
+        pub(crate) fn nccl_unique_id(&self, device: usize) -> Result<[u8; 128]> {
+            nccl::probe().map_err(|message| Error::Driver { device, call: "load NCCL", message })?;
+            nccl::unique_id(device)
         }
-        // SAFETY: forwarded from the caller; each range checked inside a live block.
-        unsafe { nccl::sum_f64(&held, count) }
+
+        /// Ranks `ranks[i]` of the communicator `id` of `nranks` ranks, on `devices[i]` (CUDA
+        /// devices of this runtime, checked by the caller), made in one group.
+        pub(crate) fn nccl_ranks(
+            &self,
+            devices: &[usize],
+            ranks: &[usize],
+            nranks: usize,
+            id: &[u8; 128],
+        ) -> Result<NcclRanks> {
+            let states = devices.iter().map(|&d| self.device_state(d)).collect::<Result<Vec<_>>>()?;
+            let backends: Vec<&dyn crate::backend::Backend> = states.iter().map(|s| s.backend()).collect();
+            nccl::init(&backends, ranks, nranks, id).map(NcclRanks)
+        }
+
+        /// Queues `ops` on `ranks` as one group, each range checked inside a live block of
+        /// its device first.
+        ///
+        /// # Safety
+        /// Each op's memory stays allocated until its device's queued work has run, and no
+        /// other work writes a buffer sent or touches a buffer received meanwhile.
+        pub(crate) unsafe fn nccl_group(&self, ranks: &NcclRanks, ops: &[Transfer]) -> Result<()> {
+            let mut p2p = Vec::with_capacity(ops.len());
+            for op in ops {
+                let Some(comm) = ranks.0.iter().find(|c| c.device() == op.device) else {
+                    return Err(Error::InvalidArgument {
+                        routine: "NcclComm",
+                        what: format!("device {} has no rank here", op.device),
+                    });
+                };
+                self.device_state(op.device)?.check_range("ncclSend/ncclRecv", op.addr, op.bytes)?;
+                p2p.push(P2p { comm, send: op.send, addr: op.addr, bytes: op.bytes, peer: op.peer });
+            }
+            // SAFETY: forwarded from the caller; each range checked inside a live block.
+            unsafe { nccl::group(&p2p) }
+        }
+
+        /// Queues the sum over the communicator's ranks of `count` f64 at `addrs[i]` on held
+        /// rank `i`'s device, in place, each range checked first.
+        ///
+        /// # Safety
+        /// Each range stays allocated until its device's queued work has run.
+        pub(crate) unsafe fn nccl_sum_f64(
+            &self,
+            ranks: &NcclRanks,
+            addrs: &[u64],
+            count: usize,
+        ) -> Result<()> {
+            let bytes = count.checked_mul(8).ok_or_else(|| Error::Overflow {
+                routine: "NcclComm::sum_f64",
+                what: format!("{count} f64"),
+            })?;
+            let mut held = Vec::with_capacity(addrs.len());
+            for (c, &addr) in ranks.0.iter().zip(addrs) {
+                self.device_state(c.device())?.check_range("ncclAllReduce", addr, bytes)?;
+                held.push((c, addr));
+            }
+            // SAFETY: forwarded from the caller; each range checked inside a live block.
+            unsafe { nccl::sum_f64(&held, count) }
+        }
     }
 }
