@@ -123,12 +123,14 @@ pub fn edge_rows_first(end: usize) -> ([Range<usize>; 2], Range<usize>) {
 }
 
 /// Where a step's time goes at a rank's edges (or a grid part's layers), per step,
-/// averaged over the parts that exchange: the exchange (device -> pinned -> MPI -> pinned -> device), the interior
-/// update it runs beside, and the two together; what of the exchange the interior does not
-/// hide is `both - interior` (which also holds the compute lane's start of the task).
+/// averaged over the parts that exchange: the exchange call (device -> pinned -> MPI ->
+/// pinned -> device between ranks; between devices of one process the time to queue the
+/// copies, which then run on the devices' queues), the interior update it runs beside, and
+/// the two together; what of the exchange the interior does not hide is `both - interior`
+/// (which also holds the compute lane's start of the task).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HaloTimes {
-    /// Seconds of the exchange.
+    /// Seconds of the exchange call (to queue it, where its copies are queued).
     pub exchange: f64,
     /// Seconds of the interior update.
     pub interior: f64,
@@ -152,10 +154,10 @@ impl HaloTimes {
 }
 
 /// A line of halo times, `whose` saying whose ("between ranks, per step at rank 0's
-/// edges"): "halos {whose}: exchange ... us, interior beside it ..., hidden".
+/// edges"): "halos {whose}: exchange call ... us, interior beside it ..., hidden".
 pub fn describe(h: &HaloTimes, whose: &str) -> String {
     format!(
-        "halos {whose}: exchange {:.1} us, interior beside it {:.1} us, both {:.1} us; exposed {:.1} us ({:.0}% of the exchange hidden)",
+        "halos {whose}: exchange call {:.1} us, interior beside it {:.1} us, both {:.1} us; exposed {:.1} us ({:.0}% of the exchange call hidden)",
         h.exchange * 1e6,
         h.interior * 1e6,
         h.both * 1e6,
