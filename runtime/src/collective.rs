@@ -104,7 +104,11 @@ impl<'rt> NcclComm<'rt> {
     }
 
     /// A communicator of this process alone over `devices` of `rt`: rank `i` on
-    /// `devices[i]` (NCCL's `ncclCommInitAll`).
+    /// `devices[i]` (each rank made by `ncclCommInitRank`, in one group).
+    ///
+    /// One group runs at a time on a communicator; two communicators over one GPU must not
+    /// be used from two threads at once (NCCL's rule: their kernels may wait on each
+    /// other).
     ///
     /// Errors: no devices, a device twice, or one that is not a CUDA GPU; NCCL not built
     /// in or not loadable ([`Error::InvalidArgument`], with the reason); NCCL's calls
@@ -204,6 +208,7 @@ impl<'rt> NcclComm<'rt> {
     ///
     /// Errors: a buffer per held rank on its device, of one length, expected
     /// ([`Error::InvalidArgument`]); NCCL's call failing ([`Error::Driver`]).
+    #[track_caller]
     pub fn sum_f64(&self, values: &[&DeviceBuffer<'_, f64>]) -> Result<()> {
         let bad = |what: String| Error::InvalidArgument { routine: "NcclComm::sum_f64", what };
         if values.len() != self.held.len() {
@@ -240,6 +245,7 @@ impl<'rt> NcclComm<'rt> {
     /// Each op's `bytes` at `addr` lie in a live allocation of its device, kept until the
     /// device's queued work has run; no other work writes a buffer sent or touches a
     /// buffer received meanwhile.
+    #[track_caller]
     pub(crate) unsafe fn group(&self, ops: &[Transfer]) -> Result<()> {
         #[cfg(feature = "nccl")]
         {

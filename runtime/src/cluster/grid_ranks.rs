@@ -163,11 +163,12 @@ pub struct GridRanks<'a, T: HaloElement> {
     part: GridPartition,
     reach: Reach,
     placement: Vec<Option<usize>>,
+    /// This rank's rank of the job's NCCL communicator, with [`HaloEngine::Nccl`]:
+    /// dropped before the buffers its operations use.
+    nccl: Option<NcclComm<'a>>,
     /// `[outgoing, incoming]`, locked for a whole exchange.
     crossings: Mutex<Directions<'a, T>>,
     engine: (HaloEngine, String),
-    /// This rank's rank of the job's NCCL communicator, with [`HaloEngine::Nccl`].
-    nccl: Option<NcclComm<'a>>,
 }
 
 impl<T: HaloElement> std::fmt::Debug for GridRanks<'_, T> {
@@ -205,15 +206,31 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         placement: &[Option<usize>],
     ) -> Result<Self> {
         let comm = HaloComm(cluster.world().duplicate());
-        // NCCL only where every rank can run it: agreed before anything is allocated.
-        let nccl_here = HaloEngine::nccl_here(rt, placement);
-        let unable = cluster.sum(if nccl_here.is_ok() { 0.0 } else { 1.0 });
+        // NCCL only where every rank asks for it and can run it: agreed before anything is
+        // allocated, so that every rank runs the same engine (NCCL cannot meet another).
+        let asked = std::env::var("OFFLOAD_HALO").ok();
+        let wants = asked.as_deref().map(str::trim) == Some("nccl");
+        let nccl_here =
+            if wants { HaloEngine::nccl_here(rt, placement) } else { Err("OFFLOAD_HALO is not nccl".into()) };
+        let willing = cluster.sum(if nccl_here.is_ok() { 1.0 } else { 0.0 });
+        let others = cluster.size() as f64 - willing;
         let nccl = match &nccl_here {
             Err(why) => Err(why.clone()),
-            Ok(_) if unable > 0.0 => Err(format!("{unable} other rank(s) cannot run it")),
+            Ok(_) if others > 0.0 => {
+                Err(format!("{others} other rank(s) cannot run it or do not ask for it"))
+            }
             Ok(_) => Ok(()),
         };
-        let made = Self::crossings_of(cluster, rt, part, reach, owners, placement, nccl.as_ref().map(|_| ()));
+        let made = Self::crossings_of(
+            cluster,
+            rt,
+            part,
+            reach,
+            owners,
+            placement,
+            asked.as_deref(),
+            nccl.as_ref().map(|_| ()),
+        );
         // The same grid on every rank: a key of its description, compared by its least
         // and greatest value over the ranks (52 bits, exact in an f64).
         let described = format!("{part:?} {reach:?} {owners:?} {}", std::mem::size_of::<T>());
@@ -231,7 +248,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
             ));
         }
         let nccl = match (engine.0, nccl_here) {
-            (HaloEngine::Nccl, Ok(device)) => Some(Self::nccl_rank(cluster, rt, device)?),
+            (HaloEngine::Nccl, Ok(device)) => Some(Self::nccl_rank(cluster, &comm, rt, device)?),
             _ => None,
         };
         Ok(Self {
@@ -251,7 +268,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
     /// by rank 0 and broadcast. Collective in its failures as far as MPI goes: rank 0
     /// failing to make the identity fails every rank; NCCL's own initialisation is
     /// collective in NCCL (a rank failing inside it may leave the others waiting there).
-    fn nccl_rank(cluster: &Cluster, rt: &'a Runtime, device: usize) -> Result<NcclComm<'a>> {
+    fn nccl_rank(cluster: &Cluster, comm: &HaloComm, rt: &'a Runtime, device: usize) -> Result<NcclComm<'a>> {
         let made =
             if cluster.is_root() { NcclId::new(rt, device).map(|id| id.to_bytes()) } else { Ok([0; 128]) };
         let mut bytes = *made.as_ref().unwrap_or(&[0; 128]);
@@ -263,7 +280,8 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
                 what: "rank 0 could not make the NCCL communicator's identity".into(),
             });
         }
-        cluster.world().process_at_rank(0).broadcast_into(&mut bytes[..]);
+        // On the crossings' own communicator: no other thread's collective can meet it.
+        comm.0.process_at_rank(0).broadcast_into(&mut bytes[..]);
         NcclComm::of_rank(rt, device, cluster.rank(), cluster.size(), &NcclId::from_bytes(bytes))
     }
 
@@ -276,6 +294,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         reach: Reach,
         owners: &[usize],
         placement: &[Option<usize>],
+        asked: Option<&str>,
         nccl: std::result::Result<(), &String>,
     ) -> Result<Made<'a, T>> {
         let rank = cluster.rank();
@@ -304,13 +323,7 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         }
         let on_gpus = |d: &usize| rt.describe(*d).is_ok_and(|x| x.kind == BackendKind::Cuda);
         let all_cuda = placement.iter().flatten().all(on_gpus);
-        let asked = std::env::var("OFFLOAD_HALO").ok();
-        let engine = HaloEngine::choose(
-            asked.as_deref(),
-            cluster.cuda_aware(),
-            all_cuda,
-            nccl.map_err(|s| s.as_str()),
-        )?;
+        let engine = HaloEngine::choose(asked, cluster.cuda_aware(), all_cuda, nccl.map_err(|s| s.as_str()))?;
         let mut crossings: [Vec<Crossing>; 2] = [Vec::new(), Vec::new()];
         // Each direction's arenas' devices and lengths, in the order first needed.
         let mut sizes: [Vec<(usize, usize)>; 2] = [Vec::new(), Vec::new()];
@@ -517,15 +530,20 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         sending: &mut [Arena<'a, T>],
         landing: &mut [Arena<'a, T>],
     ) {
-        let raw = |c: &Crossing, a: &mut Arena<'a, T>| RawBytes {
-            ptr: match a.staged.as_mut() {
-                Some(staged) => staged.as_mut_ptr().wrapping_add(c.at).cast(),
-                None => (a.packed.addr() + (c.at * std::mem::size_of::<T>()) as u64) as *mut u8,
-            },
-            len: (c.exchange.recv.len() * std::mem::size_of::<T>()) as Count,
+        // Each arena's first byte, taken once (a pinned buffer's, or the device buffer's).
+        let base = |a: &mut Arena<'a, T>| match a.staged.as_mut() {
+            Some(staged) => staged.as_mut_ptr().cast::<u8>(),
+            None => a.packed.addr() as *mut u8,
         };
-        let mut into: Vec<RawBytes> = incoming.iter().map(|c| raw(c, &mut landing[c.arena])).collect();
-        let out: Vec<RawBytes> = outgoing.iter().map(|c| raw(c, &mut sending[c.arena])).collect();
+        let (out_base, in_base): (Vec<*mut u8>, Vec<*mut u8>) =
+            (sending.iter_mut().map(base).collect(), landing.iter_mut().map(base).collect());
+        let size = std::mem::size_of::<T>();
+        let raw = |c: &Crossing, base: *mut u8| RawBytes {
+            ptr: base.wrapping_add(c.at * size),
+            len: (c.exchange.recv.len() * size) as Count,
+        };
+        let mut into: Vec<RawBytes> = incoming.iter().map(|c| raw(c, in_base[c.arena])).collect();
+        let out: Vec<RawBytes> = outgoing.iter().map(|c| raw(c, out_base[c.arena])).collect();
         // Every receive and send posted before any is waited for (the guards wait when the
         // scope ends), so ranks exchanging both ways never wait on each other; posted even
         // after a failure here, so that the neighbours' matching calls complete.

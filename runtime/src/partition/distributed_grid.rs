@@ -280,6 +280,7 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// Errors: a communicator of another runtime or without a rank on a part's device
     /// ([`Error::InvalidArgument`]); a failing pack, group or unpack ([`Error::Exchange`],
     /// naming the part and region, or the whole group).
+    #[track_caller]
     pub fn exchange_halos_over(&self, comm: &NcclComm<'_>) -> Result<()> {
         let rank = |d: usize| {
             comm.rank_of(d).filter(|_| comm.runtime().same_as(self.rt)).ok_or_else(|| Error::InvalidArgument {

@@ -20,9 +20,14 @@ pub(crate) struct Transfer {
 
 #[cfg(feature = "nccl")]
 mod with_nccl {
+    use std::panic::Location;
+
     use super::Transfer;
     use crate::backend::cuda::nccl::{self, DeviceComm, P2p};
+    use crate::data_env::plan::Short;
+    use crate::device::BlocksInUse;
     use crate::error::{Error, Result};
+    use crate::origin::Origin;
     use crate::rt::Runtime;
 
     /// The ranks of one NCCL communicator that this process holds, one CUDA device each.
@@ -64,12 +69,15 @@ mod with_nccl {
         }
 
         /// Queues `ops` on `ranks` as one group, each range checked inside a live block of
-        /// its device first.
+        /// its device first, and records the group as each device's queued work (a read or
+        /// a free of its buffers waits for it; under `OFFLOAD_SYNC=1` it is waited for).
         ///
         /// # Safety
         /// Each op's memory stays allocated until its device's queued work has run, and no
         /// other work writes a buffer sent or touches a buffer received meanwhile.
+        #[track_caller]
         pub(crate) unsafe fn nccl_group(&self, ranks: &NcclRanks, ops: &[Transfer]) -> Result<()> {
+            let at = Location::caller();
             let mut p2p = Vec::with_capacity(ops.len());
             for op in ops {
                 let Some(comm) = ranks.0.iter().find(|c| c.device() == op.device) else {
@@ -82,20 +90,52 @@ mod with_nccl {
                 p2p.push(P2p { comm, send: op.send, addr: op.addr, bytes: op.bytes, peer: op.peer });
             }
             // SAFETY: forwarded from the caller; each range checked inside a live block.
-            unsafe { nccl::group(&p2p) }
+            let sent = unsafe { nccl::group(&p2p) };
+            let mut devices: Vec<usize> = ops.iter().map(|op| op.device).collect();
+            devices.sort_unstable();
+            devices.dedup();
+            let recorded = self.nccl_queued(&devices, "an NCCL group of sends and receives", at);
+            sent.and(recorded)
+        }
+
+        /// Records the NCCL work just queued on each of `devices`' compute queues as the
+        /// device's queued work, or waits for it where the device waits for each construct.
+        fn nccl_queued(
+            &self,
+            devices: &[usize],
+            what: &'static str,
+            at: &'static Location<'static>,
+        ) -> Result<()> {
+            let mut first_err = None;
+            for &d in devices {
+                let r = self.device_state(d).and_then(|s| {
+                    if s.ordered() {
+                        s.queued(Origin::new(what, at), BlocksInUse::new(s), Short::new())
+                    } else {
+                        s.settle_queue(true)
+                    }
+                });
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
+                }
+            }
+            first_err.map_or(Ok(()), Err)
         }
 
         /// Queues the sum over the communicator's ranks of `count` f64 at `addrs[i]` on held
-        /// rank `i`'s device, in place, each range checked first.
+        /// rank `i`'s device, in place, each range checked first; recorded as each device's
+        /// queued work, as [`Runtime::nccl_group`] does.
         ///
         /// # Safety
         /// Each range stays allocated until its device's queued work has run.
+        #[track_caller]
         pub(crate) unsafe fn nccl_sum_f64(
             &self,
             ranks: &NcclRanks,
             addrs: &[u64],
             count: usize,
         ) -> Result<()> {
+            let at = Location::caller();
             let bytes = count.checked_mul(8).ok_or_else(|| Error::Overflow {
                 routine: "NcclComm::sum_f64",
                 what: format!("{count} f64"),
@@ -106,7 +146,9 @@ mod with_nccl {
                 held.push((c, addr));
             }
             // SAFETY: forwarded from the caller; each range checked inside a live block.
-            unsafe { nccl::sum_f64(&held, count) }
+            let summed = unsafe { nccl::sum_f64(&held, count) };
+            let devices: Vec<usize> = held.iter().map(|(c, _)| c.device()).collect();
+            summed.and(self.nccl_queued(&devices, "an NCCL sum", at))
         }
     }
 }

@@ -15,6 +15,9 @@ use super::CudaDevice;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 
+/// The oldest NCCL whose every call this module makes exists (2.14.0).
+const MIN_VERSION: c_int = 21400;
+
 /// NCCL's version, or why it cannot be loaded (asked once a process).
 pub(crate) fn probe() -> std::result::Result<String, String> {
     static PROBED: OnceLock<std::result::Result<String, String>> = OnceLock::new();
@@ -24,14 +27,20 @@ pub(crate) fn probe() -> std::result::Result<String, String> {
             if !unsafe { sys::is_culib_present() } {
                 return Err(
                     "no NCCL library (libnccl.so) on the library path: install the nvidia-nccl-cu13 \
-                            wheel and put its lib/ folder, with a libnccl.so link, on LD_LIBRARY_PATH \
-                            (scripts/setup.sh --nccl)"
+                     wheel and put its lib/ folder, with a libnccl.so link to its libnccl.so.2, on \
+                     LD_LIBRARY_PATH (scripts/setup.sh --nccl)"
                         .into(),
                 );
             }
             let v =
                 result::get_nccl_version().map_err(|e| format!("ncclGetVersion failed: {}", message(e.0)))?;
-            Ok(format!("NCCL {}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
+            let version = format!("NCCL {}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+            // ncclCommFinalize (2.14) is the newest call made here: an older library would
+            // make cudarc panic on it.
+            if v < MIN_VERSION {
+                return Err(format!("{version} is older than 2.14, the oldest this runtime calls"));
+            }
+            Ok(version)
         })
         .clone()
 }
@@ -52,6 +61,9 @@ pub(crate) struct DeviceComm {
     stream: sys::cudaStream_t,
     device: usize,
     rank: usize,
+    /// An operation on it failed: it is aborted, not finalised (which would wait for
+    /// operations whose peers may never come).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time; the
@@ -98,6 +110,11 @@ pub(crate) fn init(
         .map(|d| super::super::same_vendor::<CudaDevice>(d.number(), *d))
         .collect::<Result<_>>()?;
     let uid = sys::ncclUniqueId { internal: id.map(|b| b as std::ffi::c_char) };
+    // Every context checked before the group: a rank left out of it would make
+    // ncclGroupEnd wait for it.
+    for d in &cuda {
+        d.bind()?;
+    }
     result::group_start().map_err(|e| failed(first, "ncclGroupStart", e))?;
     let mut first_err = None;
     for (d, &rank) in cuda.iter().zip(ranks) {
@@ -112,9 +129,13 @@ pub(crate) fn init(
                 .map_err(|e| failed(d.number, "ncclCommInitRank", e))
         });
         match r {
-            Ok(_) => {
-                made.push(DeviceComm { comm, stream: d.compute.cu_stream().cast(), device: d.number, rank })
-            }
+            Ok(_) => made.push(DeviceComm {
+                comm,
+                stream: d.compute.cu_stream().cast(),
+                device: d.number,
+                rank,
+                failed: Default::default(),
+            }),
             Err(e) => {
                 first_err.get_or_insert(e);
             }
@@ -155,7 +176,11 @@ pub(crate) unsafe fn group(ops: &[P2p<'_>]) -> Result<()> {
     }
     // Ended even after a failure: a group left open would swallow the next calls.
     let ended = result::group_end().map_err(|e| failed(first, "ncclGroupEnd", e));
-    first_err.or(ended.err()).map_or(Ok(()), Err)
+    let r = first_err.or(ended.err()).map_or(Ok(()), Err);
+    if r.is_err() {
+        ops.iter().for_each(|op| op.comm.failed.store(true, std::sync::atomic::Ordering::Relaxed));
+    }
+    r
 }
 
 /// Queues the sum over the communicator's ranks of `count` f64, in place, at each held
@@ -176,7 +201,11 @@ pub(crate) unsafe fn sum_f64(ranks: &[(&DeviceComm, u64)], count: usize) -> Resu
         }
     }
     let ended = result::group_end().map_err(|e| failed(first, "ncclGroupEnd", e));
-    first_err.or(ended.err()).map_or(Ok(()), Err)
+    let r = first_err.or(ended.err()).map_or(Ok(()), Err);
+    if r.is_err() {
+        ranks.iter().for_each(|(c, _)| c.failed.store(true, std::sync::atomic::Ordering::Relaxed));
+    }
+    r
 }
 
 impl DeviceComm {
@@ -193,12 +222,16 @@ impl DeviceComm {
 
 impl Drop for DeviceComm {
     fn drop(&mut self) {
-        // SAFETY: the communicator is this value's; finalising waits for its queued
-        // operations, which the owner's buffers outlive (they are freed after the device's
-        // queued work).
+        // SAFETY: the communicator is this value's. Finalising waits for its queued
+        // operations (their buffers are freed only after the device's queued work, which
+        // records them); after a failure it is aborted instead, which does not wait.
         unsafe {
-            let _ = result::comm_finalize(self.comm);
-            let _ = result::comm_destroy(self.comm);
+            if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = result::comm_abort(self.comm);
+            } else {
+                let _ = result::comm_finalize(self.comm);
+                let _ = result::comm_destroy(self.comm);
+            }
         }
     }
 }
