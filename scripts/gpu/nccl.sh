@@ -32,7 +32,9 @@ for b in tests--test-grids examples--test-solvers; do
   timeout 200 $t/$b --nocapture > "$OUT/test-$b.log" 2>&1
   echo "test $b: exit $? $(grep 'test result' "$OUT/test-$b.log" | tail -1) $(grep -c SKIP "$OUT/test-$b.log") skips"
   grep SKIP "$OUT/test-$b.log" | head -3
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $t/$b > "$OUT/memcheck-$b.log" 2>&1
+  # API errors not counted: NCCL's own initialisation probes kernels it has no image for.
+  timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $t/$b \
+    > "$OUT/memcheck-$b.log" 2>&1
   echo "memcheck $b: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-$b.log" | tail -1)"
 done
 for run in "jacobi -nx 4096 -ny 4096 -niter 200 -kernel generated -grid 2x2" \
