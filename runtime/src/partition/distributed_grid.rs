@@ -58,14 +58,15 @@ pub struct DistributedGrid<'a, T: HaloElement> {
 }
 
 /// One region a part sends: the exchange as its receiver lists it, packed into `packed` on
-/// the sender's device, copied into `landed` on the receiver's where that is another (or
-/// where NCCL moves it: [`DistributedGrid::exchange_halos_over`]).
+/// the sender's device, copied into `landed` on the receiver's where that is another (made
+/// on first use for a region of one device that NCCL moves:
+/// [`DistributedGrid::exchange_halos_over`]).
 #[derive(Debug)]
 struct Send<'a, T: HaloElement> {
     to: usize,
     exchange: Exchange,
     packed: DeviceBuffer<'a, T>,
-    landed: DeviceBuffer<'a, T>,
+    landed: Option<DeviceBuffer<'a, T>>,
     /// Whether sender and receiver are one device (unpacked from `packed` itself).
     local: bool,
 }
@@ -142,8 +143,9 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 let Some(src) = placement[from] else { continue };
                 let n = exchange.recv.len();
                 let packed = DeviceBuffer::new(&rt.device(src)?, n)?;
-                let landed = DeviceBuffer::new(&rt.device(at)?, n)?;
-                sends[from].push(Send { to, exchange, packed, landed, local: src == at });
+                let local = src == at;
+                let landed = if local { None } else { Some(DeviceBuffer::new(&rt.device(at)?, n)?) };
+                sends[from].push(Send { to, exchange, packed, landed, local });
             }
         }
         let sends = sends.into_iter().map(Mutex::new).collect();
@@ -257,11 +259,12 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         }
         for s in sends.iter() {
             let to_device = self.placement[s.to].unwrap_or(device);
-            let arrived = if s.local {
-                &s.packed
-            } else {
-                self.copy_packed(s, device, to_device).map_err(|e| failed(s, e))?;
-                &s.landed
+            let arrived = match &s.landed {
+                Some(landed) if !s.local => {
+                    self.copy_packed(s, landed, device, to_device).map_err(|e| failed(s, e))?;
+                    landed
+                }
+                _ => &s.packed,
             };
             let to = self.rt.device(to_device).map_err(|e| failed(s, e))?;
             halo::unpack(&to, &s.exchange.recv, &self.part.mapped(s.to), arrived.view(), self.view(s.to))
@@ -294,26 +297,29 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         };
         // Every part's sends locked, in order (as one thread's `send_halos` takes one).
         let held: Vec<usize> = self.held().collect();
-        let locked: Vec<_> = held.iter().map(|&p| self.sends[p].lock()).collect();
+        let mut locked: Vec<_> = held.iter().map(|&p| self.sends[p].lock()).collect();
+        // A region of one device lands through NCCL too: its landing buffer, made once.
+        for (&p, sends) in held.iter().zip(locked.iter_mut()) {
+            let device = self.placement[p].unwrap_or_default();
+            for s in sends.iter_mut().filter(|s| s.landed.is_none()) {
+                let made = self.rt.device(device).and_then(|d| DeviceBuffer::new(&d, s.exchange.recv.len()));
+                s.landed = Some(made.map_err(|e| self.failed(p, device, s, e))?);
+            }
+        }
         let mut ops = Vec::new();
         for (&p, sends) in held.iter().zip(&locked) {
             let device = self.placement[p].unwrap_or_default();
             let dev = self.rt.device(device)?;
             let mapped = self.part.mapped(p);
             for s in sends.iter() {
+                let Some(landed) = &s.landed else { continue };
                 let to_device = self.placement[s.to].unwrap_or(device);
                 let failed = |e| self.failed(p, device, s, e);
                 halo::pack(&dev, &s.exchange.send, &mapped, self.view(p), s.packed.view()).map_err(failed)?;
                 let bytes = s.exchange.recv.len() * std::mem::size_of::<T>();
                 let (from, to) = (rank(device)?, rank(to_device)?);
                 ops.push(Transfer { device, send: true, addr: s.packed.addr(), bytes, peer: to });
-                ops.push(Transfer {
-                    device: to_device,
-                    send: false,
-                    addr: s.landed.addr(),
-                    bytes,
-                    peer: from,
-                });
+                ops.push(Transfer { device: to_device, send: false, addr: landed.addr(), bytes, peer: from });
             }
         }
         // SAFETY: every buffer is a live allocation of the grid's (freed only after its
@@ -327,15 +333,10 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         for (&p, sends) in held.iter().zip(&locked) {
             let device = self.placement[p].unwrap_or_default();
             for s in sends.iter() {
+                let Some(landed) = &s.landed else { continue };
                 let to = self.rt.device(self.placement[s.to].unwrap_or(device))?;
-                halo::unpack(
-                    &to,
-                    &s.exchange.recv,
-                    &self.part.mapped(s.to),
-                    s.landed.view(),
-                    self.view(s.to),
-                )
-                .map_err(|e| self.failed(p, device, s, e))?;
+                halo::unpack(&to, &s.exchange.recv, &self.part.mapped(s.to), landed.view(), self.view(s.to))
+                    .map_err(|e| self.failed(p, device, s, e))?;
             }
         }
         Ok(())
@@ -357,8 +358,13 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
     /// (no thread waits, so every region of every part is in flight at once, each
     /// receiver's on its own queue), else as `omp_target_memcpy` copies.
     #[track_caller]
-    fn copy_packed(&self, s: &Send<'a, T>, device: usize, to_device: usize) -> Result<()> {
-        let landed = &s.landed;
+    fn copy_packed(
+        &self,
+        s: &Send<'a, T>,
+        landed: &DeviceBuffer<'a, T>,
+        device: usize,
+        to_device: usize,
+    ) -> Result<()> {
         let bytes = s.exchange.recv.len() * std::mem::size_of::<T>();
         let at = std::panic::Location::caller();
         if self.rt.queue_copy_blocks(to_device, landed.addr(), device, s.packed.addr(), bytes, at)? {
