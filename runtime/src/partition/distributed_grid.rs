@@ -67,8 +67,6 @@ struct Send<'a, T: HaloElement> {
     exchange: Exchange,
     packed: DeviceBuffer<'a, T>,
     landed: Option<DeviceBuffer<'a, T>>,
-    /// Whether sender and receiver are one device (unpacked from `packed` itself).
-    local: bool,
 }
 
 impl<'a, T: HaloElement> DistributedGrid<'a, T> {
@@ -143,9 +141,8 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
                 let Some(src) = placement[from] else { continue };
                 let n = exchange.recv.len();
                 let packed = DeviceBuffer::new(&rt.device(src)?, n)?;
-                let local = src == at;
-                let landed = if local { None } else { Some(DeviceBuffer::new(&rt.device(at)?, n)?) };
-                sends[from].push(Send { to, exchange, packed, landed, local });
+                let landed = if src == at { None } else { Some(DeviceBuffer::new(&rt.device(at)?, n)?) };
+                sends[from].push(Send { to, exchange, packed, landed });
             }
         }
         let sends = sends.into_iter().map(Mutex::new).collect();
@@ -259,8 +256,9 @@ impl<'a, T: HaloElement> DistributedGrid<'a, T> {
         }
         for s in sends.iter() {
             let to_device = self.placement[s.to].unwrap_or(device);
+            // One device's regions are unpacked from the packed buffer itself.
             let arrived = match &s.landed {
-                Some(landed) if !s.local => {
+                Some(landed) if to_device != device => {
                     self.copy_packed(s, landed, device, to_device).map_err(|e| failed(s, e))?;
                     landed
                 }

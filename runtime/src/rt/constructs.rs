@@ -605,10 +605,7 @@ impl Runtime {
         what: &'static str,
         at: &'static Location<'static>,
     ) -> Result<bool> {
-        let Some((dd, sd)) = self.queues_ordered(dst_device, src_device)? else { return Ok(false) };
-        if dd.number == sd.number || !self.reaches(dd.number, sd.number) {
-            return Ok(false);
-        }
+        let Some((dd, sd)) = self.peers_ordered(dst_device, src_device)? else { return Ok(false) };
         let absent = |device: usize, range: HostRange| Error::NotPresent { device, range, what, name: None };
         let (to, dst_pin) = dd.pinned_translation(dst.begin).ok_or(absent(dst_device, dst))?;
         let (from, src_pin) = sd.pinned_translation(src.begin).ok_or(absent(src_device, src))?;
@@ -634,15 +631,23 @@ impl Runtime {
         Ok(true)
     }
 
-    /// Both offload devices, where they run constructs in order (queued, not waited for
-    /// each) and this thread records for neither: a copy between them may be queued.
-    fn queues_ordered(&self, dst: usize, src: usize) -> Result<Option<(&DeviceState, &DeviceState)>> {
+    /// Both offload devices, where they are two, `dst` reaches `src`'s memory, they run
+    /// constructs in order (queued, not waited for each) and this thread records for
+    /// neither: a copy between them may be queued.
+    fn peers_ordered(&self, dst: usize, src: usize) -> Result<Option<(&DeviceState, &DeviceState)>> {
         let id = self.identity();
         if recorder::recording(id, dst) || recorder::recording(id, src) {
             return Ok(None);
         }
         Ok(match (self.target(dst)?, self.target(src)?) {
-            (Target::Device(dd), Target::Device(sd)) if dd.ordered() && sd.ordered() => Some((dd, sd)),
+            (Target::Device(dd), Target::Device(sd))
+                if dd.ordered()
+                    && sd.ordered()
+                    && dd.number != sd.number
+                    && self.reaches(dd.number, sd.number) =>
+            {
+                Some((dd, sd))
+            }
             _ => None,
         })
     }
@@ -650,11 +655,11 @@ impl Runtime {
     /// Queues a copy of `bytes` from `src` on offload device `src_device` to `dst` on
     /// offload device `dst_device` (addresses inside `omp_target_alloc` blocks, which the
     /// caller keeps allocated: a free waits for the device's queued work), ordered as
-    /// [`Runtime::queue_copy_between`] orders a copy of mapped rows, or on the device's
-    /// compute queue where both are one device. `true` once queued; `false`, with nothing
-    /// done, where the devices cannot order it so (the caller then copies as
-    /// `omp_target_memcpy` does). Both ranges are checked against their devices' live
-    /// blocks first.
+    /// [`Runtime::queue_copy_between`] orders a copy of mapped rows. `true` once queued;
+    /// `false`, with nothing done, where the devices cannot order it so (one device, one
+    /// that waits for each construct, this thread recording, no peer access: the caller
+    /// then copies as `omp_target_memcpy` does). Both ranges are checked against their
+    /// devices' live blocks first.
     pub(crate) fn queue_copy_blocks(
         &self,
         dst_device: usize,
@@ -664,16 +669,10 @@ impl Runtime {
         bytes: usize,
         at: &'static Location<'static>,
     ) -> Result<bool> {
-        let Some((dd, sd)) = self.queues_ordered(dst_device, src_device)? else { return Ok(false) };
+        let Some((dd, sd)) = self.peers_ordered(dst_device, src_device)? else { return Ok(false) };
         dd.check_range("omp_target_memcpy", dst, bytes)?;
         sd.check_range("omp_target_memcpy", src, bytes)?;
-        if dd.number == sd.number {
-            dd.queue_copy_within(dst, src, bytes, [BlocksInUse::new(dd), BlocksInUse::new(dd)], at)?;
-        } else if self.reaches(dd.number, sd.number) {
-            dd.queue_copy_from_peer(dst, sd, src, bytes, (BlocksInUse::new(dd), BlocksInUse::new(sd)), at)?;
-        } else {
-            return Ok(false);
-        }
+        dd.queue_copy_from_peer(dst, sd, src, bytes, (BlocksInUse::new(dd), BlocksInUse::new(sd)), at)?;
         Ok(true)
     }
 
