@@ -1023,7 +1023,7 @@ pub(crate) mod tests {
 
     pub(crate) fn device(capacity: usize) -> HostDevice {
         let pool = KernelPool::new("test-host".into(), Some(2), None);
-        let topo = Arc::new(crate::topology::Topology::system());
+        let topo = crate::topology::Topology::system();
         let worker = Arc::new(DeviceWorker::spawn("test-host".into(), topo, Vec::new()).unwrap());
         HostDevice::new(0, 0, capacity, worker, pool)
     }

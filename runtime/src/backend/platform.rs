@@ -189,7 +189,7 @@ mod tests {
             if ordinal == 1 {
                 return Err(crate::Error::Driver { device: number, call: "open", message: "broken".into() });
             }
-            let topology = Arc::new(crate::topology::Topology::system());
+            let topology = crate::topology::Topology::system();
             let w =
                 Arc::new(DeviceWorker::spawn(format!("t{ordinal}"), topology, Vec::new()).expect("worker"));
             Ok(HostDevice::new(

@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -144,8 +145,17 @@ fn online_nodes() -> Vec<usize> {
 }
 
 impl Topology {
-    /// This machine's topology (hwloc with I/O devices kept; sysfs when hwloc fails).
-    pub fn system() -> Self {
+    /// This machine's topology (hwloc with I/O devices kept; sysfs when hwloc fails),
+    /// discovered once a process and shared: hwloc's discovery reads thousands of files
+    /// (every CPU's caches, every PCI device), which a program making many runtimes (a
+    /// test suite) would otherwise pay for each one.
+    pub fn system() -> Arc<Self> {
+        static SYSTEM: OnceLock<Arc<Topology>> = OnceLock::new();
+        Arc::clone(SYSTEM.get_or_init(|| Arc::new(Self::discover())))
+    }
+
+    /// This machine's topology, discovered now.
+    fn discover() -> Self {
         #[cfg(feature = "hwloc")]
         {
             use hwlocality::topology::builder::TypeFilter;

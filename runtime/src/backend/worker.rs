@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn runs_jobs_in_order_and_reports_its_binding() {
-        let topo = Arc::new(Topology::system());
+        let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
         let w = DeviceWorker::spawn("test-worker".into(), topo, cpus.clone()).unwrap();
         let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_panicking_job_resumes_in_its_caller_and_the_worker_goes_on() {
-        let topo = Arc::new(Topology::system());
+        let topo = Topology::system();
         let w = DeviceWorker::spawn("test-worker".into(), topo, Vec::new()).unwrap();
         let caught = catch_unwind(AssertUnwindSafe(|| w.run(|| panic!("job panicked"))));
         assert_eq!(crate::error::panic_message(&*caught.unwrap_err()), "job panicked");
@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn concurrent_callers_get_their_own_results_and_a_sleeping_worker_wakes() {
-        let topo = Arc::new(Topology::system());
+        let topo = Topology::system();
         let w = Arc::new(DeviceWorker::spawn("test-worker".into(), topo, Vec::new()).unwrap());
         let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let callers: Vec<_> = (0..4u64)
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn a_job_run_in_the_queues_place_comes_before_what_is_queued_meanwhile() {
-        let topo = Arc::new(Topology::system());
+        let topo = Topology::system();
         let w = Arc::new(DeviceWorker::spawn("test-worker".into(), topo, Vec::new()).unwrap());
         let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
         // Idle: runs here, on this thread.

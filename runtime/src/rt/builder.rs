@@ -264,10 +264,10 @@ impl RuntimeBuilder {
             .transpose()?;
         let trace = Arc::new(Trace::with_file(settings.info, self.capture_info, file));
         let dump = settings.dump_kernels.clone().map(KernelDump::new).transpose()?.map(Arc::new);
-        let topology = Arc::new(match &settings.topology_xml {
-            Some(path) => Topology::from_xml_file(path)?,
+        let topology = match &settings.topology_xml {
+            Some(path) => Arc::new(Topology::from_xml_file(path)?),
             None => Topology::system(),
-        });
+        };
         let start_failed = |call: &'static str, e: String| Error::Driver { device: 0, call, message: e };
         // The initial device's kernel pool; each host device has its own (started on its
         // first kernel), so that a thread of one runs that device's kernels only

@@ -441,7 +441,7 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "reads the machine's topology")]
     fn bound_helpers_copy_too() {
-        let topo = Arc::new(Topology::system());
+        let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
         let c = CopyCrew::spawn("test", Some((topo, cpus)), 2, 4096).unwrap();
         let src = vec![9u8; 3 * 4096];

@@ -230,7 +230,7 @@ mod tests {
     #[test]
     fn memory_is_aligned_zeroed_and_of_the_size_asked() {
         let topo = Topology::system();
-        for node in [None, topo.numa_nodes().first().map(|&n| (n, &topo))] {
+        for node in [None, topo.numa_nodes().first().map(|&n| (n, &*topo))] {
             let m = PinnedMemory::allocate(0, 10_000, 1, node).unwrap();
             assert_eq!(m.as_ptr() as usize % PAGE, 0);
             // SAFETY: no one writes it.

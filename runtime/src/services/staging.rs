@@ -479,13 +479,7 @@ mod tests {
         let topo = Topology::system();
         let cpus = topo.whole_machine("test").cpus;
         let spawn = |threads: usize| {
-            CopyCrew::spawn(
-                "test",
-                Some((std::sync::Arc::new(Topology::system()), cpus.clone())),
-                threads - 1,
-                4096,
-            )
-            .unwrap()
+            CopyCrew::spawn("test", Some((Topology::system(), cpus.clone())), threads - 1, 4096).unwrap()
         };
         let (crew_in, crew_out) = cfg.crew_sizes(cfg.threads);
         let (crew, crew_out) = (spawn(crew_in), crew_out.map(spawn));
