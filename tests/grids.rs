@@ -276,11 +276,32 @@ fn nccl_moves_every_region_as_the_device_copies_do() {
                     offload::DeviceBuffer::from_slice(&rt.device(d)?, &[k, 2.0 * k, 3.0 * k])
                 })
                 .collect::<offload::Result<Vec<_>>>()?;
-            comm.sum_f64(&bufs.iter().collect::<Vec<_>>())?;
+            let refs: Vec<_> = bufs.iter().collect();
+            comm.sum(&refs, 0..3)?;
             let total = (n * (n + 1) / 2) as f64;
             for b in &bufs {
                 check_eq!(b.to_vec()?, vec![total, 2.0 * total, 3.0 * total]);
             }
+            // Part of a buffer, in f32 and in i64: only the range changes.
+            let (fl, int) = (
+                all.iter()
+                    .map(|&d| offload::DeviceBuffer::from_slice(&rt.device(d)?, &[1f32, 2.0, 3.0]))
+                    .collect::<offload::Result<Vec<_>>>()?,
+                all.iter()
+                    .map(|&d| offload::DeviceBuffer::from_slice(&rt.device(d)?, &[d as i64, -1, 7]))
+                    .collect::<offload::Result<Vec<_>>>()?,
+            );
+            comm.sum(&fl.iter().collect::<Vec<_>>(), 1..2)?;
+            comm.sum(&int.iter().collect::<Vec<_>>(), 0..1)?;
+            for (f, i) in fl.iter().zip(&int) {
+                check_eq!(f.to_vec()?, vec![1.0, 2.0 * n as f32, 3.0]);
+                check_eq!(i.to_vec()?, vec![(n * (n - 1) / 2) as i64, -1, 7]);
+            }
+            // Ranges outside the buffers and a buffer too few are refused.
+            let err = comm.sum(&refs, 2..4).unwrap_err().to_string();
+            check!(err.contains("elements 2..4 of buffers of 3"), "{err}");
+            let err = comm.sum(&refs[1..], 0..1).unwrap_err().to_string();
+            check!(err.contains(&format!("{} buffers for {n} ranks", n - 1)), "{err}");
             // A communicator without a rank on a part's device is refused.
             if n > 1 {
                 let one = NcclComm::of_devices(rt, &[0])?;

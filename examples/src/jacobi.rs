@@ -522,14 +522,39 @@ pub fn solve_grid_held(
         ];
         let held: Vec<(usize, usize)> =
             grids[0].held().map(|p| (p, placement[p].unwrap_or_default())).collect();
-        let mut norms = Vec::with_capacity(held.len());
-        for &(_, d) in &held {
+        // Where each held part adds its squares: its own buffer, summed on the host and over
+        // the ranks by `across`; or, with NCCL, its device's buffer (the parts of one device
+        // add into it in queue order), summed over the communicator's ranks on the devices
+        // (ncclAllReduce) and read once.
+        let nccl = across.nccl();
+        let norm_devices: Vec<usize> = match nccl {
+            Some(comm) => comm.held().iter().map(|&(d, _)| d).collect(),
+            None => held.iter().map(|&(_, d)| d).collect(),
+        };
+        let mut norms = Vec::with_capacity(norm_devices.len());
+        for &d in &norm_devices {
             norms.push(DeviceBuffer::<f32>::from_slice(&rt.device(d)?, &[0.0; 2])?);
         }
+        let views = held
+            .iter()
+            .enumerate()
+            .map(|(k, &(p, d))| match nccl {
+                None => Ok(norms[k].view()),
+                Some(_) => {
+                    norm_devices.iter().position(|&n| n == d).map(|i| norms[i].view()).ok_or_else(|| {
+                        offload::Error::InvalidArgument {
+                            routine: "jacobi",
+                            what: format!(
+                                "part {p} is on device {d}, which holds no rank of the NCCL communicator"
+                            ),
+                        }
+                    })
+                }
+            })
+            .collect::<Result<Vec<DeviceSlice<'_, f32>>, offload::Error>>()?;
         let mut norm = 0f32;
         let clock = HaloClock::default();
         let mine: Vec<LayersFirst> = held.iter().map(|&(p, d)| LayersFirst::of(&part, p, d)).collect();
-        let views: Vec<DeviceSlice<'_, f32>> = norms.iter().map(|n| n.view()).collect();
         let start = Instant::now();
         for iter in 0..args.niter {
             let (dst, slot) = (1 - iter % 2, iter % 2);
@@ -537,11 +562,19 @@ pub fn solve_grid_held(
                 across.exchange(&grids[dst])
             })?;
             if iter % args.nccheck == 0 || (!args.csv && iter % 100 == 0) {
-                let mut mine = 0f32;
-                for n in &norms {
-                    mine += n.to_vec()?[slot];
-                }
-                norm = (across.sum(f64::from(mine)) as f32).sqrt();
+                norm = match nccl {
+                    Some(comm) => {
+                        comm.sum(&norms.iter().collect::<Vec<_>>(), slot..slot + 1)?;
+                        norms[0].to_vec()?[slot].sqrt()
+                    }
+                    None => {
+                        let mut mine = 0f32;
+                        for n in &norms {
+                            mine += n.to_vec()?[slot];
+                        }
+                        (across.sum(f64::from(mine)) as f32).sqrt()
+                    }
+                };
                 if !args.csv && iter.is_multiple_of(100) && across.is_root() {
                     println!("{iter:5}, {norm:.6}");
                 }

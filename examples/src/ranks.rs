@@ -34,6 +34,11 @@ pub trait GridAcross: Sync {
     fn sum(&self, x: f64) -> f64;
     /// Whether this rank prints.
     fn is_root(&self) -> bool;
+    /// The NCCL communicator the halos cross with, if NCCL is the engine: its ranks sum
+    /// device values (the norm) on the devices, each GPU of it holding one rank.
+    fn nccl(&self) -> Option<&offload::collective::NcclComm<'_>> {
+        None
+    }
 }
 
 /// One process moving its grid's halos with NCCL (`OFFLOAD_HALO=nccl` without MPI): a
@@ -50,6 +55,9 @@ impl GridAcross for NcclInProcess<'_> {
     }
     fn is_root(&self) -> bool {
         true
+    }
+    fn nccl(&self) -> Option<&offload::collective::NcclComm<'_>> {
+        Some(&self.0)
     }
 }
 
@@ -358,6 +366,9 @@ mod with_mpi {
         }
         fn is_root(&self) -> bool {
             self.cluster.is_root()
+        }
+        fn nccl(&self) -> Option<&offload::collective::NcclComm<'_>> {
+            self.ranks.nccl()
         }
     }
 

@@ -153,7 +153,8 @@ fn stencil3d_on_grids_of_parts_equals_single_device() {
 /// Both solvers with NCCL moving every region (one thread over the parts, as a rank runs
 /// them), on each backend where an NCCL communicator can be made over its devices (CUDA
 /// GPUs with NCCL loadable): Jacobi on 2 x 2 and the stencil on 2 x 2 x 2 give the
-/// single-device grids bit for bit. Where none can be made, the case says why it skips.
+/// single-device grids bit for bit, and Jacobi's norm (summed on the devices by NCCL) the
+/// single device's. Where none can be made, the case says why it skips.
 #[test]
 fn grids_over_nccl_equal_single_device() {
     let jargs =
@@ -181,6 +182,13 @@ fn grids_over_nccl_equal_single_device() {
                 jacobi::digest(&grid.grid, 70, 45) == jacobi::digest(&single.grid, 70, 45),
                 "jacobi 2x2 over NCCL: max |grid - single| = {}",
                 jacobi::max_diff(&grid.grid, &single.grid, 70, 45)
+            );
+            // The norm summed on the devices by ncclAllReduce: the same squares in another order.
+            check!(
+                (single.norm - grid.norm).abs() <= 1e-5 * single.norm.max(1.0),
+                "jacobi 2x2 over NCCL: norms {} {}",
+                single.norm,
+                grid.norm
             );
             let (_, s1) = stencil3d::solve(rt, &devices[..1], &sargs)?;
             let (_, cube, _) = stencil3d::solve_grid_held(rt, &place(8), &sargs, [2, 2, 2], &across)?;

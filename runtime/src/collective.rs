@@ -24,8 +24,11 @@
 //! # Ok::<(), offload::Error>(())
 //! ```
 
+use std::ops::Range;
+
 use crate::api::DeviceBuffer;
 use crate::error::{Error, Result};
+use crate::kernel::{DeviceCopy, KernelScalar, Scalar};
 use crate::rt::Runtime;
 use crate::BackendKind;
 
@@ -203,40 +206,66 @@ impl<'rt> NcclComm<'rt> {
         self.held.iter().find(|&&(d, _)| d == device).map(|&(_, r)| r)
     }
 
-    /// Sums `values` over the ranks, in place: `values[i]` on the device of held rank `i`
-    /// ([`NcclComm::held`]), all of one length (NCCL's `ncclAllReduce`, queued).
+    /// Sums elements `range` of `values` over the ranks, in place (NCCL's `ncclAllReduce`,
+    /// queued on each device after its work queued before): `values[i]` on the device of
+    /// held rank `i` ([`NcclComm::held`]), all of one length. Afterwards every rank's
+    /// `range` holds the sum of all ranks' (a read of a buffer waits for it).
     ///
-    /// Errors: a buffer per held rank on its device, of one length, expected
-    /// ([`Error::InvalidArgument`]); NCCL's call failing ([`Error::Driver`]).
+    /// Errors: a buffer per held rank on its device, of one length, expected; a range
+    /// inside them expected ([`Error::InvalidArgument`]); a type NCCL has no sum for (the
+    /// kernel scalars `i32`, `u32`, `i64`, `u64`, `f32` and `f64` it has); NCCL's call
+    /// failing ([`Error::Driver`]).
     #[track_caller]
-    pub fn sum_f64(&self, values: &[&DeviceBuffer<'_, f64>]) -> Result<()> {
-        let bad = |what: String| Error::InvalidArgument { routine: "NcclComm::sum_f64", what };
+    pub fn sum<T: KernelScalar + DeviceCopy>(
+        &self,
+        values: &[&DeviceBuffer<'_, T>],
+        range: Range<usize>,
+    ) -> Result<()> {
+        let bad = |what: String| Error::InvalidArgument { routine: "NcclComm::sum", what };
         if values.len() != self.held.len() {
             return Err(bad(format!("{} buffers for {} ranks held here", values.len(), self.held.len())));
         }
+        let len = values.first().map_or(0, |v| v.len());
         for (v, &(d, _)) in values.iter().zip(&self.held) {
-            if v.device().number() != d
-                || v.len() != values[0].len()
-                || !v.device().runtime().same_as(self.rt)
-            {
+            if v.device().number() != d || v.len() != len || !v.device().runtime().same_as(self.rt) {
                 return Err(bad(format!(
-                    "a buffer of {} values on device {}; expected {} on device {d} of this runtime",
+                    "a buffer of {} values on device {}; expected {len} on device {d} of this runtime",
                     v.len(),
                     v.device().number(),
-                    values[0].len()
                 )));
             }
         }
+        if range.start > range.end || range.end > len {
+            return Err(bad(format!("elements {range:?} of buffers of {len}")));
+        }
+        let like = [
+            Scalar::F32(0.0),
+            Scalar::F64(0.0),
+            Scalar::I32(0),
+            Scalar::I64(0),
+            Scalar::U32(0),
+            Scalar::U64(0),
+        ]
+        .into_iter()
+        .find(|s| T::from_scalar(*s).is_some())
+        .ok_or_else(|| bad(format!("{}: not a type NCCL sums", std::any::type_name::<T>())))?;
+        if range.is_empty() {
+            return Ok(());
+        }
         #[cfg(feature = "nccl")]
         {
-            let addrs: Vec<u64> = values.iter().map(|v| v.addr()).collect();
-            // SAFETY: each buffer is a live allocation of `len` f64 on its rank's device,
-            // borrowed for the call; a free of it waits for the device's queued work, the
-            // sum included.
-            unsafe { self.rt.nccl_sum_f64(&self.comms.lock(), &addrs, values[0].len()) }
+            let size = std::mem::size_of::<T>() as u64;
+            let addrs: Vec<u64> = values.iter().map(|v| v.addr() + range.start as u64 * size).collect();
+            // SAFETY: each range lies in a live allocation of its rank's device (checked
+            // above, and again by the runtime), borrowed for the call; a free of a buffer
+            // waits for the device's queued work, the sum included.
+            unsafe { self.rt.nccl_sum(&self.comms.lock(), &addrs, like, range.len()) }
         }
         #[cfg(not(feature = "nccl"))]
-        Err(unavailable(not_built()))
+        {
+            let _ = like;
+            Err(unavailable(not_built()))
+        }
     }
 
     /// Queues `ops` as one group (every send and receive posted before any is waited for).

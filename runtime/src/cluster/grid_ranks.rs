@@ -385,6 +385,13 @@ impl<'a, T: HaloElement> GridRanks<'a, T> {
         (self.engine.0, &self.engine.1)
     }
 
+    /// The NCCL communicator the regions cross with (one rank a GPU, NCCL rank = MPI rank),
+    /// when NCCL is the engine: a program sums its device values over the ranks with it
+    /// ([`NcclComm::sum`]) instead of through the host.
+    pub fn nccl(&self) -> Option<&NcclComm<'a>> {
+        self.nccl.as_ref()
+    }
+
     /// The regions this rank sends to other ranks and receives from them.
     pub fn crossings(&self) -> [usize; 2] {
         let c = self.crossings.lock();

@@ -47,7 +47,7 @@ impl Scalar {
         (b, n)
     }
 
-    pub(super) fn type_name(self) -> &'static str {
+    pub(crate) fn type_name(self) -> &'static str {
         match self {
             Scalar::I32(_) => "i32",
             Scalar::U32(_) => "u32",

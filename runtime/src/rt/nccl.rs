@@ -27,6 +27,7 @@ mod with_nccl {
     use crate::data_env::plan::Short;
     use crate::device::BlocksInUse;
     use crate::error::{Error, Result};
+    use crate::kernel::Scalar;
     use crate::origin::Origin;
     use crate::rt::Runtime;
 
@@ -122,23 +123,24 @@ mod with_nccl {
             first_err.map_or(Ok(()), Err)
         }
 
-        /// Queues the sum over the communicator's ranks of `count` f64 at `addrs[i]` on held
-        /// rank `i`'s device, in place, each range checked first; recorded as each device's
-        /// queued work, as [`Runtime::nccl_group`] does.
+        /// Queues the sum over the communicator's ranks of `count` numbers of `like`'s type
+        /// at `addrs[i]` on held rank `i`'s device, in place, each range checked first;
+        /// recorded as each device's queued work, as [`Runtime::nccl_group`] does.
         ///
         /// # Safety
         /// Each range stays allocated until its device's queued work has run.
         #[track_caller]
-        pub(crate) unsafe fn nccl_sum_f64(
+        pub(crate) unsafe fn nccl_sum(
             &self,
             ranks: &NcclRanks,
             addrs: &[u64],
+            like: Scalar,
             count: usize,
         ) -> Result<()> {
             let at = Location::caller();
-            let bytes = count.checked_mul(8).ok_or_else(|| Error::Overflow {
-                routine: "NcclComm::sum_f64",
-                what: format!("{count} f64"),
+            let bytes = count.checked_mul(like.to_ne_bytes().1).ok_or_else(|| Error::Overflow {
+                routine: "NcclComm::sum",
+                what: format!("{count} {}", like.type_name()),
             })?;
             let mut held = Vec::with_capacity(addrs.len());
             for (c, &addr) in ranks.0.iter().zip(addrs) {
@@ -146,7 +148,7 @@ mod with_nccl {
                 held.push((c, addr));
             }
             // SAFETY: forwarded from the caller; each range checked inside a live block.
-            let summed = unsafe { nccl::sum_f64(&held, count) };
+            let summed = unsafe { nccl::sum(&held, like, count) };
             let devices: Vec<usize> = held.iter().map(|(c, _)| c.device()).collect();
             summed.and(self.nccl_queued(&devices, "an NCCL sum", at))
         }

@@ -14,6 +14,7 @@ use cudarc::nccl::{result, sys};
 use super::CudaDevice;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::kernel::Scalar;
 
 /// The oldest NCCL whose every call this module makes exists (2.14.0).
 const MIN_VERSION: c_int = 21400;
@@ -183,14 +184,24 @@ pub(crate) unsafe fn group(ops: &[P2p<'_>]) -> Result<()> {
     r
 }
 
-/// Queues the sum over the communicator's ranks of `count` f64, in place, at each held
-/// rank's address (`ranks`), in one group.
+/// Queues the sum over the communicator's ranks of `count` numbers of `like`'s type (its
+/// value unused), in place, at each held rank's address (`ranks`), in one group.
 ///
 /// # Safety
-/// Each address holds `count` f64 of its rank's device, live until the sum has run.
-pub(crate) unsafe fn sum_f64(ranks: &[(&DeviceComm, u64)], count: usize) -> Result<()> {
+/// Each address holds `count` numbers of that type on its rank's device, live until the
+/// sum has run.
+pub(crate) unsafe fn sum(ranks: &[(&DeviceComm, u64)], like: Scalar, count: usize) -> Result<()> {
     let Some(first) = ranks.first().map(|(c, _)| c.device) else { return Ok(()) };
-    let (dt, op) = (sys::ncclDataType_t::ncclFloat64, sys::ncclRedOp_t::ncclSum);
+    use sys::ncclDataType_t as T;
+    let dt = match like {
+        Scalar::F32(_) => T::ncclFloat32,
+        Scalar::F64(_) => T::ncclFloat64,
+        Scalar::I32(_) => T::ncclInt32,
+        Scalar::I64(_) => T::ncclInt64,
+        Scalar::U32(_) => T::ncclUint32,
+        Scalar::U64(_) => T::ncclUint64,
+    };
+    let op = sys::ncclRedOp_t::ncclSum;
     result::group_start().map_err(|e| failed(first, "ncclGroupStart", e))?;
     let mut first_err = None;
     for &(c, addr) in ranks {
