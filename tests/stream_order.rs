@@ -259,28 +259,51 @@ fn under_offload_sync_a_failing_kernel_fails_its_own_launch() {
     failing_kernel_case(true);
 }
 
-/// A gate a host kernel waits at: [`GATE`] sets `started`, waits until `open` (an error
+/// A gate a host kernel waits at: the kernel sets `started`, waits until `open` (an error
 /// after a minute, so that a broken case fails rather than hangs), then sets `done`.
-static GATE_STARTED: AtomicBool = AtomicBool::new(false);
-static GATE_OPEN: AtomicBool = AtomicBool::new(false);
-static GATE_DONE: AtomicBool = AtomicBool::new(false);
-
-fn gate(_: &HostLaunch<'_>) -> Result<(), String> {
-    GATE_STARTED.store(true, SeqCst);
-    let start = std::time::Instant::now();
-    while !GATE_OPEN.load(SeqCst) {
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err("the gate was never opened".into());
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    GATE_DONE.store(true, SeqCst);
-    Ok(())
+struct Gate {
+    started: AtomicBool,
+    open: AtomicBool,
+    done: AtomicBool,
 }
 
-/// A host kernel that finishes only once the test opens its gate: whether a launch
-/// returned before its kernel finished is then a fact, not a clock reading.
-static GATE: Kernel = Kernel::new("gate").with_host(gate);
+impl Gate {
+    const fn new() -> Self {
+        Self { started: AtomicBool::new(false), open: AtomicBool::new(false), done: AtomicBool::new(false) }
+    }
+
+    /// Closed again, for a new case.
+    fn reset(&self) {
+        for flag in [&self.started, &self.open, &self.done] {
+            flag.store(false, SeqCst);
+        }
+    }
+
+    fn pass(&self) -> Result<(), String> {
+        self.started.store(true, SeqCst);
+        let start = std::time::Instant::now();
+        while !self.open.load(SeqCst) {
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err("the gate was never opened".into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        self.done.store(true, SeqCst);
+        Ok(())
+    }
+}
+
+/// One gate per test that uses one (the tests of a file run at once).
+static GATES: [Gate; 2] = [Gate::new(), Gate::new()];
+
+fn gate<const G: usize>(_: &HostLaunch<'_>) -> Result<(), String> {
+    GATES[G].pass()
+}
+
+/// Host kernels that finish only once the test opens their gate: whether a call returned
+/// before such a kernel finished is then a fact, not a clock reading.
+static GATE: Kernel = Kernel::new("gate").with_host(gate::<0>);
+static GRID_GATE: Kernel = Kernel::new("grid_gate").with_host(gate::<1>);
 
 #[test]
 fn the_suite_mode_is_the_runtime_mode() {
@@ -297,20 +320,19 @@ fn the_suite_mode_is_the_runtime_mode() {
             // On a host device, order alone: queued, the launch returns while the kernel
             // waits at its closed gate; synchronous, a helper opens the gate once the kernel
             // has started, and the launch returns after the kernel has finished.
-            for flag in [&GATE_STARTED, &GATE_OPEN, &GATE_DONE] {
-                flag.store(false, SeqCst);
-            }
+            let g = &GATES[0];
+            g.reset();
             let opener = (synchronous()).then(|| {
                 std::thread::spawn(|| {
-                    while !GATE_STARTED.load(SeqCst) {
+                    while !GATES[0].started.load(SeqCst) {
                         std::thread::sleep(Duration::from_micros(100));
                     }
-                    GATE_OPEN.store(true, SeqCst);
+                    GATES[0].open.store(true, SeqCst);
                 })
             });
             let launched = gpu.launch(&GATE, 1, ());
-            let done_at_return = GATE_DONE.load(SeqCst);
-            GATE_OPEN.store(true, SeqCst);
+            let done_at_return = g.done.load(SeqCst);
+            g.open.store(true, SeqCst);
             launched?;
             rt.synchronize(d)?;
             if let Some(h) = opener {
@@ -319,7 +341,7 @@ fn the_suite_mode_is_the_runtime_mode() {
                     what: "the opener panicked".into(),
                 })?;
             }
-            check!(GATE_DONE.load(SeqCst), "the kernel never finished");
+            check!(g.done.load(SeqCst), "the kernel never finished");
             check_eq!(done_at_return, synchronous());
             return Ok(());
         }
@@ -656,6 +678,71 @@ fn halos_between_devices_wait_for_their_writers_and_hold_the_next_writes() {
             check_eq!(grid, expect);
             offload_tests::assert_clean(rt, d0)?;
             offload_tests::assert_clean(rt, d1)
+        },
+    );
+}
+
+#[offload::kernel]
+fn add_one_f32(i: usize, x: &mut [f32]) {
+    x[i] += 1.0;
+}
+
+/// A grid's regions between two devices are queued behind the sender's work, not waited
+/// for: with the sending device held at a closed gate, `DistributedGrid::send_halos`
+/// returns while the gate is still closed (a copy that waited for the sender's queue would
+/// wait for ever), and once the gate opens the receiver's halo holds what the sender's
+/// kernel, queued behind the gate, wrote. Host devices (the gate is a host kernel); under
+/// `OFFLOAD_SYNC=1` the copies wait by design, so the case says it skips.
+#[test]
+fn grid_halos_between_devices_are_queued_not_waited_for() {
+    use offload::partition::{DistributedGrid, GridPartition, Reach};
+    if offload_tests::every_step::faults_mode() {
+        println!("SKIP queued grid halos: OFFLOAD_TEST_FAULTS=1 fails the steps this case holds at a gate");
+        return;
+    }
+    on_every_backend(
+        "grid halos queued",
+        2,
+        |b| b,
+        |rt| {
+            if rt.describe(0)?.kind != offload::BackendKind::Host {
+                println!("SKIP queued grid halos on this backend: the gate is a host kernel");
+                return Ok(());
+            }
+            if synchronous() {
+                println!("SKIP queued grid halos: OFFLOAD_SYNC=1 copies before send_halos returns");
+                return Ok(());
+            }
+            // Two parts side by side: part 0 owns columns 1..3, part 1 columns 3..5 and
+            // holds column 2 as its halo.
+            let (rows, cols) = (4, 6);
+            let part = GridPartition::new(&[rows, cols], &[1, 2], 1)?;
+            let start: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+            let mut host = start.clone();
+            let g = &GATES[1];
+            g.reset();
+            let grid = DistributedGrid::map(rt, &[0, 1], &mut host, part.clone(), Reach::Faces, MapType::TO)?;
+            let g0 = rt.device(0)?;
+            g0.launch(&GRID_GATE, 1, ())?;
+            add_one_f32::launch(&g0, part.mapped(0).len(), grid.view(0))?;
+            let sent = grid.send_halos(0);
+            let done_at_return = g.done.load(SeqCst);
+            g.open.store(true, SeqCst);
+            sent?;
+            check!(!done_at_return, "send_halos waited for the sending device's queued kernel");
+            let [r, c] = <[std::ops::Range<usize>; 2]>::try_from(part.mapped(1).ranges().to_vec())
+                .map_err(|_| Error::InvalidArgument { routine: "check", what: "a 2-D box".into() })?;
+            // The halo column gets part 0's points in the rows it owns (the grid's edge
+            // rows are nobody's).
+            let (start, owned) = (&start, part.owned(0).ranges()[0].clone());
+            let expect: Vec<f32> = r
+                .flat_map(|y| {
+                    let sent = owned.contains(&y);
+                    c.clone().map(move |x| start[y * cols + x] + if sent && x < 3 { 1.0 } else { 0.0 })
+                })
+                .collect();
+            check_eq!(grid.to_vec(1)?, expect);
+            Ok(())
         },
     );
 }
