@@ -252,6 +252,17 @@ impl CudaDevice {
         s.synchronize().map_err(driver_error(self.number, call))
     }
 
+    /// Waits for the work of the device's three queues, where all of this runtime's work
+    /// on it goes (kernels, copies, GEMMs, NCCL), one queue after another. Not the whole
+    /// context (`cuCtxSynchronize`): the primary context is every runtime's of the process,
+    /// and a context-wide wait is refused while another thread records a graph on a stream
+    /// of its own, and breaks that recording.
+    fn sync_queues(&self) -> Result<()> {
+        [Queue::CopyIn, Queue::Compute, Queue::CopyOut]
+            .into_iter()
+            .try_for_each(|q| self.sync(self.stream(q), "cuStreamSynchronize"))
+    }
+
     /// The kernel's function on this device (compiled by NVRTC for this architecture, or
     /// read from the disk cache, on first use in the process; loaded here on first use
     /// here) and its wave: the blocks of it the device holds at once, by the driver's
@@ -534,7 +545,7 @@ impl Backend for CudaDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.ctx.synchronize().map_err(driver_error(self.number, "cuCtxSynchronize"))
+        self.sync_queues()
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
@@ -584,7 +595,8 @@ impl Backend for CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        // Streams and the context are released by cudarc; finish our work first.
-        let _ = self.ctx.synchronize();
+        // Streams and the context are released by cudarc; finish our work first (this
+        // device's queues: another runtime may be recording on the shared context).
+        let _ = self.sync_queues();
     }
 }
