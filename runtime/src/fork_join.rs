@@ -413,6 +413,19 @@ impl ForkJoinTeam {
         }
     }
 
+    /// The threads a kernel that does not fork through this team (a hand-written kernel's
+    /// `rayon` loops) may use now: the team's share of its cores, as a fork would take
+    /// ([`SharedCores`]), the team marked busy until the [`CoreShare`] drops; the team's
+    /// size when it shares no cores.
+    pub(crate) fn share(&self) -> CoreShare<'_> {
+        match &self.cores {
+            Some((cores, me)) => {
+                CoreShare { threads: cores.start(*me, self.size), _end: Some(EndOnDrop(cores, *me)) }
+            }
+            None => CoreShare { threads: self.size, _end: None },
+        }
+    }
+
     /// Whether a job is being forked now (it may have no task left to share).
     pub(crate) fn has_work(&self) -> bool {
         self.shared.open.load(Ordering::Relaxed)
@@ -479,6 +492,14 @@ impl ForkJoinTeam {
             self.shared.call.notify_one();
         }
     }
+}
+
+/// A team's share of its cores for a kernel that runs outside the team
+/// ([`ForkJoinTeam::share`]): the team counts as busy for the others until this drops.
+pub(crate) struct CoreShare<'a> {
+    /// Threads the kernel may use, its driver's included (at least one).
+    pub(crate) threads: usize,
+    _end: Option<EndOnDrop<'a>>,
 }
 
 /// Marks a team's job ended in its [`SharedCores`] when dropped (also on unwinding).

@@ -21,7 +21,7 @@ use super::platform::VendorPlatform;
 use super::{foreign_event, Backend, BackendKind, DeviceDescription, Event, GemmOperands, MemInfo, Queue};
 use crate::backend::worker::DeviceWorker;
 use crate::error::{Error, Result};
-use crate::fork_join::{ForkJoinTeam, SharedCores};
+use crate::fork_join::{ForkJoinTeam, SharedCores, SHARED_ITEMS};
 use crate::gemm::{ElementType, Gemm, GemmElement};
 use crate::kernel::{run_host_kernel, HostLaunch, Kernel, KernelArg, ShapeParam};
 use crate::topology::Topology;
@@ -212,7 +212,16 @@ pub(crate) struct KernelPool {
     team: std::sync::OnceLock<ForkJoinTeam>,
     /// The cores the team shares with the other host devices' teams, if any.
     cores: Option<Arc<SharedCores>>,
+    /// Smaller pools for hand-written kernels launched while other host devices are busy
+    /// (entry `s - 1`: `s` threads, started on the first launch given that share), so
+    /// that devices in lockstep split the cores instead of each running a thread a core.
+    /// Their threads are their own (the worker, thread 0 of `pool`, can join one pool
+    /// only): the worker hands the kernel over and waits.
+    shares: std::sync::OnceLock<Box<[std::sync::OnceLock<SmallerPool>]>>,
 }
+
+/// A [`KernelPool`]'s pool of fewer threads, or why it could not start.
+type SmallerPool = std::result::Result<rayon::ThreadPool, String>;
 
 thread_local! {
     /// Whether this thread is running a host device's kernel: tells a worker that is
@@ -262,7 +271,14 @@ impl KernelPool {
     /// starts it included (rayon's default, one per CPU, when `None`), not started yet; its
     /// generated kernels' team shares `cores` with the other teams given the same.
     pub(crate) fn new(name: String, threads: Option<usize>, cores: Option<Arc<SharedCores>>) -> Self {
-        Self { name, threads, pool: std::sync::OnceLock::new(), team: std::sync::OnceLock::new(), cores }
+        Self {
+            name,
+            threads,
+            pool: std::sync::OnceLock::new(),
+            team: std::sync::OnceLock::new(),
+            cores,
+            shares: std::sync::OnceLock::new(),
+        }
     }
 
     /// The generated kernels' team, once the pool has started (on the first kernel).
@@ -270,14 +286,56 @@ impl KernelPool {
         self.team.get()
     }
 
-    /// Runs kernel `f` on the worker with the pool started and the team driven by it.
-    fn run_kernel<T>(&self, device: usize, f: impl FnOnce(&rayon::ThreadPool) -> T) -> Result<T> {
+    /// Runs kernel `f` on the worker with the pool started and the team driven by it. With
+    /// `share` (a kernel of `rayon` loops, which does not fork through the team), while
+    /// other host devices are busy it runs on a pool of the device's share of the cores
+    /// instead ([`ForkJoinTeam::share`]), should that be fewer threads: devices in lockstep
+    /// then split the cores instead of each running a thread a core.
+    fn run_kernel<T>(
+        &self,
+        device: usize,
+        share: bool,
+        f: impl FnOnce(&rayon::ThreadPool) -> T,
+    ) -> Result<T> {
         let pool = self.get(device)?;
         let team = self.team.get_or_init(|| {
             let mark = || KERNEL_THREAD.with(|k| k.set(true));
             ForkJoinTeam::new(self.name.clone(), pool.current_num_threads(), mark, self.cores.clone())
         });
-        Ok(team.driving(|| f(pool)))
+        if !share || self.cores.is_none() {
+            return Ok(team.driving(|| f(pool)));
+        }
+        let share = team.share();
+        match self.smaller(device, share.threads, pool.current_num_threads())? {
+            Some(smaller) => Ok(team.driving(|| f(smaller))),
+            None => Ok(team.driving(|| f(pool))),
+        }
+    }
+
+    /// The pool of `threads` threads for a share of the cores (`None` when that is the
+    /// whole pool's `all`), started now if it was not.
+    fn smaller(&self, device: usize, threads: usize, all: usize) -> Result<Option<&rayon::ThreadPool>> {
+        if threads == 0 || threads >= all {
+            return Ok(None);
+        }
+        let shares = self.shares.get_or_init(|| (1..all).map(|_| std::sync::OnceLock::new()).collect());
+        let Some(slot) = shares.get(threads - 1) else { return Ok(None) };
+        slot.get_or_init(|| {
+            let name = format!("{}-s{threads}", self.name);
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("{name}k{i}"))
+                .start_handler(|_| KERNEL_THREAD.with(|k| k.set(true)))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map(Some)
+        .map_err(|e| Error::Driver {
+            device,
+            call: "start a host device's kernel pool for its share of the cores",
+            message: e.clone(),
+        })
     }
 
     /// The pool, started now if it was not, with the calling thread (the device's worker)
@@ -315,11 +373,16 @@ impl KernelPool {
     /// Whether the calling thread runs the pool's work: one of its own threads, or the
     /// worker that joined it while it runs a kernel (never, before the pool started).
     fn owns_current_thread(&self) -> bool {
+        let in_share = || {
+            self.shares.get().is_some_and(|shares| {
+                shares.iter().any(|s| matches!(s.get(), Some(Ok(p)) if p.current_thread_index().is_some()))
+            })
+        };
         match self.pool.get() {
             Some(Ok((p, joined))) => match p.current_thread_index() {
                 Some(0) if *joined => IN_KERNEL.with(|k| k.get()),
                 Some(_) => true,
-                None => false,
+                None => in_share(),
             },
             _ => false,
         }
@@ -484,9 +547,13 @@ impl HostDevice {
         // Up to 8 arguments travel inside the job: no allocation of their own.
         let args: smallvec::SmallVec<[KernelArg; 8]> = args.into();
         let (name, number, avx512) = (kernel.name(), self.number, self.avx512);
+        // Generated kernels say how their parameters sit (they share the cores through their
+        // team); a hand-written one runs `rayon` loops, worth a pool of its share of the
+        // cores (a hand-off to its threads) from as many items as a generated one shares.
+        let share = kernel.shape().is_none() && n >= SHARED_ITEMS;
         Ok(move || {
             let _in = InKernel::enter();
-            pool.run_kernel(number, |p| run_host_kernel(p, number, name, f, n, &args, avx512))?
+            pool.run_kernel(number, share, |p| run_host_kernel(p, number, name, f, n, &args, avx512))?
         })
     }
 
@@ -1252,6 +1319,58 @@ pub(crate) mod tests {
         assert!(!d.run(|| IN_KERNEL.with(|k| k.get())).unwrap());
         d.launch(&LOOK, 1, &arg).unwrap();
         d.free(p, 4 * 100_000).unwrap();
+    }
+
+    /// A hand-written kernel launched while another host device sharing the cores is busy
+    /// runs on a pool of its share of them, whose threads count as the device's; alone, or
+    /// when small, it runs on the whole pool, from the worker.
+    #[test]
+    #[cfg_attr(miri, ignore = "starts rayon pools, which Miri reports as leaked")]
+    fn hand_written_kernels_take_their_share_of_cores_others_use() {
+        static SEEN: Mutex<Vec<(usize, Option<String>, bool)>> = Mutex::new(Vec::new());
+        static POOL: std::sync::atomic::AtomicPtr<KernelPool> =
+            std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+        fn count(l: &crate::kernel::HostLaunch<'_>) -> std::result::Result<(), String> {
+            // SAFETY: set below to the device's pool, which outlives the launches.
+            let pool = unsafe { &*POOL.load(Ordering::SeqCst) };
+            let name = std::thread::current().name().map(String::from);
+            SEEN.lock().push((rayon::current_num_threads(), name, pool.owns_current_thread()));
+            // SAFETY: argument 0 holds n u32 that only this kernel uses.
+            let x = unsafe { l.slice_mut::<u32>(0, l.n())? };
+            use rayon::prelude::*;
+            x.par_iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
+            Ok(())
+        }
+        static COUNT: Kernel = Kernel::new("count").with_host(count);
+        let cores = SharedCores::new(2);
+        let pool = KernelPool::new("share-host".into(), Some(2), Some(Arc::clone(&cores)));
+        let topo = crate::topology::Topology::system();
+        let worker = Arc::new(DeviceWorker::spawn("share-host".into(), topo, Vec::new()).unwrap());
+        let d = HostDevice::new(0, 0, 1 << 22, worker, pool);
+        POOL.store(Arc::as_ptr(&d.pool).cast_mut(), Ordering::SeqCst);
+        let n = SHARED_ITEMS * 4;
+        let p = d.alloc(4 * n).unwrap();
+        let arg = [KernelArg::Ptr { addr: p, bytes: Some(4 * n) }];
+        // Alone: the whole pool of two, from the worker.
+        d.launch(&COUNT, n, &arg).unwrap();
+        // Another device sharing the cores is busy: one thread of its own.
+        let other = ForkJoinTeam::new("share-other".into(), 2, || {}, Some(Arc::clone(&cores)));
+        let busy = other.share();
+        assert_eq!(busy.threads, 2, "the other device was alone");
+        d.launch(&COUNT, n, &arg).unwrap();
+        // A small kernel keeps the whole pool (no hand-off for a short launch).
+        d.launch(&COUNT, SHARED_ITEMS - 1, &arg).unwrap();
+        drop(busy);
+        let mut back = vec![0u32; n];
+        // SAFETY: `back` holds the n u32 read.
+        unsafe { d.read(back.as_mut_ptr().cast(), p, 4 * n).unwrap() };
+        assert!(back.iter().enumerate().all(|(i, &v)| v == i as u32));
+        let seen = SEEN.lock().clone();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0], (2, Some("share-host".to_string()), true));
+        assert_eq!(seen[1], (1, Some("share-host-s1k0".to_string()), true));
+        assert_eq!(seen[2], (2, Some("share-host".to_string()), true));
+        d.free(p, 4 * n).unwrap();
     }
 
     #[test]
