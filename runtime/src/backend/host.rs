@@ -220,7 +220,8 @@ pub(crate) struct KernelPool {
     shares: std::sync::OnceLock<Box<[std::sync::OnceLock<SmallerPool>]>>,
 }
 
-/// A [`KernelPool`]'s pool of fewer threads, or why it could not start.
+/// A [`KernelPool`]'s pool of fewer threads, or why it could not start (the whole pool
+/// then runs the kernels that would have run on it).
 type SmallerPool = std::result::Result<rayon::ThreadPool, String>;
 
 thread_local! {
@@ -306,20 +307,19 @@ impl KernelPool {
             return Ok(team.driving(|| f(pool)));
         }
         let share = team.share();
-        match self.smaller(device, share.threads, pool.current_num_threads())? {
-            Some(smaller) => Ok(team.driving(|| f(smaller))),
-            None => Ok(team.driving(|| f(pool))),
-        }
+        let on = self.smaller(share.threads, pool.current_num_threads()).unwrap_or(pool);
+        Ok(team.driving(|| f(on)))
     }
 
-    /// The pool of `threads` threads for a share of the cores (`None` when that is the
-    /// whole pool's `all`), started now if it was not.
-    fn smaller(&self, device: usize, threads: usize, all: usize) -> Result<Option<&rayon::ThreadPool>> {
+    /// The pool of `threads` threads for a share of the cores, started now if it was not;
+    /// `None` when that is the whole pool's `all`, or when its threads could not be
+    /// started (the kernel then runs on the whole pool, as it would alone).
+    fn smaller(&self, threads: usize, all: usize) -> Option<&rayon::ThreadPool> {
         if threads == 0 || threads >= all {
-            return Ok(None);
+            return None;
         }
         let shares = self.shares.get_or_init(|| (1..all).map(|_| std::sync::OnceLock::new()).collect());
-        let Some(slot) = shares.get(threads - 1) else { return Ok(None) };
+        let slot = shares.get(threads - 1)?;
         slot.get_or_init(|| {
             let name = format!("{}-s{threads}", self.name);
             rayon::ThreadPoolBuilder::new()
@@ -330,12 +330,7 @@ impl KernelPool {
                 .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map(Some)
-        .map_err(|e| Error::Driver {
-            device,
-            call: "start a host device's kernel pool for its share of the cores",
-            message: e.clone(),
-        })
+        .ok()
     }
 
     /// The pool, started now if it was not, with the calling thread (the device's worker)
