@@ -201,7 +201,9 @@ const INLINE_BYTES: usize = 64 * 1024;
 /// `threads - 1` threads. The worker takes part only while it runs a kernel (it waits for
 /// its queue otherwise), so [`KernelPool::get`] must be called on the worker only. Rayon
 /// keeps a few kilobytes of a pool so joined for good (its thread-0 state): one per host
-/// device that ran a kernel.
+/// device that ran a kernel. A hand-written kernel launched while other host devices are
+/// busy is handed to a smaller pool of the device's share instead ([`KernelPool::smaller`]):
+/// one per share size a device is given, kept (asleep) with the device.
 pub(crate) struct KernelPool {
     name: String,
     threads: Option<usize>,
@@ -216,7 +218,8 @@ pub(crate) struct KernelPool {
     /// (entry `s - 1`: `s` threads, started on the first launch given that share), so
     /// that devices in lockstep split the cores instead of each running a thread a core.
     /// Their threads are their own (the worker, thread 0 of `pool`, can join one pool
-    /// only): the worker hands the kernel over and waits.
+    /// only): the worker hands the kernel over and waits (as a thread of `pool`, it could
+    /// meanwhile take work only `pool` has, and only the worker installs work there).
     shares: std::sync::OnceLock<Box<[std::sync::OnceLock<SmallerPool>]>>,
 }
 
@@ -287,9 +290,10 @@ impl KernelPool {
         self.team.get()
     }
 
-    /// Runs kernel `f` on the worker with the pool started and the team driven by it. With
-    /// `share` (a kernel of `rayon` loops, which does not fork through the team), while
-    /// other host devices are busy it runs on a pool of the device's share of the cores
+    /// Runs kernel `f` from the worker with the pool started and the team driven by it: on
+    /// the pool, the worker its thread 0. With `share` (a kernel of `rayon` loops, which
+    /// does not fork through the team), while other host devices are busy it runs on a pool
+    /// of the device's share of the cores
     /// instead ([`ForkJoinTeam::share`]), should that be fewer threads: devices in lockstep
     /// then split the cores instead of each running a thread a core.
     fn run_kernel<T>(
@@ -321,7 +325,7 @@ impl KernelPool {
         let shares = self.shares.get_or_init(|| (1..all).map(|_| std::sync::OnceLock::new()).collect());
         let slot = shares.get(threads - 1)?;
         slot.get_or_init(|| {
-            let name = format!("{}-s{threads}", self.name);
+            let name = format!("{}-s{threads}-", self.name);
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(move |i| format!("{name}k{i}"))
@@ -524,7 +528,8 @@ impl HostDevice {
     }
 
     /// `kernel`'s host twin over `n` items, as a job for the worker (which runs it itself,
-    /// as thread 0 of the kernel pool). Mapped arguments were translated through the
+    /// as thread 0 of the kernel pool, or hands it to a pool of its share of the cores and
+    /// waits: [`KernelPool::run_kernel`]). Mapped arguments were translated through the
     /// present table; raw device pointers (which may name a peer host device's memory) are
     /// the unsafe caller's contract.
     fn kernel_job(
@@ -542,10 +547,11 @@ impl HostDevice {
         // Up to 8 arguments travel inside the job: no allocation of their own.
         let args: smallvec::SmallVec<[KernelArg; 8]> = args.into();
         let (name, number, avx512) = (kernel.name(), self.number, self.avx512);
-        // Generated kernels say how their parameters sit (they share the cores through their
-        // team); a hand-written one runs `rayon` loops, worth a pool of its share of the
-        // cores (a hand-off to its threads) from as many items as a generated one shares.
-        let share = kernel.shape().is_none() && n >= SHARED_ITEMS;
+        // Every variant of a generated kernel says how its twin runs (they share the cores
+        // through their team); a hand-written one runs `rayon` loops, worth a pool of its
+        // share of the cores (a hand-off to its threads) from as many items as a generated
+        // one shares.
+        let share = kernel.host_path().is_none() && n >= SHARED_ITEMS;
         Ok(move || {
             let _in = InKernel::enter();
             pool.run_kernel(number, share, |p| run_host_kernel(p, number, name, f, n, &args, avx512))?
@@ -1031,7 +1037,8 @@ impl Backend for HostDevice {
     /// thread's enqueued kernel left on the shared worker).
     fn launch(&self, kernel: &Kernel, n: usize, args: &[KernelArg]) -> Result<()> {
         let job = self.spanned(self.kernel_job(kernel, n, args)?);
-        // On the worker: thread 0 of the device's kernel pool.
+        // On the worker (thread 0 of the device's kernel pool, or the one a share pool's
+        // threads hand the result back to).
         let ran = self.run_on_worker(self.worker.as_ref().ok_or_else(|| self.closed())?, job);
         self.stamp_arguments(kernel, args);
         ran?
@@ -1337,6 +1344,9 @@ pub(crate) mod tests {
             Ok(())
         }
         static COUNT: Kernel = Kernel::new("count").with_host(count);
+        // As `#[offload::kernel]` marks every variant of a generated kernel (which forks
+        // through the device's team, not on a rayon pool).
+        static NOTED: Kernel = Kernel::new("count").with_host(count).with_host_path("generated");
         let cores = SharedCores::new(2);
         let pool = KernelPool::new("share-host".into(), Some(2), Some(Arc::clone(&cores)));
         let topo = crate::topology::Topology::system();
@@ -1353,18 +1363,21 @@ pub(crate) mod tests {
         let busy = other.share();
         assert_eq!(busy.threads, 2, "the other device was alone");
         d.launch(&COUNT, n, &arg).unwrap();
-        // A small kernel keeps the whole pool (no hand-off for a short launch).
+        // A small kernel keeps the whole pool (no hand-off for a short launch), and so does
+        // a generated one.
         d.launch(&COUNT, SHARED_ITEMS - 1, &arg).unwrap();
+        d.launch(&NOTED, n, &arg).unwrap();
         drop(busy);
         let mut back = vec![0u32; n];
         // SAFETY: `back` holds the n u32 read.
         unsafe { d.read(back.as_mut_ptr().cast(), p, 4 * n).unwrap() };
         assert!(back.iter().enumerate().all(|(i, &v)| v == i as u32));
         let seen = SEEN.lock().clone();
-        assert_eq!(seen.len(), 3);
-        assert_eq!(seen[0], (2, Some("share-host".to_string()), true));
-        assert_eq!(seen[1], (1, Some("share-host-s1k0".to_string()), true));
-        assert_eq!(seen[2], (2, Some("share-host".to_string()), true));
+        let whole = (2, Some("share-host".to_string()), true);
+        assert_eq!(
+            seen,
+            [whole.clone(), (1, Some("share-host-s1-k0".to_string()), true), whole.clone(), whole]
+        );
         d.free(p, 4 * n).unwrap();
     }
 
