@@ -4,8 +4,8 @@
 //! suite runs in (`OFFLOAD_SYNC=1` or not); the failure cases also build a runtime of
 //! each mode explicitly.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
 use offload::{map, Error, HostLaunch, Kernel, MapItem, MapType};
@@ -63,9 +63,22 @@ fn fail(_: &HostLaunch<'_>) -> Result<(), String> {
     Err("the kernel says no".into())
 }
 
+/// [`fail`], counting its runs in [`QUEUED_FAILS`].
+fn fail_counted(l: &HostLaunch<'_>) -> Result<(), String> {
+    QUEUED_FAILS.fetch_add(1, SeqCst);
+    fail(l)
+}
+
+/// Runs of [`FAIL_COUNTED`]: the queued case waits for its kernel to have run, not for a
+/// time.
+static QUEUED_FAILS: AtomicUsize = AtomicUsize::new(0);
+
 /// Fails when it runs (host devices only: a GPU kernel that faults would end the process's
 /// context for every later case).
 static FAIL: Kernel = Kernel::new("always_fails").with_host(fail);
+
+/// [`FAIL`], counted (the queued failure case's alone).
+static FAIL_COUNTED: Kernel = Kernel::new("always_fails").with_host(fail_counted);
 
 #[test]
 fn a_to_source_changed_after_its_construct_returned_is_not_seen() {
@@ -176,8 +189,9 @@ fn failing_kernel_case(sync: bool) {
                 return Ok(());
             };
             let gpu = rt.device(d)?;
+            let runs = QUEUED_FAILS.load(SeqCst);
             let line = line!() + 1;
-            let launched = gpu.launch(&FAIL, 16, ());
+            let launched = gpu.launch(if sync { &FAIL } else { &FAIL_COUNTED }, 16, ());
             if sync {
                 check!(
                     matches!(&launched, Err(Error::KernelFailed { kernel: "always_fails", .. })),
@@ -187,8 +201,13 @@ fn failing_kernel_case(sync: bool) {
             }
             check!(launched.is_ok(), "a queued launch returns before its kernel runs: {launched:?}");
             let at = format!("{}:{line}", file!());
-            // Later constructs refuse to run until the failure is reported...
-            std::thread::sleep(Duration::from_millis(20));
+            // Later constructs refuse to run until the failure is reported (once the kernel
+            // has run: its failure is recorded by the queue right after it)...
+            let start = std::time::Instant::now();
+            while QUEUED_FAILS.load(SeqCst) == runs && start.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(50));
             let mut one = [0u32; 1];
             let refused = gpu.data(map::tofrom(&mut one[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)));
             check!(rt.live_mappings().is_empty(), "a refused construct maps nothing");
