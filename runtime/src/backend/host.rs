@@ -292,10 +292,10 @@ impl KernelPool {
 
     /// Runs kernel `f` from the worker with the pool started and the team driven by it: on
     /// the pool, the worker its thread 0. With `share` (a kernel of `rayon` loops, which
-    /// does not fork through the team), while other host devices are busy it runs on a pool
-    /// of the device's share of the cores
-    /// instead ([`ForkJoinTeam::share`]), should that be fewer threads: devices in lockstep
-    /// then split the cores instead of each running a thread a core.
+    /// does not fork through the team), while other host devices are busy it runs instead
+    /// on a pool of the device's share of the cores ([`ForkJoinTeam::share`]), should that
+    /// be fewer threads: devices in lockstep then split the cores instead of each running a
+    /// thread a core.
     fn run_kernel<T>(
         &self,
         device: usize,
