@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck (leak check on) over the kernel and queue-order tests of the
+# bundle in .gpupack, then the two-host-device bound on the lent machine's CPUs (GPU
+# hidden): the Jacobi demo from .gpuab/jacobi-base (the code) against .gpuab/jacobi-nohalo
+# (a lab build that skips the halo exchange when LAB_NOHALO is set: wrong results, the
+# speedup two independent devices would reach), alternating, ROUNDS times, 4096^2 x 200.
+#   carry: [".gpupack", ".gpuab"]; command: bash scripts/gpu/memcheck-and-bound.sh
+cd "$(dirname "$0")/../.."
+[ -d .gpu ] || tar -xJf .gpupack/gpu.tar.xz
+nvidia-smi -L; date -u +%FT%TZ
+export OFFLOAD_REQUIRE_DEVICES=1
+for t in stream_order kernel_macro ready_kernels reduce; do
+  timeout 100 compute-sanitizer --tool memcheck --leak-check full .gpu/tests/tests--test-$t > "$OUT/memcheck-$t.log" 2>&1
+  echo "$t: exit $? | $(grep -E '^test result' "$OUT/memcheck-$t.log" | tail -1) | $(grep -E 'LEAK SUMMARY|ERROR SUMMARY' "$OUT/memcheck-$t.log" | tr '\n' ' ')"
+done
+unset OFFLOAD_REQUIRE_DEVICES
+echo "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+for r in $(seq "${ROUNDS:-5}"); do
+  for side in base nohalo; do
+    env=(); [ "$side" = nohalo ] && env=(LAB_NOHALO=1)
+    line=$(env "${env[@]}" CUDA_VISIBLE_DEVICES= OFFLOAD_HOST_DEVICES=2 ".gpuab/jacobi-$side" -nx 4096 -ny 4096 \
+      -niter 200 -kernel "${KERNEL:-generated}" 2>&1 | grep speedup)
+    echo "$side $r $(cut -d' ' -f1 /proc/loadavg) $line"
+  done
+done
