@@ -4,6 +4,9 @@
 # hidden): the Jacobi demo from .gpuab/jacobi-base (the code) against .gpuab/jacobi-nohalo
 # (a lab build that skips the halo exchange when LAB_NOHALO is set: wrong results, the
 # speedup two independent devices would reach), alternating, ROUNDS times, 4096^2 x 200.
+# The lab build: in examples/src/jacobi.rs's run_steps, add `&& std::env::var_os("LAB_NOHALO")
+# .is_none()` to the condition before `grids[dst].send_halos(..)`, build the example in
+# release mode, strip it to .gpuab/jacobi-nohalo, revert; .gpuab/jacobi-base is the bundle's.
 #   carry: [".gpupack", ".gpuab"]; command: bash scripts/gpu/memcheck-and-bound.sh
 cd "$(dirname "$0")/../.."
 [ -d .gpu ] || tar -xJf .gpupack/gpu.tar.xz
