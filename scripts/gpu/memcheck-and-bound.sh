@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck (leak check on) over the kernel and queue-order tests of the
 # bundle in .gpupack, then the two-host-device bound on the lent machine's CPUs (GPU
-# hidden): the Jacobi demo from .gpuab/jacobi-base (the code) against .gpuab/jacobi-nohalo
-# (a lab build that skips the halo exchange when LAB_NOHALO is set: wrong results, the
-# speedup two independent devices would reach), alternating, ROUNDS times, 4096^2 x 200.
-# The lab build: in examples/src/jacobi.rs's run_steps, add `&& std::env::var_os("LAB_NOHALO")
-# .is_none()` to the condition before `grids[dst].send_halos(..)`, build the example in
-# release mode, strip it to .gpuab/jacobi-nohalo, revert; .gpuab/jacobi-base is the bundle's.
+# hidden): the Jacobi demo from .gpuab/jacobi-base (the bundle's) against
+# .gpuab/jacobi-nohalo (a lab build that skips the halo exchange when LAB_NOHALO is set:
+# wrong results, the speedup two independent devices would reach), alternating, ROUNDS
+# times, 4096^2 x 200; then one run of .gpuab/jacobi-joblog (a lab build whose device
+# workers log each job when OFFLOAD_LAB is set) read by scripts/gpu/job_gaps.py: where each
+# device's time between kernels goes, alone and beside the other. The lab builds come from
+# scripts/gpu/lab/two-devices.patch (its header says how).
 #   carry: [".gpupack", ".gpuab"]; command: bash scripts/gpu/memcheck-and-bound.sh
 cd "$(dirname "$0")/../.."
 [ -d .gpu ] || tar -xJf .gpupack/gpu.tar.xz
@@ -26,3 +27,6 @@ for r in $(seq "${ROUNDS:-5}"); do
     echo "$side $r $(cut -d' ' -f1 /proc/loadavg) $line"
   done
 done
+OFFLOAD_LAB=1 CUDA_VISIBLE_DEVICES= OFFLOAD_HOST_DEVICES=2 .gpuab/jacobi-joblog -nx 4096 -ny 4096 -niter 100 \
+  -kernel "${KERNEL:-generated}" 2> "$OUT/joblog.log" | grep speedup
+python3 scripts/gpu/job_gaps.py "$OUT/joblog.log"
