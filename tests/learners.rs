@@ -444,8 +444,9 @@ fn a_copy_behind_a_kernel_tells_its_wait_apart_from_its_time() -> Result<()> {
     let dev = rt.device(0)?;
     let mut a = vec![1u8; 4 << 20];
     // The kernel is queued (unless OFFLOAD_SYNC makes launches wait): the copy waits for
-    // it, half a second, far beyond any copy of 4 MiB.
-    dev.launch(&offload_tests::NAP, 1, (500u64,))?;
+    // what is left of its two seconds (over 400 ms unless this thread stalls for 1.6 s
+    // between the launch and the copy), far beyond any copy of 4 MiB.
+    dev.launch(&offload_tests::NAP, 1, (2000u64,))?;
     // SAFETY: `a` outlives its mapping and is not touched meanwhile.
     unsafe {
         rt.enter_data(0, &[MapItem::to(a.as_ptr(), a.len()).named("a")])?;

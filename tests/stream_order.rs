@@ -69,8 +69,8 @@ fn fail_counted(l: &HostLaunch<'_>) -> Result<(), String> {
     fail(l)
 }
 
-/// Runs of [`FAIL_COUNTED`]: the queued case waits for its kernel to have run, not for a
-/// time.
+/// Runs of [`FAIL_COUNTED`]: the queued case checks that its kernel has run once the
+/// queue's work is done.
 static QUEUED_FAILS: AtomicUsize = AtomicUsize::new(0);
 
 /// Fails when it runs (host devices only: a GPU kernel that faults would end the process's
@@ -201,13 +201,11 @@ fn failing_kernel_case(sync: bool) {
             }
             check!(launched.is_ok(), "a queued launch returns before its kernel runs: {launched:?}");
             let at = format!("{}:{line}", file!());
-            // Later constructs refuse to run until the failure is reported (once the kernel
-            // has run: its failure is recorded by the queue right after it)...
-            let start = std::time::Instant::now();
-            while QUEUED_FAILS.load(SeqCst) == runs && start.elapsed() < Duration::from_secs(60) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+            // Later constructs refuse to run until the failure is reported, once the queue
+            // has recorded it: `pool_usage` waits for the queued work and leaves a failure
+            // of it unreported, so no timing decides what follows...
+            rt.pool_usage(d)?;
+            check!(QUEUED_FAILS.load(SeqCst) > runs, "the queued kernel has run");
             let mut one = [0u32; 1];
             let refused = gpu.data(map::tofrom(&mut one[..]), |c| gpu.launch(&ADD_ONE, 1, (c,)));
             check!(rt.live_mappings().is_empty(), "a refused construct maps nothing");
