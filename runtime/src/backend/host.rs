@@ -223,9 +223,10 @@ pub(crate) struct KernelPool {
     shares: std::sync::OnceLock<Box<[std::sync::OnceLock<SmallerPool>]>>,
 }
 
-/// A [`KernelPool`]'s pool of fewer threads, or why it could not start (the whole pool
-/// then runs the kernels that would have run on it).
-type SmallerPool = std::result::Result<rayon::ThreadPool, String>;
+/// A [`KernelPool`]'s pool of fewer threads; `None` when its threads could not start (the
+/// whole pool then runs the kernels that would have run on it, as a team whose helpers
+/// cannot start runs its jobs alone).
+type SmallerPool = Option<rayon::ThreadPool>;
 
 thread_local! {
     /// Whether this thread is running a host device's kernel: tells a worker that is
@@ -331,10 +332,9 @@ impl KernelPool {
                 .thread_name(move |i| format!("{name}k{i}"))
                 .start_handler(|_| KERNEL_THREAD.with(|k| k.set(true)))
                 .build()
-                .map_err(|e| e.to_string())
+                .ok()
         })
         .as_ref()
-        .ok()
     }
 
     /// The pool, started now if it was not, with the calling thread (the device's worker)
@@ -374,7 +374,7 @@ impl KernelPool {
     fn owns_current_thread(&self) -> bool {
         let in_share = || {
             self.shares.get().is_some_and(|shares| {
-                shares.iter().any(|s| matches!(s.get(), Some(Ok(p)) if p.current_thread_index().is_some()))
+                shares.iter().any(|s| matches!(s.get(), Some(Some(p)) if p.current_thread_index().is_some()))
             })
         };
         match self.pool.get() {
